@@ -1,0 +1,363 @@
+//! Attach points and the context each one hands a probe in `r1`.
+//!
+//! Every context is a `#[repr(C)]` struct without padding ([`bytemuck::Pod`]), so the CPU VM,
+//! native Rust and the GPU translation see the same bytes. On the GPU a context load becomes the
+//! register or special register that holds the field (`%tid`, `%ctaid`, `%smid`, …), so a field a
+//! probe does not read costs nothing. Fields marked *exit only* are zero in enter probes.
+
+use bytemuck::{Pod, Zeroable};
+use std::fmt;
+
+/// Where a program runs, and so which context it receives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AttachPoint {
+    /// A CUDA API call on the host, before (`Enter`) or after (`Exit`) the call.
+    Host(HostEvent, Phase),
+    /// An event inside a CUDA kernel.
+    Device(DeviceEvent),
+    /// An event defined by the user, with an opaque context of `ctx_size` bytes.
+    User {
+        /// Size of the context in bytes.
+        ctx_size: u32,
+    },
+}
+
+/// CUDA API calls that host probes attach to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum HostEvent {
+    /// Kernel launches ([`LaunchCtx`]).
+    Launch,
+    /// Memory copies and sets ([`MemcpyCtx`]).
+    Memcpy,
+    /// Allocations and frees ([`AllocCtx`]).
+    Alloc,
+    /// Synchronisation ([`SyncCtx`]).
+    Sync,
+    /// Module loads ([`ModuleLoadCtx`]).
+    ModuleLoad,
+}
+
+/// Before or after the call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Phase {
+    /// Before the call: arguments only.
+    Enter,
+    /// After the call: the result and the time spent are filled in.
+    Exit,
+}
+
+/// Events inside a kernel that device probes attach to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DeviceEvent {
+    /// Each thread entering the kernel ([`KernelCtx`]).
+    KernelEntry,
+    /// Each thread leaving the kernel ([`KernelCtx`]).
+    KernelExit,
+    /// Each global load ([`MemAccessCtx`]).
+    GlobalLoad,
+    /// Each global store ([`MemAccessCtx`]).
+    GlobalStore,
+}
+
+impl AttachPoint {
+    /// Size in bytes of the context this attach point passes.
+    pub const fn context_size(self) -> usize {
+        match self {
+            AttachPoint::Host(HostEvent::Launch, _) => size_of::<LaunchCtx>(),
+            AttachPoint::Host(HostEvent::Memcpy, _) => size_of::<MemcpyCtx>(),
+            AttachPoint::Host(HostEvent::Alloc, _) => size_of::<AllocCtx>(),
+            AttachPoint::Host(HostEvent::Sync, _) => size_of::<SyncCtx>(),
+            AttachPoint::Host(HostEvent::ModuleLoad, _) => size_of::<ModuleLoadCtx>(),
+            AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => {
+                size_of::<KernelCtx>()
+            }
+            AttachPoint::Device(DeviceEvent::GlobalLoad | DeviceEvent::GlobalStore) => {
+                size_of::<MemAccessCtx>()
+            }
+            AttachPoint::User { ctx_size } => ctx_size as usize,
+        }
+    }
+
+    /// Name of the context type, for messages.
+    pub const fn context_name(self) -> &'static str {
+        match self {
+            AttachPoint::Host(HostEvent::Launch, _) => "LaunchCtx",
+            AttachPoint::Host(HostEvent::Memcpy, _) => "MemcpyCtx",
+            AttachPoint::Host(HostEvent::Alloc, _) => "AllocCtx",
+            AttachPoint::Host(HostEvent::Sync, _) => "SyncCtx",
+            AttachPoint::Host(HostEvent::ModuleLoad, _) => "ModuleLoadCtx",
+            AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => "KernelCtx",
+            AttachPoint::Device(DeviceEvent::GlobalLoad | DeviceEvent::GlobalStore) => {
+                "MemAccessCtx"
+            }
+            AttachPoint::User { .. } => "user context",
+        }
+    }
+
+    /// Whether the program runs on the GPU.
+    pub const fn is_device(self) -> bool {
+        matches!(self, AttachPoint::Device(_))
+    }
+}
+
+impl fmt::Display for AttachPoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttachPoint::Host(event, phase) => {
+                let event = match event {
+                    HostEvent::Launch => "launch",
+                    HostEvent::Memcpy => "memcpy",
+                    HostEvent::Alloc => "alloc",
+                    HostEvent::Sync => "sync",
+                    HostEvent::ModuleLoad => "module_load",
+                };
+                let phase = match phase {
+                    Phase::Enter => "enter",
+                    Phase::Exit => "exit",
+                };
+                write!(f, "host::{event}::{phase}")
+            }
+            AttachPoint::Device(event) => f.write_str(match event {
+                DeviceEvent::KernelEntry => "device::kernel_entry",
+                DeviceEvent::KernelExit => "device::kernel_exit",
+                DeviceEvent::GlobalLoad => "device::global_load",
+                DeviceEvent::GlobalStore => "device::global_store",
+            }),
+            AttachPoint::User { ctx_size } => write!(f, "user({ctx_size} bytes)"),
+        }
+    }
+}
+
+/// Context of a kernel launch (`cuLaunchKernel`, `cudaLaunchKernel`, graph launches).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[repr(C)]
+pub struct LaunchCtx {
+    /// 64-bit hash of the kernel's mangled name, stable across processes.
+    pub kernel_id: u64,
+    /// The `CUfunction` handle.
+    pub function: u64,
+    /// The stream (`CUstream`), 0 for the legacy default stream.
+    pub stream: u64,
+    /// Host monotonic clock at the call, in ns.
+    pub timestamp_ns: u64,
+    /// Exit only: host time spent in the call, in ns.
+    pub duration_ns: u64,
+    /// Grid size in blocks (x, y, z).
+    pub grid: [u32; 3],
+    /// Block size in threads (x, y, z).
+    pub block: [u32; 3],
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_mem_bytes: u32,
+    /// CUDA device ordinal.
+    pub device: u32,
+    /// Host thread id (`gettid`).
+    pub host_tid: u32,
+    /// Exit only: the call's `CUresult`.
+    pub result: i32,
+    /// [`LaunchCtx::CAPTURED`], [`LaunchCtx::GRAPH`].
+    pub flags: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+impl LaunchCtx {
+    /// The launch was recorded into a graph under stream capture.
+    pub const CAPTURED: u32 = 1;
+    /// A graph launch (`cuGraphLaunch`); grid and block are zero.
+    pub const GRAPH: u32 = 2;
+}
+
+/// Context of a memory copy or set (`cuMemcpy*`, `cudaMemcpy*`, `cuMemset*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[repr(C)]
+pub struct MemcpyCtx {
+    /// Destination address.
+    pub dst: u64,
+    /// Source address (0 for sets).
+    pub src: u64,
+    /// Bytes copied or set.
+    pub bytes: u64,
+    /// The stream, 0 for synchronous copies.
+    pub stream: u64,
+    /// Host monotonic clock at the call, in ns.
+    pub timestamp_ns: u64,
+    /// Exit only: host time spent in the call, in ns.
+    pub duration_ns: u64,
+    /// One of the `MemcpyCtx::*` kinds: [`MemcpyCtx::HOST_TO_DEVICE`], …
+    pub kind: u32,
+    /// CUDA device ordinal.
+    pub device: u32,
+    /// Host thread id.
+    pub host_tid: u32,
+    /// Exit only: the call's `CUresult`.
+    pub result: i32,
+    /// [`MemcpyCtx::ASYNC`], [`MemcpyCtx::MEMSET`].
+    pub flags: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+impl MemcpyCtx {
+    /// Direction unknown or inferred by unified addressing.
+    pub const DEFAULT: u32 = 0;
+    /// Host to device.
+    pub const HOST_TO_DEVICE: u32 = 1;
+    /// Device to host.
+    pub const DEVICE_TO_HOST: u32 = 2;
+    /// Device to device.
+    pub const DEVICE_TO_DEVICE: u32 = 3;
+    /// Between two devices.
+    pub const PEER: u32 = 4;
+    /// Host to host.
+    pub const HOST_TO_HOST: u32 = 5;
+    /// The call is asynchronous.
+    pub const ASYNC: u32 = 1;
+    /// A memory set rather than a copy.
+    pub const MEMSET: u32 = 2;
+}
+
+/// Context of an allocation or a free.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[repr(C)]
+pub struct AllocCtx {
+    /// The address allocated (exit) or freed.
+    pub ptr: u64,
+    /// Bytes allocated (0 for frees when unknown).
+    pub bytes: u64,
+    /// Host monotonic clock at the call, in ns.
+    pub timestamp_ns: u64,
+    /// Exit only: host time spent in the call, in ns.
+    pub duration_ns: u64,
+    /// [`AllocCtx::DEVICE`], [`AllocCtx::HOST_PINNED`] or [`AllocCtx::MANAGED`].
+    pub kind: u32,
+    /// [`AllocCtx::ALLOC`] or [`AllocCtx::FREE`].
+    pub op: u32,
+    /// CUDA device ordinal.
+    pub device: u32,
+    /// Host thread id.
+    pub host_tid: u32,
+    /// Exit only: the call's `CUresult`.
+    pub result: i32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+impl AllocCtx {
+    /// Device memory.
+    pub const DEVICE: u32 = 0;
+    /// Page-locked host memory.
+    pub const HOST_PINNED: u32 = 1;
+    /// Managed (unified) memory.
+    pub const MANAGED: u32 = 2;
+    /// An allocation.
+    pub const ALLOC: u32 = 0;
+    /// A free.
+    pub const FREE: u32 = 1;
+}
+
+/// Context of a synchronisation call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[repr(C)]
+pub struct SyncCtx {
+    /// The stream or event waited on, 0 for context and device synchronisation.
+    pub handle: u64,
+    /// Host monotonic clock at the call, in ns.
+    pub timestamp_ns: u64,
+    /// Exit only: host time spent in the call, in ns.
+    pub duration_ns: u64,
+    /// [`SyncCtx::STREAM`], [`SyncCtx::EVENT`], [`SyncCtx::CONTEXT`] or [`SyncCtx::DEVICE`].
+    pub kind: u32,
+    /// CUDA device ordinal.
+    pub device: u32,
+    /// Host thread id.
+    pub host_tid: u32,
+    /// Exit only: the call's `CUresult`.
+    pub result: i32,
+}
+
+impl SyncCtx {
+    /// Stream synchronisation.
+    pub const STREAM: u32 = 0;
+    /// Event synchronisation.
+    pub const EVENT: u32 = 1;
+    /// Context synchronisation.
+    pub const CONTEXT: u32 = 2;
+    /// Device synchronisation.
+    pub const DEVICE: u32 = 3;
+}
+
+/// Context of a module load.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[repr(C)]
+pub struct ModuleLoadCtx {
+    /// The module handle (exit).
+    pub module: u64,
+    /// Size of the image loaded, in bytes (0 when unknown).
+    pub image_bytes: u64,
+    /// Host monotonic clock at the call, in ns.
+    pub timestamp_ns: u64,
+    /// Exit only: host time spent in the call, in ns.
+    pub duration_ns: u64,
+    /// 1 when the image carries PTX that can be instrumented.
+    pub has_ptx: u32,
+    /// 1 when egpu instrumented it.
+    pub instrumented: u32,
+    /// CUDA device ordinal.
+    pub device: u32,
+    /// Host thread id.
+    pub host_tid: u32,
+    /// Exit only: the call's `CUresult`.
+    pub result: i32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+/// Context of a kernel's entry and exit, one per thread.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[repr(C)]
+pub struct KernelCtx {
+    /// 64-bit hash of the kernel's mangled name.
+    pub kernel_id: u64,
+    /// Thread index in the block (`%tid`).
+    pub thread: [u32; 3],
+    /// Block index in the grid (`%ctaid`).
+    pub block: [u32; 3],
+    /// Block size (`%ntid`).
+    pub block_dim: [u32; 3],
+    /// Grid size (`%nctaid`).
+    pub grid_dim: [u32; 3],
+    /// Warp index in the block: the linear thread index divided by 32.
+    pub warp: u32,
+    /// Lane in the warp (`%laneid`).
+    pub lane: u32,
+    /// Streaming multiprocessor (`%smid`).
+    pub sm: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+/// Context of a global load or store, one per thread and access.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[repr(C)]
+pub struct MemAccessCtx {
+    /// The address accessed.
+    pub addr: u64,
+    /// 64-bit hash of the kernel's mangled name.
+    pub kernel_id: u64,
+    /// Bytes accessed.
+    pub size: u32,
+    /// Index of the access among the kernel's observed accesses.
+    pub site: u32,
+    /// Thread index in the block (`%tid`).
+    pub thread: [u32; 3],
+    /// Block index in the grid (`%ctaid`).
+    pub block: [u32; 3],
+    /// Warp index in the block.
+    pub warp: u32,
+    /// Lane in the warp (`%laneid`).
+    pub lane: u32,
+    /// Streaming multiprocessor (`%smid`).
+    pub sm: u32,
+    /// 1 for a store, 0 for a load.
+    pub is_store: u32,
+}

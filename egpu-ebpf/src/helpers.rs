@@ -1,0 +1,157 @@
+//! The numbered helper table: one definition that every engine follows.
+//!
+//! Where a Linux helper means the same thing, egpu uses its number, so programs built by clang
+//! for Linux call egpu's helpers unchanged. egpu's own helpers take numbers from
+//! [`EGPU_HELPER_BASE`] up, a range Linux will not reach (its helper numbers are below 256 and
+//! frozen). Each entry says what the helper does on the CPU and on the GPU, and whether the CPU
+//! VM provides it today; an engine refuses, when the program is loaded, a call to a helper it does
+//! not provide.
+
+/// First number of egpu's own helpers.
+pub const EGPU_HELPER_BASE: u32 = 0x1_0000;
+
+/// Helper numbers.
+pub mod id {
+    /// `void *bpf_map_lookup_elem(map, key)`.
+    pub const MAP_LOOKUP_ELEM: u32 = 1;
+    /// `long bpf_map_update_elem(map, key, value, flags)`.
+    pub const MAP_UPDATE_ELEM: u32 = 2;
+    /// `long bpf_map_delete_elem(map, key)`.
+    pub const MAP_DELETE_ELEM: u32 = 3;
+    /// `u64 bpf_ktime_get_ns(void)`.
+    pub const KTIME_GET_NS: u32 = 5;
+    /// `u32 bpf_get_prandom_u32(void)`.
+    pub const GET_PRANDOM_U32: u32 = 7;
+    /// `u32 bpf_get_smp_processor_id(void)`.
+    pub const GET_SMP_PROCESSOR_ID: u32 = 8;
+    /// `u64 bpf_get_current_pid_tgid(void)`.
+    pub const GET_CURRENT_PID_TGID: u32 = 14;
+    /// `long bpf_ringbuf_output(ringbuf, data, size, flags)`.
+    pub const RINGBUF_OUTPUT: u32 = 130;
+}
+
+/// What a helper argument must be. The verifier checks calls against these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgKind {
+    /// Any initialised scalar.
+    Scalar,
+    /// A map reference from `lddw rX, map[n]`.
+    MapRef,
+    /// A pointer to `key_size` readable bytes of the map passed before it.
+    MapKey,
+    /// A pointer to `value_size` readable bytes of the map passed before it.
+    MapValue,
+    /// A pointer to readable memory whose size is the next argument.
+    Mem,
+    /// The size in bytes of the memory passed before it: a bounded scalar.
+    MemSize,
+}
+
+/// What a helper returns in `r0`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RetKind {
+    /// A scalar.
+    Scalar,
+    /// A pointer to a value of the map argument, or null: it must be checked before use.
+    MapValueOrNull,
+}
+
+/// One helper of the table.
+#[derive(Clone, Copy, Debug)]
+pub struct HelperInfo {
+    /// Its number, the `imm` of `call`.
+    pub id: u32,
+    /// Its name, as in Linux where it has one.
+    pub name: &'static str,
+    /// Its arguments, in `r1`, `r2`, ….
+    pub args: &'static [ArgKind],
+    /// Its result.
+    pub ret: RetKind,
+    /// What it does on the CPU.
+    pub cpu: &'static str,
+    /// What it does on the GPU.
+    pub gpu: &'static str,
+    /// Whether the CPU VM provides it in this version.
+    pub on_cpu: bool,
+}
+
+/// Every helper egpu defines.
+pub const HELPERS: &[HelperInfo] = &[
+    HelperInfo {
+        id: id::MAP_LOOKUP_ELEM,
+        name: "bpf_map_lookup_elem",
+        args: &[ArgKind::MapRef, ArgKind::MapKey],
+        ret: RetKind::MapValueOrNull,
+        cpu: "pointer to the value stored under the key, or null",
+        gpu: "the same, on the map's device mapping",
+        on_cpu: false,
+    },
+    HelperInfo {
+        id: id::MAP_UPDATE_ELEM,
+        name: "bpf_map_update_elem",
+        args: &[ArgKind::MapRef, ArgKind::MapKey, ArgKind::MapValue, ArgKind::Scalar],
+        ret: RetKind::Scalar,
+        cpu: "stores the value under the key; 0, or a negative error when the map is full",
+        gpu: "the same, on the map's device mapping",
+        on_cpu: false,
+    },
+    HelperInfo {
+        id: id::MAP_DELETE_ELEM,
+        name: "bpf_map_delete_elem",
+        args: &[ArgKind::MapRef, ArgKind::MapKey],
+        ret: RetKind::Scalar,
+        cpu: "removes the key; 0, or a negative error when it is absent",
+        gpu: "the same, on the map's device mapping",
+        on_cpu: false,
+    },
+    HelperInfo {
+        id: id::KTIME_GET_NS,
+        name: "bpf_ktime_get_ns",
+        args: &[],
+        ret: RetKind::Scalar,
+        cpu: "CLOCK_MONOTONIC in ns",
+        gpu: "%globaltimer in ns",
+        on_cpu: true,
+    },
+    HelperInfo {
+        id: id::GET_PRANDOM_U32,
+        name: "bpf_get_prandom_u32",
+        args: &[],
+        ret: RetKind::Scalar,
+        cpu: "a pseudo-random u32 from a per-thread generator",
+        gpu: "a pseudo-random u32 from a per-thread generator seeded by the thread's identity",
+        on_cpu: true,
+    },
+    HelperInfo {
+        id: id::GET_SMP_PROCESSOR_ID,
+        name: "bpf_get_smp_processor_id",
+        args: &[],
+        ret: RetKind::Scalar,
+        cpu: "the CPU the calling thread runs on",
+        gpu: "the streaming multiprocessor, %smid",
+        on_cpu: true,
+    },
+    HelperInfo {
+        id: id::GET_CURRENT_PID_TGID,
+        name: "bpf_get_current_pid_tgid",
+        args: &[],
+        ret: RetKind::Scalar,
+        cpu: "process id << 32 | thread id",
+        gpu: "the host process id << 32; the thread half is 0",
+        on_cpu: true,
+    },
+    HelperInfo {
+        id: id::RINGBUF_OUTPUT,
+        name: "bpf_ringbuf_output",
+        args: &[ArgKind::MapRef, ArgKind::Mem, ArgKind::MemSize, ArgKind::Scalar],
+        ret: RetKind::Scalar,
+        cpu: "copies a record into the ring buffer; a full ring drops it and counts the drop",
+        gpu: "the same, on the ring's device mapping",
+        on_cpu: false,
+    },
+];
+
+/// The helper numbered `id`, if egpu defines one.
+pub fn helper(id: u32) -> Option<&'static HelperInfo> {
+    HELPERS.iter().find(|h| h.id == id)
+}
