@@ -1,1 +1,21 @@
-//! placeholder
+//! egpu: eBPF-style programmability for NVIDIA GPUs.
+//!
+//! Probes are eBPF programs. The same bytecode runs on the CPU, in an eBPF VM, for host events
+//! such as CUDA kernel launches, and (in a later step) inside CUDA kernels, translated to PTX.
+//! This crate is the facade users depend on.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`ebpf`] | the eBPF core: instructions, programs, helpers, contexts, assembler |
+//! | [`vm`] | the CPU VM around rbpf: legalisation, engine choice, runs |
+//! | [`testing`] | helpers for tests that need a GPU |
+#![deny(missing_docs)]
+
+pub use egpu_ebpf as ebpf;
+
+pub mod vm;
+
+/// Helpers for tests that need a GPU.
+pub mod testing {
+    pub use egpu_device::testing::require_gpu;
+}

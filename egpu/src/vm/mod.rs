@@ -1,0 +1,391 @@
+//! The CPU VM: eBPF programs run by rbpf, through egpu's legalisation.
+//!
+//! A [`Vm`] loads one [`Program`]: it legalises it into instructions rbpf 0.4.1 executes
+//! correctly ([`legalise`]), decides whether rbpf's JIT may run it ([`screen`] proves every memory
+//! access stays in the stack or the context; the code must fit the JIT's single page), and
+//! otherwise runs it in rbpf's interpreter, which checks every access. Both engines give the same
+//! results on every program the conformance suite holds.
+//!
+//! rbpf's VMs are neither `Send` nor `Sync`, and neither is [`Vm`]: make one per thread.
+//!
+//! ```
+//! use egpu::ebpf::{AttachPoint, Program, assemble};
+//! use egpu::vm::Vm;
+//!
+//! let program = Program::new(
+//!     assemble("ldxw %r0, [%r1+4]\nadd %r0, 1\nexit")?,
+//!     vec![],
+//!     AttachPoint::User { ctx_size: 8 },
+//! )?;
+//! let mut vm = Vm::new(&program)?;
+//! let mut ctx = [0u8, 0, 0, 0, 41, 0, 0, 0];
+//! assert_eq!(vm.run(&mut ctx)?, 42);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod helpers;
+mod legalise;
+mod screen;
+
+use std::cell::Cell;
+use std::fmt;
+use std::marker::PhantomData;
+
+use bytemuck::Pod;
+use egpu_ebpf::{Instruction, Program};
+use thiserror::Error;
+
+pub use helpers::Fault;
+use legalise::{SCRATCH_BYTES, STACK_BYTES};
+use screen::Screen;
+
+/// Which rbpf engine runs a program.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Engine {
+    /// rbpf's x86-64 JIT: native code, no run-time checks (only for screened programs).
+    Jit,
+    /// rbpf's interpreter: checks every memory access.
+    Interpreter,
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Engine::Jit => "cpu-jit",
+            Engine::Interpreter => "cpu-interpreter",
+        })
+    }
+}
+
+/// Which engine to load a program for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum EngineChoice {
+    /// The JIT where it applies, the interpreter otherwise.
+    #[default]
+    Auto,
+    /// The JIT, or an error saying why it does not apply.
+    Jit,
+    /// The interpreter.
+    Interpreter,
+}
+
+/// Why the JIT does not run a program.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum JitRefusal {
+    /// rbpf's JIT emits x86-64 code only.
+    #[error("rbpf's JIT emits x86-64 code only")]
+    UnsupportedArch,
+    /// A memory access the screen cannot prove stays in the stack or the context.
+    #[error("instruction {pc}: {reason}; until the verifier lands, only the interpreter runs it")]
+    UncheckedMemory {
+        /// The instruction.
+        pc: usize,
+        /// Why.
+        reason: String,
+    },
+    /// The code would not fit rbpf's single 4 KiB code page.
+    #[error("the code may need {estimate} bytes, more than rbpf's JIT page of {limit}")]
+    CodeTooLarge {
+        /// Upper bound of the code size.
+        estimate: usize,
+        /// The page size.
+        limit: usize,
+    },
+    /// rbpf's JIT compiler failed.
+    #[error("rbpf's JIT failed: {0}")]
+    Compiler(String),
+}
+
+/// A program the VM cannot load.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum LoadError {
+    /// A call to a helper that is not in the table or that the CPU VM does not provide.
+    #[error("instruction {pc}: helper {id}{} is not available on the CPU", helper_name(*id))]
+    UnknownHelper {
+        /// The instruction.
+        pc: usize,
+        /// The helper number.
+        id: u32,
+    },
+    /// A map reference: the CPU VM binds maps once `egpu-maps` provides them.
+    #[error("instruction {pc}: map references are not supported by the CPU VM yet")]
+    MapsUnsupported {
+        /// The instruction.
+        pc: usize,
+    },
+    /// The legalised program is longer than rbpf's interpreter can run.
+    #[error(
+        "the legalised program has {slots} instructions, more than rbpf runs correctly ({max})"
+    )]
+    TooLarge {
+        /// Slots after legalisation.
+        slots: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A jump whose legalised offset does not fit in 16 bits.
+    #[error("instruction {pc}: the jump is too far for rbpf after legalisation")]
+    JumpTooFar {
+        /// The instruction.
+        pc: usize,
+    },
+    /// [`EngineChoice::Jit`] was asked for and the JIT does not apply.
+    #[error("the JIT cannot run this program: {0}")]
+    Jit(#[from] JitRefusal),
+    /// rbpf refused the legalised program (a bug in egpu).
+    #[error("rbpf refused the program: {0}")]
+    Rbpf(String),
+}
+
+fn helper_name(id: u32) -> String {
+    egpu_ebpf::helpers::helper(id).map(|h| format!(" ({})", h.name)).unwrap_or_default()
+}
+
+/// A run that did not complete.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The context is shorter than the program reads.
+    #[error("the context has {len} bytes; the program needs {need}")]
+    ContextTooShort {
+        /// Bytes given.
+        len: usize,
+        /// Bytes needed.
+        need: usize,
+    },
+    /// The context type does not match the attach point's.
+    #[error("the context is {len} bytes; the program's attach point takes {expected}")]
+    ContextSize {
+        /// Bytes given.
+        len: usize,
+        /// Bytes expected.
+        expected: usize,
+    },
+    /// A helper found the program at fault (the run's result is discarded).
+    #[error("the program faulted in a helper: {0:?}")]
+    Fault(Fault),
+    /// rbpf's interpreter stopped the program (an access outside its memory, for example).
+    #[error("the interpreter stopped the program: {0}")]
+    Interpreter(String),
+}
+
+/// One program loaded into rbpf, ready to run on this thread.
+pub struct Vm {
+    // Declared first so it is dropped first: it borrows `code` and refers to `stack`.
+    rbpf: rbpf::EbpfVmRaw<'static>,
+    #[expect(dead_code, reason = "owns the bytes `rbpf` borrows")]
+    code: Box<[u8]>,
+    #[expect(dead_code, reason = "owns the stack block the legalised code addresses")]
+    stack: Box<[u64]>,
+    stack_range: (u64, u64),
+    engine: Engine,
+    jit_refusal: Option<JitRefusal>,
+    ctx_size: usize,
+    /// Context bytes the JIT may touch; the interpreter checks for itself.
+    ctx_need: usize,
+    listing: Vec<Instruction>,
+    origin: Vec<usize>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl fmt::Debug for Vm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Vm")
+            .field("engine", &self.engine)
+            .field("jit_refusal", &self.jit_refusal)
+            .field("slots", &self.origin.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// rbpf's JIT writes its code into one 4 KiB page and panics past its end.
+const JIT_PAGE: usize = 4096;
+
+impl Vm {
+    /// Loads `program` for the JIT where it applies, else for the interpreter.
+    pub fn new(program: &Program) -> Result<Vm, LoadError> {
+        Vm::with_engine(program, EngineChoice::Auto)
+    }
+
+    /// Loads `program` for the engine chosen.
+    pub fn with_engine(program: &Program, choice: EngineChoice) -> Result<Vm, LoadError> {
+        let mut stack = vec![0u64; STACK_BYTES / 8 + 1].into_boxed_slice();
+        let base = stack.as_mut_ptr() as u64;
+        let top = base + STACK_BYTES as u64;
+        let legal = legalise::legalise(program, top - SCRATCH_BYTES as u64, &helpers::callable())?;
+        let ctx_size = program.attach().context_size();
+
+        let (mut engine, mut jit_refusal, ctx_need) =
+            match (choice, jit_verdict(program, ctx_size, &legal.insns)) {
+                (EngineChoice::Interpreter, verdict) => (Engine::Interpreter, verdict.err(), 0),
+                (_, Ok(need)) => (Engine::Jit, None, need),
+                (EngineChoice::Jit, Err(refusal)) => return Err(refusal.into()),
+                (EngineChoice::Auto, Err(refusal)) => (Engine::Interpreter, Some(refusal), 0),
+            };
+
+        let code: Box<[u8]> =
+            egpu_ebpf::insn::slots_to_bytes(&egpu_ebpf::instruction::encode(&legal.insns)).into();
+        // SAFETY: `code` is owned by the `Vm`, never changed, and dropped after `rbpf` (fields
+        // drop in declaration order), so the borrow rbpf keeps stays valid.
+        let code_ref: &'static [u8] =
+            unsafe { std::slice::from_raw_parts(code.as_ptr(), code.len()) };
+        let rbpf_err = |e: std::io::Error| LoadError::Rbpf(e.to_string());
+        let mut rbpf = rbpf::EbpfVmRaw::new(None).map_err(rbpf_err)?;
+        // egpu has checked and legalised the program; rbpf's own verifier would refuse the
+        // legalised code's writes to r10.
+        rbpf.set_verifier(|_| Ok(())).map_err(rbpf_err)?;
+        // Frames are laid out by the legalised code; rbpf must not move r10 on local calls.
+        rbpf.set_stack_usage_calculator(|_, _, _| 0, Box::new(())).map_err(rbpf_err)?;
+        rbpf.set_program(code_ref).map_err(rbpf_err)?;
+        rbpf.register_allowed_memory(base..top);
+        let bindings = helpers::bindings();
+        let register = |rbpf: &mut rbpf::EbpfVmRaw<'static>, engine: Engine| {
+            for b in &bindings {
+                let f = if engine == Engine::Jit { b.jit } else { b.interp };
+                rbpf.register_helper(b.id, f).map_err(rbpf_err)?;
+            }
+            Ok::<(), LoadError>(())
+        };
+        register(&mut rbpf, engine)?;
+        if engine == Engine::Jit {
+            if let Err(refusal) = jit_compile(&mut rbpf) {
+                if choice == EngineChoice::Jit {
+                    return Err(refusal.into());
+                }
+                engine = Engine::Interpreter;
+                jit_refusal = Some(refusal);
+                register(&mut rbpf, engine)?;
+            }
+        }
+        Ok(Vm {
+            rbpf,
+            code,
+            stack,
+            stack_range: (base, top),
+            engine,
+            jit_refusal,
+            ctx_size,
+            ctx_need,
+            listing: legal.insns,
+            origin: legal.origin,
+            _not_send: PhantomData,
+        })
+    }
+
+    /// The engine that runs the program.
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    /// Why the JIT does not run the program, when it does not.
+    pub fn jit_refusal(&self) -> Option<&JitRefusal> {
+        self.jit_refusal.as_ref()
+    }
+
+    /// The legalised program rbpf runs, as assembly text (each line ends with the original
+    /// instruction it came from).
+    pub fn legalised(&self) -> String {
+        let mut out = String::new();
+        let mut pc = 0;
+        for insn in &self.listing {
+            out.push_str(&format!("{pc:5}: {insn:<40} # from {}\n", self.origin[pc]));
+            pc += insn.slots();
+        }
+        out
+    }
+
+    /// Runs the program with `ctx` as its context (`r1` points at it) and returns `r0`.
+    pub fn run(&mut self, ctx: &mut [u8]) -> Result<u64, RunError> {
+        if ctx.len() < self.ctx_need {
+            return Err(RunError::ContextTooShort { len: ctx.len(), need: self.ctx_need });
+        }
+        let start = ctx.as_mut_ptr() as u64;
+        let state = helpers::RunState {
+            ctx: (start, start + ctx.len() as u64),
+            stack: self.stack_range,
+            fault: Cell::new(None),
+        };
+        let current = helpers::Current::enter(&state);
+        // SAFETY: rbpf ties the context's lifetime to the VM's, but keeps no reference to it
+        // after the call returns; the slice is live and exclusively ours for the call.
+        let mem: &'static mut [u8] =
+            unsafe { std::slice::from_raw_parts_mut(ctx.as_mut_ptr(), ctx.len()) };
+        let result = match self.engine {
+            Engine::Interpreter => self.rbpf.execute_program(mem),
+            // SAFETY: the JIT runs only programs the screen proved to access nothing but their
+            // stack frames (inside `self.stack`) and the first `ctx_need` bytes of the context,
+            // which `ctx` has; helpers check the addresses they are given.
+            Engine::Jit => unsafe { self.rbpf.execute_program_jit(mem) },
+        };
+        drop(current);
+        if let Some(fault) = state.fault.get() {
+            return Err(RunError::Fault(fault));
+        }
+        result.map_err(|e| RunError::Interpreter(e.to_string()))
+    }
+
+    /// Runs the program with a typed context, which must be the size its attach point takes.
+    pub fn run_ctx<C: Pod>(&mut self, ctx: &mut C) -> Result<u64, RunError> {
+        if size_of::<C>() != self.ctx_size {
+            return Err(RunError::ContextSize { len: size_of::<C>(), expected: self.ctx_size });
+        }
+        self.run(bytemuck::bytes_of_mut(ctx))
+    }
+}
+
+/// JIT-compiles, turning rbpf's errors, and any panic it might still raise, into a refusal.
+fn jit_compile(rbpf: &mut rbpf::EbpfVmRaw<'static>) -> Result<(), JitRefusal> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rbpf.jit_compile())) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(JitRefusal::Compiler(e.to_string())),
+        Err(_) => Err(JitRefusal::Compiler("rbpf's JIT panicked".into())),
+    }
+}
+
+/// Decides whether the JIT may run `program`; on success, the context bytes it touches.
+fn jit_verdict(
+    program: &Program,
+    ctx_size: usize,
+    legal: &[Instruction],
+) -> Result<usize, JitRefusal> {
+    if !cfg!(target_arch = "x86_64") {
+        return Err(JitRefusal::UnsupportedArch);
+    }
+    let ctx_need = match screen::screen(program, ctx_size) {
+        Screen::StackAndContext { ctx_len } => ctx_len,
+        Screen::Unproven { pc, reason } => return Err(JitRefusal::UncheckedMemory { pc, reason }),
+    };
+    let estimate = jit_code_bound(legal);
+    if estimate > JIT_PAGE {
+        return Err(JitRefusal::CodeTooLarge { estimate, limit: JIT_PAGE });
+    }
+    Ok(ctx_need)
+}
+
+/// An upper bound of the bytes rbpf's x86-64 JIT emits for `insns`, from its emitter: the
+/// largest encodings (REX prefixes, 32-bit displacements and immediates) of each instruction.
+pub(crate) fn jit_code_bound(insns: &[Instruction]) -> usize {
+    use egpu_ebpf::{AluOp as A, CallTarget};
+    // Prologue (5 pushes, 3 moves, the stack allocation, the landing call and jump) and epilogue.
+    const FRAME: usize = 64;
+    FRAME
+        + insns
+            .iter()
+            .map(|insn| match insn {
+                Instruction::Alu { op: A::Mul | A::Div | A::Mod | A::SDiv | A::SMod, .. } => 64,
+                Instruction::Alu { .. } | Instruction::Neg { .. } | Instruction::Endian { .. } => {
+                    16
+                }
+                Instruction::LoadImm64 { .. } => 16,
+                Instruction::Load { .. } | Instruction::Store { .. } => 16,
+                Instruction::Jump { .. } => 8,
+                Instruction::Branch { .. } => 16,
+                Instruction::Call(CallTarget::Local(_)) => 32,
+                Instruction::Call(_) => 24,
+                Instruction::Exit => 4,
+                Instruction::Atomic { .. } => 64,
+            })
+            .sum::<usize>()
+}
