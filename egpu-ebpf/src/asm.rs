@@ -139,8 +139,10 @@ impl Assembler {
 
     fn target(&mut self, line: usize, tok: &str) -> Result<Target, AsmError> {
         if tok.starts_with('+') || tok.starts_with('-') {
-            let v = parse_int(tok).ok_or_else(|| self.err(line, format!("bad offset `{tok}`")))?;
-            return Ok(Target::Relative(v as i64));
+            let v = parse_int(tok)
+                .and_then(|v| i64::try_from(v).ok())
+                .ok_or_else(|| self.err(line, format!("offset `{tok}` does not fit in 64 bits")))?;
+            return Ok(Target::Relative(v));
         }
         if !is_label(tok) {
             return Err(self.err(line, format!("expected a label or `+n`/`-n`, found `{tok}`")));
@@ -416,14 +418,16 @@ pub(crate) fn parse_int(tok: &str) -> Option<i128> {
         b'+' => (false, &tok[1..]),
         _ => (false, tok),
     };
-    let v = match digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")) {
-        Some(hex) => i128::from_str_radix(hex, 16).ok()?,
-        None => digits.parse::<i128>().ok()?,
+    let (radix, digits) = match digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")) {
+        Some(hex) => (16, hex),
+        None => (10, digits),
     };
-    if digits.starts_with(['+', '-']) {
+    // `from_str_radix` accepts a sign of its own; only the one before the digits is ours.
+    if digits.is_empty() || !digits.chars().all(|c| c.is_digit(radix)) {
         return None;
     }
-    Some(if neg { -v } else { v })
+    let v = i128::from_str_radix(digits, radix).ok()?;
+    if neg { v.checked_neg() } else { Some(v) }
 }
 
 fn split_width(mnemonic: &str) -> (&str, Width) {

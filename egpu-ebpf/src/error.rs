@@ -183,7 +183,7 @@ pub enum ProgramError {
 
 /// A syntax error in eBPF assembly text.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("line {line}: {message}")]
+#[error("line {line} (instruction {pc}): {message}")]
 pub struct AsmError {
     /// 1-based line number in the source text.
     pub line: usize,

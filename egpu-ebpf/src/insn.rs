@@ -140,7 +140,7 @@ impl fmt::Debug for Insn {
 
 /// Splits bytes into slots. Fails when the length is not a multiple of 8.
 pub fn slots_from_bytes(bytes: &[u8]) -> Result<Vec<Insn>, crate::DecodeError> {
-    if bytes.len() % Insn::SIZE != 0 {
+    if !bytes.len().is_multiple_of(Insn::SIZE) {
         return Err(crate::DecodeError::TruncatedSlot { len: bytes.len() });
     }
     Ok(bytes

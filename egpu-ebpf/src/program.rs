@@ -166,10 +166,10 @@ fn check_structure(
         if d.insn.written_reg() == Some(Reg::R10) {
             return Err(ProgramError::WritesFramePointer { pc: d.pc });
         }
-        if let Instruction::LoadImm64 { imm: Imm64::Map(index), .. } = d.insn {
-            if index as usize >= n_maps {
-                return Err(ProgramError::UnknownMap { pc: d.pc, index, len: n_maps });
-            }
+        if let Instruction::LoadImm64 { imm: Imm64::Map(index), .. } = d.insn
+            && index as usize >= n_maps
+        {
+            return Err(ProgramError::UnknownMap { pc: d.pc, index, len: n_maps });
         }
         if d.pc + d.insn.slots() == functions[func].end && !d.insn.ends_block() {
             return Err(ProgramError::FallsOffEnd { pc: d.pc, function: functions[func].start });

@@ -301,7 +301,7 @@ pub(crate) const ALIGNMENT_PROBE: u32 = INTERNAL_BASE + 0x100;
 #[cfg(test)]
 fn alignment_probe(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     #[repr(align(16))]
-    struct Aligned([u8; 16]);
+    struct Aligned(#[expect(dead_code, reason = "only its address matters")] [u8; 16]);
     let local = Aligned([0; 16]);
     (std::hint::black_box(&local) as *const Aligned as u64) % 16
 }

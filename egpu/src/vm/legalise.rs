@@ -26,7 +26,7 @@
 //! egpu gives the program its own stack instead of rbpf's: a block of
 //! [`Program::MAX_CALL_DEPTH`] frames owned by the VM, each [`FRAME_BYTES`] long: 512 bytes of
 //! program stack below `r10` and [`SCRATCH_BYTES`] of scratch above it. The legalised program
-//! starts with `lddw r10, <top of frame 0>`. Functions are laid out callers first, so every
+//! starts with `lddw r10, <top of frame 0>` and clears every register but `r1`. Functions are laid out callers first, so every
 //! local call jumps forward.
 
 use std::collections::HashMap;
@@ -152,6 +152,11 @@ pub(crate) fn legalise(
     // Labels 0..n are the original instruction starts.
     let mut e = Emitter { ops: Vec::new(), next_label: n, origin: 0 };
     e.insn(Instruction::LoadImm64 { dst: Reg::FP, imm: Imm64::Value(frame_top) });
+    // rbpf's JIT enters with the host's registers in r0 and r2–r9; clear them, so no host
+    // address reaches a program and both engines start alike.
+    for r in Reg::all().filter(|&r| r != Reg::R1 && r != Reg::FP) {
+        e.alu_imm(AluOp::Mov, Width::W64, r, 0);
+    }
     for func in layout_order(program) {
         let f = &program.functions()[func];
         for d in program.decoded().iter().filter(|d| (f.start..f.end).contains(&d.pc)) {

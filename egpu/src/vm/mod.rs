@@ -389,3 +389,6 @@ pub(crate) fn jit_code_bound(insns: &[Instruction]) -> usize {
             })
             .sum::<usize>()
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,205 @@
+//! Unit tests of the VM's internals: helper calls under the JIT, the JIT's code-size bound, and
+//! faults raised by helpers.
+
+use egpu_ebpf::{
+    AluOp, AttachPoint, CallTarget, Imm64, Instruction, JmpCond, Operand, Program, Reg, Size, Width,
+    assemble, instruction::encode,
+};
+
+use super::helpers::ALIGNMENT_PROBE;
+use super::*;
+
+fn program(text: &str, ctx_size: u32) -> Program {
+    Program::new(assemble(text).expect("assembles"), vec![], AttachPoint::User { ctx_size })
+        .expect("valid program")
+}
+
+fn both(p: &Program) -> [Vm; 2] {
+    [
+        Vm::with_engine(p, EngineChoice::Interpreter).expect("interpreter loads"),
+        Vm::with_engine(p, EngineChoice::Jit).expect("JIT loads"),
+    ]
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn helpers_see_an_aligned_stack_at_every_depth() {
+    // Depth 0, then depth 1 and 2 through local calls: rbpf's JIT calls helpers with the stack
+    // misaligned by 8 at even depths; the trampoline must realign it.
+    let p = program(
+        &format!(
+            "call {ALIGNMENT_PROBE}
+             mov %r6, %r0
+             call local one
+             or %r0, %r6
+             exit
+             one:
+             call {ALIGNMENT_PROBE}
+             mov %r6, %r0
+             call local two
+             or %r0, %r6
+             exit
+             two:
+             call {ALIGNMENT_PROBE}
+             exit"
+        ),
+        0,
+    );
+    for mut vm in both(&p) {
+        assert_eq!(vm.run(&mut []).unwrap(), 0, "{:?}: a helper saw a misaligned stack", vm.engine());
+    }
+}
+
+/// The largest program of `n` copies of `insn` and an exit that the bound admits.
+fn filled(insn: Instruction) -> Vec<Instruction> {
+    let mut insns = vec![Instruction::LoadImm64 { dst: Reg::FP, imm: Imm64::Value(0) }, Instruction::Exit];
+    while jit_code_bound(&[insns.as_slice(), &[insn]].concat()) <= JIT_PAGE {
+        insns.insert(1, insn);
+    }
+    insns
+}
+
+#[test]
+#[cfg(target_arch = "x86_64")]
+fn the_code_bound_keeps_every_instruction_inside_the_jit_page() {
+    // For each kind of instruction, the most copies the bound admits, with the largest operands
+    // (high registers need REX prefixes; large offsets and immediates the long encodings).
+    let r = |n| Reg::new(n).unwrap();
+    let kinds = [
+        Instruction::Alu { op: AluOp::Add, width: Width::W64, dst: r(9), src: Operand::Imm(1 << 20) },
+        Instruction::Alu { op: AluOp::Lsh, width: Width::W32, dst: r(9), src: Operand::Reg(r(8)) },
+        Instruction::Alu { op: AluOp::Div, width: Width::W64, dst: r(9), src: Operand::Reg(r(8)) },
+        Instruction::Alu { op: AluOp::Mod, width: Width::W32, dst: r(7), src: Operand::Imm(-7) },
+        Instruction::Alu { op: AluOp::Mul, width: Width::W64, dst: r(0), src: Operand::Imm(1 << 30) },
+        Instruction::Endian { order: egpu_ebpf::ByteOrder::Be, bits: 16, dst: r(9) },
+        Instruction::LoadImm64 { dst: r(9), imm: Imm64::Value(u64::MAX - 1) },
+        Instruction::Load { size: Size::DW, signed: false, dst: r(9), base: r(8), off: -30000 },
+        Instruction::Store { size: Size::H, base: r(9), off: -30000, src: Operand::Imm(-1) },
+        Instruction::Store { size: Size::B, base: r(9), off: 30000, src: Operand::Reg(r(8)) },
+        Instruction::Branch { cond: JmpCond::Sle, width: Width::W64, dst: r(9), src: Operand::Imm(1 << 20), off: 0 },
+        Instruction::Jump { off: 0, long: false },
+        Instruction::Call(CallTarget::Helper(egpu_ebpf::helpers::id::KTIME_GET_NS)),
+    ];
+    for insn in kinds {
+        let insns = filled(insn);
+        let code: Vec<u8> = egpu_ebpf::insn::slots_to_bytes(&encode(&insns));
+        let mut rbpf = rbpf::EbpfVmRaw::new(None).unwrap();
+        rbpf.set_verifier(|_| Ok(())).unwrap();
+        rbpf.set_program(&code).unwrap();
+        for b in helpers::bindings() {
+            rbpf.register_helper(b.id, b.jit).unwrap();
+        }
+        // rbpf asserts when its page overflows; catch it to name the instruction.
+        let compiled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rbpf.jit_compile()));
+        assert!(
+            matches!(compiled, Ok(Ok(()))),
+            "{} copies of `{insn}` overflow the JIT page although the bound admits them",
+            insns.len() - 2
+        );
+    }
+}
+
+#[test]
+fn a_program_too_large_for_the_jit_runs_on_the_interpreter() {
+    let body = "add %r0, 1\n".repeat(400);
+    let p = program(&format!("mov %r0, 0\n{body}exit"), 0);
+    let mut vm = Vm::new(&p).unwrap();
+    assert_eq!(vm.engine(), Engine::Interpreter);
+    assert!(matches!(vm.jit_refusal(), Some(JitRefusal::CodeTooLarge { .. })), "{vm:?}");
+    assert_eq!(vm.run(&mut []).unwrap(), 400);
+    assert!(matches!(
+        Vm::with_engine(&p, EngineChoice::Jit),
+        Err(LoadError::Jit(JitRefusal::CodeTooLarge { .. }))
+    ));
+}
+
+#[test]
+fn atomics_outside_the_stack_and_context_fault_instead_of_writing() {
+    // The interpreter runs this (the screen cannot prove the address); the helper refuses it.
+    let mut target = 5u64;
+    let p = program(
+        &format!("lddw %r1, {:#x}\nmov %r2, 1\nlock add [%r1], %r2\nmov %r0, 7\nexit", &raw mut target as u64),
+        0,
+    );
+    let mut vm = Vm::new(&p).unwrap();
+    assert_eq!(vm.engine(), Engine::Interpreter);
+    let err = vm.run(&mut []).unwrap_err();
+    assert!(matches!(err, RunError::Fault(Fault::OutOfBounds { size: 8, .. })), "{err}");
+    assert_eq!(target, 5, "the helper wrote outside the program's memory");
+}
+
+#[test]
+fn misaligned_atomics_fault() {
+    let p = program("mov %r1, 1\nstxdw [%r10-16], %r1\nlock add [%r10-12], %r1\nexit", 0);
+    for mut vm in both(&p) {
+        let err = vm.run(&mut []).unwrap_err();
+        assert!(matches!(err, RunError::Fault(Fault::Misaligned { size: 8, .. })), "{err}");
+    }
+}
+
+#[test]
+fn callx_of_an_unbound_number_faults() {
+    let p = program("mov %r2, 77\ncall %r2\nmov %r0, 1\nexit", 0);
+    for mut vm in both(&p) {
+        assert_eq!(vm.run(&mut []).unwrap_err(), RunError::Fault(Fault::BadCallx));
+    }
+}
+
+#[test]
+fn the_jit_refuses_a_context_shorter_than_the_program_reads() {
+    let p = program("ldxdw %r0, [%r1+8]\nexit", 16);
+    let mut vm = Vm::with_engine(&p, EngineChoice::Jit).unwrap();
+    assert_eq!(vm.run(&mut [0; 8]).unwrap_err(), RunError::ContextTooShort { len: 8, need: 16 });
+    let mut ctx = [0u8; 16];
+    ctx[8] = 9;
+    assert_eq!(vm.run(&mut ctx).unwrap(), 9);
+}
+
+#[test]
+fn the_interpreter_stops_a_stray_access() {
+    let p = program("ldxdw %r0, [%r1+64]\nexit", 8);
+    let mut vm = Vm::new(&p).unwrap();
+    assert_eq!(vm.engine(), Engine::Interpreter);
+    assert!(matches!(vm.jit_refusal(), Some(JitRefusal::UncheckedMemory { pc: 0, .. })));
+    assert!(matches!(vm.run(&mut [0; 8]), Err(RunError::Interpreter(_))));
+}
+
+#[test]
+fn helpers_outside_the_cpu_table_and_maps_are_refused_at_load() {
+    let p = program("call 1\nexit", 0);
+    assert_eq!(Vm::new(&p).unwrap_err(), LoadError::UnknownHelper { pc: 0, id: 1 });
+    let internal = program(&format!("call {}\nexit", helpers::atomic_helper(egpu_ebpf::AtomicOp::Add, Size::DW)), 0);
+    assert!(matches!(Vm::new(&internal), Err(LoadError::UnknownHelper { pc: 0, .. })));
+    let map = egpu_ebpf::MapDef {
+        name: "m".into(),
+        kind: egpu_ebpf::MapKind::Array,
+        key_size: 4,
+        value_size: 8,
+        max_entries: 1,
+    };
+    let p = Program::new(assemble("lddw %r1, map[0]\nexit").unwrap(), vec![map], AttachPoint::User { ctx_size: 0 })
+        .unwrap();
+    assert_eq!(Vm::new(&p).unwrap_err(), LoadError::MapsUnsupported { pc: 0 });
+}
+
+#[test]
+fn typed_contexts_must_match_the_attach_point() {
+    use egpu_ebpf::{HostEvent, LaunchCtx, Phase};
+    let slots = assemble("ldxw %r0, [%r1+40]\nexit").unwrap();
+    let p = Program::new(slots, vec![], AttachPoint::Host(HostEvent::Launch, Phase::Enter)).unwrap();
+    let mut vm = Vm::new(&p).unwrap();
+    assert_eq!(vm.engine(), Engine::Jit);
+    let mut ctx = LaunchCtx { grid: [7, 1, 1], ..Default::default() };
+    assert_eq!(vm.run_ctx(&mut ctx).unwrap(), 7);
+    let mut wrong = [0u64; 2];
+    assert!(matches!(vm.run_ctx(&mut wrong), Err(RunError::ContextSize { len: 16, .. })));
+}
+
+#[test]
+fn the_legalised_listing_names_each_origin() {
+    let p = program("mov32 %r0, %r1\nexit", 0);
+    let vm = Vm::new(&p).unwrap();
+    let listing = vm.legalised();
+    assert!(listing.contains("and32 %r0, -1"), "{listing}");
+    assert!(listing.lines().last().unwrap().ends_with("# from 1"), "{listing}");
+}
