@@ -91,7 +91,7 @@ fn checked(addr: u64, size: u32) -> bool {
         fault(Fault::OutOfBounds { addr, size });
         return false;
     }
-    if addr % u64::from(size) != 0 {
+    if !addr.is_multiple_of(u64::from(size)) {
         fault(Fault::Misaligned { addr, size });
         return false;
     }

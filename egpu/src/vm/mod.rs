@@ -249,15 +249,15 @@ impl Vm {
             Ok::<(), LoadError>(())
         };
         register(&mut rbpf, engine)?;
-        if engine == Engine::Jit {
-            if let Err(refusal) = jit_compile(&mut rbpf) {
-                if choice == EngineChoice::Jit {
-                    return Err(refusal.into());
-                }
-                engine = Engine::Interpreter;
-                jit_refusal = Some(refusal);
-                register(&mut rbpf, engine)?;
+        if engine == Engine::Jit
+            && let Err(refusal) = jit_compile(&mut rbpf)
+        {
+            if choice == EngineChoice::Jit {
+                return Err(refusal.into());
             }
+            engine = Engine::Interpreter;
+            jit_refusal = Some(refusal);
+            register(&mut rbpf, engine)?;
         }
         Ok(Vm {
             rbpf,
@@ -364,27 +364,38 @@ fn jit_verdict(
     Ok(ctx_need)
 }
 
-/// An upper bound of the bytes rbpf's x86-64 JIT emits for `insns`, from its emitter: the
-/// largest encodings (REX prefixes, 32-bit displacements and immediates) of each instruction.
+/// An upper bound of the bytes rbpf's x86-64 JIT emits for `insns`: the longest encoding its
+/// emitter produces for each instruction (REX prefixes, 32-bit displacements and immediates).
+/// `the_code_bound_keeps_every_instruction_inside_the_jit_page` fills the page with each kind.
 pub(crate) fn jit_code_bound(insns: &[Instruction]) -> usize {
-    use egpu_ebpf::{AluOp as A, CallTarget};
-    // Prologue (5 pushes, 3 moves, the stack allocation, the landing call and jump) and epilogue.
+    use egpu_ebpf::{AluOp as A, CallTarget, Operand as O};
+    // Prologue: 5 pushes, 3 moves, the stack allocation, the landing call and jump; epilogue:
+    // the stack release, 5 pops and `ret` (50 bytes).
     const FRAME: usize = 64;
     FRAME
         + insns
             .iter()
             .map(|insn| match insn {
+                // Saves and restores rax and rdx around `div`, with the divide-by-zero branch.
                 Instruction::Alu { op: A::Mul | A::Div | A::Mod | A::SDiv | A::SMod, .. } => 64,
-                Instruction::Alu { .. } | Instruction::Neg { .. } | Instruction::Endian { .. } => {
-                    16
-                }
-                Instruction::LoadImm64 { .. } => 16,
-                Instruction::Load { .. } | Instruction::Store { .. } => 16,
-                Instruction::Jump { .. } => 8,
-                Instruction::Branch { .. } => 16,
-                Instruction::Call(CallTarget::Local(_)) => 32,
-                Instruction::Call(_) => 24,
-                Instruction::Exit => 4,
+                // `mov rcx, src` and the shift by `cl`.
+                Instruction::Alu { op: A::Lsh | A::Rsh | A::Arsh, src: O::Reg(_), .. } => 6,
+                Instruction::Alu { src: O::Imm(_), .. } => 7,
+                Instruction::Alu { src: O::Reg(_), .. } | Instruction::Neg { .. } => 3,
+                // `rol` by 8 of the low word and the mask.
+                Instruction::Endian { .. } => 12,
+                Instruction::LoadImm64 { .. } => 10,
+                Instruction::Load { .. } => 8,
+                Instruction::Store { src: O::Imm(_), .. } => 12,
+                Instruction::Store { src: O::Reg(_), .. } => 8,
+                Instruction::Jump { .. } => 5,
+                Instruction::Branch { .. } => 13,
+                // Four pushes, `call`, four pops.
+                Instruction::Call(CallTarget::Local(_)) => 19,
+                // `mov rcx, r9`, `movabs rax, helper`, `call rax`.
+                Instruction::Call(_) => 15,
+                Instruction::Exit => 1,
+                // Legalised away before rbpf sees the program.
                 Instruction::Atomic { .. } => 64,
             })
             .sum::<usize>()

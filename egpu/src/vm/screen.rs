@@ -8,8 +8,10 @@
 //! few operations whose intervals are easy to get right: moves, 64-bit addition and subtraction,
 //! masks, shifts by constants and zero-extending loads. Anything else makes a register unknown,
 //! and any access through an unknown register, or outside its region, keeps the program on the
-//! interpreter, which checks every access. Loops widen to unknown after a few rounds. The verifier
-//! will replace this screen with its full analysis.
+//! interpreter, which checks every access. Registers spilled to 8-byte stack slots are tracked
+//! through the spill and the reload (every write into the frame goes through a tracked pointer, so
+//! the screen sees each one). Loops widen to unknown after a few rounds. The verifier will replace
+//! this screen with its full analysis.
 
 use egpu_ebpf::{AluOp, AtomicOp, Instruction, Operand, Program, Reg, Size, Width};
 
@@ -26,7 +28,14 @@ enum Val {
     Unknown,
 }
 
-type State = [Val; 11];
+/// Registers, then the 64 eight-byte slots of the frame (`r10-8` is slot 0).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct State {
+    regs: [Val; 11],
+    slots: [Val; SLOTS],
+}
+
+const SLOTS: usize = Program::STACK_SIZE / 8;
 
 /// Visits of one instruction after which changing intervals widen to unknown.
 const WIDEN_AFTER: u32 = 16;
@@ -55,10 +64,10 @@ pub(crate) fn screen(program: &Program, ctx_size: usize) -> Screen {
         let decoded: Vec<_> =
             program.decoded().iter().filter(|d| (f.start..f.end).contains(&d.pc)).collect();
         let index_of = |pc: usize| decoded.binary_search_by_key(&pc, |d| d.pc).ok();
-        let mut entry = [Val::Unknown; 11];
-        entry[10] = Val::Frame(0, 0);
+        let mut entry = State { regs: [Val::Unknown; 11], slots: [Val::Unknown; SLOTS] };
+        entry.regs[10] = Val::Frame(0, 0);
         if i == 0 {
-            entry[1] = Val::Ctx(0, 0);
+            entry.regs[1] = Val::Ctx(0, 0);
         }
         let mut states: Vec<Option<State>> = vec![None; decoded.len()];
         let mut visits = vec![0u32; decoded.len()];
@@ -68,7 +77,7 @@ pub(crate) fn screen(program: &Program, ctx_size: usize) -> Screen {
             let Some(mut s) = states[k] else { continue };
             let d = decoded[k];
             if let Some((base, off, size)) = access_of(&d.insn) {
-                match check_access(s[usize::from(base.index())], off, size, ctx_size) {
+                match check_access(s.regs[usize::from(base.index())], off, size, ctx_size) {
                     Ok(end) => ctx_len = ctx_len.max(end),
                     Err(why) => {
                         let reason = match why {
@@ -149,38 +158,78 @@ fn access_of(insn: &Instruction) -> Option<(Reg, i16, i64)> {
 }
 
 fn step(insn: &Instruction, s: &mut State) {
-    let get = |s: &State, r: Reg| s[usize::from(r.index())];
+    let get = |s: &State, r: Reg| s.regs[usize::from(r.index())];
     let value = |s: &State, src: Operand, width: Width| match (src, width) {
         (Operand::Reg(r), _) => get(s, r),
         (Operand::Imm(k), Width::W64) => Val::Scalar(k.into(), k.into()),
         (Operand::Imm(k), Width::W32) => Val::Scalar((k as u32).into(), (k as u32).into()),
+    };
+    // The frame bytes an access may touch, as offsets from r10, when its base is a frame pointer.
+    let frame_span = |s: &State, base: Reg, off: i16, size: Size| match get(s, base) {
+        Val::Frame(lo, hi) => {
+            Some((lo + i64::from(off), hi + i64::from(off) + i64::from(size.bytes())))
+        }
+        _ => None,
+    };
+    // The slot an aligned 8-byte access at exactly one place uses.
+    let exact_slot = |span: Option<(i64, i64)>, size: Size| match span {
+        Some((start, end)) if size == Size::DW && end - start == 8 && start % 8 == 0 => {
+            usize::try_from(-start / 8 - 1).ok().filter(|&i| i < SLOTS)
+        }
+        _ => None,
     };
     let result = match *insn {
         Instruction::Alu { op, width, dst, src } => {
             let (a, b) = (get(s, dst), value(s, src, width));
             Some((dst, alu(op, width, a, b)))
         }
-        Instruction::Load { size, signed: false, dst, .. } => {
-            let max = match size {
-                Size::B => u8::MAX.into(),
-                Size::H => u16::MAX.into(),
-                Size::W => u32::MAX.into(),
-                Size::DW => i64::MAX,
+        Instruction::Load { size, signed: false, dst, base, off } => {
+            let spilled = exact_slot(frame_span(s, base, off, size), size).map(|i| s.slots[i]);
+            let v = match size {
+                Size::B => Val::Scalar(0, u8::MAX.into()),
+                Size::H => Val::Scalar(0, u16::MAX.into()),
+                Size::W => Val::Scalar(0, u32::MAX.into()),
+                Size::DW => spilled.unwrap_or(Val::Unknown),
             };
-            Some((dst, if size == Size::DW { Val::Unknown } else { Val::Scalar(0, max) }))
+            Some((dst, v))
+        }
+        Instruction::Store { size, base, off, src } => {
+            let span = frame_span(s, base, off, size);
+            match exact_slot(span, size) {
+                Some(i) => s.slots[i] = value(s, src, Width::W64),
+                None => forget(s, span),
+            }
+            None
+        }
+        Instruction::Atomic { op, fetch, size, base, off, src } => {
+            forget(s, frame_span(s, base, off, size));
+            match op {
+                AtomicOp::CmpXchg => Some((Reg::R0, Val::Unknown)),
+                _ if fetch => Some((src, Val::Unknown)),
+                _ => None,
+            }
         }
         Instruction::Call(_) => {
-            for r in &mut s[0..=5] {
+            for r in &mut s.regs[0..=5] {
                 *r = Val::Unknown;
             }
             None
         }
-        Instruction::Atomic { op: AtomicOp::CmpXchg, .. } => Some((Reg::R0, Val::Unknown)),
-        Instruction::Atomic { fetch: true, src, .. } => Some((src, Val::Unknown)),
         ref other => other.written_reg().map(|r| (r, Val::Unknown)),
     };
     if let Some((r, v)) = result {
-        s[usize::from(r.index())] = v;
+        s.regs[usize::from(r.index())] = v;
+    }
+}
+
+/// Forgets the slots that frame bytes `start..end` (offsets from r10) overlap.
+fn forget(s: &mut State, span: Option<(i64, i64)>) {
+    let Some((start, end)) = span else { return };
+    for (i, slot) in s.slots.iter_mut().enumerate() {
+        let slot_start = -8 * (i as i64 + 1);
+        if start < slot_start + 8 && slot_start < end {
+            *slot = Val::Unknown;
+        }
     }
 }
 
@@ -249,14 +298,19 @@ fn alu(op: AluOp, width: Width, a: Val, b: Val) -> Val {
 }
 
 fn join(a: &State, b: &State, widen: bool) -> State {
-    std::array::from_fn(|i| {
-        let merged = match (a[i], b[i]) {
-            (x, y) if x == y => return x,
-            (Val::Scalar(l1, h1), Val::Scalar(l2, h2)) => Val::Scalar(l1.min(l2), h1.max(h2)),
-            (Val::Frame(l1, h1), Val::Frame(l2, h2)) => Val::Frame(l1.min(l2), h1.max(h2)),
-            (Val::Ctx(l1, h1), Val::Ctx(l2, h2)) => Val::Ctx(l1.min(l2), h1.max(h2)),
-            _ => Val::Unknown,
-        };
-        if widen { Val::Unknown } else { merged }
-    })
+    State {
+        regs: std::array::from_fn(|i| join_val(a.regs[i], b.regs[i], widen)),
+        slots: std::array::from_fn(|i| join_val(a.slots[i], b.slots[i], widen)),
+    }
+}
+
+fn join_val(a: Val, b: Val, widen: bool) -> Val {
+    let merged = match (a, b) {
+        (x, y) if x == y => return x,
+        (Val::Scalar(l1, h1), Val::Scalar(l2, h2)) => Val::Scalar(l1.min(l2), h1.max(h2)),
+        (Val::Frame(l1, h1), Val::Frame(l2, h2)) => Val::Frame(l1.min(l2), h1.max(h2)),
+        (Val::Ctx(l1, h1), Val::Ctx(l2, h2)) => Val::Ctx(l1.min(l2), h1.max(h2)),
+        _ => Val::Unknown,
+    };
+    if widen { Val::Unknown } else { merged }
 }

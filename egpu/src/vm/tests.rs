@@ -2,8 +2,8 @@
 //! faults raised by helpers.
 
 use egpu_ebpf::{
-    AluOp, AttachPoint, CallTarget, Imm64, Instruction, JmpCond, Operand, Program, Reg, Size, Width,
-    assemble, instruction::encode,
+    AluOp, AttachPoint, CallTarget, Imm64, Instruction, JmpCond, Operand, Program, Reg, Size,
+    Width, assemble, instruction::encode,
 };
 
 use super::helpers::ALIGNMENT_PROBE;
@@ -46,13 +46,19 @@ fn helpers_see_an_aligned_stack_at_every_depth() {
         0,
     );
     for mut vm in both(&p) {
-        assert_eq!(vm.run(&mut []).unwrap(), 0, "{:?}: a helper saw a misaligned stack", vm.engine());
+        assert_eq!(
+            vm.run(&mut []).unwrap(),
+            0,
+            "{:?}: a helper saw a misaligned stack",
+            vm.engine()
+        );
     }
 }
 
 /// The largest program of `n` copies of `insn` and an exit that the bound admits.
 fn filled(insn: Instruction) -> Vec<Instruction> {
-    let mut insns = vec![Instruction::LoadImm64 { dst: Reg::FP, imm: Imm64::Value(0) }, Instruction::Exit];
+    let mut insns =
+        vec![Instruction::LoadImm64 { dst: Reg::FP, imm: Imm64::Value(0) }, Instruction::Exit];
     while jit_code_bound(&[insns.as_slice(), &[insn]].concat()) <= JIT_PAGE {
         insns.insert(1, insn);
     }
@@ -66,17 +72,58 @@ fn the_code_bound_keeps_every_instruction_inside_the_jit_page() {
     // (high registers need REX prefixes; large offsets and immediates the long encodings).
     let r = |n| Reg::new(n).unwrap();
     let kinds = [
-        Instruction::Alu { op: AluOp::Add, width: Width::W64, dst: r(9), src: Operand::Imm(1 << 20) },
+        Instruction::Alu {
+            op: AluOp::Add,
+            width: Width::W64,
+            dst: r(9),
+            src: Operand::Imm(1 << 20),
+        },
         Instruction::Alu { op: AluOp::Lsh, width: Width::W32, dst: r(9), src: Operand::Reg(r(8)) },
+        Instruction::Alu { op: AluOp::Arsh, width: Width::W64, dst: r(9), src: Operand::Reg(r(5)) },
+        Instruction::Alu { op: AluOp::Arsh, width: Width::W64, dst: r(9), src: Operand::Imm(63) },
+        Instruction::Alu { op: AluOp::Mov, width: Width::W32, dst: r(9), src: Operand::Reg(r(8)) },
+        Instruction::Alu { op: AluOp::And, width: Width::W32, dst: r(9), src: Operand::Imm(-1) },
+        Instruction::Neg { width: Width::W64, dst: r(9) },
+        Instruction::Alu { op: AluOp::Div, width: Width::W32, dst: r(9), src: Operand::Reg(r(5)) },
+        Instruction::Alu { op: AluOp::Mod, width: Width::W64, dst: r(5), src: Operand::Reg(r(9)) },
+        Instruction::Endian { order: egpu_ebpf::ByteOrder::Be, bits: 64, dst: r(9) },
+        Instruction::Store { size: Size::DW, base: r(9), off: -30000, src: Operand::Imm(i32::MIN) },
+        Instruction::Store { size: Size::H, base: r(9), off: 30000, src: Operand::Reg(r(8)) },
+        Instruction::Load { size: Size::H, signed: false, dst: r(9), base: r(8), off: 30000 },
+        Instruction::Branch {
+            cond: JmpCond::Set,
+            width: Width::W64,
+            dst: r(9),
+            src: Operand::Imm(-1),
+            off: 0,
+        },
+        Instruction::Branch {
+            cond: JmpCond::Gt,
+            width: Width::W32,
+            dst: r(9),
+            src: Operand::Reg(r(8)),
+            off: 0,
+        },
         Instruction::Alu { op: AluOp::Div, width: Width::W64, dst: r(9), src: Operand::Reg(r(8)) },
         Instruction::Alu { op: AluOp::Mod, width: Width::W32, dst: r(7), src: Operand::Imm(-7) },
-        Instruction::Alu { op: AluOp::Mul, width: Width::W64, dst: r(0), src: Operand::Imm(1 << 30) },
+        Instruction::Alu {
+            op: AluOp::Mul,
+            width: Width::W64,
+            dst: r(0),
+            src: Operand::Imm(1 << 30),
+        },
         Instruction::Endian { order: egpu_ebpf::ByteOrder::Be, bits: 16, dst: r(9) },
         Instruction::LoadImm64 { dst: r(9), imm: Imm64::Value(u64::MAX - 1) },
         Instruction::Load { size: Size::DW, signed: false, dst: r(9), base: r(8), off: -30000 },
         Instruction::Store { size: Size::H, base: r(9), off: -30000, src: Operand::Imm(-1) },
         Instruction::Store { size: Size::B, base: r(9), off: 30000, src: Operand::Reg(r(8)) },
-        Instruction::Branch { cond: JmpCond::Sle, width: Width::W64, dst: r(9), src: Operand::Imm(1 << 20), off: 0 },
+        Instruction::Branch {
+            cond: JmpCond::Sle,
+            width: Width::W64,
+            dst: r(9),
+            src: Operand::Imm(1 << 20),
+            off: 0,
+        },
         Instruction::Jump { off: 0, long: false },
         Instruction::Call(CallTarget::Helper(egpu_ebpf::helpers::id::KTIME_GET_NS)),
     ];
@@ -90,7 +137,8 @@ fn the_code_bound_keeps_every_instruction_inside_the_jit_page() {
             rbpf.register_helper(b.id, b.jit).unwrap();
         }
         // rbpf asserts when its page overflows; catch it to name the instruction.
-        let compiled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rbpf.jit_compile()));
+        let compiled =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rbpf.jit_compile()));
         assert!(
             matches!(compiled, Ok(Ok(()))),
             "{} copies of `{insn}` overflow the JIT page although the bound admits them",
@@ -101,12 +149,12 @@ fn the_code_bound_keeps_every_instruction_inside_the_jit_page() {
 
 #[test]
 fn a_program_too_large_for_the_jit_runs_on_the_interpreter() {
-    let body = "add %r0, 1\n".repeat(400);
+    let body = "add %r0, 1\n".repeat(600);
     let p = program(&format!("mov %r0, 0\n{body}exit"), 0);
     let mut vm = Vm::new(&p).unwrap();
     assert_eq!(vm.engine(), Engine::Interpreter);
     assert!(matches!(vm.jit_refusal(), Some(JitRefusal::CodeTooLarge { .. })), "{vm:?}");
-    assert_eq!(vm.run(&mut []).unwrap(), 400);
+    assert_eq!(vm.run(&mut []).unwrap(), 600);
     assert!(matches!(
         Vm::with_engine(&p, EngineChoice::Jit),
         Err(LoadError::Jit(JitRefusal::CodeTooLarge { .. }))
@@ -118,7 +166,10 @@ fn atomics_outside_the_stack_and_context_fault_instead_of_writing() {
     // The interpreter runs this (the screen cannot prove the address); the helper refuses it.
     let mut target = 5u64;
     let p = program(
-        &format!("lddw %r1, {:#x}\nmov %r2, 1\nlock add [%r1], %r2\nmov %r0, 7\nexit", &raw mut target as u64),
+        &format!(
+            "lddw %r1, {:#x}\nmov %r2, 1\nlock add [%r1], %r2\nmov %r0, 7\nexit",
+            &raw mut target as u64
+        ),
         0,
     );
     let mut vm = Vm::new(&p).unwrap();
@@ -168,7 +219,10 @@ fn the_interpreter_stops_a_stray_access() {
 fn helpers_outside_the_cpu_table_and_maps_are_refused_at_load() {
     let p = program("call 1\nexit", 0);
     assert_eq!(Vm::new(&p).unwrap_err(), LoadError::UnknownHelper { pc: 0, id: 1 });
-    let internal = program(&format!("call {}\nexit", helpers::atomic_helper(egpu_ebpf::AtomicOp::Add, Size::DW)), 0);
+    let internal = program(
+        &format!("call {}\nexit", helpers::atomic_helper(egpu_ebpf::AtomicOp::Add, Size::DW)),
+        0,
+    );
     assert!(matches!(Vm::new(&internal), Err(LoadError::UnknownHelper { pc: 0, .. })));
     let map = egpu_ebpf::MapDef {
         name: "m".into(),
@@ -177,8 +231,12 @@ fn helpers_outside_the_cpu_table_and_maps_are_refused_at_load() {
         value_size: 8,
         max_entries: 1,
     };
-    let p = Program::new(assemble("lddw %r1, map[0]\nexit").unwrap(), vec![map], AttachPoint::User { ctx_size: 0 })
-        .unwrap();
+    let p = Program::new(
+        assemble("lddw %r1, map[0]\nexit").unwrap(),
+        vec![map],
+        AttachPoint::User { ctx_size: 0 },
+    )
+    .unwrap();
     assert_eq!(Vm::new(&p).unwrap_err(), LoadError::MapsUnsupported { pc: 0 });
 }
 
@@ -186,7 +244,8 @@ fn helpers_outside_the_cpu_table_and_maps_are_refused_at_load() {
 fn typed_contexts_must_match_the_attach_point() {
     use egpu_ebpf::{HostEvent, LaunchCtx, Phase};
     let slots = assemble("ldxw %r0, [%r1+40]\nexit").unwrap();
-    let p = Program::new(slots, vec![], AttachPoint::Host(HostEvent::Launch, Phase::Enter)).unwrap();
+    let p =
+        Program::new(slots, vec![], AttachPoint::Host(HostEvent::Launch, Phase::Enter)).unwrap();
     let mut vm = Vm::new(&p).unwrap();
     assert_eq!(vm.engine(), Engine::Jit);
     let mut ctx = LaunchCtx { grid: [7, 1, 1], ..Default::default() };
