@@ -8,7 +8,7 @@
 //! and on a listed failure that now passes.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use egpu::ebpf::{AttachPoint, Program, assemble};
 use egpu::vm::{Engine, EngineChoice, Vm};
@@ -25,10 +25,18 @@ enum Expect {
     Error,
 }
 
+/// The `egpu` crate's folder: from the environment when run by `cargo test` or by the GPU
+/// bundle's `run.sh` (the binary may run on another machine), else where it was built.
+fn manifest_dir() -> PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+}
+
 fn suite_dir() -> Option<PathBuf> {
     let dir = match std::env::var_os("EGPU_CONFORMANCE_DIR") {
         Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance"),
+        None => manifest_dir().join("../../shared/conformance"),
     };
     if dir.is_dir() {
         return Some(dir);
@@ -111,7 +119,7 @@ fn run(case: &Case, engine: Engine) -> Result<(), String> {
 }
 
 fn listed_failures() -> BTreeMap<(String, String), String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/conformance-failures.txt");
+    let path = manifest_dir().join("../tests/conformance-failures.txt");
     let text = std::fs::read_to_string(&path).unwrap_or_default();
     text.lines()
         .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))

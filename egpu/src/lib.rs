@@ -8,9 +8,11 @@
 //! |---|---|
 //! | [`ebpf`] | the eBPF core: instructions, programs, helpers, contexts, assembler |
 //! | [`vm`] | the CPU VM around rbpf: legalisation, engine choice, runs |
+//! | [`device`] | the GPU side: the CUDA driver layer (more to come) |
 //! | [`testing`] | helpers for tests that need a GPU |
 #![deny(missing_docs)]
 
+pub use egpu_device as device;
 pub use egpu_ebpf as ebpf;
 
 pub mod vm;

@@ -144,6 +144,11 @@ fn get_current_pid_tgid(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
 
 /// First number of the internal helpers.
 const INTERNAL_BASE: u32 = 0x7fff_0000;
+/// Whether `id` is one of the internal helpers, which need the run's state.
+pub(crate) fn is_internal(id: u32) -> bool {
+    id >= INTERNAL_BASE
+}
+
 /// Called by legalised `callx` when the register names no bound helper.
 pub(crate) const BAD_CALLX: u32 = INTERNAL_BASE;
 

@@ -187,6 +187,9 @@ pub struct Vm {
     ctx_need: usize,
     listing: Vec<Instruction>,
     origin: Vec<usize>,
+    uses_internal_helpers: bool,
+    /// The JIT runs it, and it needs no per-run state.
+    fast: bool,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -268,6 +271,8 @@ impl Vm {
             jit_refusal,
             ctx_size,
             ctx_need,
+            uses_internal_helpers: legal.uses_internal_helpers,
+            fast: engine == Engine::Jit && !legal.uses_internal_helpers,
             listing: legal.insns,
             origin: legal.origin,
             _not_send: PhantomData,
@@ -297,9 +302,28 @@ impl Vm {
     }
 
     /// Runs the program with `ctx` as its context (`r1` points at it) and returns `r0`.
+    #[inline]
     pub fn run(&mut self, ctx: &mut [u8]) -> Result<u64, RunError> {
+        if self.fast && ctx.len() >= self.ctx_need {
+            // SAFETY: as in `execute`; `fast` holds only for the JIT.
+            let mem: &'static mut [u8] =
+                unsafe { std::slice::from_raw_parts_mut(ctx.as_mut_ptr(), ctx.len()) };
+            // SAFETY: as in `execute`. rbpf fails only when nothing was compiled, and `fast`
+            // implies the program was.
+            if let Ok(r0) = unsafe { self.rbpf.execute_program_jit(mem) } {
+                return Ok(r0);
+            }
+        }
+        self.run_checked(ctx)
+    }
+
+    #[inline(never)]
+    fn run_checked(&mut self, ctx: &mut [u8]) -> Result<u64, RunError> {
         if ctx.len() < self.ctx_need {
             return Err(RunError::ContextTooShort { len: ctx.len(), need: self.ctx_need });
+        }
+        if !self.uses_internal_helpers {
+            return self.execute(ctx);
         }
         let start = ctx.as_mut_ptr() as u64;
         let state = helpers::RunState {
@@ -308,6 +332,15 @@ impl Vm {
             fault: Cell::new(None),
         };
         let current = helpers::Current::enter(&state);
+        let result = self.execute(ctx);
+        drop(current);
+        match state.fault.get() {
+            Some(fault) => Err(RunError::Fault(fault)),
+            None => result,
+        }
+    }
+
+    fn execute(&mut self, ctx: &mut [u8]) -> Result<u64, RunError> {
         // SAFETY: rbpf ties the context's lifetime to the VM's, but keeps no reference to it
         // after the call returns; the slice is live and exclusively ours for the call.
         let mem: &'static mut [u8] =
@@ -319,14 +352,11 @@ impl Vm {
             // which `ctx` has; helpers check the addresses they are given.
             Engine::Jit => unsafe { self.rbpf.execute_program_jit(mem) },
         };
-        drop(current);
-        if let Some(fault) = state.fault.get() {
-            return Err(RunError::Fault(fault));
-        }
         result.map_err(|e| RunError::Interpreter(e.to_string()))
     }
 
     /// Runs the program with a typed context, which must be the size its attach point takes.
+    #[inline]
     pub fn run_ctx<C: Pod>(&mut self, ctx: &mut C) -> Result<u64, RunError> {
         if size_of::<C>() != self.ctx_size {
             return Err(RunError::ContextSize { len: size_of::<C>(), expected: self.ctx_size });

@@ -1,0 +1,135 @@
+//! ns per run of a launch probe on each CPU engine, as ratios to native Rust, in one run.
+//!
+//! The probe (15 instructions, one helper call) computes a launch's thread count from its
+//! `LaunchCtx` and samples one launch in 16 with `bpf_get_prandom_u32`. It runs:
+//!
+//! * as native Rust, the same computation with the same kind of generator;
+//! * on rbpf's JIT directly, without egpu (the program needs no legalisation), to show what
+//!   egpu's own dispatch adds;
+//! * through egpu's JIT and egpu's interpreter.
+//!
+//! Each figure is the median of several rounds. `cargo bench -p egpu --bench cpu_vm`.
+
+use std::cell::Cell;
+use std::hint::black_box;
+use std::time::Instant;
+
+use egpu::ebpf::{AttachPoint, HostEvent, LaunchCtx, Phase, Program, assemble};
+use egpu::vm::{EngineChoice, Vm};
+
+const PROBE: &str = "
+    ldxw %r2, [%r1+40]
+    ldxw %r3, [%r1+44]
+    mul %r2, %r3
+    ldxw %r3, [%r1+52]
+    mul %r2, %r3
+    ldxw %r3, [%r1+56]
+    mul %r2, %r3
+    mov %r6, %r2
+    call 7
+    and %r0, 15
+    jne %r0, 0, skip
+    or %r6, 0x40000000
+skip:
+    mov %r0, %r6
+    exit
+";
+
+thread_local! {
+    static RNG: Cell<u64> = const { Cell::new(0x9e37_79b9_7f4a_7c15) };
+}
+
+fn prandom() -> u64 {
+    RNG.with(|s| {
+        let mut x = s.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        s.set(x);
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32 as u64
+    })
+}
+
+fn rbpf_prandom(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    prandom()
+}
+
+#[inline(never)]
+fn native(ctx: &LaunchCtx) -> u64 {
+    let mut threads = u64::from(ctx.grid[0]) * u64::from(ctx.grid[1]);
+    threads = threads.wrapping_mul(u64::from(ctx.block[0]));
+    threads = threads.wrapping_mul(u64::from(ctx.block[1]));
+    if prandom() & 15 == 0 {
+        threads |= 0x4000_0000;
+    }
+    threads
+}
+
+/// Median ns per call of `f` over `rounds` rounds of `iters` calls.
+fn measure(rounds: usize, iters: u64, mut f: impl FnMut() -> u64) -> f64 {
+    let mut samples: Vec<f64> = (0..rounds)
+        .map(|_| {
+            let start = Instant::now();
+            let mut acc = 0u64;
+            for _ in 0..iters {
+                acc = acc.wrapping_add(f());
+            }
+            black_box(acc);
+            start.elapsed().as_nanos() as f64 / iters as f64
+        })
+        .collect();
+    samples.sort_by(f64::total_cmp);
+    samples[rounds / 2]
+}
+
+fn main() {
+    let slots = assemble(PROBE).expect("the probe assembles");
+    let n = slots.len();
+    let program = Program::new(slots, vec![], AttachPoint::Host(HostEvent::Launch, Phase::Enter))
+        .expect("valid");
+    let mut ctx = LaunchCtx { grid: [128, 32, 1], block: [16, 16, 1], ..Default::default() };
+
+    let mut jit = Vm::with_engine(&program, EngineChoice::Jit).expect("JIT");
+    let mut interp = Vm::with_engine(&program, EngineChoice::Interpreter).expect("interpreter");
+
+    let code = program.to_bytes();
+    let mut raw = rbpf::EbpfVmRaw::new(Some(&code)).expect("rbpf takes the probe as it is");
+    raw.register_helper(7, rbpf_prandom).expect("helper");
+    raw.jit_compile().expect("rbpf JIT");
+
+    // Every engine computes the same thread count.
+    let want = native(&ctx) & !0x4000_0000;
+    let bytes = bytemuck::bytes_of_mut(&mut ctx).to_vec();
+    for got in [
+        jit.run_ctx(&mut ctx).expect("run"),
+        interp.run_ctx(&mut ctx).expect("run"),
+        // SAFETY: the probe reads only bytes 40..60 of the 88-byte context.
+        unsafe { raw.execute_program_jit(&mut bytes.clone()) }.expect("run"),
+    ] {
+        assert_eq!(got & !0x4000_0000, want);
+    }
+
+    let rounds = 9;
+    let native_ns = measure(rounds, 4_000_000, || native(black_box(&ctx)));
+    let mut raw_ctx = bytes.clone();
+    // SAFETY: as above.
+    let rbpf_ns = measure(rounds, 4_000_000, || unsafe {
+        raw.execute_program_jit(black_box(&mut raw_ctx)).unwrap_or(0)
+    });
+    let jit_ns = measure(rounds, 4_000_000, || jit.run_ctx(black_box(&mut ctx)).unwrap_or(0));
+    let interp_ns = measure(rounds, 200_000, || interp.run_ctx(black_box(&mut ctx)).unwrap_or(0));
+
+    println!("cpu-vm: launch probe, {n} instructions, 1 helper call; median of {rounds} rounds");
+    println!("  {:<22} {:>9} {:>9}", "engine", "ns/run", "vs native");
+    for (name, ns) in [
+        ("native Rust", native_ns),
+        ("rbpf JIT (no egpu)", rbpf_ns),
+        ("egpu cpu-jit", jit_ns),
+        ("egpu cpu-interpreter", interp_ns),
+    ] {
+        println!("  {name:<22} {ns:>9.2} {:>8.2}x", ns / native_ns);
+    }
+    println!("ratio cpu-jit vs native: {:.2}", jit_ns / native_ns);
+    println!("ratio cpu-interpreter vs native: {:.2}", interp_ns / native_ns);
+    println!("ratio cpu-jit vs rbpf-jit: {:.2}", jit_ns / rbpf_ns);
+}

@@ -1,0 +1,143 @@
+//! Helpers for tests that need a GPU.
+//!
+//! GPU tests must never pass silently on a machine without a GPU. Start every GPU test with
+//! [`require_gpu`]:
+//!
+//! ```no_run
+//! // In a test file: `#[test]` on this function.
+//! fn runs_on_the_gpu() {
+//!     let Some(gpu) = egpu_device::testing::require_gpu() else { return };
+//!     // ... the test proper, on `gpu` ...
+//! #   let _ = gpu;
+//! }
+//! # runs_on_the_gpu();
+//! ```
+//!
+//! Without a GPU the test prints one line to stderr, `egpu: skipping GPU test: <reason>`, and
+//! returns (it counts as passed, and `cargo test -- --nocapture` shows why). With
+//! `EGPU_REQUIRE_GPU=1` in the environment, as on the GPU machine, a missing GPU fails the test
+//! instead.
+
+use std::sync::OnceLock;
+
+use crate::driver::{GpuInfo, GpuStatus, gpu_status};
+
+/// The environment variable that turns a skipped GPU test into a failure when set to `1`.
+pub const REQUIRE_GPU_ENV: &str = "EGPU_REQUIRE_GPU";
+
+/// Returns the first GPU, or `None` after printing why a GPU test is skipped.
+///
+/// The driver is probed once per process; later calls reuse the answer.
+///
+/// Intended use, at the top of every test that needs a GPU:
+///
+/// ```no_run
+/// let Some(gpu) = egpu_device::testing::require_gpu() else { return };
+/// # let _ = gpu;
+/// ```
+///
+/// # Panics
+///
+/// When no GPU is found and the environment variable `EGPU_REQUIRE_GPU` is `1`. The message names
+/// the reason no GPU was found.
+#[track_caller]
+pub fn require_gpu() -> Option<GpuInfo> {
+    static STATUS: OnceLock<GpuStatus> = OnceLock::new();
+    let status = STATUS.get_or_init(gpu_status).clone();
+    let required = std::env::var(REQUIRE_GPU_ENV).ok();
+    match decide(status, required.as_deref()) {
+        Decision::Run(gpu) => Some(gpu),
+        Decision::Skip(line) => {
+            eprintln!("{line}");
+            None
+        }
+        Decision::Fail(message) => panic!("{message}"),
+    }
+}
+
+/// What [`require_gpu`] does, decided without touching the environment or the GPU.
+#[derive(Debug, PartialEq)]
+enum Decision {
+    /// Run the test on this GPU.
+    Run(GpuInfo),
+    /// Skip the test, printing this line.
+    Skip(String),
+    /// Fail the test with this message.
+    Fail(String),
+}
+
+/// Decides from the GPU status and the value of `EGPU_REQUIRE_GPU` (if set).
+fn decide(status: GpuStatus, require_gpu_env: Option<&str>) -> Decision {
+    let reason = match status {
+        GpuStatus::Found(gpus) => match gpus.into_iter().next() {
+            Some(gpu) => return Decision::Run(gpu),
+            None => "the CUDA driver reports no devices".to_owned(),
+        },
+        GpuStatus::NotFound { reason } => reason,
+    };
+    if require_gpu_env == Some("1") {
+        Decision::Fail(format!(
+            "egpu: no GPU found, and {REQUIRE_GPU_ENV}=1 is set so GPU tests must not be \
+             skipped: {reason}"
+        ))
+    } else {
+        Decision::Skip(format!("egpu: skipping GPU test: {reason}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu() -> GpuInfo {
+        GpuInfo {
+            ordinal: 0,
+            name: "NVIDIA H200".to_owned(),
+            compute_capability: (9, 0),
+            sm_count: 132,
+            total_memory: 150_110_011_392,
+            driver_version: 13000,
+        }
+    }
+
+    fn not_found() -> GpuStatus {
+        GpuStatus::NotFound { reason: "no driver here".to_owned() }
+    }
+
+    #[test]
+    fn skips_with_the_reason_when_not_required() {
+        for env in [None, Some(""), Some("0"), Some("yes")] {
+            assert_eq!(
+                decide(not_found(), env),
+                Decision::Skip("egpu: skipping GPU test: no driver here".to_owned()),
+                "EGPU_REQUIRE_GPU={env:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn fails_with_the_reason_when_required() {
+        let Decision::Fail(message) = decide(not_found(), Some("1")) else {
+            panic!("expected a failure")
+        };
+        assert!(message.contains("no driver here"), "{message}");
+        assert!(message.contains("EGPU_REQUIRE_GPU=1 is set"), "{message}");
+    }
+
+    #[test]
+    fn an_empty_device_list_is_not_a_gpu() {
+        assert!(matches!(decide(GpuStatus::Found(vec![]), None), Decision::Skip(_)));
+        assert!(matches!(decide(GpuStatus::Found(vec![]), Some("1")), Decision::Fail(_)));
+    }
+
+    #[test]
+    fn runs_on_the_first_gpu_whatever_the_env() {
+        let second = GpuInfo { ordinal: 1, ..gpu() };
+        for env in [None, Some("0"), Some("1")] {
+            assert_eq!(
+                decide(GpuStatus::Found(vec![gpu(), second.clone()]), env),
+                Decision::Run(gpu())
+            );
+        }
+    }
+}

@@ -1,0 +1,113 @@
+//! egpu's main job, in one run: build a probe, run it on the CPU, look for a GPU.
+//!
+//! The probe watches kernel launches: it computes the number of threads a launch starts and
+//! classifies the launch as small, large or huge. It is eBPF, written here in assembly (the
+//! `#[egpu::probe]` compiler will let it be written in Rust); the same bytecode will run inside
+//! kernels once the GPU backend lands.
+//!
+//! Run it with `cargo run --release --example quickstart`. It needs no GPU: without one it says
+//! so and exits 0.
+
+use std::error::Error;
+use std::process::ExitCode;
+
+use egpu::device::GpuStatus;
+use egpu::ebpf::{AttachPoint, HostEvent, LaunchCtx, Phase, Program, assemble};
+use egpu::vm::{EngineChoice, Vm};
+
+/// `r0 = grid.x*grid.y*grid.z * block.x*block.y*block.z`, with its class in the top byte:
+/// 0 below 2^16 threads, 1 below 2^20, 2 from 2^20 up.
+const PROBE: &str = "
+    # r1 points at the LaunchCtx: grid at byte 40, block at byte 52.
+    ldxw %r2, [%r1+40]
+    ldxw %r3, [%r1+44]
+    mul %r2, %r3
+    ldxw %r3, [%r1+48]
+    mul %r2, %r3
+    ldxw %r3, [%r1+52]
+    mul %r2, %r3
+    ldxw %r3, [%r1+56]
+    mul %r2, %r3
+    ldxw %r3, [%r1+60]
+    mul %r2, %r3
+    mov %r0, %r2
+    jlt %r2, 0x10000, done
+    lddw %r4, 0x0100000000000000
+    jlt %r2, 0x100000, tag
+    lddw %r4, 0x0200000000000000
+tag:
+    or %r0, %r4
+done:
+    exit
+";
+
+fn launch(grid: [u32; 3], block: [u32; 3]) -> LaunchCtx {
+    LaunchCtx { kernel_id: 0x5eed, grid, block, ..LaunchCtx::default() }
+}
+
+fn run() -> Result<(), Box<dyn Error>> {
+    println!("egpu quickstart\n");
+    let program =
+        Program::new(assemble(PROBE)?, vec![], AttachPoint::Host(HostEvent::Launch, Phase::Enter))?;
+    println!(
+        "probe for {} ({} instructions, context {} bytes):",
+        program.attach(),
+        program.insns().len(),
+        program.attach().context_size()
+    );
+    print!("{}", program.disassemble());
+
+    let mut jit = Vm::with_engine(&program, EngineChoice::Jit)?;
+    let mut interpreter = Vm::with_engine(&program, EngineChoice::Interpreter)?;
+    println!("\nran on the CPU, in {} and in {}:", jit.engine(), interpreter.engine());
+    let launches = [
+        ("vector_add", launch([64, 1, 1], [256, 1, 1])),
+        ("gemm_tile", launch([128, 32, 1], [16, 16, 1])),
+        ("conv3d", launch([32, 32, 16], [8, 8, 8])),
+    ];
+    println!("  {:<12} {:>22} {:>10}  class", "kernel", "grid x block", "threads");
+    for (name, mut ctx) in launches {
+        let r0 = jit.run_ctx(&mut ctx)?;
+        let check = interpreter.run_ctx(&mut ctx)?;
+        if r0 != check {
+            return Err(format!("the engines disagree on {name}: {r0:#x} and {check:#x}").into());
+        }
+        let threads = r0 & 0x00ff_ffff_ffff_ffff;
+        let expected: u64 = ctx.grid.iter().chain(&ctx.block).map(|&d| u64::from(d)).product();
+        if threads != expected {
+            return Err(
+                format!("{name}: the probe counted {threads} threads, not {expected}").into()
+            );
+        }
+        let class = ["small", "large", "huge"][(r0 >> 56) as usize];
+        let shape = format!(
+            "{}x{}x{} x {}x{}x{}",
+            ctx.grid[0], ctx.grid[1], ctx.grid[2], ctx.block[0], ctx.block[1], ctx.block[2]
+        );
+        println!("  {name:<12} {shape:>22} {threads:>10}  {class}");
+    }
+
+    println!();
+    match egpu::device::gpu_status() {
+        GpuStatus::Found(gpus) => {
+            for gpu in &gpus {
+                println!("GPU found: {gpu}");
+            }
+            println!("(device probes run inside kernels once the GPU backend lands)");
+        }
+        GpuStatus::NotFound { reason } => {
+            println!("no GPU found ({reason}); everything above ran on the CPU");
+        }
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("quickstart failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
