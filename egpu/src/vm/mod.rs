@@ -1,7 +1,7 @@
 //! The CPU VM: eBPF programs run by rbpf, through egpu's legalisation.
 //!
 //! A [`Vm`] loads one [`Program`]: it legalises it into instructions rbpf 0.4.1 executes
-//! correctly ([`legalise`]), decides whether rbpf's JIT may run it ([`screen`] proves every memory
+//! correctly (module `legalise`), decides whether rbpf's JIT may run it (module `screen` proves every memory
 //! access stays in the stack or the context; the code must fit the JIT's single page), and
 //! otherwise runs it in rbpf's interpreter, which checks every access. Both engines give the same
 //! results on every program the conformance suite holds.
