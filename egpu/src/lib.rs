@@ -21,3 +21,8 @@ pub mod vm;
 pub mod testing {
     pub use egpu_device::testing::require_gpu;
 }
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;

@@ -1,0 +1,40 @@
+//! The book stays true to the code: every chapter in `SUMMARY.md` exists, and every
+//! `{{#include}}` names a file of the repository (so the code the book shows is code that builds).
+
+use std::path::{Path, PathBuf};
+
+fn book_src() -> PathBuf {
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest.join("../book/src")
+}
+
+fn chapters(src: &Path) -> Vec<PathBuf> {
+    let summary = std::fs::read_to_string(src.join("SUMMARY.md")).expect("book/src/SUMMARY.md");
+    summary
+        .lines()
+        .filter_map(|l| l.split_once("](").and_then(|(_, rest)| rest.split_once(')')))
+        .map(|(path, _)| src.join(path))
+        .collect()
+}
+
+#[test]
+fn every_chapter_exists_and_every_include_resolves() {
+    let src = book_src();
+    let chapters = chapters(&src);
+    assert!(chapters.len() >= 3, "SUMMARY.md lists {} chapters", chapters.len());
+    let mut includes = 0;
+    for chapter in &chapters {
+        let text = std::fs::read_to_string(chapter)
+            .unwrap_or_else(|e| panic!("{} is listed in SUMMARY.md: {e}", chapter.display()));
+        for (_, rest) in text.match_indices("{{#include ").map(|(i, _)| text.split_at(i)) {
+            let target = rest["{{#include ".len()..].split("}}").next().unwrap_or_default();
+            let file = target.split(':').next().unwrap_or_default().trim();
+            let path = chapter.parent().expect("chapter folder").join(file);
+            assert!(path.is_file(), "{} includes {file}, which does not exist", chapter.display());
+            includes += 1;
+        }
+    }
+    assert!(includes >= 2, "the book includes only {includes} files");
+}
