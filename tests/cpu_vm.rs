@@ -814,3 +814,59 @@ fn local_calls_get_frames_of_their_own_to_the_full_depth() {
         Err(egpu::ebpf::ProgramError::CallTooDeep { depth: 9, .. })
     ));
 }
+
+#[test]
+fn programs_with_random_bytes_load_or_fail_cleanly_and_run_alike() {
+    let mut rng = Rng::from_env("mutated programs");
+    let (mut decoded, mut compared) = (0, 0);
+    for round in 0..3000 {
+        let mut bytes = egpu::ebpf::insn::slots_to_bytes(&encode(&safe_program(&mut rng)));
+        for _ in 0..1 + rng.below(4) {
+            let i = rng.below(bytes.len());
+            bytes[i] = rng.next() as u8;
+        }
+        let Ok(program) = Program::from_bytes(&bytes, vec![], AttachPoint::User { ctx_size: 8 })
+        else {
+            continue;
+        };
+        decoded += 1;
+        for choice in [EngineChoice::Auto, EngineChoice::Jit] {
+            let _ = Vm::with_engine(&program, choice);
+        }
+        // Only programs whose jumps all go forward are sure to end.
+        let forward = program
+            .decoded()
+            .iter()
+            .all(|d| d.insn.jump_target(d.pc).is_none_or(|t| t > d.pc as i64));
+        if !forward {
+            continue;
+        }
+        let Ok(mut interp) = Vm::with_engine(&program, EngineChoice::Interpreter) else { continue };
+        let mut ctx = [0u8; 8];
+        let a = interp.run(&mut ctx);
+        let insns: Vec<Instruction> = program.decoded().iter().map(|d| d.insn).collect();
+        let calls = insns.iter().any(|i| matches!(i, Instruction::Call(_)));
+        if let Ok(mut jit) = Vm::with_engine(&program, EngineChoice::Jit) {
+            let ctx_a = ctx;
+            ctx = [0; 8];
+            let b = jit.run(&mut ctx);
+            if !calls && !reads_frame_pointer_value(&insns) {
+                // A fault names an address in each VM's own stack: compare its kind.
+                let kind = |r: &Result<u64, RunError>| match r {
+                    Err(RunError::Fault(f)) => Err(std::mem::discriminant(f)),
+                    other => Ok(other.clone()),
+                };
+                assert_eq!(
+                    kind(&a),
+                    kind(&b),
+                    "round {round}: the engines disagree on\n{}",
+                    program.disassemble()
+                );
+                assert_eq!(ctx_a, ctx, "round {round}");
+                compared += 1;
+            }
+        }
+    }
+    println!("mutated programs: {decoded} decoded, {compared} compared on both engines");
+    assert!(compared > 100, "too few mutated programs compared for the test to mean anything");
+}

@@ -320,10 +320,11 @@ fn non_negative(value: c_int) -> u32 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn h200() -> GpuInfo {
+    /// An H200 as the driver describes it, for tests.
+    pub(crate) fn h200() -> GpuInfo {
         GpuInfo {
             ordinal: 0,
             name: "NVIDIA H200".to_owned(),

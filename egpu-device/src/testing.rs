@@ -90,14 +90,7 @@ mod tests {
     use super::*;
 
     fn gpu() -> GpuInfo {
-        GpuInfo {
-            ordinal: 0,
-            name: "NVIDIA H200".to_owned(),
-            compute_capability: (9, 0),
-            sm_count: 132,
-            total_memory: 150_110_011_392,
-            driver_version: 13000,
-        }
+        crate::driver::tests::h200()
     }
 
     fn not_found() -> GpuStatus {

@@ -192,3 +192,40 @@ pub struct AsmError {
     /// What is wrong.
     pub message: String,
 }
+
+impl DecodeError {
+    /// The instruction (slot index) the error is about; `None` for a byte length that is not a
+    /// whole number of slots.
+    pub fn pc(&self) -> Option<usize> {
+        match *self {
+            DecodeError::TruncatedSlot { .. } => None,
+            DecodeError::UnknownOpcode { pc, .. }
+            | DecodeError::InvalidRegister { pc, .. }
+            | DecodeError::ReservedField { pc, .. }
+            | DecodeError::InvalidEndianWidth { pc, .. }
+            | DecodeError::InvalidAtomicOp { pc, .. }
+            | DecodeError::LddwMissingSecondHalf { pc }
+            | DecodeError::UnsupportedLddwSource { pc, .. }
+            | DecodeError::Unsupported { pc, .. } => Some(pc),
+        }
+    }
+}
+
+impl ProgramError {
+    /// The instruction (slot index) the error is about, when it is about one.
+    pub fn pc(&self) -> Option<usize> {
+        match self {
+            ProgramError::Empty | ProgramError::TooLarge { .. } => None,
+            ProgramError::Decode(e) => e.pc(),
+            ProgramError::JumpOutOfRange { pc, .. }
+            | ProgramError::JumpIntoLddw { pc, .. }
+            | ProgramError::JumpAcrossFunctions { pc, .. }
+            | ProgramError::CallOutOfRange { pc, .. }
+            | ProgramError::FallsOffEnd { pc, .. }
+            | ProgramError::WritesFramePointer { pc }
+            | ProgramError::Recursion { pc, .. }
+            | ProgramError::CallTooDeep { pc, .. }
+            | ProgramError::UnknownMap { pc, .. } => Some(*pc),
+        }
+    }
+}

@@ -711,35 +711,9 @@ fn program_new_never_panics_on_malformed_slots() {
             Err(e) => e,
         };
         let shown = err.to_string();
-        if let Some(pc) = error_pc(&err) {
+        if let Some(pc) = err.pc() {
             assert!(pc < len.max(1), "{err:?} names pc {pc} of {len} slots");
             assert_names_pc(&shown, pc);
         }
     }
-}
-
-/// The instruction an error names, if it names one.
-fn error_pc(err: &ProgramError) -> Option<usize> {
-    Some(match *err {
-        ProgramError::Decode(
-            DecodeError::UnknownOpcode { pc, .. }
-            | DecodeError::InvalidRegister { pc, .. }
-            | DecodeError::ReservedField { pc, .. }
-            | DecodeError::InvalidEndianWidth { pc, .. }
-            | DecodeError::InvalidAtomicOp { pc, .. }
-            | DecodeError::LddwMissingSecondHalf { pc }
-            | DecodeError::UnsupportedLddwSource { pc, .. }
-            | DecodeError::Unsupported { pc, .. },
-        )
-        | ProgramError::JumpOutOfRange { pc, .. }
-        | ProgramError::JumpIntoLddw { pc, .. }
-        | ProgramError::JumpAcrossFunctions { pc, .. }
-        | ProgramError::CallOutOfRange { pc, .. }
-        | ProgramError::FallsOffEnd { pc, .. }
-        | ProgramError::WritesFramePointer { pc }
-        | ProgramError::Recursion { pc, .. }
-        | ProgramError::CallTooDeep { pc, .. }
-        | ProgramError::UnknownMap { pc, .. } => pc,
-        _ => return None,
-    })
 }

@@ -443,21 +443,6 @@ fn out_of_range_relative_offsets_round_trip() {
 // Random bytes
 // ---------------------------------------------------------------------------------------------
 
-/// The instruction a decode error names, if it names one.
-fn decode_error_pc(err: &DecodeError) -> Option<usize> {
-    Some(match *err {
-        DecodeError::UnknownOpcode { pc, .. }
-        | DecodeError::InvalidRegister { pc, .. }
-        | DecodeError::ReservedField { pc, .. }
-        | DecodeError::InvalidEndianWidth { pc, .. }
-        | DecodeError::InvalidAtomicOp { pc, .. }
-        | DecodeError::LddwMissingSecondHalf { pc }
-        | DecodeError::UnsupportedLddwSource { pc, .. }
-        | DecodeError::Unsupported { pc, .. } => pc,
-        _ => return None,
-    })
-}
-
 /// Random bytes: pure noise, or a valid sequence with a few bytes changed and maybe cut.
 fn random_bytes(rng: &mut Rng, shapes: &[Instruction]) -> Vec<u8> {
     if rng.chance(1, 3) {
@@ -509,7 +494,7 @@ fn random_bytes_never_panic() {
         match decoded {
             Err(e) => {
                 assert_eq!(listing, Err(e.clone()), "{}", ctx());
-                let pc = decode_error_pc(&e).unwrap_or_else(|| panic!("{}: {e:?}", ctx()));
+                let pc = e.pc().unwrap_or_else(|| panic!("{}: {e:?}", ctx()));
                 assert!(pc < slots.len(), "{}: {e:?}", ctx());
                 assert!(e.to_string().contains(&format!("instruction {pc}")), "{e}");
                 assert_eq!(program.map(|_| ()), Err(ProgramError::Decode(e)), "{}", ctx());
