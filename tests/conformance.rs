@@ -109,6 +109,18 @@ fn run(case: &Case, engine: Engine) -> Result<(), String> {
         let mut mem = case.mem.clone();
         vm.run(&mut mem).map_err(|e| format!("run: {e}"))
     })();
+    if let Err(e) = &outcome
+        && e.starts_with("load: the verifier")
+    {
+        println!(
+            "  verifier refused {} ({}): {e}",
+            case.name,
+            match case.expect {
+                Expect::Result(_) => "expected a result",
+                Expect::Error => "expected an error",
+            }
+        );
+    }
     match (&case.expect, outcome) {
         (Expect::Result(want), Ok(got)) if *want == got => Ok(()),
         (Expect::Result(want), Ok(got)) => Err(format!("returned {got:#x}, expected {want:#x}")),

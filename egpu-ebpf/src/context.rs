@@ -94,6 +94,12 @@ impl AttachPoint {
         }
     }
 
+    /// Whether programs may write the context. A user context is the caller's own buffer; the
+    /// contexts of CUDA events are read-only (on the GPU their fields are registers).
+    pub const fn context_writable(self) -> bool {
+        matches!(self, AttachPoint::User { .. })
+    }
+
     /// Whether the program runs on the GPU.
     pub const fn is_device(self) -> bool {
         matches!(self, AttachPoint::Device(_))
@@ -125,6 +131,56 @@ impl fmt::Display for AttachPoint {
             }),
             AttachPoint::User { ctx_size } => write!(f, "user({ctx_size} bytes)"),
         }
+    }
+}
+
+/// An attach point that [`AttachPoint::from_str`](std::str::FromStr::from_str) does not know.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown attach point `{0}` (host::EVENT::enter|exit with EVENT launch, memcpy, alloc, sync \
+     or module_load; device::kernel_entry, kernel_exit, global_load or global_store; user(N))"
+)]
+pub struct ParseAttachError(pub String);
+
+impl std::str::FromStr for AttachPoint {
+    type Err = ParseAttachError;
+
+    /// Parses what [`Display`](fmt::Display) writes (`host::launch::enter`,
+    /// `device::global_load`, `user(16 bytes)`); `user(16)` is accepted too.
+    fn from_str(s: &str) -> Result<AttachPoint, ParseAttachError> {
+        let err = || ParseAttachError(s.to_string());
+        let t = s.trim();
+        if let Some(rest) = t.strip_prefix("user(").and_then(|r| r.strip_suffix(')')) {
+            let n = rest.trim().trim_end_matches("bytes").trim();
+            return n.parse().map(|ctx_size| AttachPoint::User { ctx_size }).map_err(|_| err());
+        }
+        let parts: Vec<&str> = t.split("::").collect();
+        Ok(match parts.as_slice() {
+            ["host", event, phase] => {
+                let event = match *event {
+                    "launch" => HostEvent::Launch,
+                    "memcpy" => HostEvent::Memcpy,
+                    "alloc" => HostEvent::Alloc,
+                    "sync" => HostEvent::Sync,
+                    "module_load" => HostEvent::ModuleLoad,
+                    _ => return Err(err()),
+                };
+                let phase = match *phase {
+                    "enter" => Phase::Enter,
+                    "exit" => Phase::Exit,
+                    _ => return Err(err()),
+                };
+                AttachPoint::Host(event, phase)
+            }
+            ["device", event] => AttachPoint::Device(match *event {
+                "kernel_entry" => DeviceEvent::KernelEntry,
+                "kernel_exit" => DeviceEvent::KernelExit,
+                "global_load" => DeviceEvent::GlobalLoad,
+                "global_store" => DeviceEvent::GlobalStore,
+                _ => return Err(err()),
+            }),
+            _ => return Err(err()),
+        })
     }
 }
 

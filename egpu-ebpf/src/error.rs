@@ -229,3 +229,24 @@ impl ProgramError {
         }
     }
 }
+
+impl ProgramError {
+    /// A short stable name, e.g. `falls-off-end`, in the style of
+    /// [`Violation::code`](crate::verifier::Violation::code).
+    pub const fn code(&self) -> &'static str {
+        match self {
+            ProgramError::Empty => "empty",
+            ProgramError::TooLarge { .. } => "too-large",
+            ProgramError::Decode(_) => "decode",
+            ProgramError::JumpOutOfRange { .. } => "jump-out-of-range",
+            ProgramError::JumpIntoLddw { .. } => "jump-into-lddw",
+            ProgramError::JumpAcrossFunctions { .. } => "jump-across-functions",
+            ProgramError::CallOutOfRange { .. } => "call-out-of-range",
+            ProgramError::FallsOffEnd { .. } => "falls-off-end",
+            ProgramError::WritesFramePointer { .. } => "writes-frame-pointer",
+            ProgramError::Recursion { .. } => "recursion",
+            ProgramError::CallTooDeep { .. } => "call-depth",
+            ProgramError::UnknownMap { .. } => "unknown-map",
+        }
+    }
+}

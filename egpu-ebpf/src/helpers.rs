@@ -35,8 +35,10 @@ pub mod id {
 pub enum ArgKind {
     /// Any initialised scalar.
     Scalar,
-    /// A map reference from `lddw rX, map[n]`.
+    /// A reference (`lddw rX, map[n]`) to a map with keys and values: hash, array, per-CPU.
     MapRef,
+    /// A reference to a ring buffer map.
+    RingBuf,
     /// A pointer to `key_size` readable bytes of the map passed before it.
     MapKey,
     /// A pointer to `value_size` readable bytes of the map passed before it.
@@ -143,7 +145,7 @@ pub const HELPERS: &[HelperInfo] = &[
     HelperInfo {
         id: id::RINGBUF_OUTPUT,
         name: "bpf_ringbuf_output",
-        args: &[ArgKind::MapRef, ArgKind::Mem, ArgKind::MemSize, ArgKind::Scalar],
+        args: &[ArgKind::RingBuf, ArgKind::Mem, ArgKind::MemSize, ArgKind::Scalar],
         ret: RetKind::Scalar,
         cpu: "copies a record into the ring buffer; a full ring drops it and counts the drop",
         gpu: "the same, on the ring's device mapping",

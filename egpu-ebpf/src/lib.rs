@@ -10,6 +10,7 @@
 //! | [`helpers`] | the numbered helper table, with each helper's CPU and GPU semantics |
 //! | [`context`] | the attach points and the `#[repr(C)]` context each passes in `r1` |
 //! | [`map`] | map declarations, the entries of a program's map table |
+//! | [`verifier`] | the safety check every program passes before any engine runs it |
 //! | [`asm`], [`disasm`] | the assembler and disassembler for bpf_conformance's text syntax |
 //!
 //! It sits below both the CPU VM (in `egpu`) and the GPU translation (in `egpu-device`), so both
@@ -35,11 +36,12 @@ pub mod insn;
 pub mod instruction;
 pub mod map;
 pub mod program;
+pub mod verifier;
 
 pub use asm::assemble;
 pub use context::{
     AllocCtx, AttachPoint, DeviceEvent, HostEvent, KernelCtx, LaunchCtx, MemAccessCtx, MemcpyCtx,
-    ModuleLoadCtx, Phase, SyncCtx,
+    ModuleLoadCtx, ParseAttachError, Phase, SyncCtx,
 };
 pub use disasm::disassemble;
 pub use error::{AsmError, DecodeError, ProgramError};

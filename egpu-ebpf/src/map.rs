@@ -43,6 +43,27 @@ impl MapKind {
     }
 }
 
+impl MapKind {
+    /// The kind's name in egpu's text forms: `hash`, `array`, `percpu_hash`, `percpu_array`,
+    /// `ringbuf`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            MapKind::Hash => "hash",
+            MapKind::Array => "array",
+            MapKind::PerCpuHash => "percpu_hash",
+            MapKind::PerCpuArray => "percpu_array",
+            MapKind::RingBuf => "ringbuf",
+        }
+    }
+
+    /// The kind named `name` (see [`MapKind::name`]).
+    pub fn from_name(name: &str) -> Option<MapKind> {
+        [MapKind::Hash, MapKind::Array, MapKind::PerCpuHash, MapKind::PerCpuArray, MapKind::RingBuf]
+            .into_iter()
+            .find(|k| k.name() == name)
+    }
+}
+
 /// One entry of a program's map table: what the program expects of the map.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct MapDef {

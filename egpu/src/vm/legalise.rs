@@ -155,13 +155,8 @@ pub(crate) fn legalise(
     // Labels 0..n are the original instruction starts.
     let mut e = Emitter { ops: Vec::new(), next_label: n, origin: 0 };
     e.insn(Instruction::LoadImm64 { dst: Reg::FP, imm: Imm64::Value(frame_top) });
-    // rbpf's JIT enters with the host's registers in r0 and r2–r9: clear those the program may
-    // read before writing them, so no host value (an address, say) ever reaches a program, and
-    // both engines start alike.
-    let live = live_at_entry(program);
-    for r in Reg::all().filter(|&r| r != Reg::R1 && r != Reg::FP && live & bit(r) != 0) {
-        e.alu_imm(AluOp::Mov, Width::W64, r, 0);
-    }
+    // rbpf's JIT enters with the host's registers in r0 and r2–r9; the verifier has proved the
+    // program writes each before reading it, so no host value reaches the program.
     for func in layout_order(program) {
         let f = &program.functions()[func];
         for d in program.decoded().iter().filter(|d| (f.start..f.end).contains(&d.pc)) {
@@ -171,72 +166,6 @@ pub(crate) fn legalise(
         }
     }
     assemble(e.ops)
-}
-
-const fn bit(r: Reg) -> u16 {
-    1 << r.index()
-}
-
-/// The registers the main function may read, on some path, before writing them: a backward
-/// liveness analysis. A local call counts as reading `r1`–`r9` (the callee sees the caller's
-/// `r6`–`r9`), a helper call as reading its arguments, `exit` as reading `r0`.
-fn live_at_entry(program: &Program) -> u16 {
-    use Instruction as I;
-    let main = &program.functions()[0];
-    let decoded: Vec<_> = program.decoded().iter().filter(|d| d.pc < main.end).collect();
-    let reads = |insn: &Instruction| -> u16 {
-        let op = |o: Operand| match o {
-            Operand::Reg(r) => bit(r),
-            Operand::Imm(_) => 0,
-        };
-        match *insn {
-            I::Alu { op: AluOp::Mov | AluOp::MovSx(_), src, .. } => op(src),
-            I::Alu { dst, src, .. } => bit(dst) | op(src),
-            I::Neg { dst, .. } | I::Endian { dst, .. } => bit(dst),
-            I::LoadImm64 { .. } | I::Jump { .. } => 0,
-            I::Load { base, .. } => bit(base),
-            I::Store { base, src, .. } => bit(base) | op(src),
-            I::Atomic { op: AtomicOp::CmpXchg, base, src, .. } => bit(base) | bit(src) | 1,
-            I::Atomic { base, src, .. } => bit(base) | bit(src),
-            I::Branch { dst, src, .. } => bit(dst) | op(src),
-            I::Call(CallTarget::Helper(id)) => {
-                let args = egpu_ebpf::helpers::helper(id).map_or(5, |h| h.args.len());
-                (((1u16 << args) - 1) << 1) & 0x3e
-            }
-            I::Call(CallTarget::Reg(r)) => bit(r) | 0x3e,
-            I::Call(CallTarget::Local(_)) => 0x3fe,
-            I::Exit => 1,
-        }
-    };
-    let writes = |insn: &Instruction| -> u16 {
-        match insn {
-            I::Call(_) => 0x3f,
-            other => other.written_reg().map_or(0, bit),
-        }
-    };
-    let index_of = |pc: usize| decoded.binary_search_by_key(&pc, |d| d.pc).ok();
-    let mut live_in = vec![0u16; decoded.len()];
-    loop {
-        let mut changed = false;
-        for k in (0..decoded.len()).rev() {
-            let d = decoded[k];
-            let mut out = 0;
-            if !d.insn.ends_block() {
-                out |= index_of(d.pc + d.insn.slots()).map_or(0, |j| live_in[j]);
-            }
-            if let Some(t) = d.insn.jump_target(d.pc) {
-                out |= index_of(t as usize).map_or(0, |j| live_in[j]);
-            }
-            let new = reads(&d.insn) | (out & !writes(&d.insn));
-            if new != live_in[k] {
-                live_in[k] = new;
-                changed = true;
-            }
-        }
-        if !changed {
-            return live_in.first().copied().unwrap_or(0);
-        }
-    }
 }
 
 /// Functions reachable from the main function, callers before callees (main first).

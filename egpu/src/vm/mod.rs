@@ -1,9 +1,9 @@
 //! The CPU VM: eBPF programs run by rbpf, through egpu's legalisation.
 //!
-//! A [`Vm`] loads one [`Program`]: it legalises it into instructions rbpf 0.4.1 executes
-//! correctly (module `legalise`), decides whether rbpf's JIT may run it (module `screen` proves every memory
-//! access stays in the stack or the context; the code must fit the JIT's single page), and
-//! otherwise runs it in rbpf's interpreter, which checks every access. Both engines give the same
+//! A [`Vm`] loads one [`Program`]: the [verifier](egpu_ebpf::verifier) must accept it first (no
+//! engine runs anything else), then it is legalised into instructions rbpf 0.4.1 executes
+//! correctly (module `legalise`) and runs in rbpf's JIT where the code fits the JIT's single
+//! page and the machine is x86-64, or else in rbpf's interpreter. Both engines give the same
 //! results on every program the conformance suite holds.
 //!
 //! rbpf's VMs are neither `Send` nor `Sync`, and neither is [`Vm`]: make one per thread.
@@ -25,24 +25,23 @@
 
 mod helpers;
 mod legalise;
-mod screen;
 
 use std::cell::Cell;
 use std::fmt;
 use std::marker::PhantomData;
 
 use bytemuck::Pod;
+use egpu_ebpf::verifier::{VerifyError, verify};
 use egpu_ebpf::{Instruction, Program};
 use thiserror::Error;
 
 pub use helpers::Fault;
 use legalise::{SCRATCH_BYTES, STACK_BYTES};
-use screen::Screen;
 
 /// Which rbpf engine runs a program.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Engine {
-    /// rbpf's x86-64 JIT: native code, no run-time checks (only for screened programs).
+    /// rbpf's x86-64 JIT: native code, no run-time checks (the verifier's proof stands in).
     Jit,
     /// rbpf's interpreter: checks every memory access.
     Interpreter,
@@ -76,14 +75,6 @@ pub enum JitRefusal {
     /// rbpf's JIT emits x86-64 code only.
     #[error("rbpf's JIT emits x86-64 code only")]
     UnsupportedArch,
-    /// A memory access the screen cannot prove stays in the stack or the context.
-    #[error("instruction {pc}: {reason}; until the verifier lands, only the interpreter runs it")]
-    UncheckedMemory {
-        /// The instruction.
-        pc: usize,
-        /// Why.
-        reason: String,
-    },
     /// The code would not fit rbpf's single 4 KiB code page.
     #[error("the code may need {estimate} bytes, more than rbpf's JIT page of {limit}")]
     CodeTooLarge {
@@ -101,6 +92,9 @@ pub enum JitRefusal {
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum LoadError {
+    /// The verifier refused the program.
+    #[error("the verifier refused the program: {0}")]
+    Verify(#[from] VerifyError),
     /// A call to a helper that is not in the table or that the CPU VM does not provide.
     #[error("instruction {pc}: helper {id}{} is not available on the CPU", helper_name(*id))]
     UnknownHelper {
@@ -183,7 +177,7 @@ pub struct Vm {
     engine: Engine,
     jit_refusal: Option<JitRefusal>,
     ctx_size: usize,
-    /// Context bytes the JIT may touch; the interpreter checks for itself.
+    /// Context bytes the program may touch, as the verifier found.
     ctx_need: usize,
     listing: Vec<Instruction>,
     origin: Vec<usize>,
@@ -214,19 +208,26 @@ impl Vm {
 
     /// Loads `program` for the engine chosen.
     pub fn with_engine(program: &Program, choice: EngineChoice) -> Result<Vm, LoadError> {
+        let verified = verify(program)?;
+        Vm::load(program, verified.context_bytes(), choice)
+    }
+
+    /// Loads a program the verifier accepted, which may access the first `ctx_need` bytes of
+    /// its context. (Unit tests also load unverified programs through here, to reach paths the
+    /// verifier closes.)
+    fn load(program: &Program, ctx_need: usize, choice: EngineChoice) -> Result<Vm, LoadError> {
         let mut stack = vec![0u64; STACK_BYTES / 8 + 1].into_boxed_slice();
         let base = stack.as_mut_ptr() as u64;
         let top = base + STACK_BYTES as u64;
         let legal = legalise::legalise(program, top - SCRATCH_BYTES as u64, &helpers::callable())?;
         let ctx_size = program.attach().context_size();
 
-        let (mut engine, mut jit_refusal, ctx_need) =
-            match (choice, jit_verdict(program, ctx_size, &legal.insns)) {
-                (EngineChoice::Interpreter, verdict) => (Engine::Interpreter, verdict.err(), 0),
-                (_, Ok(need)) => (Engine::Jit, None, need),
-                (EngineChoice::Jit, Err(refusal)) => return Err(refusal.into()),
-                (EngineChoice::Auto, Err(refusal)) => (Engine::Interpreter, Some(refusal), 0),
-            };
+        let (mut engine, mut jit_refusal) = match (choice, jit_verdict(&legal.insns)) {
+            (EngineChoice::Interpreter, verdict) => (Engine::Interpreter, verdict.err()),
+            (_, Ok(())) => (Engine::Jit, None),
+            (EngineChoice::Jit, Err(refusal)) => return Err(refusal.into()),
+            (EngineChoice::Auto, Err(refusal)) => (Engine::Interpreter, Some(refusal)),
+        };
 
         let code: Box<[u8]> =
             egpu_ebpf::insn::slots_to_bytes(&egpu_ebpf::instruction::encode(&legal.insns)).into();
@@ -347,7 +348,7 @@ impl Vm {
             unsafe { std::slice::from_raw_parts_mut(ctx.as_mut_ptr(), ctx.len()) };
         let result = match self.engine {
             Engine::Interpreter => self.rbpf.execute_program(mem),
-            // SAFETY: the JIT runs only programs the screen proved to access nothing but their
+            // SAFETY: the JIT runs only programs the verifier proved to access nothing but their
             // stack frames (inside `self.stack`) and the first `ctx_need` bytes of the context,
             // which `ctx` has; helpers check the addresses they are given.
             Engine::Jit => unsafe { self.rbpf.execute_program_jit(mem) },
@@ -374,24 +375,16 @@ fn jit_compile(rbpf: &mut rbpf::EbpfVmRaw<'static>) -> Result<(), JitRefusal> {
     }
 }
 
-/// Decides whether the JIT may run `program`; on success, the context bytes it touches.
-fn jit_verdict(
-    program: &Program,
-    ctx_size: usize,
-    legal: &[Instruction],
-) -> Result<usize, JitRefusal> {
+/// Decides whether the JIT may run a verified program, legalised into `legal`.
+fn jit_verdict(legal: &[Instruction]) -> Result<(), JitRefusal> {
     if !cfg!(target_arch = "x86_64") {
         return Err(JitRefusal::UnsupportedArch);
     }
-    let ctx_need = match screen::screen(program, ctx_size) {
-        Screen::StackAndContext { ctx_len } => ctx_len,
-        Screen::Unproven { pc, reason } => return Err(JitRefusal::UncheckedMemory { pc, reason }),
-    };
     let estimate = jit_code_bound(legal);
     if estimate > JIT_PAGE {
         return Err(JitRefusal::CodeTooLarge { estimate, limit: JIT_PAGE });
     }
-    Ok(ctx_need)
+    Ok(())
 }
 
 /// An upper bound of the bytes rbpf's x86-64 JIT emits for `insns`: the longest encoding its

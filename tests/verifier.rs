@@ -1,0 +1,502 @@
+//! The verifier, judged three ways.
+//!
+//! * The suite: every file of `tests/verifier/` is a program in assembly whose header says
+//!   whether it must be accepted or rejected, and for which reason (`# expect: reject
+//!   uninit-register`), with its attach point and maps. Accepted programs without maps also run
+//!   on both engines, with zeroed, all-ones and random contexts, and must complete alike.
+//! * A property: random programs shaped like probes (pointers to the context and the stack, loads,
+//!   stores, atomics, helper calls, forward branches and counted loops) either are refused, or
+//!   run on the interpreter with random contexts without a single fault, and give the JIT's
+//!   result.
+//! * Errors: a refusal names the instruction, shows its disassembly and the registers it reads.
+//!
+//! Random cases come from a fixed seed, or from `EGPU_SEED` to reproduce a failure.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use egpu::ebpf::verifier::{Violation, verify};
+use egpu::ebpf::{
+    AluOp, AtomicOp, AttachPoint, CallTarget, Imm64, Instruction, JmpCond, MapDef, MapKind,
+    Operand, Program, Reg, Size, Width, assemble, instruction::encode,
+};
+use egpu::vm::{EngineChoice, LoadError, Vm};
+
+struct Rng(u64);
+
+impl Rng {
+    fn from_env(test: &str) -> Rng {
+        let seed = std::env::var("EGPU_SEED")
+            .ok()
+            .and_then(|s| match s.strip_prefix("0x") {
+                Some(h) => u64::from_str_radix(h, 16).ok(),
+                None => s.parse().ok(),
+            })
+            .unwrap_or(0x7e51_f1ed_0bad_cafe);
+        println!("{test}: EGPU_SEED={seed:#x}");
+        Rng(seed)
+    }
+    fn next(&mut self) -> u64 {
+        // splitmix64
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn chance(&mut self, one_in: usize) -> bool {
+        self.below(one_in) == 0
+    }
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())]
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The suite.
+
+struct Case {
+    name: String,
+    expect: Option<String>,
+    program: Result<Program, String>,
+}
+
+fn load_case(path: &Path) -> Case {
+    let name = path.file_name().expect("a file").to_string_lossy().into_owned();
+    let text = std::fs::read_to_string(path).expect("readable");
+    let (mut expect, mut attach, mut maps) = (None, None, Vec::new());
+    for line in text.lines() {
+        let Some(header) = line.strip_prefix("# ") else { continue };
+        if let Some(e) = header.strip_prefix("expect:") {
+            expect = match e.trim() {
+                "accept" => Some(None),
+                r => Some(Some(
+                    r.strip_prefix("reject ")
+                        .unwrap_or_else(|| panic!("{name}: bad expect `{r}`"))
+                        .trim()
+                        .to_string(),
+                )),
+            };
+        } else if let Some(a) = header.strip_prefix("attach:") {
+            attach =
+                Some(a.trim().parse::<AttachPoint>().unwrap_or_else(|e| panic!("{name}: {e}")));
+        } else if let Some(m) = header.strip_prefix("map:") {
+            let f: Vec<&str> = m.split_whitespace().collect();
+            let [map_name, kind, key, value, entries] = f[..] else {
+                panic!("{name}: `# map: NAME KIND KEY VALUE ENTRIES`, not `{m}`")
+            };
+            let n = |s: &str| s.parse::<u32>().unwrap_or_else(|_| panic!("{name}: bad size {s}"));
+            maps.push(MapDef {
+                name: map_name.to_string(),
+                kind: MapKind::from_name(kind).unwrap_or_else(|| panic!("{name}: kind {kind}")),
+                key_size: n(key),
+                value_size: n(value),
+                max_entries: n(entries),
+            });
+        }
+    }
+    let expect = expect.unwrap_or_else(|| panic!("{name}: no `# expect:` line"));
+    let attach = attach.unwrap_or_else(|| panic!("{name}: no `# attach:` line"));
+    let slots = assemble(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+    let program = Program::new(slots, maps, attach).map_err(|e| e.code().to_string());
+    Case { name, expect, program }
+}
+
+fn suite_files() -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/verifier");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "s"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// Runs an accepted program without maps on both engines, with several contexts.
+fn run_both(case: &str, program: &Program, rng: &mut Rng) -> Result<(), String> {
+    let size = program.attach().context_size();
+    let mut contexts = vec![vec![0u8; size], vec![0xff; size]];
+    for _ in 0..8 {
+        contexts.push((0..size).map(|_| rng.next() as u8).collect());
+    }
+    let mut interp = Vm::with_engine(program, EngineChoice::Interpreter)
+        .map_err(|e| format!("the interpreter refuses it: {e}"))?;
+    let mut jit = Vm::with_engine(program, EngineChoice::Auto)
+        .map_err(|e| format!("the VM refuses it: {e}"))?;
+    let random = calls_nondeterministic_helpers(program);
+    for ctx in contexts {
+        let (mut a, mut b) = (ctx.clone(), ctx);
+        let ra = interp.run(&mut a).map_err(|e| format!("{case}: interpreter: {e}"))?;
+        let rb = jit.run(&mut b).map_err(|e| format!("{case}: {}: {e}", jit.engine()))?;
+        if !random && (ra, &a) != (rb, &b) {
+            return Err(format!("the engines disagree: {ra:#x} and {rb:#x}"));
+        }
+    }
+    Ok(())
+}
+
+/// Whether the program calls a helper whose result changes from call to call.
+fn calls_nondeterministic_helpers(program: &Program) -> bool {
+    program.decoded().iter().any(|d| {
+        matches!(
+            d.insn,
+            Instruction::Call(CallTarget::Helper(5 | 7 | 8 | 14))
+                | Instruction::Call(CallTarget::Reg(_))
+        )
+    })
+}
+
+#[test]
+fn verifier_suite() {
+    let files = suite_files();
+    assert!(files.len() >= 40, "the suite has only {} programs", files.len());
+    let mut rng = Rng::from_env("verifier suite");
+    let (mut accepted, mut rejected) = (0, 0);
+    let mut wrong = BTreeMap::new();
+    let mut codes = std::collections::BTreeSet::new();
+    for path in &files {
+        let case = load_case(path);
+        let verdict = match &case.program {
+            Err(code) => Err((code.clone(), String::new())),
+            Ok(p) => {
+                verify(p).map(|_| ()).map_err(|e| (e.violation.code().to_string(), e.to_string()))
+            }
+        };
+        match (&case.expect, verdict) {
+            (None, Ok(())) => {
+                let program = case.program.as_ref().expect("verified");
+                if program.maps().is_empty()
+                    && let Err(e) = run_both(&case.name, program, &mut rng)
+                {
+                    wrong.insert(case.name.clone(), format!("accepted, but {e}"));
+                    continue;
+                }
+                accepted += 1;
+            }
+            (Some(want), Err((got, _))) if *want == got => {
+                codes.insert(got);
+                rejected += 1;
+            }
+            (None, Err((got, msg))) => {
+                wrong.insert(
+                    case.name.clone(),
+                    format!("rejected ({got}), expected acceptance: {msg}"),
+                );
+            }
+            (Some(want), Ok(())) => {
+                wrong.insert(case.name.clone(), format!("accepted, expected rejection ({want})"));
+            }
+            (Some(want), Err((got, msg))) => {
+                wrong.insert(
+                    case.name.clone(),
+                    format!("rejected for {got}, expected {want}: {msg}"),
+                );
+            }
+        }
+    }
+    for (name, why) in &wrong {
+        println!("  wrong: {name}: {why}");
+    }
+    println!(
+        "verifier suite: {accepted} accepted as expected, {rejected} rejected as expected, {} wrong",
+        wrong.len()
+    );
+    assert!(wrong.is_empty(), "{} programs of the suite were judged wrongly", wrong.len());
+    // Every rule the verifier enforces is exercised by at least one program.
+    let all = [
+        Violation::UninitRegister,
+        Violation::UninitStack,
+        Violation::StackBounds,
+        Violation::ContextWrite,
+        Violation::ContextBounds,
+        Violation::ContextOffset,
+        Violation::MaybeNull,
+        Violation::MapValueBounds,
+        Violation::UnboundedOffset,
+        Violation::NotAPointer,
+        Violation::HelperArg,
+        Violation::UnknownHelper,
+        Violation::PointerLeak,
+        Violation::PointerArithmetic,
+        Violation::InfiniteLoop,
+        Violation::TooComplex,
+        Violation::StackLimit,
+        Violation::Misaligned,
+    ];
+    let missing: Vec<_> = all.iter().filter(|v| !codes.contains(v.code())).collect();
+    assert!(missing.is_empty(), "no program of the suite is rejected for {missing:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The property: accepted programs never fault.
+
+const ALU_OPS: [AluOp; 14] = [
+    AluOp::Add,
+    AluOp::Sub,
+    AluOp::Mul,
+    AluOp::Div,
+    AluOp::SDiv,
+    AluOp::Or,
+    AluOp::And,
+    AluOp::Lsh,
+    AluOp::Rsh,
+    AluOp::Mod,
+    AluOp::SMod,
+    AluOp::Xor,
+    AluOp::Mov,
+    AluOp::Arsh,
+];
+
+/// A random program shaped like a probe. `r6` starts as the context pointer and `r7` as a stack
+/// pointer, the other registers as numbers, and the body mostly keeps to that: arithmetic on
+/// numbers, pointers moved by masked numbers, loads and stores through `r10`, `r6` and `r7` at
+/// offsets near the valid ones, atomics, helper calls (which clobber `r1`–`r5`, so the generator
+/// sets them again), forward branches and, now and then, a loop counted down in `r9`. One
+/// instruction in ten ignores the plan and uses any register, so some programs are unsafe.
+fn probe_like(rng: &mut Rng, ctx_size: usize) -> Vec<Instruction> {
+    const NUMBERS: [u8; 6] = [0, 2, 3, 4, 5, 8];
+    let number = |rng: &mut Rng| Reg::new(rng.pick(&NUMBERS)).expect("a register");
+    let any = |rng: &mut Rng| Reg::new(rng.below(10) as u8).expect("r0..r9");
+    let mov =
+        |dst: Reg, src: Operand| Instruction::Alu { op: AluOp::Mov, width: Width::W64, dst, src };
+    let mut p = Vec::new();
+    let initialised = if rng.chance(3) { rng.below(8) } else { 8 };
+    for i in 0..initialised as i16 {
+        p.push(Instruction::Store {
+            size: Size::DW,
+            base: Reg::FP,
+            off: -8 * (i + 1),
+            src: Operand::Imm(rng.next() as i32),
+        });
+    }
+    let set_numbers = |rng: &mut Rng, p: &mut Vec<Instruction>, regs: &[u8]| {
+        for &r in regs {
+            let any_value = rng.next() % 600;
+            let v = rng.pick(&[0, 1, 7, 8, 64, u64::MAX, any_value]);
+            p.push(Instruction::LoadImm64 {
+                dst: Reg::new(r).expect("a register"),
+                imm: Imm64::Value(v),
+            });
+        }
+    };
+    set_numbers(rng, &mut p, &NUMBERS);
+    p.push(mov(Reg::R6, Operand::Reg(Reg::R1)));
+    p.push(mov(Reg::R7, Operand::Reg(Reg::FP)));
+    p.push(Instruction::Alu {
+        op: AluOp::Add,
+        width: Width::W64,
+        dst: Reg::R7,
+        src: Operand::Imm(-8 * (1 + rng.below(8) as i32)),
+    });
+    let looped = rng.chance(4);
+    if looped {
+        p.push(mov(Reg::R9, Operand::Imm(1 + rng.below(6) as i32)));
+    }
+    let body = p.len();
+    let mut branches = Vec::new();
+    let off = |rng: &mut Rng, base: Reg, size: Size| -> i16 {
+        let bytes = size.bytes() as usize;
+        match (base, rng.below(8)) {
+            (_, 0) => rng.next() as i16 % 600,
+            (Reg::R6, _) => (rng.below(ctx_size + 4) / bytes * bytes) as i16,
+            (Reg::R7, _) => -(rng.below(64 / bytes) as i16 * bytes as i16),
+            _ => -((1 + rng.below(64 / bytes)) as i16 * bytes as i16),
+        }
+    };
+    for _ in 0..4 + rng.below(20) {
+        let wild = rng.chance(10);
+        let dst = if wild { any(rng) } else { number(rng) };
+        let size = rng.pick(&[Size::B, Size::H, Size::W, Size::DW]);
+        let base = if wild { any(rng) } else { rng.pick(&[Reg::FP, Reg::R6, Reg::R7]) };
+        let src = match rng.below(3) {
+            0 => Operand::Reg(if wild { any(rng) } else { number(rng) }),
+            _ => Operand::Imm(rng.next() as i32 % 64),
+        };
+        match rng.below(14) {
+            0..=3 => p.push(Instruction::Alu {
+                op: rng.pick(&ALU_OPS),
+                width: rng.pick(&[Width::W32, Width::W64]),
+                dst,
+                src,
+            }),
+            4 => {
+                // Move a pointer by a masked number.
+                let by = number(rng);
+                p.push(Instruction::Alu {
+                    op: AluOp::And,
+                    width: Width::W64,
+                    dst: by,
+                    src: Operand::Imm(rng.pick(&[7, 8, 15, 0x38])),
+                });
+                p.push(Instruction::Alu {
+                    op: AluOp::Add,
+                    width: Width::W64,
+                    dst: rng.pick(&[Reg::R6, Reg::R7]),
+                    src: Operand::Reg(by),
+                });
+            }
+            5..=7 => p.push(Instruction::Load {
+                size,
+                signed: size != Size::DW && rng.chance(3),
+                dst,
+                base,
+                off: off(rng, base, size),
+            }),
+            8 | 9 => p.push(Instruction::Store { size, base, off: off(rng, base, size), src }),
+            10 => p.push(Instruction::Atomic {
+                op: rng.pick(&[AtomicOp::Add, AtomicOp::Or, AtomicOp::Xchg, AtomicOp::CmpXchg]),
+                fetch: rng.chance(2),
+                size: rng.pick(&[Size::W, Size::DW]),
+                base,
+                off: off(rng, base, Size::DW),
+                src: number(rng),
+            }),
+            11 => {
+                p.push(Instruction::Call(CallTarget::Helper(rng.pick(&[5, 7, 8, 14]))));
+                set_numbers(rng, &mut p, &[2, 3, 4, 5]);
+            }
+            _ => {
+                branches.push(p.len());
+                p.push(Instruction::Branch {
+                    cond: rng.pick(&JmpCond::ALL),
+                    width: rng.pick(&[Width::W32, Width::W64]),
+                    dst,
+                    src,
+                    off: 0,
+                });
+            }
+        }
+    }
+    if looped {
+        p.push(Instruction::Alu {
+            op: AluOp::Sub,
+            width: Width::W64,
+            dst: Reg::R9,
+            src: Operand::Imm(1),
+        });
+        let back = body as i64 - (p.len() as i64 + 1);
+        p.push(Instruction::Branch {
+            cond: JmpCond::Ne,
+            width: Width::W64,
+            dst: Reg::R9,
+            src: Operand::Imm(0),
+            off: back as i16,
+        });
+    }
+    let end = p.len();
+    p.push(mov(Reg::R0, Operand::Reg(number(rng))));
+    p.push(Instruction::Exit);
+    // Branches jump forward, and stay inside the loop body when they are in one.
+    let limit = if looped { end - 2 } else { end };
+    let slot = |p: &[Instruction], i: usize| p[..i].iter().map(Instruction::slots).sum::<usize>();
+    for j in branches {
+        let target = j + 1 + rng.below(limit - j);
+        let o = (slot(&p, target) - slot(&p, j) - 1) as i16;
+        if let Instruction::Branch { off, .. } = &mut p[j] {
+            *off = o;
+        }
+    }
+    p
+}
+
+#[test]
+fn accepted_programs_never_fault_and_both_engines_agree() {
+    let mut rng = Rng::from_env("accepted programs");
+    let rounds = 6000;
+    let (mut accepted, mut accepted_loops) = (0, 0);
+    let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
+    for round in 0..rounds {
+        let ctx_size = rng.pick(&[0, 8, 16, 64]);
+        let insns = probe_like(&mut rng, ctx_size);
+        let Ok(program) =
+            Program::new(encode(&insns), vec![], AttachPoint::User { ctx_size: ctx_size as u32 })
+        else {
+            continue;
+        };
+        let mut interp = match Vm::with_engine(&program, EngineChoice::Interpreter) {
+            Ok(vm) => vm,
+            Err(LoadError::Verify(e)) => {
+                *reasons.entry(e.violation.code()).or_default() += 1;
+                continue;
+            }
+            Err(LoadError::UnknownHelper { .. }) => continue,
+            Err(e) => panic!("round {round}: {e}\n{}", program.disassemble()),
+        };
+        accepted += 1;
+        let looped = program
+            .decoded()
+            .iter()
+            .any(|d| d.insn.jump_target(d.pc).is_some_and(|t| t <= d.pc as i64));
+        accepted_loops += usize::from(looped);
+        let mut jit =
+            Vm::with_engine(&program, EngineChoice::Auto).expect("verified once, loads again");
+        let random = calls_nondeterministic_helpers(&program);
+        for _ in 0..4 {
+            let ctx: Vec<u8> = (0..ctx_size).map(|_| rng.next() as u8).collect();
+            let (mut a, mut b) = (ctx.clone(), ctx);
+            let ra = interp.run(&mut a).unwrap_or_else(|e| {
+                panic!("round {round}: an accepted program faulted: {e}\n{}", program.disassemble())
+            });
+            let rb = jit.run(&mut b).unwrap_or_else(|e| {
+                panic!(
+                    "round {round}: an accepted program faulted on {}: {e}\n{}",
+                    jit.engine(),
+                    program.disassemble()
+                )
+            });
+            if !random {
+                assert_eq!(
+                    (ra, &a),
+                    (rb, &b),
+                    "round {round}: the engines disagree on\n{}",
+                    program.disassemble()
+                );
+            }
+        }
+    }
+    println!(
+        "accepted programs: {accepted} of {rounds} accepted ({accepted_loops} with a loop) and ran \
+         without a fault; refusals: {reasons:?}"
+    );
+    assert!(accepted >= rounds / 10, "only {accepted} programs accepted: the generator needs work");
+    assert!(accepted_loops >= rounds / 100, "only {accepted_loops} accepted programs loop");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages.
+
+#[test]
+fn a_refusal_names_the_instruction_its_disassembly_and_the_registers_it_reads() {
+    let text = "mov %r2, %r1\nand %r3, 7\nldxw %r0, [%r2+4]\nexit";
+    let program =
+        Program::new(assemble(text).unwrap(), vec![], AttachPoint::User { ctx_size: 8 }).unwrap();
+    let e = verify(&program).unwrap_err();
+    assert_eq!((e.pc, e.violation), (1, Violation::UninitRegister));
+    assert_eq!(e.insn, "and %r3, 7");
+    assert_eq!(e.registers, ["%r3 = uninitialised"]);
+
+    let text = "ldxw %r2, [%r1+0]\nand %r2, 0xff\nmul %r2, %r10\nexit";
+    let program =
+        Program::new(assemble(text).unwrap(), vec![], AttachPoint::User { ctx_size: 8 }).unwrap();
+    let e = verify(&program).unwrap_err();
+    assert_eq!((e.pc, e.violation), (2, Violation::PointerArithmetic), "{e}");
+    let shown = e.to_string();
+    for part in [
+        "instruction 2",
+        "`mul %r2, %r10`",
+        "%r2 = scalar u[0x0, 0xff]",
+        "%r10 = stack",
+        "[pointer-arithmetic]",
+    ] {
+        assert!(shown.contains(part), "`{part}` missing from:\n{shown}");
+    }
+    // The VM refuses with the same error.
+    match Vm::new(&program) {
+        Err(LoadError::Verify(v)) => assert_eq!(v, e),
+        other => panic!("the VM loaded an unverified program: {other:?}"),
+    }
+}
