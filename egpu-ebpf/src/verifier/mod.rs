@@ -65,6 +65,9 @@ pub const JOIN_AFTER: usize = 8;
 /// States kept at one instruction at most; beyond, new ones are explored without being kept.
 const KEEP_MAX: usize = 64;
 
+/// Most branch sides waiting to be explored (Linux's limit on a jump sequence).
+const MAX_PENDING: usize = 8192;
+
 /// Largest number a pointer may be moved by, and largest offset it may reach (as in Linux).
 const MAX_OFFSET: i64 = 1 << 29;
 
@@ -224,6 +227,7 @@ fn fail<T>(violation: Violation, detail: impl Into<String>) -> Result<T, Fail> {
 struct Kept {
     state: State,
     fingerprint: u64,
+    serial: usize,
     /// Every path from it has been followed to its end.
     complete: bool,
 }
@@ -252,9 +256,12 @@ struct Explorer<'p> {
     insns: Vec<Option<Instruction>>,
     join_point: Vec<bool>,
     live: Vec<u16>,
+    precise: Vec<u16>,
+    live_slots: Vec<u64>,
     kept: Vec<Vec<Kept>>,
-    /// Kept states still being explored: (slot, index in `kept`, work-list length when kept).
+    /// Kept states still being explored: (slot, serial, work-list length when kept).
     open: Vec<(usize, usize, usize)>,
+    serial: usize,
     work: Vec<(usize, State)>,
     processed: usize,
     next_id: u32,
@@ -277,13 +284,18 @@ impl<'p> Explorer<'p> {
             }
         }
         let live = liveness(program, &insns);
+        let precise = precision(program, &insns);
+        let live_slots = stack_liveness(program, &insns);
         Explorer {
             program,
             insns,
             join_point,
             live,
+            precise,
+            live_slots,
             kept: (0..len).map(|_| Vec::new()).collect(),
             open: Vec::new(),
+            serial: 0,
             work: Vec::new(),
             processed: 0,
             next_id: 0,
@@ -336,11 +348,13 @@ impl<'p> Explorer<'p> {
                 }
             }
             // Kept states with nothing of theirs left on the work list are verified.
-            while let Some(&(pc, i, len)) = self.open.last() {
+            while let Some(&(pc, serial, len)) = self.open.last() {
                 if len < self.work.len() {
                     break;
                 }
-                self.kept[pc][i].complete = true;
+                if let Some(k) = self.kept[pc].iter_mut().find(|k| k.serial == serial) {
+                    k.complete = true;
+                }
                 self.open.pop();
             }
         }
@@ -350,10 +364,21 @@ impl<'p> Explorer<'p> {
     /// At a join point: compares the path's state with those kept here, widens it when many
     /// were seen, and keeps it for later paths.
     fn visit(&mut self, pc: usize, state: &mut State) -> Visit {
-        let live = self.live[pc];
+        let (live, precise, slots) = (self.live[pc], self.precise[pc], self.live_slots[pc]);
+        if let Some(frame) = state.frames.last_mut() {
+            for (i, slot) in frame.slots.iter_mut().rev().enumerate() {
+                if slots & (1 << i) == 0 {
+                    *slot = Slot::EMPTY;
+                }
+            }
+        }
         for (r, v) in state.regs.iter_mut().enumerate().take(10) {
             if live & (1 << r) == 0 {
                 *v = Value::Uninit;
+            } else if precise & (1 << r) == 0
+                && let Value::Scalar(s) = v
+            {
+                *s = Scalar::UNKNOWN;
             }
         }
         let kept = &self.kept[pc];
@@ -370,18 +395,32 @@ impl<'p> Explorer<'p> {
             }
         }
         if complete >= JOIN_AFTER {
+            // Widen: hold every state verified here and this one, with numbers known only by
+            // their known bits; the widened state replaces the states it holds.
             let widened = kept
                 .iter()
                 .filter(|k| k.complete)
                 .try_fold(state.clone(), |acc, k| state::join(&acc, &k.state));
-            if let Some(w) = widened {
+            if let Some(mut w) = widened {
+                for v in w.values_mut() {
+                    if let Value::Scalar(s) = v {
+                        *s = s.widened();
+                    }
+                }
                 *state = w;
+                self.kept[pc].retain(|k| !k.complete);
             }
         }
-        if kept.len() < KEEP_MAX {
-            self.open.push((pc, kept.len(), self.work.len()));
+        if self.kept[pc].len() < KEEP_MAX {
+            self.serial += 1;
+            self.open.push((pc, self.serial, self.work.len()));
             let fingerprint = state::fingerprint(state);
-            self.kept[pc].push(Kept { state: state.clone(), fingerprint, complete: false });
+            self.kept[pc].push(Kept {
+                state: state.clone(),
+                fingerprint,
+                serial: self.serial,
+                complete: false,
+            });
         }
         Visit::Go
     }
@@ -506,13 +545,26 @@ impl<'p> Explorer<'p> {
                 return Ok(Next::Go((pc as i64 + 1 + off as i64) as usize));
             }
             Instruction::Branch { cond, width, dst, src, off } => {
-                // The path goes on with the fall-through side; the jump waits on the work list.
+                // The path goes on with the side further down the program and the other waits
+                // on the work list: in a loop, the exit is followed to its end before the next
+                // iteration starts, so the list does not grow with the iterations.
                 let target = (pc as i64 + 1 + off as i64) as usize;
                 return Ok(match self.branch(state, cond, width, dst, src)? {
                     (Some(taken), Some(fall)) => {
-                        self.work.push((target, taken));
-                        *state = fall;
-                        Next::Go(pc + 1)
+                        if self.work.len() >= MAX_PENDING {
+                            return fail(
+                                Violation::TooComplex,
+                                format!("more than {MAX_PENDING} branches wait to be explored"),
+                            );
+                        }
+                        let ((first, a), (later, b)) = if target > pc + 1 {
+                            ((target, taken), (pc + 1, fall))
+                        } else {
+                            ((pc + 1, fall), (target, taken))
+                        };
+                        self.work.push((later, b));
+                        *state = a;
+                        Next::Go(first)
                     }
                     (Some(taken), None) => {
                         *state = taken;
@@ -1251,9 +1303,127 @@ fn writes(insn: &Instruction) -> u16 {
 
 /// The registers live before each instruction: read on some path before being written.
 fn liveness(program: &Program, insns: &[Option<Instruction>]) -> Vec<u16> {
+    backward(program, insns, |_, insn, out| reads(insn) | (out & !writes(insn)))
+}
+
+/// The registers whose numbers matter before each instruction: on some path, before being
+/// written, they decide a branch, an address, a helper's pointer or size argument, a value
+/// stored to memory or passed to a local function, directly or through the arithmetic that
+/// computes one of those. A number that only feeds the program's result, say, does not matter:
+/// at join points the verifier forgets it (any number then fits), so states that differ only in
+/// such numbers do not keep paths apart. Forgetting is always sound; this analysis only keeps the
+/// verifier from forgetting what it needs.
+fn precision(program: &Program, insns: &[Option<Instruction>]) -> Vec<u16> {
+    let bit = |r: Reg| 1u16 << r.index();
+    let op = |o: &Operand| match o {
+        Operand::Reg(r) => bit(*r),
+        Operand::Imm(_) => 0,
+    };
+    backward(program, insns, |main, insn, out| {
+        let used = match insn {
+            Instruction::Alu { op: AluOp::Mov | AluOp::MovSx(_), dst, src, .. } => {
+                if out & bit(*dst) != 0 { op(src) } else { 0 }
+            }
+            Instruction::Alu { dst, src, .. } => {
+                if out & bit(*dst) != 0 {
+                    bit(*dst) | op(src)
+                } else {
+                    0
+                }
+            }
+            Instruction::Neg { dst, .. } | Instruction::Endian { dst, .. } => out & bit(*dst),
+            Instruction::LoadImm64 { .. } | Instruction::Jump { .. } => 0,
+            Instruction::Load { base, .. } => bit(*base),
+            Instruction::Call(CallTarget::Helper(id)) => helper(*id).map_or(0, |h| {
+                h.args
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, k)| {
+                        !matches!(k, ArgKind::Scalar | ArgKind::MapRef | ArgKind::RingBuf)
+                    })
+                    .fold(0, |m, (i, _)| m | 1 << (i + 1))
+            }),
+            Instruction::Exit if main => 0,
+            other => reads(other),
+        };
+        used | (out & !writes(insn))
+    })
+}
+
+/// The slots of the current frame that may be read before being overwritten, before each
+/// instruction, as a bit set (bit `i` is the slot at `r10 - 8 * (i + 1)`). Only for functions
+/// that address their stack through `r10` and constant offsets alone: when `r10` is copied (to
+/// pass a key to a helper, say), accesses through the copy are unknown here, and every slot of the
+/// function counts as live. At join points the verifier forgets dead slots.
+fn stack_liveness(program: &Program, insns: &[Option<Instruction>]) -> Vec<u64> {
+    let len = insns.len();
+    let mut live = vec![u64::MAX; len];
+    let slots = |off: i16, size: u32| -> u64 {
+        // Slots overlapping [r10 + off, r10 + off + size).
+        let (lo, hi) = (i64::from(off), i64::from(off) + i64::from(size));
+        (0..64)
+            .filter(|i| {
+                let (s_lo, s_hi) = (-8 * (i + 1), -8 * i);
+                lo < s_hi && s_lo < hi
+            })
+            .fold(0u64, |m, i| m | 1 << i)
+    };
+    for f in program.functions() {
+        let pcs: Vec<usize> = (f.start..f.end).filter(|&pc| insns[pc].is_some()).collect();
+        let direct_only = pcs.iter().all(|&pc| match insns[pc].expect("filtered") {
+            Instruction::Load { .. } | Instruction::Store { src: Operand::Imm(_), .. } => true,
+            Instruction::Store { src: Operand::Reg(r), .. } => r != Reg::R10,
+            Instruction::Atomic { src, .. } => src != Reg::R10,
+            insn => reads(&insn) & (1 << 10) == 0,
+        });
+        if !direct_only {
+            continue;
+        }
+        let mut changed = true;
+        while changed {
+            changed = false;
+            for &pc in pcs.iter().rev() {
+                let insn = insns[pc].expect("filtered");
+                let after = |t: usize| if t < len { live[t] } else { 0 };
+                let out = match insn {
+                    Instruction::Exit => 0,
+                    Instruction::Jump { .. } => after(insn.jump_target(pc).unwrap_or(0) as usize),
+                    Instruction::Branch { .. } => {
+                        after(pc + 1) | after(insn.jump_target(pc).unwrap_or(0) as usize)
+                    }
+                    _ => after(pc + insn.slots()),
+                };
+                let new =
+                    match insn {
+                        Instruction::Load { base: Reg::R10, off, size, .. }
+                        | Instruction::Atomic { base: Reg::R10, off, size, .. } => {
+                            out | slots(off, size.bytes())
+                        }
+                        Instruction::Store {
+                            base: Reg::R10, off, size: crate::Size::DW, ..
+                        } if off % 8 == 0 => out & !slots(off, 8),
+                        _ => out,
+                    };
+                if new != live[pc] {
+                    live[pc] = new;
+                    changed = true;
+                }
+            }
+        }
+    }
+    live
+}
+
+/// A backward dataflow over each function's instructions, to a fixed point: `transfer` gives the
+/// set before an instruction from the set after it (and whether the function is the main one).
+fn backward(
+    program: &Program,
+    insns: &[Option<Instruction>],
+    transfer: impl Fn(bool, &Instruction, u16) -> u16,
+) -> Vec<u16> {
     let len = insns.len();
     let mut live = vec![0u16; len];
-    for f in program.functions() {
+    for (index, f) in program.functions().iter().enumerate() {
         let pcs: Vec<usize> = (f.start..f.end).filter(|&pc| insns[pc].is_some()).collect();
         let mut changed = true;
         while changed {
@@ -1269,7 +1439,7 @@ fn liveness(program: &Program, insns: &[Option<Instruction>]) -> Vec<u16> {
                     }
                     _ => after(pc + insn.slots()),
                 };
-                let new = reads(&insn) | (out & !writes(&insn));
+                let new = transfer(index == 0, &insn, out);
                 if new != live[pc] {
                     live[pc] = new;
                     changed = true;

@@ -227,6 +227,12 @@ impl Scalar {
         }
     }
 
+    /// The set its known bits describe, forgetting the intervals: widening, so that a chain of
+    /// joins converges in a few steps (each step can only unset known bits).
+    pub(crate) fn widened(self) -> Scalar {
+        Scalar::UNKNOWN.with_bits(self.bits)
+    }
+
     /// The low 32 bits, zero-extended.
     pub(crate) fn low32(self) -> Scalar {
         if self.umax <= u64::from(u32::MAX) {

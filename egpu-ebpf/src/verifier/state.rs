@@ -144,8 +144,8 @@ pub(crate) fn same(a: &State, b: &State) -> bool {
 /// fingerprint and most different ones do not.
 pub(crate) fn fingerprint(state: &State) -> u64 {
     use std::hash::{Hash, Hasher};
-    let mut h = std::hash::DefaultHasher::new();
-    let value = |v: &Value, h: &mut std::hash::DefaultHasher| match v {
+    let mut h = FastHasher(0);
+    let value = |v: &Value, h: &mut FastHasher| match v {
         Value::MaybeNull { map, .. } => (5u8, map).hash(h),
         other => other.hash(h),
     };
@@ -193,40 +193,90 @@ fn slot_within(cur: Slot, old: Slot, ids: &mut IdMap) -> bool {
     }
 }
 
-/// The smallest state holding both, when they differ only in the numbers and offsets they hold.
+/// A multiply-rotate hash (as in rustc's FxHasher): fingerprints are compared, never exposed, so
+/// speed matters more than resistance to crafted collisions (which only cost a full comparison).
+struct FastHasher(u64);
+
+impl std::hash::Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(0x517c_c1b7_2722_0a95);
+    }
+
+    fn write_u8(&mut self, b: u8) {
+        self.write_u64(u64::from(b));
+    }
+
+    fn write_u32(&mut self, w: u32) {
+        self.write_u64(u64::from(w));
+    }
+
+    fn write_i64(&mut self, w: i64) {
+        self.write_u64(w as u64);
+    }
+
+    fn write_usize(&mut self, w: usize) {
+        self.write_u64(w as u64);
+    }
+}
+
+/// A state holding both (by [`within`]), when they are in the same calls: numbers and offsets
+/// become intervals holding both, and whatever the two disagree on otherwise becomes unreadable
+/// (a register uninitialised, a stack byte unwritten), which a path from the result may then not
+/// read.
 pub(crate) fn join(a: &State, b: &State) -> Option<State> {
     if a.frames.len() != b.frames.len() {
         return None;
     }
     let mut out = a.clone();
     for (o, v) in out.regs.iter_mut().zip(&b.regs) {
-        *o = join_value(*o, *v)?;
+        *o = join_value(*o, *v);
     }
     for (fo, fb) in out.frames.iter_mut().zip(&b.frames) {
         if (fo.function, fo.return_pc) != (fb.function, fb.return_pc) {
             return None;
         }
         for (o, v) in fo.saved.iter_mut().zip(&fb.saved) {
-            *o = join_value(*o, *v)?;
+            *o = join_value(*o, *v);
         }
         for (o, s) in fo.slots.iter_mut().zip(&fb.slots) {
             *o = match (*o, *s) {
-                (Slot::Spill(x), Slot::Spill(y)) => Slot::Spill(join_value(x, y)?),
-                (x, y) if x == y => x,
-                _ => return None,
+                (Slot::Spill(x), Slot::Spill(y)) if join_value(x, y) != Value::Uninit => {
+                    Slot::Spill(join_value(x, y))
+                }
+                (x, y) => {
+                    let bytes = |s: Slot| match s {
+                        Slot::Spill(Value::Scalar(_)) => (0xff, 0),
+                        Slot::Spill(_) => (0, 0xff),
+                        Slot::Bytes { init, frag } => (init, frag),
+                    };
+                    let ((ia, fa), (ib, fb)) = (bytes(x), bytes(y));
+                    Slot::Bytes { init: ia & ib, frag: (fa | fb) & !(ia & ib) }
+                }
             };
         }
     }
     Some(out)
 }
 
-fn join_value(a: Value, b: Value) -> Option<Value> {
-    Some(match (a, b) {
+fn join_value(a: Value, b: Value) -> Value {
+    match (a, b) {
         (Value::Scalar(x), Value::Scalar(y)) => Value::Scalar(x.union(y)),
         (Value::Pointer { region: r, off: x }, Value::Pointer { region: s, off: y }) if r == s => {
             Value::Pointer { region: r, off: x.union(y) }
         }
         (x, y) if x == y => x,
-        _ => return None,
-    })
+        _ => Value::Uninit,
+    }
 }
