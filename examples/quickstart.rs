@@ -3,7 +3,8 @@
 //! The probe watches kernel launches: it computes the number of threads a launch starts and
 //! classifies the launch as small, large or huge. It is eBPF, written here in assembly (the
 //! `#[egpu::probe]` compiler will let it be written in Rust); the same bytecode will run inside
-//! kernels once the GPU backend lands.
+//! kernels once the GPU backend lands. The verifier checks it first, and refuses an unsafe
+//! variant of it with an error that shows why.
 //!
 //! Run it with `cargo run --release --example quickstart`. It needs no GPU: without one it says
 //! so and exits 0.
@@ -12,8 +13,9 @@ use std::error::Error;
 use std::process::ExitCode;
 
 use egpu::device::GpuStatus;
+use egpu::ebpf::verifier::verify;
 use egpu::ebpf::{AttachPoint, HostEvent, LaunchCtx, Phase, Program, assemble};
-use egpu::vm::{EngineChoice, Vm};
+use egpu::vm::{EngineChoice, LoadError, Vm};
 
 /// `r0 = grid.x*grid.y*grid.z * block.x*block.y*block.z`, with its class in the top byte:
 /// 0 below 2^16 threads, 1 below 2^20, 2 from 2^20 up.
@@ -56,6 +58,26 @@ fn run() -> Result<(), Box<dyn Error>> {
         program.attach().context_size()
     );
     print!("{}", program.disassemble());
+
+    let verified = verify(&program)?;
+    println!(
+        "\nverified: it reads {} bytes of the context and uses {} bytes of stack ({} instructions \
+         followed over all paths)",
+        verified.context_bytes(),
+        verified.stack_bytes()[0],
+        verified.insns_processed()
+    );
+    // The same probe, but it stores the class into the launch context, which is read-only.
+    let unsafe_text =
+        PROBE.replace("    or %r0, %r4\n", "    or %r0, %r4\n    stxdw [%r1+32], %r0\n");
+    let unsafe_probe = Program::new(assemble(&unsafe_text)?, vec![], program.attach())?;
+    match Vm::new(&unsafe_probe) {
+        Err(LoadError::Verify(e)) => {
+            println!("a variant that writes the context is refused:\n  {e}")
+        }
+        Ok(_) => return Err("the verifier accepted a probe that writes its context".into()),
+        Err(e) => return Err(e.into()),
+    }
 
     let mut jit = Vm::with_engine(&program, EngineChoice::Jit)?;
     let mut interpreter = Vm::with_engine(&program, EngineChoice::Interpreter)?;

@@ -106,7 +106,12 @@ fn load_case(path: &Path) -> Case {
 }
 
 fn suite_files() -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/verifier");
+    // From the environment when run by `cargo test` or by the GPU bundle's `run.sh` (the binary
+    // may run on another machine), else where it was built.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let dir = manifest.join("../tests/verifier");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
         .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
         .map(|e| e.expect("entry").path())

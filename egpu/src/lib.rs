@@ -22,6 +22,11 @@ pub mod testing {
     pub use egpu_device::testing::require_gpu;
 }
 
+/// The verifier chapter's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../book/src/verifier.md")]
+struct VerifierChapterDoctests;
+
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
