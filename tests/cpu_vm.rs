@@ -20,36 +20,13 @@ use egpu::vm::{EngineChoice, JitRefusal, LoadError, RunError, Vm};
 // ---------------------------------------------------------------------------------------------
 // Randomness.
 
-struct Rng(u64);
+mod rng;
+use rng::Rng;
 
+/// Draws of the values these tests need.
 impl Rng {
-    fn from_env(test: &str) -> Rng {
-        let seed = std::env::var("EGPU_SEED")
-            .ok()
-            .and_then(|s| match s.strip_prefix("0x") {
-                Some(h) => u64::from_str_radix(h, 16).ok(),
-                None => s.parse().ok(),
-            })
-            .unwrap_or(0x00e6_9d0c_cafe_f00d);
-        println!("{test}: EGPU_SEED={seed:#x}");
-        Rng(seed)
-    }
-    fn next(&mut self) -> u64 {
-        // splitmix64
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-    fn chance(&mut self, one_in: usize) -> bool {
-        self.below(one_in) == 0
+    fn from_env_cpu(test: &str) -> Rng {
+        Rng::from_env(test, 0x00e6_9d0c_cafe_f00d)
     }
     /// A value that is an edge case half of the time.
     fn value(&mut self) -> u64 {
@@ -179,7 +156,7 @@ const ALU_OPS: [AluOp; 14] = [
 
 #[test]
 fn every_alu_operation_matches_the_reference() {
-    let mut rng = Rng::from_env("alu");
+    let mut rng = Rng::from_env_cpu("alu");
     let mut cases = 0;
     for op in ALU_OPS.into_iter().chain([AluOp::MovSx(8), AluOp::MovSx(16), AluOp::MovSx(32)]) {
         for width in [Width::W32, Width::W64] {
@@ -215,7 +192,7 @@ fn every_alu_operation_matches_the_reference() {
 
 #[test]
 fn negation_byte_swaps_and_sign_extending_loads_match_the_reference() {
-    let mut rng = Rng::from_env("unary");
+    let mut rng = Rng::from_env_cpu("unary");
     for round in 0..300 {
         let init = random_init(&mut rng);
         let dst = rng.reg();
@@ -270,7 +247,7 @@ fn negation_byte_swaps_and_sign_extending_loads_match_the_reference() {
 
 #[test]
 fn every_branch_condition_matches_the_reference() {
-    let mut rng = Rng::from_env("branch");
+    let mut rng = Rng::from_env_cpu("branch");
     let mut cases = 0;
     for cond in JmpCond::ALL {
         for width in [Width::W32, Width::W64] {
@@ -324,7 +301,7 @@ fn every_branch_condition_matches_the_reference() {
 
 #[test]
 fn every_atomic_matches_the_reference_and_keeps_other_registers() {
-    let mut rng = Rng::from_env("atomic");
+    let mut rng = Rng::from_env_cpu("atomic");
     let ops = [
         AtomicOp::Add,
         AtomicOp::Or,
@@ -549,7 +526,7 @@ fn safe_program(rng: &mut Rng) -> Vec<Instruction> {
 
 #[test]
 fn random_safe_programs_agree_on_both_engines() {
-    let mut rng = Rng::from_env("safe programs");
+    let mut rng = Rng::from_env_cpu("safe programs");
     let rounds = 1500;
     let mut too_large = 0;
     for round in 0..rounds {
@@ -631,7 +608,7 @@ fn local_calls_get_frames_of_their_own_to_the_full_depth() {
 
 #[test]
 fn programs_with_random_bytes_load_or_fail_cleanly_and_run_alike() {
-    let mut rng = Rng::from_env("mutated programs");
+    let mut rng = Rng::from_env_cpu("mutated programs");
     let (mut decoded, mut compared) = (0, 0);
     for round in 0..3000 {
         let mut bytes = egpu::ebpf::insn::slots_to_bytes(&encode(&safe_program(&mut rng)));

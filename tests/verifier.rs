@@ -22,38 +22,11 @@ use egpu::ebpf::{
 };
 use egpu::vm::{EngineChoice, LoadError, Vm};
 
-struct Rng(u64);
+mod rng;
+use rng::Rng;
 
-impl Rng {
-    fn from_env(test: &str) -> Rng {
-        let seed = std::env::var("EGPU_SEED")
-            .ok()
-            .and_then(|s| match s.strip_prefix("0x") {
-                Some(h) => u64::from_str_radix(h, 16).ok(),
-                None => s.parse().ok(),
-            })
-            .unwrap_or(0x7e51_f1ed_0bad_cafe);
-        println!("{test}: EGPU_SEED={seed:#x}");
-        Rng(seed)
-    }
-    fn next(&mut self) -> u64 {
-        // splitmix64
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, one_in: usize) -> bool {
-        self.below(one_in) == 0
-    }
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-}
+/// The default seed of these tests.
+const SEED: u64 = 0x7e51_f1ed_0bad_cafe;
 
 // ---------------------------------------------------------------------------------------------
 // The suite.
@@ -159,7 +132,7 @@ fn calls_nondeterministic_helpers(program: &Program) -> bool {
 fn verifier_suite() {
     let files = suite_files();
     assert!(files.len() >= 40, "the suite has only {} programs", files.len());
-    let mut rng = Rng::from_env("verifier suite");
+    let mut rng = Rng::from_env("verifier suite", SEED);
     let (mut accepted, mut rejected) = (0, 0);
     let mut wrong = BTreeMap::new();
     let mut codes = std::collections::BTreeSet::new();
@@ -410,7 +383,7 @@ fn probe_like(rng: &mut Rng, ctx_size: usize) -> Vec<Instruction> {
 
 #[test]
 fn accepted_programs_never_fault_and_both_engines_agree() {
-    let mut rng = Rng::from_env("accepted programs");
+    let mut rng = Rng::from_env("accepted programs", SEED);
     let rounds = 6000;
     let (mut accepted, mut accepted_loops) = (0, 0);
     let mut reasons: BTreeMap<&str, usize> = BTreeMap::new();
