@@ -137,28 +137,12 @@ fn random_init(rng: &mut Rng) -> [u64; 10] {
     std::array::from_fn(|_| rng.value())
 }
 
-const ALU_OPS: [AluOp; 14] = [
-    AluOp::Add,
-    AluOp::Sub,
-    AluOp::Mul,
-    AluOp::Div,
-    AluOp::SDiv,
-    AluOp::Or,
-    AluOp::And,
-    AluOp::Lsh,
-    AluOp::Rsh,
-    AluOp::Mod,
-    AluOp::SMod,
-    AluOp::Xor,
-    AluOp::Mov,
-    AluOp::Arsh,
-];
-
 #[test]
 fn every_alu_operation_matches_the_reference() {
     let mut rng = Rng::from_env_cpu("alu");
     let mut cases = 0;
-    for op in ALU_OPS.into_iter().chain([AluOp::MovSx(8), AluOp::MovSx(16), AluOp::MovSx(32)]) {
+    for op in AluOp::PLAIN.into_iter().chain([AluOp::MovSx(8), AluOp::MovSx(16), AluOp::MovSx(32)])
+    {
         for width in [Width::W32, Width::W64] {
             if op == AluOp::MovSx(32) && width == Width::W32 {
                 continue;
@@ -423,7 +407,7 @@ fn safe_program(rng: &mut Rng) -> Vec<Instruction> {
         let width = rng.pick(&[Width::W32, Width::W64]);
         let insn = match rng.below(9) {
             0..=2 => {
-                let op = rng.pick(&ALU_OPS);
+                let op = rng.pick(&AluOp::PLAIN);
                 let src =
                     if rng.chance(2) { Operand::Imm(rng.imm()) } else { Operand::Reg(rng.reg()) };
                 Instruction::Alu { op, width, dst, src }

@@ -115,6 +115,24 @@ pub enum AluOp {
 }
 
 impl AluOp {
+    /// Every operation but the sign-extending moves (which carry their source width).
+    pub const PLAIN: [AluOp; 14] = [
+        AluOp::Add,
+        AluOp::Sub,
+        AluOp::Mul,
+        AluOp::Div,
+        AluOp::SDiv,
+        AluOp::Or,
+        AluOp::And,
+        AluOp::Lsh,
+        AluOp::Rsh,
+        AluOp::Mod,
+        AluOp::SMod,
+        AluOp::Xor,
+        AluOp::Mov,
+        AluOp::Arsh,
+    ];
+
     /// The assembler mnemonic without width suffix (`movsx` carries its source bits).
     pub fn mnemonic(self) -> String {
         match self {

@@ -116,22 +116,6 @@ fn user() -> AttachPoint {
 // Random valid instructions
 // ---------------------------------------------------------------------------------------------
 
-const ALU_OPS: [AluOp; 14] = [
-    AluOp::Add,
-    AluOp::Sub,
-    AluOp::Mul,
-    AluOp::Div,
-    AluOp::SDiv,
-    AluOp::Or,
-    AluOp::And,
-    AluOp::Lsh,
-    AluOp::Rsh,
-    AluOp::Mod,
-    AluOp::SMod,
-    AluOp::Xor,
-    AluOp::Mov,
-    AluOp::Arsh,
-];
 const ATOMIC_OPS: [AtomicOp; 6] =
     [AtomicOp::Add, AtomicOp::Or, AtomicOp::And, AtomicOp::Xor, AtomicOp::Xchg, AtomicOp::CmpXchg];
 const SIZES: [Size; 4] = [Size::B, Size::H, Size::W, Size::DW];
@@ -142,7 +126,7 @@ fn shapes() -> Vec<Instruction> {
     let r0 = Reg::R0;
     let mut v = Vec::new();
     for width in WIDTHS {
-        for op in ALU_OPS {
+        for op in AluOp::PLAIN {
             v.push(Instruction::Alu { op, width, dst: r0, src: Operand::Imm(0) });
             v.push(Instruction::Alu { op, width, dst: r0, src: Operand::Reg(r0) });
         }
