@@ -1,0 +1,388 @@
+//! The memory layout of every map kind: the ABI that host code, the CPU VM, the GPU backend and
+//! other processes follow. It is defined here once; the book's "Maps" chapter describes it.
+//!
+//! A map is one block of memory, little endian, 8-byte words:
+//!
+//! ```text
+//! offset 0      header (128 bytes): constants in the first 64, the creator in the next 64
+//! offset 128    shard 0: shard header (128 bytes), then its slots
+//! offset 128 + shard_stride      shard 1 …
+//! ```
+//!
+//! Every kind has shards: one for a hash map, an array or a ring buffer used by one side, and,
+//! for the per-CPU kinds, `cpu_shards` shards written by host threads followed by `sm_shards`
+//! shards written by streaming multiprocessors. A shard is written by one side only, so no word
+//! is ever updated by CPU and GPU atomics at once (on the H200 machine that loses updates).
+//!
+//! A shard header keeps the producer side's counters in its first 64 bytes and the consumer
+//! side's in the next 64, so the two never share a cache line. A zero-filled region with a valid
+//! header is an empty map: every slot state starts as 0.
+//!
+//! | kind | slot | slots per shard |
+//! |---|---|---|
+//! | hash, per-CPU hash | state word, key (padded to 8), value (padded to 8) | a power of two ≥ 2 × capacity |
+//! | array, per-CPU array | value (padded to 8) | capacity |
+//! | ring buffer | sequence word, record (padded to 8) | capacity |
+
+use egpu_ebpf::MapKind;
+
+use crate::MapError;
+
+/// The first 8 bytes of every map: `egpu-map`.
+pub const MAGIC: [u8; 8] = *b"egpu-map";
+/// The layout version this crate reads and writes.
+pub const VERSION: u32 = 1;
+/// Bytes of the map header.
+pub const HEADER_BYTES: usize = 128;
+/// Bytes of a shard header.
+pub const SHARD_HEADER_BYTES: usize = 128;
+/// Largest key or value (record) size, in bytes.
+pub const MAX_ITEM_BYTES: u32 = 1 << 16;
+/// Largest capacity of a shard.
+pub const MAX_CAPACITY: u32 = 1 << 28;
+/// Largest number of shards of one side.
+pub const MAX_SHARDS: u32 = 4096;
+
+/// Byte offsets of the header's fields (each little endian).
+pub mod header {
+    /// `[u8; 8]`: [`MAGIC`](super::MAGIC). Written last when a map is created.
+    pub const MAGIC: usize = 0;
+    /// `u32`: [`VERSION`](super::VERSION).
+    pub const VERSION: usize = 8;
+    /// `u32`: the kind, as Linux numbers it ([`egpu_ebpf::MapKind`]).
+    pub const KIND: usize = 12;
+    /// `u32`: key size in bytes (4 for arrays, 0 for ring buffers).
+    pub const KEY_SIZE: usize = 16;
+    /// `u32`: value (record) size in bytes.
+    pub const VALUE_SIZE: usize = 20;
+    /// `u32`: entries a shard holds at most (records of a ring).
+    pub const CAPACITY: usize = 24;
+    /// `u32`: slots of a shard.
+    pub const SLOTS: usize = 28;
+    /// `u32`: shards written by host threads.
+    pub const CPU_SHARDS: usize = 32;
+    /// `u32`: shards written by streaming multiprocessors, after the host's.
+    pub const SM_SHARDS: usize = 36;
+    /// `u32`: bytes of a slot.
+    pub const SLOT_STRIDE: usize = 40;
+    /// `u32`: offset of the value (record) in a slot.
+    pub const VALUE_OFFSET: usize = 44;
+    /// `u64`: bytes of a shard, its header included.
+    pub const SHARD_STRIDE: usize = 48;
+    /// `u64`: bytes of the whole map.
+    pub const TOTAL_BYTES: usize = 56;
+    /// `u32`: process id of the creator (informational).
+    pub const CREATOR_PID: usize = 64;
+}
+
+/// Byte offsets of a shard header's counters (each a `u64`).
+pub mod shard {
+    /// Hash: live entries. Ring: the next ticket producers reserve (a hint; slots decide).
+    pub const LEN_OR_HEAD: usize = 0;
+    /// Hash: inserts refused because the shard was full. Ring: records dropped on a full ring.
+    pub const REFUSED: usize = 8;
+    /// Ring: the next ticket the consumer reads.
+    pub const TAIL: usize = 64;
+    /// Ring: reserved records whose producer died before committing, skipped by the consumer.
+    pub const LOST: usize = 72;
+    /// Ring: the process id of the consumer, 0 when none.
+    pub const CONSUMER: usize = 80;
+}
+
+/// Hash slot states: the top 3 bits of a slot's state word. The low 32 bits hold the key's tag
+/// (the high half of its hash); bits 32–60 hold the writer's process id while it inserts.
+pub mod hash_state {
+    /// Never used. A probe for a key stops here.
+    pub const EMPTY: u64 = 0;
+    /// Claimed by an inserter that is writing the key.
+    pub const BUSY: u64 = 1;
+    /// The key is written; the inserter is checking for a racing insert of the same key.
+    pub const KEYED: u64 = 2;
+    /// A live entry.
+    pub const FULL: u64 = 3;
+    /// A removed entry (or an abandoned insert): reusable, but probes go on past it.
+    pub const TOMB: u64 = 4;
+    /// Bit position of the state.
+    pub const SHIFT: u32 = 61;
+    /// Bit position of the owner's process id.
+    pub const OWNER_SHIFT: u32 = 32;
+    /// Mask of the owner field once shifted down.
+    pub const OWNER_MASK: u64 = (1 << 29) - 1;
+}
+
+/// Ring slot sequence words: the lap in the top 32 bits (ticket / capacity, wrapping), the
+/// state in bits 30–31, the producer's process id in bits 0–29 while it is reserved.
+pub mod ring_state {
+    /// Free for the producer of this lap's ticket.
+    pub const FREE: u64 = 0;
+    /// Reserved by a producer that is writing the record.
+    pub const RESERVED: u64 = 1;
+    /// Holds a record for the consumer.
+    pub const COMMITTED: u64 = 2;
+    /// Reserved, then given up by its producer: the consumer skips it.
+    pub const DISCARDED: u64 = 3;
+    /// Bit position of the state.
+    pub const SHIFT: u32 = 30;
+    /// Mask of the owner field.
+    pub const OWNER_MASK: u64 = (1 << 30) - 1;
+}
+
+/// The owner recorded by device writers: never taken for a dead process.
+pub const DEVICE_OWNER: u32 = (1 << 29) - 1;
+
+/// The hash of a key, fixed by the layout: the key's bytes as little-endian 8-byte words (the
+/// last one zero-padded), mixed by multiply-xor and finished with MurmurHash3's 64-bit mixer.
+/// The slot a key starts probing at is `hash & (slots - 1)`; its tag is `hash >> 32`.
+pub fn hash_key(key: &[u8]) -> u64 {
+    let mut h = 0x243f_6a88_85a3_08d3_u64 ^ key.len() as u64;
+    for chunk in key.chunks(8) {
+        let mut word = [0u8; 8];
+        word[..chunk.len()].copy_from_slice(chunk);
+        h = (h ^ u64::from_le_bytes(word)).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+    }
+    fmix64(h)
+}
+
+/// MurmurHash3's 64-bit finaliser.
+const fn fmix64(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+/// `n` rounded up to a multiple of 8.
+pub const fn pad8(n: u32) -> u32 {
+    n.div_ceil(8) * 8
+}
+
+/// Everything about a map's memory that follows from its kind, sizes, capacity and shards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Geometry {
+    /// The kind.
+    pub kind: MapKind,
+    /// Key size in bytes.
+    pub key_size: u32,
+    /// Value (record) size in bytes.
+    pub value_size: u32,
+    /// Entries (records) a shard holds at most.
+    pub capacity: u32,
+    /// Slots of a shard.
+    pub slots: u32,
+    /// Shards written by host threads.
+    pub cpu_shards: u32,
+    /// Shards written by streaming multiprocessors.
+    pub sm_shards: u32,
+    /// Bytes of a slot.
+    pub slot_stride: u32,
+    /// Offset of the value in a slot.
+    pub value_offset: u32,
+    /// Bytes of a shard, its header included.
+    pub shard_stride: u64,
+    /// Bytes of the map.
+    pub total_bytes: u64,
+}
+
+impl Geometry {
+    /// The geometry of a new map, or why it cannot exist.
+    pub fn new(
+        kind: MapKind,
+        key_size: u32,
+        value_size: u32,
+        capacity: u32,
+        cpu_shards: u32,
+        sm_shards: u32,
+    ) -> Result<Geometry, MapError> {
+        let bad = |reason: String| Err(MapError::Geometry { reason });
+        let per_cpu = matches!(kind, MapKind::PerCpuArray | MapKind::PerCpuHash);
+        match kind {
+            MapKind::Array | MapKind::PerCpuArray if key_size != 4 => {
+                return bad(format!("an array's key is a u32 index, not {key_size} bytes"));
+            }
+            MapKind::RingBuf if key_size != 0 => {
+                return bad(format!("a ring buffer has no key, not {key_size} bytes"));
+            }
+            MapKind::Hash | MapKind::PerCpuHash if key_size == 0 => {
+                return bad("a hash map's key cannot be empty".into());
+            }
+            _ => {}
+        }
+        if key_size > MAX_ITEM_BYTES || value_size > MAX_ITEM_BYTES {
+            return bad(format!("keys and values are at most {MAX_ITEM_BYTES} bytes"));
+        }
+        if value_size == 0 {
+            return bad("the value (record) size cannot be 0".into());
+        }
+        if capacity == 0 || capacity > MAX_CAPACITY {
+            return bad(format!("the capacity must be 1 to {MAX_CAPACITY}, not {capacity}"));
+        }
+        if cpu_shards > MAX_SHARDS || sm_shards > MAX_SHARDS {
+            return bad(format!("at most {MAX_SHARDS} shards per side"));
+        }
+        if !per_cpu && kind != MapKind::RingBuf && cpu_shards + sm_shards != 1 {
+            return bad(format!(
+                "a {} map has one shard, not {cpu_shards} host and {sm_shards} device shards",
+                kind.name()
+            ));
+        }
+        if cpu_shards + sm_shards == 0 {
+            return bad("a map needs at least one shard".into());
+        }
+        let (slots, slot_stride, value_offset) = match kind {
+            MapKind::Hash | MapKind::PerCpuHash => {
+                let slots = (capacity.next_power_of_two()).max(4) * 2;
+                (slots, 8 + pad8(key_size) + pad8(value_size), 8 + pad8(key_size))
+            }
+            MapKind::Array | MapKind::PerCpuArray => (capacity, pad8(value_size), 0),
+            MapKind::RingBuf => (capacity, 8 + pad8(value_size), 8),
+            other => return bad(format!("{other:?} maps are not supported")),
+        };
+        let shard_stride = SHARD_HEADER_BYTES as u64 + u64::from(slots) * u64::from(slot_stride);
+        let total_bytes = HEADER_BYTES as u64 + u64::from(cpu_shards + sm_shards) * shard_stride;
+        if total_bytes > isize::MAX as u64 / 2 {
+            return bad(format!("the map would take {total_bytes} bytes"));
+        }
+        Ok(Geometry {
+            kind,
+            key_size,
+            value_size,
+            capacity,
+            slots,
+            cpu_shards,
+            sm_shards,
+            slot_stride,
+            value_offset,
+            shard_stride,
+            total_bytes,
+        })
+    }
+
+    /// All shards.
+    pub fn shards(&self) -> u32 {
+        self.cpu_shards + self.sm_shards
+    }
+
+    /// Byte offset of shard `s` (its header).
+    pub fn shard_offset(&self, s: u32) -> usize {
+        HEADER_BYTES + s as usize * self.shard_stride as usize
+    }
+
+    /// Byte offset of slot `i` of shard `s`.
+    pub fn slot_offset(&self, s: u32, i: u32) -> usize {
+        self.shard_offset(s) + SHARD_HEADER_BYTES + i as usize * self.slot_stride as usize
+    }
+
+    /// The header of a map of this geometry, as bytes, with `creator` as the creator's pid.
+    /// The magic is included; writers store it last.
+    pub fn header_bytes(&self, creator: u32) -> [u8; HEADER_BYTES] {
+        let mut h = [0u8; HEADER_BYTES];
+        let mut put = |off: usize, bytes: &[u8]| h[off..off + bytes.len()].copy_from_slice(bytes);
+        put(header::MAGIC, &MAGIC);
+        put(header::VERSION, &VERSION.to_le_bytes());
+        put(header::KIND, &(self.kind as u32).to_le_bytes());
+        put(header::KEY_SIZE, &self.key_size.to_le_bytes());
+        put(header::VALUE_SIZE, &self.value_size.to_le_bytes());
+        put(header::CAPACITY, &self.capacity.to_le_bytes());
+        put(header::SLOTS, &self.slots.to_le_bytes());
+        put(header::CPU_SHARDS, &self.cpu_shards.to_le_bytes());
+        put(header::SM_SHARDS, &self.sm_shards.to_le_bytes());
+        put(header::SLOT_STRIDE, &self.slot_stride.to_le_bytes());
+        put(header::VALUE_OFFSET, &self.value_offset.to_le_bytes());
+        put(header::SHARD_STRIDE, &self.shard_stride.to_le_bytes());
+        put(header::TOTAL_BYTES, &self.total_bytes.to_le_bytes());
+        put(header::CREATOR_PID, &creator.to_le_bytes());
+        h
+    }
+
+    /// Reads and checks a header: the magic, the version, a known kind, sizes and a capacity
+    /// that make a valid map, derived fields equal to what they must be, and `len` bytes
+    /// enough for all of it.
+    pub fn from_header(bytes: &[u8], len: usize) -> Result<Geometry, MapError> {
+        if bytes.len() < HEADER_BYTES || len < HEADER_BYTES {
+            return Err(MapError::TooShort { len, need: HEADER_BYTES as u64 });
+        }
+        let u32_at = |off: usize| u32::from_le_bytes(bytes[off..off + 4].try_into().unwrap());
+        let u64_at = |off: usize| u64::from_le_bytes(bytes[off..off + 8].try_into().unwrap());
+        if bytes[..8] != MAGIC {
+            return Err(MapError::BadMagic { found: u64_at(header::MAGIC) });
+        }
+        let version = u32_at(header::VERSION);
+        if version != VERSION {
+            return Err(MapError::Version { found: version, expected: VERSION });
+        }
+        let kind_number = u32_at(header::KIND);
+        let kind =
+            MapKind::from_linux(kind_number).ok_or(MapError::UnknownKind { found: kind_number })?;
+        let geometry = Geometry::new(
+            kind,
+            u32_at(header::KEY_SIZE),
+            u32_at(header::VALUE_SIZE),
+            u32_at(header::CAPACITY),
+            u32_at(header::CPU_SHARDS),
+            u32_at(header::SM_SHARDS),
+        )?;
+        let stored = [
+            ("slots", u64::from(u32_at(header::SLOTS)), u64::from(geometry.slots)),
+            (
+                "slot stride",
+                u64::from(u32_at(header::SLOT_STRIDE)),
+                u64::from(geometry.slot_stride),
+            ),
+            (
+                "value offset",
+                u64::from(u32_at(header::VALUE_OFFSET)),
+                u64::from(geometry.value_offset),
+            ),
+            ("shard stride", u64_at(header::SHARD_STRIDE), geometry.shard_stride),
+            ("total size", u64_at(header::TOTAL_BYTES), geometry.total_bytes),
+        ];
+        if let Some((field, found, expected)) = stored.into_iter().find(|(_, f, e)| f != e) {
+            return Err(MapError::Geometry {
+                reason: format!(
+                    "the header's {field} is {found}, where the layout needs {expected}"
+                ),
+            });
+        }
+        if (len as u64) < geometry.total_bytes {
+            return Err(MapError::TooShort { len, need: geometry.total_bytes });
+        }
+        Ok(geometry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hash_is_fixed() {
+        // The layout fixes these values: the GPU backend and other processes compute the same.
+        assert_eq!(hash_key(&[]), fmix64(0x243f_6a88_85a3_08d3));
+        assert_eq!(hash_key(&7u64.to_le_bytes()), hash_key(&[7, 0, 0, 0, 0, 0, 0, 0]));
+        assert_ne!(hash_key(&7u32.to_le_bytes()), hash_key(&7u64.to_le_bytes()));
+        assert_eq!(hash_key(&1u64.to_le_bytes()), 0xa762_47ef_fee7_d885);
+        assert_eq!(hash_key(b"hello, world"), 0x591f_3aac_0f30_e7a4);
+    }
+
+    #[test]
+    fn header_round_trips_and_checks_every_field() {
+        let g = Geometry::new(MapKind::PerCpuHash, 12, 20, 100, 3, 2).unwrap();
+        assert_eq!(g.slots, 256);
+        assert_eq!(g.slot_stride, 8 + 16 + 24);
+        let h = g.header_bytes(42);
+        assert_eq!(Geometry::from_header(&h, g.total_bytes as usize).unwrap(), g);
+        assert!(matches!(
+            Geometry::from_header(&h, g.total_bytes as usize - 1),
+            Err(MapError::TooShort { .. })
+        ));
+        for off in [header::SLOTS, header::SLOT_STRIDE, header::SHARD_STRIDE, header::TOTAL_BYTES] {
+            let mut bad = h;
+            bad[off] ^= 1;
+            assert!(matches!(
+                Geometry::from_header(&bad, usize::MAX),
+                Err(MapError::Geometry { .. })
+            ));
+        }
+    }
+}
