@@ -84,27 +84,29 @@ pub const HELPERS: &[HelperInfo] = &[
         name: "bpf_map_lookup_elem",
         args: &[ArgKind::MapRef, ArgKind::MapKey],
         ret: RetKind::MapValueOrNull,
-        cpu: "pointer to the value stored under the key, or null",
+        cpu: "pointer to the value stored under the key (in the calling CPU's shard of a per-CPU \
+              map), or null",
         gpu: "the same, on the map's device mapping",
-        on_cpu: false,
+        on_cpu: true,
     },
     HelperInfo {
         id: id::MAP_UPDATE_ELEM,
         name: "bpf_map_update_elem",
         args: &[ArgKind::MapRef, ArgKind::MapKey, ArgKind::MapValue, ArgKind::Scalar],
         ret: RetKind::Scalar,
-        cpu: "stores the value under the key; 0, or a negative error when the map is full",
+        cpu: "stores the value under the key as the flags say (0 any, 1 only new, 2 only \
+              existing); 0, or -E2BIG when the map is full, -EEXIST, -ENOENT",
         gpu: "the same, on the map's device mapping",
-        on_cpu: false,
+        on_cpu: true,
     },
     HelperInfo {
         id: id::MAP_DELETE_ELEM,
         name: "bpf_map_delete_elem",
         args: &[ArgKind::MapRef, ArgKind::MapKey],
         ret: RetKind::Scalar,
-        cpu: "removes the key; 0, or a negative error when it is absent",
+        cpu: "removes the key; 0, or -ENOENT when it is absent (-EINVAL on arrays)",
         gpu: "the same, on the map's device mapping",
-        on_cpu: false,
+        on_cpu: true,
     },
     HelperInfo {
         id: id::KTIME_GET_NS,
@@ -147,9 +149,10 @@ pub const HELPERS: &[HelperInfo] = &[
         name: "bpf_ringbuf_output",
         args: &[ArgKind::RingBuf, ArgKind::Mem, ArgKind::MemSize, ArgKind::Scalar],
         ret: RetKind::Scalar,
-        cpu: "copies a record into the ring buffer; a full ring drops it and counts the drop",
+        cpu: "copies a record (at most the ring's record size, zero-padded) into the ring of the \
+              calling CPU; 0, or -EAGAIN when the ring is full (the drop is counted)",
         gpu: "the same, on the ring's device mapping",
-        on_cpu: false,
+        on_cpu: true,
     },
 ];
 

@@ -73,9 +73,10 @@ pub struct MapDef {
     pub kind: MapKind,
     /// Key size in bytes (4 for arrays, 0 for ring buffers).
     pub key_size: u32,
-    /// Value size in bytes (0 for ring buffers).
+    /// Value size in bytes; for a ring buffer, the size of its records (egpu's rings hold
+    /// fixed-size records).
     pub value_size: u32,
-    /// Capacity: entries, or bytes of a ring buffer.
+    /// Capacity: entries (per shard, for per-CPU kinds), or records of a ring buffer.
     pub max_entries: u32,
 }
 

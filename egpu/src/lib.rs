@@ -7,13 +7,15 @@
 //! | module | what it holds |
 //! |---|---|
 //! | [`ebpf`] | the eBPF core: instructions, programs, helpers, contexts, assembler |
-//! | [`vm`] | the CPU VM around rbpf: legalisation, engine choice, runs |
+//! | [`maps`] | typed maps with one memory layout for host, VM, GPU and other processes |
+//! | [`vm`] | the CPU VM around rbpf: legalisation, engine choice, map binding, runs |
 //! | [`device`] | the GPU side: the CUDA driver layer (more to come) |
 //! | [`testing`] | helpers for tests that need a GPU |
 #![deny(missing_docs)]
 
 pub use egpu_device as device;
 pub use egpu_ebpf as ebpf;
+pub use egpu_maps as maps;
 
 pub mod vm;
 

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use egpu_ebpf::helpers::id;
 use egpu_ebpf::{AtomicOp, Size};
+use egpu_maps::{RawMap, UpdateFlags};
 
 /// rbpf's helper signature.
 pub(crate) type Helper = fn(u64, u64, u64, u64, u64) -> u64;
@@ -37,26 +38,31 @@ pub enum Fault {
     BadCallx,
 }
 
-/// Memory a run may touch through helpers, and the first fault a helper met.
+/// Memory a run may touch through helpers, and the first fault a helper met. Interpreter runs
+/// set one up, so that atomics are checked like every other access there; JIT runs do not, and
+/// helpers trust the verifier's proof.
 #[derive(Debug)]
-pub(crate) struct RunState {
+pub(crate) struct RunState<'a> {
     pub(crate) ctx: (u64, u64),
     pub(crate) stack: (u64, u64),
+    pub(crate) maps: &'a [(u64, u64)],
     pub(crate) fault: Cell<Option<Fault>>,
 }
 
 thread_local! {
-    static CURRENT: Cell<*const RunState> = const { Cell::new(ptr::null()) };
+    static CURRENT: Cell<*const RunState<'static>> = const { Cell::new(ptr::null()) };
 }
 
 /// Makes `state` the current run's state on this thread until dropped (runs may nest).
 pub(crate) struct Current {
-    prev: *const RunState,
+    prev: *const RunState<'static>,
 }
 
 impl Current {
-    pub(crate) fn enter(state: &RunState) -> Current {
-        Current { prev: CURRENT.replace(state) }
+    pub(crate) fn enter(state: &RunState<'_>) -> Current {
+        // The lifetime is erased: the guard is dropped before `state` (see `Vm::run_checked`).
+        let p = (state as *const RunState<'_>).cast::<RunState<'static>>();
+        Current { prev: CURRENT.replace(p) }
     }
 }
 
@@ -66,8 +72,8 @@ impl Drop for Current {
     }
 }
 
-/// Calls `f` with the current run's state; `None` outside a run.
-fn with_run<R>(f: impl FnOnce(&RunState) -> R) -> Option<R> {
+/// Calls `f` with the current run's state; `None` outside a checked run.
+fn with_run<R>(f: impl FnOnce(&RunState<'_>) -> R) -> Option<R> {
     let p = CURRENT.get();
     // SAFETY: `CURRENT` is only non-null while a `Current` guard for a live `RunState` exists on
     // this thread, and the guard restores the previous value when the run ends.
@@ -82,11 +88,14 @@ fn fault(f: Fault) {
     });
 }
 
-/// Checks that `size` bytes at `addr` lie in the stack or the context and are aligned.
+/// In a checked (interpreter) run, checks that `size` bytes at `addr` lie in the stack, the
+/// context or a bound map and are aligned. Outside one (the JIT), the verifier's proof stands.
 fn checked(addr: u64, size: u32) -> bool {
     let inside =
         |(lo, hi): (u64, u64)| addr >= lo && addr.checked_add(size.into()).is_some_and(|e| e <= hi);
-    let ok = with_run(|run| inside(run.stack) || inside(run.ctx)).unwrap_or(false);
+    let ok =
+        with_run(|run| inside(run.stack) || inside(run.ctx) || run.maps.iter().any(|&m| inside(m)))
+            .unwrap_or(true);
     if !ok {
         fault(Fault::OutOfBounds { addr, size });
         return false;
@@ -136,6 +145,67 @@ fn get_current_pid_tgid(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     // SAFETY: getpid and gettid take no arguments and cannot fail.
     let (pid, tid) = unsafe { (libc::getpid(), libc::gettid()) };
     ((pid as u64) << 32) | tid as u32 as u64
+}
+
+// Map helpers. Their first argument is the address of the VM's `RawMap` for the map (what the
+// legalised `lddw rX, map[n]` loads); the verifier proved that it is one, and that key, value and
+// record pointers address as many readable bytes as the map's sizes (or `size`) say.
+
+/// The map a map helper was given.
+///
+/// # Safety
+/// `map` must be what legalised code loads for a map reference: the address of a `RawMap` the
+/// VM owns for as long as it runs the program.
+unsafe fn bound_map<'a>(map: u64) -> &'a RawMap {
+    // SAFETY: forwarded to the caller.
+    unsafe { &*(map as *const RawMap) }
+}
+
+/// # Safety
+/// `ptr` must address `len` readable bytes for the call.
+unsafe fn bytes<'a>(ptr: u64, len: usize) -> &'a [u8] {
+    // SAFETY: forwarded to the caller.
+    unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }
+}
+
+fn map_lookup_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: see the section's comment: the verifier typed r1 as a map reference and r2 as a
+    // pointer to `key_size` readable bytes.
+    let map = unsafe { bound_map(map) };
+    // SAFETY: as above.
+    let key = unsafe { bytes(key, map.geometry().key_size as usize) };
+    match map.lookup(key) {
+        Ok(Some(value)) => value.as_ptr() as u64,
+        _ => 0,
+    }
+}
+
+fn map_update_elem(map: u64, key: u64, value: u64, flags: u64, _: u64) -> u64 {
+    // SAFETY: as for `map_lookup_elem`; r3 points at `value_size` readable bytes.
+    let map = unsafe { bound_map(map) };
+    let g = map.geometry();
+    // SAFETY: as above.
+    let (key, value) =
+        unsafe { (bytes(key, g.key_size as usize), bytes(value, g.value_size as usize)) };
+    let result = UpdateFlags::from_linux(flags).and_then(|flags| map.update(key, value, flags));
+    result.map_or_else(|e| e.errno() as u64, |()| 0)
+}
+
+fn map_delete_elem(map: u64, key: u64, _: u64, _: u64, _: u64) -> u64 {
+    // SAFETY: as for `map_lookup_elem`.
+    let map = unsafe { bound_map(map) };
+    // SAFETY: as above.
+    let key = unsafe { bytes(key, map.geometry().key_size as usize) };
+    map.delete(key).map_or_else(|e| e.errno() as u64, |()| 0)
+}
+
+fn ringbuf_output(ring: u64, data: u64, size: u64, _flags: u64, _: u64) -> u64 {
+    // SAFETY: as for `map_lookup_elem`: r1 is a ring buffer, r2 points at `size` readable
+    // bytes, with `size` bounded by the verifier.
+    let ring = unsafe { bound_map(ring) };
+    // SAFETY: as above.
+    let data = unsafe { bytes(data, size as usize) };
+    ring.output(data).map_or_else(|e| e.errno() as u64, |()| 0)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -278,6 +348,10 @@ macro_rules! bindings {
 }
 
 bindings! {
+    map_lookup_elem: id::MAP_LOOKUP_ELEM,
+    map_update_elem: id::MAP_UPDATE_ELEM,
+    map_delete_elem: id::MAP_DELETE_ELEM,
+    ringbuf_output: id::RINGBUF_OUTPUT,
     ktime_get_ns: id::KTIME_GET_NS,
     get_prandom_u32: id::GET_PRANDOM_U32,
     get_smp_processor_id: id::GET_SMP_PROCESSOR_ID,

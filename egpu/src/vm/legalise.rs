@@ -21,6 +21,7 @@
 //! | `callx` | a chain of `jeq` over the bound helpers |
 //! | atomics | a call to an egpu helper, with `r0`–`r5` saved in the frame's scratch area |
 //! | `call local` | `r10` moved down one frame around the call |
+//! | `lddw rX, map[n]` | `lddw rX, <address of the VM's binding of map n>` |
 //! | 64-bit `neg` | `xor dst, -1` and `add dst, 1` (the interpreter's `neg` panics on `i64::MIN` in debug builds) |
 //!
 //! egpu gives the program its own stack instead of rbpf's: a block of
@@ -58,6 +59,9 @@ pub(crate) struct Legalised {
     pub(crate) origin: Vec<usize>,
     /// Whether it calls egpu's internal helpers, which need the run's state.
     pub(crate) uses_internal_helpers: bool,
+    /// Whether it has a legalised `callx`, whose fallback reports a fault through the run's
+    /// state (on both engines).
+    pub(crate) uses_callx: bool,
 }
 
 /// A position in the output, bound once the layout is known.
@@ -145,11 +149,13 @@ impl Emitter {
 }
 
 /// Legalises `program` for a VM whose frame 0 has `r10 = frame_top`. `bound` lists the helper
-/// numbers the VM provides, for `callx`.
+/// numbers the VM provides, for `callx`; `maps[n]` is what `lddw rX, map[n]` loads (the address
+/// of the VM's binding of map `n`, which the map helpers take as their first argument).
 pub(crate) fn legalise(
     program: &Program,
     frame_top: u64,
     bound: &[u32],
+    maps: &[u64],
 ) -> Result<Legalised, LoadError> {
     let n = program.insns().len();
     // Labels 0..n are the original instruction starts.
@@ -162,7 +168,7 @@ pub(crate) fn legalise(
         for d in program.decoded().iter().filter(|d| (f.start..f.end).contains(&d.pc)) {
             e.origin = d.pc;
             e.bind(Label(d.pc));
-            rewrite(&mut e, d.pc, d.insn, bound)?;
+            rewrite(&mut e, d.pc, d.insn, bound, maps)?;
         }
     }
     assemble(e.ops)
@@ -192,7 +198,13 @@ fn layout_order(program: &Program) -> Vec<usize> {
     post
 }
 
-fn rewrite(e: &mut Emitter, pc: usize, insn: Instruction, bound: &[u32]) -> Result<(), LoadError> {
+fn rewrite(
+    e: &mut Emitter,
+    pc: usize,
+    insn: Instruction,
+    bound: &[u32],
+    maps: &[u64],
+) -> Result<(), LoadError> {
     use Instruction as I;
     match insn {
         I::Alu { op: AluOp::Mov, width: Width::W32, dst, src: Operand::Reg(src) } => {
@@ -222,7 +234,11 @@ fn rewrite(e: &mut Emitter, pc: usize, insn: Instruction, bound: &[u32]) -> Resu
         I::Endian { order: ByteOrder::Swap, bits, dst } => {
             e.insn(I::Endian { order: ByteOrder::Be, bits, dst });
         }
-        I::LoadImm64 { imm: Imm64::Map(_), .. } => return Err(LoadError::MapsUnsupported { pc }),
+        I::LoadImm64 { dst, imm: Imm64::Map(n) } => {
+            // `Program::new` checked the index against the map table, which the VM binds whole.
+            let addr = maps[n as usize];
+            e.insn(I::LoadImm64 { dst, imm: Imm64::Value(addr) });
+        }
         I::Load { size, signed: true, dst, base, off } => {
             e.insn(I::Load { size, signed: false, dst, base, off });
             let shift = 64 - 8 * size.bytes() as i32;
@@ -501,5 +517,8 @@ fn assemble(ops: Vec<(Op, usize)>) -> Result<Legalised, LoadError> {
     let uses_internal_helpers = insns.iter().any(
         |i| matches!(i, Instruction::Call(CallTarget::Helper(id)) if helpers::is_internal(*id)),
     );
-    Ok(Legalised { insns, origin, uses_internal_helpers })
+    let uses_callx = insns.iter().any(
+        |i| matches!(i, Instruction::Call(CallTarget::Helper(id)) if *id == helpers::BAD_CALLX),
+    );
+    Ok(Legalised { insns, origin, uses_internal_helpers, uses_callx })
 }

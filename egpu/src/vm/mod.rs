@@ -32,7 +32,9 @@ use std::marker::PhantomData;
 
 use bytemuck::Pod;
 use egpu_ebpf::verifier::{VerifyError, verify};
-use egpu_ebpf::{Instruction, Program};
+use egpu_ebpf::{Instruction, MapDef, MapKind, Program};
+use egpu_maps::layout::Geometry;
+use egpu_maps::{Placement, RawMap};
 use thiserror::Error;
 
 pub use helpers::Fault;
@@ -103,11 +105,23 @@ pub enum LoadError {
         /// The helper number.
         id: u32,
     },
-    /// A map reference: the CPU VM binds maps once `egpu-maps` provides them.
-    #[error("instruction {pc}: map references are not supported by the CPU VM yet")]
-    MapsUnsupported {
-        /// The instruction.
-        pc: usize,
+    /// The maps given do not match the program's map table.
+    #[error("the program's map table has {expected} maps; {given} were given")]
+    MapCount {
+        /// Entries of the program's table.
+        expected: usize,
+        /// Maps given.
+        given: usize,
+    },
+    /// A map given, or made, for an entry of the program's map table does not fit it.
+    #[error("map {index} (`{name}`): {reason}")]
+    Map {
+        /// The entry of the table.
+        index: usize,
+        /// Its name.
+        name: String,
+        /// What is wrong.
+        reason: String,
     },
     /// The legalised program is longer than rbpf's interpreter can run.
     #[error(
@@ -174,6 +188,11 @@ pub struct Vm {
     #[expect(dead_code, reason = "owns the stack block the legalised code addresses")]
     stack: Box<[u64]>,
     stack_range: (u64, u64),
+    /// The maps of the program's table; legalised code holds the address of each element, so
+    /// the slice is never resized.
+    maps: Box<[RawMap]>,
+    /// Each map's memory, for the interpreter's checks of atomics.
+    map_ranges: Box<[(u64, u64)]>,
     engine: Engine,
     jit_refusal: Option<JitRefusal>,
     ctx_size: usize,
@@ -181,7 +200,10 @@ pub struct Vm {
     ctx_need: usize,
     listing: Vec<Instruction>,
     origin: Vec<usize>,
-    uses_internal_helpers: bool,
+    /// Whether runs need the per-run state helpers report faults through: interpreter runs of
+    /// programs with atomics (whose helpers check addresses there, as rbpf checks every other
+    /// access), and runs of programs with `callx`.
+    needs_state: bool,
     /// The JIT runs it, and it needs no per-run state.
     fast: bool,
     _not_send: PhantomData<*const ()>,
@@ -201,25 +223,113 @@ impl fmt::Debug for Vm {
 const JIT_PAGE: usize = 4096;
 
 impl Vm {
-    /// Loads `program` for the JIT where it applies, else for the interpreter.
+    /// Loads `program` for the JIT where it applies, else for the interpreter, with a new,
+    /// empty map in process memory for each entry of its map table ([`Vm::maps`]).
     pub fn new(program: &Program) -> Result<Vm, LoadError> {
         Vm::with_engine(program, EngineChoice::Auto)
     }
 
-    /// Loads `program` for the engine chosen.
+    /// Loads `program` for the engine chosen, with new maps.
     pub fn with_engine(program: &Program, choice: EngineChoice) -> Result<Vm, LoadError> {
+        let maps = program
+            .maps()
+            .iter()
+            .enumerate()
+            .map(|(index, def)| new_map(def).map_err(|e| map_error(index, def, e)))
+            .collect::<Result<Vec<_>, _>>()?;
+        Vm::with_maps(program, &maps, choice)
+    }
+
+    /// Loads `program` for the engine chosen, binding entry `n` of its map table to `maps[n]`:
+    /// maps shared with host code, other VMs (one per thread), the GPU or other processes.
+    /// Each map must be of the entry's kind, key size and value (record) size.
+    ///
+    /// ```
+    /// use egpu::ebpf::{AttachPoint, MapDef, MapKind, Program, assemble};
+    /// use egpu::maps::HashMap;
+    /// use egpu::vm::{EngineChoice, Vm};
+    ///
+    /// static COUNTS: HashMap<u32, u64> = HashMap::with_capacity(64);
+    ///
+    /// // counts[ctx.word0] += 1
+    /// let program = Program::new(
+    ///     assemble(
+    ///         "ldxw %r2, [%r1+0]
+    ///          stxw [%r10-4], %r2
+    ///          lddw %r1, map[0]
+    ///          mov %r2, %r10
+    ///          add %r2, -4
+    ///          call 1
+    ///          jeq %r0, 0, +2
+    ///          mov %r1, 1
+    ///          lock add [%r0+0], %r1
+    ///          mov %r0, 0
+    ///          exit",
+    ///     )?,
+    ///     vec![MapDef {
+    ///         name: "counts".into(),
+    ///         kind: MapKind::Hash,
+    ///         key_size: 4,
+    ///         value_size: 8,
+    ///         max_entries: 64,
+    ///     }],
+    ///     AttachPoint::User { ctx_size: 4 },
+    /// )?;
+    /// let mut vm = Vm::with_maps(&program, &[COUNTS.raw().clone()], EngineChoice::Auto)?;
+    /// COUNTS.insert(&7, &40)?;
+    /// vm.run(&mut 7u32.to_le_bytes())?;
+    /// vm.run(&mut 7u32.to_le_bytes())?;
+    /// assert_eq!(COUNTS.get(&7), Some(42));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_maps(
+        program: &Program,
+        maps: &[RawMap],
+        choice: EngineChoice,
+    ) -> Result<Vm, LoadError> {
         let verified = verify(program)?;
-        Vm::load(program, verified.context_bytes(), choice)
+        let defs = program.maps();
+        if defs.len() != maps.len() {
+            return Err(LoadError::MapCount { expected: defs.len(), given: maps.len() });
+        }
+        for (index, (def, map)) in defs.iter().zip(maps).enumerate() {
+            map.expect(def.kind, def.key_size, def.value_size)
+                .map_err(|e| map_error(index, def, e))?;
+        }
+        Vm::load(program, verified.context_bytes(), maps.into(), choice)
+    }
+
+    /// The maps bound to the program, in the order of its map table.
+    pub fn maps(&self) -> &[RawMap] {
+        &self.maps
     }
 
     /// Loads a program the verifier accepted, which may access the first `ctx_need` bytes of
     /// its context. (Unit tests also load unverified programs through here, to reach paths the
     /// verifier closes.)
-    fn load(program: &Program, ctx_need: usize, choice: EngineChoice) -> Result<Vm, LoadError> {
+    fn load(
+        program: &Program,
+        ctx_need: usize,
+        maps: Box<[RawMap]>,
+        choice: EngineChoice,
+    ) -> Result<Vm, LoadError> {
         let mut stack = vec![0u64; STACK_BYTES / 8 + 1].into_boxed_slice();
         let base = stack.as_mut_ptr() as u64;
         let top = base + STACK_BYTES as u64;
-        let legal = legalise::legalise(program, top - SCRATCH_BYTES as u64, &helpers::callable())?;
+        let map_addrs: Vec<u64> = maps.iter().map(|m| m as *const RawMap as u64).collect();
+        let map_ranges: Box<[(u64, u64)]> = maps
+            .iter()
+            .map(|m| {
+                let (ptr, len) = m.memory();
+                (ptr.as_ptr() as u64, ptr.as_ptr() as u64 + len as u64)
+            })
+            .collect();
+        let legal = legalise::legalise(
+            program,
+            top - SCRATCH_BYTES as u64,
+            &helpers::callable(),
+            &map_addrs,
+        )?;
         let ctx_size = program.attach().context_size();
 
         let (mut engine, mut jit_refusal) = match (choice, jit_verdict(&legal.insns)) {
@@ -244,6 +354,9 @@ impl Vm {
         rbpf.set_stack_usage_calculator(|_, _, _| 0, Box::new(())).map_err(rbpf_err)?;
         rbpf.set_program(code_ref).map_err(rbpf_err)?;
         rbpf.register_allowed_memory(base..top);
+        for &(lo, hi) in &map_ranges {
+            rbpf.register_allowed_memory(lo..hi);
+        }
         let bindings = helpers::bindings();
         let register = |rbpf: &mut rbpf::EbpfVmRaw<'static>, engine: Engine| {
             for b in &bindings {
@@ -268,12 +381,15 @@ impl Vm {
             code,
             stack,
             stack_range: (base, top),
+            maps,
+            map_ranges,
             engine,
             jit_refusal,
             ctx_size,
             ctx_need,
-            uses_internal_helpers: legal.uses_internal_helpers,
-            fast: engine == Engine::Jit && !legal.uses_internal_helpers,
+            needs_state: legal.uses_callx
+                || legal.uses_internal_helpers && engine == Engine::Interpreter,
+            fast: engine == Engine::Jit && !legal.uses_callx,
             listing: legal.insns,
             origin: legal.origin,
             _not_send: PhantomData,
@@ -323,19 +439,24 @@ impl Vm {
         if ctx.len() < self.ctx_need {
             return Err(RunError::ContextTooShort { len: ctx.len(), need: self.ctx_need });
         }
-        if !self.uses_internal_helpers {
+        if !self.needs_state {
             return self.execute(ctx);
         }
         let start = ctx.as_mut_ptr() as u64;
+        // Moved out for the run, so that `execute` can borrow `self` mutably meanwhile.
+        let map_ranges = std::mem::take(&mut self.map_ranges);
         let state = helpers::RunState {
             ctx: (start, start + ctx.len() as u64),
             stack: self.stack_range,
+            maps: &map_ranges,
             fault: Cell::new(None),
         };
         let current = helpers::Current::enter(&state);
         let result = self.execute(ctx);
         drop(current);
-        match state.fault.get() {
+        let fault = state.fault.get();
+        self.map_ranges = map_ranges;
+        match fault {
             Some(fault) => Err(RunError::Fault(fault)),
             None => result,
         }
@@ -364,6 +485,22 @@ impl Vm {
         }
         self.run(bytemuck::bytes_of_mut(ctx))
     }
+}
+
+/// A new, empty map in process memory for an entry of a program's map table: per-CPU maps get
+/// one shard per logical CPU.
+fn new_map(def: &MapDef) -> Result<RawMap, egpu_maps::MapError> {
+    let cpu_shards = match def.kind {
+        MapKind::PerCpuArray | MapKind::PerCpuHash => egpu_maps::cpu_count(),
+        _ => 1,
+    };
+    let geometry =
+        Geometry::new(def.kind, def.key_size, def.value_size, def.max_entries, cpu_shards, 0)?;
+    RawMap::create(geometry, &Placement::Process)
+}
+
+fn map_error(index: usize, def: &MapDef, e: egpu_maps::MapError) -> LoadError {
+    LoadError::Map { index, name: def.name.clone(), reason: e.to_string() }
 }
 
 /// JIT-compiles, turning rbpf's errors, and any panic it might still raise, into a refusal.

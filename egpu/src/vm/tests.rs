@@ -18,8 +18,8 @@ fn program(text: &str, ctx_size: u32) -> Program {
 /// reaches a path the verifier closes).
 fn both_unverified(p: &Program) -> [Vm; 2] {
     [
-        Vm::load(p, 0, EngineChoice::Interpreter).expect("interpreter loads"),
-        Vm::load(p, 0, EngineChoice::Jit).expect("JIT loads"),
+        Vm::load(p, 0, Box::new([]), EngineChoice::Interpreter).expect("interpreter loads"),
+        Vm::load(p, 0, Box::new([]), EngineChoice::Jit).expect("JIT loads"),
     ]
 }
 
@@ -218,28 +218,79 @@ fn the_jit_refuses_a_context_shorter_than_the_program_reads() {
 }
 
 #[test]
-fn helpers_outside_the_cpu_table_and_maps_are_refused_at_load() {
+fn internal_helpers_are_refused_at_load() {
     // Helpers outside the table are refused by the verifier, internal ones included.
     let internal = program(
         &format!("call {}\nexit", helpers::atomic_helper(egpu_ebpf::AtomicOp::Add, Size::DW)),
         0,
     );
     assert!(matches!(Vm::new(&internal), Err(LoadError::Verify(_))));
-    let map = egpu_ebpf::MapDef {
+}
+
+fn array_def(value_size: u32) -> egpu_ebpf::MapDef {
+    egpu_ebpf::MapDef {
         name: "m".into(),
         kind: egpu_ebpf::MapKind::Array,
         key_size: 4,
-        value_size: 8,
-        max_entries: 1,
-    };
-    let p = Program::new(
-        assemble("lddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -8\nstw [%r10-8], 0\ncall 1\nmov %r0, 0\nexit")
-            .unwrap(),
-        vec![map],
+        value_size,
+        max_entries: 2,
+    }
+}
+
+/// `m[1] += 5` through a lookup and an atomic add, returning the old value.
+fn array_adder() -> Program {
+    Program::new(
+        assemble(
+            "stw [%r10-4], 1
+             lddw %r1, map[0]
+             mov %r2, %r10
+             add %r2, -4
+             call 1
+             mov %r6, 99
+             jeq %r0, 0, +2
+             mov %r6, 5
+             lock fetch add [%r0+0], %r6
+             mov %r0, %r6
+             exit",
+        )
+        .unwrap(),
+        vec![array_def(8)],
+        AttachPoint::User { ctx_size: 0 },
+    )
+    .unwrap()
+}
+
+#[test]
+fn maps_are_bound_and_shared_by_both_engines() {
+    let p = array_adder();
+    let mut interp = Vm::with_engine(&p, EngineChoice::Interpreter).unwrap();
+    let map = interp.maps()[0].clone();
+    let mut jit = Vm::with_maps(&p, std::slice::from_ref(&map), EngineChoice::Auto).unwrap();
+    assert_eq!(interp.run(&mut []).unwrap(), 0);
+    assert_eq!(jit.run(&mut []).unwrap(), 5);
+    assert_eq!(interp.run(&mut []).unwrap(), 10);
+    let value = map.lookup(&1u32.to_le_bytes()).unwrap().unwrap();
+    // SAFETY: the map lives, and nothing else writes it now.
+    assert_eq!(unsafe { value.cast::<u64>().read() }, 15);
+}
+
+#[test]
+fn maps_that_do_not_fit_the_table_are_refused() {
+    let p = array_adder();
+    assert_eq!(
+        Vm::with_maps(&p, &[], EngineChoice::Auto).unwrap_err(),
+        LoadError::MapCount { expected: 1, given: 0 }
+    );
+    let other = Program::new(
+        assemble("mov %r0, 0\nexit").unwrap(),
+        vec![array_def(16)],
         AttachPoint::User { ctx_size: 0 },
     )
     .unwrap();
-    assert_eq!(Vm::new(&p).unwrap_err(), LoadError::MapsUnsupported { pc: 0 });
+    let wrong = Vm::new(&other).unwrap().maps()[0].clone();
+    let err = Vm::with_maps(&p, &[wrong], EngineChoice::Auto).unwrap_err();
+    assert!(matches!(&err, LoadError::Map { index: 0, .. }), "{err}");
+    assert!(err.to_string().contains("16-byte values"), "{err}");
 }
 
 #[test]
