@@ -29,6 +29,11 @@ pub mod testing {
 #[doc = include_str!("../../book/src/verifier.md")]
 struct VerifierChapterDoctests;
 
+/// The maps chapter's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../book/src/maps.md")]
+struct MapsChapterDoctests;
+
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
