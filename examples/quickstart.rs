@@ -4,7 +4,8 @@
 //! classifies the launch as small, large or huge. It is eBPF, written here in assembly (the
 //! `#[egpu::probe]` compiler will let it be written in Rust); the same bytecode will run inside
 //! kernels once the GPU backend lands. The verifier checks it first, and refuses an unsafe
-//! variant of it with an error that shows why.
+//! variant of it with an error that shows why. A second probe counts launches and threads per
+//! kernel in a hash map, which this program then reads in place.
 //!
 //! Run it with `cargo run --release --example quickstart`. It needs no GPU: without one it says
 //! so and exits 0.
@@ -14,7 +15,8 @@ use std::process::ExitCode;
 
 use egpu::device::GpuStatus;
 use egpu::ebpf::verifier::verify;
-use egpu::ebpf::{AttachPoint, HostEvent, LaunchCtx, Phase, Program, assemble};
+use egpu::ebpf::{AttachPoint, HostEvent, LaunchCtx, MapDef, MapKind, Phase, Program, assemble};
+use egpu::maps::HashMap;
 use egpu::vm::{EngineChoice, LoadError, Vm};
 
 /// `r0 = grid.x*grid.y*grid.z * block.x*block.y*block.z`, with its class in the top byte:
@@ -43,8 +45,56 @@ done:
     exit
 ";
 
-fn launch(grid: [u32; 3], block: [u32; 3]) -> LaunchCtx {
-    LaunchCtx { kernel_id: 0x5eed, grid, block, ..LaunchCtx::default() }
+/// `stats[kernel_id] += [1, threads]`: the per-kernel launch and thread counts, with atomics on
+/// the map's value in place (inserting a zero value first for a new kernel).
+const COUNTER: &str = "
+    ldxdw %r2, [%r1+0]          # the key: LaunchCtx.kernel_id
+    stxdw [%r10-8], %r2
+    ldxw %r6, [%r1+40]          # r6 (kept across calls) = threads
+    ldxw %r3, [%r1+44]
+    mul %r6, %r3
+    ldxw %r3, [%r1+48]
+    mul %r6, %r3
+    ldxw %r3, [%r1+52]
+    mul %r6, %r3
+    ldxw %r3, [%r1+56]
+    mul %r6, %r3
+    ldxw %r3, [%r1+60]
+    mul %r6, %r3
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    call 1                      # r0 = lookup(stats, &kernel_id)
+    jne %r0, 0, count
+    stdw [%r10-24], 0           # a new kernel: insert [0, 0] unless another thread just did
+    stdw [%r10-16], 0
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    mov %r3, %r10
+    add %r3, -24
+    mov %r4, 1
+    call 2
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    call 1
+    jeq %r0, 0, done            # the map is full
+count:
+    mov %r1, 1
+    lock add [%r0+0], %r1
+    lock add [%r0+8], %r6
+done:
+    mov %r0, 0
+    exit
+";
+
+/// Launches and threads per kernel id, filled by the counting probe.
+static STATS: HashMap<u64, [u64; 2]> = HashMap::with_capacity(1024);
+
+fn launch(name: &str, grid: [u32; 3], block: [u32; 3]) -> LaunchCtx {
+    let kernel_id = egpu::maps::layout::hash_key(name.as_bytes());
+    LaunchCtx { kernel_id, grid, block, ..LaunchCtx::default() }
 }
 
 fn run() -> Result<(), Box<dyn Error>> {
@@ -83,9 +133,9 @@ fn run() -> Result<(), Box<dyn Error>> {
     let mut interpreter = Vm::with_engine(&program, EngineChoice::Interpreter)?;
     println!("\nran on the CPU, in {} and in {}:", jit.engine(), interpreter.engine());
     let launches = [
-        ("vector_add", launch([64, 1, 1], [256, 1, 1])),
-        ("gemm_tile", launch([128, 32, 1], [16, 16, 1])),
-        ("conv3d", launch([32, 32, 16], [8, 8, 8])),
+        ("vector_add", launch("vector_add", [64, 1, 1], [256, 1, 1])),
+        ("gemm_tile", launch("gemm_tile", [128, 32, 1], [16, 16, 1])),
+        ("conv3d", launch("conv3d", [32, 32, 16], [8, 8, 8])),
     ];
     println!("  {:<12} {:>22} {:>10}  class", "kernel", "grid x block", "threads");
     for (name, mut ctx) in launches {
@@ -107,6 +157,37 @@ fn run() -> Result<(), Box<dyn Error>> {
             ctx.grid[0], ctx.grid[1], ctx.grid[2], ctx.block[0], ctx.block[1], ctx.block[2]
         );
         println!("  {name:<12} {shape:>22} {threads:>10}  {class}");
+    }
+
+    // The counting probe, with the map bound to a static that this program reads.
+    let map = MapDef {
+        name: "stats".into(),
+        kind: MapKind::Hash,
+        key_size: 8,
+        value_size: 16,
+        max_entries: STATS.capacity(),
+    };
+    let counter = Program::new(assemble(COUNTER)?, vec![map], program.attach())?;
+    let mut counting = Vm::with_maps(&counter, &[STATS.try_raw()?.clone()], EngineChoice::Auto)?;
+    let rounds = [3, 2, 1];
+    for ((_, ctx), times) in launches.iter().zip(rounds) {
+        for _ in 0..times {
+            counting.run_ctx(&mut ctx.clone())?;
+        }
+    }
+    println!(
+        "
+a counting probe filled a hash map ({}); read in place:",
+        counting.engine()
+    );
+    println!("  {:<12} {:>18} {:>8} {:>10}", "kernel", "kernel id", "launches", "threads");
+    for ((name, ctx), times) in launches.iter().zip(rounds) {
+        let [count, threads] = STATS.get(&ctx.kernel_id).ok_or("a kernel is missing")?;
+        let per_launch: u64 = ctx.grid.iter().chain(&ctx.block).map(|&d| u64::from(d)).product();
+        if count != times || threads != times * per_launch {
+            return Err(format!("{name}: the map holds {count} launches, {threads} threads").into());
+        }
+        println!("  {name:<12} {:>#18x} {count:>8} {threads:>10}", ctx.kernel_id);
     }
 
     println!();
