@@ -8,13 +8,18 @@
 //!   egpu's own dispatch adds;
 //! * through egpu's JIT and egpu's interpreter.
 //!
+//! A second probe counts launches per kernel in a hash map (a lookup, then an atomic add on the
+//! value in place); it is set against the same update made by native Rust through the map's own
+//! API (`HashMap::fetch_add`).
+//!
 //! Each figure is the median of several rounds. `cargo bench -p egpu --bench cpu_vm`.
 
 use std::cell::Cell;
 use std::hint::black_box;
 use std::time::Instant;
 
-use egpu::ebpf::{AttachPoint, HostEvent, LaunchCtx, Phase, Program, assemble};
+use egpu::ebpf::{AttachPoint, HostEvent, LaunchCtx, MapDef, MapKind, Phase, Program, assemble};
+use egpu::maps::HashMap;
 use egpu::vm::{EngineChoice, Vm};
 
 const PROBE: &str = "
@@ -132,4 +137,58 @@ fn main() {
     println!("ratio cpu-jit vs native: {:.2}", jit_ns / native_ns);
     println!("ratio cpu-interpreter vs native: {:.2}", interp_ns / native_ns);
     println!("ratio cpu-jit vs rbpf-jit: {:.2}", jit_ns / rbpf_ns);
+    map_probe(rounds);
+}
+
+/// `counts[kernel_id] += 1` when the kernel is in the map.
+const COUNTER: &str = "
+    ldxdw %r2, [%r1+0]
+    stxdw [%r10-8], %r2
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    call 1
+    jeq %r0, 0, done
+    mov %r1, 1
+    lock add [%r0+0], %r1
+done:
+    mov %r0, 0
+    exit
+";
+
+fn map_probe(rounds: usize) {
+    let counts: HashMap<u64, u64> = HashMap::with_capacity(1024);
+    for k in 0..512 {
+        counts.insert(&k, &0).expect("room");
+    }
+    let def = MapDef {
+        name: "counts".into(),
+        kind: MapKind::Hash,
+        key_size: 8,
+        value_size: 8,
+        max_entries: 1024,
+    };
+    let attach = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
+    let program =
+        Program::new(assemble(COUNTER).expect("assembles"), vec![def], attach).expect("valid");
+    let maps = [counts.raw().clone()];
+    let mut jit = Vm::with_maps(&program, &maps, EngineChoice::Jit).expect("JIT");
+    let mut interp = Vm::with_maps(&program, &maps, EngineChoice::Interpreter).expect("interp");
+    let mut ctx = LaunchCtx { kernel_id: 77, ..Default::default() };
+    let native_ns = measure(rounds, 2_000_000, || counts.fetch_add(black_box(&77), 1).unwrap_or(0));
+    let jit_ns = measure(rounds, 2_000_000, || jit.run_ctx(black_box(&mut ctx)).unwrap_or(0));
+    let interp_ns = measure(rounds, 200_000, || interp.run_ctx(black_box(&mut ctx)).unwrap_or(0));
+    assert!(counts.get(&77).expect("present") > 4_000_000, "the probe counted");
+    println!(
+        "\nmap probe: lookup + atomic add on a hash map of 512 keys; median of {rounds} rounds"
+    );
+    println!("  {:<28} {:>9} {:>9}", "engine", "ns/run", "vs native");
+    for (name, ns) in [
+        ("native HashMap::fetch_add", native_ns),
+        ("egpu cpu-jit", jit_ns),
+        ("egpu cpu-interpreter", interp_ns),
+    ] {
+        println!("  {name:<28} {ns:>9.2} {:>8.2}x", ns / native_ns);
+    }
+    println!("ratio map-probe cpu-jit vs native map update: {:.2}", jit_ns / native_ns);
 }
