@@ -5,7 +5,7 @@
 use std::thread;
 
 use egpu::ebpf::{AttachPoint, MapDef, MapKind, Program, assemble};
-use egpu::maps::{Array, HashMap, PerCpuArray, RawMap, RingBuf, Shards};
+use egpu::maps::{Array, HashMap, PerCpuArray, RawMap, RingBuf};
 use egpu::vm::{EngineChoice, Vm};
 
 const ENGINES: [EngineChoice; 2] = [EngineChoice::Interpreter, EngineChoice::Auto];
