@@ -13,7 +13,8 @@
 //! - **Consume**: at ticket `tail`, a committed slot is read, freed for the next lap, and `tail`
 //!   moves on. A discarded one is freed and skipped. A reserved one is waited for (the poll
 //!   returns nothing), unless its producer's process no longer exists: then it is freed, skipped
-//!   and counted as lost.
+//!   and counted as lost. A slot already freed for the next lap (a consumer died between freeing
+//!   it and moving `tail`) is passed over.
 //!
 //! Fixed-size records were chosen for the device side: a reservation is one compare-and-swap on a
 //! slot whose address is a multiply away, records never straddle the end of the ring, and no
@@ -153,6 +154,11 @@ impl<'a> Ring<'a> {
             let t = tail.load(Relaxed);
             let (slot, lap) = self.place(t);
             let word = self.seq(slot).load(Acquire);
+            if lap_of(word) == lap.wrapping_add(1) {
+                // Already freed: a consumer died between freeing the slot and moving `tail`.
+                tail.store(t + 1, Relaxed);
+                continue;
+            }
             if lap_of(word) != lap {
                 return Next::Empty;
             }
