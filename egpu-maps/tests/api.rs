@@ -1,0 +1,376 @@
+//! The maps' API, one kind at a time: ring buffers, arrays, odd key and value sizes, `RawMap`
+//! as engines use it, and the errors of each operation.
+
+mod common;
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::thread;
+
+use egpu_maps::layout::Geometry;
+use egpu_maps::{
+    Array, HashMap, MapError, MapKind, PerCpuArray, PerCpuHashMap, Placement, RawMap, RingBuf,
+    Shards, UpdateFlags,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Ring buffers.
+
+#[test]
+fn ring_records_come_out_in_order_lap_after_lap() {
+    let ring: RingBuf<[u64; 2]> = RingBuf::with_capacity(4);
+    let mut consumer = ring.consumer().unwrap();
+    let mut next = 0u64;
+    let mut expected = 0u64;
+    for batch in 0..400u64 {
+        for _ in 0..1 + batch % 4 {
+            ring.output(&[next, !next]).unwrap();
+            next += 1;
+        }
+        for record in consumer.drain() {
+            assert_eq!(record, [expected, !expected]);
+            expected += 1;
+        }
+        assert_eq!(expected, next, "batch {batch}");
+    }
+    assert_eq!((ring.drops(), ring.lost(), ring.pending()), (0, 0, 0));
+}
+
+#[test]
+fn a_full_ring_drops_new_records_and_counts_them() {
+    let ring: RingBuf<u64> = RingBuf::with_capacity(8);
+    for i in 0..8 {
+        ring.output(&i).unwrap();
+    }
+    assert_eq!(ring.pending(), 8);
+    for i in 8..11 {
+        let err = ring.output(&i).unwrap_err();
+        assert!(matches!(err, MapError::RingFull));
+        assert_eq!(err.errno(), -11, "EAGAIN");
+    }
+    assert!(ring.reserve().is_none());
+    assert_eq!(ring.drops(), 4);
+    assert_eq!(ring.raw().refused(), 4);
+    let mut consumer = ring.consumer().unwrap();
+    assert_eq!(consumer.drain().collect::<Vec<_>>(), (0..8).collect::<Vec<_>>());
+    // Room again: the records kept were the old ones, the dropped ones never appear.
+    ring.output(&100).unwrap();
+    assert_eq!(consumer.poll(), Some(100));
+    assert_eq!(consumer.poll(), None);
+    assert_eq!(ring.drops(), 4);
+}
+
+#[test]
+fn reservations_commit_or_discard() {
+    let ring: RingBuf<[u64; 3]> = RingBuf::with_capacity(4);
+    // Fill every slot once with non-zero data, and consume it.
+    for i in 0..4 {
+        ring.output(&[i + 1; 3]).unwrap();
+    }
+    assert_eq!(ring.consumer().unwrap().drain().count(), 4);
+
+    let mut r = ring.reserve().expect("room");
+    assert_eq!(*r, [0; 3], "a reservation starts zeroed, whatever the slot held");
+    r[1] = 7;
+    r.commit();
+    let discarded = ring.reserve().expect("room");
+    assert!(format!("{discarded:?}").contains("Reserved"));
+    drop(discarded);
+    let mut r = ring.reserve().expect("room");
+    *r = [1, 2, 3];
+    // A reservation in flight holds the consumer back at its ticket.
+    let mut consumer = ring.consumer().unwrap();
+    assert_eq!(consumer.poll(), Some([0, 7, 0]));
+    assert_eq!(consumer.poll(), None, "the reservation is not committed yet");
+    r.commit();
+    assert_eq!(consumer.poll(), Some([1, 2, 3]));
+    assert_eq!(consumer.poll(), None);
+    assert_eq!((ring.lost(), ring.drops()), (0, 0), "a discarded record is neither");
+}
+
+#[test]
+fn short_records_are_zero_padded_and_long_ones_refused() {
+    let ring: RingBuf<[u64; 2]> = RingBuf::with_capacity(2);
+    let raw = ring.raw();
+    let mut consumer = ring.consumer().unwrap();
+    for lap in 0..3u64 {
+        ring.output(&[u64::MAX, u64::MAX]).unwrap();
+        raw.output(&(lap + 5).to_le_bytes()).unwrap();
+        assert!(matches!(raw.output(&[9]), Err(MapError::RingFull)), "lap {lap}");
+        assert_eq!(consumer.poll(), Some([u64::MAX, u64::MAX]));
+        assert_eq!(consumer.poll(), Some([lap + 5, 0]), "the rest of the record is zeroed");
+    }
+    assert!(matches!(raw.output(&[0; 17]), Err(MapError::RecordSize { len: 17, size: 16 })));
+    assert_eq!(MapError::RecordSize { len: 17, size: 16 }.errno(), -7);
+}
+
+#[test]
+fn one_consumer_at_a_time() {
+    let ring: RingBuf<u64> = RingBuf::with_shards(4, Shards::new(2, 2));
+    let first = ring.consumer().unwrap();
+    match ring.consumer() {
+        Err(MapError::ConsumerBusy { pid }) => assert_eq!(pid, std::process::id()),
+        other => panic!("{other:?}"),
+    }
+    drop(first);
+    let _second = ring.consumer().unwrap();
+}
+
+#[test]
+fn many_producers_one_consumer() {
+    const PRODUCERS: u64 = 4;
+    const RECORDS: u64 = 5_000;
+    for shards in [Shards::ONE, Shards::new(3, 0)] {
+        let ring: RingBuf<[u64; 2]> = RingBuf::with_shards(256, shards);
+        let done = AtomicUsize::new(0);
+        let dropped = AtomicU64::new(0);
+        let mut received: Vec<[u64; 2]> = Vec::new();
+        thread::scope(|s| {
+            for p in 0..PRODUCERS {
+                let (ring, done, dropped) = (&ring, &done, &dropped);
+                s.spawn(move || {
+                    for i in 0..RECORDS {
+                        if ring.output(&[p, i]).is_err() {
+                            dropped.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    done.fetch_add(1, Ordering::Release);
+                });
+            }
+            let mut consumer = ring.consumer().unwrap();
+            loop {
+                let finished = done.load(Ordering::Acquire) == PRODUCERS as usize;
+                let before = received.len();
+                received.extend(consumer.drain());
+                if finished && received.len() == before {
+                    break;
+                }
+                if received.len() == before {
+                    thread::yield_now();
+                }
+            }
+        });
+        let dropped = dropped.load(Ordering::Relaxed);
+        assert_eq!(ring.drops(), dropped, "{shards:?}");
+        assert_eq!(received.len() as u64 + dropped, PRODUCERS * RECORDS, "{shards:?}");
+        assert_eq!(received.iter().collect::<HashSet<_>>().len(), received.len(), "duplicates");
+        assert_eq!(ring.lost(), 0);
+        if shards == Shards::ONE {
+            // One ring: each producer's records come out in the order it wrote them.
+            let mut last = [None; PRODUCERS as usize];
+            for &[p, i] in &received {
+                let prev = &mut last[p as usize];
+                assert!(prev.is_none_or(|prev| prev < i), "producer {p}: {i} after {prev:?}");
+                *prev = Some(i);
+            }
+        }
+    }
+}
+
+#[test]
+fn rings_without_a_host_shard_refuse_host_producers() {
+    let ring: RingBuf<u64> = RingBuf::with_shards(4, Shards::new(0, 2));
+    assert!(matches!(ring.output(&1), Err(MapError::NoHostShard)));
+    assert!(ring.reserve().is_none());
+    let mut consumer = ring.consumer().unwrap();
+    assert_eq!(consumer.poll(), None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arrays, odd sizes, creation errors.
+
+#[test]
+fn arrays_start_zeroed_and_round_trip_values() {
+    let a: Array<[u16; 5]> = Array::with_len(3);
+    assert_eq!(a.to_vec(), [[0; 5]; 3]);
+    assert_eq!(a.len(), 3);
+    assert!(!a.is_empty());
+    a.set(2, &[1, 2, 3, 4, 5]).unwrap();
+    a.set(0, &[u16::MAX; 5]).unwrap();
+    assert_eq!(a.get(2).unwrap(), [1, 2, 3, 4, 5]);
+    assert_eq!(a.to_vec(), [[u16::MAX; 5], [0; 5], [1, 2, 3, 4, 5]]);
+    assert!(matches!(a.get(3), Err(MapError::Index { index: 3, len: 3 })));
+    assert!(matches!(a.set(u32::MAX, &[0; 5]), Err(MapError::Index { .. })));
+    assert_eq!(MapError::Index { index: 3, len: 3 }.errno(), -7);
+
+    let p: PerCpuArray<u32> = PerCpuArray::with_shards(2, Shards::new(2, 1));
+    p.set(1, &9).unwrap();
+    let v = p.get(1).unwrap();
+    assert_eq!(v.cpu.iter().sum::<u32>(), 9);
+    assert_eq!(v.sm, [0]);
+    assert_eq!(p.sum(1).unwrap(), 9);
+    assert!(matches!(p.set(2, &0), Err(MapError::Index { .. })));
+}
+
+#[test]
+fn odd_key_and_value_sizes() {
+    let m: HashMap<[u8; 3], [u8; 13]> = HashMap::with_capacity(300);
+    for i in 0..300u32 {
+        let k = [i as u8, (i >> 8) as u8, 0xee];
+        m.insert(&k, &[i as u8; 13]).unwrap();
+    }
+    assert_eq!(m.len(), 300);
+    for i in 0..300u32 {
+        assert_eq!(m.get(&[i as u8, (i >> 8) as u8, 0xee]), Some([i as u8; 13]));
+    }
+    assert_eq!(m.get(&[0, 0, 0]), None);
+    let wide: HashMap<[u64; 5], u16> = HashMap::with_capacity(2);
+    wide.insert(&[1, 2, 3, 4, 5], &7).unwrap();
+    wide.insert(&[1, 2, 3, 4, 6], &8).unwrap();
+    assert_eq!(wide.get(&[1, 2, 3, 4, 5]), Some(7));
+    assert_eq!(wide.get(&[1, 2, 3, 4, 6]), Some(8));
+    assert_eq!(wide.get(&[1, 2, 3, 4, 7]), None);
+}
+
+#[test]
+fn maps_that_cannot_exist_report_why() {
+    assert!(matches!(
+        HashMap::<u64, u64>::create(0, Placement::Process),
+        Err(MapError::Geometry { .. })
+    ));
+    assert!(matches!(
+        HashMap::<(), u64>::with_capacity(4).try_raw(),
+        Err(MapError::Geometry { .. })
+    ));
+    assert!(matches!(
+        HashMap::<u64, ()>::with_capacity(4).try_raw(),
+        Err(MapError::Geometry { .. })
+    ));
+    assert!(matches!(Array::<u64>::with_len(0).try_raw(), Err(MapError::Geometry { .. })));
+    assert!(matches!(
+        PerCpuArray::<u64>::with_shards(4, Shards::new(0, 0)).try_raw(),
+        Err(MapError::Geometry { .. })
+    ));
+    assert!(matches!(
+        PerCpuHashMap::<u64, u64>::with_shards(4, Shards::new(4097, 0)).try_raw(),
+        Err(MapError::Geometry { .. })
+    ));
+    assert!(matches!(
+        RingBuf::<u64>::create(u32::MAX, Shards::ONE, Placement::Process),
+        Err(MapError::Geometry { .. })
+    ));
+    assert!(matches!(Geometry::new(MapKind::Hash, 8, 8, 4, 1, 1), Err(MapError::Geometry { .. })));
+    // A descriptor that failed can be asked again, and fails again the same way.
+    let a: Array<u64> = Array::with_len(0);
+    assert!(a.try_raw().is_err());
+    assert!(a.try_raw().is_err());
+}
+
+#[test]
+fn per_cpu_maps_without_host_shards_refuse_host_writes() {
+    let a: PerCpuArray<u64> = PerCpuArray::with_shards(4, Shards::new(0, 2));
+    assert!(matches!(a.set(0, &1), Err(MapError::NoHostShard)));
+    assert!(matches!(a.fetch_add(0, 1), Err(MapError::NoHostShard)));
+    assert_eq!(a.sum(0).unwrap(), 0);
+    let h: PerCpuHashMap<u64, u64> = PerCpuHashMap::with_shards(4, Shards::new(0, 1));
+    assert!(matches!(h.insert(&1, &1), Err(MapError::NoHostShard)));
+    assert!(matches!(h.fetch_add(&1, 1), Err(MapError::NoHostShard)));
+    assert_eq!(h.get(&1), None);
+    assert!(h.keys().is_empty());
+    let raw = h.raw();
+    assert!(matches!(
+        raw.update(&1u64.to_le_bytes(), &[0; 8], UpdateFlags::Any),
+        Err(MapError::NoHostShard)
+    ));
+    assert!(matches!(raw.delete(&1u64.to_le_bytes()), Err(MapError::NoHostShard)));
+}
+
+// ---------------------------------------------------------------------------------------------
+// RawMap, as engines use it.
+
+fn read_u64(ptr: std::ptr::NonNull<u8>) -> u64 {
+    // SAFETY: the pointer is an 8-byte aligned value of a live map, read atomically.
+    unsafe { std::sync::atomic::AtomicU64::from_ptr(ptr.as_ptr().cast()) }.load(Ordering::SeqCst)
+}
+
+#[test]
+fn raw_hash_operations() {
+    let g = Geometry::new(MapKind::Hash, 8, 8, 4, 1, 0).unwrap();
+    let raw = RawMap::create(g, &Placement::Process).unwrap();
+    assert_eq!(raw.kind(), MapKind::Hash);
+    assert!(raw.is_empty());
+    let k = |n: u64| n.to_le_bytes();
+    raw.update(&k(1), &k(10), UpdateFlags::Any).unwrap();
+    assert!(matches!(raw.update(&k(1), &k(11), UpdateFlags::NoExist), Err(MapError::Exists)));
+    assert!(matches!(raw.update(&k(2), &k(20), UpdateFlags::Exist), Err(MapError::NotFound)));
+    raw.update(&k(1), &k(12), UpdateFlags::Exist).unwrap();
+    let ptr = raw.lookup(&k(1)).unwrap().expect("present");
+    assert_eq!(read_u64(ptr), 12);
+    raw.update(&k(1), &k(13), UpdateFlags::Any).unwrap();
+    assert_eq!(read_u64(ptr), 13, "the pointer is to the value in place");
+    assert_eq!(raw.lookup(&k(2)).unwrap(), None);
+    assert_eq!(raw.len(), 1);
+    raw.delete(&k(1)).unwrap();
+    assert!(matches!(raw.delete(&k(1)), Err(MapError::NotFound)));
+    assert!(matches!(raw.lookup(&[0; 4]), Err(MapError::Geometry { .. })), "short key");
+    assert!(matches!(raw.update(&k(1), &[0; 4], UpdateFlags::Any), Err(MapError::Geometry { .. })));
+    assert!(matches!(raw.delete(&[0; 9]), Err(MapError::Geometry { .. })));
+    assert!(matches!(raw.output(&[0; 8]), Err(MapError::Unsupported { op: "output", .. })));
+    assert_eq!(MapError::Exists.errno(), -17);
+    assert_eq!(MapError::NotFound.errno(), -2);
+    // The typed view of the same memory agrees.
+    let typed: HashMap<u64, u64> = HashMap::from_raw(raw.clone()).unwrap();
+    typed.insert(&3, &30).unwrap();
+    assert_eq!(read_u64(raw.lookup(&k(3)).unwrap().unwrap()), 30);
+    assert!(format!("{raw:?}").contains("Hash"));
+}
+
+#[test]
+fn raw_array_and_ring_operations() {
+    let g = Geometry::new(MapKind::Array, 4, 8, 4, 1, 0).unwrap();
+    let raw = RawMap::create(g, &Placement::Process).unwrap();
+    let i = |n: u32| n.to_le_bytes();
+    assert_eq!(raw.len(), 4, "an array's len is its length");
+    raw.update(&i(3), &7u64.to_le_bytes(), UpdateFlags::Any).unwrap();
+    raw.update(&i(3), &8u64.to_le_bytes(), UpdateFlags::Exist).unwrap();
+    assert!(matches!(raw.update(&i(3), &[0; 8], UpdateFlags::NoExist), Err(MapError::Exists)));
+    assert!(matches!(
+        raw.update(&i(4), &[0; 8], UpdateFlags::Any),
+        Err(MapError::Index { index: 4, len: 4 })
+    ));
+    assert_eq!(read_u64(raw.lookup(&i(3)).unwrap().unwrap()), 8);
+    assert_eq!(raw.lookup(&i(4)).unwrap(), None, "past the end is no element");
+    assert!(matches!(
+        raw.delete(&i(0)),
+        Err(MapError::Unsupported { op: "delete", kind: MapKind::Array })
+    ));
+    assert_eq!(Array::<u64>::from_raw(raw).unwrap().get(3).unwrap(), 8);
+
+    let g = Geometry::new(MapKind::RingBuf, 0, 8, 4, 1, 0).unwrap();
+    let ring = RawMap::create(g, &Placement::Process).unwrap();
+    assert!(matches!(ring.lookup(&[]), Err(MapError::Unsupported { op: "lookup", .. })));
+    assert!(matches!(
+        ring.update(&[], &[0; 8], UpdateFlags::Any),
+        Err(MapError::Unsupported { .. })
+    ));
+    assert!(matches!(ring.delete(&[]), Err(MapError::Unsupported { .. })));
+    ring.output(&[1]).unwrap();
+    assert_eq!(ring.len(), 1, "a ring's len is what waits for the consumer");
+    let typed: RingBuf<u64> = RingBuf::from_raw(ring).unwrap();
+    assert_eq!(typed.consumer().unwrap().poll(), Some(1));
+    assert_eq!(typed.pending(), 0);
+}
+
+#[test]
+fn update_flags_follow_linux() {
+    assert_eq!(UpdateFlags::from_linux(0).unwrap(), UpdateFlags::Any);
+    assert_eq!(UpdateFlags::from_linux(1).unwrap(), UpdateFlags::NoExist);
+    assert_eq!(UpdateFlags::from_linux(2).unwrap(), UpdateFlags::Exist);
+    for bad in [3, 4, u64::MAX] {
+        let err = UpdateFlags::from_linux(bad).unwrap_err();
+        assert!(matches!(err, MapError::Flags(f) if f == bad));
+        assert_eq!(err.errno(), -22, "EINVAL");
+    }
+    assert_eq!(UpdateFlags::default(), UpdateFlags::Any);
+}
+
+#[test]
+fn errors_explain_themselves() {
+    let m: HashMap<u64, u64> = HashMap::with_capacity(1);
+    m.insert(&1, &1).unwrap();
+    let full = m.insert(&2, &2).unwrap_err().to_string();
+    assert!(full.contains("full") && full.contains('1'), "{full}");
+    let mismatch = HashMap::<u32, u64>::from_raw(m.raw().clone()).unwrap_err().to_string();
+    assert!(mismatch.contains("hash") && mismatch.contains("8-byte keys"), "{mismatch}");
+    assert!(mismatch.contains("4-byte keys"), "{mismatch}");
+}
