@@ -6,10 +6,10 @@ use std::marker::PhantomData;
 use bytemuck::Pod;
 use egpu_ebpf::MapKind;
 
+use crate::MapError;
 use crate::cell::{MapCell, Placement, Shards, Spec};
 use crate::raw::{RawMap, UpdateFlags};
-use crate::word::{AtomicWord, Integer, PerShard, Word, read, value_word};
-use crate::{MapError, hash_table::Updated};
+use crate::word::{AtomicWord, Integer, PerShard, Word, check_field, read, value_word};
 
 const fn spec<K, V>(kind: MapKind, capacity: u32, shards: Shards) -> Spec {
     spec_in::<K, V>(kind, capacity, shards, None)
@@ -56,7 +56,10 @@ fn open<K, V>(raw: RawMap, kind: MapKind) -> Result<RawMap, MapError> {
 ///
 /// Every word of a value is read and written atomically, but a value of several words is not:
 /// a reader may see a value half written. Write a map from host code or from device code, not
-/// both at once (per-CPU maps give each side its own shards).
+/// both at once (per-CPU maps give each side its own shards). An atomic update of a value
+/// (`fetch_add`, a [`Word`]) lands where the entry was when it was looked up, as with an eBPF
+/// lookup: if another thread removes the key meanwhile and another key reuses its slot, the new
+/// entry receives it.
 #[doc(alias = "BPF_MAP_TYPE_HASH")]
 pub struct HashMap<K, V> {
     cell: MapCell,
@@ -132,7 +135,7 @@ impl<K: Pod, V: Pod> HashMap<K, V> {
     pub fn get(&self, key: &K) -> Option<V> {
         let raw = self.raw();
         let table = raw.table(0);
-        table.find(bytemuck::bytes_of(key)).map(|i| read(raw.region(), table.value_offset(i)))
+        table.find(bytemuck::bytes_of(key)).map(|(i, _)| read(raw.region(), table.value_offset(i)))
     }
 
     /// Whether `key` is present.
@@ -180,19 +183,14 @@ impl<K: Pod, V: Pod> HashMap<K, V> {
     }
 
     /// The word at byte `offset` of `key`'s value, for atomic updates, inserting a zero value
-    /// first when `key` is absent.
+    /// first when `key` is absent. Like the pointer an eBPF lookup returns, the word stays where
+    /// the entry was: if the key is removed and its slot reused by another key, it addresses
+    /// the new entry's value.
     pub fn word<W: AtomicWord>(&self, key: &K, offset: usize) -> Result<Word<'_, W>, MapError> {
         let raw = self.raw();
+        check_field::<W>(offset, raw.geometry().value_size)?;
         let table = raw.table(0);
-        let k = bytemuck::bytes_of(key);
-        let slot = match table.find(k) {
-            Some(i) => i,
-            None => match table.update(k, None, UpdateFlags::NoExist) {
-                Ok(Updated::Inserted(i) | Updated::Replaced(i)) => i,
-                Err(MapError::Exists) => table.find(k).ok_or(MapError::NotFound)?,
-                Err(e) => return Err(e),
-            },
-        };
+        let (slot, _) = table.entry(bytemuck::bytes_of(key))?;
         Word::at(raw.region(), table.value_offset(slot), offset, raw.geometry().value_size)
     }
 
@@ -325,15 +323,7 @@ impl<K: Pod, V: Pod> PerCpuHashMap<K, V> {
     {
         let raw = self.raw();
         let table = raw.table(raw.host_shard()?);
-        let k = bytemuck::bytes_of(key);
-        let slot = match table.find(k) {
-            Some(i) => i,
-            None => match table.update(k, None, UpdateFlags::NoExist) {
-                Ok(Updated::Inserted(i) | Updated::Replaced(i)) => i,
-                Err(MapError::Exists) => table.find(k).ok_or(MapError::NotFound)?,
-                Err(e) => return Err(e),
-            },
-        };
+        let (slot, _) = table.entry(bytemuck::bytes_of(key))?;
         Ok(value_word::<V>(raw.region(), table.value_offset(slot)).fetch_add(delta))
     }
 
@@ -347,7 +337,7 @@ impl<K: Pod, V: Pod> PerCpuHashMap<K, V> {
         let mut value = |s: u32| {
             let table = raw.table(s);
             match table.find(k) {
-                Some(i) => {
+                Some((i, _)) => {
                     found = true;
                     read(raw.region(), table.value_offset(i))
                 }

@@ -90,7 +90,8 @@ pub mod shard {
 }
 
 /// Hash slot states: the top 3 bits of a slot's state word. The low 32 bits hold the key's tag
-/// (the high half of its hash); bits 32–60 hold the writer's process id while it inserts.
+/// (the high half of its hash); bits 32–60 hold the writer's process id while it inserts or
+/// replaces the value.
 pub mod hash_state {
     /// Never used. A probe for a key stops here.
     pub const EMPTY: u64 = 0;
@@ -102,6 +103,12 @@ pub mod hash_state {
     pub const FULL: u64 = 3;
     /// A removed entry (or an abandoned insert): reusable, but probes go on past it.
     pub const TOMB: u64 = 4;
+    /// A live entry whose value is being replaced by the writer named in the word; removals
+    /// wait for it to become FULL again.
+    pub const WRITING: u64 = 5;
+    /// An insert that won the check for racing inserts of its key and counted itself in the
+    /// shard's entries; its value is being written.
+    pub const COUNTED: u64 = 6;
     /// Bit position of the state.
     pub const SHIFT: u32 = 61;
     /// Bit position of the owner's process id.

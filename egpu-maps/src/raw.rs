@@ -209,7 +209,7 @@ impl RawMap {
             MapKind::Hash | MapKind::PerCpuHash => {
                 let table = self.table(shard);
                 match table.find(key) {
-                    Some(i) => table.value_offset(i),
+                    Some((i, _)) => table.value_offset(i),
                     None => return Ok(None),
                 }
             }
@@ -312,6 +312,17 @@ impl RawMap {
     /// Whether [`RawMap::len`] is 0.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Reclaims what writers that died left in a hash map (slots claimed by an insert or a
+    /// replacement never finished) and corrects its entry counts, as a tracer opening the map of
+    /// a crashed process may want to. Writers may go on meanwhile. Other kinds have nothing to
+    /// repair (a ring's consumer skips dead producers' records by itself).
+    pub fn repair(&self) {
+        let g = &self.0.geometry;
+        if matches!(g.kind, MapKind::Hash | MapKind::PerCpuHash) {
+            (0..g.shards()).for_each(|s| self.table(s).repair());
+        }
     }
 
     /// Inserts refused because the map was full (hash maps), or records dropped because the

@@ -82,10 +82,6 @@ pub(crate) fn shm_name(name: &str) -> Result<CString, MapError> {
     CString::new(format!("/{name}")).map_err(|_| bad("a name cannot contain NUL"))
 }
 
-fn pid() -> u32 {
-    std::process::id()
-}
-
 impl Region {
     /// Fresh, zeroed process memory holding an empty map of `geometry`.
     pub(crate) fn anonymous(geometry: &Geometry) -> Result<Region, MapError> {
@@ -212,7 +208,7 @@ impl Region {
     /// Writes the header of `geometry`, the magic last (with release ordering), so a reader that
     /// sees the magic sees the rest.
     fn write_header(&self, geometry: &Geometry) {
-        let bytes = geometry.header_bytes(pid());
+        let bytes = geometry.header_bytes(current_pid());
         for (i, chunk) in bytes.chunks(8).enumerate().skip(1) {
             self.word(i * 8)
                 .store(u64::from_le_bytes(chunk.try_into().unwrap()), Ordering::Relaxed);
@@ -343,10 +339,34 @@ pub fn unlink_shared(name: &str) -> Result<(), MapError> {
     Ok(())
 }
 
+/// This process's id, cached (`getpid` is a system call, and writers record their id in the
+/// words they claim). A child made by `fork` resets the cache through a `pthread_atfork`
+/// handler.
+pub(crate) fn current_pid() -> u32 {
+    static PID: AtomicU32 = AtomicU32::new(0);
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    extern "C" fn forked() {
+        PID.store(0, Ordering::Relaxed);
+    }
+    REGISTER.call_once(|| {
+        // SAFETY: registers a handler that only stores to an atomic, which is async-signal-safe
+        // as the child side of `fork` requires.
+        unsafe { libc::pthread_atfork(None, None, Some(forked)) };
+    });
+    match PID.load(Ordering::Relaxed) {
+        0 => {
+            let pid = std::process::id();
+            PID.store(pid, Ordering::Relaxed);
+            pid
+        }
+        pid => pid,
+    }
+}
+
 /// Whether process `pid` may still be running: false only when the kernel says it does not
 /// exist.
 pub(crate) fn process_alive(pid: u32) -> bool {
-    if pid == std::process::id() {
+    if pid == current_pid() {
         return true;
     }
     let Ok(pid) = libc::pid_t::try_from(pid) else { return false };

@@ -8,7 +8,8 @@
 //! - **Reserve**: read `head` as `t`; if slot `t % capacity` is free for lap `t / capacity`,
 //!   compare-and-swap it to reserved (with the producer's process id) and move `head` on. If the
 //!   slot is still in the previous lap, the ring is full: the record is dropped and counted,
-//!   never waited for. If another producer got the slot first, help move `head` and try again.
+//!   never waited for. If another producer got the slot first, or the slot is already in a later
+//!   lap (its producer died before moving `head`), move `head` on and try again.
 //! - **Commit**: store the record, then mark the slot committed (release ordering).
 //! - **Consume**: at ticket `tail`, a committed slot is read, freed for the next lap, and `tail`
 //!   moves on. A discarded one is freed and skipped. A reserved one is waited for (the poll
@@ -25,7 +26,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use crate::MapError;
 use crate::layout::{DEVICE_OWNER, Geometry, ring_state as rs, shard};
-use crate::region::{Region, process_alive};
+use crate::region::{Region, current_pid, process_alive};
 
 /// One ring (one shard of a ring-buffer map).
 #[derive(Clone, Copy)]
@@ -92,7 +93,7 @@ impl<'a> Ring<'a> {
     /// Reserves the next slot, or counts a drop and returns `None` when the ring is full.
     pub(crate) fn reserve(&self) -> Option<Ticket> {
         let head = self.counter(shard::LEN_OR_HEAD);
-        let me = std::process::id();
+        let me = current_pid();
         loop {
             let t = head.load(Acquire);
             let (slot, lap) = self.place(t);
@@ -104,7 +105,10 @@ impl<'a> Ring<'a> {
                 return None;
             }
             if ahead > 0 {
-                continue; // `head` was stale
+                // Ticket `t` was taken and consumed already: `head` is stale, or its producer
+                // died before moving it. Move it on.
+                let _ = head.compare_exchange(t, t + 1, Release, Relaxed);
+                continue;
             }
             if state_of(word) == rs::FREE {
                 if self
@@ -212,7 +216,7 @@ impl<'a> Ring<'a> {
     /// Takes the consumer role for this process; fails while a live process holds it.
     pub(crate) fn claim_consumer(&self) -> Result<(), MapError> {
         let word = self.counter(shard::CONSUMER);
-        let me = u64::from(std::process::id());
+        let me = u64::from(current_pid());
         loop {
             let holder = word.load(Acquire);
             if holder != 0 && process_alive(holder as u32) {
@@ -227,7 +231,7 @@ impl<'a> Ring<'a> {
     /// Gives the consumer role back.
     pub(crate) fn release_consumer(&self) {
         let _ = self.counter(shard::CONSUMER).compare_exchange(
-            u64::from(std::process::id()),
+            u64::from(current_pid()),
             0,
             Release,
             Relaxed,

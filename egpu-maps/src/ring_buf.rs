@@ -44,7 +44,7 @@ const fn spec_in<T>(records: u32, shards: Shards, name: Option<&'static str>) ->
 ///
 /// let events: RingBuf<[u64; 2]> = RingBuf::with_capacity(128);
 /// events.output(&[1, 2])?;
-/// let mut reservation = events.reserve().expect("room");
+/// let mut reservation = events.reserve()?;
 /// *reservation = [3, 4];
 /// reservation.commit();
 ///
@@ -127,15 +127,17 @@ impl<T: Pod> RingBuf<T> {
         self.raw().output(bytemuck::bytes_of(record))
     }
 
-    /// Reserves room for a record in this CPU's ring, or counts a drop and returns `None`. The
-    /// record is published by [`Reserved::commit`]; dropping the reservation discards it.
-    pub fn reserve(&self) -> Option<Reserved<'_, T>> {
+    /// Reserves room for a record in this CPU's ring: [`MapError::RingFull`] (the drop is
+    /// counted) when the ring is full, [`MapError::NoHostShard`] when the map has rings for
+    /// devices only. The record starts zeroed; [`Reserved::commit`] publishes it, and dropping
+    /// the reservation discards it.
+    pub fn reserve(&self) -> Result<Reserved<'_, T>, MapError> {
         let raw = self.raw();
-        let shard = raw.host_shard().ok()?;
+        let shard = raw.host_shard()?;
         let ring = raw.ring(shard);
-        let ticket = ring.reserve()?;
+        let ticket = ring.reserve().ok_or(MapError::RingFull)?;
         ring.write(ticket, &[]);
-        Some(Reserved { raw, shard, ticket: Some(ticket), _types: PhantomData })
+        Ok(Reserved { raw, shard, ticket: Some(ticket), _types: PhantomData })
     }
 
     /// Becomes the ring's consumer. Fails while another live process, or another consumer in

@@ -90,27 +90,12 @@ fn only_slot_in(raw: &RawMap, state: u64) -> u32 {
     found[0]
 }
 
-/// Turns the BUSY slot an abandoned insert of `key` left into a KEYED one (key written), as an
-/// inserter that died after step 3 leaves it.
-fn make_keyed(raw: &RawMap, key: &u64) {
-    let g = raw.geometry();
-    let i = only_slot_in(raw, st::BUSY);
-    let off = g.slot_offset(0, i);
-    raw.region().write_bytes(off + 8, key_bytes(key));
-    let word = raw.region().word(off);
-    let w = word.load(SeqCst);
-    word.store((w & !(7 << st::SHIFT)) | st::KEYED << st::SHIFT, SeqCst);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Inserters that die.
-
 #[test]
 fn a_dead_inserters_slot_is_skipped_and_reclaimed_by_an_insert_of_its_key() {
     let m: HashMap<u64, u64> = HashMap::with_capacity(16);
     m.insert(&1, &10).unwrap();
     let dead = dead_pid();
-    m.raw().table(0).abandon_insert(key_bytes(&5), dead);
+    m.raw().table(0).abandon_insert(key_bytes(&5), dead, st::COUNTED);
     assert_eq!(m.raw().table(0).census(), (1, 0));
     assert_eq!(m.len(), 2, "the abandoned insert is counted until reclaimed");
 
@@ -140,8 +125,7 @@ fn a_dead_inserters_slot_is_skipped_and_reclaimed_by_an_insert_of_its_key() {
 #[test]
 fn a_dead_inserters_keyed_slot_is_reclaimed_too() {
     let m: HashMap<u64, u64> = HashMap::with_capacity(16);
-    m.raw().table(0).abandon_insert(key_bytes(&9), dead_pid());
-    make_keyed(m.raw(), &9);
+    m.raw().table(0).abandon_insert(key_bytes(&9), dead_pid(), st::KEYED);
     assert_eq!(m.get(&9), None, "a KEYED slot is not an entry yet");
     // Through `word`, the path `fetch_add` takes.
     assert_eq!(m.fetch_add(&9, 3).unwrap(), 0);
@@ -153,7 +137,7 @@ fn a_dead_inserters_keyed_slot_is_reclaimed_too() {
 #[test]
 fn a_dead_inserters_slot_does_not_block_other_keys() {
     let m: HashMap<u64, u64> = HashMap::with_capacity(16);
-    m.raw().table(0).abandon_insert(key_bytes(&5), dead_pid());
+    m.raw().table(0).abandon_insert(key_bytes(&5), dead_pid(), st::BUSY);
     let start = Instant::now();
     for k in 100..108u64 {
         m.insert(&k, &k).unwrap();
@@ -164,7 +148,7 @@ fn a_dead_inserters_slot_does_not_block_other_keys() {
     assert!(start.elapsed() < Duration::from_secs(1), "took {:?}", start.elapsed());
     assert_eq!(m.get(&6), Some(60));
     assert_eq!(m.get(&5), None);
-    // The abandoned slot is still there, counted, until an insert of its key comes by...
+    // The abandoned slot is still there until an insert of its key comes by...
     assert_eq!(m.raw().table(0).census().0, 1);
     m.insert(&5, &50).unwrap();
     // ...which reclaims it: the count is right again.
@@ -174,12 +158,9 @@ fn a_dead_inserters_slot_does_not_block_other_keys() {
 }
 
 #[test]
-#[ignore = "bug: a dead inserter's slot is reclaimed only by an insert of a key with the same \
-            32-bit tag; until then it stays BUSY and counted, so len() overcounts and the map \
-            refuses inserts one entry early (hash_table.rs, Table::update steps 1-2, settle)"]
 fn a_dead_inserters_slot_does_not_cost_capacity() {
     let m: HashMap<u64, u64> = HashMap::with_capacity(4);
-    m.raw().table(0).abandon_insert(key_bytes(&5), dead_pid());
+    m.raw().table(0).abandon_insert(key_bytes(&5), dead_pid(), st::COUNTED);
     for k in 10..14u64 {
         m.insert(&k, &k).unwrap_or_else(|e| panic!("insert {k}: {e}"));
     }
@@ -187,27 +168,37 @@ fn a_dead_inserters_slot_does_not_cost_capacity() {
 }
 
 #[test]
-#[ignore = "bug: an insert counts itself in `len` before claiming its slot; an inserter that \
-            dies between the two leaks one unit of capacity for good (hash_table.rs, \
-            Table::update step 2)"]
-fn an_inserter_dead_between_counting_and_claiming_does_not_cost_capacity() {
+fn a_count_left_by_a_writer_killed_between_counting_and_marking_is_corrected() {
+    // The one window the layout cannot close (two words, two instructions): the count is one
+    // too high. It is corrected when the map next seems full, or by `repair`.
+    let leak = |m: &HashMap<u64, u64>| {
+        let raw = m.raw();
+        raw.region()
+            .word(raw.geometry().shard_offset(0) + layout::shard::LEN_OR_HEAD)
+            .fetch_add(1, SeqCst);
+    };
     let m: HashMap<u64, u64> = HashMap::with_capacity(4);
-    let raw = m.raw();
-    // What `len.fetch_add(1)` left behind in a writer killed before its compare-and-swap.
-    raw.region()
-        .word(raw.geometry().shard_offset(0) + layout::shard::LEN_OR_HEAD)
-        .fetch_add(1, SeqCst);
+    leak(&m);
     for k in 10..14u64 {
         m.insert(&k, &k).unwrap_or_else(|e| panic!("insert {k}: {e}"));
     }
-    assert_eq!(m.len(), m.iter().count());
+    assert_eq!((m.len(), m.iter().count()), (4, 4));
+    assert!(matches!(m.insert(&14, &14), Err(MapError::Full { capacity: 4 })));
+    for k in 10..14u64 {
+        assert_eq!(m.get(&k), Some(k));
+    }
+    assert!(m.remove(&10));
+    leak(&m);
+    assert_eq!(m.len(), 4);
+    m.raw().repair();
+    assert_eq!(m.len(), 3);
 }
 
 #[test]
 fn a_live_inserters_slot_makes_an_insert_of_its_key_wait() {
     let mut sleeper = Sleeper::start();
     let m: HashMap<u64, u64> = HashMap::with_capacity(16);
-    m.raw().table(0).abandon_insert(key_bytes(&5), sleeper.pid());
+    m.raw().table(0).abandon_insert(key_bytes(&5), sleeper.pid(), st::BUSY);
     let raw = m.raw().clone();
     let (tx, rx) = mpsc::channel();
     let inserter = std::thread::spawn(move || {
@@ -234,7 +225,7 @@ fn a_live_inserters_slot_makes_an_insert_of_its_key_wait() {
 #[test]
 fn a_device_owned_slot_is_never_taken_for_dead() {
     let m: HashMap<u64, u64> = HashMap::with_capacity(16);
-    m.raw().table(0).abandon_insert(key_bytes(&5), DEVICE_OWNER);
+    m.raw().table(0).abandon_insert(key_bytes(&5), DEVICE_OWNER, st::COUNTED);
     let raw = m.raw().clone();
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
@@ -244,9 +235,8 @@ fn a_device_owned_slot_is_never_taken_for_dead() {
     assert!(matches!(rx.recv_timeout(Duration::from_millis(100)), Err(RecvTimeoutError::Timeout)));
     // The device finishes its insert: the waiting insert then updates the entry.
     let g = *m.raw().geometry();
-    let i = only_slot_in(m.raw(), st::BUSY);
+    let i = only_slot_in(m.raw(), st::COUNTED);
     let off = g.slot_offset(0, i);
-    m.raw().region().write_bytes(off + 8, key_bytes(&5));
     m.raw().region().write_bytes(off + g.value_offset as usize, key_bytes(&7));
     let word = m.raw().region().word(off);
     word.store((word.load(SeqCst) & 0xffff_ffff) | st::FULL << st::SHIFT, SeqCst);
@@ -337,9 +327,6 @@ fn a_device_producers_reservation_is_never_taken_for_lost() {
 }
 
 #[test]
-#[ignore = "bug: a producer that dies after reserving its slot but before moving `head` leaves \
-            `head` one lap behind once the consumer frees the slot; every later reserve then \
-            spins forever on `ahead > 0` (ring.rs, Ring::reserve)"]
 fn a_producer_dead_before_moving_head_does_not_stop_the_ring() {
     let ring: RingBuf<u64> = RingBuf::with_capacity(8);
     ring.output(&0).unwrap();

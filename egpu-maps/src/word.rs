@@ -82,10 +82,7 @@ impl<'a, W: AtomicWord> Word<'a, W> {
         field: usize,
         value_size: u32,
     ) -> Result<Word<'a, W>, MapError> {
-        let size = size_of::<W>();
-        if !field.is_multiple_of(size) || field + size > value_size as usize {
-            return Err(MapError::Field { offset: field, size, value_size });
-        }
+        check_field::<W>(field, value_size)?;
         Ok(Word { region, offset: value_offset + field, _word: PhantomData })
     }
 
@@ -153,6 +150,16 @@ impl<'a, W: AtomicWord> Word<'a, W> {
         );
         if old == current { Ok(old) } else { Err(old) }
     }
+}
+
+/// Checks that a `W` at byte `field` of a value is an aligned word inside it.
+pub(crate) fn check_field<W: AtomicWord>(field: usize, value_size: u32) -> Result<(), MapError> {
+    let size = size_of::<W>();
+    let inside = field.checked_add(size).is_some_and(|end| end <= value_size as usize);
+    if !field.is_multiple_of(size) || !inside {
+        return Err(MapError::Field { offset: field, size, value_size });
+    }
+    Ok(())
 }
 
 /// Reads a `T` stored at `offset`, word by word.

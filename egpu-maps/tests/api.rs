@@ -48,7 +48,7 @@ fn a_full_ring_drops_new_records_and_counts_them() {
         assert!(matches!(err, MapError::RingFull));
         assert_eq!(err.errno(), -11, "EAGAIN");
     }
-    assert!(ring.reserve().is_none());
+    assert!(matches!(ring.reserve(), Err(MapError::RingFull)));
     assert_eq!(ring.drops(), 4);
     assert_eq!(ring.raw().refused(), 4);
     let mut consumer = ring.consumer().unwrap();
@@ -171,7 +171,8 @@ fn many_producers_one_consumer() {
 fn rings_without_a_host_shard_refuse_host_producers() {
     let ring: RingBuf<u64> = RingBuf::with_shards(4, Shards::new(0, 2));
     assert!(matches!(ring.output(&1), Err(MapError::NoHostShard)));
-    assert!(ring.reserve().is_none());
+    assert!(matches!(ring.reserve(), Err(MapError::NoHostShard)));
+    assert_eq!(ring.drops(), 0, "nothing was dropped: there was no ring to put it in");
     let mut consumer = ring.consumer().unwrap();
     assert_eq!(consumer.poll(), None);
 }

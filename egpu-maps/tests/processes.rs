@@ -310,7 +310,7 @@ struct Aftermath {
     progress: u64,
     /// An insert was in flight (counted, not yet an entry) when the writer died.
     insert_in_flight: bool,
-    /// Slots left BUSY or KEYED (claimed, not yet an entry) by the writer.
+    /// Slots left BUSY, KEYED, COUNTED or WRITING by the writer.
     pending_slots: usize,
     /// `len` still counted one entry more than there were after the in-flight key was inserted
     /// again.
@@ -373,7 +373,7 @@ fn kill_a_writer(base: &str, threshold: u64, spin: u64, strict: bool) -> Afterma
     );
     after.insert_in_flight = hash.len() == live + 1;
     after.pending_slots = pending_slots(&hash);
-    assert!(after.pending_slots <= usize::from(after.insert_in_flight));
+    assert!(after.pending_slots <= 1, "{} slots left pending by one writer", after.pending_slots);
 
     // Inserting the key in flight again finishes, even over a slot the writer left half
     // inserted, and so does a new key.
@@ -393,17 +393,12 @@ fn kill_a_writer(base: &str, threshold: u64, spin: u64, strict: bool) -> Afterma
     let keys: std::collections::HashSet<u64> = entries.iter().map(|&(k, _)| k).collect();
     assert_eq!(keys.len(), entries.len(), "a key appears twice");
     after.leaked_count = hash.len() != entries.len();
+    // An insert killed between counting itself and marking its slot leaves one count, which a
+    // repair (or the next time the map seems full) corrects.
+    assert!(hash.len() - entries.len() <= 1, "len {} with {} entries", hash.len(), entries.len());
+    hash.raw().repair();
     if strict {
         assert_eq!(hash.len(), entries.len(), "len after the repair (progress {p})");
-    } else {
-        // An insert killed between counting itself and claiming a slot leaks one count (see
-        // the ignored unit test `an_inserter_dead_between_counting_and_claiming_...`).
-        assert!(
-            hash.len() - entries.len() <= 1,
-            "len {} with {} entries",
-            hash.len(),
-            entries.len()
-        );
     }
 
     // The ring: records in order, the one in flight committed or lost.
@@ -446,7 +441,10 @@ fn pending_slots(map: &HashMap<u64, u64>) -> usize {
             // layout's words are only ever accessed atomically.
             let word = unsafe { AtomicU64::from_ptr(base.as_ptr().add(off).cast()) };
             let state = word.load(Ordering::SeqCst) >> hash_state::SHIFT;
-            state == hash_state::BUSY || state == hash_state::KEYED
+            matches!(
+                state,
+                hash_state::BUSY | hash_state::KEYED | hash_state::COUNTED | hash_state::WRITING
+            )
         })
         .count()
 }
@@ -463,11 +461,6 @@ fn a_writer_killed_at_any_point_leaves_usable_maps() {
 }
 
 #[test]
-#[ignore = "bug: a writer killed inside Table::update step 2 (between counting itself in `len` \
-            and claiming a slot, a getpid call wide) leaks a count for good: this fails in most \
-            runs. It also checks that the ring still takes records, which a writer killed \
-            inside Ring::reserve between its two compare-and-swaps would stop (rarely hit \
-            here; see the ignored unit tests in src/tests.rs)"]
 fn killed_writers_leave_exact_counts_and_a_working_ring() {
     let mut rng = Rng::new(0x5167_4b12);
     for round in 0..60 {
