@@ -139,7 +139,7 @@ impl Maps {
             // Not there yet, or being created: its size or its header not written yet.
             let wait = match &e {
                 MapError::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
-                MapError::TooShort { .. } | MapError::BadMagic { .. } => true,
+                MapError::NotReady { .. } => true,
                 _ => false,
             };
             if !wait || start.elapsed() >= patience || STOP.load(Ordering::SeqCst) {

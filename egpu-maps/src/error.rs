@@ -70,6 +70,13 @@ pub enum MapError {
         /// Why.
         reason: String,
     },
+    /// The shared-memory object exists but its creator has not finished laying the map out
+    /// (its size or its magic is not written yet): try again shortly.
+    #[error("shared map `{name}` is still being created")]
+    NotReady {
+        /// The name.
+        name: String,
+    },
     /// A shared map is not closed to other users.
     #[error("refusing shared map `{name}`: {reason}")]
     Permissions {

@@ -100,7 +100,8 @@ impl<K: Pod, V: Pod> HashMap<K, V> {
     }
 
     /// Opens a map another process created in shared memory, checking that it is a hash map of
-    /// these key and value types' sizes.
+    /// these key and value types' sizes. While the creator is still laying it out, this is
+    /// [`MapError::NotReady`]: a reader that may start first retries on it.
     pub fn open_shared(name: &str) -> Result<HashMap<K, V>, MapError> {
         HashMap::from_raw(RawMap::open_shared(name)?)
     }

@@ -157,6 +157,9 @@ impl Region {
             });
         }
         let len = usize::try_from(st.st_size).unwrap_or(0);
+        if len == 0 {
+            return Err(MapError::NotReady { name: name.to_owned() });
+        }
         if len < HEADER_BYTES {
             return Err(MapError::TooShort { len, need: HEADER_BYTES as u64 });
         }
@@ -167,6 +170,10 @@ impl Region {
             mapped: true,
             backing: Backing::Shared { name: c_name, owner: false },
         };
+        if region.word(0).load(Ordering::Acquire) == 0 {
+            // The creator writes the magic last.
+            return Err(MapError::NotReady { name: name.to_owned() });
+        }
         let geometry = region.check_header()?;
         Ok((region, geometry))
     }

@@ -266,8 +266,8 @@ fn per_cpu_hash_sums_are_exact() {
 
 /// The keys of round `round`: fresh, distinct, spread over the whole key space.
 fn round_keys(round: u64, n: u64) -> Vec<u64> {
-    let mut rng = Rng::new(0x5eed_0000 + round);
-    let keys: Vec<u64> = (0..n).map(|_| rng.next_u64()).collect();
+    let mut rng = Rng::from_env("round keys", 0x5eed_0000 + round);
+    let keys: Vec<u64> = (0..n).map(|_| rng.next()).collect();
     assert_eq!(keys.iter().collect::<HashSet<_>>().len(), keys.len());
     keys
 }
@@ -405,10 +405,10 @@ fn mixed_inserts_and_removes_leave_a_consistent_map() {
     // A value names its key (high half) and its writer (low half).
     let value = |k: u64, t: usize| k << 32 | t as u64;
     let full = on_threads(|t| {
-        let mut rng = Rng::new(0xa11ce + t as u64);
+        let mut rng = Rng::from_env("mixed workload", 0xa11ce + t as u64);
         let mut full = 0u64;
         for _ in 0..OPS {
-            let k = rng.below(KEYS);
+            let k = rng.below(KEYS as usize) as u64;
             match rng.below(5) {
                 0 | 1 => match m.insert(&k, &value(k, t)) {
                     Ok(()) => {}

@@ -451,21 +451,21 @@ fn pending_slots(map: &HashMap<u64, u64>) -> usize {
 
 #[test]
 fn a_writer_killed_at_any_point_leaves_usable_maps() {
-    let mut rng = Rng::new(0x5167_4b11);
+    let mut rng = Rng::from_env("kills", 0x5167_4b11);
     let mut seen = Vec::new();
     for (round, threshold) in [64, 700, 2_500, 5_000, 7_990].into_iter().enumerate() {
         let base = unique_name(&format!("kill-{round}"));
-        seen.push(kill_a_writer(&base, threshold, rng.below(20_000), false));
+        seen.push(kill_a_writer(&base, threshold, rng.below(20_000) as u64, false));
     }
     println!("killed writers: {seen:?}");
 }
 
 #[test]
 fn killed_writers_leave_exact_counts_and_a_working_ring() {
-    let mut rng = Rng::new(0x5167_4b12);
+    let mut rng = Rng::from_env("strict kills", 0x5167_4b12);
     for round in 0..60 {
         let base = unique_name(&format!("strict-{round}"));
-        let threshold = 64 + rng.below(FRESH - 64);
-        kill_a_writer(&base, threshold, rng.below(20_000), true);
+        let threshold = 64 + rng.below(FRESH as usize - 64) as u64;
+        kill_a_writer(&base, threshold, rng.below(20_000) as u64, true);
     }
 }

@@ -5,27 +5,11 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// SplitMix64: a small, seeded, deterministic generator.
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// A number in `0..n`.
-    pub(crate) fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-}
+/// The seeded generator of the workspace's top-level tests (`EGPU_SEED` reproduces a run).
+#[path = "../../../tests/rng.rs"]
+mod rng;
+#[allow(unused_imports, reason = "not every test binary draws random numbers")]
+pub(crate) use rng::Rng;
 
 /// A shared-memory name unique to this test process and test.
 pub(crate) fn unique_name(test: &str) -> String {
