@@ -47,12 +47,18 @@ use crate::layout::{DEVICE_OWNER, Geometry, hash_key, hash_state as st, shard};
 use crate::region::{Region, current_pid, process_alive};
 use crate::{MapError, UpdateFlags};
 
-/// One shard's table.
+/// One shard's table, with the offsets its probes use at hand.
 #[derive(Clone, Copy)]
 pub(crate) struct Table<'a> {
     region: &'a Region,
     g: &'a Geometry,
     shard: u32,
+    /// Byte offset of slot 0.
+    first: usize,
+    /// Bytes of a slot.
+    stride: usize,
+    /// Slots - 1.
+    mask: u32,
 }
 
 /// Where a key's probe sequence starts, and its tag.
@@ -114,16 +120,24 @@ pub(crate) enum Updated {
 impl<'a> Table<'a> {
     pub(crate) fn new(region: &'a Region, g: &'a Geometry, shard: u32) -> Table<'a> {
         debug_assert!(shard < g.shards());
-        Table { region, g, shard }
+        Table {
+            region,
+            g,
+            shard,
+            first: g.slot_offset(shard, 0),
+            stride: g.slot_stride as usize,
+            mask: g.slots - 1,
+        }
     }
 
     fn probe(&self, key: &[u8]) -> Probe {
         let h = hash_key(key);
-        Probe { home: (h as u32) & (self.g.slots - 1), tag: h >> 32 }
+        Probe { home: (h as u32) & self.mask, tag: h >> 32 }
     }
 
+    #[inline]
     fn slot(&self, i: u32) -> usize {
-        self.g.slot_offset(self.shard, i)
+        self.first + i as usize * self.stride
     }
 
     fn state(&self, i: u32) -> &'a AtomicU64 {
@@ -160,7 +174,7 @@ impl<'a> Table<'a> {
 
     /// The `n`-th slot of a probe sequence.
     fn nth(&self, p: Probe, n: u32) -> u32 {
-        (p.home.wrapping_add(n)) & (self.g.slots - 1)
+        (p.home.wrapping_add(n)) & self.mask
     }
 
     /// Whether slot `i`, read as the live `word`, holds `key`, and still held the same entry
@@ -279,7 +293,7 @@ impl<'a> Table<'a> {
             let keyed = make(st::KEYED, me(), p.tag);
             self.state(slot).store(keyed, Release);
             // Step 4.
-            let my_n = (slot.wrapping_sub(p.home)) & (self.g.slots - 1);
+            let my_n = (slot.wrapping_sub(p.home)) & self.mask;
             let mut n = 0;
             while n < self.g.slots {
                 let i = self.nth(p, n);
