@@ -25,7 +25,8 @@
 //! already seen there. When one whose every continuation was verified holds the new one, the new
 //! path is safe and stops. When the new state equals one still being explored on the same path,
 //! the program loops forever. After [`JOIN_AFTER`] different states at one instruction, the next
-//! is widened to hold the earlier ones, which keeps chains of branches from doubling the work.
+//! is widened to hold the earlier ones that agree with it on every constant number, which keeps
+//! chains of branches from doubling the work without forgetting a loop's counter.
 //! Registers that are dead at a join are forgotten first (by a liveness pass), so they do not
 //! keep states apart. Programs whose exploration takes more than [`INSN_BUDGET`] steps are
 //! refused.
@@ -395,11 +396,13 @@ impl<'p> Explorer<'p> {
             }
         }
         if complete >= JOIN_AFTER {
-            // Widen: hold every state verified here and this one, with numbers known only by
-            // their known bits; the widened state replaces the states it holds.
+            // Widen: hold every state verified here that agrees with this one on its constants
+            // (a loop counter keeps its iterations apart), and this one, with numbers known only
+            // by their known bits; the widened state replaces the states it holds.
+            let joins = |k: &Kept| k.complete && state::constants_agree(state, &k.state);
             let widened = kept
                 .iter()
-                .filter(|k| k.complete)
+                .filter(|k| joins(k))
                 .try_fold(state.clone(), |acc, k| state::join(&acc, &k.state));
             if let Some(mut w) = widened {
                 for v in w.values_mut() {
@@ -407,8 +410,8 @@ impl<'p> Explorer<'p> {
                         *s = s.widened();
                     }
                 }
+                self.kept[pc].retain(|k| !(k.complete && state::constants_agree(state, &k.state)));
                 *state = w;
-                self.kept[pc].retain(|k| !k.complete);
             }
         }
         if self.kept[pc].len() < KEEP_MAX {

@@ -104,6 +104,29 @@ impl State {
     }
 }
 
+/// Whether `a` and `b` hold the same constant wherever either holds a constant number (in the
+/// registers of every frame and in spilled slots). States that disagree on a constant, such as
+/// a loop counter in two iterations, are never joined: the join would forget what bounds the
+/// loop.
+pub(crate) fn constants_agree(a: &State, b: &State) -> bool {
+    let values = |s: &State| -> Vec<Value> {
+        let mut s = s.clone();
+        s.values_mut().map(|v| *v).collect()
+    };
+    let (va, vb) = (values(a), values(b));
+    va.len() == vb.len()
+        && va.iter().zip(&vb).all(|(x, y)| {
+            let constant = |v: &Value| match v {
+                Value::Scalar(s) => s.as_constant(),
+                _ => None,
+            };
+            match (constant(x), constant(y)) {
+                (None, None) => true,
+                (c, d) => c == d,
+            }
+        })
+}
+
 /// Pairs of lookup ids found to correspond while comparing two states.
 #[derive(Default)]
 pub(crate) struct IdMap(Vec<(u32, u32)>);
