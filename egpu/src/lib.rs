@@ -8,6 +8,7 @@
 //! |---|---|
 //! | [`ebpf`] | the eBPF core: instructions, programs, helpers, contexts, assembler |
 //! | [`maps`] | typed maps with one memory layout for host, VM, GPU and other processes |
+//! | [`probe`] | Probe Rust's back end: the probe IR and its eBPF code generator |
 //! | [`vm`] | the CPU VM around rbpf: legalisation, engine choice, map binding, runs |
 //! | [`device`] | the GPU side: the CUDA driver layer (more to come) |
 //! | [`testing`] | helpers for tests that need a GPU |
@@ -17,6 +18,7 @@ pub use egpu_device as device;
 pub use egpu_ebpf as ebpf;
 pub use egpu_maps as maps;
 
+pub mod probe;
 pub mod vm;
 
 /// Helpers for tests that need a GPU.
