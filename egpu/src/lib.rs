@@ -21,6 +21,38 @@ pub use egpu_maps as maps;
 pub mod probe;
 pub mod vm;
 
+/// Turns a Rust function into a probe: see [the book's Probe Rust chapter](probe).
+pub use egpu_macros::probe;
+
+/// Probe Rust's helpers, as native functions: a probe calls them as `egpu::helpers::ktime_ns()`,
+/// and its native twin runs these.
+pub mod helpers {
+    /// Time in ns: `CLOCK_MONOTONIC` on the CPU (`%globaltimer` on the GPU).
+    pub fn ktime_ns() -> u64 {
+        crate::vm::native::ktime_ns()
+    }
+
+    /// The CPU the calling thread runs on (the SM, on the GPU).
+    pub fn cpu_id() -> u32 {
+        crate::vm::native::cpu_id()
+    }
+
+    /// A pseudo-random `u32` from a per-thread generator.
+    pub fn prandom_u32() -> u32 {
+        crate::vm::native::prandom_u32()
+    }
+}
+
+/// What `#[egpu::probe]`'s generated code uses; not a public API.
+#[doc(hidden)]
+pub mod __private {
+    /// The probe builder.
+    pub mod probe {
+        pub use crate::probe::build::*;
+    }
+    pub use crate::probe::twin;
+}
+
 /// Helpers for tests that need a GPU.
 pub mod testing {
     pub use egpu_device::testing::require_gpu;

@@ -31,9 +31,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[doc(hidden)]
+pub mod build;
 mod codegen;
 pub mod ir;
+#[doc(hidden)]
+pub mod twin;
 
+pub use build::{BuildError, Probe, ProbeError};
 pub use codegen::{CompileError, compile};
 
 #[cfg(test)]

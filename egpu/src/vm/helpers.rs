@@ -147,6 +147,19 @@ fn get_current_pid_tgid(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     ((pid as u64) << 32) | tid as u32 as u64
 }
 
+/// The helpers' computations, for native code (`egpu::helpers`).
+pub(crate) mod native {
+    pub(crate) fn ktime_ns() -> u64 {
+        super::ktime_get_ns(0, 0, 0, 0, 0)
+    }
+    pub(crate) fn cpu_id() -> u32 {
+        super::get_smp_processor_id(0, 0, 0, 0, 0) as u32
+    }
+    pub(crate) fn prandom_u32() -> u32 {
+        super::get_prandom_u32(0, 0, 0, 0, 0) as u32
+    }
+}
+
 // Map helpers. Their first argument is the address of the VM's `RawMap` for the map (what the
 // legalised `lddw rX, map[n]` loads); the verifier proved that it is one, and that key, value and
 // record pointers address as many readable bytes as the map's sizes (or `size`) say.

@@ -38,6 +38,7 @@ use egpu_maps::{Placement, RawMap};
 use thiserror::Error;
 
 pub use helpers::Fault;
+pub(crate) use helpers::native;
 use legalise::{SCRATCH_BYTES, STACK_BYTES};
 
 /// Which rbpf engine runs a program.

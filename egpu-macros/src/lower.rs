@@ -1,0 +1,528 @@
+//! Lowering a probe's body to Rust code that builds its IR.
+//!
+//! Every expression becomes a call of `egpu::__private::probe` returning a typed handle
+//! (`Val<T>`): `a + b` becomes `add(a, b)`, `x` (a local) `get(x)`, `ctx.grid[0]` a context field
+//! found by a closure over the context type (so rustc gives its offset and type), `v as u64`
+//! `cast::<u64, _>(v)`. Statements become calls that record IR statements: `let` declares a
+//! variable, `if` passes its branches as closures, `for i in 0..N` becomes `repeat`. Spans are
+//! the user's, so rustc's type errors point at the probe's tokens.
+
+use std::collections::HashMap;
+
+use proc_macro2::{Span, TokenStream};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{BinOp, Block, Expr, Ident, Lit, Pat, RangeLimits, Stmt, Type, UnOp};
+
+/// What a name in the probe's body stands for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A `let` variable: a `Local<T>` handle.
+    Local,
+    /// A loop index: a `Val<T>` handle, read-only.
+    Value,
+}
+
+pub(crate) struct Lower {
+    ctx: Ident,
+    ctx_ty: Type,
+    scopes: Vec<HashMap<String, Kind>>,
+    pub(crate) errors: Vec<(Span, String)>,
+}
+
+/// The helpers a probe may call, by name.
+const HELPERS: [&str; 3] = ["ktime_ns", "cpu_id", "prandom_u32"];
+
+fn p() -> TokenStream {
+    quote!(::egpu::__private::probe)
+}
+
+impl Lower {
+    pub(crate) fn new(ctx: Ident, ctx_ty: Type) -> Lower {
+        Lower { ctx, ctx_ty, scopes: vec![HashMap::new()], errors: Vec::new() }
+    }
+
+    fn error(&mut self, span: Span, message: impl Into<String>) -> TokenStream {
+        self.errors.push((span, message.into()));
+        quote!(::core::unreachable!())
+    }
+
+    fn lookup(&self, name: &str) -> Option<Kind> {
+        self.scopes.iter().rev().find_map(|s| s.get(name).copied())
+    }
+
+    fn scoped<R>(&mut self, f: impl FnOnce(&mut Lower) -> R) -> R {
+        self.scopes.push(HashMap::new());
+        let r = f(self);
+        self.scopes.pop();
+        r
+    }
+
+    /// The function body: its statements, and its tail as the result when the probe returns one.
+    pub(crate) fn body(&mut self, block: &Block, returns: bool) -> TokenStream {
+        self.scoped(|l| l.block_stmts(block, returns))
+    }
+
+    /// A block's statements as builder code; a tail expression is returned (`ret`) when
+    /// `tail_returns`, else lowered as a statement.
+    fn block_stmts(&mut self, block: &Block, tail_returns: bool) -> TokenStream {
+        let mut out = TokenStream::new();
+        let n = block.stmts.len();
+        for (i, stmt) in block.stmts.iter().enumerate() {
+            let last = i + 1 == n;
+            out.extend(match stmt {
+                Stmt::Expr(e, None) if last && tail_returns => {
+                    let v = self.expr(e);
+                    let p = p();
+                    quote_spanned!(e.span()=> #p::ret(#v);)
+                }
+                other => self.stmt(other),
+            });
+        }
+        out
+    }
+
+    fn stmt(&mut self, stmt: &Stmt) -> TokenStream {
+        let p = p();
+        match stmt {
+            Stmt::Local(local) => {
+                let (ident, ty) = match &local.pat {
+                    Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => {
+                        (pi.ident.clone(), None)
+                    }
+                    Pat::Type(pt) => match &*pt.pat {
+                        Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => {
+                            (pi.ident.clone(), Some((*pt.ty).clone()))
+                        }
+                        other => {
+                            return self.error(
+                                other.span(),
+                                "a `let` binds one name: patterns are not supported",
+                            );
+                        }
+                    },
+                    other => {
+                        return self.error(
+                            other.span(),
+                            "a `let` binds one name: patterns are not supported",
+                        );
+                    }
+                };
+                if let Some(ty) = &ty
+                    && !crate::probe::is_integer_type(ty)
+                    && !matches!(ty, Type::Path(tp) if tp.path.is_ident("bool"))
+                {
+                    return self.error(
+                        ty.span(),
+                        "locals are integers or `bool` (structs and arrays are not supported yet)",
+                    );
+                }
+                let ty = ty.map_or_else(|| quote!(_), |t| quote!(#t));
+                let code = match &local.init {
+                    Some(init) => {
+                        if let Some((_, diverge)) = &init.diverge {
+                            return self.error(diverge.span(), "`let .. else` is not supported");
+                        }
+                        let v = self.expr(&init.expr);
+                        quote_spanned!(local.span()=> let #ident = #p::local::<#ty>(#v);)
+                    }
+                    None => quote_spanned!(local.span()=> let #ident = #p::local_uninit::<#ty>();),
+                };
+                self.scopes.last_mut().expect("a scope").insert(ident.to_string(), Kind::Local);
+                code
+            }
+            Stmt::Item(syn::Item::Const(c)) => quote!(#c),
+            Stmt::Item(item) => {
+                self.error(item.span(), "items other than `const` cannot be declared in a probe")
+            }
+            Stmt::Macro(m) => self.error(
+                m.span(),
+                "macros are not supported in a probe (printing arrives with a helper of its own)",
+            ),
+            Stmt::Expr(e, _) => self.expr_stmt(e),
+        }
+    }
+
+    /// An expression in statement position.
+    fn expr_stmt(&mut self, e: &Expr) -> TokenStream {
+        let p = p();
+        let span = e.span();
+        match e {
+            Expr::Assign(a) => self.assign(&a.left, None, &a.right, span),
+            Expr::Binary(b) if compound(&b.op).is_some() => {
+                self.assign(&b.left, compound(&b.op), &b.right, span)
+            }
+            Expr::If(i) => self.if_stmt(i),
+            Expr::ForLoop(f) => self.for_loop(f),
+            Expr::While(w) => self.error(w.span(), "a `while` loop has no bound the verifier can see: use `for i in 0..N` with a constant `N`"),
+            Expr::Loop(l) => self.error(l.span(), "a `loop` has no bound the verifier can see: use `for i in 0..N` with a constant `N`"),
+            Expr::Return(r) => match &r.expr {
+                Some(v) => {
+                    let v = self.expr(v);
+                    quote_spanned!(span=> #p::ret(#v);)
+                }
+                None => quote_spanned!(span=> #p::ret_unit();),
+            },
+            Expr::Block(b) => {
+                let inner = self.scoped(|l| l.block_stmts(&b.block, false));
+                quote!({ #inner })
+            }
+            Expr::MethodCall(m) => self.map_call(m),
+            Expr::Paren(inner) => self.expr_stmt(&inner.expr),
+            other => {
+                let v = self.expr(other);
+                quote_spanned!(span=> let _ = #v;)
+            }
+        }
+    }
+
+    /// `place = value` or `place op= value`.
+    fn assign(
+        &mut self,
+        left: &Expr,
+        op: Option<&'static str>,
+        right: &Expr,
+        span: Span,
+    ) -> TokenStream {
+        let p = p();
+        let value = self.expr(right);
+        match left {
+            Expr::Path(path) if path.path.get_ident().is_some() => {
+                let ident = path.path.get_ident().expect("checked");
+                match self.lookup(&ident.to_string()) {
+                    Some(Kind::Local) => {
+                        let value = match op {
+                            Some(f) => {
+                                let f = Ident::new(f, span);
+                                quote_spanned!(span=> #p::#f(#p::get(#ident), #value))
+                            }
+                            None => value,
+                        };
+                        quote_spanned!(span=> #p::set(#ident, #value);)
+                    }
+                    Some(Kind::Value) => {
+                        self.error(ident.span(), "a loop index cannot be assigned")
+                    }
+                    None => self.error(
+                        ident.span(),
+                        "only locals of the probe and fields of a user context can be assigned",
+                    ),
+                }
+            }
+            Expr::Field(_) | Expr::Index(_) if self.rooted_at_ctx(left) => {
+                let (ctx_ty, place) = (self.ctx_ty.clone(), self.ctx_place(left));
+                let value = match op {
+                    Some(f) => {
+                        let f = Ident::new(f, span);
+                        quote_spanned!(span=> #p::#f(#p::ctx_field::<#ctx_ty, _>(|__c: &#ctx_ty| &#place), #value))
+                    }
+                    None => value,
+                };
+                quote_spanned!(span=> #p::ctx_store::<#ctx_ty, _>(|__c: &#ctx_ty| &#place, #value);)
+            }
+            other => self.error(
+                other.span(),
+                "only locals of the probe and fields of a user context can be assigned",
+            ),
+        }
+    }
+
+    fn if_stmt(&mut self, i: &syn::ExprIf) -> TokenStream {
+        let p = p();
+        let cond = self.expr(&i.cond);
+        let then = self.scoped(|l| l.block_stmts(&i.then_branch, false));
+        let otherwise = match &i.else_branch {
+            Some((_, e)) => match &**e {
+                Expr::If(inner) => self.if_stmt(inner),
+                Expr::Block(b) => self.scoped(|l| l.block_stmts(&b.block, false)),
+                other => self.error(other.span(), "unexpected `else` branch"),
+            },
+            None => TokenStream::new(),
+        };
+        quote_spanned!(i.span()=> #p::if_(#cond, || { #then }, || { #otherwise });)
+    }
+
+    fn for_loop(&mut self, f: &syn::ExprForLoop) -> TokenStream {
+        let p = p();
+        let ident = match &*f.pat {
+            Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => pi.ident.clone(),
+            Pat::Wild(w) => Ident::new("_", w.span()),
+            other => return self.error(other.span(), "a `for` loop binds one name"),
+        };
+        let Expr::Range(range) = &*f.expr else {
+            return self.error(
+                f.expr.span(),
+                "a `for` loop runs over a range with constant bounds: `for i in 0..N`",
+            );
+        };
+        let start_zero = match range.start.as_deref() {
+            Some(Expr::Lit(l)) => matches!(&l.lit, Lit::Int(i) if i.base10_digits() == "0"),
+            _ => false,
+        };
+        if !start_zero || !matches!(range.limits, RangeLimits::HalfOpen(_)) {
+            return self.error(range.span(), "a `for` loop runs over `0..N`");
+        }
+        let Some(end) = range.end.as_deref() else {
+            return self.error(range.span(), "a `for` loop needs an end: `0..N`");
+        };
+        if !self.is_constant(end) {
+            return self.error(end.span(), "the loop bound must be a constant (a literal or a `const`), so the verifier can see it");
+        }
+        let body = self.scoped(|l| {
+            l.scopes.last_mut().expect("a scope").insert(ident.to_string(), Kind::Value);
+            l.block_stmts(&f.body, false)
+        });
+        quote_spanned!(f.span()=> #p::repeat(#end, |#ident| { #body });)
+    }
+
+    /// Whether `e` is a constant the builder can evaluate: literals, paths that are not locals
+    /// (consts), and arithmetic on them.
+    fn is_constant(&self, e: &Expr) -> bool {
+        match e {
+            Expr::Lit(_) => true,
+            Expr::Path(p) => p
+                .path
+                .get_ident()
+                .is_none_or(|i| self.lookup(&i.to_string()).is_none() && *i != self.ctx),
+            Expr::Paren(p) => self.is_constant(&p.expr),
+            Expr::Binary(b) => self.is_constant(&b.left) && self.is_constant(&b.right),
+            Expr::Cast(c) => self.is_constant(&c.expr),
+            _ => false,
+        }
+    }
+
+    /// A map operation on a `static` map, as a statement.
+    fn map_call(&mut self, m: &syn::ExprMethodCall) -> TokenStream {
+        let p = p();
+        let Expr::Path(receiver) = &*m.receiver else {
+            return self.error(
+                m.span(),
+                "method calls are map operations on a `static` map: `COUNTS.fetch_add(&key, 1)`",
+            );
+        };
+        if receiver
+            .path
+            .get_ident()
+            .is_some_and(|i| self.lookup(&i.to_string()).is_some() || *i == self.ctx)
+        {
+            return self
+                .error(m.receiver.span(), "method calls are map operations on a `static` map");
+        }
+        let map = &receiver.path;
+        let name = map.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
+        let args: Vec<&Expr> = m.args.iter().collect();
+        let by_ref = |l: &mut Lower, e: &Expr| -> TokenStream {
+            match e {
+                Expr::Reference(r) if r.mutability.is_none() => l.expr(&r.expr),
+                other => l.error(other.span(), "pass keys and values by reference: `&key`"),
+            }
+        };
+        let span = m.span();
+        match (m.method.to_string().as_str(), args.as_slice()) {
+            ("fetch_add", [Expr::Reference(_), delta]) => {
+                let key = by_ref(self, args[0]);
+                let delta = self.expr(delta);
+                quote_spanned!(span=> #p::hash_fetch_add(&#map, #name, #key, #delta);)
+            }
+            ("fetch_add", [index, delta]) => {
+                let (index, delta) = (self.expr(index), self.expr(delta));
+                quote_spanned!(span=> #p::array_fetch_add(&#map, #name, #index, #delta);)
+            }
+            ("insert", [key, value]) => {
+                let (key, value) = (by_ref(self, key), by_ref(self, value));
+                quote_spanned!(span=> #p::hash_insert(&#map, #name, #key, #value);)
+            }
+            ("remove", [key]) => {
+                let key = by_ref(self, key);
+                quote_spanned!(span=> #p::hash_remove(&#map, #name, #key);)
+            }
+            (other, _) => self.error(
+                m.method.span(),
+                format!("`{other}` is not a map operation probes support: `fetch_add`, `insert`, `remove`"),
+            ),
+        }
+    }
+
+    /// Whether `e` is a place expression rooted at the context argument.
+    fn rooted_at_ctx(&self, e: &Expr) -> bool {
+        match e {
+            Expr::Path(p) => p.path.is_ident(&self.ctx),
+            Expr::Field(f) => self.rooted_at_ctx(&f.base),
+            Expr::Index(i) => self.rooted_at_ctx(&i.expr),
+            Expr::Paren(p) => self.rooted_at_ctx(&p.expr),
+            _ => false,
+        }
+    }
+
+    /// The place expression `e` (rooted at the context) with the root replaced by `__c`; array
+    /// indices must be constants.
+    fn ctx_place(&mut self, e: &Expr) -> TokenStream {
+        match e {
+            Expr::Path(_) => quote!(__c),
+            Expr::Field(f) => {
+                let base = self.ctx_place(&f.base);
+                let member = &f.member;
+                quote!(#base.#member)
+            }
+            Expr::Index(i) => {
+                let base = self.ctx_place(&i.expr);
+                if !self.is_constant(&i.index) {
+                    return self.error(i.index.span(), "index the context with a constant");
+                }
+                let index = &i.index;
+                quote!(#base[#index])
+            }
+            Expr::Paren(p) => self.ctx_place(&p.expr),
+            other => self.error(other.span(), "not a field of the context"),
+        }
+    }
+
+    /// An expression, as builder code giving a `Val<T>`.
+    pub(crate) fn expr(&mut self, e: &Expr) -> TokenStream {
+        let p = p();
+        let span = e.span();
+        match e {
+            Expr::Lit(l) => match &l.lit {
+                Lit::Int(_) | Lit::Bool(_) | Lit::Byte(_) => quote_spanned!(span=> #p::lit(#l)),
+                Lit::Float(_) => self.error(span, "floats are not supported in probes (eBPF has no floating point)"),
+                _ => self.error(span, "only integer and `bool` literals are supported in probes"),
+            },
+            Expr::Path(path) => match path.path.get_ident() {
+                Some(ident) if *ident == self.ctx => {
+                    self.error(span, "the context is read through its fields: `ctx.field`")
+                }
+                Some(ident) => match self.lookup(&ident.to_string()) {
+                    Some(Kind::Local) => quote_spanned!(span=> #p::get(#ident)),
+                    Some(Kind::Value) => quote_spanned!(span=> #ident),
+                    None => quote_spanned!(span=> #p::lit(#path)),
+                },
+                None => quote_spanned!(span=> #p::lit(#path)),
+            },
+            Expr::Field(_) | Expr::Index(_) if self.rooted_at_ctx(e) => {
+                let ctx_ty = self.ctx_ty.clone();
+                let place = self.ctx_place(e);
+                quote_spanned!(span=> #p::ctx_field::<#ctx_ty, _>(|__c: &#ctx_ty| &#place))
+            }
+            Expr::Field(_) | Expr::Index(_) => {
+                self.error(span, "fields and indices are supported on the context only (structs and arrays arrive later)")
+            }
+            Expr::Paren(inner) => self.expr(&inner.expr),
+            Expr::Group(inner) => self.expr(&inner.expr),
+            Expr::Binary(b) => {
+                let (l, r) = (self.expr(&b.left), self.expr(&b.right));
+                let f = match b.op {
+                    BinOp::Add(_) => "add",
+                    BinOp::Sub(_) => "sub",
+                    BinOp::Mul(_) => "mul",
+                    BinOp::Div(_) => "div",
+                    BinOp::Rem(_) => "rem",
+                    BinOp::BitAnd(_) => "bitand",
+                    BinOp::BitOr(_) => "bitor",
+                    BinOp::BitXor(_) => "bitxor",
+                    BinOp::Shl(_) => "shl",
+                    BinOp::Shr(_) => "shr",
+                    BinOp::Eq(_) => "eq",
+                    BinOp::Ne(_) => "ne",
+                    BinOp::Lt(_) => "lt",
+                    BinOp::Le(_) => "le",
+                    BinOp::Gt(_) => "gt",
+                    BinOp::Ge(_) => "ge",
+                    BinOp::And(_) => "and",
+                    BinOp::Or(_) => "or",
+                    _ => return self.error(span, "an assignment is a statement, not a value"),
+                };
+                let f = Ident::new(f, b.op.span());
+                quote_spanned!(span=> #p::#f(#l, #r))
+            }
+            Expr::Unary(u) => {
+                let v = self.expr(&u.expr);
+                match u.op {
+                    UnOp::Neg(_) => quote_spanned!(span=> #p::neg(#v)),
+                    UnOp::Not(_) => quote_spanned!(span=> #p::not(#v)),
+                    _ => self.error(span, "dereferences are not supported in probes"),
+                }
+            }
+            Expr::Cast(c) => {
+                let v = self.expr(&c.expr);
+                let ty = &c.ty;
+                if !crate::probe::is_integer_type(ty) {
+                    return self.error(ty.span(), "casts are between integer types");
+                }
+                quote_spanned!(span=> #p::cast::<#ty, _>(#v))
+            }
+            Expr::If(i) => {
+                let Some((_, otherwise)) = &i.else_branch else {
+                    return self.error(span, "an `if` used as a value needs an `else`");
+                };
+                let cond = self.expr(&i.cond);
+                let then = self.value_block(&i.then_branch);
+                let otherwise = match &**otherwise {
+                    Expr::Block(b) => self.value_block(&b.block),
+                    other => {
+                        let v = self.expr(other);
+                        quote!(#v)
+                    }
+                };
+                quote_spanned!(span=> {
+                    let __t = #p::local_uninit();
+                    #p::if_(#cond, || #p::set(__t, #then), || #p::set(__t, #otherwise));
+                    #p::get(__t)
+                })
+            }
+            Expr::Block(b) => self.value_block(&b.block),
+            Expr::Call(call) => {
+                let Expr::Path(path) = &*call.func else {
+                    return self.error(span, "only egpu's helpers can be called");
+                };
+                let name = path.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
+                if !HELPERS.contains(&name.as_str()) || !call.args.is_empty() {
+                    return self.error(
+                        span,
+                        format!("`{name}` cannot be called from a probe: only egpu's helpers ({})", HELPERS.join(", ")),
+                    );
+                }
+                let f = Ident::new(&name, path.span());
+                quote_spanned!(span=> #p::helpers::#f())
+            }
+            Expr::MethodCall(m) => self.error(m.span(), "map operations are statements; their result cannot be used yet"),
+            Expr::Reference(r) => self.error(r.span(), "references are only passed to map operations"),
+            Expr::Closure(c) => self.error(c.span(), "closures are not supported in probes"),
+            Expr::Macro(m) => self.error(m.span(), "macros are not supported in probes"),
+            Expr::Array(a) => self.error(a.span(), "arrays are not supported yet"),
+            Expr::Struct(s) => self.error(s.span(), "struct values are not supported yet"),
+            Expr::Tuple(t) => self.error(t.span(), "tuples are not supported in probes"),
+            Expr::Match(m) => self.error(m.span(), "`match` is not supported yet: use `if`/`else if`"),
+            Expr::Range(r) => self.error(r.span(), "ranges are only the bounds of `for` loops"),
+            other => self.error(other.span(), "this expression is not supported in probes"),
+        }
+    }
+
+    /// A block used as a value: its statements, then its tail expression's value.
+    fn value_block(&mut self, block: &Block) -> TokenStream {
+        self.scoped(|l| {
+            let Some((Stmt::Expr(tail, None), init)) = block.stmts.split_last() else {
+                return l.error(block.span(), "a block used as a value ends with an expression");
+            };
+            let stmts: TokenStream = init.iter().map(|s| l.stmt(s)).collect();
+            let v = l.expr(tail);
+            quote!({ #stmts #v })
+        })
+    }
+}
+
+/// The builder function of a compound assignment operator.
+fn compound(op: &BinOp) -> Option<&'static str> {
+    Some(match op {
+        BinOp::AddAssign(_) => "add",
+        BinOp::SubAssign(_) => "sub",
+        BinOp::MulAssign(_) => "mul",
+        BinOp::DivAssign(_) => "div",
+        BinOp::RemAssign(_) => "rem",
+        BinOp::BitAndAssign(_) => "bitand",
+        BinOp::BitOrAssign(_) => "bitor",
+        BinOp::BitXorAssign(_) => "bitxor",
+        BinOp::ShlAssign(_) => "shl",
+        BinOp::ShrAssign(_) => "shr",
+        _ => return None,
+    })
+}

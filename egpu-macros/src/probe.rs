@@ -1,0 +1,171 @@
+//! The attribute and the signature of a probe, and the items `#[egpu::probe]` emits:
+//!
+//! - the function itself, as native Rust with the probe's arithmetic (its twin);
+//! - a type of the same name (in the type namespace, so it does not clash with the function)
+//!   whose `probe()` returns the [`Probe`]: it builds the IR by running the lowered body, once.
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{FnArg, ItemFn, Pat, ReturnType, Type};
+
+use crate::lower::Lower;
+
+/// Errors of one probe, reported together.
+#[derive(Default)]
+pub(crate) struct Errors(Option<syn::Error>);
+
+impl Errors {
+    pub(crate) fn push(&mut self, span: Span, message: impl std::fmt::Display) {
+        let e = syn::Error::new(span, message);
+        match &mut self.0 {
+            Some(all) => all.combine(e),
+            None => self.0 = Some(e),
+        }
+    }
+
+    fn into_result(self) -> syn::Result<()> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
+/// The attach point's text: `host::launch`, `host::launch::exit`, `device::global_load`, `user`.
+fn attach_text(attr: TokenStream) -> syn::Result<String> {
+    let text: String = attr.to_string().chars().filter(|c| !c.is_whitespace()).collect();
+    if text.is_empty() {
+        return Err(syn::Error::new(
+            Span::call_site(),
+            "name the attach point: `#[egpu::probe(host::launch)]`, `#[egpu::probe(device::global_load)]`, `#[egpu::probe(user)]`",
+        ));
+    }
+    let full = match text.as_str() {
+        "user" => return Ok(text),
+        t if t.starts_with("host::") && t.matches("::").count() == 1 => format!("{t}::enter"),
+        t => t.to_string(),
+    };
+    full.parse::<egpu_ebpf::AttachPoint>().map_err(|e| syn::Error::new_spanned(&attr, e))?;
+    Ok(text)
+}
+
+pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    let attach = attach_text(attr)?;
+    let func: ItemFn = syn::parse2(item)?;
+    let mut errors = Errors::default();
+    let sig = &func.sig;
+    if let Some(g) = sig.generics.params.first() {
+        errors.push(g.span(), "a probe cannot be generic");
+    }
+    for (kw, span) in [
+        (sig.asyncness.is_some(), sig.asyncness.span()),
+        (sig.unsafety.is_some(), sig.unsafety.span()),
+        (sig.constness.is_some(), sig.constness.span()),
+    ] {
+        if kw {
+            errors.push(span, "a probe is a plain `fn`");
+        }
+    }
+    // One argument: a shared reference to the context.
+    let (ctx_ident, ctx_ty) = match sig.inputs.iter().collect::<Vec<_>>().as_slice() {
+        [FnArg::Typed(arg)] => {
+            let ident = match &*arg.pat {
+                Pat::Ident(p) if p.by_ref.is_none() && p.mutability.is_none() => {
+                    Some(p.ident.clone())
+                }
+                other => {
+                    errors.push(other.span(), "name the context argument (`ctx: &LaunchCtx`)");
+                    None
+                }
+            };
+            let ty = match &*arg.ty {
+                Type::Reference(r) if r.mutability.is_none() => Some((*r.elem).clone()),
+                Type::Reference(r) => {
+                    errors.push(
+                        r.span(),
+                        "the context is read through `&`; a user context is written through `ctx.field = ..` on `&` too",
+                    );
+                    None
+                }
+                other => {
+                    errors.push(
+                        other.span(),
+                        "the context is passed by reference: `ctx: &LaunchCtx`",
+                    );
+                    None
+                }
+            };
+            (ident, ty)
+        }
+        _ => {
+            errors.push(
+                sig.inputs.span(),
+                "a probe takes one argument, a reference to its context (`ctx: &LaunchCtx`)",
+            );
+            (None, None)
+        }
+    };
+    let returns = match &sig.output {
+        ReturnType::Default => false,
+        ReturnType::Type(_, ty) => {
+            if !is_integer_type(ty) {
+                errors.push(ty.span(), "a probe returns nothing or an integer");
+            }
+            true
+        }
+    };
+    let (Some(ctx_ident), Some(ctx_ty)) = (ctx_ident, ctx_ty) else {
+        errors.into_result()?;
+        unreachable!("an error was recorded");
+    };
+
+    let mut lower = Lower::new(ctx_ident.clone(), ctx_ty.clone());
+    let built = lower.body(&func.block, returns);
+    let twin = crate::twin::twin(&func, &ctx_ident);
+    for (span, message) in lower.errors {
+        errors.push(span, message);
+    }
+    if let Err(e) = errors.into_result() {
+        // The errors, and the function as written, so that the user sees these errors and no
+        // others from code that uses it.
+        let e = e.into_compile_error();
+        return Ok(quote! { #e #func });
+    }
+
+    let vis = &func.vis;
+    let name = &sig.ident;
+    let name_text = name.to_string();
+    let doc =
+        format!("The probe compiled from the function [`{name}`] by `#[egpu::probe({attach})]`.");
+    let p = quote!(::egpu::__private::probe);
+    let build_fn = format_ident!("__egpu_build");
+    let span = sig.ident.span();
+    let handle = quote_spanned! {span=>
+        #[doc = #doc]
+        #[allow(non_camel_case_types)]
+        #vis struct #name {}
+
+        impl #name {
+            /// The probe: its program, maps, and a CPU VM to run it.
+            #[allow(dead_code, clippy::all)]
+            #vis fn probe() -> &'static ::egpu::probe::Probe {
+                fn __egpu_attach() -> ::core::result::Result<::egpu::ebpf::AttachPoint, ::egpu::probe::BuildError> {
+                    #p::attach::<#ctx_ty>(#attach)
+                }
+                #[allow(unused_variables, unused_mut, unused_parens, unreachable_code, clippy::all)]
+                fn #build_fn() {
+                    #built
+                }
+                static PROBE: ::egpu::probe::Probe =
+                    ::egpu::probe::Probe::new(#name_text, __egpu_attach, #build_fn);
+                &PROBE
+            }
+        }
+    };
+    Ok(quote! { #twin #handle })
+}
+
+/// Whether `ty` names one of the integer types.
+pub(crate) fn is_integer_type(ty: &Type) -> bool {
+    matches!(ty, Type::Path(p) if p.qself.is_none() && p.path.get_ident().is_some_and(|i| {
+        matches!(i.to_string().as_str(), "u8" | "u16" | "u32" | "u64" | "usize" | "i8" | "i16" | "i32" | "i64" | "isize")
+    }))
+}

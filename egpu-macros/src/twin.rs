@@ -1,0 +1,72 @@
+//! The native twin: the probe function as written, with the probe's arithmetic.
+//!
+//! `+ - * / % << >>` and unary `-` (and their compound assignments) become calls of
+//! `egpu::__private::twin`, which compute exactly as the eBPF program does (wrapping, eBPF's
+//! division by zero, shift amounts modulo the width); map operations used as statements have
+//! their results ignored. Everything else is Rust as written.
+
+use proc_macro2::TokenStream;
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::visit_mut::{self, VisitMut};
+use syn::{BinOp, Expr, Ident, ItemFn, Stmt, UnOp, parse_quote};
+
+struct Twin;
+
+fn arithmetic(op: &BinOp) -> Option<(&'static str, bool)> {
+    Some(match op {
+        BinOp::Add(_) => ("add", false),
+        BinOp::Sub(_) => ("sub", false),
+        BinOp::Mul(_) => ("mul", false),
+        BinOp::Div(_) => ("div", false),
+        BinOp::Rem(_) => ("rem", false),
+        BinOp::Shl(_) => ("shl", false),
+        BinOp::Shr(_) => ("shr", false),
+        BinOp::AddAssign(_) => ("add", true),
+        BinOp::SubAssign(_) => ("sub", true),
+        BinOp::MulAssign(_) => ("mul", true),
+        BinOp::DivAssign(_) => ("div", true),
+        BinOp::RemAssign(_) => ("rem", true),
+        BinOp::ShlAssign(_) => ("shl", true),
+        BinOp::ShrAssign(_) => ("shr", true),
+        _ => return None,
+    })
+}
+
+impl VisitMut for Twin {
+    fn visit_expr_mut(&mut self, e: &mut Expr) {
+        visit_mut::visit_expr_mut(self, e);
+        let span = e.span();
+        let replaced: Option<Expr> = match e {
+            Expr::Binary(b) => arithmetic(&b.op).map(|(f, assign)| {
+                let f = Ident::new(f, b.op.span());
+                let (l, r) = (&b.left, &b.right);
+                let call: TokenStream = quote_spanned!(span=> ::egpu::__private::twin::#f(#l, #r));
+                if assign { parse_quote!(#l = #call) } else { parse_quote!(#call) }
+            }),
+            Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => {
+                let v = &u.expr;
+                Some(parse_quote!(::egpu::__private::twin::neg(#v)))
+            }
+            _ => None,
+        };
+        if let Some(r) = replaced {
+            *e = r;
+        }
+    }
+
+    fn visit_stmt_mut(&mut self, s: &mut Stmt) {
+        visit_mut::visit_stmt_mut(self, s);
+        if let Stmt::Expr(Expr::MethodCall(m), Some(_)) = s {
+            let m = m.clone();
+            *s = parse_quote!(let _ = #m;);
+        }
+    }
+}
+
+/// The twin of `func`.
+pub(crate) fn twin(func: &ItemFn, _ctx: &Ident) -> TokenStream {
+    let mut func = func.clone();
+    Twin.visit_block_mut(&mut func.block);
+    quote!(#func)
+}
