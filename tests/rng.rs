@@ -3,6 +3,7 @@
 
 pub(crate) struct Rng(u64);
 
+#[allow(dead_code, reason = "each test binary draws what it needs")]
 impl Rng {
     /// A generator for `test`, from `EGPU_SEED` or `default`.
     pub(crate) fn from_env(test: &str, default: u64) -> Rng {

@@ -77,11 +77,13 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
                 }
             };
             let ty = match &*arg.ty {
-                Type::Reference(r) if r.mutability.is_none() => Some((*r.elem).clone()),
+                Type::Reference(r) if r.mutability.is_none() || attach == "user" => {
+                    Some((*r.elem).clone())
+                }
                 Type::Reference(r) => {
                     errors.push(
                         r.span(),
-                        "the context is read through `&`; a user context is written through `ctx.field = ..` on `&` too",
+                        "only a user context is writable: take `&` for this attach point",
                     );
                     None
                 }

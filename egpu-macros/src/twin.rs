@@ -40,12 +40,13 @@ impl VisitMut for Twin {
         let replaced: Option<Expr> = match e {
             Expr::Binary(b) => arithmetic(&b.op).map(|(f, assign)| {
                 let f = Ident::new(f, b.op.span());
-                let (l, r) = (&b.left, &b.right);
+                // The operands become arguments: parentheses around them are not needed.
+                let (l, r) = (unparen(&b.left), unparen(&b.right));
                 let call: TokenStream = quote_spanned!(span=> ::egpu::__private::twin::#f(#l, #r));
                 if assign { parse_quote!(#l = #call) } else { parse_quote!(#call) }
             }),
             Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => {
-                let v = &u.expr;
+                let v = unparen(&u.expr);
                 Some(parse_quote!(::egpu::__private::twin::neg(#v)))
             }
             _ => None,
@@ -61,6 +62,14 @@ impl VisitMut for Twin {
             let m = m.clone();
             *s = parse_quote!(let _ = #m;);
         }
+    }
+}
+
+/// `e` without the parentheses around it.
+fn unparen(e: &Expr) -> &Expr {
+    match e {
+        Expr::Paren(p) => unparen(&p.expr),
+        other => other,
     }
 }
 
