@@ -4,8 +4,9 @@
 //! classifies the launch as small, large or huge. It is eBPF, written here in assembly (the
 //! `#[egpu::probe]` compiler will let it be written in Rust); the same bytecode will run inside
 //! kernels once the GPU backend lands. The verifier checks it first, and refuses an unsafe
-//! variant of it with an error that shows why. A second probe counts launches and threads per
-//! kernel in a hash map, which this program then reads in place.
+//! variant of it with an error that shows why. A second probe, written in Rust with
+//! `#[egpu::probe]`, counts launches and threads per kernel in hash maps, which this program
+//! then reads in place.
 //!
 //! Run it with `cargo run --release --example quickstart`. It needs no GPU: without one it says
 //! so and exits 0.
@@ -15,7 +16,7 @@ use std::process::ExitCode;
 
 use egpu::device::GpuStatus;
 use egpu::ebpf::verifier::verify;
-use egpu::ebpf::{AttachPoint, HostEvent, LaunchCtx, MapDef, MapKind, Phase, Program, assemble};
+use egpu::ebpf::{AttachPoint, HostEvent, LaunchCtx, Phase, Program, assemble};
 use egpu::maps::HashMap;
 use egpu::vm::{EngineChoice, LoadError, Vm};
 
@@ -45,52 +46,21 @@ done:
     exit
 ";
 
-/// `stats[kernel_id] += [1, threads]`: the per-kernel launch and thread counts, with atomics on
-/// the map's value in place (inserting a zero value first for a new kernel).
-const COUNTER: &str = "
-    ldxdw %r2, [%r1+0]          # the key: LaunchCtx.kernel_id
-    stxdw [%r10-8], %r2
-    ldxw %r6, [%r1+40]          # r6 (kept across calls) = threads
-    ldxw %r3, [%r1+44]
-    mul %r6, %r3
-    ldxw %r3, [%r1+48]
-    mul %r6, %r3
-    ldxw %r3, [%r1+52]
-    mul %r6, %r3
-    ldxw %r3, [%r1+56]
-    mul %r6, %r3
-    ldxw %r3, [%r1+60]
-    mul %r6, %r3
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -8
-    call 1                      # r0 = lookup(stats, &kernel_id)
-    jne %r0, 0, count
-    stdw [%r10-24], 0           # a new kernel: insert [0, 0] unless another thread just did
-    stdw [%r10-16], 0
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -8
-    mov %r3, %r10
-    add %r3, -24
-    mov %r4, 1
-    call 2
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -8
-    call 1
-    jeq %r0, 0, done            # the map is full
-count:
-    mov %r1, 1
-    lock add [%r0+0], %r1
-    lock add [%r0+8], %r6
-done:
-    mov %r0, 0
-    exit
-";
+/// Launches per kernel id, filled by the counting probe.
+static LAUNCHES: HashMap<u64, u64> = HashMap::with_capacity(1024);
+/// Threads started per kernel id.
+static THREADS: HashMap<u64, u64> = HashMap::with_capacity(1024);
 
-/// Launches and threads per kernel id, filled by the counting probe.
-static STATS: HashMap<u64, [u64; 2]> = HashMap::with_capacity(1024);
+/// The counting probe, in Rust: `#[egpu::probe]` compiles it to eBPF (and keeps it callable as
+/// native Rust). The map updates are atomic adds on the values in place.
+#[egpu::probe(host::launch)]
+fn count_launches(ctx: &LaunchCtx) {
+    let blocks = ctx.grid[0] as u64 * ctx.grid[1] as u64 * ctx.grid[2] as u64;
+    let threads = blocks * ctx.block[0] as u64 * ctx.block[1] as u64 * ctx.block[2] as u64;
+    let id = ctx.kernel_id;
+    LAUNCHES.fetch_add(&id, 1);
+    THREADS.fetch_add(&id, threads);
+}
 
 fn launch(name: &str, grid: [u32; 3], block: [u32; 3]) -> LaunchCtx {
     let kernel_id = egpu::maps::layout::hash_key(name.as_bytes());
@@ -159,35 +129,36 @@ fn run() -> Result<(), Box<dyn Error>> {
         println!("  {name:<12} {shape:>22} {threads:>10}  {class}");
     }
 
-    // The counting probe, with the map bound to a static that this program reads.
-    let map = MapDef {
-        name: "stats".into(),
-        kind: MapKind::Hash,
-        key_size: 8,
-        value_size: 16,
-        max_entries: STATS.capacity(),
-    };
-    let counter = Program::new(assemble(COUNTER)?, vec![map], program.attach())?;
-    let mut counting = Vm::with_maps(&counter, &[STATS.try_raw()?.clone()], EngineChoice::Auto)?;
+    // The counting probe, written in Rust; its maps are the statics this program reads.
+    let probe = count_launches::probe();
+    let counter = probe.program()?;
+    println!(
+        "\n`count_launches`, a Rust function, compiled by #[egpu::probe] into {} eBPF instructions \
+         (verified), with {} maps:",
+        counter.insns().len(),
+        counter.maps().len()
+    );
+    let mut counting = probe.vm()?;
     let rounds = [3, 2, 1];
     for ((_, ctx), times) in launches.iter().zip(rounds) {
         for _ in 0..times {
             counting.run_ctx(&mut ctx.clone())?;
         }
     }
-    println!(
-        "
-a counting probe filled a hash map ({}); read in place:",
-        counting.engine()
-    );
     println!("  {:<12} {:>18} {:>8} {:>10}", "kernel", "kernel id", "launches", "threads");
     for ((name, ctx), times) in launches.iter().zip(rounds) {
-        let [count, threads] = STATS.get(&ctx.kernel_id).ok_or("a kernel is missing")?;
+        let count = LAUNCHES.get(&ctx.kernel_id).ok_or("a kernel is missing")?;
+        let threads = THREADS.get(&ctx.kernel_id).ok_or("a kernel is missing")?;
         let per_launch: u64 = ctx.grid.iter().chain(&ctx.block).map(|&d| u64::from(d)).product();
         if count != times || threads != times * per_launch {
-            return Err(format!("{name}: the map holds {count} launches, {threads} threads").into());
+            return Err(format!("{name}: the maps hold {count} launches, {threads} threads").into());
         }
         println!("  {name:<12} {:>#18x} {count:>8} {threads:>10}", ctx.kernel_id);
+    }
+    // The same function, run natively (its twin), counts the same way.
+    count_launches(&launches[0].1);
+    if LAUNCHES.get(&launches[0].1.kernel_id) != Some(rounds[0] + 1) {
+        return Err("the native twin did not count like the probe".into());
     }
 
     println!();
