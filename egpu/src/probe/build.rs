@@ -127,6 +127,7 @@ fn with<R>(f: impl FnOnce(&mut State) -> R) -> R {
 }
 
 fn val<T>(e: Expr) -> Val<T> {
+    let e = e.folded();
     with(|s| {
         s.exprs.push(e);
         Val { id: s.exprs.len() - 1, _t: PhantomData }
@@ -587,8 +588,7 @@ impl Probe {
             return Err(e);
         }
         let (defs, maps): (Vec<MapDef>, Vec<RawMap>) = state.maps.into_iter().unzip();
-        let mut body = state.blocks.into_iter().next().unwrap_or_default();
-        body.push(Stmt::Return(Expr::Const(Ty::U64, 0)));
+        let body = state.blocks.into_iter().next().unwrap_or_default();
         let ir = ProbeIr {
             attach: state.attach,
             vars: state.vars,

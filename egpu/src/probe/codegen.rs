@@ -358,6 +358,12 @@ impl<'a> Gen<'a> {
         {
             return Ok(Operand::Imm(i));
         }
+        // A variable in a saved register is used where it is (freeing it later is a no-op).
+        if let Expr::Var(v) = e
+            && let Home::Reg(r) = self.var(*v)?
+        {
+            return Ok(Operand::Reg(r));
+        }
         let t = self.temp()?;
         self.expr(e, t)?;
         Ok(Operand::Reg(t))
@@ -527,8 +533,14 @@ impl<'a> Gen<'a> {
             }
             Expr::Cmp(op, ty, lhs, rhs) => {
                 let op = if when { *op } else { op.negated() };
-                let l = self.temp()?;
-                self.expr(lhs, l)?;
+                let l = match self.operand(lhs)? {
+                    Operand::Reg(r) => r,
+                    Operand::Imm(_) => {
+                        let t = self.temp()?;
+                        self.expr(lhs, t)?;
+                        t
+                    }
+                };
                 let r = self.operand(rhs)?;
                 self.jump(Some((jmp_cond(op, ty.signed()), l, r)), to);
                 self.free_operand(r);
@@ -634,6 +646,10 @@ impl<'a> Gen<'a> {
                     (Home::Reg(r), Expr::Const(_, c)) if imm(*c).is_some() => {
                         self.insn(mov_imm(r, imm(*c).expect("checked")));
                     }
+                    // Straight into the variable's register, when the value does not read the
+                    // variable and calls no helper (which would see the register half-computed
+                    // only if it were a temporary, but keeps the rule simple).
+                    (Home::Reg(r), e) if !reads_var(e, *v) && !need(e).1 => self.expr(e, r)?,
                     _ => {
                         let t = self.temp()?;
                         self.expr(e, t)?;
@@ -788,6 +804,21 @@ fn jmp_cond(op: CmpOp, signed: bool) -> JmpCond {
         (CmpOp::Le, true) => JmpCond::Sle,
         (CmpOp::Gt, true) => JmpCond::Sgt,
         (CmpOp::Ge, true) => JmpCond::Sge,
+    }
+}
+
+/// Whether `e` reads variable `v`.
+fn reads_var(e: &Expr, v: Var) -> bool {
+    match e {
+        Expr::Var(w) => *w == v,
+        Expr::Const(..) | Expr::Load(..) => false,
+        Expr::Unary(_, _, a) | Expr::Cast { arg: a, .. } => reads_var(a, v),
+        Expr::Binary(_, _, a, b) | Expr::Cmp(_, _, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
+            reads_var(a, v) || reads_var(b, v)
+        }
+        Expr::Call(_, _, args) => {
+            args.iter().any(|a| matches!(a, Arg::Value(e) if reads_var(e, v)))
+        }
     }
 }
 

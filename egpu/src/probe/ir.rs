@@ -281,6 +281,44 @@ impl Expr {
         ty.canonical(raw)
     }
 
+    /// The expression with its operations on constants computed (one level: the operands are
+    /// already folded when expressions are built bottom-up).
+    pub fn folded(self) -> Expr {
+        let constant = |e: &Expr| match e {
+            Expr::Const(_, v) => Some(*v),
+            _ => None,
+        };
+        match &self {
+            Expr::Unary(op, ty, a) => match constant(a) {
+                Some(a) => Expr::Const(*ty, Expr::eval_unary(*op, *ty, a)),
+                None => self,
+            },
+            Expr::Binary(op, ty, a, b) => match (constant(a), constant(b)) {
+                (Some(a), Some(b)) => Expr::Const(*ty, Expr::eval_binary(*op, *ty, a, b)),
+                _ => self,
+            },
+            Expr::Cmp(op, ty, a, b) => match (constant(a), constant(b)) {
+                (Some(a), Some(b)) => Expr::Const(Ty::Bool, u64::from(op.holds(*ty, a, b))),
+                _ => self,
+            },
+            Expr::Cast { to, arg, .. } => match constant(arg) {
+                Some(a) => Expr::Const(*to, to.cast(a)),
+                None => self,
+            },
+            Expr::And(a, b) | Expr::Or(a, b) => {
+                let is_and = matches!(self, Expr::And(..));
+                match (constant(a), constant(b)) {
+                    (Some(a), Some(b)) => {
+                        let v = if is_and { a != 0 && b != 0 } else { a != 0 || b != 0 };
+                        Expr::Const(Ty::Bool, u64::from(v))
+                    }
+                    _ => self,
+                }
+            }
+            _ => self,
+        }
+    }
+
     /// The value of `op arg` for a canonical value of `ty`.
     pub fn eval_unary(op: UnOp, ty: Ty, arg: u64) -> u64 {
         match (op, ty) {
