@@ -68,6 +68,11 @@ struct VerifierChapterDoctests;
 #[doc = include_str!("../../book/src/maps.md")]
 struct MapsChapterDoctests;
 
+/// The Probe Rust chapter's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../book/src/probe-rust.md")]
+struct ProbeRustChapterDoctests;
+
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
