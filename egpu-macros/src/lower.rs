@@ -435,12 +435,13 @@ impl Lower {
                 quote_spanned!(span=> #p::#f(#l, #r))
             }
             Expr::Unary(u) => {
+                let f = match u.op {
+                    UnOp::Neg(_) => quote!(neg),
+                    UnOp::Not(_) => quote!(not),
+                    _ => return self.error(span, "dereferences are not supported in probes"),
+                };
                 let v = self.expr(&u.expr);
-                match u.op {
-                    UnOp::Neg(_) => quote_spanned!(span=> #p::neg(#v)),
-                    UnOp::Not(_) => quote_spanned!(span=> #p::not(#v)),
-                    _ => self.error(span, "dereferences are not supported in probes"),
-                }
+                quote_spanned!(span=> #p::#f(#v))
             }
             Expr::Cast(c) => {
                 let v = self.expr(&c.expr);
@@ -484,7 +485,16 @@ impl Lower {
                 let f = Ident::new(&name, path.span());
                 quote_spanned!(span=> #p::helpers::#f())
             }
-            Expr::MethodCall(m) => self.error(m.span(), "map operations are statements; their result cannot be used yet"),
+            Expr::MethodCall(m) => {
+                let on_static = matches!(&*m.receiver, Expr::Path(r)
+                    if r.path.get_ident().is_none_or(|i| self.lookup(&i.to_string()).is_none() && *i != self.ctx));
+                let message = if on_static {
+                    "map operations are statements; their result cannot be used yet"
+                } else {
+                    "methods cannot be called in probes: only map operations on `static` maps, as statements"
+                };
+                self.error(m.span(), message)
+            }
             Expr::Reference(r) => self.error(r.span(), "references are only passed to map operations"),
             Expr::Closure(c) => self.error(c.span(), "closures are not supported in probes"),
             Expr::Macro(m) => self.error(m.span(), "macros are not supported in probes"),

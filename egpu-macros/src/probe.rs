@@ -48,9 +48,39 @@ fn attach_text(attr: TokenStream) -> syn::Result<String> {
 }
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
-    let attach = attach_text(attr)?;
     let func: ItemFn = syn::parse2(item)?;
+    let attach = attach_text(attr);
+    Ok(expand_fn(attach, &func).unwrap_or_else(|e| stubs(&func, e)))
+}
+
+/// The errors, and stubs of the function and its probe, so that the user sees these errors and
+/// none from the body as written or from code that uses the probe.
+fn stubs(func: &ItemFn, e: syn::Error) -> TokenStream {
+    let e = e.into_compile_error();
+    let (attrs, vis, sig, name) = (&func.attrs, &func.vis, &func.sig, &func.sig.ident);
+    quote! {
+        #e
+        #(#attrs)*
+        #[allow(unused_variables)]
+        #vis #sig { ::core::unreachable!() }
+        #[allow(non_camel_case_types)]
+        #vis struct #name {}
+        impl #name {
+            #[allow(dead_code)]
+            #vis fn probe() -> &'static ::egpu::probe::Probe { ::core::unreachable!() }
+        }
+    }
+}
+
+fn expand_fn(attach: syn::Result<String>, func: &ItemFn) -> syn::Result<TokenStream> {
     let mut errors = Errors::default();
+    let attach = match attach {
+        Ok(a) => a,
+        Err(e) => {
+            errors.0 = Some(e);
+            String::new()
+        }
+    };
     let sig = &func.sig;
     if let Some(g) = sig.generics.params.first() {
         errors.push(g.span(), "a probe cannot be generic");
@@ -121,19 +151,14 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
 
     let mut lower = Lower::new(ctx_ident.clone(), ctx_ty.clone());
     let built = lower.body(&func.block, returns);
-    let twin = crate::twin::twin(&func, &ctx_ident);
+    let twin = crate::twin::twin(func, &ctx_ident);
     for (span, message) in lower.errors {
         errors.push(span, message);
     }
-    if let Err(e) = errors.into_result() {
-        // The errors, and the function as written, so that the user sees these errors and no
-        // others from code that uses it.
-        let e = e.into_compile_error();
-        return Ok(quote! { #e #func });
-    }
-
+    errors.into_result()?;
     let vis = &func.vis;
     let name = &sig.ident;
+
     let name_text = name.to_string();
     let doc =
         format!("The probe compiled from the function [`{name}`] by `#[egpu::probe({attach})]`.");

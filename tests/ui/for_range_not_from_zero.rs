@@ -1,0 +1,19 @@
+use egpu::ebpf::LaunchCtx;
+use egpu::maps::HashMap;
+
+static COUNTS: HashMap<u64, u64> = HashMap::with_capacity(8);
+
+fn helper(x: u64) -> u64 {
+    x + 1
+}
+
+#[egpu::probe(host::launch)]
+fn probe(ctx: &LaunchCtx) -> u64 {
+    let mut s = 0u64;
+    for i in 1..4 {
+        s += 1;
+    }
+    s
+}
+
+fn main() {}
