@@ -223,6 +223,36 @@ fn shadowing(ctx: &mut Ctx) -> u32 {
 
 // --- control flow -----------------------------------------------------------------------------
 
+/// `match` as a value: literals, alternatives, ranges, constants and `_`.
+#[egpu::probe(user)]
+fn match_value(ctx: &mut Ctx) -> u64 {
+    let class = match ctx.h {
+        0 => 100,
+        1 | 2 | 3 => 200,
+        4..=15 => ctx.a & 0xff,
+        16..64 => 300,
+        200.. => 400,
+        _ => 500,
+    };
+    class + 1
+}
+
+/// `match` as a statement, on a signed value, with negative patterns.
+#[egpu::probe(user)]
+fn match_statement(ctx: &mut Ctx) -> i32 {
+    let mut r = 0;
+    match ctx.i {
+        -128..=-100 => r = 1,
+        -1 => {
+            r = 2;
+            ctx.out = 7;
+        }
+        0 => {}
+        _ => r = ctx.i as i32 * 2,
+    }
+    r
+}
+
 /// A counted loop.
 #[egpu::probe(user)]
 fn loop_hash(ctx: &mut Ctx) -> u64 {
@@ -461,7 +491,7 @@ fn twins_and_programs_agree() {
         arith_u64: zx, wrap_u8: zx, wrap_i8: sx, div_by_zero: zx, signed_div: sx, narrow_div: sx,
         shifts: zx, signed_shifts: sx, casts: zx, unsigned_compare: zx, signed_compare: sx,
         logic: zx, unary: sx, compound: zx, big_constants: zx, if_values: zx, shadowing: zx,
-        loop_hash: zx, loop_const_bound: zx, nested_loops: zx, early_return: zx,
+        match_value: zx, match_statement: sx, loop_hash: zx, loop_const_bound: zx, nested_loops: zx, early_return: zx,
         unit_returns: unit, many_locals: zx, deep_expression: zx, context_array: zx,
         sixteen_bits: sx, usize_math: us, count_by_key: unit, insert_remove: unit,
         array_counters: unit, map_loop: zx, several_maps: unit,

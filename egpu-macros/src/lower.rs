@@ -168,6 +168,7 @@ impl Lower {
                 quote!({ #inner })
             }
             Expr::MethodCall(m) => self.map_call(m),
+            Expr::Match(m) => self.match_expr(m, false),
             Expr::Paren(inner) => self.expr_stmt(&inner.expr),
             other => {
                 let v = self.expr(other);
@@ -501,10 +502,128 @@ impl Lower {
             Expr::Array(a) => self.error(a.span(), "arrays are not supported yet"),
             Expr::Struct(s) => self.error(s.span(), "struct values are not supported yet"),
             Expr::Tuple(t) => self.error(t.span(), "tuples are not supported in probes"),
-            Expr::Match(m) => self.error(m.span(), "`match` is not supported yet: use `if`/`else if`"),
+            Expr::Match(m) => self.match_expr(m, true),
             Expr::Range(r) => self.error(r.span(), "ranges are only the bounds of `for` loops"),
             other => self.error(other.span(), "this expression is not supported in probes"),
         }
+    }
+
+    /// `match` on an integer: the scrutinee is evaluated once, then the arms are tried in
+    /// order as a chain of `if`s. Arms are literals, constants, `|` alternatives, ranges and `_`
+    /// (rustc checks, on the twin, that the arms cover every value). As a value, every arm sets
+    /// one variable.
+    fn match_expr(&mut self, m: &syn::ExprMatch, value: bool) -> TokenStream {
+        let p = p();
+        let scrutinee = self.expr(&m.expr);
+        let mut chain = TokenStream::new();
+        for arm in m.arms.iter().rev() {
+            if let Some((_, guard)) = &arm.guard {
+                return self.error(guard.span(), "match guards are not supported in probes");
+            }
+            let body = if value {
+                let v = match &*arm.body {
+                    Expr::Block(b) => self.value_block(&b.block),
+                    other => self.expr(other),
+                };
+                quote!(#p::set(__m_result, #v);)
+            } else {
+                match &*arm.body {
+                    Expr::Block(b) => self.scoped(|l| l.block_stmts(&b.block, false)),
+                    other => self.expr_stmt(other),
+                }
+            };
+            let cond = match self.pattern(&arm.pat) {
+                Some(c) => c,
+                None => return quote!(::core::unreachable!()),
+            };
+            chain = match cond {
+                None => body,
+                Some(cond) => quote!(#p::if_(#cond, || { #body }, || { #chain });),
+            };
+        }
+        let span = m.span();
+        if value {
+            quote_spanned!(span=> {
+                let __m = #p::local(#scrutinee);
+                let __m_result = #p::local_uninit();
+                #chain
+                #p::get(__m_result)
+            })
+        } else {
+            quote_spanned!(span=> {
+                let __m = #p::local(#scrutinee);
+                #chain
+            })
+        }
+    }
+
+    /// The condition a `match` pattern tests on `__m`: `None` for `_` (always), or `Some`
+    /// builder code; an unsupported pattern is an error (`Option::None` returned).
+    fn pattern(&mut self, pat: &Pat) -> Option<Option<TokenStream>> {
+        let p = p();
+        let value = |l: &mut Lower, e: &Expr| -> Option<TokenStream> {
+            if !l.is_constant(e)
+                && !matches!(e, Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) && l.is_constant(&u.expr))
+            {
+                l.error(e.span(), "a `match` pattern is a literal, a constant or a range of them");
+                return None;
+            }
+            Some(quote!(#p::lit(#e)))
+        };
+        Some(match pat {
+            Pat::Wild(_) => None,
+            Pat::Lit(l) => {
+                let v = value(self, &Expr::Lit(l.clone()))?;
+                Some(quote!(#p::eq(#p::get(__m), #v)))
+            }
+            Pat::Path(path) => {
+                let v = value(self, &Expr::Path(path.clone()))?;
+                Some(quote!(#p::eq(#p::get(__m), #v)))
+            }
+            Pat::Range(r) => {
+                let lo = match &r.start {
+                    Some(e) => Some(value(self, e)?),
+                    None => None,
+                };
+                let hi = match &r.end {
+                    Some(e) => Some(value(self, e)?),
+                    None => None,
+                };
+                let lo = lo.map(|lo| quote!(#p::ge(#p::get(__m), #lo)));
+                let hi = hi.map(|hi| match r.limits {
+                    RangeLimits::Closed(_) => quote!(#p::le(#p::get(__m), #hi)),
+                    RangeLimits::HalfOpen(_) => quote!(#p::lt(#p::get(__m), #hi)),
+                });
+                match (lo, hi) {
+                    (Some(a), Some(b)) => Some(quote!(#p::and(#a, #b))),
+                    (Some(c), None) | (None, Some(c)) => Some(c),
+                    (None, None) => None,
+                }
+            }
+            Pat::Or(or) => {
+                let mut cond: Option<TokenStream> = None;
+                for case in &or.cases {
+                    match self.pattern(case)? {
+                        None => return Some(None),
+                        Some(c) => {
+                            cond = Some(match cond {
+                                Some(acc) => quote!(#p::or(#acc, #c)),
+                                None => c,
+                            })
+                        }
+                    }
+                }
+                cond
+            }
+            Pat::Paren(inner) => return self.pattern(&inner.pat),
+            other => {
+                self.error(
+                    other.span(),
+                    "a `match` pattern is a literal, a constant, a range, `|` of them, or `_`",
+                );
+                return None;
+            }
+        })
     }
 
     /// A block used as a value: its statements, then its tail expression's value.

@@ -10,7 +10,7 @@ fn helper(x: u64) -> u64 {
 #[egpu::probe(host::launch)]
 fn probe(ctx: &LaunchCtx) -> u64 {
     match ctx.grid[0] {
-        1 => 1,
+        n if n > 4 => 1,
         _ => 0,
     }
 }
