@@ -228,7 +228,7 @@ fn shadowing(ctx: &mut Ctx) -> u32 {
 fn match_value(ctx: &mut Ctx) -> u64 {
     let class = match ctx.h {
         0 => 100,
-        1 | 2 | 3 => 200,
+        1 | 3 | 5 => 200,
         4..=15 => ctx.a & 0xff,
         16..64 => 300,
         200.. => 400,
