@@ -7,7 +7,7 @@
 //! it is for.
 
 use bytemuck::{Pod, Zeroable};
-use egpu::maps::{Array, HashMap, RawMap};
+use egpu::maps::{Array, HashMap, RawMap, RingBuf};
 use egpu::probe::Probe;
 use egpu::vm::EngineChoice;
 
@@ -34,6 +34,25 @@ struct Ctx {
     out3: u32,
 }
 
+/// A struct key.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+struct FlowKey {
+    pid: u32,
+    cpu: u32,
+    kind: u64,
+}
+
+/// A struct value and ring record, with an array field.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+struct Record {
+    seq: u64,
+    size: u32,
+    flags: u32,
+    tag: [u8; 8],
+}
+
 const K: u64 = 0x9e37_79b9_7f4a_7c15;
 const N: u32 = 5;
 
@@ -41,6 +60,9 @@ static COUNTS: HashMap<u64, u64> = HashMap::with_capacity(16);
 static PAIRS: HashMap<u32, i32> = HashMap::with_capacity(8);
 static BUCKETS: Array<u64> = Array::with_len(8);
 static SMALL: Array<u32> = Array::with_len(4);
+static FLOWS: HashMap<FlowKey, u64> = HashMap::with_capacity(16);
+static RECORDS: HashMap<u32, Record> = HashMap::with_capacity(8);
+static EVENTS: RingBuf<Record> = RingBuf::with_capacity(64);
 
 // --- arithmetic -------------------------------------------------------------------------------
 
@@ -411,6 +433,51 @@ fn several_maps(ctx: &mut Ctx) {
     PAIRS.insert(&pk, &pv);
 }
 
+/// Struct keys, built by a struct literal, and an inline literal as a key.
+#[egpu::probe(user)]
+fn struct_keys(ctx: &mut Ctx) {
+    let key = FlowKey { pid: ctx.d & 3, cpu: ctx.h as u32 & 1, kind: ctx.a & 1 };
+    FLOWS.fetch_add(&key, 1);
+    FLOWS.fetch_add(&FlowKey { pid: 9, cpu: 0, kind: ctx.b & 1 }, ctx.h as u64);
+}
+
+/// Struct values: a record built field by field (array field included), inserted, then read
+/// back in place by a lookup, as a statement and as a value.
+#[egpu::probe(user)]
+fn struct_values(ctx: &mut Ctx) -> u64 {
+    let k = ctx.d & 3;
+    if ctx.h & 1 == 0 {
+        let mut rec =
+            Record { seq: ctx.a, size: ctx.d, flags: 0, tag: [ctx.h, 1, 2, 3, 4, 5, 6, 7] };
+        rec.flags = ctx.d ^ 5;
+        rec.tag[3] += ctx.j[1];
+        RECORDS.insert(&k, &rec);
+    }
+    if let Some(r) = RECORDS.get(&k) {
+        ctx.out = r.seq ^ r.flags as u64;
+    } else {
+        ctx.out = 1;
+    }
+    let other = ctx.e as u32 & 7;
+    if let Some(r) = RECORDS.get(&other) {
+        r.size as u64 + r.tag[0] as u64 + r.tag[3] as u64
+    } else {
+        77
+    }
+}
+
+/// Ring-buffer records.
+#[egpu::probe(user)]
+fn ring_records(ctx: &mut Ctx) {
+    let rec = Record {
+        seq: ctx.a,
+        size: ctx.d,
+        flags: ctx.e as u32,
+        tag: [ctx.h, ctx.j[0], 0, 0, 0, 0, 0, 9],
+    };
+    EVENTS.output(&rec);
+}
+
 // --- the harness ------------------------------------------------------------------------------
 
 struct Case {
@@ -443,7 +510,18 @@ fn us(v: usize) -> u64 {
 }
 
 fn maps() -> Vec<RawMap> {
-    vec![COUNTS.raw().clone(), PAIRS.raw().clone(), BUCKETS.raw().clone(), SMALL.raw().clone()]
+    [
+        COUNTS.raw(),
+        PAIRS.raw(),
+        BUCKETS.raw(),
+        SMALL.raw(),
+        FLOWS.raw(),
+        RECORDS.raw(),
+        EVENTS.raw(),
+    ]
+    .into_iter()
+    .cloned()
+    .collect()
 }
 
 fn snapshot(maps: &[RawMap]) -> Vec<Vec<u8>> {
@@ -494,7 +572,8 @@ fn twins_and_programs_agree() {
         match_value: zx, match_statement: sx, loop_hash: zx, loop_const_bound: zx, nested_loops: zx, early_return: zx,
         unit_returns: unit, many_locals: zx, deep_expression: zx, context_array: zx,
         sixteen_bits: sx, usize_math: us, count_by_key: unit, insert_remove: unit,
-        array_counters: unit, map_loop: zx, several_maps: unit,
+        array_counters: unit, map_loop: zx, several_maps: unit, struct_keys: unit,
+        struct_values: zx, ring_records: unit,
     ];
     let mut rng = Rng::from_env("probe differential", 0x0b5e_55ed_d1ff_0001);
     let maps = maps();

@@ -21,6 +21,10 @@ enum Kind {
     Local,
     /// A loop index: a `Val<T>` handle, read-only.
     Value,
+    /// A struct (or array) local: a `Loc<T>` on the stack, whose fields can be written.
+    Struct,
+    /// A value a map lookup found: a `Loc<T>` in the map, read-only.
+    Found,
 }
 
 pub(crate) struct Lower {
@@ -108,6 +112,25 @@ impl Lower {
                         );
                     }
                 };
+                if let Some(init) = &local.init
+                    && let Expr::Struct(lit) = &*init.expr
+                {
+                    let value = self.struct_lit(lit, &ident.to_string());
+                    self.scopes
+                        .last_mut()
+                        .expect("a scope")
+                        .insert(ident.to_string(), Kind::Struct);
+                    return quote_spanned!(local.span()=> let #ident = #value;);
+                }
+                if let Some(init) = &local.init
+                    && let Some(root) = self.place_root(&init.expr)
+                    && matches!(&*init.expr, Expr::Path(_))
+                {
+                    return self.error(
+                        root.span(),
+                        "copying a struct is not supported yet: read its fields",
+                    );
+                }
                 if let Some(ty) = &ty
                     && !crate::probe::is_integer_type(ty)
                     && !matches!(ty, Type::Path(tp) if tp.path.is_ident("bool"))
@@ -204,11 +227,32 @@ impl Lower {
                     Some(Kind::Value) => {
                         self.error(ident.span(), "a loop index cannot be assigned")
                     }
+                    Some(Kind::Struct | Kind::Found) => {
+                        self.error(ident.span(), "a struct is assigned field by field")
+                    }
                     None => self.error(
                         ident.span(),
                         "only locals of the probe and fields of a user context can be assigned",
                     ),
                 }
+            }
+            Expr::Field(_) | Expr::Index(_) if self.place_root(left).is_some() => {
+                let root = self.place_root(left).expect("checked");
+                if self.lookup(&root.to_string()) == Some(Kind::Found) {
+                    return self.error(
+                        left.span(),
+                        "a value a lookup found is read-only: write it with `insert` or `fetch_add`",
+                    );
+                }
+                let path = self.field_path(left);
+                let value = match op {
+                    Some(f) => {
+                        let f = Ident::new(f, span);
+                        quote_spanned!(span=> #p::#f(#p::field(#root, |__v| &#path), #value))
+                    }
+                    None => value,
+                };
+                quote_spanned!(span=> #p::store_field(#root, |__v| &#path, #value);)
             }
             Expr::Field(_) | Expr::Index(_) if self.rooted_at_ctx(left) => {
                 let (ctx_ty, place) = (self.ctx_ty.clone(), self.ctx_place(left));
@@ -230,6 +274,9 @@ impl Lower {
 
     fn if_stmt(&mut self, i: &syn::ExprIf) -> TokenStream {
         let p = p();
+        if let Expr::Let(lt) = &*i.cond {
+            return self.if_let_get(i, lt, false);
+        }
         let cond = self.expr(&i.cond);
         let then = self.scoped(|l| l.block_stmts(&i.then_branch, false));
         let otherwise = match &i.else_branch {
@@ -241,6 +288,183 @@ impl Lower {
             None => TokenStream::new(),
         };
         quote_spanned!(i.span()=> #p::if_(#cond, || { #then }, || { #otherwise });)
+    }
+
+    /// `if let Some(v) = MAP.get(&key) { .. } else { .. }`: a lookup, with `v` the value in
+    /// place (read-only) in the first branch.
+    fn if_let_get(&mut self, i: &syn::ExprIf, lt: &syn::ExprLet, value: bool) -> TokenStream {
+        let p = p();
+        let shape = "`if let` takes a map lookup: `if let Some(value) = MAP.get(&key) { .. }`";
+        let Pat::TupleStruct(ts) = &*lt.pat else { return self.error(lt.pat.span(), shape) };
+        let binding =
+            match (ts.path.is_ident("Some"), ts.elems.iter().collect::<Vec<_>>().as_slice()) {
+                (true, [Pat::Ident(pi)]) if pi.by_ref.is_none() && pi.subpat.is_none() => {
+                    pi.ident.clone()
+                }
+                _ => return self.error(lt.pat.span(), shape),
+            };
+        let Expr::MethodCall(m) = &*lt.expr else { return self.error(lt.expr.span(), shape) };
+        let Some(map) = self.static_receiver(m) else {
+            return self.error(m.receiver.span(), shape);
+        };
+        if m.method != "get" || m.args.len() != 1 {
+            return self.error(m.method.span(), shape);
+        }
+        let name = map.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
+        let key = self.by_ref(&m.args[0]);
+        if value {
+            let then = self.scoped(|l| {
+                l.scopes.last_mut().expect("a scope").insert(binding.to_string(), Kind::Found);
+                l.value_block(&i.then_branch)
+            });
+            let otherwise = match &i.else_branch {
+                Some((_, e)) => match &**e {
+                    Expr::Block(b) => self.value_block(&b.block),
+                    other => self.expr(other),
+                },
+                None => return self.error(i.span(), "an `if let` used as a value needs an `else`"),
+            };
+            return quote_spanned!(i.span()=> {
+                let __t = #p::local_uninit();
+                #p::hash_get(&#map, #name, #key, |#binding| #p::set(__t, #then), || #p::set(__t, #otherwise));
+                #p::get(__t)
+            });
+        }
+        let then = self.scoped(|l| {
+            l.scopes.last_mut().expect("a scope").insert(binding.to_string(), Kind::Found);
+            l.block_stmts(&i.then_branch, false)
+        });
+        let otherwise = match &i.else_branch {
+            Some((_, e)) => match &**e {
+                Expr::If(inner) => self.if_stmt(inner),
+                Expr::Block(b) => self.scoped(|l| l.block_stmts(&b.block, false)),
+                other => self.error(other.span(), "unexpected `else` branch"),
+            },
+            None => TokenStream::new(),
+        };
+        quote_spanned!(i.span()=> #p::hash_get(&#map, #name, #key, |#binding| { #then }, || { #otherwise });)
+    }
+
+    /// The path of a method call's receiver when it is a `static` (not a local or the context).
+    fn static_receiver<'e>(&self, m: &'e syn::ExprMethodCall) -> Option<&'e syn::Path> {
+        match &*m.receiver {
+            Expr::Path(r)
+                if r.path
+                    .get_ident()
+                    .is_none_or(|i| self.lookup(&i.to_string()).is_none() && *i != self.ctx) =>
+            {
+                Some(&r.path)
+            }
+            _ => None,
+        }
+    }
+
+    /// A key, value or record passed by reference to a map operation: a place local as it is, a
+    /// struct literal in a new buffer, a scalar as its value (stored into a buffer by the
+    /// builder).
+    fn by_ref(&mut self, e: &Expr) -> TokenStream {
+        let Expr::Reference(r) = e else {
+            return self.error(e.span(), "pass keys, values and records by reference: `&key`");
+        };
+        if r.mutability.is_some() {
+            return self
+                .error(r.span(), "pass keys, values and records by shared reference: `&key`");
+        }
+        match &*r.expr {
+            Expr::Path(path)
+                if path.path.get_ident().is_some_and(|i| {
+                    matches!(self.lookup(&i.to_string()), Some(Kind::Struct | Kind::Found))
+                }) =>
+            {
+                let ident = path.path.get_ident().expect("checked");
+                quote!(#ident)
+            }
+            Expr::Struct(lit) => self.struct_lit(lit, "struct"),
+            other => self.expr(other),
+        }
+    }
+
+    /// A struct literal, built in a new stack buffer: every field given, nested struct and
+    /// array literals stored field by field.
+    fn struct_lit(&mut self, lit: &syn::ExprStruct, name: &str) -> TokenStream {
+        let p = p();
+        if let Some(rest) = &lit.rest {
+            return self.error(rest.span(), "give every field: `..` is not supported in probes");
+        }
+        let path = &lit.path;
+        let mut stores = TokenStream::new();
+        for f in &lit.fields {
+            let member = &f.member;
+            self.field_init(quote!(__v.#member), &f.expr, &mut stores);
+        }
+        quote_spanned!(lit.span()=> {
+            let __s = #p::buffer::<#path>(#name);
+            #stores
+            __s
+        })
+    }
+
+    fn field_init(&mut self, at: TokenStream, value: &Expr, stores: &mut TokenStream) {
+        let p = p();
+        match value {
+            Expr::Struct(inner) => {
+                if let Some(rest) = &inner.rest {
+                    self.error(rest.span(), "give every field: `..` is not supported in probes");
+                    return;
+                }
+                for f in &inner.fields {
+                    let member = &f.member;
+                    self.field_init(quote!(#at.#member), &f.expr, stores);
+                }
+            }
+            Expr::Array(arr) => {
+                for (i, elem) in arr.elems.iter().enumerate() {
+                    let i = syn::Index::from(i);
+                    self.field_init(quote!(#at[#i]), elem, stores);
+                }
+            }
+            other => {
+                let v = self.expr(other);
+                stores.extend(quote_spanned!(other.span()=> #p::store_field(__s, |__v| &#at, #v);));
+            }
+        }
+    }
+
+    /// The local at the root of a field or index chain, when it is a struct or a found value.
+    fn place_root(&self, e: &Expr) -> Option<Ident> {
+        match e {
+            Expr::Path(p) => p
+                .path
+                .get_ident()
+                .filter(|i| matches!(self.lookup(&i.to_string()), Some(Kind::Struct | Kind::Found)))
+                .cloned(),
+            Expr::Field(f) => self.place_root(&f.base),
+            Expr::Index(i) => self.place_root(&i.expr),
+            Expr::Paren(p) => self.place_root(&p.expr),
+            _ => None,
+        }
+    }
+
+    /// A field or index chain with its root replaced by `__v`; indices must be constants.
+    fn field_path(&mut self, e: &Expr) -> TokenStream {
+        match e {
+            Expr::Path(_) => quote!(__v),
+            Expr::Field(f) => {
+                let base = self.field_path(&f.base);
+                let member = &f.member;
+                quote!(#base.#member)
+            }
+            Expr::Index(i) => {
+                let base = self.field_path(&i.expr);
+                if !self.is_constant(&i.index) {
+                    return self.error(i.index.span(), "index with a constant");
+                }
+                let index = &i.index;
+                quote!(#base[#index])
+            }
+            Expr::Paren(p) => self.field_path(&p.expr),
+            other => self.error(other.span(), "not a field"),
+        }
     }
 
     fn for_loop(&mut self, f: &syn::ExprForLoop) -> TokenStream {
@@ -295,33 +519,18 @@ impl Lower {
     /// A map operation on a `static` map, as a statement.
     fn map_call(&mut self, m: &syn::ExprMethodCall) -> TokenStream {
         let p = p();
-        let Expr::Path(receiver) = &*m.receiver else {
+        let Some(map) = self.static_receiver(m) else {
             return self.error(
                 m.span(),
                 "method calls are map operations on a `static` map: `COUNTS.fetch_add(&key, 1)`",
             );
         };
-        if receiver
-            .path
-            .get_ident()
-            .is_some_and(|i| self.lookup(&i.to_string()).is_some() || *i == self.ctx)
-        {
-            return self
-                .error(m.receiver.span(), "method calls are map operations on a `static` map");
-        }
-        let map = &receiver.path;
         let name = map.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
         let args: Vec<&Expr> = m.args.iter().collect();
-        let by_ref = |l: &mut Lower, e: &Expr| -> TokenStream {
-            match e {
-                Expr::Reference(r) if r.mutability.is_none() => l.expr(&r.expr),
-                other => l.error(other.span(), "pass keys and values by reference: `&key`"),
-            }
-        };
         let span = m.span();
         match (m.method.to_string().as_str(), args.as_slice()) {
-            ("fetch_add", [Expr::Reference(_), delta]) => {
-                let key = by_ref(self, args[0]);
+            ("fetch_add", [key @ Expr::Reference(_), delta]) => {
+                let key = self.by_ref(key);
                 let delta = self.expr(delta);
                 quote_spanned!(span=> #p::hash_fetch_add(&#map, #name, #key, #delta);)
             }
@@ -330,16 +539,20 @@ impl Lower {
                 quote_spanned!(span=> #p::array_fetch_add(&#map, #name, #index, #delta);)
             }
             ("insert", [key, value]) => {
-                let (key, value) = (by_ref(self, key), by_ref(self, value));
+                let (key, value) = (self.by_ref(key), self.by_ref(value));
                 quote_spanned!(span=> #p::hash_insert(&#map, #name, #key, #value);)
             }
             ("remove", [key]) => {
-                let key = by_ref(self, key);
+                let key = self.by_ref(key);
                 quote_spanned!(span=> #p::hash_remove(&#map, #name, #key);)
+            }
+            ("output", [record]) => {
+                let record = self.by_ref(record);
+                quote_spanned!(span=> #p::ring_output(&#map, #name, #record);)
             }
             (other, _) => self.error(
                 m.method.span(),
-                format!("`{other}` is not a map operation probes support: `fetch_add`, `insert`, `remove`"),
+                format!("`{other}` is not a map operation probes support: `fetch_add`, `insert`, `remove`, `output`, and `get` in `if let`"),
             ),
         }
     }
@@ -385,7 +598,8 @@ impl Lower {
         match e {
             Expr::Lit(l) => match &l.lit {
                 Lit::Int(_) | Lit::Bool(_) | Lit::Byte(_) => quote_spanned!(span=> #p::lit(#l)),
-                Lit::Float(_) => self.error(span, "floats are not supported in probes (eBPF has no floating point)"),
+                Lit::Float(_) => self
+                    .error(span, "floats are not supported in probes (eBPF has no floating point)"),
                 _ => self.error(span, "only integer and `bool` literals are supported in probes"),
             },
             Expr::Path(path) => match path.path.get_ident() {
@@ -395,6 +609,7 @@ impl Lower {
                 Some(ident) => match self.lookup(&ident.to_string()) {
                     Some(Kind::Local) => quote_spanned!(span=> #p::get(#ident)),
                     Some(Kind::Value) => quote_spanned!(span=> #ident),
+                    Some(Kind::Struct | Kind::Found) => quote_spanned!(span=> #p::load(#ident)),
                     None => quote_spanned!(span=> #p::lit(#path)),
                 },
                 None => quote_spanned!(span=> #p::lit(#path)),
@@ -404,9 +619,15 @@ impl Lower {
                 let place = self.ctx_place(e);
                 quote_spanned!(span=> #p::ctx_field::<#ctx_ty, _>(|__c: &#ctx_ty| &#place))
             }
-            Expr::Field(_) | Expr::Index(_) => {
-                self.error(span, "fields and indices are supported on the context only (structs and arrays arrive later)")
+            Expr::Field(_) | Expr::Index(_) if self.place_root(e).is_some() => {
+                let root = self.place_root(e).expect("checked");
+                let path = self.field_path(e);
+                quote_spanned!(span=> #p::field(#root, |__v| &#path))
             }
+            Expr::Field(_) | Expr::Index(_) => self.error(
+                span,
+                "fields and indices are read from the context, struct locals and looked-up values",
+            ),
             Expr::Paren(inner) => self.expr(&inner.expr),
             Expr::Group(inner) => self.expr(&inner.expr),
             Expr::Binary(b) => {
@@ -452,6 +673,10 @@ impl Lower {
                 }
                 quote_spanned!(span=> #p::cast::<#ty, _>(#v))
             }
+            Expr::If(i) if matches!(&*i.cond, Expr::Let(_)) => {
+                let Expr::Let(lt) = &*i.cond else { unreachable!("matched") };
+                self.if_let_get(i, lt, true)
+            }
             Expr::If(i) => {
                 let Some((_, otherwise)) = &i.else_branch else {
                     return self.error(span, "an `if` used as a value needs an `else`");
@@ -476,11 +701,15 @@ impl Lower {
                 let Expr::Path(path) = &*call.func else {
                     return self.error(span, "only egpu's helpers can be called");
                 };
-                let name = path.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
+                let name =
+                    path.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
                 if !HELPERS.contains(&name.as_str()) || !call.args.is_empty() {
                     return self.error(
                         span,
-                        format!("`{name}` cannot be called from a probe: only egpu's helpers ({})", HELPERS.join(", ")),
+                        format!(
+                            "`{name}` cannot be called from a probe: only egpu's helpers ({})",
+                            HELPERS.join(", ")
+                        ),
                     );
                 }
                 let f = Ident::new(&name, path.span());
@@ -496,11 +725,16 @@ impl Lower {
                 };
                 self.error(m.span(), message)
             }
-            Expr::Reference(r) => self.error(r.span(), "references are only passed to map operations"),
+            Expr::Reference(r) => {
+                self.error(r.span(), "references are only passed to map operations")
+            }
             Expr::Closure(c) => self.error(c.span(), "closures are not supported in probes"),
             Expr::Macro(m) => self.error(m.span(), "macros are not supported in probes"),
             Expr::Array(a) => self.error(a.span(), "arrays are not supported yet"),
-            Expr::Struct(s) => self.error(s.span(), "struct values are not supported yet"),
+            Expr::Struct(s) => self.error(
+                s.span(),
+                "a struct literal is bound with `let` or passed to a map operation by reference",
+            ),
             Expr::Tuple(t) => self.error(t.span(), "tuples are not supported in probes"),
             Expr::Match(m) => self.match_expr(m, true),
             Expr::Range(r) => self.error(r.span(), "ranges are only the bounds of `for` loops"),

@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use bytemuck::Pod;
 use egpu_ebpf::verifier::{VerifyError, verify};
 use egpu_ebpf::{AttachPoint, MapDef, Program, helpers::id};
-use egpu_maps::{Array, HashMap, MapError, RawMap};
+use egpu_maps::{Array, HashMap, MapError, RawMap, RingBuf};
 use thiserror::Error;
 
 use super::ir::{
@@ -99,6 +99,111 @@ impl<T> fmt::Debug for Local<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "Local({})", self.var.0)
     }
+}
+
+/// A place holding a `T` (a struct, an array or a scalar): a stack buffer, a map value a lookup
+/// found, or the context, at an offset.
+pub struct Loc<T> {
+    place: Place,
+    _t: PhantomData<T>,
+}
+
+impl<T> Clone for Loc<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<T> Copy for Loc<T> {}
+impl<T> fmt::Debug for Loc<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Loc({:?})", self.place)
+    }
+}
+
+fn shifted(place: Place, by: u32) -> Place {
+    match place {
+        Place::Ctx(o) => Place::Ctx(o + by),
+        Place::Buf(b, o) => Place::Buf(b, o + by),
+        Place::Value(p, o) => Place::Value(p, o + by),
+    }
+}
+
+/// What can be passed by reference to a map operation: a scalar value (stored into a stack
+/// buffer first) or a place.
+pub trait AsPlace<T> {
+    /// The place holding the value.
+    fn place(self, name: &str) -> Place;
+}
+
+impl<T: Scalar> AsPlace<T> for Val<T> {
+    fn place(self, name: &str) -> Place {
+        spill(name, self)
+    }
+}
+
+impl<T: Pod> AsPlace<T> for Loc<T> {
+    fn place(self, _: &str) -> Place {
+        self.place
+    }
+}
+
+/// A new stack buffer for a `T`, zero-filled (a struct literal fills it next).
+pub fn buffer<T: Pod>(name: &str) -> Loc<T> {
+    let (size, align) = (size_of::<T>() as u32, align_of::<T>() as u32);
+    let buf = with(|s| {
+        s.bufs.push(BufDecl { name: name.into(), size, align });
+        Buf(s.bufs.len() as u32 - 1)
+    });
+    let mut off = 0;
+    while off < size {
+        let ty = [Ty::U64, Ty::U32, Ty::U16, Ty::U8]
+            .into_iter()
+            .find(|t| t.bytes() <= align && off + t.bytes() <= size && off % t.bytes() == 0)
+            .unwrap_or(Ty::U8);
+        push(Stmt::Store(ty, Place::Buf(buf, off), Expr::Const(ty, 0)));
+        off += ty.bytes();
+    }
+    Loc { place: Place::Buf(buf, 0), _t: PhantomData }
+}
+
+/// The place of the field `f` picks out of the `S` at `loc`.
+fn field_place<S: Pod, F>(loc: Loc<S>, f: impl FnOnce(&S) -> &F) -> Option<Place> {
+    match offset_in(f) {
+        Some(off) => Some(shifted(loc.place, off)),
+        None => {
+            fail(BuildError::Field);
+            None
+        }
+    }
+}
+
+/// Reads the scalar field `f` picks out of the `S` at `loc`.
+pub fn field<S: Pod, F: Scalar>(loc: Loc<S>, f: impl FnOnce(&S) -> &F) -> Val<F> {
+    match field_place(loc, f) {
+        Some(place) => load_place(place),
+        None => lit_zero(),
+    }
+}
+
+/// Stores `v` into the scalar field `f` picks out of the `S` at `loc`.
+pub fn store_field<S: Pod, F: Scalar>(loc: Loc<S>, f: impl FnOnce(&S) -> &F, v: Val<F>) {
+    if let Some(place) = field_place(loc, f) {
+        let e = expr(v);
+        push(Stmt::Store(F::TY, place, e));
+    }
+}
+
+/// The scalar at `loc`.
+pub fn load<T: Scalar>(loc: Loc<T>) -> Val<T> {
+    load_place(loc.place)
+}
+
+fn load_place<T: Scalar>(place: Place) -> Val<T> {
+    if T::TY == Ty::Bool {
+        fail(BuildError::Field);
+        return lit_zero();
+    }
+    val(Expr::Load(T::TY, place))
 }
 
 /// What the builder has recorded so far.
@@ -400,12 +505,12 @@ fn new_ptr() -> Ptr {
     })
 }
 
-/// `map.fetch_add(&key, delta)` on a hash map of scalar values: looks the key up, inserting a
+/// `map.fetch_add(&key, delta)` on a hash map of integer values: looks the key up, inserting a
 /// zero value first when it is absent (unless another writer just did), and adds atomically.
-pub fn hash_fetch_add<K: Scalar + Pod, V: Int + Pod>(
+pub fn hash_fetch_add<K: Pod, V: Int + Pod>(
     map: &'static HashMap<K, V>,
     name: &str,
-    key: Val<K>,
+    key: impl AsPlace<K>,
     delta: Val<V>,
 ) {
     let Some(m) = map_ref(map as *const _ as usize, name, map.try_raw()) else { return };
@@ -413,7 +518,7 @@ pub fn hash_fetch_add<K: Scalar + Pod, V: Int + Pod>(
         fail(BuildError::Atomic(V::TY));
         return;
     }
-    let key = spill("key", key);
+    let key = key.place("key");
     let zero = spill("value", lit_zero::<V>());
     let delta = expr(delta);
     let ptr = new_ptr();
@@ -427,16 +532,16 @@ pub fn hash_fetch_add<K: Scalar + Pod, V: Int + Pod>(
     push(Stmt::Lookup { map: m, key, ptr, found: add, missing: vec![Stmt::Eval(insert), retry] });
 }
 
-/// `map.insert(&key, &value)` on a hash map of scalars (`bpf_map_update_elem`, any flags).
-pub fn hash_insert<K: Scalar + Pod, V: Scalar + Pod>(
+/// `map.insert(&key, &value)` on a hash map (`bpf_map_update_elem`, any flags).
+pub fn hash_insert<K: Pod, V: Pod>(
     map: &'static HashMap<K, V>,
     name: &str,
-    key: Val<K>,
-    value: Val<V>,
+    key: impl AsPlace<K>,
+    value: impl AsPlace<V>,
 ) {
     let Some(m) = map_ref(map as *const _ as usize, name, map.try_raw()) else { return };
-    let key = spill("key", key);
-    let value = spill("value", value);
+    let key = key.place("key");
+    let value = value.place("value");
     push(Stmt::Eval(Expr::Call(
         Ty::I64,
         id::MAP_UPDATE_ELEM,
@@ -445,10 +550,43 @@ pub fn hash_insert<K: Scalar + Pod, V: Scalar + Pod>(
 }
 
 /// `map.remove(&key)` on a hash map (`bpf_map_delete_elem`).
-pub fn hash_remove<K: Scalar + Pod, V: Pod>(map: &'static HashMap<K, V>, name: &str, key: Val<K>) {
+pub fn hash_remove<K: Pod, V: Pod>(map: &'static HashMap<K, V>, name: &str, key: impl AsPlace<K>) {
     let Some(m) = map_ref(map as *const _ as usize, name, map.try_raw()) else { return };
-    let key = spill("key", key);
+    let key = key.place("key");
     push(Stmt::Eval(Expr::Call(Ty::I64, id::MAP_DELETE_ELEM, vec![Arg::Map(m), Arg::Addr(key)])));
+}
+
+/// `if let Some(v) = map.get(&key) { found(v) } else { missing() }`: the value in place, read
+/// only.
+pub fn hash_get<K: Pod, V: Pod>(
+    map: &'static HashMap<K, V>,
+    name: &str,
+    key: impl AsPlace<K>,
+    found: impl FnOnce(Loc<V>),
+    missing: impl FnOnce(),
+) {
+    let Some(m) = map_ref(map as *const _ as usize, name, map.try_raw()) else { return };
+    let key = key.place("key");
+    let ptr = new_ptr();
+    let found = block(|| found(Loc { place: Place::Value(ptr, 0), _t: PhantomData }));
+    let missing = block(missing);
+    push(Stmt::Lookup { map: m, key, ptr, found, missing });
+}
+
+/// `ring.output(&record)` (`bpf_ringbuf_output`): a full ring drops the record and counts it.
+pub fn ring_output<T: Pod>(ring: &'static RingBuf<T>, name: &str, record: impl AsPlace<T>) {
+    let Some(m) = map_ref(ring as *const _ as usize, name, ring.try_raw()) else { return };
+    let record = record.place("record");
+    push(Stmt::Eval(Expr::Call(
+        Ty::I64,
+        id::RINGBUF_OUTPUT,
+        vec![
+            Arg::Map(m),
+            Arg::Addr(record),
+            Arg::Value(Expr::Const(Ty::U64, size_of::<T>() as u64)),
+            Arg::Value(Expr::Const(Ty::U64, 0)),
+        ],
+    )));
 }
 
 /// `array.fetch_add(index, delta)`: an atomic add on an element, when the index is in range.
