@@ -275,6 +275,57 @@ fn match_statement(ctx: &mut Ctx) -> i32 {
     r
 }
 
+/// `while` with a bound the verifier sees: at most 20 iterations.
+#[egpu::probe(user)]
+fn bounded_while(ctx: &mut Ctx) -> u32 {
+    let mut n = ctx.d;
+    let mut steps = 0;
+    #[bound(20)]
+    while n > 1 {
+        n = if n & 1 == 0 { n / 2 } else { n * 3 + 1 };
+        steps += 1;
+    }
+    ctx.out3 = n;
+    steps
+}
+
+/// `loop` with a bound, `break` and `continue`.
+#[egpu::probe(user)]
+fn bounded_loop(ctx: &mut Ctx) -> u64 {
+    let mut x = ctx.a;
+    let mut i = 0u64;
+    #[bound(12)]
+    loop {
+        i += 1;
+        if x & 3 == 0 {
+            x >>= 2;
+            continue;
+        }
+        if x & 0xff == 0xff {
+            break;
+        }
+        x = x * 5 + i;
+    }
+    x ^ i
+}
+
+/// `break` and `continue` in `for` loops.
+#[egpu::probe(user)]
+fn for_break_continue(ctx: &mut Ctx) -> u32 {
+    let mut found = 0;
+    for i in 0..32u32 {
+        if (ctx.d >> i) & 1 == 0 {
+            continue;
+        }
+        found += 1;
+        if found == 3 {
+            ctx.out3 = i;
+            break;
+        }
+    }
+    found
+}
+
 /// A counted loop.
 #[egpu::probe(user)]
 fn loop_hash(ctx: &mut Ctx) -> u64 {
@@ -569,7 +620,8 @@ fn twins_and_programs_agree() {
         arith_u64: zx, wrap_u8: zx, wrap_i8: sx, div_by_zero: zx, signed_div: sx, narrow_div: sx,
         shifts: zx, signed_shifts: sx, casts: zx, unsigned_compare: zx, signed_compare: sx,
         logic: zx, unary: sx, compound: zx, big_constants: zx, if_values: zx, shadowing: zx,
-        match_value: zx, match_statement: sx, loop_hash: zx, loop_const_bound: zx, nested_loops: zx, early_return: zx,
+        match_value: zx, match_statement: sx, bounded_while: zx, bounded_loop: zx,
+        for_break_continue: zx, loop_hash: zx, loop_const_bound: zx, nested_loops: zx, early_return: zx,
         unit_returns: unit, many_locals: zx, deep_expression: zx, context_array: zx,
         sixteen_bits: sx, usize_math: us, count_by_key: unit, insert_remove: unit,
         array_counters: unit, map_loop: zx, several_maps: unit, struct_keys: unit,

@@ -31,6 +31,8 @@ pub(crate) struct Lower {
     ctx: Ident,
     ctx_ty: Type,
     scopes: Vec<HashMap<String, Kind>>,
+    /// Loops around the code being lowered.
+    loops: u32,
     pub(crate) errors: Vec<(Span, String)>,
 }
 
@@ -43,7 +45,7 @@ fn p() -> TokenStream {
 
 impl Lower {
     pub(crate) fn new(ctx: Ident, ctx_ty: Type) -> Lower {
-        Lower { ctx, ctx_ty, scopes: vec![HashMap::new()], errors: Vec::new() }
+        Lower { ctx, ctx_ty, scopes: vec![HashMap::new()], loops: 0, errors: Vec::new() }
     }
 
     fn error(&mut self, span: Span, message: impl Into<String>) -> TokenStream {
@@ -177,8 +179,56 @@ impl Lower {
             }
             Expr::If(i) => self.if_stmt(i),
             Expr::ForLoop(f) => self.for_loop(f),
-            Expr::While(w) => self.error(w.span(), "a `while` loop has no bound the verifier can see: use `for i in 0..N` with a constant `N`"),
-            Expr::Loop(l) => self.error(l.span(), "a `loop` has no bound the verifier can see: use `for i in 0..N` with a constant `N`"),
+            Expr::While(w) => match bound(&w.attrs) {
+                Some(Ok(n)) if !self.is_constant(&n) => {
+                    self.error(n.span(), "the bound must be a constant (a literal or a `const`)")
+                }
+                Some(Ok(n)) => {
+                    let cond = self.expr(&w.cond);
+                    let body = self.loop_body(|l| l.scoped(|l| l.block_stmts(&w.body, false)));
+                    quote_spanned!(span=> #p::repeat(#n, |_| {
+                        #p::if_(#p::not(#cond), || #p::brk(), || {});
+                        #body
+                    });)
+                }
+                Some(Err(e)) => self.error(e.span(), e.to_string()),
+                None => self.error(
+                    w.span(),
+                    "a `while` loop needs a bound the verifier can see: `#[bound(N)] while ..` (at most N iterations), or `for i in 0..N`",
+                ),
+            },
+            Expr::Loop(l) => match bound(&l.attrs) {
+                Some(Ok(n)) if !self.is_constant(&n) => {
+                    self.error(n.span(), "the bound must be a constant (a literal or a `const`)")
+                }
+                Some(Ok(n)) => {
+                    let body = self.loop_body(|lw| lw.scoped(|lw| lw.block_stmts(&l.body, false)));
+                    quote_spanned!(span=> #p::repeat(#n, |_| { #body });)
+                }
+                Some(Err(e)) => self.error(e.span(), e.to_string()),
+                None => self.error(
+                    l.span(),
+                    "a `loop` needs a bound the verifier can see: `#[bound(N)] loop { .. }` (at most N iterations)",
+                ),
+            },
+            Expr::Break(b) => {
+                if b.label.is_some() || b.expr.is_some() {
+                    self.error(span, "`break` takes no label and no value in probes")
+                } else if self.loops == 0 {
+                    self.error(span, "`break` outside a loop")
+                } else {
+                    quote_spanned!(span=> #p::brk();)
+                }
+            }
+            Expr::Continue(c) => {
+                if c.label.is_some() {
+                    self.error(span, "`continue` takes no label in probes")
+                } else if self.loops == 0 {
+                    self.error(span, "`continue` outside a loop")
+                } else {
+                    quote_spanned!(span=> #p::cont();)
+                }
+            }
             Expr::Return(r) => match &r.expr {
                 Some(v) => {
                     let v = self.expr(v);
@@ -288,6 +338,14 @@ impl Lower {
             None => TokenStream::new(),
         };
         quote_spanned!(i.span()=> #p::if_(#cond, || { #then }, || { #otherwise });)
+    }
+
+    /// Lowers a loop's body, where `break` and `continue` are allowed.
+    fn loop_body(&mut self, f: impl FnOnce(&mut Lower) -> TokenStream) -> TokenStream {
+        self.loops += 1;
+        let body = f(self);
+        self.loops -= 1;
+        body
     }
 
     /// `if let Some(v) = MAP.get(&key) { .. } else { .. }`: a lookup, with `v` the value in
@@ -493,9 +551,11 @@ impl Lower {
         if !self.is_constant(end) {
             return self.error(end.span(), "the loop bound must be a constant (a literal or a `const`), so the verifier can see it");
         }
-        let body = self.scoped(|l| {
-            l.scopes.last_mut().expect("a scope").insert(ident.to_string(), Kind::Value);
-            l.block_stmts(&f.body, false)
+        let body = self.loop_body(|l| {
+            l.scoped(|l| {
+                l.scopes.last_mut().expect("a scope").insert(ident.to_string(), Kind::Value);
+                l.block_stmts(&f.body, false)
+            })
         });
         quote_spanned!(f.span()=> #p::repeat(#end, |#ident| { #body });)
     }
@@ -871,6 +931,18 @@ impl Lower {
             quote!({ #stmts #v })
         })
     }
+}
+
+/// The `N` of a `#[bound(N)]` attribute, if there is one: the most iterations of a `while` or
+/// `loop`.
+pub(crate) fn bound(attrs: &[syn::Attribute]) -> Option<syn::Result<Expr>> {
+    let attr = attrs.iter().find(|a| a.path().is_ident("bound"))?;
+    Some(attr.parse_args::<Expr>().map_err(|e| {
+        syn::Error::new(
+            e.span(),
+            format!("`#[bound(N)]` takes the most iterations, a constant: {e}"),
+        )
+    }))
 }
 
 /// The builder function of a compound assignment operator.

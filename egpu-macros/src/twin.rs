@@ -45,6 +45,29 @@ impl VisitMut for Twin {
                 let call: TokenStream = quote_spanned!(span=> ::egpu::__private::twin::#f(#l, #r));
                 if assign { parse_quote!(#l = #call) } else { parse_quote!(#call) }
             }),
+            // `#[bound(N)] while c { .. }` runs at most N iterations, as the probe does.
+            Expr::While(w) if crate::lower::bound(&w.attrs).is_some_and(|b| b.is_ok()) => {
+                let n = crate::lower::bound(&w.attrs).and_then(Result::ok).expect("checked");
+                let (cond, body) = (&w.cond, &w.body);
+                Some(parse_quote!({
+                    let mut __egpu_iterations: u64 = 0;
+                    while __egpu_iterations < (#n) as u64 && (#cond) {
+                        __egpu_iterations += 1;
+                        #body
+                    }
+                }))
+            }
+            Expr::Loop(l) if crate::lower::bound(&l.attrs).is_some_and(|b| b.is_ok()) => {
+                let n = crate::lower::bound(&l.attrs).and_then(Result::ok).expect("checked");
+                let body = &l.body;
+                Some(parse_quote!({
+                    let mut __egpu_iterations: u64 = 0;
+                    while __egpu_iterations < (#n) as u64 {
+                        __egpu_iterations += 1;
+                        #body
+                    }
+                }))
+            }
             Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => {
                 let v = unparen(&u.expr);
                 Some(parse_quote!(::egpu::__private::twin::neg(#v)))

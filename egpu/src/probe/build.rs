@@ -412,6 +412,16 @@ pub fn repeat<T: Int>(count: T, body: impl FnOnce(Val<T>)) {
     push(Stmt::Repeat(counter.var, n, body));
 }
 
+/// `break` out of the innermost loop.
+pub fn brk() {
+    push(Stmt::Break);
+}
+
+/// `continue` with the innermost loop's next iteration.
+pub fn cont() {
+    push(Stmt::Continue);
+}
+
 /// `return v` (the value is the program's result).
 pub fn ret<T: Scalar>(v: Val<T>) {
     let e = expr(v);

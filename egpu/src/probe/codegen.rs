@@ -98,6 +98,8 @@ struct Gen<'a> {
     /// The frame's lowest offset in use so far (negative), and the scratch slots free.
     frame_low: i32,
     scratch_free: Vec<i16>,
+    /// The loops around the code being generated: where `continue` and `break` go.
+    loops: Vec<(Label, Label)>,
 }
 
 fn mov_imm(dst: Reg, imm: i32) -> Instruction {
@@ -148,6 +150,7 @@ impl<'a> Gen<'a> {
             busy: [false; 6],
             frame_low: 0,
             scratch_free: Vec::new(),
+            loops: Vec::new(),
         };
         // Buffers, largest alignment first, each aligned.
         let mut order: Vec<usize> = (0..ir.bufs.len()).collect();
@@ -714,10 +717,14 @@ impl<'a> Gen<'a> {
                 if self.var_ty(*v)? != Ty::U32 {
                     return Err(CompileError::Malformed("a loop counter that is not a u32".into()));
                 }
-                let top = self.label();
+                let (top, next, end) = (self.label(), self.label(), self.label());
                 self.stmt(&Stmt::Set(*v, Expr::Const(Ty::U32, 0)))?;
                 self.bind(top);
-                self.stmts(body)?;
+                self.loops.push((next, end));
+                let body = self.stmts(body);
+                self.loops.pop();
+                body?;
+                self.bind(next);
                 let t = self.temp()?;
                 self.load_home(t, home);
                 self.insn(alu(AluOp::Add, t, Operand::Imm(1)));
@@ -726,6 +733,13 @@ impl<'a> Gen<'a> {
                     .map_err(|_| CompileError::Malformed("a loop bound".into()))?;
                 self.jump(Some((JmpCond::Lt, t, Operand::Imm(bound))), top);
                 self.free(t);
+                self.bind(end);
+            }
+            Stmt::Break | Stmt::Continue => {
+                let &(next, end) = self.loops.last().ok_or_else(|| {
+                    CompileError::Malformed("`break` or `continue` outside a loop".into())
+                })?;
+                self.jump(None, if matches!(s, Stmt::Break) { end } else { next });
             }
             Stmt::Lookup { map, key, ptr, found, missing } => {
                 let home = self.ptr(*ptr)?;
@@ -881,6 +895,7 @@ fn count_uses(stmts: &[Stmt], weight: u64, out: &mut BTreeMap<Home2, u64>, ctx: 
                 add(Home2::Var(v.0), out);
                 count_uses(body, weight.saturating_mul(8), out, ctx);
             }
+            Stmt::Break | Stmt::Continue => {}
             Stmt::Lookup { key, ptr, found, missing, .. } => {
                 place(key, weight, out, ctx);
                 add(Home2::Ptr(ptr.0), out);

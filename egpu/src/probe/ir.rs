@@ -344,6 +344,10 @@ pub enum Stmt {
     If(Expr, Vec<Stmt>, Vec<Stmt>),
     /// `for var in 0..count { body }`, `var` of type `u32`.
     Repeat(Var, u32, Vec<Stmt>),
+    /// Leaves the innermost `Repeat`.
+    Break,
+    /// Goes on with the next iteration of the innermost `Repeat`.
+    Continue,
     /// Looks `key` up in `map` (`bpf_map_lookup_elem`): `found` runs with `ptr` bound to the
     /// value, `missing` otherwise.
     Lookup {

@@ -52,6 +52,8 @@ struct Eval<'a> {
 
 enum Flow {
     Next,
+    Break,
+    Continue,
     Return(u64),
 }
 
@@ -104,8 +106,9 @@ impl Eval<'_> {
 
     fn stmts(&mut self, stmts: &[Stmt]) -> Flow {
         for s in stmts {
-            if let Flow::Return(v) = self.stmt(s) {
-                return Flow::Return(v);
+            match self.stmt(s) {
+                Flow::Next => {}
+                other => return other,
             }
         }
         Flow::Next
@@ -131,31 +134,29 @@ impl Eval<'_> {
                 self.expr(e);
             }
             Stmt::If(c, then, otherwise) => {
-                let flow = if self.expr(c) != 0 { self.stmts(then) } else { self.stmts(otherwise) };
-                if let Flow::Return(v) = flow {
-                    return Flow::Return(v);
-                }
+                return if self.expr(c) != 0 { self.stmts(then) } else { self.stmts(otherwise) };
             }
             Stmt::Repeat(v, count, body) => {
                 for i in 0..*count {
                     self.vars[v.0 as usize] = u64::from(i);
-                    if let Flow::Return(r) = self.stmts(body) {
-                        return Flow::Return(r);
+                    match self.stmts(body) {
+                        Flow::Return(r) => return Flow::Return(r),
+                        Flow::Break => return Flow::Next,
+                        Flow::Next | Flow::Continue => {}
                     }
                 }
                 if *count > 0 {
                     self.vars[v.0 as usize] = u64::from(*count);
                 }
             }
+            Stmt::Break => return Flow::Break,
+            Stmt::Continue => return Flow::Continue,
             Stmt::Lookup { map, key, ptr, found, missing } => {
                 let size = self.maps[map.0 as usize].geometry().key_size;
                 let key = self.bytes(*key, size).to_vec();
                 let value = self.maps[map.0 as usize].lookup(&key).expect("lookup");
                 self.values[ptr.0 as usize] = value.map(|p| p.as_ptr());
-                let flow = if value.is_some() { self.stmts(found) } else { self.stmts(missing) };
-                if let Flow::Return(v) = flow {
-                    return Flow::Return(v);
-                }
+                return if value.is_some() { self.stmts(found) } else { self.stmts(missing) };
             }
             Stmt::Return(e) => return Flow::Return(self.expr(e)),
         }
@@ -328,6 +329,11 @@ impl Gen<'_> {
             (false, 0) if self.rng.chance(4) => {
                 let ty = self.rng.pick(&INTS);
                 Stmt::Return(self.expr(ty, 3))
+            }
+            (false, 2) if !self.in_scope.is_empty() && self.rng.chance(3) => {
+                let c = self.expr(Ty::Bool, 2);
+                let jump = if self.rng.chance(2) { Stmt::Break } else { Stmt::Continue };
+                Stmt::If(c, vec![jump], vec![])
             }
             (false, 1) => {
                 let ty = self.rng.pick(&INTS);
