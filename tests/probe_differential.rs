@@ -243,6 +243,39 @@ fn shadowing(ctx: &mut Ctx) -> u32 {
     x as u32
 }
 
+// --- helpers ----------------------------------------------------------------------------------
+
+/// A helper of the user's, inlined where probes call it.
+#[egpu::helper]
+fn mix(x: u64, y: u64) -> u64 {
+    let z = x ^ (y << 7);
+    z * 0x9e37_79b9 + (z >> 29)
+}
+
+/// A helper with a `mut` argument, a loop and a call of another helper.
+#[egpu::helper]
+fn fold(mut acc: u64, rounds: u32) -> u64 {
+    for _ in 0..4 {
+        acc = mix(acc, rounds as u64);
+    }
+    if acc & 1 == 1 { acc } else { acc + 1 }
+}
+
+/// A helper that updates a map.
+#[egpu::helper]
+fn bump(key: u64) {
+    COUNTS.fetch_add(&key, 3);
+}
+
+/// Probes calling helpers.
+#[egpu::probe(user)]
+fn call_helpers(ctx: &mut Ctx) -> u64 {
+    let h = mix(ctx.a, ctx.b);
+    bump(ctx.b & 7);
+    ctx.out = fold(h, ctx.d);
+    h
+}
+
 // --- control flow -----------------------------------------------------------------------------
 
 /// `match` as a value: literals, alternatives, ranges, constants and `_`.
@@ -620,7 +653,7 @@ fn twins_and_programs_agree() {
         arith_u64: zx, wrap_u8: zx, wrap_i8: sx, div_by_zero: zx, signed_div: sx, narrow_div: sx,
         shifts: zx, signed_shifts: sx, casts: zx, unsigned_compare: zx, signed_compare: sx,
         logic: zx, unary: sx, compound: zx, big_constants: zx, if_values: zx, shadowing: zx,
-        match_value: zx, match_statement: sx, bounded_while: zx, bounded_loop: zx,
+        call_helpers: zx, match_value: zx, match_statement: sx, bounded_while: zx, bounded_loop: zx,
         for_break_continue: zx, loop_hash: zx, loop_const_bound: zx, nested_loops: zx, early_return: zx,
         unit_returns: unit, many_locals: zx, deep_expression: zx, context_array: zx,
         sixteen_bits: sx, usize_math: us, count_by_key: unit, insert_remove: unit,

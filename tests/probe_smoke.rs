@@ -25,3 +25,59 @@ fn smoke() {
     count_launches(&ctx);
     assert_eq!(LAUNCHES.get(&7), Some(3));
 }
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Small {
+    a: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Big {
+    data: [u64; 32],
+}
+
+static BIGS: HashMap<u64, Big> = HashMap::with_capacity(4);
+
+#[egpu::helper]
+fn ping(x: u64) -> u64 {
+    if x > 0 { pong(x - 1) } else { 0 }
+}
+
+#[egpu::helper]
+fn pong(x: u64) -> u64 {
+    ping(x)
+}
+
+/// Helpers that call each other in a cycle cannot be inlined.
+#[egpu::probe(user)]
+fn cyclic(ctx: &mut Small) -> u64 {
+    ping(ctx.a)
+}
+
+/// Two 256-byte structs do not fit eBPF's 512-byte stack.
+#[egpu::probe(user)]
+fn too_much_stack(ctx: &mut Small) {
+    let first = Big { data: [0; 32] };
+    let second = Big { data: [1; 32] };
+    BIGS.insert(&ctx.a, &first);
+    BIGS.insert(&ctx.a, &second);
+}
+
+#[test]
+fn cycles_of_helpers_are_refused_when_the_probe_is_built() {
+    let e = cyclic::probe().program().unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "helper `ping` is inlined more than 16 deep: helpers cannot call each other in a cycle"
+    );
+}
+
+#[test]
+fn a_frame_over_512_bytes_names_the_largest_locals() {
+    let e = too_much_stack::probe().program().unwrap_err();
+    let text = e.to_string();
+    assert!(text.starts_with("the probe needs"), "{text}");
+    assert!(text.contains("`first` (256 bytes), `second` (256 bytes)"), "{text}");
+}

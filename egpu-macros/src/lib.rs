@@ -8,11 +8,13 @@
 //! | `probe` | the attribute and the signature; the items the macro emits |
 //! | `lower` | the body, lowered to Rust code that builds the probe's IR when it runs |
 //! | `twin` | the body, kept as a native function with the IR's arithmetic |
+//! | `helper` | `#[egpu::helper]`: functions probes call, inlined |
 //!
 //! Every construct the compiler does not support is an error at the user's token, all of them
 //! reported at once.
 #![deny(missing_docs)]
 
+mod helper;
 mod lower;
 mod probe;
 mod twin;
@@ -28,4 +30,12 @@ use proc_macro::TokenStream;
 #[proc_macro_attribute]
 pub fn probe(attr: TokenStream, item: TokenStream) -> TokenStream {
     probe::expand(attr.into(), item.into()).unwrap_or_else(syn::Error::into_compile_error).into()
+}
+
+/// Marks a function that probes may call: it is inlined into each probe that calls it, and
+/// stays callable as native Rust. Its arguments and result are integers or `bool`s; it returns
+/// its tail expression (no early `return`) and cannot call itself.
+#[proc_macro_attribute]
+pub fn helper(attr: TokenStream, item: TokenStream) -> TokenStream {
+    helper::expand(attr.into(), item.into()).unwrap_or_else(syn::Error::into_compile_error).into()
 }

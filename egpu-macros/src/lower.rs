@@ -33,6 +33,8 @@ pub(crate) struct Lower {
     scopes: Vec<HashMap<String, Kind>>,
     /// Loops around the code being lowered.
     loops: u32,
+    /// The helper being lowered, if it is one.
+    helper: Option<Ident>,
     pub(crate) errors: Vec<(Span, String)>,
 }
 
@@ -45,7 +47,14 @@ fn p() -> TokenStream {
 
 impl Lower {
     pub(crate) fn new(ctx: Ident, ctx_ty: Type) -> Lower {
-        Lower { ctx, ctx_ty, scopes: vec![HashMap::new()], loops: 0, errors: Vec::new() }
+        Lower {
+            ctx,
+            ctx_ty,
+            scopes: vec![HashMap::new()],
+            loops: 0,
+            helper: None,
+            errors: Vec::new(),
+        }
     }
 
     fn error(&mut self, span: Span, message: impl Into<String>) -> TokenStream {
@@ -62,6 +71,28 @@ impl Lower {
         let r = f(self);
         self.scopes.pop();
         r
+    }
+
+    /// Declares a helper's argument as a read-only value.
+    pub(crate) fn declare_value(&mut self, ident: &Ident) {
+        self.scopes.last_mut().expect("a scope").insert(ident.to_string(), Kind::Value);
+    }
+
+    /// Declares a helper's `mut` argument as a variable.
+    pub(crate) fn declare_local(&mut self, ident: &Ident) {
+        self.scopes.last_mut().expect("a scope").insert(ident.to_string(), Kind::Local);
+    }
+
+    /// A helper's body: its statements, then its tail expression's value when it returns one.
+    /// A helper cannot call itself or `return` early.
+    pub(crate) fn helper_body(
+        &mut self,
+        block: &Block,
+        returns: bool,
+        name: &Ident,
+    ) -> TokenStream {
+        self.helper = Some(name.clone());
+        if returns { self.value_block(block) } else { self.scoped(|l| l.block_stmts(block, false)) }
     }
 
     /// The function body: its statements, and its tail as the result when the probe returns one.
@@ -229,6 +260,10 @@ impl Lower {
                     quote_spanned!(span=> #p::cont();)
                 }
             }
+            Expr::Return(_) if self.helper.is_some() => self.error(
+                span,
+                "a helper returns its tail expression: `return` is not supported in helpers",
+            ),
             Expr::Return(r) => match &r.expr {
                 Some(v) => {
                     let v = self.expr(v);
@@ -479,6 +514,25 @@ impl Lower {
                 for (i, elem) in arr.elems.iter().enumerate() {
                     let i = syn::Index::from(i);
                     self.field_init(quote!(#at[#i]), elem, stores);
+                }
+            }
+            Expr::Repeat(r) => {
+                let len = match &*r.len {
+                    Expr::Lit(syn::ExprLit { lit: Lit::Int(n), .. }) => {
+                        n.base10_parse::<usize>().ok()
+                    }
+                    _ => None,
+                };
+                let Some(len) = len else {
+                    self.error(
+                        r.len.span(),
+                        "the length of `[x; N]` in a struct literal is a literal",
+                    );
+                    return;
+                };
+                for i in 0..len {
+                    let i = syn::Index::from(i);
+                    self.field_init(quote!(#at[#i]), &r.expr, stores);
                 }
             }
             other => {
@@ -763,17 +817,21 @@ impl Lower {
                 };
                 let name =
                     path.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
-                if !HELPERS.contains(&name.as_str()) || !call.args.is_empty() {
-                    return self.error(
-                        span,
-                        format!(
-                            "`{name}` cannot be called from a probe: only egpu's helpers ({})",
-                            HELPERS.join(", ")
-                        ),
-                    );
+                if HELPERS.contains(&name.as_str()) {
+                    if !call.args.is_empty() {
+                        return self.error(span, format!("`{name}` takes no arguments"));
+                    }
+                    let f = Ident::new(&name, path.span());
+                    return quote_spanned!(span=> #p::helpers::#f());
                 }
-                let f = Ident::new(&name, path.span());
-                quote_spanned!(span=> #p::helpers::#f())
+                if self.helper.as_ref().is_some_and(|h| path.path.is_ident(h)) {
+                    return self.error(span, "a helper cannot call itself: probes do not recurse");
+                }
+                // A function marked `#[egpu::helper]`, inlined; rustc says so when `name` is not
+                // one (it has no `__egpu_inline`).
+                let args: Vec<TokenStream> = call.args.iter().map(|a| self.expr(a)).collect();
+                let callee = &path.path;
+                quote_spanned!(span=> #callee::__egpu_inline(#(#args),*))
             }
             Expr::MethodCall(m) => {
                 let on_static = matches!(&*m.receiver, Expr::Path(r)

@@ -13,7 +13,7 @@ use crate::lower::Lower;
 
 /// Errors of one probe, reported together.
 #[derive(Default)]
-pub(crate) struct Errors(Option<syn::Error>);
+pub(crate) struct Errors(pub(crate) Option<syn::Error>);
 
 impl Errors {
     pub(crate) fn push(&mut self, span: Span, message: impl std::fmt::Display) {
@@ -24,7 +24,7 @@ impl Errors {
         }
     }
 
-    fn into_result(self) -> syn::Result<()> {
+    pub(crate) fn into_result(self) -> syn::Result<()> {
         self.0.map_or(Ok(()), Err)
     }
 }

@@ -22,7 +22,7 @@ pub mod probe;
 pub mod vm;
 
 /// Turns a Rust function into a probe: see [the book's Probe Rust chapter](probe).
-pub use egpu_macros::probe;
+pub use egpu_macros::{helper, probe};
 
 /// Probe Rust's helpers, as native functions: a probe calls them as `egpu::helpers::ktime_ns()`,
 /// and its native twin runs these.

@@ -412,6 +412,53 @@ pub fn repeat<T: Int>(count: T, body: impl FnOnce(Val<T>)) {
     push(Stmt::Repeat(counter.var, n, body));
 }
 
+/// How deep helpers are inlined into one another, at most.
+const MAX_INLINE_DEPTH: u32 = 16;
+
+/// A helper being inlined (see `#[egpu::helper]`): deeper than [`MAX_INLINE_DEPTH`] means
+/// helpers call each other in a cycle, which a probe cannot do.
+#[derive(Debug)]
+pub struct Inline(());
+
+thread_local! {
+    static INLINE_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+impl Inline {
+    /// Enters helper `name`; `None` (with the error recorded) when that is too deep.
+    pub fn enter(name: &str) -> Option<Inline> {
+        let depth = INLINE_DEPTH.with(|d| d.get());
+        if depth >= MAX_INLINE_DEPTH {
+            fail(BuildError::Recursion(name.to_owned()));
+            return None;
+        }
+        INLINE_DEPTH.with(|d| d.set(depth + 1));
+        Some(Inline(()))
+    }
+}
+
+/// What an abandoned inlining returns: nothing, or a zero.
+pub trait Placeholder {
+    /// The placeholder.
+    fn placeholder() -> Self;
+}
+
+impl Placeholder for () {
+    fn placeholder() {}
+}
+
+impl<T: Scalar> Placeholder for Val<T> {
+    fn placeholder() -> Val<T> {
+        lit_zero()
+    }
+}
+
+impl Drop for Inline {
+    fn drop(&mut self) {
+        INLINE_DEPTH.with(|d| d.set(d.get() - 1));
+    }
+}
+
 /// `break` out of the innermost loop.
 pub fn brk() {
     push(Stmt::Break);
@@ -662,6 +709,9 @@ pub enum BuildError {
     /// An atomic operation on a type without one.
     #[error("no atomic add on `{}` values: use u32, u64, i32 or i64", .0.name())]
     Atomic(Ty),
+    /// Helpers call each other in a cycle (or more than 16 deep).
+    #[error("helper `{0}` is inlined more than 16 deep: helpers cannot call each other in a cycle")]
+    Recursion(String),
     /// A map could not be created.
     #[error("a map of the probe could not be created: {0}")]
     Map(String),
