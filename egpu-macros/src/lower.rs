@@ -175,6 +175,14 @@ impl Lower {
                 }
                 let ty = ty.map_or_else(|| quote!(_), |t| quote!(#t));
                 let code = match &local.init {
+                    Some(init)
+                        if matches!(&*init.expr, Expr::If(i) if !matches!(&*i.cond, Expr::Let(_)))
+                            && init.diverge.is_none() =>
+                    {
+                        // Each branch sets the variable itself: no temporary.
+                        let set = self.set_into(&ident, &init.expr);
+                        quote_spanned!(local.span()=> let #ident = #p::local_uninit::<#ty>(); #set)
+                    }
                     Some(init) => {
                         if let Some((_, diverge)) = &init.diverge {
                             return self.error(diverge.span(), "`let .. else` is not supported");
@@ -975,6 +983,43 @@ impl Lower {
                 );
                 return None;
             }
+        })
+    }
+
+    /// Builder code setting variable `dst` to the value of `e`, with an `if` (or a block) setting
+    /// it in each branch rather than through a temporary.
+    fn set_into(&mut self, dst: &Ident, e: &Expr) -> TokenStream {
+        let p = p();
+        match e {
+            Expr::If(i) if !matches!(&*i.cond, Expr::Let(_)) => {
+                let Some((_, otherwise)) = &i.else_branch else {
+                    return self.error(i.span(), "an `if` used as a value needs an `else`");
+                };
+                let cond = self.expr(&i.cond);
+                let then = self.set_block_into(dst, &i.then_branch);
+                let otherwise = match &**otherwise {
+                    Expr::Block(b) => self.set_block_into(dst, &b.block),
+                    other => self.set_into(dst, other),
+                };
+                quote_spanned!(i.span()=> #p::if_(#cond, || { #then }, || { #otherwise });)
+            }
+            Expr::Block(b) => self.set_block_into(dst, &b.block),
+            Expr::Paren(inner) => self.set_into(dst, &inner.expr),
+            other => {
+                let v = self.expr(other);
+                quote_spanned!(other.span()=> #p::set(#dst, #v);)
+            }
+        }
+    }
+
+    fn set_block_into(&mut self, dst: &Ident, block: &Block) -> TokenStream {
+        self.scoped(|l| {
+            let Some((Stmt::Expr(tail, None), init)) = block.stmts.split_last() else {
+                return l.error(block.span(), "a block used as a value ends with an expression");
+            };
+            let stmts: TokenStream = init.iter().map(|s| l.stmt(s)).collect();
+            let set = l.set_into(dst, tail);
+            quote!({ #stmts #set })
         })
     }
 

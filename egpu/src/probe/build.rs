@@ -576,7 +576,12 @@ pub fn hash_fetch_add<K: Pod, V: Int + Pod>(
         return;
     }
     let key = key.place("key");
-    let zero = spill("value", lit_zero::<V>());
+    // The zero value is written only when the key is missing.
+    let zero_buf = with(|s| {
+        s.bufs.push(BufDecl { name: "value".into(), size: V::TY.bytes(), align: V::TY.bytes() });
+        Buf(s.bufs.len() as u32 - 1)
+    });
+    let zero = Place::Buf(zero_buf, 0);
     let delta = expr(delta);
     let ptr = new_ptr();
     let add = vec![Stmt::AtomicAdd(V::TY, Place::Value(ptr, 0), delta)];
@@ -586,7 +591,8 @@ pub fn hash_fetch_add<K: Pod, V: Int + Pod>(
         vec![Arg::Map(m), Arg::Addr(key), Arg::Addr(zero), Arg::Value(Expr::Const(Ty::U64, 1))],
     );
     let retry = Stmt::Lookup { map: m, key, ptr, found: add.clone(), missing: vec![] };
-    push(Stmt::Lookup { map: m, key, ptr, found: add, missing: vec![Stmt::Eval(insert), retry] });
+    let missing = vec![Stmt::Store(V::TY, zero, Expr::Const(V::TY, 0)), Stmt::Eval(insert), retry];
+    push(Stmt::Lookup { map: m, key, ptr, found: add, missing });
 }
 
 /// `map.insert(&key, &value)` on a hash map (`bpf_map_update_elem`, any flags).

@@ -52,10 +52,23 @@ pub enum CompileError {
 
 /// Compiles `ir` into a program (not yet verified).
 pub fn compile(ir: &ProbeIr) -> Result<Program, CompileError> {
-    let mut g = Gen::new(ir)?;
+    // With the context pointer left in r1, expressions have one temporary fewer; a probe whose
+    // expressions need it gets r9 for the context instead.
+    match compile_with(ir, true) {
+        Err(CompileError::TooDeep) => compile_with(ir, false),
+        other => other,
+    }
+}
+
+fn compile_with(ir: &ProbeIr, ctx_in_r1: bool) -> Result<Program, CompileError> {
+    let mut g = Gen::new(ir, ctx_in_r1)?;
     g.stmts(&ir.body)?;
-    g.insn(mov_imm(Reg::R0, 0));
-    g.insn(Instruction::Exit);
+    // A body that ends with `return` needs no epilogue (nothing jumps past its end: jumps only
+    // target labels bound inside it).
+    if !matches!(ir.body.last(), Some(Stmt::Return(_))) {
+        g.insn(mov_imm(Reg::R0, 0));
+        g.insn(Instruction::Exit);
+    }
     let insns = g.assemble()?;
     Ok(Program::new(encode(&insns), ir.maps.clone(), ir.attach)?)
 }
@@ -100,6 +113,8 @@ struct Gen<'a> {
     scratch_free: Vec<i16>,
     /// The loops around the code being generated: where `continue` and `break` go.
     loops: Vec<(Label, Label)>,
+    /// Where the context pointer is.
+    ctx: Reg,
 }
 
 fn mov_imm(dst: Reg, imm: i32) -> Instruction {
@@ -139,7 +154,7 @@ fn need(e: &Expr) -> (u32, bool) {
 }
 
 impl<'a> Gen<'a> {
-    fn new(ir: &'a ProbeIr) -> Result<Gen<'a>, CompileError> {
+    fn new(ir: &'a ProbeIr, ctx_in_r1: bool) -> Result<Gen<'a>, CompileError> {
         let mut g = Gen {
             ir,
             ops: Vec::new(),
@@ -151,6 +166,7 @@ impl<'a> Gen<'a> {
             frame_low: 0,
             scratch_free: Vec::new(),
             loops: Vec::new(),
+            ctx: CTX,
         };
         // Buffers, largest alignment first, each aligned.
         let mut order: Vec<usize> = (0..ir.bufs.len()).collect();
@@ -175,8 +191,14 @@ impl<'a> Gen<'a> {
         let mut weight: BTreeMap<Home2, u64> = BTreeMap::new();
         let mut uses_ctx = false;
         count_uses(&ir.body, 1, &mut weight, &mut uses_ctx);
+        // The context pointer stays in r1 when no helper call clobbers it (r1 is then no
+        // temporary); otherwise it moves to r9, which calls preserve.
+        g.ctx = if ctx_in_r1 && !calls_helpers(&ir.body) { Reg::R1 } else { CTX };
+        if g.ctx == Reg::R1 {
+            g.busy[1] = true;
+        }
         let mut free_regs: Vec<Reg> =
-            SAVED.into_iter().filter(|&r| !(uses_ctx && r == CTX)).collect();
+            SAVED.into_iter().filter(|&r| !(uses_ctx && r == g.ctx)).collect();
         let mut ranked: Vec<(Home2, u64)> = weight.into_iter().collect();
         ranked.sort_by_key(|&(h, w)| (std::cmp::Reverse(w), h));
         let mut regs: BTreeMap<Home2, Reg> = BTreeMap::new();
@@ -200,8 +222,8 @@ impl<'a> Gen<'a> {
             };
             g.ptrs.push(home);
         }
-        if uses_ctx {
-            g.insn(alu(AluOp::Mov, CTX, Operand::Reg(Reg::R1)));
+        if uses_ctx && g.ctx != Reg::R1 {
+            g.insn(alu(AluOp::Mov, g.ctx, Operand::Reg(Reg::R1)));
         }
         Ok(g)
     }
@@ -316,7 +338,7 @@ impl<'a> Gen<'a> {
                 .map_err(|_| CompileError::Malformed(format!("offset {off} of {place:?}")))
         };
         match place {
-            Place::Ctx(off) => Ok((CTX, fit(off.into())?)),
+            Place::Ctx(off) => Ok((self.ctx, fit(off.into())?)),
             Place::Buf(b, off) => {
                 let base = *self
                     .bufs
@@ -450,21 +472,6 @@ impl<'a> Gen<'a> {
         rhs: &Expr,
         dst: Reg,
     ) -> Result<(), CompileError> {
-        let alu_op = match (op, ty.signed()) {
-            (BinOp::Add, _) => AluOp::Add,
-            (BinOp::Sub, _) => AluOp::Sub,
-            (BinOp::Mul, _) => AluOp::Mul,
-            (BinOp::Div, false) => AluOp::Div,
-            (BinOp::Div, true) => AluOp::SDiv,
-            (BinOp::Rem, false) => AluOp::Mod,
-            (BinOp::Rem, true) => AluOp::SMod,
-            (BinOp::And, _) => AluOp::And,
-            (BinOp::Or, _) => AluOp::Or,
-            (BinOp::Xor, _) => AluOp::Xor,
-            (BinOp::Shl, _) => AluOp::Lsh,
-            (BinOp::Shr, false) => AluOp::Rsh,
-            (BinOp::Shr, true) => AluOp::Arsh,
-        };
         let shift = matches!(op, BinOp::Shl | BinOp::Shr);
         let ((nl, cl), (nr, cr)) = (need(lhs), need(rhs));
         let rhs_first = !(cl || cr) && nr > nl;
@@ -476,16 +483,27 @@ impl<'a> Gen<'a> {
             self.expr(lhs, dst)?;
             self.shift_amount_or_operand(rhs, shift, ty)?
         };
-        self.insn(alu(alu_op, dst, src));
+        self.insn(alu(alu_op(op, ty), dst, src));
         self.free_operand(src);
-        // And, or, xor, unsigned division, remainders and right shifts keep canonical values
-        // canonical.
-        let keeps = match op {
-            BinOp::And | BinOp::Or | BinOp::Xor | BinOp::Rem | BinOp::Shr => true,
-            BinOp::Div => !ty.signed(),
-            _ => false,
-        };
-        if !keeps {
+        if !keeps_canonical(op, ty) {
+            self.canonical(ty, dst);
+        }
+        Ok(())
+    }
+
+    /// `dst = dst op rhs`, `dst` holding a canonical value of `ty`.
+    fn binary_in_place(
+        &mut self,
+        op: BinOp,
+        ty: Ty,
+        rhs: &Expr,
+        dst: Reg,
+    ) -> Result<(), CompileError> {
+        let shift = matches!(op, BinOp::Shl | BinOp::Shr);
+        let src = self.shift_amount_or_operand(rhs, shift, ty)?;
+        self.insn(alu(alu_op(op, ty), dst, src));
+        self.free_operand(src);
+        if !keeps_canonical(op, ty) {
             self.canonical(ty, dst);
         }
         Ok(())
@@ -641,7 +659,10 @@ impl<'a> Gen<'a> {
     }
 
     fn stmt(&mut self, s: &Stmt) -> Result<(), CompileError> {
-        debug_assert!(self.busy.iter().all(|b| !b), "temporaries live across statements");
+        debug_assert!(
+            self.busy.iter().enumerate().all(|(i, &b)| !b || (i == 1 && self.ctx == Reg::R1)),
+            "temporaries live across statements"
+        );
         match s {
             Stmt::Set(v, e) => {
                 let home = self.var(*v)?;
@@ -653,6 +674,14 @@ impl<'a> Gen<'a> {
                     // variable and calls no helper (which would see the register half-computed
                     // only if it were a temporary, but keeps the rule simple).
                     (Home::Reg(r), e) if !reads_var(e, *v) && !need(e).1 => self.expr(e, r)?,
+                    // `v = v op rhs` in place: `op r, rhs` (a compound assignment).
+                    (Home::Reg(r), Expr::Binary(op, ty, lhs, rhs))
+                        if matches!(**lhs, Expr::Var(w) if w == *v)
+                            && !reads_var(rhs, *v)
+                            && !need(rhs).1 =>
+                    {
+                        self.binary_in_place(*op, *ty, rhs, r)?;
+                    }
                     _ => {
                         let t = self.temp()?;
                         self.expr(e, t)?;
@@ -725,14 +754,22 @@ impl<'a> Gen<'a> {
                 self.loops.pop();
                 body?;
                 self.bind(next);
-                let t = self.temp()?;
-                self.load_home(t, home);
-                self.insn(alu(AluOp::Add, t, Operand::Imm(1)));
-                self.store_home(home, t);
                 let bound = i32::try_from(*count)
                     .map_err(|_| CompileError::Malformed("a loop bound".into()))?;
-                self.jump(Some((JmpCond::Lt, t, Operand::Imm(bound))), top);
-                self.free(t);
+                match home {
+                    Home::Reg(r) => {
+                        self.insn(alu(AluOp::Add, r, Operand::Imm(1)));
+                        self.jump(Some((JmpCond::Lt, r, Operand::Imm(bound))), top);
+                    }
+                    Home::Stack(_) => {
+                        let t = self.temp()?;
+                        self.load_home(t, home);
+                        self.insn(alu(AluOp::Add, t, Operand::Imm(1)));
+                        self.store_home(home, t);
+                        self.jump(Some((JmpCond::Lt, t, Operand::Imm(bound))), top);
+                        self.free(t);
+                    }
+                }
                 self.bind(end);
             }
             Stmt::Break | Stmt::Continue => {
@@ -806,6 +843,35 @@ impl<'a> Gen<'a> {
     }
 }
 
+/// The eBPF operation of `op` on `ty`.
+fn alu_op(op: BinOp, ty: Ty) -> AluOp {
+    match (op, ty.signed()) {
+        (BinOp::Add, _) => AluOp::Add,
+        (BinOp::Sub, _) => AluOp::Sub,
+        (BinOp::Mul, _) => AluOp::Mul,
+        (BinOp::Div, false) => AluOp::Div,
+        (BinOp::Div, true) => AluOp::SDiv,
+        (BinOp::Rem, false) => AluOp::Mod,
+        (BinOp::Rem, true) => AluOp::SMod,
+        (BinOp::And, _) => AluOp::And,
+        (BinOp::Or, _) => AluOp::Or,
+        (BinOp::Xor, _) => AluOp::Xor,
+        (BinOp::Shl, _) => AluOp::Lsh,
+        (BinOp::Shr, false) => AluOp::Rsh,
+        (BinOp::Shr, true) => AluOp::Arsh,
+    }
+}
+
+/// Whether `op` on canonical values of `ty` gives a canonical value: and, or, xor, unsigned
+/// division, remainders and right shifts do.
+fn keeps_canonical(op: BinOp, ty: Ty) -> bool {
+    match op {
+        BinOp::And | BinOp::Or | BinOp::Xor | BinOp::Rem | BinOp::Shr => true,
+        BinOp::Div => !ty.signed(),
+        _ => false,
+    }
+}
+
 fn jmp_cond(op: CmpOp, signed: bool) -> JmpCond {
     match (op, signed) {
         (CmpOp::Eq, _) => JmpCond::Eq,
@@ -819,6 +885,21 @@ fn jmp_cond(op: CmpOp, signed: bool) -> JmpCond {
         (CmpOp::Gt, true) => JmpCond::Sgt,
         (CmpOp::Ge, true) => JmpCond::Sge,
     }
+}
+
+/// Whether the statements call a helper (a lookup or a call expression) anywhere.
+fn calls_helpers(stmts: &[Stmt]) -> bool {
+    fn expr(e: &Expr) -> bool {
+        need(e).1
+    }
+    stmts.iter().any(|s| match s {
+        Stmt::Set(_, e) | Stmt::Eval(e) | Stmt::Return(e) => expr(e),
+        Stmt::Store(_, _, e) | Stmt::AtomicAdd(_, _, e) => expr(e),
+        Stmt::If(c, a, b) => expr(c) || calls_helpers(a) || calls_helpers(b),
+        Stmt::Repeat(_, _, body) => calls_helpers(body),
+        Stmt::Lookup { .. } => true,
+        Stmt::Break | Stmt::Continue => false,
+    })
 }
 
 /// Whether `e` reads variable `v`.
@@ -892,7 +973,8 @@ fn count_uses(stmts: &[Stmt], weight: u64, out: &mut BTreeMap<Home2, u64>, ctx: 
                 count_uses(b, weight, out, ctx);
             }
             Stmt::Repeat(v, _, body) => {
-                add(Home2::Var(v.0), out);
+                // The counter is read, incremented and compared on every iteration.
+                *out.entry(Home2::Var(v.0)).or_default() += weight.saturating_mul(24);
                 count_uses(body, weight.saturating_mul(8), out, ctx);
             }
             Stmt::Break | Stmt::Continue => {}
