@@ -7,7 +7,7 @@
 //! it is for.
 
 use bytemuck::{Pod, Zeroable};
-use egpu::maps::{Array, HashMap, RawMap, RingBuf};
+use egpu::maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RawMap, RingBuf, Shards};
 use egpu::probe::Probe;
 use egpu::vm::EngineChoice;
 
@@ -63,6 +63,10 @@ static SMALL: Array<u32> = Array::with_len(4);
 static FLOWS: HashMap<FlowKey, u64> = HashMap::with_capacity(16);
 static RECORDS: HashMap<u32, Record> = HashMap::with_capacity(8);
 static EVENTS: RingBuf<Record> = RingBuf::with_capacity(64);
+// One host shard each, so that the twin and the programs update the same shard whichever CPU
+// the test thread is on (device shards stay untouched).
+static PER_CPU: PerCpuArray<u64> = PerCpuArray::with_shards(4, Shards::new(1, 2));
+static PER_CPU_HASH: PerCpuHashMap<u32, u64> = PerCpuHashMap::with_shards(8, Shards::new(1, 2));
 
 // --- arithmetic -------------------------------------------------------------------------------
 
@@ -550,6 +554,17 @@ fn struct_values(ctx: &mut Ctx) -> u64 {
     }
 }
 
+/// Per-CPU maps: the probe updates the shard of the CPU it runs on.
+#[egpu::probe(user)]
+fn per_cpu_counters(ctx: &mut Ctx) {
+    PER_CPU.fetch_add(ctx.d & 7, ctx.h as u64);
+    let k = ctx.e as u32 & 3;
+    PER_CPU_HASH.fetch_add(&k, 1);
+    if ctx.h & 3 == 0 {
+        PER_CPU_HASH.remove(&k);
+    }
+}
+
 /// Ring-buffer records.
 #[egpu::probe(user)]
 fn ring_records(ctx: &mut Ctx) {
@@ -658,7 +673,7 @@ fn twins_and_programs_agree() {
         unit_returns: unit, many_locals: zx, deep_expression: zx, context_array: zx,
         sixteen_bits: sx, usize_math: us, count_by_key: unit, insert_remove: unit,
         array_counters: unit, map_loop: zx, several_maps: unit, struct_keys: unit,
-        struct_values: zx, ring_records: unit,
+        struct_values: zx, ring_records: unit, per_cpu_counters: unit,
     ];
     let mut rng = Rng::from_env("probe differential", 0x0b5e_55ed_d1ff_0001);
     let maps = maps();

@@ -17,7 +17,7 @@ use std::sync::OnceLock;
 use bytemuck::Pod;
 use egpu_ebpf::verifier::{VerifyError, verify};
 use egpu_ebpf::{AttachPoint, MapDef, Program, helpers::id};
-use egpu_maps::{Array, HashMap, MapError, RawMap, RingBuf};
+use egpu_maps::{Array, HashMap, MapError, PerCpuArray, PerCpuHashMap, RawMap, RingBuf};
 use thiserror::Error;
 
 use super::ir::{
@@ -562,47 +562,107 @@ fn new_ptr() -> Ptr {
     })
 }
 
+/// Maps with keys, which probes update by key: hash maps and per-CPU hash maps (a probe updates
+/// the shard of the CPU or SM it runs on).
+pub trait KeyedMap: Sync + 'static {
+    /// The key type.
+    type Key: Pod;
+    /// The value type.
+    type Value: Pod;
+    /// The map's memory.
+    fn raw_map(&self) -> Result<&RawMap, MapError>;
+}
+
+impl<K: Pod, V: Pod> KeyedMap for HashMap<K, V> {
+    type Key = K;
+    type Value = V;
+    fn raw_map(&self) -> Result<&RawMap, MapError> {
+        self.try_raw()
+    }
+}
+
+impl<K: Pod, V: Pod> KeyedMap for PerCpuHashMap<K, V> {
+    type Key = K;
+    type Value = V;
+    fn raw_map(&self) -> Result<&RawMap, MapError> {
+        self.try_raw()
+    }
+}
+
+/// Maps indexed by a `u32`: arrays and per-CPU arrays.
+pub trait IndexedMap: Sync + 'static {
+    /// The value type.
+    type Value: Pod;
+    /// The map's memory.
+    fn raw_map(&self) -> Result<&RawMap, MapError>;
+}
+
+impl<V: Pod> IndexedMap for Array<V> {
+    type Value = V;
+    fn raw_map(&self) -> Result<&RawMap, MapError> {
+        self.try_raw()
+    }
+}
+
+impl<V: Pod> IndexedMap for PerCpuArray<V> {
+    type Value = V;
+    fn raw_map(&self) -> Result<&RawMap, MapError> {
+        self.try_raw()
+    }
+}
+
 /// `map.fetch_add(&key, delta)` on a hash map of integer values: looks the key up, inserting a
 /// zero value first when it is absent (unless another writer just did), and adds atomically.
-pub fn hash_fetch_add<K: Pod, V: Int + Pod>(
-    map: &'static HashMap<K, V>,
+pub fn hash_fetch_add<M: KeyedMap>(
+    map: &'static M,
     name: &str,
-    key: impl AsPlace<K>,
-    delta: Val<V>,
-) {
-    let Some(m) = map_ref(map as *const _ as usize, name, map.try_raw()) else { return };
-    if !matches!(V::TY, Ty::U32 | Ty::U64 | Ty::I32 | Ty::I64) {
-        fail(BuildError::Atomic(V::TY));
+    key: impl AsPlace<M::Key>,
+    delta: Val<M::Value>,
+) where
+    M::Value: Int,
+{
+    type V<M> = <M as KeyedMap>::Value;
+    let Some(m) = map_ref(map as *const M as usize, name, map.raw_map()) else { return };
+    if !matches!(<V<M> as Scalar>::TY, Ty::U32 | Ty::U64 | Ty::I32 | Ty::I64) {
+        fail(BuildError::Atomic(<V<M> as Scalar>::TY));
         return;
     }
     let key = key.place("key");
     // The zero value is written only when the key is missing.
     let zero_buf = with(|s| {
-        s.bufs.push(BufDecl { name: "value".into(), size: V::TY.bytes(), align: V::TY.bytes() });
+        s.bufs.push(BufDecl {
+            name: "value".into(),
+            size: <V<M> as Scalar>::TY.bytes(),
+            align: <V<M> as Scalar>::TY.bytes(),
+        });
         Buf(s.bufs.len() as u32 - 1)
     });
     let zero = Place::Buf(zero_buf, 0);
     let delta = expr(delta);
     let ptr = new_ptr();
-    let add = vec![Stmt::AtomicAdd(V::TY, Place::Value(ptr, 0), delta)];
+    let add = vec![Stmt::AtomicAdd(<V<M> as Scalar>::TY, Place::Value(ptr, 0), delta)];
     let insert = Expr::Call(
         Ty::I64,
         id::MAP_UPDATE_ELEM,
         vec![Arg::Map(m), Arg::Addr(key), Arg::Addr(zero), Arg::Value(Expr::Const(Ty::U64, 1))],
     );
     let retry = Stmt::Lookup { map: m, key, ptr, found: add.clone(), missing: vec![] };
-    let missing = vec![Stmt::Store(V::TY, zero, Expr::Const(V::TY, 0)), Stmt::Eval(insert), retry];
+    let missing = vec![
+        Stmt::Store(<V<M> as Scalar>::TY, zero, Expr::Const(<V<M> as Scalar>::TY, 0)),
+        Stmt::Eval(insert),
+        retry,
+    ];
     push(Stmt::Lookup { map: m, key, ptr, found: add, missing });
 }
 
 /// `map.insert(&key, &value)` on a hash map (`bpf_map_update_elem`, any flags).
-pub fn hash_insert<K: Pod, V: Pod>(
-    map: &'static HashMap<K, V>,
+pub fn hash_insert<M: KeyedMap>(
+    map: &'static M,
     name: &str,
-    key: impl AsPlace<K>,
-    value: impl AsPlace<V>,
+    key: impl AsPlace<M::Key>,
+    value: impl AsPlace<M::Value>,
 ) {
-    let Some(m) = map_ref(map as *const _ as usize, name, map.try_raw()) else { return };
+    let Some(m) = map_ref(map as *const M as usize, name, map.raw_map()) else { return };
     let key = key.place("key");
     let value = value.place("value");
     push(Stmt::Eval(Expr::Call(
@@ -613,8 +673,8 @@ pub fn hash_insert<K: Pod, V: Pod>(
 }
 
 /// `map.remove(&key)` on a hash map (`bpf_map_delete_elem`).
-pub fn hash_remove<K: Pod, V: Pod>(map: &'static HashMap<K, V>, name: &str, key: impl AsPlace<K>) {
-    let Some(m) = map_ref(map as *const _ as usize, name, map.try_raw()) else { return };
+pub fn hash_remove<M: KeyedMap>(map: &'static M, name: &str, key: impl AsPlace<M::Key>) {
+    let Some(m) = map_ref(map as *const M as usize, name, map.raw_map()) else { return };
     let key = key.place("key");
     push(Stmt::Eval(Expr::Call(Ty::I64, id::MAP_DELETE_ELEM, vec![Arg::Map(m), Arg::Addr(key)])));
 }
@@ -653,15 +713,18 @@ pub fn ring_output<T: Pod>(ring: &'static RingBuf<T>, name: &str, record: impl A
 }
 
 /// `array.fetch_add(index, delta)`: an atomic add on an element, when the index is in range.
-pub fn array_fetch_add<V: Int + Pod>(
-    map: &'static Array<V>,
+pub fn array_fetch_add<M: IndexedMap>(
+    map: &'static M,
     name: &str,
     index: Val<u32>,
-    delta: Val<V>,
-) {
-    let Some(m) = map_ref(map as *const _ as usize, name, map.try_raw()) else { return };
-    if !matches!(V::TY, Ty::U32 | Ty::U64 | Ty::I32 | Ty::I64) {
-        fail(BuildError::Atomic(V::TY));
+    delta: Val<M::Value>,
+) where
+    M::Value: Int,
+{
+    let ty = <M::Value as Scalar>::TY;
+    let Some(m) = map_ref(map as *const M as usize, name, map.raw_map()) else { return };
+    if !matches!(ty, Ty::U32 | Ty::U64 | Ty::I32 | Ty::I64) {
+        fail(BuildError::Atomic(ty));
         return;
     }
     let key = spill("index", index);
@@ -671,7 +734,7 @@ pub fn array_fetch_add<V: Int + Pod>(
         map: m,
         key,
         ptr,
-        found: vec![Stmt::AtomicAdd(V::TY, Place::Value(ptr, 0), delta)],
+        found: vec![Stmt::AtomicAdd(ty, Place::Value(ptr, 0), delta)],
         missing: vec![],
     });
 }
