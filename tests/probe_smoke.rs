@@ -81,3 +81,34 @@ fn a_frame_over_512_bytes_names_the_largest_locals() {
     assert!(text.starts_with("the probe needs"), "{text}");
     assert!(text.contains("`first` (256 bytes), `second` (256 bytes)"), "{text}");
 }
+
+/// Prints from a probe and from its twin read the same.
+#[egpu::probe(user)]
+fn printing(ctx: &mut Small) {
+    let half = ctx.a / 2;
+    egpu::print!("a = {}, half = {:#x}, neg = {}", ctx.a, half, -(ctx.a as i64));
+    if ctx.a > 100 {
+        egpu::print!("big {{ {} }}", ctx.a);
+    }
+}
+
+#[test]
+fn prints_reach_the_host_formatted() {
+    let mut vm = printing::probe().vm().unwrap();
+    for a in [7u64, 300] {
+        let mut ctx = Small { a };
+        vm.run_ctx(&mut ctx).unwrap();
+        printing(&mut ctx);
+    }
+    assert_eq!(
+        egpu::probe::prints(),
+        [
+            "a = 7, half = 0x3, neg = -7",
+            "a = 7, half = 0x3, neg = -7",
+            "a = 300, half = 0x96, neg = -300",
+            "big { 300 }",
+            "a = 300, half = 0x96, neg = -300",
+            "big { 300 }",
+        ]
+    );
+}

@@ -199,10 +199,7 @@ impl Lower {
             Stmt::Item(item) => {
                 self.error(item.span(), "items other than `const` cannot be declared in a probe")
             }
-            Stmt::Macro(m) => self.error(
-                m.span(),
-                "macros are not supported in a probe (printing arrives with a helper of its own)",
-            ),
+            Stmt::Macro(m) => self.print(&m.mac),
             Stmt::Expr(e, _) => self.expr_stmt(e),
         }
     }
@@ -285,6 +282,7 @@ impl Lower {
             }
             Expr::MethodCall(m) => self.map_call(m),
             Expr::Match(m) => self.match_expr(m, false),
+            Expr::Macro(m) => self.print(&m.mac),
             Expr::Paren(inner) => self.expr_stmt(&inner.expr),
             other => {
                 let v = self.expr(other);
@@ -855,7 +853,7 @@ impl Lower {
                 self.error(r.span(), "references are only passed to map operations")
             }
             Expr::Closure(c) => self.error(c.span(), "closures are not supported in probes"),
-            Expr::Macro(m) => self.error(m.span(), "macros are not supported in probes"),
+            Expr::Macro(m) => self.error(m.span(), "`egpu::print!` is a statement, not a value"),
             Expr::Array(a) => self.error(a.span(), "arrays are not supported yet"),
             Expr::Struct(s) => self.error(
                 s.span(),
@@ -1023,6 +1021,58 @@ impl Lower {
         })
     }
 
+    /// `egpu::print!("format", args..)`: the only macro of probes. The format's placeholders
+    /// (`{}`, `{:x}`, `{:#x}`) must match the arguments, six at most.
+    fn print(&mut self, mac: &syn::Macro) -> TokenStream {
+        let p = p();
+        let is_print = mac.path.segments.len() == 2
+            && mac.path.segments[0].ident == "egpu"
+            && mac.path.segments[1].ident == "print";
+        if !is_print {
+            return self.error(
+                mac.span(),
+                "the only macro of probes is `egpu::print!(\"format {}\", value)`",
+            );
+        }
+        let parser = syn::punctuated::Punctuated::<Expr, syn::Token![,]>::parse_terminated;
+        let args = match mac.parse_body_with(parser) {
+            Ok(args) => args,
+            Err(e) => return self.error(e.span(), e.to_string()),
+        };
+        let mut args = args.into_iter();
+        let Some(Expr::Lit(syn::ExprLit { lit: Lit::Str(format), .. })) = args.next() else {
+            return self
+                .error(mac.span(), "`egpu::print!` starts with a string literal: the format");
+        };
+        let args: Vec<Expr> = args.collect();
+        match placeholders(&format.value()) {
+            None => {
+                return self.error(
+                    format.span(),
+                    "formats take `{}`, `{:x}` and `{:#x}` (and `{{`, `}}` for braces)",
+                );
+            }
+            Some(n) if n != args.len() => {
+                return self.error(
+                    format.span(),
+                    format!("the format has {n} placeholders for {} arguments", args.len()),
+                );
+            }
+            Some(_) if args.len() > 6 => {
+                return self.error(mac.span(), "`egpu::print!` takes at most 6 arguments");
+            }
+            Some(_) => {}
+        }
+        let values: Vec<TokenStream> = args
+            .iter()
+            .map(|a| {
+                let v = self.expr(a);
+                quote_spanned!(a.span()=> #p::print_arg(#v))
+            })
+            .collect();
+        quote_spanned!(mac.span()=> #p::print(#format, &[#(#values),*]);)
+    }
+
     /// A block used as a value: its statements, then its tail expression's value.
     fn value_block(&mut self, block: &Block) -> TokenStream {
         self.scoped(|l| {
@@ -1046,6 +1096,19 @@ pub(crate) fn bound(attrs: &[syn::Attribute]) -> Option<syn::Result<Expr>> {
             format!("`#[bound(N)]` takes the most iterations, a constant: {e}"),
         )
     }))
+}
+
+/// How many arguments a `print!` format takes, or `None` for a brace use it does not know.
+fn placeholders(format: &str) -> Option<usize> {
+    let mut n = 0;
+    let mut rest = format;
+    while let Some(i) = rest.find(['{', '}']) {
+        rest = &rest[i..];
+        let spec = ["{{", "}}", "{}", "{:x}", "{:#x}"].into_iter().find(|s| rest.starts_with(s))?;
+        n += usize::from(!matches!(spec, "{{" | "}}"));
+        rest = &rest[spec.len()..];
+    }
+    Some(n)
 }
 
 /// The builder function of a compound assignment operator.

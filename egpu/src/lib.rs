@@ -43,6 +43,19 @@ pub mod helpers {
     }
 }
 
+/// Prints from a probe: `egpu::print!("launch {} took {} ns", id, ns)` records the format and up
+/// to six integer arguments in the process's print ring, which [`probe::prints`] reads and
+/// formats. In native code (a probe's twin) it writes the same records.
+#[macro_export]
+macro_rules! print {
+    ($format:literal $(, $arg:expr)* $(,)?) => {
+        $crate::probe::print::print_native(
+            $format,
+            &[$($crate::__private::print_arg($arg)),*],
+        )
+    };
+}
+
 /// What `#[egpu::probe]`'s generated code uses; not a public API.
 #[doc(hidden)]
 pub mod __private {
@@ -51,6 +64,11 @@ pub mod __private {
         pub use crate::probe::build::*;
     }
     pub use crate::probe::twin;
+
+    /// A native `print!` argument: its 64-bit value and whether it is signed.
+    pub fn print_arg<T: crate::probe::build::Scalar>(v: T) -> (u64, bool) {
+        (v.to_canonical(), T::TY.signed())
+    }
 }
 
 /// Helpers for tests that need a GPU.

@@ -739,6 +739,28 @@ pub fn array_fetch_add<M: IndexedMap>(
     });
 }
 
+/// An argument of `print!`: its 64-bit value and whether it is signed.
+pub fn print_arg<T: Scalar>(v: Val<T>) -> (Val<u64>, bool) {
+    (cast::<u64, T>(v), T::TY.signed())
+}
+
+/// `egpu::print!(format, args..)`: a record in the process's print ring.
+pub fn print(format: &'static str, args: &[(Val<u64>, bool)]) {
+    use super::print::{MAX_ARGS, PRINTS, PrintRecord, format_id};
+    if args.len() > MAX_ARGS {
+        fail(BuildError::Print(args.len()));
+        return;
+    }
+    let record = buffer::<PrintRecord>("print");
+    store_field(record, |r| &r.format, lit(format_id(format)));
+    let signed = args.iter().enumerate().fold(0u32, |m, (i, &(_, s))| m | u32::from(s) << i);
+    store_field(record, |r| &r.signed, lit(signed));
+    for (i, &(v, _)) in args.iter().enumerate() {
+        store_field(record, |r| &r.args[i], v);
+    }
+    ring_output(&PRINTS, "prints", record);
+}
+
 /// Probe Rust's helpers, as the builder records them.
 pub mod helpers {
     use super::*;
@@ -781,6 +803,9 @@ pub enum BuildError {
     /// Helpers call each other in a cycle (or more than 16 deep).
     #[error("helper `{0}` is inlined more than 16 deep: helpers cannot call each other in a cycle")]
     Recursion(String),
+    /// A `print!` with more arguments than a record holds.
+    #[error("`print!` takes at most 6 arguments, not {0}")]
+    Print(usize),
     /// A map could not be created.
     #[error("a map of the probe could not be created: {0}")]
     Map(String),

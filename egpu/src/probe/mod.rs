@@ -35,11 +35,13 @@
 pub mod build;
 mod codegen;
 pub mod ir;
+pub mod print;
 #[doc(hidden)]
 pub mod twin;
 
 pub use build::{BuildError, Probe, ProbeError};
 pub use codegen::{CompileError, compile};
+pub use print::prints;
 
 #[cfg(test)]
 mod tests;
