@@ -8,7 +8,7 @@
 //! |---|---|
 //! | [`ebpf`] | the eBPF core: instructions, programs, helpers, contexts, assembler |
 //! | [`maps`] | typed maps with one memory layout for host, VM, GPU and other processes |
-//! | [`probe`] | Probe Rust's back end: the probe IR and its eBPF code generator |
+//! | [`probe`](mod@probe) | Probe Rust: [`#[egpu::probe]`](macro@probe) and [`#[egpu::helper]`](macro@helper), the IR, the code generator, [`print!`] |
 //! | [`vm`] | the CPU VM around rbpf: legalisation, engine choice, map binding, runs |
 //! | [`device`] | the GPU side: the CUDA driver layer (more to come) |
 //! | [`testing`] | helpers for tests that need a GPU |
@@ -21,7 +21,6 @@ pub use egpu_maps as maps;
 pub mod probe;
 pub mod vm;
 
-/// Turns a Rust function into a probe: see [the book's Probe Rust chapter](probe).
 pub use egpu_macros::{helper, probe};
 
 /// Probe Rust's helpers, as native functions: a probe calls them as `egpu::helpers::ktime_ns()`,

@@ -415,8 +415,8 @@ pub fn repeat<T: Int>(count: T, body: impl FnOnce(Val<T>)) {
 /// How deep helpers are inlined into one another, at most.
 const MAX_INLINE_DEPTH: u32 = 16;
 
-/// A helper being inlined (see `#[egpu::helper]`): deeper than [`MAX_INLINE_DEPTH`] means
-/// helpers call each other in a cycle, which a probe cannot do.
+/// A helper being inlined (see `#[egpu::helper]`): deeper than 16 levels means helpers call each
+/// other in a cycle, which a probe cannot do.
 #[derive(Debug)]
 pub struct Inline(());
 
