@@ -65,6 +65,7 @@ static RECORDS: HashMap<u32, Record> = HashMap::with_capacity(8);
 static EVENTS: RingBuf<Record> = RingBuf::with_capacity(64);
 // One host shard each, so that the twin and the programs update the same shard whichever CPU
 // the test thread is on (device shards stay untouched).
+static PAIR_VALUES: HashMap<u64, [u64; 2]> = HashMap::with_capacity(4);
 static PER_CPU: PerCpuArray<u64> = PerCpuArray::with_shards(4, Shards::new(1, 2));
 static PER_CPU_HASH: PerCpuHashMap<u32, u64> = PerCpuHashMap::with_shards(8, Shards::new(1, 2));
 
@@ -565,6 +566,20 @@ fn per_cpu_counters(ctx: &mut Ctx) {
     }
 }
 
+/// Array locals: literals, `[x; N]`, constant indices, writes, and an array as a map value.
+#[egpu::probe(user)]
+fn array_locals(ctx: &mut Ctx) -> u64 {
+    let mut weights = [3u64, 5, 7, 11];
+    let mut acc = [0u32; 3];
+    weights[2] += ctx.a & 0xff;
+    acc[1] = ctx.d >> 3;
+    acc[2] = acc[1] ^ ctx.arr[0];
+    let key = ctx.h as u64 & 1;
+    let pair = [ctx.a, weights[2]];
+    PAIR_VALUES.insert(&key, &pair);
+    weights[0] * weights[1] + weights[2] * weights[3] + acc[2] as u64
+}
+
 /// Ring-buffer records.
 #[egpu::probe(user)]
 fn ring_records(ctx: &mut Ctx) {
@@ -673,7 +688,7 @@ fn twins_and_programs_agree() {
         unit_returns: unit, many_locals: zx, deep_expression: zx, context_array: zx,
         sixteen_bits: sx, usize_math: us, count_by_key: unit, insert_remove: unit,
         array_counters: unit, map_loop: zx, several_maps: unit, struct_keys: unit,
-        struct_values: zx, ring_records: unit, per_cpu_counters: unit,
+        struct_values: zx, ring_records: unit, per_cpu_counters: unit, array_locals: zx,
     ];
     let mut rng = Rng::from_env("probe differential", 0x0b5e_55ed_d1ff_0001);
     let maps = maps();

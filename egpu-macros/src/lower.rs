@@ -146,9 +146,12 @@ impl Lower {
                     }
                 };
                 if let Some(init) = &local.init
-                    && let Expr::Struct(lit) = &*init.expr
+                    && matches!(&*init.expr, Expr::Struct(_) | Expr::Array(_) | Expr::Repeat(_))
                 {
-                    let value = self.struct_lit(lit, &ident.to_string());
+                    let value = match &*init.expr {
+                        Expr::Struct(lit) => self.struct_lit(lit, &ident.to_string()),
+                        other => self.array_lit(other, &ident.to_string()),
+                    };
                     self.scopes
                         .last_mut()
                         .expect("a scope")
@@ -479,6 +482,7 @@ impl Lower {
                 quote!(#ident)
             }
             Expr::Struct(lit) => self.struct_lit(lit, "struct"),
+            e @ (Expr::Array(_) | Expr::Repeat(_)) => self.array_lit(e, "array"),
             other => self.expr(other),
         }
     }
@@ -498,6 +502,31 @@ impl Lower {
         }
         quote_spanned!(lit.span()=> {
             let __s = #p::buffer::<#path>(#name);
+            #stores
+            __s
+        })
+    }
+
+    /// An array literal (`[a, b, c]` or `[x; N]` with a literal `N`), built in a new stack
+    /// buffer of type `[_; N]` whose element type rustc infers.
+    fn array_lit(&mut self, e: &Expr, name: &str) -> TokenStream {
+        let p = p();
+        let len = match e {
+            Expr::Array(a) => Some(a.elems.len()),
+            Expr::Repeat(r) => match &*r.len {
+                Expr::Lit(syn::ExprLit { lit: Lit::Int(n), .. }) => n.base10_parse::<usize>().ok(),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(len) = len else {
+            return self
+                .error(e.span(), "an array local has a literal length: `[x; 4]` or `[a, b]`");
+        };
+        let mut stores = TokenStream::new();
+        self.field_init(quote!(__v), e, &mut stores);
+        quote_spanned!(e.span()=> {
+            let __s = #p::buffer::<[_; #len]>(#name);
             #stores
             __s
         })
@@ -575,7 +604,8 @@ impl Lower {
             Expr::Index(i) => {
                 let base = self.field_path(&i.expr);
                 if !self.is_constant(&i.index) {
-                    return self.error(i.index.span(), "index with a constant");
+                    return self
+                        .error(i.index.span(), "index with a constant (a literal or a `const`)");
                 }
                 let index = &i.index;
                 quote!(#base[#index])
@@ -854,7 +884,10 @@ impl Lower {
             }
             Expr::Closure(c) => self.error(c.span(), "closures are not supported in probes"),
             Expr::Macro(m) => self.error(m.span(), "`egpu::print!` is a statement, not a value"),
-            Expr::Array(a) => self.error(a.span(), "arrays are not supported yet"),
+            Expr::Array(a) => self.error(
+                a.span(),
+                "an array literal is bound with `let` or passed to a map operation by reference",
+            ),
             Expr::Struct(s) => self.error(
                 s.span(),
                 "a struct literal is bound with `let` or passed to a map operation by reference",
@@ -1126,4 +1159,49 @@ fn compound(op: &BinOp) -> Option<&'static str> {
         BinOp::ShrAssign(_) => "shr",
         _ => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn print_formats_count_their_placeholders() {
+        assert_eq!(placeholders("no placeholder"), Some(0));
+        assert_eq!(placeholders("{} and {:x} and {:#x}"), Some(3));
+        assert_eq!(placeholders("{{literal}} {}"), Some(1));
+        assert_eq!(placeholders("{:>8}"), None);
+        assert_eq!(placeholders("{0}"), None);
+    }
+
+    #[test]
+    fn bounds_parse_from_the_attribute() {
+        let w: syn::ExprWhile = syn::parse_quote!(
+            #[bound(16)]
+            while x > 0 {
+                x -= 1;
+            }
+        );
+        assert!(matches!(bound(&w.attrs), Some(Ok(Expr::Lit(_)))));
+        let w: syn::ExprWhile = syn::parse_quote!(while x > 0 {
+            x -= 1;
+        });
+        assert!(bound(&w.attrs).is_none());
+    }
+
+    #[test]
+    fn unsupported_constructs_are_errors_at_their_tokens() {
+        let mut lower = Lower::new(syn::parse_quote!(ctx), syn::parse_quote!(Ctx));
+        let block: Block = syn::parse_quote!({
+            let x = 1.5;
+            let y = ctx.a + 1;
+            helper_fn(y);
+        });
+        let out = lower.body(&block, false).to_string();
+        let messages: Vec<&String> = lower.errors.iter().map(|e| &e.1).collect();
+        assert_eq!(messages.len(), 1, "{messages:?}");
+        assert!(messages[0].starts_with("floats are not supported"), "{messages:?}");
+        assert!(out.contains("ctx_field"), "{out}");
+        assert!(out.contains("helper_fn :: __egpu_inline"), "{out}");
+    }
 }

@@ -10,7 +10,8 @@ fn helper(x: u64) -> u64 {
 #[egpu::probe(host::launch)]
 fn probe(ctx: &LaunchCtx) -> u64 {
     let a = [1u64, 2, 3];
-    0
+    let i = ctx.grid[0] as usize & 1;
+    a[i]
 }
 
 fn main() {}
