@@ -112,3 +112,25 @@ fn prints_reach_the_host_formatted() {
         ]
     );
 }
+
+static BLOCKS_PER_SM: egpu::maps::Array<u64> = egpu::maps::Array::with_len(132);
+
+/// A device probe: the context has the thread's ids; counts blocks started per SM.
+#[egpu::probe(device::kernel_entry)]
+fn blocks_per_sm(ctx: &egpu::ebpf::KernelCtx) {
+    if ctx.thread[0] == 0 && ctx.thread[1] == 0 && ctx.thread[2] == 0 {
+        BLOCKS_PER_SM.fetch_add(ctx.sm, 1);
+    }
+}
+
+#[test]
+fn device_probes_read_thread_ids_and_run_on_the_cpu_too() {
+    let probe = blocks_per_sm::probe();
+    assert_eq!(probe.program().unwrap().attach().to_string(), "device::kernel_entry");
+    let mut vm = probe.vm().unwrap();
+    for (sm, thread) in [(3, [0, 0, 0]), (3, [1, 0, 0]), (7, [0, 0, 0]), (3, [0, 0, 0])] {
+        let mut ctx = egpu::ebpf::KernelCtx { sm, thread, ..Default::default() };
+        vm.run_ctx(&mut ctx).unwrap();
+    }
+    assert_eq!((BLOCKS_PER_SM.get(3).unwrap(), BLOCKS_PER_SM.get(7).unwrap()), (2, 1));
+}
