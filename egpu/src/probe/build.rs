@@ -389,6 +389,9 @@ pub fn or(a: Val<bool>, b: Val<bool>) -> Val<bool> {
 
 /// `a as T`.
 pub fn cast<T: Scalar, U: Scalar>(a: Val<U>) -> Val<T> {
+    if T::TY == U::TY {
+        return val(expr(a));
+    }
     val(Expr::Cast { to: T::TY, from: U::TY, arg: Box::new(expr(a)) })
 }
 

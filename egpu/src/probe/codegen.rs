@@ -115,6 +115,9 @@ struct Gen<'a> {
     loops: Vec<(Label, Label)>,
     /// Where the context pointer is.
     ctx: Reg,
+    /// The counters of the loops around the code, with their bounds: a counter is below its
+    /// bound inside the loop body.
+    counters: Vec<(Var, u32)>,
 }
 
 fn mov_imm(dst: Reg, imm: i32) -> Instruction {
@@ -167,6 +170,7 @@ impl<'a> Gen<'a> {
             scratch_free: Vec::new(),
             loops: Vec::new(),
             ctx: CTX,
+            counters: Vec::new(),
         };
         // Buffers, largest alignment first, each aligned.
         let mut order: Vec<usize> = (0..ir.bufs.len()).collect();
@@ -523,6 +527,18 @@ impl<'a> Gen<'a> {
         if let Expr::Const(_, v) = rhs {
             return Ok(Operand::Imm((*v as i64 & mask) as i32));
         }
+        // A loop counter that stays below the width needs no mask (`x >> i` for i in 0..8).
+        let mut amount = rhs;
+        while let Expr::Cast { arg, from, to } = amount
+            && to.bits() >= from.bits()
+        {
+            amount = arg;
+        }
+        if let Expr::Var(v) = amount
+            && self.counters.iter().any(|&(c, bound)| c == *v && bound <= ty.bits())
+        {
+            return self.operand(rhs);
+        }
         let t = self.temp()?;
         self.expr(rhs, t)?;
         self.insn(alu(AluOp::And, t, Operand::Imm(mask as i32)));
@@ -727,6 +743,21 @@ impl<'a> Gen<'a> {
                 self.expr(e, t)?;
                 self.free(t);
             }
+            // `v = if c { a } else { b }` with constants: `v = b`, then `v = a` when `c` holds
+            // (one jump instead of two).
+            Stmt::If(cond, then, otherwise)
+                if matches!(
+                    (then.as_slice(), otherwise.as_slice()),
+                    ([Stmt::Set(v, Expr::Const(..))], [Stmt::Set(w, Expr::Const(..))])
+                        if v == w && !reads_var(cond, *v)
+                ) =>
+            {
+                self.stmt(&otherwise[0])?;
+                let skip = self.label();
+                self.branch(cond, false, skip)?;
+                self.stmt(&then[0])?;
+                self.bind(skip);
+            }
             Stmt::If(cond, then, otherwise) => {
                 let (no, end) = (self.label(), self.label());
                 self.branch(cond, false, no)?;
@@ -750,7 +781,9 @@ impl<'a> Gen<'a> {
                 self.stmt(&Stmt::Set(*v, Expr::Const(Ty::U32, 0)))?;
                 self.bind(top);
                 self.loops.push((next, end));
+                self.counters.push((*v, *count));
                 let body = self.stmts(body);
+                self.counters.pop();
                 self.loops.pop();
                 body?;
                 self.bind(next);
@@ -785,9 +818,37 @@ impl<'a> Gen<'a> {
                 self.call(1, &[Arg::Map(*map), Arg::Addr(*key)], r0)?;
                 let (no, end) = (self.label(), self.label());
                 self.jump(Some((JmpCond::Eq, r0, Operand::Imm(0))), no);
-                self.store_home(home, r0);
-                self.free(r0);
-                self.stmts(found)?;
+                match found.as_slice() {
+                    // The usual counter: one atomic add on the value found, whose amount calls
+                    // no helper. The pointer is used where the lookup left it, in r0.
+                    [Stmt::AtomicAdd(ty, Place::Value(p, off), value)]
+                        if p == ptr && !need(value).1 =>
+                    {
+                        let size = match ty {
+                            Ty::U32 | Ty::I32 => Size::W,
+                            _ => Size::DW,
+                        };
+                        let src = self.temp()?;
+                        self.expr(value, src)?;
+                        let off = i16::try_from(*off)
+                            .map_err(|_| CompileError::Malformed("a value offset".into()))?;
+                        self.insn(Instruction::Atomic {
+                            op: AtomicOp::Add,
+                            fetch: false,
+                            size,
+                            base: r0,
+                            off,
+                            src,
+                        });
+                        self.free(src);
+                        self.free(r0);
+                    }
+                    _ => {
+                        self.store_home(home, r0);
+                        self.free(r0);
+                        self.stmts(found)?;
+                    }
+                }
                 if !missing.is_empty() {
                     self.jump(None, end);
                 }
