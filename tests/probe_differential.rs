@@ -463,6 +463,21 @@ fn sixteen_bits(ctx: &mut Ctx) -> i16 {
     ctx.g * 3 - (u as i16)
 }
 
+/// `const` items inside the body, and bool locals assigned later.
+#[egpu::probe(user)]
+fn inner_consts(ctx: &mut Ctx) -> u64 {
+    const LIMIT: u64 = 1 << 40;
+    const SCALE: u32 = 3;
+    let over;
+    if ctx.a > LIMIT {
+        over = true;
+    } else {
+        over = false;
+    }
+    let scaled = ctx.d as u64 * SCALE as u64;
+    if over { scaled } else { LIMIT - scaled }
+}
+
 /// `usize` arithmetic (64 bits).
 #[egpu::probe(user)]
 fn usize_math(ctx: &mut Ctx) -> usize {
@@ -686,7 +701,7 @@ fn twins_and_programs_agree() {
         call_helpers: zx, match_value: zx, match_statement: sx, bounded_while: zx, bounded_loop: zx,
         for_break_continue: zx, loop_hash: zx, loop_const_bound: zx, nested_loops: zx, early_return: zx,
         unit_returns: unit, many_locals: zx, deep_expression: zx, context_array: zx,
-        sixteen_bits: sx, usize_math: us, count_by_key: unit, insert_remove: unit,
+        sixteen_bits: sx, inner_consts: zx, usize_math: us, count_by_key: unit, insert_remove: unit,
         array_counters: unit, map_loop: zx, several_maps: unit, struct_keys: unit,
         struct_values: zx, ring_records: unit, per_cpu_counters: unit, array_locals: zx,
     ];

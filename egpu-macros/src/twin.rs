@@ -80,6 +80,11 @@ impl VisitMut for Twin {
     }
 
     fn visit_stmt_mut(&mut self, s: &mut Stmt) {
+        // Items (`const`s) keep Rust's own arithmetic: they are evaluated at compile time, by
+        // both the twin and the builder.
+        if let Stmt::Item(_) = s {
+            return;
+        }
         visit_mut::visit_stmt_mut(self, s);
         if let Stmt::Expr(Expr::MethodCall(m), Some(_)) = s {
             let m = m.clone();
