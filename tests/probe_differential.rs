@@ -465,6 +465,11 @@ fn sixteen_bits(ctx: &mut Ctx) -> i16 {
 
 /// `const` items inside the body, and bool locals assigned later.
 #[egpu::probe(user)]
+#[allow(
+    clippy::needless_late_init,
+    clippy::needless_bool_assign,
+    reason = "the late initialisation is the construct under test"
+)]
 fn inner_consts(ctx: &mut Ctx) -> u64 {
     const LIMIT: u64 = 1 << 40;
     const SCALE: u32 = 3;
