@@ -53,6 +53,15 @@ struct Record {
     tag: [u8; 8],
 }
 
+/// Per-key statistics, updated field by field.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+struct Stats {
+    count: u64,
+    bytes: u64,
+    hits: [u32; 2],
+}
+
 const K: u64 = 0x9e37_79b9_7f4a_7c15;
 const N: u32 = 5;
 
@@ -66,6 +75,8 @@ static EVENTS: RingBuf<Record> = RingBuf::with_capacity(64);
 // One host shard each, so that the twin and the programs update the same shard whichever CPU
 // the test thread is on (device shards stay untouched).
 static PAIR_VALUES: HashMap<u64, [u64; 2]> = HashMap::with_capacity(4);
+static STATS: HashMap<u32, Stats> = HashMap::with_capacity(8);
+static STAT_ARRAY: Array<Stats> = Array::with_len(6);
 static PER_CPU: PerCpuArray<u64> = PerCpuArray::with_shards(4, Shards::new(1, 2));
 static PER_CPU_HASH: PerCpuHashMap<u32, u64> = PerCpuHashMap::with_shards(8, Shards::new(1, 2));
 
@@ -600,6 +611,16 @@ fn array_locals(ctx: &mut Ctx) -> u64 {
     weights[0] * weights[1] + weights[2] * weights[3] + acc[2] as u64
 }
 
+/// Atomic adds on fields of struct values, in a hash map (inserting zeros first) and an array.
+#[egpu::probe(user)]
+fn field_counters(ctx: &mut Ctx) {
+    let k = ctx.d & 3;
+    STATS.fetch_add_field(&k, |s| &s.count, 1);
+    STATS.fetch_add_field(&k, |s| &s.bytes, ctx.a & 0xffff);
+    STATS.fetch_add_field(&k, |s| &s.hits[1], ctx.h as u32);
+    STAT_ARRAY.fetch_add_field(ctx.h as u32 & 7, |s| &s.bytes, ctx.b);
+}
+
 /// Ring-buffer records.
 #[egpu::probe(user)]
 fn ring_records(ctx: &mut Ctx) {
@@ -709,6 +730,7 @@ fn twins_and_programs_agree() {
         sixteen_bits: sx, inner_consts: zx, usize_math: us, count_by_key: unit, insert_remove: unit,
         array_counters: unit, map_loop: zx, several_maps: unit, struct_keys: unit,
         struct_values: zx, ring_records: unit, per_cpu_counters: unit, array_locals: zx,
+        field_counters: unit,
     ];
     let mut rng = Rng::from_env("probe differential", 0x0b5e_55ed_d1ff_0001);
     let maps = maps();

@@ -688,6 +688,18 @@ impl Lower {
                 let (index, delta) = (self.expr(index), self.expr(delta));
                 quote_spanned!(span=> #p::array_fetch_add(&#map, #name, #index, #delta);)
             }
+            ("fetch_add_field", [key @ Expr::Reference(_), field, delta]) => {
+                let key = self.by_ref(key);
+                let field = self.field_closure(field);
+                let delta = self.expr(delta);
+                quote_spanned!(span=> #p::hash_fetch_add_field(&#map, #name, #key, #field, #delta);)
+            }
+            ("fetch_add_field", [index, field, delta]) => {
+                let index = self.expr(index);
+                let field = self.field_closure(field);
+                let delta = self.expr(delta);
+                quote_spanned!(span=> #p::array_fetch_add_field(&#map, #name, #index, #field, #delta);)
+            }
             ("insert", [key, value]) => {
                 let (key, value) = (self.by_ref(key), self.by_ref(value));
                 quote_spanned!(span=> #p::hash_insert(&#map, #name, #key, #value);)
@@ -702,8 +714,37 @@ impl Lower {
             }
             (other, _) => self.error(
                 m.method.span(),
-                format!("`{other}` is not a map operation probes support: `fetch_add`, `insert`, `remove`, `output`, and `get` in `if let`"),
+                format!("`{other}` is not a map operation probes support: `fetch_add`, `fetch_add_field`, `insert`, `remove`, `output`, and `get` in `if let`"),
             ),
+        }
+    }
+
+    /// The field selector of `fetch_add_field`: a closure `|v| &v.a.b[2]` (one argument, a
+    /// reference to a field chain of it with constant indices), passed to rustc as written.
+    fn field_closure(&mut self, e: &Expr) -> TokenStream {
+        let shape = "the field is a closure `|v| &v.field`";
+        let Expr::Closure(c) = e else { return self.error(e.span(), shape) };
+        let param = match c.inputs.iter().collect::<Vec<_>>().as_slice() {
+            [Pat::Ident(pi)] => pi.ident.clone(),
+            _ => return self.error(c.inputs.span(), shape),
+        };
+        fn chain(e: &Expr, param: &Ident, l: &Lower) -> bool {
+            match e {
+                Expr::Path(p) => p.path.is_ident(param),
+                Expr::Field(f) => chain(&f.base, param, l),
+                Expr::Index(i) => l.is_constant(&i.index) && chain(&i.expr, param, l),
+                _ => false,
+            }
+        }
+        match &*c.body {
+            Expr::Reference(r)
+                if r.mutability.is_none()
+                    && matches!(&*r.expr, Expr::Field(_) | Expr::Index(_))
+                    && chain(&r.expr, &param, self) =>
+            {
+                quote!(#c)
+            }
+            other => self.error(other.span(), shape),
         }
     }
 

@@ -10,7 +10,7 @@ use egpu_ebpf::MapKind;
 use crate::MapError;
 use crate::cell::{MapCell, Placement, Shards, Spec};
 use crate::raw::RawMap;
-use crate::word::{AtomicWord, Integer, PerShard, Word, read, value_word};
+use crate::word::{AtomicWord, Integer, PerShard, Word, field_offset, read, value_word};
 
 const fn spec<V>(kind: MapKind, len: u32, shards: Shards) -> Spec {
     spec_in::<V>(kind, len, shards, None)
@@ -142,6 +142,17 @@ impl<V: Pod> Array<V> {
         V: AtomicWord,
     {
         Ok(self.word::<V>(index, 0)?.fetch_add(delta))
+    }
+
+    /// Adds `delta` atomically to the field `field` picks out of the value at `index`, and
+    /// returns the field's previous value. Probes use the same call.
+    pub fn fetch_add_field<W: AtomicWord>(
+        &self,
+        index: u32,
+        field: impl FnOnce(&V) -> &W,
+        delta: W,
+    ) -> Result<W, MapError> {
+        Ok(self.word::<W>(index, field_offset(field)?)?.fetch_add(delta))
     }
 
     /// Every value, in order.

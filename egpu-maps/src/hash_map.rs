@@ -9,7 +9,9 @@ use egpu_ebpf::MapKind;
 use crate::MapError;
 use crate::cell::{MapCell, Placement, Shards, Spec};
 use crate::raw::{RawMap, UpdateFlags};
-use crate::word::{AtomicWord, Integer, PerShard, Word, check_field, read, value_word};
+use crate::word::{
+    AtomicWord, Integer, PerShard, Word, check_field, field_offset, read, value_word,
+};
 
 const fn spec<K, V>(kind: MapKind, capacity: u32, shards: Shards) -> Spec {
     spec_in::<K, V>(kind, capacity, shards, None)
@@ -202,6 +204,18 @@ impl<K: Pod, V: Pod> HashMap<K, V> {
         V: AtomicWord,
     {
         Ok(self.word::<V>(key, 0)?.fetch_add(delta))
+    }
+
+    /// Adds `delta` atomically to the field `field` picks out of `key`'s value (inserting a zero
+    /// value first when absent), and returns the field's previous value:
+    /// `STATS.fetch_add_field(&kernel, |s| &s.bytes, n)`. Probes use the same call.
+    pub fn fetch_add_field<W: AtomicWord>(
+        &self,
+        key: &K,
+        field: impl FnOnce(&V) -> &W,
+        delta: W,
+    ) -> Result<W, MapError> {
+        Ok(self.word::<W>(key, field_offset(field)?)?.fetch_add(delta))
     }
 
     /// The entries, read one at a time while writers may go on.

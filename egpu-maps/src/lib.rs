@@ -66,7 +66,7 @@ pub use hash_map::{HashMap, PerCpuHashMap};
 pub use raw::{RawMap, UpdateFlags, cpu_count};
 pub use region::unlink_shared;
 pub use ring_buf::{Consumer, Reserved, RingBuf};
-pub use word::{AtomicWord, Integer, PerShard, Word};
+pub use word::{AtomicWord, Integer, PerShard, Word, field_offset};
 
 #[cfg(test)]
 mod tests;

@@ -162,6 +162,22 @@ pub(crate) fn check_field<W: AtomicWord>(field: usize, value_size: u32) -> Resul
     Ok(())
 }
 
+/// The byte offset of the field `f` picks out of a `V` (`|v| &v.stats.bytes`), found by running
+/// `f` on a zeroed `V`; an error when `f` returns a reference that is not inside it.
+pub fn field_offset<V: Pod, W>(f: impl FnOnce(&V) -> &W) -> Result<usize, MapError> {
+    let base = V::zeroed();
+    let start = &base as *const V as usize;
+    let at = f(&base) as *const W as usize;
+    match at.checked_sub(start) {
+        Some(off) if off + size_of::<W>() <= size_of::<V>() => Ok(off),
+        _ => Err(MapError::Field {
+            offset: usize::MAX,
+            size: size_of::<W>(),
+            value_size: size_of::<V>() as u32,
+        }),
+    }
+}
+
 /// Reads a `T` stored at `offset`, word by word.
 pub(crate) fn read<T: Pod>(region: &Region, offset: usize) -> T {
     let mut v = T::zeroed();

@@ -375,3 +375,26 @@ fn errors_explain_themselves() {
     assert!(mismatch.contains("hash") && mismatch.contains("8-byte keys"), "{mismatch}");
     assert!(mismatch.contains("4-byte keys"), "{mismatch}");
 }
+
+#[test]
+fn fetch_add_field_adds_to_one_field_of_a_struct_value() {
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+    struct Stats {
+        count: u64,
+        bytes: u64,
+        hits: [u32; 2],
+    }
+    let m: HashMap<u32, Stats> = HashMap::with_capacity(4);
+    assert_eq!(m.fetch_add_field(&1, |s| &s.count, 1).unwrap(), 0);
+    assert_eq!(m.fetch_add_field(&1, |s| &s.bytes, 4096).unwrap(), 0);
+    assert_eq!(m.fetch_add_field(&1, |s| &s.hits[1], 3u32).unwrap(), 0);
+    assert_eq!(m.fetch_add_field(&1, |s| &s.count, 1).unwrap(), 1);
+    assert_eq!(m.get(&1), Some(Stats { count: 2, bytes: 4096, hits: [0, 3] }));
+    let a: Array<Stats> = Array::with_len(2);
+    assert_eq!(a.fetch_add_field(1, |s| &s.bytes, 5).unwrap(), 0);
+    assert!(matches!(a.fetch_add_field(2, |s| &s.bytes, 5), Err(MapError::Index { .. })));
+    // A closure that points outside the value is refused, not followed.
+    static OUTSIDE: u64 = 0;
+    assert!(matches!(m.fetch_add_field(&1, |_| &OUTSIDE, 1), Err(MapError::Field { .. })));
+}

@@ -485,11 +485,7 @@ pub fn ret_unit() {
 
 /// The byte offset of the field `f` picks out of a `C`, which must lie inside it.
 fn offset_in<C: Pod, F>(f: impl FnOnce(&C) -> &F) -> Option<u32> {
-    let base = C::zeroed();
-    let start = &base as *const C as usize;
-    let at = f(&base) as *const F as usize;
-    let end = at.checked_add(size_of::<F>())?;
-    (at >= start && end <= start + size_of::<C>()).then(|| (at - start) as u32)
+    egpu_maps::field_offset(f).ok().map(|off| off as u32)
 }
 
 /// A scalar field of the context (`ctx.grid[0]`), found by `f` on a `C`.
@@ -656,6 +652,84 @@ pub fn hash_fetch_add<M: KeyedMap>(
         retry,
     ];
     push(Stmt::Lookup { map: m, key, ptr, found: add, missing });
+}
+
+/// `map.fetch_add_field(&key, |v| &v.field, delta)`: as [`hash_fetch_add`], on one integer
+/// field of a struct value.
+pub fn hash_fetch_add_field<M: KeyedMap, W: Int>(
+    map: &'static M,
+    name: &str,
+    key: impl AsPlace<M::Key>,
+    field: impl FnOnce(&M::Value) -> &W,
+    delta: Val<W>,
+) {
+    let Some(m) = map_ref(map as *const M as usize, name, map.raw_map()) else { return };
+    if !matches!(W::TY, Ty::U32 | Ty::U64 | Ty::I32 | Ty::I64) {
+        fail(BuildError::Atomic(W::TY));
+        return;
+    }
+    let Some(off) = offset_in(field) else {
+        fail(BuildError::Field);
+        return;
+    };
+    let key = key.place("key");
+    let size = size_of::<M::Value>() as u32;
+    let zero_buf = with(|s| {
+        s.bufs.push(BufDecl { name: "value".into(), size, align: align_of::<M::Value>() as u32 });
+        Buf(s.bufs.len() as u32 - 1)
+    });
+    let zero = Place::Buf(zero_buf, 0);
+    let mut zeroing = Vec::new();
+    let mut at = 0;
+    while at < size {
+        let ty = [Ty::U64, Ty::U32, Ty::U16, Ty::U8]
+            .into_iter()
+            .find(|t| at % t.bytes() == 0 && at + t.bytes() <= size)
+            .unwrap_or(Ty::U8);
+        zeroing.push(Stmt::Store(ty, Place::Buf(zero_buf, at), Expr::Const(ty, 0)));
+        at += ty.bytes();
+    }
+    let delta = expr(delta);
+    let ptr = new_ptr();
+    let add = vec![Stmt::AtomicAdd(W::TY, Place::Value(ptr, off), delta)];
+    let insert = Expr::Call(
+        Ty::I64,
+        id::MAP_UPDATE_ELEM,
+        vec![Arg::Map(m), Arg::Addr(key), Arg::Addr(zero), Arg::Value(Expr::Const(Ty::U64, 1))],
+    );
+    let retry = Stmt::Lookup { map: m, key, ptr, found: add.clone(), missing: vec![] };
+    zeroing.extend([Stmt::Eval(insert), retry]);
+    push(Stmt::Lookup { map: m, key, ptr, found: add, missing: zeroing });
+}
+
+/// `array.fetch_add_field(index, |v| &v.field, delta)`: an atomic add on one integer field of an
+/// element, when the index is in range.
+pub fn array_fetch_add_field<M: IndexedMap, W: Int>(
+    map: &'static M,
+    name: &str,
+    index: Val<u32>,
+    field: impl FnOnce(&M::Value) -> &W,
+    delta: Val<W>,
+) {
+    let Some(m) = map_ref(map as *const M as usize, name, map.raw_map()) else { return };
+    if !matches!(W::TY, Ty::U32 | Ty::U64 | Ty::I32 | Ty::I64) {
+        fail(BuildError::Atomic(W::TY));
+        return;
+    }
+    let Some(off) = offset_in(field) else {
+        fail(BuildError::Field);
+        return;
+    };
+    let key = spill("index", index);
+    let delta = expr(delta);
+    let ptr = new_ptr();
+    push(Stmt::Lookup {
+        map: m,
+        key,
+        ptr,
+        found: vec![Stmt::AtomicAdd(W::TY, Place::Value(ptr, off), delta)],
+        missing: vec![],
+    });
 }
 
 /// `map.insert(&key, &value)` on a hash map (`bpf_map_update_elem`, any flags).
