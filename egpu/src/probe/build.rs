@@ -65,59 +65,40 @@ impl Scalar for bool {
     }
 }
 
-/// A value of type `T` in the probe being built: an expression of its IR.
-pub struct Val<T> {
-    id: usize,
-    _t: PhantomData<T>,
+/// Declares a typed handle of the builder: a `Copy` wrapper of an IR reference, whatever `T`
+/// is (derives would ask `T: Copy`).
+macro_rules! handles {
+    ($($(#[$doc:meta])* $name:ident($field:ident: $ty:ty);)*) => {$(
+        $(#[$doc])*
+        pub struct $name<T> {
+            $field: $ty,
+            _t: PhantomData<T>,
+        }
+
+        impl<T> Clone for $name<T> {
+            fn clone(&self) -> Self {
+                *self
+            }
+        }
+
+        impl<T> Copy for $name<T> {}
+
+        impl<T> fmt::Debug for $name<T> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, "{}({:?})", stringify!($name), self.$field)
+            }
+        }
+    )*};
 }
 
-impl<T> Clone for Val<T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T> Copy for Val<T> {}
-impl<T> fmt::Debug for Val<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Val({})", self.id)
-    }
-}
-
-/// A scalar variable of type `T` of the probe being built.
-pub struct Local<T> {
-    var: Var,
-    _t: PhantomData<T>,
-}
-
-impl<T> Clone for Local<T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T> Copy for Local<T> {}
-impl<T> fmt::Debug for Local<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Local({})", self.var.0)
-    }
-}
-
-/// A place holding a `T` (a struct, an array or a scalar): a stack buffer, a map value a lookup
-/// found, or the context, at an offset.
-pub struct Loc<T> {
-    place: Place,
-    _t: PhantomData<T>,
-}
-
-impl<T> Clone for Loc<T> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-impl<T> Copy for Loc<T> {}
-impl<T> fmt::Debug for Loc<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Loc({:?})", self.place)
-    }
+handles! {
+    /// A value of type `T` in the probe being built: an expression of its IR.
+    Val(id: usize);
+    /// A scalar variable of type `T` of the probe being built.
+    Local(var: Var);
+    /// A place holding a `T` (a struct, an array or a scalar): a stack buffer, a map value a
+    /// lookup found, or the context, at an offset.
+    Loc(place: Place);
 }
 
 fn shifted(place: Place, by: u32) -> Place {
@@ -147,22 +128,35 @@ impl<T: Pod> AsPlace<T> for Loc<T> {
     }
 }
 
-/// A new stack buffer for a `T`, zero-filled (a struct literal fills it next).
-pub fn buffer<T: Pod>(name: &str) -> Loc<T> {
+/// A new stack buffer for a `T`, not yet written.
+fn new_buffer<T: Pod>(name: &str) -> Buf {
     let (size, align) = (size_of::<T>() as u32, align_of::<T>() as u32);
-    let buf = with(|s| {
+    with(|s| {
         s.bufs.push(BufDecl { name: name.into(), size, align });
         Buf(s.bufs.len() as u32 - 1)
-    });
+    })
+}
+
+/// The stores that zero a buffer of a `T`, in the widest aligned pieces.
+fn zero_stores<T: Pod>(buf: Buf) -> Vec<Stmt> {
+    let (size, align) = (size_of::<T>() as u32, align_of::<T>() as u32);
+    let mut stores = Vec::new();
     let mut off = 0;
     while off < size {
         let ty = [Ty::U64, Ty::U32, Ty::U16, Ty::U8]
             .into_iter()
             .find(|t| t.bytes() <= align && off + t.bytes() <= size && off % t.bytes() == 0)
             .unwrap_or(Ty::U8);
-        push(Stmt::Store(ty, Place::Buf(buf, off), Expr::Const(ty, 0)));
+        stores.push(Stmt::Store(ty, Place::Buf(buf, off), Expr::Const(ty, 0)));
         off += ty.bytes();
     }
+    stores
+}
+
+/// A new stack buffer for a `T`, zero-filled (a struct literal fills it next).
+pub fn buffer<T: Pod>(name: &str) -> Loc<T> {
+    let buf = new_buffer::<T>(name);
+    zero_stores::<T>(buf).into_iter().for_each(push);
     Loc { place: Place::Buf(buf, 0), _t: PhantomData }
 }
 
@@ -620,38 +614,7 @@ pub fn hash_fetch_add<M: KeyedMap>(
 ) where
     M::Value: Int,
 {
-    type V<M> = <M as KeyedMap>::Value;
-    let Some(m) = map_ref(map as *const M as usize, name, map.raw_map()) else { return };
-    if !matches!(<V<M> as Scalar>::TY, Ty::U32 | Ty::U64 | Ty::I32 | Ty::I64) {
-        fail(BuildError::Atomic(<V<M> as Scalar>::TY));
-        return;
-    }
-    let key = key.place("key");
-    // The zero value is written only when the key is missing.
-    let zero_buf = with(|s| {
-        s.bufs.push(BufDecl {
-            name: "value".into(),
-            size: <V<M> as Scalar>::TY.bytes(),
-            align: <V<M> as Scalar>::TY.bytes(),
-        });
-        Buf(s.bufs.len() as u32 - 1)
-    });
-    let zero = Place::Buf(zero_buf, 0);
-    let delta = expr(delta);
-    let ptr = new_ptr();
-    let add = vec![Stmt::AtomicAdd(<V<M> as Scalar>::TY, Place::Value(ptr, 0), delta)];
-    let insert = Expr::Call(
-        Ty::I64,
-        id::MAP_UPDATE_ELEM,
-        vec![Arg::Map(m), Arg::Addr(key), Arg::Addr(zero), Arg::Value(Expr::Const(Ty::U64, 1))],
-    );
-    let retry = Stmt::Lookup { map: m, key, ptr, found: add.clone(), missing: vec![] };
-    let missing = vec![
-        Stmt::Store(<V<M> as Scalar>::TY, zero, Expr::Const(<V<M> as Scalar>::TY, 0)),
-        Stmt::Eval(insert),
-        retry,
-    ];
-    push(Stmt::Lookup { map: m, key, ptr, found: add, missing });
+    hash_fetch_add_field(map, name, key, |v| v, delta);
 }
 
 /// `map.fetch_add_field(&key, |v| &v.field, delta)`: as [`hash_fetch_add`], on one integer
@@ -673,22 +636,10 @@ pub fn hash_fetch_add_field<M: KeyedMap, W: Int>(
         return;
     };
     let key = key.place("key");
-    let size = size_of::<M::Value>() as u32;
-    let zero_buf = with(|s| {
-        s.bufs.push(BufDecl { name: "value".into(), size, align: align_of::<M::Value>() as u32 });
-        Buf(s.bufs.len() as u32 - 1)
-    });
+    // The zero value is written only when the key is missing.
+    let zero_buf = new_buffer::<M::Value>("value");
     let zero = Place::Buf(zero_buf, 0);
-    let mut zeroing = Vec::new();
-    let mut at = 0;
-    while at < size {
-        let ty = [Ty::U64, Ty::U32, Ty::U16, Ty::U8]
-            .into_iter()
-            .find(|t| at % t.bytes() == 0 && at + t.bytes() <= size)
-            .unwrap_or(Ty::U8);
-        zeroing.push(Stmt::Store(ty, Place::Buf(zero_buf, at), Expr::Const(ty, 0)));
-        at += ty.bytes();
-    }
+    let mut zeroing = zero_stores::<M::Value>(zero_buf);
     let delta = expr(delta);
     let ptr = new_ptr();
     let add = vec![Stmt::AtomicAdd(W::TY, Place::Value(ptr, off), delta)];
@@ -798,22 +749,7 @@ pub fn array_fetch_add<M: IndexedMap>(
 ) where
     M::Value: Int,
 {
-    let ty = <M::Value as Scalar>::TY;
-    let Some(m) = map_ref(map as *const M as usize, name, map.raw_map()) else { return };
-    if !matches!(ty, Ty::U32 | Ty::U64 | Ty::I32 | Ty::I64) {
-        fail(BuildError::Atomic(ty));
-        return;
-    }
-    let key = spill("index", index);
-    let delta = expr(delta);
-    let ptr = new_ptr();
-    push(Stmt::Lookup {
-        map: m,
-        key,
-        ptr,
-        found: vec![Stmt::AtomicAdd(ty, Place::Value(ptr, 0), delta)],
-        missing: vec![],
-    });
+    array_fetch_add_field(map, name, index, |v| v, delta);
 }
 
 /// An argument of `print!`: its 64-bit value and whether it is signed.
