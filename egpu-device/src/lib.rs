@@ -12,14 +12,17 @@
 //!   SM count, memory, driver version);
 //! - [`gpu_status`] says whether there is a usable GPU, and if not, why not, in words;
 //! - [`testing::require_gpu`] is the one helper that GPU tests use to skip with a printed reason
-//!   on a machine without a GPU, and to fail when `EGPU_REQUIRE_GPU=1` is set.
+//!   on a machine without a GPU, and to fail when `EGPU_REQUIRE_GPU=1` is set;
+//! - [`ptx`] reads PTX into pieces that cover its text exactly: functions, statements, and
+//!   instructions with their guards, opcodes and operands;
+//! - [`toolchain`] runs NVIDIA's `ptxas` (checks PTX, reports registers and spills) and `nvcc`
+//!   (CUDA C to PTX), found through `EGPU_PTXAS`, `EGPU_NVCC` or `PATH`.
 //!
 //! To come, in their own modules:
 //!
 //! - the translation of checked eBPF programs to PTX (a compiler back end: typed indices, a PTX
 //!   printer, lowering split by instruction class, a verifier);
-//! - the PTX reader and injector, which splices probes into the PTX of a kernel before the driver
-//!   loads it;
+//! - the PTX injector, which splices probes into the PTX of a kernel before the driver loads it;
 //! - device maps: the device half of `egpu-maps`, in pinned, mapped host memory and in device
 //!   memory.
 //!
@@ -65,6 +68,8 @@
 #![deny(missing_docs)]
 
 pub mod driver;
+pub mod ptx;
 pub mod testing;
+pub mod toolchain;
 
 pub use driver::{DriverError, GpuInfo, GpuStatus, devices, gpu_status};

@@ -1,4 +1,4 @@
-//! Helpers for tests that need a GPU.
+//! Helpers for tests that need a GPU, or NVIDIA's compiler tools.
 //!
 //! GPU tests must never pass silently on a machine without a GPU. Start every GPU test with
 //! [`require_gpu`]:
@@ -17,13 +17,23 @@
 //! returns (it counts as passed, and `cargo test -- --nocapture` shows why). With
 //! `EGPU_REQUIRE_GPU=1` in the environment, as on the GPU machine, a missing GPU fails the test
 //! instead.
+//!
+//! Tests that run `ptxas` or `nvcc` start the same way, with [`require_ptxas`] and
+//! [`require_nvcc`]: without the tool they print `egpu: skipping test that needs ptxas: <reason>`
+//! and return; with `EGPU_REQUIRE_PTXAS=1`, which the test command (`scripts/test`) sets after
+//! installing both tools, they fail instead.
 
 use std::sync::OnceLock;
 
 use crate::driver::{GpuInfo, GpuStatus, gpu_status};
+use crate::toolchain::{Nvcc, Ptxas, ToolError};
 
 /// The environment variable that turns a skipped GPU test into a failure when set to `1`.
 pub const REQUIRE_GPU_ENV: &str = "EGPU_REQUIRE_GPU";
+
+/// The environment variable that turns a test skipped for want of `ptxas` or `nvcc` into a
+/// failure when set to `1`.
+pub const REQUIRE_PTXAS_ENV: &str = "EGPU_REQUIRE_PTXAS";
 
 /// Returns the first GPU, or `None` after printing why a GPU test is skipped.
 ///
@@ -55,11 +65,71 @@ pub fn require_gpu() -> Option<GpuInfo> {
     }
 }
 
-/// What [`require_gpu`] does, decided without touching the environment or the GPU.
+/// Returns `ptxas` (from `EGPU_PTXAS`, else `PATH`: [`Ptxas::find`]), or `None` after printing why
+/// a test that needs it is skipped.
+///
+/// ```no_run
+/// let Some(ptxas) = egpu_device::testing::require_ptxas() else { return };
+/// # let _ = ptxas;
+/// ```
+///
+/// # Panics
+///
+/// When `ptxas` is not found and the environment variable `EGPU_REQUIRE_PTXAS` is `1`. The message
+/// says where it was looked for.
+#[track_caller]
+pub fn require_ptxas() -> Option<Ptxas> {
+    require_tool("ptxas", Ptxas::find())
+}
+
+/// Returns `nvcc` (from `EGPU_NVCC`, else `PATH`: [`Nvcc::find`]), or `None` after printing why a
+/// test that needs it is skipped.
+///
+/// # Panics
+///
+/// When `nvcc` is not found and the environment variable `EGPU_REQUIRE_PTXAS` is `1` (the one
+/// variable covers both tools, which come from the same wheels).
+#[track_caller]
+pub fn require_nvcc() -> Option<Nvcc> {
+    require_tool("nvcc", Nvcc::find())
+}
+
+#[track_caller]
+fn require_tool<T>(tool: &str, found: Result<T, ToolError>) -> Option<T> {
+    let required = std::env::var(REQUIRE_PTXAS_ENV).ok();
+    match decide_tool(tool, found, required.as_deref()) {
+        Decision::Run(tool) => Some(tool),
+        Decision::Skip(line) => {
+            eprintln!("{line}");
+            None
+        }
+        Decision::Fail(message) => panic!("{message}"),
+    }
+}
+
+/// What [`require_ptxas`] and [`require_nvcc`] do, decided from the search's result and the value
+/// of `EGPU_REQUIRE_PTXAS` (if set).
+fn decide_tool<T>(
+    tool: &str,
+    found: Result<T, ToolError>,
+    require_env: Option<&str>,
+) -> Decision<T> {
+    match found {
+        Ok(t) => Decision::Run(t),
+        Err(e) if require_env == Some("1") => Decision::Fail(format!(
+            "egpu: {tool} is needed, and {REQUIRE_PTXAS_ENV}=1 is set so tests that need it must \
+             not be skipped: {e}"
+        )),
+        Err(e) => Decision::Skip(format!("egpu: skipping test that needs {tool}: {e}")),
+    }
+}
+
+/// What [`require_gpu`] does, decided without touching the environment or the GPU; also what
+/// the tool helpers do.
 #[derive(Debug, PartialEq)]
-enum Decision {
-    /// Run the test on this GPU.
-    Run(GpuInfo),
+enum Decision<T> {
+    /// Run the test on this GPU, or with this tool.
+    Run(T),
     /// Skip the test, printing this line.
     Skip(String),
     /// Fail the test with this message.
@@ -67,7 +137,7 @@ enum Decision {
 }
 
 /// Decides from the GPU status and the value of `EGPU_REQUIRE_GPU` (if set).
-fn decide(status: GpuStatus, require_gpu_env: Option<&str>) -> Decision {
+fn decide(status: GpuStatus, require_gpu_env: Option<&str>) -> Decision<GpuInfo> {
     let reason = match status {
         GpuStatus::Found(gpus) => match gpus.into_iter().next() {
             Some(gpu) => return Decision::Run(gpu),
@@ -121,6 +191,31 @@ mod tests {
     fn an_empty_device_list_is_not_a_gpu() {
         assert!(matches!(decide(GpuStatus::Found(vec![]), None), Decision::Skip(_)));
         assert!(matches!(decide(GpuStatus::Found(vec![]), Some("1")), Decision::Fail(_)));
+    }
+
+    fn missing(tool: &'static str) -> Result<(), ToolError> {
+        Err(ToolError::NotFound { tool, reason: "not on PATH".to_owned() })
+    }
+
+    #[test]
+    fn a_missing_tool_skips_unless_required() {
+        for env in [None, Some(""), Some("0")] {
+            assert_eq!(
+                decide_tool("ptxas", missing("ptxas"), env),
+                Decision::Skip(
+                    "egpu: skipping test that needs ptxas: ptxas not found: not on PATH".into()
+                ),
+                "EGPU_REQUIRE_PTXAS={env:?}"
+            );
+        }
+        let Decision::Fail(message) = decide_tool("nvcc", missing("nvcc"), Some("1")) else {
+            panic!("expected a failure")
+        };
+        assert!(message.contains("EGPU_REQUIRE_PTXAS=1 is set"), "{message}");
+        assert!(message.contains("nvcc not found: not on PATH"), "{message}");
+        for env in [None, Some("1")] {
+            assert_eq!(decide_tool("ptxas", Ok(7), env), Decision::Run(7));
+        }
     }
 
     #[test]
