@@ -295,7 +295,7 @@ fn error_name(result: CUresult) -> String {
 }
 
 /// Whether cudarc can load the driver library, so that its lazy loading will not panic.
-fn library_present() -> bool {
+pub(crate) fn library_present() -> bool {
     // SAFETY: this `dlopen`s the system's CUDA driver library (and closes it again), which runs
     // the library's initialisers; the driver is made to be loaded this way and no Rust invariant
     // depends on it.
@@ -303,7 +303,9 @@ fn library_present() -> bool {
 }
 
 /// Runs `f`, turning a panic of the driver bindings into [`DriverError::BindingsPanicked`].
-fn guarded<T>(f: impl FnOnce() -> Result<T, DriverError> + UnwindSafe) -> Result<T, DriverError> {
+pub(crate) fn guarded<T>(
+    f: impl FnOnce() -> Result<T, DriverError> + UnwindSafe,
+) -> Result<T, DriverError> {
     panic::catch_unwind(f).unwrap_or_else(|payload| {
         let message = payload
             .downcast_ref::<&str>()

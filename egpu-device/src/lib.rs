@@ -67,9 +67,13 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod cuda;
 pub mod driver;
+pub mod inject;
+pub mod maps;
 pub mod ptx;
 pub mod testing;
 pub mod toolchain;
+pub mod translate;
 
 pub use driver::{DriverError, GpuInfo, GpuStatus, devices, gpu_status};

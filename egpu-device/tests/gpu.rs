@@ -19,3 +19,175 @@ fn the_driver_describes_the_gpu() {
     assert_eq!(all.first(), Some(&gpu));
     assert!(matches!(gpu_status(), GpuStatus::Found(found) if found == all));
 }
+
+/// The workspace root: from the environment when run by `cargo test` or by the GPU bundle's
+/// `run.sh` (the binary may run on another machine), else where it was built.
+fn workspace() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+        .join("..")
+}
+
+/// Every conformance program runs on the GPU, in a kernel of its own, with the memory in device
+/// memory; `r0` must be the expected result.
+#[test]
+fn conformance_on_the_gpu() {
+    use egpu_device::cuda::{Arg, Gpu};
+    use egpu_device::translate::kernel_module;
+    use egpu_ebpf::conformance::{Expect, Failures, check_listed, suite};
+    use egpu_ebpf::verifier::verify;
+
+    let Some(info) = require_gpu() else { return };
+    let Some(cases) = suite(&workspace()) else { return };
+    let cases = cases.expect("a readable suite");
+    let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
+    let mut failed = Failures::new();
+    let mut passed = 0;
+    for case in &cases {
+        let outcome = (|| -> Result<u64, String> {
+            let program = case.program()?;
+            let verified = verify(&program).map_err(|e| format!("verifier: {e}"))?;
+            let ptx = kernel_module(&verified, "conformance").map_err(|e| e.to_string())?;
+            let module = gpu.load_ptx(&ptx).map_err(|e| format!("load: {e}"))?;
+            let kernel = module.kernel("conformance").map_err(|e| e.to_string())?;
+            let mem = gpu.alloc(case.mem.len().max(8)).map_err(|e| e.to_string())?;
+            mem.write(&case.mem).map_err(|e| e.to_string())?;
+            let out = gpu.alloc(8).map_err(|e| e.to_string())?;
+            gpu.launch(&kernel, (1, 1, 1), (1, 1, 1), &[Arg::Ptr(&mem), Arg::Ptr(&out)])
+                .map_err(|e| format!("launch: {e}"))?;
+            let mut r0 = [0u8; 8];
+            out.read(&mut r0).map_err(|e| e.to_string())?;
+            Ok(u64::from_le_bytes(r0))
+        })();
+        let verdict = match (case.expect, outcome) {
+            (Expect::Result(want), Ok(got)) if want == got => Ok(()),
+            (Expect::Result(want), Ok(got)) => {
+                Err(format!("returned {got:#x}, expected {want:#x}"))
+            }
+            (Expect::Result(_), Err(e)) => Err(e),
+            (Expect::Error, Err(_)) => Ok(()),
+            (Expect::Error, Ok(got)) => Err(format!("returned {got:#x}, expected an error")),
+        };
+        match verdict {
+            Ok(()) => passed += 1,
+            Err(why) => {
+                failed.insert(("gpu".to_string(), case.name.clone()), why);
+            }
+        }
+    }
+    println!("conformance gpu: {passed}/{}", cases.len());
+    for ((_, file), why) in &failed {
+        println!("  failed gpu {file}: {why}");
+    }
+    if let Err(e) = check_listed(&workspace(), &["gpu"], &failed) {
+        panic!("{e}");
+    }
+}
+
+/// The saxpy kernel of the corpus, instrumented: one probe counts global loads in an `Array`
+/// and another counts stores per SM in a `PerCpuArray`, both in GPU memory. The counts are exact
+/// and the kernel computes what it computes uninstrumented.
+#[test]
+fn device_maps_count_the_accesses_of_saxpy() {
+    use egpu_device::cuda::{Arg, Gpu};
+    use egpu_device::inject::{DeviceProbe, Kernels, inject};
+    use egpu_device::maps::DeviceMapBuffer;
+    use egpu_ebpf::verifier::verify;
+    use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
+    use egpu_maps::layout::Geometry;
+    use egpu_maps::{Placement, RawMap};
+
+    let Some(info) = require_gpu() else { return };
+    let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
+    let ptx = std::fs::read_to_string(workspace().join("tests/ptx/saxpy.ptx")).expect("saxpy.ptx");
+    let count = "
+        stw [%r10-4], 0
+        lddw %r1, map[0]
+        mov %r2, %r10
+        add %r2, -4
+        call 1
+        jeq %r0, 0, +2
+        mov %r1, 1
+        lock add [%r0+0], %r1
+        mov %r0, 0
+        exit";
+    let def =
+        |kind| MapDef { name: "counts".into(), kind, key_size: 4, value_size: 8, max_entries: 1 };
+    let probe = |kind, event| {
+        let program =
+            Program::new(assemble(count).unwrap(), vec![def(kind)], AttachPoint::Device(event))
+                .expect("a program");
+        verify(&program).expect("verified")
+    };
+    let loads = probe(MapKind::Array, DeviceEvent::GlobalLoad);
+    let stores = probe(MapKind::PerCpuArray, DeviceEvent::GlobalStore);
+    let array =
+        RawMap::create(Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).unwrap(), &Placement::Process)
+            .unwrap();
+    let per_sm = RawMap::create(
+        Geometry::new(MapKind::PerCpuArray, 4, 8, 1, 0, info.sm_count).unwrap(),
+        &Placement::Process,
+    )
+    .unwrap();
+    let array_dev = DeviceMapBuffer::upload(&gpu, &array).unwrap();
+    let per_sm_dev = DeviceMapBuffer::upload(&gpu, &per_sm).unwrap();
+
+    let n: u32 = 1 << 20;
+    let (array_binding, per_sm_binding) = ([array_dev.binding()], [per_sm_dev.binding()]);
+    let injected = inject(
+        &ptx,
+        &[
+            DeviceProbe { program: &loads, kernels: Kernels::All, maps: &array_binding },
+            DeviceProbe {
+                program: &stores,
+                kernels: Kernels::Named(&["saxpy"]),
+                maps: &per_sm_binding,
+            },
+        ],
+    )
+    .expect("saxpy instruments")
+    .ptx;
+    let run = |ptx: &str| -> Vec<f32> {
+        let module = gpu.load_ptx(ptx).unwrap_or_else(|e| panic!("load: {e}"));
+        let kernel = module.kernel("saxpy").unwrap();
+        let bytes = |f: &dyn Fn(u32) -> f32| -> Vec<u8> {
+            (0..n).flat_map(|i| f(i).to_le_bytes()).collect()
+        };
+        let x = gpu.alloc(n as usize * 4).unwrap();
+        let y = gpu.alloc(n as usize * 4).unwrap();
+        x.write(&bytes(&|i| i as f32)).unwrap();
+        y.write(&bytes(&|i| (i % 7) as f32)).unwrap();
+        let args = [Arg::U32(n), Arg::F32(2.0), Arg::Ptr(&x), Arg::Ptr(&y)];
+        gpu.launch(&kernel, (120, 1, 1), (256, 1, 1), &args).expect("launch");
+        let mut out = vec![0u8; n as usize * 4];
+        y.read(&mut out).unwrap();
+        out.chunks(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    };
+    let plain = run(&ptx);
+    let probed = run(&injected);
+    assert_eq!(plain, probed, "instrumentation changed the kernel's results");
+    array_dev.download().unwrap();
+    per_sm_dev.download().unwrap();
+    let value = |raw: &RawMap| {
+        let p = raw.lookup(&0u32.to_le_bytes()).unwrap().expect("index 0");
+        // SAFETY: the value is 8 bytes, 8-aligned, alive while the map is.
+        unsafe { p.cast::<u64>().as_ptr().read() }
+    };
+    let load_count = value(&array);
+    println!("saxpy over {n} floats: {load_count} loads counted in an Array");
+    assert_eq!(load_count, 2 * u64::from(n));
+    let mut stores_total = 0;
+    let g = *per_sm.geometry();
+    let (base, _) = per_sm.memory();
+    let mut busy_sms = 0;
+    for s in 0..g.shards() {
+        // SAFETY: slot 0 of every shard is 8 bytes, 8-aligned, inside the map's memory.
+        let v = unsafe { base.as_ptr().add(g.slot_offset(s, 0)).cast::<u64>().read() };
+        stores_total += v;
+        busy_sms += u32::from(v > 0);
+    }
+    println!("{stores_total} stores counted over {busy_sms} SM shards");
+    assert_eq!(stores_total, u64::from(n));
+    assert!(busy_sms > 1, "the stores of 120 blocks ran on one SM?");
+}

@@ -172,3 +172,166 @@ fn report_line(file: &Path, result: Result<String, String>, failures: &mut Vec<S
         }
     }
 }
+
+/// Every program of the bpf_conformance suite translates to a kernel that ptxas accepts. The
+/// suite's files that fail are listed, with why, in tests/conformance-failures.txt (engine
+/// `ptxas`); the test fails on a failure not listed there.
+#[test]
+fn conformance_translates_for_ptxas() {
+    use egpu_device::translate::kernel_module;
+    use egpu_ebpf::conformance::{Failures, check_listed, suite};
+    use egpu_ebpf::verifier::verify;
+
+    let Some(ptxas) = require_ptxas() else { return };
+    let Some(cases) = suite(&repo_root()) else { return };
+    let cases = cases.expect("a readable suite");
+    let mut failed = Failures::new();
+    for case in &cases {
+        let outcome = (|| -> Result<(), String> {
+            let verified =
+                verify(&case.program()?).map_err(|e| format!("the verifier refused it: {e}"))?;
+            let ptx = kernel_module(&verified, "conformance").map_err(|e| e.to_string())?;
+            read(&ptx)?;
+            ptxas.check(&ptx, ARCH).map_err(|e| e.to_string())?;
+            Ok(())
+        })();
+        if let Err(why) = outcome {
+            failed.insert(("ptxas".to_string(), case.name.clone()), why);
+        }
+    }
+    println!("ptxas-valid conformance: {}/{}", cases.len() - failed.len(), cases.len());
+    for ((_, file), why) in &failed {
+        println!("  failed {file}: {why}");
+    }
+    if let Err(e) = check_listed(&repo_root(), &["ptxas"], &failed) {
+        panic!("{e}");
+    }
+}
+
+/// Probes for the corpus: at each device attach point, one that reads every field of its
+/// context, and one that counts into an `Array` and a per-SM `PerCpuArray` (at made-up device
+/// addresses: ptxas only checks the code).
+fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::translate::DeviceMap>) {
+    use egpu_ebpf::verifier::verify;
+    use egpu_ebpf::{AttachPoint, DeviceEvent, KernelCtx, MapDef, MapKind, MemAccessCtx, Program};
+    use egpu_maps::layout::Geometry;
+
+    // Sums every 4-byte word of the context, after a byte, a half and a signed load.
+    let reader = |ctx_bytes: usize| {
+        let mut text = String::from("ldxb %r0, [%r1+1]\nldxh %r2, [%r1+2]\nadd %r0, %r2\n");
+        text.push_str("ldxsw %r2, [%r1+4]\nadd %r0, %r2\nldxdw %r2, [%r1+0]\nadd %r0, %r2\n");
+        for off in (0..ctx_bytes).step_by(4) {
+            text.push_str(&format!("ldxw %r2, [%r1+{off}]\nadd %r0, %r2\n"));
+        }
+        text.push_str("exit\n");
+        text
+    };
+    let counter = "stw [%r10-4], 0\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -4\ncall 1\n\
+                   jeq %r0, 0, +2\nmov %r1, 1\nlock add [%r0+0], %r1\n\
+                   stw [%r10-8], 0\nlddw %r1, map[1]\nmov %r2, %r10\nadd %r2, -8\ncall 1\n\
+                   jeq %r0, 0, +2\nmov %r1, 4\nlock add32 [%r0+0], %r1\nmov %r0, 0\nexit";
+    let maps = vec![
+        MapDef {
+            name: "all".into(),
+            kind: MapKind::Array,
+            key_size: 4,
+            value_size: 8,
+            max_entries: 1,
+        },
+        MapDef {
+            name: "per_sm".into(),
+            kind: MapKind::PerCpuArray,
+            key_size: 4,
+            value_size: 8,
+            max_entries: 1,
+        },
+    ];
+    let bindings = vec![
+        egpu_device::translate::DeviceMap {
+            addr: 0x7f00_0000_0000,
+            geometry: Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).expect("geometry"),
+        },
+        egpu_device::translate::DeviceMap {
+            addr: 0x7f00_0010_0000,
+            geometry: Geometry::new(MapKind::PerCpuArray, 4, 8, 1, 2, 132).expect("geometry"),
+        },
+    ];
+    let mut programs = Vec::new();
+    for event in [
+        DeviceEvent::KernelEntry,
+        DeviceEvent::KernelExit,
+        DeviceEvent::GlobalLoad,
+        DeviceEvent::GlobalStore,
+    ] {
+        let ctx = match event {
+            DeviceEvent::KernelEntry | DeviceEvent::KernelExit => size_of::<KernelCtx>(),
+            _ => size_of::<MemAccessCtx>(),
+        };
+        for (text, maps) in [(reader(ctx), vec![]), (counter.to_string(), maps.clone())] {
+            let slots = egpu_ebpf::assemble(&text).expect("assembles");
+            let program = Program::new(slots, maps, AttachPoint::Device(event)).expect("program");
+            programs.push(verify(&program).expect("verified"));
+        }
+    }
+    (programs, bindings)
+}
+
+/// Every kernel of the corpus (CUDA C compiled by nvcc, and the PTX fixtures: nvcc, Triton-style
+/// and hand-written) is instrumented at every attach point, with probes that read every context
+/// field and probes that update maps, and ptxas accepts the result. Prints what instrumentation
+/// costs each kernel in registers and local memory.
+#[test]
+fn injected_corpus_passes_ptxas() {
+    use egpu_device::inject::{DeviceProbe, Kernels, inject};
+
+    let Some(ptxas) = require_ptxas() else { return };
+    let Some(nvcc) = require_nvcc() else { return };
+    let (programs, bindings) = corpus_probes();
+    let probes: Vec<DeviceProbe<'_>> = programs
+        .iter()
+        .map(|p| {
+            let maps = if p.program().maps().is_empty() { &[][..] } else { &bindings[..] };
+            DeviceProbe { program: p, kernels: Kernels::All, maps }
+        })
+        .collect();
+    let mut sources: Vec<(String, String)> = Vec::new();
+    for cu in corpus("tests/kernels", "cu") {
+        let ptx = nvcc.compile_ptx(&cu, ARCH).unwrap_or_else(|e| panic!("{}: {e}", shown(&cu)));
+        sources.push((format!("{} (nvcc)", shown(&cu)), ptx));
+    }
+    for file in corpus("tests/ptx", "ptx") {
+        let ptx =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", shown(&file)));
+        sources.push((shown(&file), ptx));
+    }
+    let mut failures = Vec::new();
+    for (name, ptx) in &sources {
+        let result = (|| -> Result<String, String> {
+            let before = ptxas.check(ptx, ARCH).map_err(|e| format!("original: {e}"))?;
+            let injected = inject(ptx, &probes).map_err(|e| e.to_string())?;
+            read(&injected.ptx)?;
+            let after = ptxas.check(&injected.ptx, ARCH).map_err(|e| e.to_string())?;
+            let costs: Vec<String> = after
+                .functions
+                .iter()
+                .filter(|f| f.entry)
+                .map(|f| {
+                    let old = before.function(&f.name);
+                    let regs = |r: Option<u32>| r.map_or("?".into(), |r| r.to_string());
+                    format!(
+                        "{} {}->{} regs, stack {}->{} B",
+                        f.name,
+                        regs(old.and_then(|o| o.registers)),
+                        regs(f.registers),
+                        old.map_or(0, |o| o.stack_frame),
+                        f.stack_frame
+                    )
+                })
+                .collect();
+            Ok(format!("{} sites; {}", injected.sites.len(), costs.join("; ")))
+        })();
+        report_line(Path::new(name), result, &mut failures);
+    }
+    println!("ptxas-valid injected corpus: {}/{}", sources.len() - failures.len(), sources.len());
+    assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
+}

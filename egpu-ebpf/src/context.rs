@@ -8,6 +8,26 @@
 use bytemuck::{Pod, Zeroable};
 use std::fmt;
 
+/// The id of a kernel: the 64-bit FNV-1a hash of its mangled name, the same in every process
+/// and on every side (host launch contexts, device contexts, maps keyed by kernel).
+///
+/// ```
+/// assert_eq!(egpu_ebpf::kernel_id(""), 0xcbf2_9ce4_8422_2325);
+/// assert_eq!(egpu_ebpf::kernel_id("saxpy"), egpu_ebpf::kernel_id("saxpy"));
+/// assert_ne!(egpu_ebpf::kernel_id("saxpy"), egpu_ebpf::kernel_id("saxpz"));
+/// ```
+pub const fn kernel_id(name: &str) -> u64 {
+    let bytes = name.as_bytes();
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < bytes.len() {
+        hash ^= bytes[i] as u64;
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        i += 1;
+    }
+    hash
+}
+
 /// Where a program runs, and so which context it receives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AttachPoint {

@@ -12,6 +12,7 @@
 //! | [`map`] | map declarations, the entries of a program's map table |
 //! | [`verifier`] | the safety check every program passes before any engine runs it |
 //! | [`asm`], [`disasm`] | the assembler and disassembler for bpf_conformance's text syntax |
+//! | [`conformance`] | reading the bpf_conformance suite that every engine is measured by |
 //!
 //! It sits below both the CPU VM (in `egpu`) and the GPU translation (in `egpu-device`), so both
 //! consume one definition of the instruction set, helpers and contexts, without a dependency
@@ -28,6 +29,7 @@
 #![deny(missing_docs)]
 
 pub mod asm;
+pub mod conformance;
 pub mod context;
 pub mod disasm;
 mod error;
@@ -41,7 +43,7 @@ pub mod verifier;
 pub use asm::assemble;
 pub use context::{
     AllocCtx, AttachPoint, DeviceEvent, HostEvent, KernelCtx, LaunchCtx, MemAccessCtx, MemcpyCtx,
-    ModuleLoadCtx, ParseAttachError, Phase, SyncCtx,
+    ModuleLoadCtx, ParseAttachError, Phase, SyncCtx, kernel_id,
 };
 pub use disasm::disassemble;
 pub use error::{AsmError, DecodeError, ProgramError};

@@ -180,6 +180,64 @@ pub struct Verified {
     context_bytes: usize,
     stack_bytes: Vec<u32>,
     insns_processed: usize,
+    accesses: Vec<Option<Access>>,
+    callx: Vec<Option<u32>>,
+    calls: Vec<Option<CallFacts>>,
+}
+
+/// What the verifier learned about a helper call, over every path that reaches it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CallFacts {
+    /// The map passed (the index in the program's map table), when it is the same on every
+    /// path; `None` for helpers without a map and when paths pass different maps.
+    pub map: Option<u32>,
+    /// For each argument register `r1`–`r5` that points at memory the helper reads: where.
+    pub args: [Option<Access>; 5],
+}
+
+/// Marks a `callx` whose helper number differs between paths.
+const CALLX_VARIES: u32 = u32::MAX;
+
+/// The memory a load, store or atomic reaches, over every path the verifier followed to it.
+///
+/// Engines use it to choose how to address memory: the GPU translation turns a context load at
+/// a constant offset into the register that holds the field, and a stack access at a constant
+/// offset of the function's own frame into a direct local access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Access {
+    /// The region reached.
+    pub region: AccessRegion,
+    /// The offset from the region's start (for the stack, from the frame's `r10`, so negative),
+    /// when it is the same constant on every path.
+    pub offset: Option<i64>,
+    /// Whether the access is naturally aligned on every path (relative to the region's start,
+    /// which is 8-byte aligned in every engine).
+    pub aligned: bool,
+}
+
+/// The region an [`Access`] reaches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AccessRegion {
+    /// The context.
+    Context,
+    /// The stack frame of the function the instruction is in.
+    OwnStack,
+    /// The stack frame of a caller, through a pointer passed down.
+    CallerStack,
+    /// A value of this map (its index in the program's map table).
+    MapValue(u32),
+    /// Different regions on different paths.
+    Mixed,
+}
+
+impl Access {
+    fn join(self, other: Access) -> Access {
+        Access {
+            region: if self.region == other.region { self.region } else { AccessRegion::Mixed },
+            offset: if self.offset == other.offset { self.offset } else { None },
+            aligned: self.aligned && other.aligned,
+        }
+    }
 }
 
 impl Verified {
@@ -202,6 +260,23 @@ impl Verified {
     pub fn insns_processed(&self) -> usize {
         self.insns_processed
     }
+
+    /// What the load, store or atomic at slot `pc` reaches; `None` for other instructions and
+    /// for instructions no path reaches.
+    pub fn access(&self, pc: usize) -> Option<Access> {
+        self.accesses.get(pc).copied().flatten()
+    }
+
+    /// What the helper call at slot `pc` is passed; `None` for other instructions and for
+    /// instructions no path reaches.
+    pub fn call(&self, pc: usize) -> Option<&CallFacts> {
+        self.calls.get(pc).and_then(Option::as_ref)
+    }
+
+    /// The helper that the `callx` at slot `pc` calls, when it is the same on every path.
+    pub fn callx_helper(&self, pc: usize) -> Option<u32> {
+        self.callx.get(pc).copied().flatten().filter(|&id| id != CALLX_VARIES)
+    }
 }
 
 /// Verifies `program` against its attach point's context and its map table.
@@ -214,6 +289,9 @@ pub fn verify(program: &Program) -> Result<Verified, VerifyError> {
         context_bytes: explorer.context_bytes,
         stack_bytes: explorer.stack_bytes,
         insns_processed: explorer.processed,
+        accesses: explorer.accesses,
+        callx: explorer.callx,
+        calls: explorer.calls,
     })
 }
 
@@ -268,6 +346,13 @@ struct Explorer<'p> {
     next_id: u32,
     context_bytes: usize,
     stack_bytes: Vec<u32>,
+    /// The instruction being followed.
+    pc: usize,
+    accesses: Vec<Option<Access>>,
+    callx: Vec<Option<u32>>,
+    calls: Vec<Option<CallFacts>>,
+    /// Facts about the helper call being checked, on this path.
+    call: CallFacts,
 }
 
 impl<'p> Explorer<'p> {
@@ -302,6 +387,11 @@ impl<'p> Explorer<'p> {
             next_id: 0,
             context_bytes: 0,
             stack_bytes: vec![0; program.functions().len()],
+            pc: 0,
+            accesses: vec![None; len],
+            callx: vec![None; len],
+            calls: vec![None; len],
+            call: CallFacts { map: None, args: [None; 5] },
         }
     }
 
@@ -496,6 +586,7 @@ impl<'p> Explorer<'p> {
     }
 
     fn step(&mut self, pc: usize, insn: Instruction, state: &mut State) -> Result<Next, Fail> {
+        self.pc = pc;
         let set = |state: &mut State, reg: Reg, v: Value| state.regs[usize::from(reg.index())] = v;
         match insn {
             Instruction::Alu { op, width, dst, src } => {
@@ -587,7 +678,12 @@ impl<'p> Explorer<'p> {
                     _ => None,
                 };
                 match id {
-                    Some(id) => self.call_helper(state, id as u32)?,
+                    Some(id) => {
+                        let id = id as u32;
+                        let seen = &mut self.callx[pc];
+                        *seen = Some(if seen.is_none_or(|s| s == id) { id } else { CALLX_VARIES });
+                        self.call_helper(state, id)?
+                    }
                     None => {
                         return fail(
                             Violation::UnknownHelper,
@@ -755,6 +851,18 @@ impl<'p> Explorer<'p> {
             }
         }
         self.bounds(state, region, start, u64::from(size))?;
+        let access = Access {
+            region: match region {
+                Region::Context => AccessRegion::Context,
+                Region::Stack(d) if d == state.depth() => AccessRegion::OwnStack,
+                Region::Stack(_) => AccessRegion::CallerStack,
+                Region::MapValue(m) => AccessRegion::MapValue(m),
+            },
+            offset: start.as_constant().map(|o| o as i64),
+            aligned: start.aligned(u64::from(size)),
+        };
+        let seen = &mut self.accesses[self.pc];
+        *seen = Some(seen.map_or(access, |a| a.join(access)));
         Ok((region, start))
     }
 
@@ -880,6 +988,18 @@ impl<'p> Explorer<'p> {
         if len == 0 {
             return Ok(());
         }
+        if let Some(slot) = self.call.args.get_mut(usize::from(reg.index()).wrapping_sub(1)) {
+            *slot = Some(Access {
+                region: match region {
+                    Region::Context => AccessRegion::Context,
+                    Region::Stack(d) if d == state.depth() => AccessRegion::OwnStack,
+                    Region::Stack(_) => AccessRegion::CallerStack,
+                    Region::MapValue(m) => AccessRegion::MapValue(m),
+                },
+                offset: start.as_constant().map(|o| o as i64),
+                aligned: start.aligned(8),
+            });
+        }
         let context = |Fail(v, d)| Fail(v, format!("{reg}, a helper argument: {d}"));
         self.bounds(state, region, start, len).map_err(context)?;
         if let Region::Stack(d) = region {
@@ -893,6 +1013,7 @@ impl<'p> Explorer<'p> {
             return fail(Violation::UnknownHelper, format!("helper {id} does not exist"));
         };
         let mut map: Option<u32> = None;
+        self.call = CallFacts { map: None, args: [None; 5] };
         for (i, &kind) in h.args.iter().enumerate() {
             let reg = Reg::new(i as u8 + 1).expect("helpers take at most 5 arguments");
             let wrong = |what: &str, v: Value| {
@@ -966,6 +1087,18 @@ impl<'p> Explorer<'p> {
                 }
             }
         }
+        let facts = CallFacts { map, args: self.call.args };
+        let seen = &mut self.calls[self.pc];
+        *seen = Some(match seen.take() {
+            None => facts,
+            Some(old) => CallFacts {
+                map: if old.map == facts.map { facts.map } else { None },
+                args: std::array::from_fn(|i| match (old.args[i], facts.args[i]) {
+                    (Some(a), Some(b)) => Some(a.join(b)),
+                    _ => None,
+                }),
+            },
+        });
         for r in 1..=5 {
             state.regs[r] = Value::Uninit;
         }

@@ -1,0 +1,393 @@
+//! The safe layer's owning types: a GPU's context, loaded modules, device memory, launches.
+//!
+//! Each type owns one driver object and releases it when dropped. Every driver call goes
+//! through the checked layer ([`DriverError`]) and runs under the same panic guard as
+//! [`devices`](crate::devices), so a missing driver is an error, never a panic.
+//!
+//! ```no_run
+//! use egpu_device::cuda::{Arg, Gpu};
+//!
+//! let gpu = Gpu::open(0)?;
+//! let module = gpu.load_ptx(".version 8.0\n.target sm_90\n.address_size 64\n\
+//!     .visible .entry k(.param .u64 out) { .reg .b64 %a; ld.param.u64 %a, [out];\n\
+//!     st.global.u32 [%a], 42; ret; }")?;
+//! let out = gpu.alloc(4)?;
+//! gpu.launch(&module.kernel("k")?, (1, 1, 1), (1, 1, 1), &[Arg::Ptr(&out)])?;
+//! let mut bytes = [0u8; 4];
+//! out.read(&mut bytes)?;
+//! assert_eq!(u32::from_le_bytes(bytes), 42);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::ffi::{CString, c_uint, c_void};
+use std::fmt;
+
+use cudarc::driver::sys::{
+    self, CUcontext, CUdevice, CUdeviceptr, CUfunction, CUfunction_attribute, CUjit_option,
+    CUmodule,
+};
+
+use crate::driver::{DriverError, check, guarded, library_present};
+
+/// One GPU with its primary context, retained while this value lives.
+#[derive(Debug)]
+pub struct Gpu {
+    device: CUdevice,
+    context: CUcontext,
+}
+
+// SAFETY: a CUDA context may be used from any thread once made current there, which every method
+// does first (`bind`); the handle itself is a plain pointer the driver synchronises.
+unsafe impl Send for Gpu {}
+// SAFETY: as above; the driver's context functions are thread-safe.
+unsafe impl Sync for Gpu {}
+
+/// A PTX module that the driver failed to load, with the JIT's log.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{error}{}", if log.is_empty() { String::new() } else { format!("\n{log}") })]
+pub struct LoadError {
+    /// The driver's error.
+    pub error: DriverError,
+    /// The JIT's error log (ptxas's messages, with the offending line numbers).
+    pub log: String,
+}
+
+impl From<DriverError> for LoadError {
+    fn from(error: DriverError) -> LoadError {
+        LoadError { error, log: String::new() }
+    }
+}
+
+/// A loaded module, unloaded when dropped.
+pub struct Module<'g> {
+    gpu: &'g Gpu,
+    module: CUmodule,
+    info_log: String,
+}
+
+impl fmt::Debug for Module<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Module").field("info_log", &self.info_log).finish_non_exhaustive()
+    }
+}
+
+/// A kernel of a loaded module.
+#[derive(Debug, Clone, Copy)]
+pub struct Kernel<'m> {
+    function: CUfunction,
+    _module: std::marker::PhantomData<&'m ()>,
+}
+
+/// Device memory, freed when dropped.
+#[derive(Debug)]
+pub struct DeviceBuffer<'g> {
+    gpu: &'g Gpu,
+    ptr: CUdeviceptr,
+    len: usize,
+}
+
+/// One kernel argument.
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a> {
+    /// A device buffer's address.
+    Ptr(&'a DeviceBuffer<'a>),
+    /// A 64-bit value (also a raw device address).
+    U64(u64),
+    /// A 32-bit value.
+    U32(u32),
+    /// A float.
+    F32(f32),
+}
+
+const LOG_BYTES: usize = 1 << 16;
+
+impl Gpu {
+    /// Retains the primary context of GPU `ordinal`.
+    pub fn open(ordinal: i32) -> Result<Gpu, DriverError> {
+        guarded(move || {
+            if !library_present() {
+                return Err(DriverError::LibraryNotFound);
+            }
+            // SAFETY: `cuInit` takes no pointers; flags must be 0.
+            check("cuInit", unsafe { sys::cuInit(0) })?;
+            let mut device: CUdevice = 0;
+            // SAFETY: `device` is a live, writable CUdevice.
+            check("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut device, ordinal) })?;
+            let mut context: CUcontext = std::ptr::null_mut();
+            // SAFETY: `context` is live and writable; `device` came from `cuDeviceGet`.
+            check("cuDevicePrimaryCtxRetain", unsafe {
+                sys::cuDevicePrimaryCtxRetain(&mut context, device)
+            })?;
+            let gpu = Gpu { device, context };
+            gpu.bind()?;
+            Ok(gpu)
+        })
+    }
+
+    /// Makes the context current on the calling thread.
+    fn bind(&self) -> Result<(), DriverError> {
+        // SAFETY: `context` is the retained primary context, alive while `self` is.
+        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.context) })
+    }
+
+    /// Loads a PTX module through `cuModuleLoadDataEx`, with the JIT's logs captured.
+    pub fn load_ptx(&self, ptx: &str) -> Result<Module<'_>, LoadError> {
+        let image = CString::new(ptx).map_err(|_| LoadError {
+            error: DriverError::Call {
+                call: "cuModuleLoadDataEx",
+                code: 218,
+                name: "CUDA_ERROR_INVALID_PTX (a NUL byte inside the PTX)".into(),
+            },
+            log: String::new(),
+        })?;
+        guarded(move || {
+            self.bind()?;
+            let mut info = vec![0u8; LOG_BYTES];
+            let mut error = vec![0u8; LOG_BYTES];
+            let mut options = [
+                CUjit_option::CU_JIT_INFO_LOG_BUFFER,
+                CUjit_option::CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+                CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+                CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+                CUjit_option::CU_JIT_LOG_VERBOSE,
+            ];
+            // The driver reads scalar option values from the pointer slots themselves.
+            let mut values: [*mut c_void; 5] = [
+                info.as_mut_ptr().cast(),
+                std::ptr::without_provenance_mut(LOG_BYTES),
+                error.as_mut_ptr().cast(),
+                std::ptr::without_provenance_mut(LOG_BYTES),
+                std::ptr::without_provenance_mut(1),
+            ];
+            let mut module: CUmodule = std::ptr::null_mut();
+            // SAFETY: `image` is a NUL-terminated PTX text; `options` and `values` have the same
+            // length, given as the count; the log buffers are live and as large as said, and
+            // outlive the call; `module` is live and writable.
+            let result = unsafe {
+                sys::cuModuleLoadDataEx(
+                    &mut module,
+                    image.as_ptr().cast(),
+                    options.len() as c_uint,
+                    options.as_mut_ptr(),
+                    values.as_mut_ptr(),
+                )
+            };
+            let text = |buf: &[u8]| {
+                let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+                String::from_utf8_lossy(&buf[..end]).trim().to_owned()
+            };
+            match check("cuModuleLoadDataEx", result) {
+                Ok(()) => Ok(Ok(Module { gpu: self, module, info_log: text(&info) })),
+                Err(e) => Ok(Err(LoadError { error: e, log: text(&error) })),
+            }
+        })?
+    }
+
+    /// Allocates `len` bytes of device memory, zeroed.
+    pub fn alloc(&self, len: usize) -> Result<DeviceBuffer<'_>, DriverError> {
+        guarded(move || {
+            self.bind()?;
+            let mut ptr: CUdeviceptr = 0;
+            // SAFETY: `ptr` is live and writable.
+            check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut ptr, len.max(1)) })?;
+            let buffer = DeviceBuffer { gpu: self, ptr, len };
+            // SAFETY: `ptr` is a fresh allocation of at least `len` bytes.
+            check("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(ptr, 0, len.max(1)) })?;
+            Ok(buffer)
+        })
+    }
+
+    /// Launches `kernel` and waits for it to finish.
+    pub fn launch(
+        &self,
+        kernel: &Kernel<'_>,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        args: &[Arg<'_>],
+    ) -> Result<(), DriverError> {
+        let mut values: Vec<u64> = args
+            .iter()
+            .map(|a| match *a {
+                Arg::Ptr(b) => b.ptr,
+                Arg::U64(v) => v,
+                Arg::U32(v) => u64::from(v),
+                Arg::F32(v) => u64::from(v.to_bits()),
+            })
+            .collect();
+        let function = kernel.function;
+        guarded(move || {
+            self.bind()?;
+            // Each parameter's bytes start at its slot; on a little-endian machine the low
+            // bytes of the u64 are the 32-bit value.
+            let mut params: Vec<*mut c_void> =
+                values.iter_mut().map(|v| (v as *mut u64).cast()).collect();
+            // SAFETY: `function` belongs to a module alive for 'm; `params` holds one pointer
+            // per kernel parameter, each to a live value of at least the parameter's size.
+            check("cuLaunchKernel", unsafe {
+                sys::cuLaunchKernel(
+                    function,
+                    grid.0,
+                    grid.1,
+                    grid.2,
+                    block.0,
+                    block.1,
+                    block.2,
+                    0,
+                    std::ptr::null_mut(),
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            })?;
+            self.synchronize()
+        })
+    }
+
+    /// Waits for all work of the context.
+    pub fn synchronize(&self) -> Result<(), DriverError> {
+        self.bind()?;
+        // SAFETY: no arguments; the context is current.
+        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+    }
+}
+
+impl Drop for Gpu {
+    fn drop(&mut self) {
+        let _ = guarded(|| {
+            // SAFETY: releases the retain made in `open`; nothing of this Gpu outlives it
+            // (modules and buffers borrow it).
+            check("cuDevicePrimaryCtxRelease", unsafe {
+                sys::cuDevicePrimaryCtxRelease_v2(self.device)
+            })
+        });
+    }
+}
+
+impl<'g> Module<'g> {
+    /// The kernel called `name`.
+    pub fn kernel(&self, name: &str) -> Result<Kernel<'_>, DriverError> {
+        let name = CString::new(name).map_err(|_| DriverError::Call {
+            call: "cuModuleGetFunction",
+            code: 500,
+            name: "CUDA_ERROR_NOT_FOUND (a NUL byte inside the name)".into(),
+        })?;
+        guarded(move || {
+            let mut function: CUfunction = std::ptr::null_mut();
+            // SAFETY: `function` is live and writable; `module` is loaded; `name` is
+            // NUL-terminated.
+            check("cuModuleGetFunction", unsafe {
+                sys::cuModuleGetFunction(&mut function, self.module, name.as_ptr())
+            })?;
+            Ok(Kernel { function, _module: std::marker::PhantomData })
+        })
+    }
+
+    /// The JIT's information log (registers, spills), verbose.
+    pub fn info_log(&self) -> &str {
+        &self.info_log
+    }
+}
+
+impl Kernel<'_> {
+    /// Registers per thread and local memory bytes per thread.
+    pub fn resources(&self) -> Result<(u32, u32), DriverError> {
+        let attribute = |a: CUfunction_attribute| {
+            let mut v = 0;
+            // SAFETY: `v` is live and writable; `function` is a loaded kernel.
+            check("cuFuncGetAttribute", unsafe {
+                sys::cuFuncGetAttribute(&mut v, a, self.function)
+            })
+            .map(|()| u32::try_from(v).unwrap_or(0))
+        };
+        Ok((
+            attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_NUM_REGS)?,
+            attribute(CUfunction_attribute::CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES)?,
+        ))
+    }
+}
+
+impl Drop for Module<'_> {
+    fn drop(&mut self) {
+        let _ = self.gpu.bind();
+        // SAFETY: `module` was loaded by `load_ptx` and its kernels borrow `self`.
+        let _ = guarded(|| check("cuModuleUnload", unsafe { sys::cuModuleUnload(self.module) }));
+    }
+}
+
+impl DeviceBuffer<'_> {
+    /// The device address.
+    pub fn device_ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// The size in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn fits(&self, len: usize, call: &'static str) -> Result<(), DriverError> {
+        if len > self.len {
+            return Err(DriverError::Call {
+                call,
+                code: 1,
+                name: format!(
+                    "CUDA_ERROR_INVALID_VALUE ({len} bytes for a buffer of {})",
+                    self.len
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Copies `data` to the start of the buffer.
+    pub fn write(&self, data: &[u8]) -> Result<(), DriverError> {
+        // SAFETY: `data` is readable for its length.
+        unsafe { self.write_raw(data.as_ptr(), data.len()) }
+    }
+
+    /// Copies `len` bytes from `src` to the start of the buffer.
+    ///
+    /// # Safety
+    /// `src` must be readable for `len` bytes during the call.
+    pub unsafe fn write_raw(&self, src: *const u8, len: usize) -> Result<(), DriverError> {
+        self.fits(len, "cuMemcpyHtoD")?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.gpu.bind()?;
+        // SAFETY: the buffer holds at least `len` bytes; the caller vouches for `src`.
+        check("cuMemcpyHtoD", unsafe { sys::cuMemcpyHtoD_v2(self.ptr, src.cast(), len) })
+    }
+
+    /// Copies the start of the buffer into `out`.
+    pub fn read(&self, out: &mut [u8]) -> Result<(), DriverError> {
+        // SAFETY: `out` is writable for its length.
+        unsafe { self.read_raw(out.as_mut_ptr(), out.len()) }
+    }
+
+    /// Copies the first `len` bytes of the buffer to `dst`.
+    ///
+    /// # Safety
+    /// `dst` must be writable for `len` bytes during the call.
+    pub unsafe fn read_raw(&self, dst: *mut u8, len: usize) -> Result<(), DriverError> {
+        self.fits(len, "cuMemcpyDtoH")?;
+        if len == 0 {
+            return Ok(());
+        }
+        self.gpu.bind()?;
+        // SAFETY: the buffer holds at least `len` bytes; the caller vouches for `dst`.
+        check("cuMemcpyDtoH", unsafe { sys::cuMemcpyDtoH_v2(dst.cast(), self.ptr, len) })
+    }
+}
+
+impl Drop for DeviceBuffer<'_> {
+    fn drop(&mut self) {
+        let _ = self.gpu.bind();
+        // SAFETY: `ptr` came from `cuMemAlloc` and is freed once.
+        let _ = guarded(|| check("cuMemFree", unsafe { sys::cuMemFree_v2(self.ptr) }));
+    }
+}

@@ -1,0 +1,377 @@
+//! The injector: splices translated probes into a module's PTX, at the device attach points.
+//!
+//! [`inject`] reads the module with the [PTX reader](crate::ptx), finds the attach points of
+//! every selected kernel, translates each probe once per site (so each copy has its own names and
+//! its site's constants), and writes the module back with the probes inserted between the
+//! original pieces. Everything else stays byte for byte as it was, `.version` and `.target`
+//! included. Probes never write the original program's registers, predicates or labels: every
+//! name they declare starts with `egpu` and a site number, inside a `{ }` block of its own.
+//!
+//! | attach point | where the probe runs | its context |
+//! |---|---|---|
+//! | [`KernelEntry`](DeviceEvent::KernelEntry) | first thing in each kernel | [`KernelCtx`](egpu_ebpf::KernelCtx) |
+//! | [`KernelExit`](DeviceEvent::KernelExit) | before every `ret` and `exit` of a kernel | [`KernelCtx`](egpu_ebpf::KernelCtx) |
+//! | [`GlobalLoad`](DeviceEvent::GlobalLoad) | before every `ld.global` (any qualifiers: `.nc`, cache hints, vectors), and before every generic `ld` whose address is global at run time | [`MemAccessCtx`](egpu_ebpf::MemAccessCtx) |
+//! | [`GlobalStore`](DeviceEvent::GlobalStore) | the same for `st.global` and generic `st` | [`MemAccessCtx`](egpu_ebpf::MemAccessCtx) |
+//!
+//! A guarded instruction (`@%p ld.global …`) runs its probe only when the guard holds. Loads and
+//! stores inside device functions (`.func`) are observed too, with the function's own name as
+//! the kernel id. Not observed: atomics and reductions on global memory (`atom`, `red`),
+//! asynchronous and bulk copies (`cp.async`, `cp.async.bulk`, tensor copies), `ldu`, texture and
+//! surface accesses, `prefetch`, and accesses whose address is a plain number.
+
+use std::collections::BTreeMap;
+
+use egpu_ebpf::verifier::Verified;
+use egpu_ebpf::{AttachPoint, DeviceEvent, kernel_id};
+
+use crate::ptx::{FunctionKind, Instruction, Module, PieceKind, PtxError};
+use crate::translate::{Context, DeviceMap, Options, TranslateError, combines, translate};
+
+/// A probe to inject, and the kernels it attaches to.
+#[derive(Clone, Copy, Debug)]
+pub struct DeviceProbe<'a> {
+    /// The verified program; its attach point says where it runs.
+    pub program: &'a Verified,
+    /// Which kernels: all of them, or those named (by mangled name).
+    pub kernels: Kernels<'a>,
+    /// The device side of each map of the program's map table, in its order.
+    pub maps: &'a [DeviceMap],
+}
+
+/// The kernels a probe attaches to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernels<'a> {
+    /// Every kernel of the module.
+    All,
+    /// The kernels with these (mangled) names.
+    Named(&'a [&'a str]),
+}
+
+impl Kernels<'_> {
+    fn selects(&self, name: &str) -> bool {
+        match self {
+            Kernels::All => true,
+            Kernels::Named(names) => names.contains(&name),
+        }
+    }
+}
+
+/// A place where a probe was injected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Site {
+    /// The kernel or device function.
+    pub function: String,
+    /// The line of the original instruction (or of the body's `{` for kernel entry).
+    pub line: usize,
+    /// The attach point.
+    pub event: DeviceEvent,
+    /// Bytes accessed (loads and stores; 0 otherwise).
+    pub size: u32,
+    /// The access's index among the function's observed accesses (`MemAccessCtx::site`).
+    pub index: u32,
+}
+
+/// An instrumented module.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Injection {
+    /// The instrumented PTX.
+    pub ptx: String,
+    /// Where probes were injected, in order.
+    pub sites: Vec<Site>,
+}
+
+/// Why a module could not be instrumented.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InjectError {
+    /// The PTX could not be read.
+    #[error("reading the PTX: {0}")]
+    Ptx(#[from] PtxError),
+    /// The module is not 64-bit.
+    #[error("the module's `.address_size` is {0}; egpu instruments 64-bit modules only")]
+    AddressSize(String),
+    /// A probe does not attach to a device event.
+    #[error("probe {probe} attaches to {attach}, not to a device event")]
+    NotDevice {
+        /// The probe's index.
+        probe: usize,
+        /// Its attach point.
+        attach: AttachPoint,
+    },
+    /// A probe could not be translated.
+    #[error("probe {probe}: {error}")]
+    Translate {
+        /// The probe's index.
+        probe: usize,
+        /// Why.
+        error: TranslateError,
+    },
+}
+
+/// The address operand of a load or store, as PTX that computes it into a 64-bit register.
+fn address_code(operand: &str, global: bool, into: &str) -> Option<String> {
+    let inner: String = operand
+        .strip_prefix('[')?
+        .strip_suffix(']')?
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
+    let (base, offset) = match inner.find(['+', '-']).filter(|&i| i > 0) {
+        Some(i) => {
+            let off = inner[i..].trim_start_matches('+');
+            let value = match off.strip_prefix("0x").or_else(|| off.strip_prefix("-0x")) {
+                Some(hex) => i64::from_str_radix(hex, 16)
+                    .ok()
+                    .map(|v| if off.starts_with('-') { -v } else { v })?,
+                None => off.parse::<i64>().ok()?,
+            };
+            (&inner[..i], value)
+        }
+        None => (inner.as_str(), 0),
+    };
+    let ident = |s: &str| {
+        s.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || "_$%".contains(c))
+            && s.chars().all(|c| c.is_ascii_alphanumeric() || "_$%.".contains(c))
+    };
+    if !ident(base) {
+        return None;
+    }
+    if base.starts_with('%') {
+        return Some(format!("\tadd.s64 {into}, {base}, {offset};\n"));
+    }
+    // A variable: its address in its own state space, made generic.
+    if !global {
+        return None;
+    }
+    Some(format!(
+        "\tmov.u64 {into}, {base};\n\tcvta.global.u64 {into}, {into};\n\tadd.s64 {into}, {into}, {offset};\n"
+    ))
+}
+
+/// Bytes accessed by a load or store: its type's size times its vector width.
+fn access_size(insn: &Instruction<'_>) -> Option<u32> {
+    let mut size = None;
+    let mut lanes = 1;
+    for q in insn.parts().skip(1) {
+        match q {
+            "v2" => lanes = 2,
+            "v4" => lanes = 4,
+            "v8" => lanes = 8,
+            "b8" | "u8" | "s8" => size = Some(1),
+            "b16" | "u16" | "s16" | "f16" | "bf16" => size = Some(2),
+            "b32" | "u32" | "s32" | "f32" | "f16x2" | "bf16x2" => size = Some(4),
+            "b64" | "u64" | "s64" | "f64" => size = Some(8),
+            "b128" => size = Some(16),
+            _ => {}
+        }
+    }
+    size.map(|s| s * lanes)
+}
+
+/// At a kernel's exit: the per-thread sum of combined atomic adds, added to memory.
+const FLUSH: &str = "\t{\n\t.reg .pred %egpu_flush;\n\tsetp.ne.u64 %egpu_flush, %egpu_sum_addr, 0;\n\t@%egpu_flush red.add.u64 [%egpu_sum_addr], %egpu_sum;\n\t}\n";
+
+/// Instruments `ptx` with `probes`.
+pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, InjectError> {
+    let module = Module::parse(ptx)?;
+    if let Some(size) = module.directive(".address_size")
+        && size != "64"
+    {
+        return Err(InjectError::AddressSize(size.to_owned()));
+    }
+    for (i, p) in probes.iter().enumerate() {
+        let attach = p.program.program().attach();
+        if !attach.is_device() {
+            return Err(InjectError::NotDevice { probe: i, attach });
+        }
+    }
+    let mut before: BTreeMap<usize, String> = BTreeMap::new();
+    let mut after: BTreeMap<usize, String> = BTreeMap::new();
+    let mut functions = String::new();
+    let mut sites = Vec::new();
+    let mut serial = 0usize;
+    for f in module.functions() {
+        let mut index = 0u32;
+        let id = kernel_id(&f.name);
+        let selected: Vec<(usize, &DeviceProbe<'_>, DeviceEvent)> = probes
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.kernels.selects(&f.name))
+            .filter_map(|(i, p)| match p.program.program().attach() {
+                AttachPoint::Device(e) => Some((i, p, e)),
+                _ => None,
+            })
+            .collect();
+        if selected.is_empty() {
+            continue;
+        }
+        // Per-thread combining of atomic adds needs kernel-wide registers: kernels only.
+        let combine =
+            f.kind == FunctionKind::Entry && selected.iter().any(|(_, p, _)| combines(p.program));
+        let combine_regs = ["%egpu_sum_addr".to_string(), "%egpu_sum".to_string()];
+        let mut emit = |probe: usize,
+                        p: &DeviceProbe<'_>,
+                        context: Context,
+                        site: Site|
+         -> Result<String, InjectError> {
+            let prefix = format!("egpu{serial}");
+            serial += 1;
+            let mut options = Options::new(prefix, context);
+            options.pid = std::process::id();
+            options.maps = p.maps.to_vec();
+            if combine {
+                options.combine = Some(combine_regs.clone());
+            }
+            let t = translate(p.program, &options)
+                .map_err(|error| InjectError::Translate { probe, error })?;
+            functions.push_str(&t.functions);
+            sites.push(site);
+            Ok(t.body)
+        };
+        if combine {
+            after.entry(f.body.start).or_default().push_str(
+                "\n\t.reg .b64 %egpu_sum_addr, %egpu_sum;\n\tmov.b64 %egpu_sum_addr, 0;\n\tmov.b64 %egpu_sum, 0;\n",
+            );
+        }
+        if f.kind == FunctionKind::Entry {
+            let open = f.body.start;
+            for &(i, p, e) in &selected {
+                if e != DeviceEvent::KernelEntry {
+                    continue;
+                }
+                let site = Site {
+                    function: f.name.clone(),
+                    line: module.pieces()[open].line,
+                    event: e,
+                    size: 0,
+                    index: 0,
+                };
+                let body = emit(i, p, Context::Kernel { kernel_id: id }, site)?;
+                after.entry(open).or_default().push_str(&format!("\n{body}"));
+            }
+        }
+        for (piece, insn) in module.instructions(f) {
+            let mut code = String::new();
+            let is_return = insn.is_return() && f.kind == FunctionKind::Entry;
+            let load = insn.is_global_load() || (insn.base() == "ld" && insn.is_generic_access());
+            let store = insn.is_global_store() || (insn.base() == "st" && insn.is_generic_access());
+            for &(i, p, e) in &selected {
+                let site = |size, index| Site {
+                    function: f.name.clone(),
+                    line: insn.line,
+                    event: e,
+                    size,
+                    index,
+                };
+                match e {
+                    DeviceEvent::KernelExit if is_return => {
+                        let body = emit(i, p, Context::Kernel { kernel_id: id }, site(0, 0))?;
+                        code.push_str(&body);
+                    }
+                    DeviceEvent::GlobalLoad | DeviceEvent::GlobalStore
+                        if (e == DeviceEvent::GlobalLoad && load)
+                            || (e == DeviceEvent::GlobalStore && store) =>
+                    {
+                        if let Some(access) = access_code(&insn, &format!("%egpu_addr{piece}_{i}"))
+                        {
+                            let (addr_code, size, generic, addr) = access;
+                            let context = Context::Access {
+                                kernel_id: id,
+                                addr: addr.clone(),
+                                size,
+                                site: index,
+                                is_store: store,
+                            };
+                            let body = emit(i, p, context, site(size, index))?;
+                            code.push_str(&wrap_access(&addr, &addr_code, generic, &body));
+                            index += 1;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if combine && is_return {
+                code.push_str(FLUSH);
+            }
+            if code.is_empty() {
+                continue;
+            }
+            let block = match &insn.guard {
+                None => code,
+                Some(g) => {
+                    let skip = format!("$egpu_skip{piece}");
+                    let bang = if g.negated { "" } else { "!" };
+                    format!("\t@{bang}{} bra {skip};\n{code}{skip}:\n", g.predicate)
+                }
+            };
+            before.entry(piece).or_default().push_str(&block);
+        }
+    }
+    let mut out = String::with_capacity(ptx.len() * 2);
+    let first_function = module.functions().first().map(|f| f.header);
+    for (i, piece) in module.pieces().iter().enumerate() {
+        if Some(i) == first_function && !functions.is_empty() {
+            out.push_str(&functions);
+            out.push('\n');
+        }
+        if let Some(code) = before.get(&i) {
+            out.push('\n');
+            out.push_str(code);
+            if piece.kind == PieceKind::Statement {
+                out.push('\t');
+            }
+        }
+        out.push_str(module.piece_text(i));
+        if let Some(code) = after.get(&i) {
+            out.push_str(code);
+        }
+    }
+    Ok(Injection { ptx: out, sites })
+}
+
+/// For a load or store: the code that computes its address into a fresh register, its size,
+/// whether it is generic (so global only at run time), and the register's name. `None` when the
+/// access cannot be observed (its address is a number, or a variable of a generic access).
+fn access_code(insn: &Instruction<'_>, addr: &str) -> Option<(String, u32, bool, String)> {
+    let size = access_size(insn)?;
+    let operand = insn.operands.iter().find(|o| o.starts_with('['))?;
+    let generic = insn.is_generic_access();
+    address_code(operand, !generic, addr).map(|code| (code, size, generic, addr.to_owned()))
+}
+
+/// A probe at an access: the address computed into its own register, and for a generic access a
+/// run-time check that it is global.
+fn wrap_access(addr: &str, addr_code: &str, generic: bool, body: &str) -> String {
+    let mut s = format!("\t{{\n\t.reg .b64 {addr};\n{addr_code}");
+    if generic {
+        let (p, skip) = (format!("{addr}_global"), format!("${}_skip", &addr[1..]));
+        s.push_str(&format!(
+            "\t.reg .pred {p};\n\tisspacep.global {p}, {addr};\n\t@!{p} bra {skip};\n{body}{skip}:\n"
+        ));
+    } else {
+        s.push_str(body);
+    }
+    s.push_str("\t}\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses() {
+        let code = |o: &str| address_code(o, true, "%a");
+        assert_eq!(code("[%rd1+8]").as_deref(), Some("\tadd.s64 %a, %rd1, 8;\n"));
+        assert_eq!(code("[ %rd1 + 0 ]").as_deref(), Some("\tadd.s64 %a, %rd1, 0;\n"));
+        assert_eq!(code("[%rd1+-16]").as_deref(), Some("\tadd.s64 %a, %rd1, -16;\n"));
+        assert_eq!(code("[%rd1-16]").as_deref(), Some("\tadd.s64 %a, %rd1, -16;\n"));
+        assert_eq!(code("[%rd1+0x10]").as_deref(), Some("\tadd.s64 %a, %rd1, 16;\n"));
+        assert!(code("[table+4]").unwrap().contains("cvta.global.u64 %a, %a;"));
+        assert_eq!(address_code("[table]", false, "%a"), None);
+        assert_eq!(code("[4096]"), None);
+        assert_eq!(code("[%rd1+x]"), None);
+        assert_eq!(code("%rd1"), None);
+    }
+}

@@ -1,0 +1,173 @@
+//! The `egpu` command line.
+//!
+//! ```text
+//! egpu translate PROGRAM [--attach ATTACH] [--kernel NAME]
+//! egpu inject MODULE.ptx --probe ATTACH=PROGRAM... [--kernel NAME]... [-o OUT.ptx]
+//! ```
+//!
+//! A PROGRAM is an eBPF program file: assembly text (bpf_conformance syntax, as `egpu::ebpf::asm`
+//! reads it), or bytecode (little-endian 8-byte instructions, as `Program::to_bytes` writes them
+//! and as a Rust probe's `program().to_bytes()` gives). Every program is verified first.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use egpu::ebpf::verifier::{Verified, verify};
+use egpu::ebpf::{AttachPoint, DeviceEvent, Program, assemble};
+use egpu_device::inject::{DeviceProbe, Kernels, inject};
+use egpu_device::translate::kernel_module;
+
+const USAGE: &str = "\
+usage:
+  egpu translate PROGRAM [--attach ATTACH] [--kernel NAME]
+      Prints a PTX module whose kernel NAME (default `probe`) runs the program once per thread.
+      ATTACH defaults to device::global_load; user(N) gives the program N bytes of memory.
+  egpu inject MODULE.ptx --probe ATTACH=PROGRAM... [--kernel NAME]... [-o OUT.ptx]
+      Writes MODULE with every probe injected at its attach point (device::kernel_entry,
+      device::kernel_exit, device::global_load, device::global_store), in every kernel or in the
+      kernels named, to OUT (default: standard output), and lists the sites on standard error.
+
+PROGRAM is eBPF assembly text or bytecode (little-endian 8-byte instructions).";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("translate") => translate(&args[1..]),
+        Some("inject") => inject_cmd(&args[1..]),
+        Some("-h" | "--help" | "help") => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        _ => Err(Error::Usage("expected a subcommand, `translate` or `inject`".into())),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Error::Usage(why)) => {
+            eprintln!("egpu: {why}\n\n{USAGE}");
+            ExitCode::from(2)
+        }
+        Err(Error::Failed(why)) => {
+            eprintln!("egpu: {why}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+enum Error {
+    Usage(String),
+    Failed(String),
+}
+
+fn failed(e: impl std::fmt::Display) -> Error {
+    Error::Failed(e.to_string())
+}
+
+/// Positional arguments, and `--flag value` pairs in order.
+type Parsed = (Vec<String>, Vec<(String, String)>);
+
+/// Splits arguments into positional ones and `--flag value` pairs.
+fn parse(args: &[String], flags: &[&str]) -> Result<Parsed, Error> {
+    let (mut positional, mut options) = (Vec::new(), Vec::new());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a.starts_with('-') && a.len() > 1 {
+            if !flags.contains(&a.as_str()) {
+                return Err(Error::Usage(format!("unknown option `{a}`")));
+            }
+            let value = it.next().ok_or_else(|| Error::Usage(format!("`{a}` needs a value")))?;
+            options.push((a.clone(), value.clone()));
+        } else {
+            positional.push(a.clone());
+        }
+    }
+    Ok((positional, options))
+}
+
+/// Reads and verifies a program file for `attach`.
+fn load(path: &Path, attach: AttachPoint) -> Result<Verified, Error> {
+    let bytes =
+        std::fs::read(path).map_err(|e| failed(format!("reading {}: {e}", path.display())))?;
+    let program = match std::str::from_utf8(&bytes) {
+        Ok(text) if !text.contains('\0') => {
+            let slots = assemble(text).map_err(|e| failed(format!("{}: {e}", path.display())))?;
+            Program::new(slots, vec![], attach)
+        }
+        _ => Program::from_bytes(&bytes, vec![], attach),
+    }
+    .map_err(|e| failed(format!("{}: {e}", path.display())))?;
+    verify(&program)
+        .map_err(|e| failed(format!("{}: the verifier refused it: {e}", path.display())))
+}
+
+fn attach_point(s: &str) -> Result<AttachPoint, Error> {
+    s.parse().map_err(|e| Error::Usage(format!("{e}")))
+}
+
+fn translate(args: &[String]) -> Result<(), Error> {
+    let (files, options) = parse(args, &["--attach", "--kernel"])?;
+    let [file] = files.as_slice() else {
+        return Err(Error::Usage("`translate` takes one program file".into()));
+    };
+    let mut attach = AttachPoint::Device(DeviceEvent::GlobalLoad);
+    let mut kernel = "probe".to_string();
+    for (flag, value) in options {
+        match flag.as_str() {
+            "--attach" => attach = attach_point(&value)?,
+            _ => kernel = value,
+        }
+    }
+    if matches!(attach, AttachPoint::Host(..)) {
+        return Err(Error::Usage(format!("{attach} runs on the host, not in a kernel")));
+    }
+    let verified = load(Path::new(file), attach)?;
+    print!("{}", kernel_module(&verified, &kernel).map_err(failed)?);
+    Ok(())
+}
+
+fn inject_cmd(args: &[String]) -> Result<(), Error> {
+    let (files, options) = parse(args, &["--probe", "--kernel", "-o"])?;
+    let [module] = files.as_slice() else {
+        return Err(Error::Usage("`inject` takes one PTX file".into()));
+    };
+    let (mut programs, mut kernels, mut out) = (Vec::new(), Vec::new(), None::<PathBuf>);
+    for (flag, value) in options {
+        match flag.as_str() {
+            "--probe" => {
+                let (attach, file) = value.split_once('=').ok_or_else(|| {
+                    Error::Usage(format!("`--probe {value}`: expected ATTACH=PROGRAM"))
+                })?;
+                let attach = attach_point(attach)?;
+                if !attach.is_device() {
+                    return Err(Error::Usage(format!("{attach} is not a device attach point")));
+                }
+                programs.push(load(Path::new(file), attach)?);
+            }
+            "--kernel" => kernels.push(value),
+            _ => out = Some(PathBuf::from(value)),
+        }
+    }
+    if programs.is_empty() {
+        return Err(Error::Usage("`inject` needs at least one `--probe ATTACH=PROGRAM`".into()));
+    }
+    let ptx =
+        std::fs::read_to_string(module).map_err(|e| failed(format!("reading {module}: {e}")))?;
+    let names: Vec<&str> = kernels.iter().map(String::as_str).collect();
+    let selection = if names.is_empty() { Kernels::All } else { Kernels::Named(&names) };
+    let probes: Vec<DeviceProbe<'_>> = programs
+        .iter()
+        .map(|p| DeviceProbe { program: p, kernels: selection, maps: &[] })
+        .collect();
+    let injected = inject(&ptx, &probes).map_err(|e| failed(format!("{module}: {e}")))?;
+    for s in &injected.sites {
+        let size = if s.size > 0 { format!(", {} bytes", s.size) } else { String::new() };
+        let event = AttachPoint::Device(s.event);
+        eprintln!("{module}:{}: {event} in {}{size}", s.line, s.function);
+    }
+    eprintln!("{} sites", injected.sites.len());
+    match out {
+        Some(path) => std::fs::write(&path, &injected.ptx)
+            .map_err(|e| failed(format!("writing {}: {e}", path.display())))?,
+        None => print!("{}", injected.ptx),
+    }
+    Ok(())
+}
