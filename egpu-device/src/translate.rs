@@ -372,8 +372,60 @@ struct Emitter<'a> {
     options: &'a Options,
     function: usize,
     out: String,
-    /// Bytes of the frame's `.local` array (0: no stack).
+    /// Bytes of the frame (0: no stack).
     frame: u32,
+    /// Whether the frame is kept in registers, one 64-bit register per 8-byte slot, rather than
+    /// in a `.local` array (see [`stack_in_registers`]).
+    in_registers: bool,
+}
+
+/// Whether function `f`'s frame can live in registers: every access to it is at a constant,
+/// naturally aligned offset of its own frame, and its address reaches nothing the translation
+/// does not read directly (an inlined helper's key). Then the frame's address is never needed,
+/// and ptxas sees plain registers instead of local memory.
+fn stack_in_registers(verified: &Verified, f: usize) -> bool {
+    let program = verified.program();
+    let escapes = |a: Option<Access>| matches!(a, Some(a) if matches!(a.region, AccessRegion::CallerStack | AccessRegion::Mixed));
+    // A pointer into some caller's frame, anywhere, means frames' addresses are passed around.
+    let passed_down = program.decoded().iter().any(|d| {
+        escapes(verified.access(d.pc))
+            || verified.call(d.pc).is_some_and(|c| c.args.iter().any(|&a| escapes(a)))
+    });
+    if passed_down {
+        return false;
+    }
+    let range = program.functions()[f].start..program.functions()[f].end;
+    let direct = |a: Access, bytes: i64| {
+        a.offset.is_some_and(|o| o.rem_euclid(8) + bytes <= 8 && o.rem_euclid(bytes) == 0)
+    };
+    program.decoded().iter().filter(|d| range.contains(&d.pc)).all(|d| match d.insn {
+        Instruction::Load { size, .. }
+        | Instruction::Store { size, .. }
+        | Instruction::Atomic { size, .. } => match verified.access(d.pc) {
+            Some(a) if a.region == AccessRegion::OwnStack => direct(a, i64::from(size.bytes())),
+            _ => true,
+        },
+        Instruction::Call(CallTarget::Helper(_) | CallTarget::Reg(_)) => {
+            let Some(facts) = verified.call(d.pc) else { return true };
+            let id = match d.insn {
+                Instruction::Call(CallTarget::Helper(id)) => Some(id),
+                _ => verified.callx_helper(d.pc),
+            };
+            facts.args.iter().enumerate().all(|(i, a)| match a {
+                Some(a) if a.region == AccessRegion::OwnStack => {
+                    // Only an array lookup's key is read by the inlined code itself.
+                    i == 1
+                        && matches!(
+                            id,
+                            Some(helper_id::MAP_LOOKUP_ELEM | helper_id::MAP_DELETE_ELEM)
+                        )
+                        && direct(*a, 4)
+                }
+                _ => true,
+            })
+        }
+        _ => true,
+    })
 }
 
 const fn ptx_bits(size: Size) -> u32 {
@@ -390,6 +442,7 @@ impl<'a> Emitter<'a> {
             function,
             out: String::new(),
             frame,
+            in_registers: frame > 0 && stack_in_registers(verified, function),
         }
     }
 
@@ -431,6 +484,17 @@ impl<'a> Emitter<'a> {
         format!("%{}_stack", self.p())
     }
 
+    /// The register of the frame slot holding byte `offset` (from `r10`), and the byte's place
+    /// in it, when the frame lives in registers and the verifier proved the offset constant.
+    fn slot(&self, access: Option<Access>) -> Option<(String, u32)> {
+        if !self.in_registers {
+            return None;
+        }
+        let a = access.filter(|a| a.region == AccessRegion::OwnStack)?;
+        let at = i64::from(self.frame) + a.offset?;
+        Some((format!("%{}_s{}", self.p(), at / 8), (at % 8) as u32))
+    }
+
     fn function(&mut self) -> Result<(), TranslateError> {
         let f = &self.program.functions()[self.function];
         let (start, end) = (f.start, f.end);
@@ -448,7 +512,16 @@ impl<'a> Emitter<'a> {
         self.line(format!(".reg .b64 %{p}_t<4>;"));
         self.line(format!(".reg .b32 %{p}_w<4>;"));
         self.line(format!(".reg .pred %{p}_q<3>;"));
-        if self.frame > 0 {
+        if self.in_registers {
+            let n = self.frame / 8;
+            self.line(format!(".reg .b64 %{p}_s<{n}>;"));
+            for i in 0..n {
+                self.line(format!("mov.b64 %{p}_s{i}, 0;"));
+            }
+            // The frame's address is never used: every access names its slot.
+            let r10 = self.r(Reg::R10);
+            self.line(format!("mov.b64 {r10}, 0;"));
+        } else if self.frame > 0 {
             let (stack, frame) = (self.stack(), self.frame);
             self.line(format!(".local .align 8 .b8 {stack}[{frame}];"));
             let r10 = self.r(Reg::R10);
@@ -792,6 +865,14 @@ impl<'a> Emitter<'a> {
             self.context_load(o as usize, size, signed, &d);
             return;
         }
+        if let Some((slot, byte)) = self.slot(self.verified.access(pc)) {
+            match (size, signed) {
+                (Size::DW, _) => self.line(format!("mov.b64 {d}, {slot};")),
+                (_, false) => self.line(format!("bfe.u64 {d}, {slot}, {}, {bits};", byte * 8)),
+                (_, true) => self.line(format!("bfe.s64 {d}, {slot}, {}, {bits};", byte * 8)),
+            }
+            return;
+        }
         let (addr, space, aligned) = self.address(pc, base, off);
         let w0 = self.w(0);
         if !aligned {
@@ -879,6 +960,14 @@ impl<'a> Emitter<'a> {
 
     fn store(&mut self, pc: usize, size: Size, base: Reg, off: i16, value: &str) {
         let bits = ptx_bits(size);
+        if let Some((slot, byte)) = self.slot(self.verified.access(pc)) {
+            if size == Size::DW {
+                self.line(format!("mov.b64 {slot}, {value};"));
+            } else {
+                self.line(format!("bfi.b64 {slot}, {value}, {slot}, {}, {bits};", byte * 8));
+            }
+            return;
+        }
         let (addr, space, aligned) = self.address(pc, base, off);
         let [t0, w0] = [self.t(0), self.w(0)];
         if !aligned {
@@ -912,6 +1001,10 @@ impl<'a> Emitter<'a> {
         let on_stack = matches!(region, Some(AccessRegion::OwnStack | AccessRegion::CallerStack));
         let p = self.p().to_owned();
         let bits = ptx_bits(size);
+        if let Some((slot, byte)) = self.slot(self.verified.access(pc)) {
+            self.slot_atomic(op, fetch, bits, &slot, byte * 8, src);
+            return;
+        }
         let s = self.r(src);
         let r0 = self.r(Reg::R0);
         let (old, new, cmp) = if bits == 64 {
@@ -999,6 +1092,48 @@ impl<'a> Emitter<'a> {
             } else {
                 self.line(format!("cvt.u64.u32 {into}, {old};"));
             }
+        }
+    }
+
+    /// An atomic on a frame slot held in a register: only this thread sees it, so it is a plain
+    /// read-modify-write of the slot's bits.
+    fn slot_atomic(&mut self, op: AtomicOp, fetch: bool, bits: u32, slot: &str, at: u32, src: Reg) {
+        let [t0, t1, t2] = [self.t(0), self.t(1), self.t(2)];
+        let (s, r0, q0) = (self.r(src), self.r(Reg::R0), self.q(0));
+        let field = |e: &mut Self, into: &str, from: &str| {
+            if bits == 64 {
+                e.line(format!("mov.b64 {into}, {from};"));
+            } else {
+                e.line(format!("bfe.u64 {into}, {from}, {at}, {bits};"));
+            }
+        };
+        field(self, &t0, slot);
+        match op {
+            AtomicOp::Add => self.line(format!("add.s64 {t1}, {t0}, {s};")),
+            AtomicOp::Or => self.line(format!("or.b64 {t1}, {t0}, {s};")),
+            AtomicOp::And => self.line(format!("and.b64 {t1}, {t0}, {s};")),
+            AtomicOp::Xor => self.line(format!("xor.b64 {t1}, {t0}, {s};")),
+            AtomicOp::Xchg => self.line(format!("mov.b64 {t1}, {s};")),
+            AtomicOp::CmpXchg => {
+                if bits == 64 {
+                    self.line(format!("mov.b64 {t2}, {r0};"));
+                } else {
+                    self.line(format!("bfe.u64 {t2}, {r0}, 0, {bits};"));
+                }
+                self.line(format!("setp.eq.u64 {q0}, {t0}, {t2};"));
+                self.line(format!("selp.b64 {t1}, {s}, {t0}, {q0};"));
+            }
+        }
+        if bits == 64 {
+            self.line(format!("mov.b64 {slot}, {t1};"));
+        } else {
+            self.line(format!("bfi.b64 {slot}, {t1}, {slot}, {at}, {bits};"));
+        }
+        match op {
+            AtomicOp::CmpXchg => self.line(format!("mov.b64 {r0}, {t0};")),
+            AtomicOp::Xchg => self.line(format!("mov.b64 {s}, {t0};")),
+            _ if fetch => self.line(format!("mov.b64 {s}, {t0};")),
+            _ => {}
         }
     }
 
@@ -1117,6 +1252,12 @@ impl<'a> Emitter<'a> {
 
     /// Loads the `u32` that `reg` points at into `into`, as directly as the verifier allows.
     fn read_u32(&mut self, reg: Reg, at: Option<Access>, into: &str) {
+        if let Some((slot, byte)) = self.slot(at) {
+            let t3 = self.t(3);
+            self.line(format!("bfe.u64 {t3}, {slot}, {}, 32;", byte * 8));
+            self.line(format!("cvt.u32.u64 {into}, {t3};"));
+            return;
+        }
         match at {
             Some(Access { region: AccessRegion::OwnStack, offset: Some(o), .. }) if o % 4 == 0 => {
                 let at = i64::from(self.frame) + o;
