@@ -1,4 +1,4 @@
-//! egpu's main job, in one run: build a probe, run it on the CPU, look for a GPU.
+//! egpu's main job, in one run: build probes, run them on the CPU, and inside a CUDA kernel.
 //!
 //! The probe watches kernel launches: it computes the number of threads a launch starts and
 //! classifies the launch as small, large or huge. It is eBPF, written here in assembly (the
@@ -8,6 +8,12 @@
 //! `#[egpu::probe]`, counts launches and threads per kernel in hash maps, which this program
 //! then reads in place.
 //!
+//! Then the device part: two more Rust probes, attached to every global load and store of a
+//! `y = a·x + y` kernel, count loads per 4 KiB page (modulo 64) in an `Array` and stores per
+//! streaming multiprocessor in a `PerCpuArray`. With a GPU, the kernel runs instrumented and this
+//! program prints the maps the probes filled inside it (and checks them, and the kernel's
+//! results, against an uninstrumented run). Without one it prints the PTX a probe becomes.
+//!
 //! Run it with `cargo run --release --example quickstart`. It needs no GPU: without one it says
 //! so and exits 0.
 
@@ -15,9 +21,10 @@ use std::error::Error;
 use std::process::ExitCode;
 
 use egpu::device::GpuStatus;
+use egpu::ebpf::MemAccessCtx;
 use egpu::ebpf::verifier::verify;
 use egpu::ebpf::{AttachPoint, HostEvent, LaunchCtx, Phase, Program, assemble};
-use egpu::maps::HashMap;
+use egpu::maps::{Array, HashMap, PerCpuArray, Shards};
 use egpu::vm::{EngineChoice, LoadError, Vm};
 
 /// `r0 = grid.x*grid.y*grid.z * block.x*block.y*block.z`, with its class in the top byte:
@@ -61,6 +68,26 @@ fn count_launches(ctx: &LaunchCtx) {
     LAUNCHES.fetch_add(&id, 1);
     THREADS.fetch_add(&id, threads);
 }
+
+/// Global loads per 4 KiB page, modulo 64, counted inside the kernel.
+static PAGE_LOADS: Array<u64> = Array::with_len(64);
+/// Global stores per streaming multiprocessor: one shard per SM (and one for the host).
+static SM_STORES: PerCpuArray<u64> = PerCpuArray::with_shards(1, Shards::new(1, 256));
+
+/// Runs before every global load of the instrumented kernel, in every thread.
+#[egpu::probe(device::global_load)]
+fn page_loads(ctx: &MemAccessCtx) {
+    PAGE_LOADS.fetch_add(((ctx.addr >> 12) % 64) as u32, 1);
+}
+
+/// Runs before every global store.
+#[egpu::probe(device::global_store)]
+fn sm_stores(_ctx: &MemAccessCtx) {
+    SM_STORES.fetch_add(0, 1);
+}
+
+/// The kernel the device probes observe (nvcc's PTX of tests/kernels/saxpy.cu).
+const SAXPY: &str = include_str!("../tests/ptx/saxpy.ptx");
 
 fn launch(name: &str, grid: [u32; 3], block: [u32; 3]) -> LaunchCtx {
     let kernel_id = egpu::maps::layout::hash_key(name.as_bytes());
@@ -167,11 +194,101 @@ fn run() -> Result<(), Box<dyn Error>> {
             for gpu in &gpus {
                 println!("GPU found: {gpu}");
             }
-            println!("(device probes run inside kernels once the GPU backend lands)");
+            device_part(&gpus[0])?;
         }
         GpuStatus::NotFound { reason } => {
             println!("no GPU found ({reason}); everything above ran on the CPU");
+            let probe = page_loads::probe();
+            let verified = verify(probe.program()?)?;
+            // Where the maps would be on a GPU: a made-up address, only to show the code.
+            let maps: Vec<_> = probe
+                .maps()?
+                .iter()
+                .map(|m| egpu::device::translate::DeviceMap {
+                    addr: 0x7f00_0000_0000,
+                    geometry: *m.geometry(),
+                })
+                .collect();
+            let ptx = egpu::device::translate::kernel_module_with(&verified, "page_loads", &maps)?;
+            println!(
+                "\n`page_loads`, a device probe, becomes this PTX (here in a kernel of its own; \
+                 `egpu inject` puts it before every global load of a kernel):\n\n{ptx}"
+            );
         }
+    }
+    Ok(())
+}
+
+/// Runs the saxpy kernel with both device probes attached, and prints what they counted.
+fn device_part(info: &egpu::device::GpuInfo) -> Result<(), Box<dyn Error>> {
+    use egpu::device::cuda::{Arg, Gpu};
+    use egpu::device::instrument::{Attached, Instrumenter, Ran};
+    use egpu::device::maps::DeviceMapBuffer;
+
+    let gpu = Gpu::open(info.ordinal)?;
+    let (loads, stores) = (page_loads::probe(), sm_stores::probe());
+    let mut buffers = Vec::new();
+    let mut attached = Vec::new();
+    for probe in [&loads, &stores] {
+        let mut bindings = Vec::new();
+        for raw in probe.maps()? {
+            let buffer = DeviceMapBuffer::upload(&gpu, raw)?;
+            bindings.push(buffer.binding());
+            buffers.push(buffer);
+        }
+        let program = verify(probe.program()?)?;
+        attached.push(Attached { program, kernels: vec!["saxpy".into()], maps: bindings });
+    }
+    let instrumenter = Instrumenter::new(&gpu, attached);
+    let module = instrumenter.load(SAXPY)?;
+    if let Some(why) = module.fallback() {
+        return Err(format!("the kernel could not be instrumented: {why}").into());
+    }
+    let n: u32 = 1 << 22;
+    let bytes =
+        |f: &dyn Fn(u32) -> f32| -> Vec<u8> { (0..n).flat_map(|i| f(i).to_le_bytes()).collect() };
+    let x = gpu.alloc(n as usize * 4)?;
+    let y = gpu.alloc(n as usize * 4)?;
+    let mut results = Vec::new();
+    for instrumented in [false, true] {
+        x.write(&bytes(&|i| i as f32))?;
+        y.write(&bytes(&|i| (i % 10) as f32))?;
+        if instrumented {
+            instrumenter.attach()
+        } else {
+            instrumenter.detach()
+        }
+        let args = [Arg::U32(n), Arg::F32(2.0), Arg::Ptr(&x), Arg::Ptr(&y)];
+        let ran = module.launch("saxpy", (info.sm_count * 4, 1, 1), (256, 1, 1), &args)?;
+        if (ran == Ran::Instrumented) != instrumented {
+            return Err(format!("launch {} ran {ran:?}", results.len()).into());
+        }
+        let mut out = vec![0u8; n as usize * 4];
+        y.read(&mut out)?;
+        results.push(out);
+    }
+    if results[0] != results[1] {
+        return Err("the instrumented kernel computed something else".into());
+    }
+    for buffer in &buffers {
+        buffer.download()?;
+    }
+    let pages = PAGE_LOADS.to_vec();
+    let total: u64 = pages.iter().sum();
+    let stores = SM_STORES.get(0)?;
+    let busy: Vec<(usize, u64)> =
+        stores.sm.iter().copied().enumerate().filter(|&(_, c)| c > 0).collect();
+    println!(
+        "\nsaxpy over {n} floats, every global load and store probed inside the kernel \
+         (results identical to the uninstrumented run):"
+    );
+    println!("  loads per 4 KiB page, modulo 64 (first 8 buckets of {}):", pages.len());
+    for (bucket, count) in pages.iter().enumerate().take(8) {
+        println!("    page % 64 = {bucket:<2} {count:>9}");
+    }
+    println!("  {total} loads in all; stores on {} SMs, {} in all", busy.len(), stores.sum());
+    if total != 2 * u64::from(n) || stores.sum() != u64::from(n) {
+        return Err(format!("expected {} loads and {n} stores", 2 * n).into());
     }
     Ok(())
 }

@@ -65,6 +65,12 @@ pub struct Module<'g> {
     info_log: String,
 }
 
+// SAFETY: a module handle belongs to its context, not to a thread; every use makes the context
+// current on the calling thread first, and the driver synchronises its module functions.
+unsafe impl Send for Module<'_> {}
+// SAFETY: as above; `Module` has no interior state besides the handle and the log.
+unsafe impl Sync for Module<'_> {}
+
 impl fmt::Debug for Module<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Module").field("info_log", &self.info_log).finish_non_exhaustive()

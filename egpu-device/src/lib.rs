@@ -70,6 +70,7 @@
 pub mod cuda;
 pub mod driver;
 pub mod inject;
+pub mod instrument;
 pub mod maps;
 pub mod ptx;
 pub mod testing;

@@ -263,6 +263,15 @@ pub fn translate(verified: &Verified, options: &Options) -> Result<Translation, 
 /// address accessed (4 bytes, site 0, the kernel id of `name`); for kernel entry and exit,
 /// nothing. So any probe can be run, and checked, on its own.
 pub fn kernel_module(verified: &Verified, name: &str) -> Result<String, TranslateError> {
+    kernel_module_with(verified, name, &[])
+}
+
+/// [`kernel_module`] for a program with maps, bound to the GPU as `maps` say.
+pub fn kernel_module_with(
+    verified: &Verified,
+    name: &str,
+    maps: &[DeviceMap],
+) -> Result<String, TranslateError> {
     let (id, arg) = (egpu_ebpf::kernel_id(name), "%egpu_arg".to_string());
     let context = match verified.program().attach() {
         AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => {
@@ -280,6 +289,7 @@ pub fn kernel_module(verified: &Verified, name: &str) -> Result<String, Translat
     let mut options = Options::new("e", context);
     options.result = Some("%egpu_r0".into());
     options.pid = std::process::id();
+    options.maps = maps.to_vec();
     let t = translate(verified, &options)?;
     Ok(format!(
         "{MODULE_HEADER}\n{functions}\n.visible .entry {name}(\n\t.param .u64 {name}_arg,\n\t.param .u64 {name}_out\n)\n{{\n\t.reg .b64 %egpu_arg, %egpu_out, %egpu_out_off, %egpu_r0;\n\t.reg .b32 %egpu_i<4>;\n\tld.param.u64 %egpu_arg, [{name}_arg];\n\tld.param.u64 %egpu_out, [{name}_out];\n\tmov.b64 %egpu_r0, 0;\n{body}\tmov.u32 %egpu_i0, %ctaid.x;\n\tmov.u32 %egpu_i1, %ntid.x;\n\tmov.u32 %egpu_i2, %tid.x;\n\tmad.lo.u32 %egpu_i0, %egpu_i0, %egpu_i1, %egpu_i2;\n\tmul.wide.u32 %egpu_out_off, %egpu_i0, 8;\n\tadd.s64 %egpu_out, %egpu_out, %egpu_out_off;\n\tst.u64 [%egpu_out], %egpu_r0;\n\tret;\n}}\n",

@@ -191,3 +191,91 @@ fn device_maps_count_the_accesses_of_saxpy() {
     assert_eq!(stores_total, u64::from(n));
     assert!(busy_sms > 1, "the stores of 120 blocks ran on one SM?");
 }
+
+/// Loading and launching through an `Instrumenter`: sampling, detaching, the cache, and the
+/// fallback to the original kernel when a probe cannot be injected.
+#[test]
+fn instrumenter_samples_detaches_caches_and_falls_back() {
+    use egpu_device::cuda::{Arg, Gpu};
+    use egpu_device::instrument::{Attached, Fallback, Instrumenter, Ran};
+    use egpu_device::maps::DeviceMapBuffer;
+    use egpu_ebpf::verifier::verify;
+    use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
+    use egpu_maps::layout::Geometry;
+    use egpu_maps::{Placement, RawMap};
+
+    let Some(info) = require_gpu() else { return };
+    let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
+    let ptx = std::fs::read_to_string(workspace().join("tests/ptx/saxpy.ptx")).expect("saxpy.ptx");
+    let count = "stw [%r10-4], 0\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -4\ncall 1\n\
+                 jeq %r0, 0, +2\nmov %r1, 1\nlock add [%r0+0], %r1\nmov %r0, 0\nexit";
+    let def = MapDef {
+        name: "n".into(),
+        kind: MapKind::Array,
+        key_size: 4,
+        value_size: 8,
+        max_entries: 1,
+    };
+    let program = |text: &str, maps: Vec<MapDef>| {
+        let slots = assemble(text).expect("assembles");
+        let p = Program::new(slots, maps, AttachPoint::Device(DeviceEvent::GlobalStore)).unwrap();
+        verify(&p).expect("verified")
+    };
+    let map =
+        RawMap::create(Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).unwrap(), &Placement::Process)
+            .unwrap();
+    let device = DeviceMapBuffer::upload(&gpu, &map).unwrap();
+    let probes = vec![Attached {
+        program: program(count, vec![def]),
+        kernels: vec!["saxpy".into()],
+        maps: vec![device.binding()],
+    }];
+    let instrumenter = Instrumenter::new(&gpu, probes);
+    let n: u32 = 1 << 16;
+    let x = gpu.alloc(n as usize * 4).unwrap();
+    let y = gpu.alloc(n as usize * 4).unwrap();
+    let args = [Arg::U32(n), Arg::F32(1.0), Arg::Ptr(&x), Arg::Ptr(&y)];
+    let module = instrumenter.load(&ptx).expect("loads");
+    assert!(module.fallback().is_none(), "{:?}", module.fallback());
+    instrumenter.sample_every(2);
+    let ran: Vec<Ran> = (0..4)
+        .map(|_| module.launch("saxpy", (64, 1, 1), (256, 1, 1), &args).expect("launch"))
+        .collect();
+    assert_eq!(ran, [Ran::Instrumented, Ran::Original, Ran::Instrumented, Ran::Original]);
+    instrumenter.sample_every(1);
+    instrumenter.detach();
+    assert_eq!(module.launch("saxpy", (64, 1, 1), (256, 1, 1), &args), Ok(Ran::Original));
+    instrumenter.attach();
+    assert_eq!(module.launch("saxpy", (64, 1, 1), (256, 1, 1), &args), Ok(Ran::Instrumented));
+    device.download().unwrap();
+    let stores = {
+        let p = map.lookup(&0u32.to_le_bytes()).unwrap().expect("index 0");
+        // SAFETY: the value is 8 bytes, 8-aligned, alive while the map is.
+        unsafe { p.cast::<u64>().as_ptr().read() }
+    };
+    assert_eq!(stores, 3 * u64::from(n), "three instrumented launches of {n} stores");
+    let again = instrumenter.load(&ptx).expect("loads again");
+    assert!(again.fallback().is_none());
+    assert_eq!(instrumenter.cached(), 1, "the same module and probes hit the cache");
+    println!("sampled 2 of 4 launches, detached and attached again: {stores} stores counted");
+
+    // A probe the GPU cannot run: the module still loads and runs, uninstrumented, and says why.
+    let ring = MapDef {
+        name: "r".into(),
+        kind: MapKind::RingBuf,
+        key_size: 0,
+        value_size: 8,
+        max_entries: 64,
+    };
+    let output = "stdw [%r10-8], 7\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -8\nmov %r3, 8\n\
+                  mov %r4, 0\ncall 130\nmov %r0, 0\nexit";
+    let unsupported = Instrumenter::new(
+        &gpu,
+        vec![Attached { program: program(output, vec![ring]), kernels: vec![], maps: vec![] }],
+    );
+    let module = unsupported.load(&ptx).expect("the original loads");
+    let why = module.fallback().expect("a reason");
+    assert!(matches!(why, Fallback::Inject(_)), "{why}");
+    println!("falls back: {why}");
+    assert_eq!(module.launch("saxpy", (64, 1, 1), (256, 1, 1), &args), Ok(Ran::Original));
+}

@@ -1,0 +1,307 @@
+//! Loading modules through egpu and launching their kernels, instrumented.
+//!
+//! An [`Instrumenter`] holds the device probes attached to a GPU. [`Instrumenter::load`] loads a
+//! module's PTX as it is and, next to it, instrumented with the probes; [`ProbedModule::launch`]
+//! launches the instrumented kernel, or the original one when
+//!
+//! - the probes are detached ([`Instrumenter::detach`]; [`attach`](Instrumenter::attach) again
+//!   to resume),
+//! - the launch is not sampled ([`Instrumenter::sample_every`]: every Nth launch of a kernel is
+//!   instrumented, the first one included),
+//! - the instrumented module could not be made or loaded (the injector's or the JIT's error, with
+//!   the JIT log), or a launch of the instrumented kernel failed for lack of registers or shared
+//!   memory: egpu then says why once, on standard error and in [`ProbedModule::fallback`], and
+//!   the program runs on, uninstrumented.
+//!
+//! Instrumented modules are cached by a 64-bit hash of their content (the original PTX, the
+//! probes' bytecode and attach points, the kernels they select and their maps' bindings), so
+//! loading the same module again with the same probes costs one hash and no JIT.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use egpu_ebpf::verifier::Verified;
+
+use crate::cuda::{Arg, Gpu, LoadError, Module};
+use crate::driver::DriverError;
+use crate::inject::{DeviceProbe, Kernels, inject};
+use crate::translate::DeviceMap;
+
+/// A probe attached to kernels, owned by an [`Instrumenter`].
+#[derive(Clone, Debug)]
+pub struct Attached {
+    /// The verified program; its attach point says where it runs.
+    pub program: Verified,
+    /// The kernels it attaches to, by mangled name; empty for all kernels.
+    pub kernels: Vec<String>,
+    /// The device side of each map of its map table, in order.
+    pub maps: Vec<DeviceMap>,
+}
+
+/// Why an instrumented module or kernel is not used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Fallback {
+    /// The injector refused the module or a probe.
+    #[error("the module could not be instrumented: {0}")]
+    Inject(String),
+    /// The driver's JIT refused the instrumented module.
+    #[error("the instrumented module did not load: {0}")]
+    Load(LoadError),
+    /// A launch of the instrumented kernel failed for lack of resources.
+    #[error("kernel `{kernel}` could not launch instrumented: {error}")]
+    Launch {
+        /// The kernel.
+        kernel: String,
+        /// The driver's error.
+        error: DriverError,
+    },
+}
+
+/// Device probes attached to a GPU, and the modules instrumented with them.
+pub struct Instrumenter<'g> {
+    gpu: &'g Gpu,
+    probes: Vec<Attached>,
+    attached: AtomicBool,
+    every: AtomicU64,
+    cache: Mutex<HashMap<u64, Arc<Loaded<'g>>>>,
+}
+
+impl std::fmt::Debug for Instrumenter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Instrumenter")
+            .field("probes", &self.probes.len())
+            .field("attached", &self.attached.load(Relaxed))
+            .field("every", &self.every.load(Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// An instrumented module, or why there is none.
+type Loaded<'g> = Result<Module<'g>, Fallback>;
+
+/// A module loaded through an [`Instrumenter`]: the original, and the instrumented one where
+/// there is one.
+pub struct ProbedModule<'i, 'g> {
+    instrumenter: &'i Instrumenter<'g>,
+    original: Module<'g>,
+    instrumented: Arc<Loaded<'g>>,
+    launches: Mutex<HashMap<String, u64>>,
+    /// Kernels whose instrumented launch failed, with why.
+    failed: Mutex<HashMap<String, Fallback>>,
+    warned: AtomicBool,
+}
+
+impl std::fmt::Debug for ProbedModule<'_, '_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProbedModule")
+            .field("instrumented", &self.instrumented.is_ok())
+            .finish_non_exhaustive()
+    }
+}
+
+/// How a launch ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ran {
+    /// The instrumented kernel ran.
+    Instrumented,
+    /// The original kernel ran.
+    Original,
+}
+
+/// The 64-bit FNV-1a hash of byte strings, each preceded by its length.
+fn content_hash<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for &b in (part.len() as u64).to_le_bytes().iter().chain(part) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+impl<'g> Instrumenter<'g> {
+    /// Attaches `probes` to the kernels that `gpu` will load through this instrumenter.
+    pub fn new(gpu: &'g Gpu, probes: Vec<Attached>) -> Instrumenter<'g> {
+        Instrumenter {
+            gpu,
+            probes,
+            attached: AtomicBool::new(true),
+            every: AtomicU64::new(1),
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Later launches run the original kernels.
+    pub fn detach(&self) {
+        self.attached.store(false, Relaxed);
+    }
+
+    /// Later launches run instrumented again (as sampled).
+    pub fn attach(&self) {
+        self.attached.store(true, Relaxed);
+    }
+
+    /// Instruments every `n`th launch of each kernel (1: every launch; 0 counts as 1).
+    pub fn sample_every(&self, n: u64) {
+        self.every.store(n.max(1), Relaxed);
+    }
+
+    /// Instrumented modules in the cache (including those that failed, with why).
+    pub fn cached(&self) -> usize {
+        self.cache.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// The key of `ptx` instrumented with this instrumenter's probes.
+    fn key(&self, ptx: &str) -> u64 {
+        let mut parts: Vec<Vec<u8>> = vec![ptx.as_bytes().to_vec()];
+        for p in &self.probes {
+            parts.push(p.program.program().to_bytes());
+            parts.push(p.program.program().attach().to_string().into_bytes());
+            parts.push(p.kernels.join("\n").into_bytes());
+            for m in &p.maps {
+                parts.push(format!("{:x} {:?}", m.addr, m.geometry).into_bytes());
+            }
+        }
+        content_hash(parts.iter().map(Vec::as_slice))
+    }
+
+    /// Loads `ptx`, as it is and instrumented. Fails only when the original does not load.
+    pub fn load<'i>(&'i self, ptx: &str) -> Result<ProbedModule<'i, 'g>, LoadError> {
+        let original = self.gpu.load_ptx(ptx)?;
+        let key = self.key(ptx);
+        let cached = self.cache.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned();
+        let instrumented = match cached {
+            Some(loaded) => loaded,
+            None => {
+                let loaded = Arc::new(self.instrument(ptx));
+                self.cache
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(key, Arc::clone(&loaded));
+                loaded
+            }
+        };
+        Ok(ProbedModule {
+            instrumenter: self,
+            original,
+            instrumented,
+            launches: Mutex::new(HashMap::new()),
+            failed: Mutex::new(HashMap::new()),
+            warned: AtomicBool::new(false),
+        })
+    }
+
+    fn instrument(&self, ptx: &str) -> Loaded<'g> {
+        let names: Vec<Vec<&str>> =
+            self.probes.iter().map(|p| p.kernels.iter().map(String::as_str).collect()).collect();
+        let probes: Vec<DeviceProbe<'_>> = self
+            .probes
+            .iter()
+            .zip(&names)
+            .map(|(p, names)| DeviceProbe {
+                program: &p.program,
+                kernels: if names.is_empty() { Kernels::All } else { Kernels::Named(names) },
+                maps: &p.maps,
+            })
+            .collect();
+        let injected = inject(ptx, &probes).map_err(|e| Fallback::Inject(e.to_string()))?;
+        self.gpu.load_ptx(&injected.ptx).map_err(Fallback::Load)
+    }
+}
+
+impl ProbedModule<'_, '_> {
+    /// Why the module runs uninstrumented, if it does.
+    pub fn fallback(&self) -> Option<Fallback> {
+        self.instrumented.as_ref().as_ref().err().cloned()
+    }
+
+    /// Why kernel `name` runs uninstrumented, if it does.
+    pub fn kernel_fallback(&self, name: &str) -> Option<Fallback> {
+        let failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
+        failed.get(name).cloned().or_else(|| self.fallback())
+    }
+
+    fn warn_once(&self, why: &Fallback) {
+        if !self.warned.swap(true, Relaxed) {
+            eprintln!("egpu: running uninstrumented: {why}");
+        }
+    }
+
+    /// Launches kernel `name` and waits for it: instrumented when the probes are attached, the
+    /// launch is sampled and the instrumented kernel is usable, else the original.
+    pub fn launch(
+        &self,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        args: &[Arg<'_>],
+    ) -> Result<Ran, DriverError> {
+        let gpu = self.instrumenter.gpu;
+        let n = {
+            let mut launches = self.launches.lock().unwrap_or_else(PoisonError::into_inner);
+            let n = launches.entry(name.to_owned()).or_insert(0);
+            *n += 1;
+            *n - 1
+        };
+        let every = self.instrumenter.every.load(Relaxed);
+        let wanted = self.instrumenter.attached.load(Relaxed)
+            && n % every == 0
+            && !self.instrumenter.probes.is_empty();
+        let usable = match self.instrumented.as_ref() {
+            Ok(module) if wanted && self.kernel_fallback(name).is_none() => Some(module),
+            Err(why) if wanted => {
+                self.warn_once(why);
+                None
+            }
+            _ => None,
+        };
+        if let Some(module) = usable {
+            let kernel = module.kernel(name)?;
+            match gpu.launch(&kernel, grid, block, args) {
+                Ok(()) => return Ok(Ran::Instrumented),
+                Err(error) if out_of_resources(&error) => {
+                    let why = Fallback::Launch { kernel: name.to_owned(), error };
+                    self.warn_once(&why);
+                    self.failed
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(name.to_owned(), why);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        let kernel = self.original.kernel(name)?;
+        gpu.launch(&kernel, grid, block, args)?;
+        Ok(Ran::Original)
+    }
+}
+
+/// A launch that failed for lack of registers, shared memory or threads per block.
+fn out_of_resources(error: &DriverError) -> bool {
+    // CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, CUDA_ERROR_INVALID_VALUE (too much shared memory
+    // requested for the instrumented kernel).
+    matches!(error.code(), Some(701 | 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_hash_separates_parts() {
+        let a = content_hash([b"ab".as_slice(), b"c".as_slice()]);
+        let b = content_hash([b"a".as_slice(), b"bc".as_slice()]);
+        assert_ne!(a, b);
+        assert_eq!(a, content_hash([b"ab".as_slice(), b"c".as_slice()]));
+    }
+
+    #[test]
+    fn out_of_resources_is_701_and_invalid_value() {
+        let e = |code| DriverError::Call { call: "cuLaunchKernel", code, name: String::new() };
+        assert!(out_of_resources(&e(701)));
+        assert!(out_of_resources(&e(1)));
+        assert!(!out_of_resources(&e(700)));
+    }
+}
