@@ -1,0 +1,368 @@
+//! The `egpu` command line, run as a program: `egpu translate` and `egpu inject` on files, their
+//! output checked by ptxas where it is installed, and every way of calling them wrongly, with its
+//! exit code (2 for usage, 1 for a failure) and what the message must say.
+//!
+//! The binary is the one cargo built for this test (`CARGO_BIN_EXE_egpu`); where that path does
+//! not exist (the test binary was copied to another machine), an `egpu` next to the test binary,
+//! or one folder up, is used instead.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use egpu::ebpf::{AttachPoint, DeviceEvent, Program, assemble};
+use egpu_device::ptx::Module;
+use egpu_device::testing::require_ptxas;
+
+/// The GPU machine's target (an H200).
+const ARCH: &str = "sm_90";
+
+/// Reads every word of a `MemAccessCtx` (and the address as a whole).
+const LOAD_PROBE: &str = "ldxdw %r0, [%r1+0]\nldxw %r2, [%r1+16]\nadd %r0, %r2\n\
+                          ldxw %r2, [%r1+20]\nadd %r0, %r2\nldxw %r2, [%r1+48]\nadd %r0, %r2\nexit\n";
+
+/// Reads the kernel id, a thread index and the SM of a `KernelCtx`.
+const EXIT_PROBE: &str = "ldxdw %r0, [%r1+0]\nldxw %r2, [%r1+8]\nadd %r0, %r2\nexit\n";
+
+/// The `egpu` binary: cargo's, else one next to this test binary or a folder above it.
+fn egpu() -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_BIN_EXE_egpu"));
+    if built.is_file() {
+        return built;
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut looked = vec![built.display().to_string()];
+    let dirs = [exe.parent(), exe.parent().and_then(Path::parent)];
+    for dir in dirs.into_iter().flatten() {
+        let candidate = dir.join("egpu");
+        if candidate.is_file() {
+            return candidate;
+        }
+        looked.push(candidate.display().to_string());
+    }
+    panic!("the `egpu` binary is not where this test looks for it: {}", looked.join(", "));
+}
+
+/// The repository's root (for tests/ptx).
+fn repo_root() -> PathBuf {
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let root = manifest.join("..");
+    root.canonicalize().unwrap_or(root)
+}
+
+/// A temporary folder of this test, removed when dropped.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(test: &str) -> TempDir {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("egpu-cli-{}-{test}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        TempDir(dir)
+    }
+
+    /// Writes `bytes` to `name` in the folder; returns its path.
+    fn file(&self, name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What a run gave: exit code, stdout, stderr.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+fn run<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Run {
+    let output: Output = Command::new(egpu())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", egpu().display()));
+    Run {
+        code: output.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Runs `args`, which must exit with `code` and say each of `needles` on stderr.
+#[track_caller]
+fn fails<S: AsRef<std::ffi::OsStr>>(args: &[S], code: i32, needles: &[&str]) -> Run {
+    let r = run(args);
+    let shown: Vec<String> =
+        args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
+    assert_eq!(r.code, code, "egpu {}: exit code; stderr:\n{}", shown.join(" "), r.stderr);
+    for needle in needles {
+        assert!(
+            r.stderr.contains(needle),
+            "egpu {}: stderr lacks {needle:?}:\n{}",
+            shown.join(" "),
+            r.stderr
+        );
+    }
+    r
+}
+
+/// Runs `args`, which must succeed; returns the run.
+#[track_caller]
+fn succeeds<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Run {
+    let r = run(args);
+    let shown: Vec<String> =
+        args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
+    assert_eq!(r.code, 0, "egpu {} failed:\n{}", shown.join(" "), r.stderr);
+    r
+}
+
+/// ptxas accepts `ptx` (when ptxas is installed) and egpu's reader reads it.
+#[track_caller]
+fn check_ptx(what: &str, ptx: &str) {
+    Module::parse(ptx).unwrap_or_else(|e| panic!("{what}: the PTX reader refused it: {e}"));
+    if let Some(ptxas) = require_ptxas() {
+        ptxas.check(ptx, ARCH).unwrap_or_else(|e| panic!("{what}: {e}\n{ptx}"));
+    }
+}
+
+fn saxpy() -> PathBuf {
+    repo_root().join("tests/ptx/saxpy.ptx")
+}
+
+// ---------------------------------------------------------------------------------------------
+// translate
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn translate_reads_assembly_and_bytecode_alike() {
+    let dir = TempDir::new("translate");
+    let asm = dir.file("load.s", LOAD_PROBE);
+    let slots = assemble(LOAD_PROBE).expect("assembles");
+    let attach = AttachPoint::Device(DeviceEvent::GlobalLoad);
+    let bytes = Program::new(slots, vec![], attach).expect("a program").to_bytes();
+    let bin = dir.file("load.bin", &bytes);
+    let from_text = succeeds(&[Path::new("translate"), &asm]);
+    let from_bytes = succeeds(&[Path::new("translate"), &bin]);
+    assert_eq!(from_text.stdout, from_bytes.stdout, "assembly and bytecode translate differently");
+    assert!(from_text.stdout.contains(".entry probe("), "{}", from_text.stdout);
+    check_ptx("egpu translate load.s", &from_text.stdout);
+    println!(
+        "translate: {} lines of PTX, same from assembly and bytecode",
+        from_text.stdout.lines().count()
+    );
+}
+
+#[test]
+fn translate_takes_an_attach_point_and_a_kernel_name() {
+    let dir = TempDir::new("attach");
+    // 16 bytes of user memory: the second word is in bounds for user(16), not for user(8).
+    let user = dir.file("user.s", "ldxdw %r0, [%r1+8]\nldxw %r2, [%r1+4]\nadd %r0, %r2\nexit\n");
+    let out = succeeds(&[
+        Path::new("translate"),
+        &user,
+        Path::new("--attach"),
+        Path::new("user(16)"),
+        Path::new("--kernel"),
+        Path::new("my_kernel"),
+    ]);
+    assert!(out.stdout.contains(".visible .entry my_kernel("), "{}", out.stdout);
+    assert!(!out.stdout.contains(".entry probe"), "{}", out.stdout);
+    assert!(out.stdout.contains(".param .u64 my_kernel_arg"), "{}", out.stdout);
+    check_ptx("egpu translate user.s --attach user(16) --kernel my_kernel", &out.stdout);
+    fails(
+        &[Path::new("translate"), &user, Path::new("--attach"), Path::new("user(8)")],
+        1,
+        &["user.s", "the verifier refused it"],
+    );
+    // A kernel-entry probe reads special registers.
+    let exit = dir.file("exit.s", EXIT_PROBE);
+    let out = succeeds(&[
+        Path::new("translate"),
+        &exit,
+        Path::new("--attach"),
+        Path::new("device::kernel_entry"),
+    ]);
+    assert!(out.stdout.contains("%tid.x"), "{}", out.stdout);
+    check_ptx("egpu translate exit.s --attach device::kernel_entry", &out.stdout);
+}
+
+// ---------------------------------------------------------------------------------------------
+// inject
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn inject_writes_the_module_and_lists_the_sites() {
+    let dir = TempDir::new("inject");
+    let load = dir.file("load.s", LOAD_PROBE);
+    let exit = dir.file("exit.s", EXIT_PROBE);
+    let out = dir.0.join("out.ptx");
+    let mut probe_load = std::ffi::OsString::from("device::global_load=");
+    probe_load.push(&load);
+    let mut probe_exit = std::ffi::OsString::from("device::kernel_exit=");
+    probe_exit.push(&exit);
+    let args = [
+        "inject".into(),
+        saxpy().into_os_string(),
+        "--probe".into(),
+        probe_load.clone(),
+        "--probe".into(),
+        probe_exit.clone(),
+        "-o".into(),
+        out.clone().into_os_string(),
+    ];
+    let r = succeeds(&args);
+    assert_eq!(r.stdout, "", "with -o nothing goes to standard output");
+    let module = saxpy().display().to_string();
+    let want = format!(
+        "{module}:47: device::global_load in saxpy, 4 bytes\n\
+         {module}:49: device::global_load in saxpy, 4 bytes\n\
+         {module}:57: device::kernel_exit in saxpy\n\
+         3 sites\n"
+    );
+    assert_eq!(r.stderr, want);
+    let ptx = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
+    let original = std::fs::read_to_string(saxpy()).expect("saxpy.ptx");
+    assert!(ptx.len() > original.len() && ptx.contains("ld.global.nc.f32 \t%f2, [%rd6];"));
+    check_ptx("egpu inject saxpy.ptx -o out.ptx", &ptx);
+    print!("{}", r.stderr);
+
+    // Without -o, the module goes to standard output; `--kernel saxpy` selects the one kernel.
+    let r = succeeds(&[
+        "inject".into(),
+        saxpy().into_os_string(),
+        "--probe".into(),
+        probe_exit.clone(),
+        "--kernel".into(),
+        "saxpy".into(),
+    ]);
+    assert!(r.stderr.ends_with("1 sites\n"), "{}", r.stderr);
+    assert!(r.stdout.contains(".entry saxpy("), "{}", r.stdout);
+    check_ptx("egpu inject saxpy.ptx --kernel saxpy", &r.stdout);
+
+    // A kernel the module does not have: nothing instrumented, the module unchanged.
+    let r = succeeds(&[
+        "inject".into(),
+        saxpy().into_os_string(),
+        "--probe".into(),
+        probe_load,
+        "--kernel".into(),
+        "no_such_kernel".into(),
+    ]);
+    assert_eq!(r.stderr, "0 sites\n");
+    assert_eq!(r.stdout, original);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn usage_errors_exit_with_2() {
+    let dir = TempDir::new("usage");
+    let load = dir.file("load.s", LOAD_PROBE);
+    let load = load.to_str().expect("a UTF-8 temporary path");
+    let none: [&str; 0] = [];
+    fails(&none, 2, &["expected a subcommand", "usage:", "egpu translate PROGRAM"]);
+    fails(&["frobnicate"], 2, &["expected a subcommand", "usage:"]);
+    fails(&["translate", load, "--bogus", "x"], 2, &["unknown option `--bogus`", "usage:"]);
+    fails(&["inject", "m.ptx", "-x"], 2, &["unknown option `-x`"]);
+    fails(&["translate", load, "--attach"], 2, &["`--attach` needs a value"]);
+    fails(&["translate"], 2, &["`translate` takes one program file"]);
+    fails(&["translate", load, load], 2, &["`translate` takes one program file"]);
+    fails(&["translate", load, "--attach", "device::nowhere"], 2, &["unknown attach point"]);
+    fails(&["translate", load, "--attach", "host::launch::enter"], 2, &["runs on the host"]);
+    let saxpy = saxpy();
+    let saxpy = saxpy.to_str().expect("a UTF-8 path");
+    fails(&["inject", saxpy], 2, &["needs at least one `--probe"]);
+    fails(&["inject", saxpy, "--probe", load], 2, &["expected ATTACH=PROGRAM"]);
+    let host = format!("host::launch::enter={load}");
+    fails(
+        &["inject", saxpy, "--probe", &host],
+        2,
+        &["host::launch::enter", "not a device attach point"],
+    );
+    let user = format!("user(8)={load}");
+    fails(&["inject", saxpy, "--probe", &user], 2, &["not a device attach point"]);
+    // Help is not an error.
+    let r = succeeds(&["--help"]);
+    assert!(r.stdout.contains("usage:") && r.stderr.is_empty(), "{}", r.stdout);
+}
+
+#[test]
+fn failures_exit_with_1_and_say_why() {
+    let dir = TempDir::new("failures");
+    let load = dir.file("load.s", LOAD_PROBE);
+    let load = load.to_str().expect("a UTF-8 temporary path");
+    let missing = dir.0.join("missing.s");
+    let missing = missing.to_str().expect("a UTF-8 temporary path");
+    fails(&["translate", missing], 1, &["reading ", missing]);
+    let saxpy = saxpy();
+    let saxpy = saxpy.to_str().expect("a UTF-8 path");
+    let probe = format!("device::global_load={missing}");
+    fails(&["inject", saxpy, "--probe", &probe], 1, &["reading ", missing]);
+    let missing_ptx = dir.0.join("missing.ptx");
+    let missing_ptx = missing_ptx.to_str().expect("a UTF-8 temporary path");
+    let probe = format!("device::global_load={load}");
+    fails(&["inject", missing_ptx, "--probe", &probe], 1, &["reading ", missing_ptx]);
+
+    // The verifier: r0 is never set; and a read past the end of the access context.
+    let unset = dir.file("unset.s", "exit\n");
+    let unset = unset.to_str().expect("a UTF-8 temporary path");
+    fails(&["translate", unset], 1, &["unset.s", "verifier"]);
+    let past = dir.file("past.s", "ldxdw %r0, [%r1+4096]\nexit\n");
+    let past = past.to_str().expect("a UTF-8 temporary path");
+    fails(&["translate", past], 1, &["past.s", "the verifier refused it"]);
+    let probe = format!("device::kernel_exit={past}");
+    fails(&["inject", saxpy, "--probe", &probe], 1, &["past.s", "the verifier refused it"]);
+
+    // Text that does not assemble, and bytes that do not decode.
+    let bad_asm = dir.file("bad.s", "mov %r0, 1\nfrobnicate %r0\nexit\n");
+    fails(&["translate", bad_asm.to_str().expect("UTF-8")], 1, &["bad.s", "line 2"]);
+    let bad_bytes = dir.file("bad.bin", [0xffu8, 0, 0, 0, 0, 0, 0, 0]);
+    fails(&["translate", bad_bytes.to_str().expect("UTF-8")], 1, &["bad.bin"]);
+    let odd_bytes = dir.file("odd.bin", [0x95u8, 0, 0]);
+    fails(&["translate", odd_bytes.to_str().expect("UTF-8")], 1, &["odd.bin"]);
+
+    // Malformed PTX: a kernel whose body never closes, an unterminated comment.
+    let probe = format!("device::global_load={load}");
+    for (name, text, line) in [
+        (
+            "open.ptx",
+            ".version 9.0\n.target sm_90\n.address_size 64\n.entry k()\n{\n\tret;\n",
+            "line 5",
+        ),
+        ("comment.ptx", ".version 9.0\n/* never\nends\n", "line 2"),
+        ("header.ptx", ".version 9.0\n.visible .entry k(.param .u64 p)\n", "line 2"),
+    ] {
+        let ptx = dir.file(name, text);
+        let ptx = ptx.to_str().expect("a UTF-8 temporary path");
+        fails(&["inject", ptx, "--probe", &probe], 1, &[name, "reading the PTX", line]);
+    }
+    let wide = dir.file("wide.ptx", ".version 9.0\n.target sm_90\n.address_size 32\n");
+    let wide = wide.to_str().expect("a UTF-8 temporary path");
+    fails(&["inject", wide, "--probe", &probe], 1, &["wide.ptx", "64-bit modules only"]);
+}
+
+/// `--kernel` takes any text, and `egpu translate` prints a module that ptxas refuses, with exit
+/// code 0: the name should be checked (a PTX identifier, not one of the translation's own names
+/// such as `e_f1`).
+#[test]
+#[ignore = "bug: egpu translate (kernel_module) does not check the kernel name"]
+fn translate_refuses_a_kernel_name_that_is_not_an_identifier() {
+    let dir = TempDir::new("names");
+    let calls = dir.file("calls.s", "mov %r1, 3\ncall local f\nexit\nf:\nmov %r0, %r1\nexit\n");
+    let calls = calls.to_str().expect("a UTF-8 temporary path");
+    for name in ["a b", "", "9k", "k%", "e_f1"] {
+        let r = run(&["translate", calls, "--kernel", name]);
+        assert_ne!(r.code, 0, "--kernel {name:?} printed a module:\n{}", r.stdout);
+    }
+}
