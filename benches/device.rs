@@ -34,6 +34,39 @@ const COUNT: &str = "
     mov %r0, 0
     exit";
 
+/// Counts accesses per 4 KiB page in a hash map, as Probe Rust's `HashMap::fetch_add` does.
+const PAGES: &str = "
+    ldxdw %r6, [%r1+0]
+    rsh %r6, 12
+    stxdw [%r10-8], %r6
+    stdw [%r10-16], 0
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    call 1
+    jne %r0, 0, found
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    mov %r3, %r10
+    add %r3, -16
+    mov %r4, 1
+    call 2
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    call 1
+    jeq %r0, 0, out
+found:
+    mov %r1, 1
+    lock add [%r0+0], %r1
+out:
+    mov %r0, 0
+    exit";
+
+/// Pages the benchmark touches (x and y, 2^28 floats each), with room to spare.
+const PAGE_CAPACITY: u32 = 1 << 20;
+
 fn program(text: &str, maps: Vec<MapDef>, event: DeviceEvent) -> Verified {
     let program =
         Program::new(assemble(text).expect("assembles"), maps, AttachPoint::Device(event))
@@ -69,6 +102,12 @@ fn main() {
     let per_sm =
         RawMap::create(geometry(MapKind::PerCpuArray, info.sm_count).unwrap(), &Placement::Process)
             .unwrap();
+    let pages = RawMap::create(
+        Geometry::new(MapKind::Hash, 8, 8, PAGE_CAPACITY, 1, 0).unwrap(),
+        &Placement::Process,
+    )
+    .unwrap();
+    let pages_dev = DeviceMapBuffer::upload(&gpu, &pages).unwrap();
     let array_dev = DeviceMapBuffer::upload(&gpu, &array).unwrap();
     let per_sm_dev = DeviceMapBuffer::upload(&gpu, &per_sm).unwrap();
     let empty = [
@@ -83,6 +122,17 @@ fn main() {
         program(COUNT, counts(MapKind::PerCpuArray), DeviceEvent::GlobalLoad),
         program(COUNT, counts(MapKind::PerCpuArray), DeviceEvent::GlobalStore),
     ];
+    let page_def = vec![MapDef {
+        name: "pages".into(),
+        kind: MapKind::Hash,
+        key_size: 8,
+        value_size: 8,
+        max_entries: PAGE_CAPACITY,
+    }];
+    let count_pages = [
+        program(PAGES, page_def.clone(), DeviceEvent::GlobalLoad),
+        program(PAGES, page_def, DeviceEvent::GlobalStore),
+    ];
     let instrument = |probes: &[Verified; 2], maps: &[DeviceMap]| -> String {
         let probes: Vec<DeviceProbe<'_>> = probes
             .iter()
@@ -91,11 +141,13 @@ fn main() {
         inject(&ptx, &probes).expect("instruments").ptx
     };
     let (array_b, sm_b) = ([array_dev.binding()], [per_sm_dev.binding()]);
+    let pages_b = [pages_dev.binding()];
     let variants: Vec<(&str, String, f64)> = vec![
         ("uninstrumented", ptx.clone(), f64::NAN),
         ("(a) empty probe", instrument(&empty, &[]), 1.05),
         ("(b) count, one Array slot", instrument(&count_array, &array_b), 2.0),
         ("(c) count, per-SM map", instrument(&count_sm, &sm_b), 1.3),
+        ("(d) count, HashMap by page", instrument(&count_pages, &pages_b), 3.0),
     ];
 
     let x = gpu.alloc(N as usize * 4).expect("x");
@@ -120,6 +172,7 @@ fn main() {
     }
     array_dev.download().unwrap();
     per_sm_dev.download().unwrap();
+    pages_dev.download().unwrap();
     let base = median(times[0].clone());
     println!("\nsaxpy over 2^28 floats, {} blocks x 256 threads, {RUNS} runs each:", grid.0);
     println!(
@@ -140,7 +193,6 @@ fn main() {
             failed.push(format!("{name}: {ratio:.2}x > {target}x"));
         }
     }
-    println!("{:<32} {:>10}", "(d) count, HashMap by page", "not yet: device hash maps");
     println!("{:<32} {:>10}", "(e) 16-byte records, RingBuf", "not yet: device ring buffers");
 
     // The counts are exact: 2 loads and 1 store per element, per run (warm-up included).
@@ -155,7 +207,14 @@ fn main() {
     };
     assert_eq!(value(&array), 3 * u64::from(N) * launches, "Array count");
     assert_eq!(value(&per_sm), 3 * u64::from(N) * launches, "per-SM count");
-    println!("counts exact: {} accesses counted in each map", value(&array));
+    let by_page = egpu_maps::HashMap::<u64, u64>::from_raw(pages.clone()).expect("a hash map");
+    let (entries, total) = by_page.iter().fold((0u64, 0u64), |(n, t), (_, v)| (n + 1, t + v));
+    assert_eq!(total, 3 * u64::from(N) * launches, "HashMap count");
+    assert_eq!(entries, 2 * u64::from(N) * 4 / 4096, "one entry per page of x and y");
+    println!(
+        "counts exact: {} accesses counted in each map; {entries} pages in the HashMap",
+        value(&array)
+    );
 
     load_times(&gpu, &ptx, &empty);
     if !failed.is_empty() {

@@ -26,7 +26,9 @@ use egpu_ebpf::verifier::Verified;
 use egpu_ebpf::{AttachPoint, DeviceEvent, kernel_id};
 
 use crate::ptx::{FunctionKind, Instruction, Module, PieceKind, PtxError};
-use crate::translate::{Context, DeviceMap, Options, TranslateError, combines, translate};
+use crate::translate::{
+    Context, DeviceMap, Options, TranslateError, combines, translate, warp_add,
+};
 
 /// A probe to inject, and the kernels it attaches to.
 #[derive(Clone, Copy, Debug)]
@@ -169,8 +171,21 @@ fn access_size(insn: &Instruction<'_>) -> Option<u32> {
     size.map(|s| s * lanes)
 }
 
-/// At a kernel's exit: the per-thread sum of combined atomic adds, added to memory.
-const FLUSH: &str = "\t{\n\t.reg .pred %egpu_flush;\n\tsetp.ne.u64 %egpu_flush, %egpu_sum_addr, 0;\n\t@%egpu_flush red.add.u64 [%egpu_sum_addr], %egpu_sum;\n\t}\n";
+/// At a kernel's exit (the return at piece `piece`): the per-thread sum of combined atomic adds,
+/// added to memory, aggregated across the warp where the target allows.
+fn flush(piece: usize, sm: u32) -> String {
+    let label = format!("$egpu_flush{piece}");
+    let add = if sm >= 80 {
+        let w = ["%egpu_fw0", "%egpu_fw1", "%egpu_fw2", "%egpu_fw3"];
+        warp_add("%egpu_sum_addr", "%egpu_sum", w, "%egpu_fq", "%egpu_ft", &label)
+    } else {
+        format!("\tred.add.u64 [%egpu_sum_addr], %egpu_sum;\n{label}_done:\n")
+    };
+    format!(
+        "\t{{\n\t.reg .b32 %egpu_fw<4>;\n\t.reg .pred %egpu_fq;\n\t.reg .b64 %egpu_ft;\n\
+         \tsetp.eq.u64 %egpu_fq, %egpu_sum_addr, 0;\n\t@%egpu_fq bra {label}_done;\n{add}\t}}\n"
+    )
+}
 
 /// Instruments `ptx` with `probes`.
 pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, InjectError> {
@@ -180,6 +195,12 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
     {
         return Err(InjectError::AddressSize(size.to_owned()));
     }
+    // `.target sm_90a, debug`: the SM version, 90 (the GPU machine's) when unreadable.
+    let sm = module
+        .directive(".target")
+        .and_then(|t| t.split(',').find_map(|part| part.trim().strip_prefix("sm_")))
+        .and_then(|v| v.trim_end_matches(|c: char| c.is_ascii_alphabetic()).parse::<u32>().ok())
+        .unwrap_or(90);
     for (i, p) in probes.iter().enumerate() {
         let attach = p.program.program().attach();
         if !attach.is_device() {
@@ -220,6 +241,7 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
             let mut options = Options::new(prefix, context);
             options.pid = std::process::id();
             options.maps = p.maps.to_vec();
+            options.sm = sm;
             if combine {
                 options.combine = Some(combine_regs.clone());
             }
@@ -292,7 +314,7 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
                 }
             }
             if combine && is_return {
-                code.push_str(FLUSH);
+                code.push_str(&flush(piece, sm));
             }
             if code.is_empty() {
                 continue;

@@ -279,3 +279,99 @@ fn instrumenter_samples_detaches_caches_and_falls_back() {
     println!("falls back: {why}");
     assert_eq!(module.launch("saxpy", (64, 1, 1), (256, 1, 1), &args), Ok(Ran::Original));
 }
+
+/// The probe Probe Rust's `HashMap::fetch_add` makes, by page: look up, insert a zero when
+/// missing (racing inserts of one page from many threads), look up again, add.
+const PAGE_COUNT: &str = "
+    ldxdw %r6, [%r1+0]
+    rsh %r6, 12
+    stxdw [%r10-8], %r6
+    stdw [%r10-16], 0
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    call 1
+    jne %r0, 0, found
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    mov %r3, %r10
+    add %r3, -16
+    mov %r4, 1
+    call 2
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    call 1
+    jeq %r0, 0, out
+found:
+    mov %r1, 1
+    lock add [%r0+0], %r1
+out:
+    mov %r0, 0
+    exit";
+
+/// A device hash map counts the loads of saxpy per 4 KiB page exactly: one entry per page,
+/// however many threads raced to insert it, each with the count the host computes.
+#[test]
+fn device_hash_map_counts_pages_exactly() {
+    use egpu_device::cuda::{Arg, Gpu};
+    use egpu_device::inject::{DeviceProbe, Kernels, inject};
+    use egpu_device::maps::DeviceMapBuffer;
+    use egpu_ebpf::verifier::verify;
+    use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
+    use egpu_maps::layout::Geometry;
+    use egpu_maps::{Placement, RawMap};
+    use std::collections::BTreeMap;
+
+    let Some(info) = require_gpu() else { return };
+    let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
+    let ptx = std::fs::read_to_string(workspace().join("tests/ptx/saxpy.ptx")).expect("saxpy.ptx");
+    let def = MapDef {
+        name: "pages".into(),
+        kind: MapKind::Hash,
+        key_size: 8,
+        value_size: 8,
+        max_entries: 8192,
+    };
+    let program = Program::new(
+        assemble(PAGE_COUNT).expect("assembles"),
+        vec![def],
+        AttachPoint::Device(DeviceEvent::GlobalLoad),
+    )
+    .unwrap();
+    let verified = verify(&program).expect("verified");
+    let map = RawMap::create(
+        Geometry::new(MapKind::Hash, 8, 8, 8192, 1, 0).unwrap(),
+        &Placement::Process,
+    )
+    .unwrap();
+    let device = DeviceMapBuffer::upload(&gpu, &map).unwrap();
+    let binding = [device.binding()];
+    let probes = [DeviceProbe { program: &verified, kernels: Kernels::All, maps: &binding }];
+    let instrumented = inject(&ptx, &probes).expect("instruments").ptx;
+    let module = gpu.load_ptx(&instrumented).unwrap_or_else(|e| panic!("{e}"));
+    let kernel = module.kernel("saxpy").unwrap();
+    let n: u32 = 3 << 20;
+    let x = gpu.alloc(n as usize * 4).unwrap();
+    let y = gpu.alloc(n as usize * 4).unwrap();
+    let args = [Arg::U32(n), Arg::F32(2.0), Arg::Ptr(&x), Arg::Ptr(&y)];
+    gpu.launch(&kernel, (info.sm_count * 4, 1, 1), (256, 1, 1), &args).expect("launch");
+    device.download().unwrap();
+    let mut expected: BTreeMap<u64, u64> = BTreeMap::new();
+    for base in [x.device_ptr(), y.device_ptr()] {
+        for i in 0..u64::from(n) {
+            *expected.entry((base + 4 * i) >> 12).or_default() += 1;
+        }
+    }
+    for (page, count) in &expected {
+        let got = map.lookup(&page.to_le_bytes()).unwrap().map(|p| {
+            // SAFETY: values are 8 bytes, 8-aligned, alive while the map is.
+            unsafe { p.cast::<u64>().as_ptr().read() }
+        });
+        assert_eq!(got, Some(*count), "page {page:#x}");
+    }
+    assert_eq!(map.len(), expected.len() as u64, "one entry per page");
+    assert_eq!(map.refused(), 0);
+    println!("{} pages counted exactly in a device hash map ({} loads)", expected.len(), 2 * n);
+}

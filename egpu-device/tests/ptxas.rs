@@ -230,6 +230,16 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
                    jeq %r0, 0, +2\nmov %r1, 1\nlock add [%r0+0], %r1\n\
                    stw [%r10-8], 0\nlddw %r1, map[1]\nmov %r2, %r10\nadd %r2, -8\ncall 1\n\
                    jeq %r0, 0, +2\nmov %r1, 4\nlock add32 [%r0+0], %r1\nmov %r0, 0\nexit";
+    // Counts accesses per 4 KiB page in a hash map, as Probe Rust's `fetch_add` does: look up,
+    // insert a zero when missing, look up again, add; then removes and re-inserts a key.
+    let pages = "ldxdw %r6, [%r1+0]\nrsh %r6, 12\nstxdw [%r10-8], %r6\nstdw [%r10-16], 0\n\
+                 lddw %r1, map[2]\nmov %r2, %r10\nadd %r2, -8\ncall 1\njne %r0, 0, found\n\
+                 lddw %r1, map[2]\nmov %r2, %r10\nadd %r2, -8\nmov %r3, %r10\nadd %r3, -16\n\
+                 mov %r4, 1\ncall 2\nlddw %r1, map[2]\nmov %r2, %r10\nadd %r2, -8\ncall 1\n\
+                 jeq %r0, 0, out\nfound:\nmov %r1, 1\nlock add [%r0+0], %r1\nout:\n\
+                 stw [%r10-20], 3\nlddw %r1, map[3]\nmov %r2, %r10\nadd %r2, -20\ncall 3\n\
+                 lddw %r1, map[3]\nmov %r2, %r10\nadd %r2, -20\nmov %r3, %r10\nadd %r3, -16\n\
+                 mov %r4, 0\ncall 2\nmov %r0, 0\nexit";
     let maps = vec![
         MapDef {
             name: "all".into(),
@@ -245,6 +255,20 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
             value_size: 8,
             max_entries: 1,
         },
+        MapDef {
+            name: "pages".into(),
+            kind: MapKind::Hash,
+            key_size: 8,
+            value_size: 8,
+            max_entries: 4096,
+        },
+        MapDef {
+            name: "odd".into(),
+            kind: MapKind::PerCpuHash,
+            key_size: 4,
+            value_size: 8,
+            max_entries: 64,
+        },
     ];
     let bindings = vec![
         egpu_device::translate::DeviceMap {
@@ -254,6 +278,14 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
         egpu_device::translate::DeviceMap {
             addr: 0x7f00_0010_0000,
             geometry: Geometry::new(MapKind::PerCpuArray, 4, 8, 1, 2, 132).expect("geometry"),
+        },
+        egpu_device::translate::DeviceMap {
+            addr: 0x7f00_0020_0000,
+            geometry: Geometry::new(MapKind::Hash, 8, 8, 4096, 1, 0).expect("geometry"),
+        },
+        egpu_device::translate::DeviceMap {
+            addr: 0x7f00_1000_0000,
+            geometry: Geometry::new(MapKind::PerCpuHash, 4, 8, 64, 2, 132).expect("geometry"),
         },
     ];
     let mut programs = Vec::new();
@@ -267,7 +299,11 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
             DeviceEvent::KernelEntry | DeviceEvent::KernelExit => size_of::<KernelCtx>(),
             _ => size_of::<MemAccessCtx>(),
         };
-        for (text, maps) in [(reader(ctx), vec![]), (counter.to_string(), maps.clone())] {
+        let mut sources = vec![(reader(ctx), vec![]), (counter.to_string(), maps.clone())];
+        if matches!(event, DeviceEvent::GlobalLoad | DeviceEvent::GlobalStore) {
+            sources.push((pages.to_string(), maps.clone()));
+        }
+        for (text, maps) in sources {
             let slots = egpu_ebpf::assemble(&text).expect("assembles");
             let program = Program::new(slots, maps, AttachPoint::Device(event)).expect("program");
             programs.push(verify(&program).expect("verified"));

@@ -50,6 +50,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod maps;
+
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::mem::offset_of;
@@ -159,6 +161,45 @@ pub struct Options {
     /// map values are combined per thread (see [`combines`]); the kernel starts them at 0 and
     /// flushes the sum (`red.add`) when it exits. `None`: every add is its own atomic.
     pub combine: Option<[String; 2]>,
+    /// The SM version the code will run on, from the module's `.target` (`sm_90`: 90). Below
+    /// 80, adds are not aggregated across a warp (`redux.sync` needs sm_80).
+    pub sm: u32,
+}
+
+/// PTX that adds the `u64` in `val` to the `u64` at `addr` (a generic address), aggregated
+/// across the warp: the lanes that add to the same address (`match.any.sync`) make one atomic,
+/// from their lowest lane, with their sum (`redux.sync`), when every value of the group is below
+/// 2^26 (so the 32-bit sum is exact); otherwise each lane adds its own. `w` are four 32-bit
+/// registers, `q` a predicate, `t` a 64-bit register, all free; `label` is a unique label stem.
+pub(crate) fn warp_add(
+    addr: &str,
+    val: &str,
+    w: [&str; 4],
+    q: &str,
+    t: &str,
+    label: &str,
+) -> String {
+    let [w0, w1, w2, w3] = w;
+    format!(
+        "\tactivemask.b32 {w0};\n\
+         \tmatch.any.sync.b64 {w1}, {addr}, {w0};\n\
+         \tsetp.lt.u64 {q}, {val}, 67108864;\n\
+         \tvote.sync.all.pred {q}, {q}, {w1};\n\
+         \t@!{q} bra {label}_single;\n\
+         \tcvt.u32.u64 {w2}, {val};\n\
+         \tredux.sync.add.u32 {w2}, {w2}, {w1};\n\
+         \tneg.s32 {w3}, {w1};\n\
+         \tand.b32 {w3}, {w3}, {w1};\n\
+         \tmov.u32 {w0}, %lanemask_eq;\n\
+         \tsetp.ne.u32 {q}, {w3}, {w0};\n\
+         \t@{q} bra {label}_done;\n\
+         \tcvt.u64.u32 {t}, {w2};\n\
+         \tred.add.u64 [{addr}], {t};\n\
+         \tbra {label}_done;\n\
+         {label}_single:\n\
+         \tred.add.u64 [{addr}], {val};\n\
+         {label}_done:\n"
+    )
 }
 
 /// Whether the program makes 64-bit atomic adds to map values whose old value it does not read,
@@ -195,6 +236,7 @@ impl Options {
             pid: 0,
             maps: Vec::new(),
             combine: None,
+            sm: 90,
         }
     }
 }
@@ -387,6 +429,8 @@ struct Emitter<'a> {
     /// Whether the frame is kept in registers, one 64-bit register per 8-byte slot, rather than
     /// in a `.local` array (see [`stack_in_registers`]).
     in_registers: bool,
+    /// 64-bit registers `k0`, `k1`, … that map helpers use for keys and values.
+    words: u32,
 }
 
 /// Whether function `f`'s frame can live in registers: every access to it is at a constant,
@@ -421,16 +465,30 @@ fn stack_in_registers(verified: &Verified, f: usize) -> bool {
                 Instruction::Call(CallTarget::Helper(id)) => Some(id),
                 _ => verified.callx_helper(d.pc),
             };
-            facts.args.iter().enumerate().all(|(i, a)| match a {
-                Some(a) if a.region == AccessRegion::OwnStack => {
-                    // Only an array lookup's key is read by the inlined code itself.
-                    i == 1
-                        && matches!(
-                            id,
-                            Some(helper_id::MAP_LOOKUP_ELEM | helper_id::MAP_DELETE_ELEM)
-                        )
-                        && direct(*a, 4)
+            let def = facts.map.and_then(|m| program.maps().get(m as usize));
+            let map_helper = matches!(
+                id,
+                Some(
+                    helper_id::MAP_LOOKUP_ELEM
+                        | helper_id::MAP_UPDATE_ELEM
+                        | helper_id::MAP_DELETE_ELEM
+                )
+            );
+            facts.args.iter().enumerate().all(|(i, a)| match (a, def) {
+                (Some(a), Some(def)) if a.region == AccessRegion::OwnStack => {
+                    // Map helpers read their key (r2) and value (r3) themselves, from the
+                    // frame's slot registers.
+                    let array = matches!(def.kind, MapKind::Array | MapKind::PerCpuArray);
+                    match i {
+                        1 if map_helper && array => direct(*a, 4),
+                        1 if map_helper => maps::words_direct(*a, def.key_size),
+                        2 if id == Some(helper_id::MAP_UPDATE_ELEM) => {
+                            maps::words_direct(*a, def.value_size)
+                        }
+                        _ => false,
+                    }
                 }
+                (Some(a), None) => a.region != AccessRegion::OwnStack,
                 _ => true,
             })
         }
@@ -453,6 +511,7 @@ impl<'a> Emitter<'a> {
             out: String::new(),
             frame,
             in_registers: frame > 0 && stack_in_registers(verified, function),
+            words: 0,
         }
     }
 
@@ -519,8 +578,9 @@ impl<'a> Emitter<'a> {
                 .expect("writing to a String");
         }
         self.line(format!(".reg .b64 %{p}_r<11>;"));
-        self.line(format!(".reg .b64 %{p}_t<4>;"));
-        self.line(format!(".reg .b32 %{p}_w<4>;"));
+        self.line(format!(".reg .b64 %{p}_t<8>;"));
+        self.line(format!(".reg .b32 %{p}_w<8>;"));
+        let words_at = self.out.len();
         self.line(format!(".reg .pred %{p}_q<3>;"));
         if self.in_registers {
             let n = self.frame / 8;
@@ -571,6 +631,9 @@ impl<'a> Emitter<'a> {
                 self.out.push_str(&format!("{l}:\n"));
             }
             self.instruction(d.pc, d.insn)?;
+        }
+        if self.words > 0 {
+            self.out.insert_str(words_at, &format!("\t.reg .b64 %{p}_k<{}>;\n", self.words));
         }
         if main {
             self.out.push_str(&format!("${p}_exit:\n"));
@@ -1069,8 +1132,17 @@ impl<'a> Emitter<'a> {
             self.line(format!("add.s64 {t3}, {b}, {off};"));
             self.line(format!("setp.eq.u64 {q0}, {t3}, {ca};"));
             self.line(format!("@{q0} bra ${p}_C{pc};"));
-            self.line(format!("setp.ne.u64 {q1}, {ca}, 0;"));
-            self.line(format!("@{q1} red.add.u64 [{ca}], {cv};"));
+            self.line(format!("setp.eq.u64 {q1}, {ca}, 0;"));
+            self.line(format!("@{q1} bra ${p}_F{pc}_done;"));
+            if self.options.sm >= 80 {
+                let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.w(i));
+                let (q2, t2) = (self.q(2), self.t(2));
+                let code = warp_add(ca, cv, [&w0, &w1, &w2, &w3], &q2, &t2, &format!("${p}_F{pc}"));
+                self.out.push_str(&code);
+            } else {
+                self.line(format!("red.add.u64 [{ca}], {cv};"));
+                self.out.push_str(&format!("${p}_F{pc}_done:\n"));
+            }
             self.line(format!("mov.b64 {ca}, {t3};"));
             self.line(format!("mov.b64 {cv}, 0;"));
             self.out.push_str(&format!("${p}_C{pc}:\n"));
@@ -1223,110 +1295,13 @@ impl<'a> Emitter<'a> {
                 self.line(format!("xor.b64 {t0}, {t0}, {t1};"));
                 self.line(format!("and.b64 {r0}, {t0}, 4294967295;"));
             }
-            helper_id::MAP_LOOKUP_ELEM | helper_id::MAP_DELETE_ELEM => {
-                let facts = self.verified.call(pc).copied();
-                let map = self.map(pc, facts.and_then(|f| f.map))?;
-                let g = map.geometry;
-                if !matches!(g.kind, MapKind::Array | MapKind::PerCpuArray) {
-                    return self.unsupported(pc, id);
-                }
-                if id == helper_id::MAP_DELETE_ELEM {
-                    // Array entries cannot be removed (as in Linux).
-                    self.line(format!("mov.b64 {r0}, -22;"));
-                    return Ok(());
-                }
-                let key = facts.and_then(|f| f.args[1]);
-                self.read_u32(Reg::R2, key, &w0);
-                self.array_slot(pc, map, &w0, &r0)?;
+            helper_id::MAP_LOOKUP_ELEM
+            | helper_id::MAP_UPDATE_ELEM
+            | helper_id::MAP_DELETE_ELEM => {
+                self.map_helper(pc, id)?;
             }
             _ => return self.unsupported(pc, id),
         }
-        Ok(())
-    }
-
-    fn unsupported(&self, pc: usize, id: u32) -> Result<(), TranslateError> {
-        let name = egpu_ebpf::helpers::helper(id).map_or("unknown", |h| h.name);
-        Err(TranslateError::Helper { pc, id, name })
-    }
-
-    /// The device binding of map `m` (`None`: the paths disagree on the map).
-    fn map(&self, pc: usize, m: Option<u32>) -> Result<DeviceMap, TranslateError> {
-        let m = m.ok_or(TranslateError::MapUse {
-            pc,
-            name: String::new(),
-            why: "different paths pass different maps".into(),
-        })?;
-        let name = self.program.maps().get(m as usize).map(|d| d.name.clone()).unwrap_or_default();
-        self.options.maps.get(m as usize).copied().ok_or(TranslateError::Map { pc, name })
-    }
-
-    /// Loads the `u32` that `reg` points at into `into`, as directly as the verifier allows.
-    fn read_u32(&mut self, reg: Reg, at: Option<Access>, into: &str) {
-        if let Some((slot, byte)) = self.slot(at) {
-            let t3 = self.t(3);
-            self.line(format!("bfe.u64 {t3}, {slot}, {}, 32;", byte * 8));
-            self.line(format!("cvt.u32.u64 {into}, {t3};"));
-            return;
-        }
-        match at {
-            Some(Access { region: AccessRegion::OwnStack, offset: Some(o), .. }) if o % 4 == 0 => {
-                let at = i64::from(self.frame) + o;
-                let stack = self.stack();
-                self.line(format!("ld.local.u32 {into}, [{stack}+{at}];"));
-            }
-            Some(Access { aligned: true, .. }) => {
-                let r = self.r(reg);
-                self.line(format!("ld.u32 {into}, [{r}];"));
-            }
-            _ => {
-                let (r, w3) = (self.r(reg), self.w(3));
-                self.line(format!("mov.b32 {into}, 0;"));
-                for i in (0..4).rev() {
-                    self.line(format!("ld.u8 {w3}, [{r}+{i}];"));
-                    self.line(format!("shl.b32 {into}, {into}, 8;"));
-                    self.line(format!("or.b32 {into}, {into}, {w3};"));
-                }
-            }
-        }
-    }
-
-    /// `into` = the address of element `index` of an array map (this SM's shard of a per-CPU
-    /// array), or 0 when the index is out of range.
-    fn array_slot(
-        &mut self,
-        pc: usize,
-        map: DeviceMap,
-        index: &str,
-        into: &str,
-    ) -> Result<(), TranslateError> {
-        let g = map.geometry;
-        let [t0, t1] = [self.t(0), self.t(1)];
-        let (q0, w2) = (self.q(0), self.w(2));
-        let base = map.addr.wrapping_add(g.slot_offset(0, 0) as u64);
-        self.line(format!("setp.lt.u32 {q0}, {index}, {};", g.capacity));
-        self.line(format!("mul.wide.u32 {t0}, {index}, {};", g.slot_stride));
-        self.line(format!("add.s64 {t0}, {t0}, {};", base as i64));
-        if g.kind == MapKind::PerCpuArray {
-            if g.sm_shards == 0 {
-                let name = self.program.maps().iter().map(|d| d.name.clone()).next();
-                return Err(TranslateError::MapUse {
-                    pc,
-                    name: name.unwrap_or_default(),
-                    why: "a per-CPU map used on the GPU needs device (SM) shards".into(),
-                });
-            }
-            // The shard of this SM: host shards first, then one per SM.
-            self.line(format!("mov.u32 {w2}, %smid;"));
-            if g.sm_shards & (g.sm_shards - 1) == 0 {
-                self.line(format!("and.b32 {w2}, {w2}, {};", g.sm_shards - 1));
-            } else {
-                self.line(format!("rem.u32 {w2}, {w2}, {};", g.sm_shards));
-            }
-            self.line(format!("add.s32 {w2}, {w2}, {};", g.cpu_shards));
-            self.line(format!("mul.wide.u32 {t1}, {w2}, {};", g.shard_stride));
-            self.line(format!("add.s64 {t0}, {t0}, {t1};"));
-        }
-        self.line(format!("selp.b64 {into}, {t0}, 0, {q0};"));
         Ok(())
     }
 }

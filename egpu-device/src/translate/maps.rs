@@ -1,0 +1,465 @@
+//! The map helpers on the GPU, inlined with the map's geometry as constants.
+//!
+//! - Arrays and per-CPU arrays: a bounds check and a multiply (the shard of a per-CPU array is
+//!   the SM's, `cpu_shards + %smid % sm_shards`).
+//! - Hash maps and per-CPU hash maps: the key's bytes become 64-bit words in registers, hashed
+//!   as [`egpu_maps::layout::hash_key`] does, and the shard's slots are probed from the key's
+//!   home slot as the layout defines. Device inserts follow a protocol for device writers only
+//!   (one writing side per word: while a kernel runs, the device copy of a map is written by its
+//!   threads alone): claim an EMPTY slot by compare-and-swap to BUSY (owner
+//!   [`DEVICE_OWNER`](egpu_maps::layout::DEVICE_OWNER)), write the key and value, count the entry
+//!   against the capacity, then publish it as FULL. A thread that meets a slot being inserted
+//!   under its own key's tag waits for it to be published, so racing inserts of one key make one
+//!   entry. Tombstones are not reused by device inserts. A slot left pending by a host writer
+//!   that died is waited for a bounded time, then passed over.
+
+use egpu_ebpf::MapKind;
+use egpu_ebpf::helpers::id as helper_id;
+use egpu_ebpf::verifier::Access;
+use egpu_maps::layout::{DEVICE_OWNER, SHARD_HEADER_BYTES, hash_state as hs, shard};
+
+use super::{DeviceMap, Emitter, TranslateError};
+use egpu_ebpf::Reg;
+
+/// How many times a device insert re-reads a slot that another writer holds before passing it.
+const SPIN_LIMIT: u32 = 1 << 20;
+
+/// Values and keys longer than this are refused on the GPU (they live in registers).
+pub(super) const MAX_WORDS: u32 = 32;
+
+/// Whether the bytes at a frame offset can be read as words straight from the frame's slot
+/// registers: 8-byte aligned, or within one slot.
+pub(super) fn words_direct(a: Access, bytes: u32) -> bool {
+    a.offset.is_some_and(|o| {
+        let within = o.rem_euclid(8);
+        within == 0 || within + i64::from(bytes) <= 8
+    })
+}
+
+impl Emitter<'_> {
+    pub(super) fn unsupported(&self, pc: usize, id: u32) -> Result<(), TranslateError> {
+        let name = egpu_ebpf::helpers::helper(id).map_or("unknown", |h| h.name);
+        Err(TranslateError::Helper { pc, id, name })
+    }
+
+    /// The device binding of map `m` (`None`: the paths disagree on the map).
+    pub(super) fn map(&self, pc: usize, m: Option<u32>) -> Result<DeviceMap, TranslateError> {
+        let m = m.ok_or(TranslateError::MapUse {
+            pc,
+            name: String::new(),
+            why: "different paths pass different maps".into(),
+        })?;
+        let name = self.map_name(m);
+        self.options.maps.get(m as usize).copied().ok_or(TranslateError::Map { pc, name })
+    }
+
+    fn map_name(&self, m: u32) -> String {
+        self.program.maps().get(m as usize).map(|d| d.name.clone()).unwrap_or_default()
+    }
+
+    /// `bpf_map_lookup_elem`, `bpf_map_update_elem` and `bpf_map_delete_elem`.
+    pub(super) fn map_helper(&mut self, pc: usize, id: u32) -> Result<(), TranslateError> {
+        let facts = self.verified.call(pc).copied();
+        let m = facts.and_then(|f| f.map);
+        let map = self.map(pc, m)?;
+        let args = facts.map(|f| f.args).unwrap_or_default();
+        let r0 = self.r(Reg::R0);
+        let w0 = self.w(0);
+        match (map.geometry.kind, id) {
+            (MapKind::Array | MapKind::PerCpuArray, helper_id::MAP_DELETE_ELEM) => {
+                // Array entries cannot be removed (as in Linux).
+                self.line(format!("mov.b64 {r0}, -22;"));
+            }
+            (MapKind::Array | MapKind::PerCpuArray, helper_id::MAP_LOOKUP_ELEM) => {
+                self.read_u32(Reg::R2, args[1], &w0);
+                self.array_slot(pc, m.unwrap_or(0), map, &w0, &r0)?;
+            }
+            (MapKind::Array | MapKind::PerCpuArray, _) => self.array_update(pc, m, map, args)?,
+            (MapKind::Hash | MapKind::PerCpuHash, _) => self.hash(pc, id, m, map, args)?,
+            _ => return self.unsupported(pc, id),
+        }
+        Ok(())
+    }
+
+    /// Loads the `u32` that `reg` points at into `into`, as directly as the verifier allows.
+    pub(super) fn read_u32(&mut self, reg: Reg, at: Option<Access>, into: &str) {
+        if let Some((slot, byte)) = self.slot(at) {
+            let t3 = self.t(3);
+            self.line(format!("bfe.u64 {t3}, {slot}, {}, 32;", byte * 8));
+            self.line(format!("cvt.u32.u64 {into}, {t3};"));
+            return;
+        }
+        match at {
+            Some(Access { aligned: true, .. }) => {
+                let r = self.r(reg);
+                self.line(format!("ld.u32 {into}, [{r}];"));
+            }
+            _ => {
+                let (r, w3) = (self.r(reg), self.w(3));
+                self.line(format!("mov.b32 {into}, 0;"));
+                for i in (0..4).rev() {
+                    self.line(format!("ld.u8 {w3}, [{r}+{i}];"));
+                    self.line(format!("shl.b32 {into}, {into}, 8;"));
+                    self.line(format!("or.b32 {into}, {into}, {w3};"));
+                }
+            }
+        }
+    }
+
+    /// The `bytes` bytes that `reg` points at, as 64-bit words (the last one zero-padded) in
+    /// the registers `k{first}`, `k{first + 1}`, …, whose names are returned.
+    fn read_words(&mut self, reg: Reg, at: Option<Access>, bytes: u32, first: u32) -> Vec<String> {
+        let n = bytes.div_ceil(8);
+        self.words = self.words.max(first + n);
+        let names: Vec<String> =
+            (first..first + n).map(|i| format!("%{}_k{i}", self.p())).collect();
+        let tail = bytes % 8;
+        if let Some((slot, byte)) = self.slot(at)
+            && at.is_some_and(|a| words_direct(a, bytes))
+        {
+            let at = at.and_then(|a| a.offset).unwrap_or(0) + i64::from(self.frame);
+            for (w, name) in names.iter().enumerate() {
+                let len = if w as u32 == n - 1 && tail != 0 { tail } else { 8 };
+                let slot_name = if w == 0 {
+                    slot.clone()
+                } else {
+                    format!("%{}_s{}", self.p(), at / 8 + w as i64)
+                };
+                if len == 8 && byte == 0 {
+                    self.line(format!("mov.b64 {name}, {slot_name};"));
+                } else {
+                    self.line(format!("bfe.u64 {name}, {slot_name}, {}, {};", byte * 8, len * 8));
+                }
+            }
+            return names;
+        }
+        let r = self.r(reg);
+        let aligned = at.is_some_and(|a| a.aligned);
+        let (t0, w3) = (self.t(0), self.w(3));
+        for (w, name) in names.iter().enumerate() {
+            let len = if w as u32 == n - 1 && tail != 0 { tail } else { 8 };
+            let base = w * 8;
+            if aligned && len == 8 {
+                self.line(format!("ld.u64 {name}, [{r}+{base}];"));
+                continue;
+            }
+            self.line(format!("mov.b64 {name}, 0;"));
+            for i in (0..len).rev() {
+                self.line(format!("ld.u8 {w3}, [{r}+{}];", base as u32 + i));
+                self.line(format!("cvt.u64.u32 {t0}, {w3};"));
+                self.line(format!("shl.b64 {name}, {name}, 8;"));
+                self.line(format!("or.b64 {name}, {name}, {t0};"));
+            }
+        }
+        names
+    }
+
+    /// `into` = the device address of shard 0's first slot, or of this SM's shard for a per-CPU
+    /// map; `shard` (when given) = the shard's header.
+    fn shard_base(
+        &mut self,
+        pc: usize,
+        m: u32,
+        map: DeviceMap,
+        into: &str,
+        shard: Option<&str>,
+    ) -> Result<(), TranslateError> {
+        let g = map.geometry;
+        let first = map.addr.wrapping_add(g.shard_offset(0) as u64);
+        let per_sm = matches!(g.kind, MapKind::PerCpuArray | MapKind::PerCpuHash);
+        let header = shard.map_or_else(|| self.t(7), str::to_owned);
+        self.line(format!("mov.b64 {header}, {};", first as i64));
+        if per_sm {
+            if g.sm_shards == 0 {
+                return Err(TranslateError::MapUse {
+                    pc,
+                    name: self.map_name(m),
+                    why: "a per-CPU map used on the GPU needs device (SM) shards".into(),
+                });
+            }
+            let (w2, t1) = (self.w(2), self.t(1));
+            // The shard of this SM: host shards first, then one per SM.
+            self.line(format!("mov.u32 {w2}, %smid;"));
+            if g.sm_shards.is_power_of_two() {
+                self.line(format!("and.b32 {w2}, {w2}, {};", g.sm_shards - 1));
+            } else {
+                self.line(format!("rem.u32 {w2}, {w2}, {};", g.sm_shards));
+            }
+            self.line(format!("add.s32 {w2}, {w2}, {};", g.cpu_shards));
+            self.line(format!("mul.wide.u32 {t1}, {w2}, {};", g.shard_stride));
+            self.line(format!("add.s64 {header}, {header}, {t1};"));
+        }
+        self.line(format!("add.s64 {into}, {header}, {SHARD_HEADER_BYTES};"));
+        Ok(())
+    }
+
+    /// `into` = the address of element `index` of an array map (this SM's shard of a per-CPU
+    /// array), or 0 when the index is out of range.
+    pub(super) fn array_slot(
+        &mut self,
+        pc: usize,
+        m: u32,
+        map: DeviceMap,
+        index: &str,
+        into: &str,
+    ) -> Result<(), TranslateError> {
+        let g = map.geometry;
+        let [t0, t6] = [self.t(0), self.t(6)];
+        let q0 = self.q(0);
+        self.shard_base(pc, m, map, &t6, None)?;
+        self.line(format!("setp.lt.u32 {q0}, {index}, {};", g.capacity));
+        self.line(format!("mul.wide.u32 {t0}, {index}, {};", g.slot_stride));
+        self.line(format!("add.s64 {t0}, {t0}, {t6};"));
+        self.line(format!("selp.b64 {into}, {t0}, 0, {q0};"));
+        Ok(())
+    }
+
+    /// `bpf_map_update_elem` on an array: 0, -E2BIG out of range, -EEXIST with `BPF_NOEXIST`.
+    fn array_update(
+        &mut self,
+        pc: usize,
+        m: Option<u32>,
+        map: DeviceMap,
+        args: [Option<Access>; 5],
+    ) -> Result<(), TranslateError> {
+        let g = map.geometry;
+        if g.value_size.div_ceil(8) > MAX_WORDS {
+            return Err(self.too_big(pc, m));
+        }
+        let (r0, w0, t5) = (self.r(Reg::R0), self.w(0), self.t(5));
+        let (q0, p, r4, w1) = (self.q(0), self.p().to_owned(), self.r(Reg::R4), self.w(1));
+        self.read_u32(Reg::R2, args[1], &w0);
+        let value = self.read_words(Reg::R3, args[2], g.value_size, 0);
+        self.array_slot(pc, m.unwrap_or(0), map, &w0, &t5)?;
+        let done = format!("${p}_U{pc}");
+        self.line(format!("mov.b64 {r0}, -7;"));
+        self.line(format!("setp.eq.u64 {q0}, {t5}, 0;"));
+        self.line(format!("@{q0} bra {done};"));
+        self.line(format!("cvt.u32.u64 {w1}, {r4};"));
+        self.line(format!("mov.b64 {r0}, -17;"));
+        self.line(format!("setp.eq.u32 {q0}, {w1}, 1;"));
+        self.line(format!("@{q0} bra {done};"));
+        self.line(format!("mov.b64 {r0}, -22;"));
+        self.line(format!("setp.gt.u32 {q0}, {w1}, 2;"));
+        self.line(format!("@{q0} bra {done};"));
+        for (w, v) in value.iter().enumerate() {
+            self.line(format!("st.u64 [{t5}+{}], {v};", w * 8));
+        }
+        self.line(format!("mov.b64 {r0}, 0;"));
+        self.out.push_str(&format!("{done}:\n"));
+        Ok(())
+    }
+
+    fn too_big(&self, pc: usize, m: Option<u32>) -> TranslateError {
+        TranslateError::MapUse {
+            pc,
+            name: self.map_name(m.unwrap_or(0)),
+            why: format!("keys and values on the GPU are at most {} bytes", MAX_WORDS * 8),
+        }
+    }
+
+    /// Lookup, update and delete on a hash map (see the module docs).
+    fn hash(
+        &mut self,
+        pc: usize,
+        id: u32,
+        m: Option<u32>,
+        map: DeviceMap,
+        args: [Option<Access>; 5],
+    ) -> Result<(), TranslateError> {
+        let g = map.geometry;
+        if g.key_size.div_ceil(8) > MAX_WORDS || g.value_size.div_ceil(8) > MAX_WORDS {
+            return Err(self.too_big(pc, m));
+        }
+        let p = self.p().to_owned();
+        let r0 = self.r(Reg::R0);
+        let [t0, t1, t2, t3, t4, t5, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.t(i));
+        let [w4, w5, w6, w7] = [4, 5, 6, 7].map(|i| self.w(i));
+        let [q0, q1] = [self.q(0), self.q(1)];
+        let key = self.read_words(Reg::R2, args[1], g.key_size, 0);
+        let value = if id == helper_id::MAP_UPDATE_ELEM {
+            self.read_words(Reg::R3, args[2], g.value_size, key.len() as u32)
+        } else {
+            Vec::new()
+        };
+        // The hash, as egpu_maps::layout::hash_key computes it.
+        let seed = 0x243f_6a88_85a3_08d3_u64 ^ u64::from(g.key_size);
+        self.line(format!("mov.b64 {t0}, {};", seed as i64));
+        for k in &key {
+            self.line(format!("xor.b64 {t0}, {t0}, {k};"));
+            self.line(format!("mul.lo.u64 {t0}, {t0}, {};", 0x9e37_79b9_7f4a_7c15_u64 as i64));
+            self.line(format!("shl.b64 {t1}, {t0}, 29;"));
+            self.line(format!("shr.u64 {t2}, {t0}, 35;"));
+            self.line(format!("or.b64 {t0}, {t1}, {t2};"));
+        }
+        for mul in [0xff51_afd7_ed55_8ccd_u64, 0xc4ce_b9fe_1a85_ec53] {
+            self.line(format!("shr.u64 {t1}, {t0}, 33;"));
+            self.line(format!("xor.b64 {t0}, {t0}, {t1};"));
+            self.line(format!("mul.lo.u64 {t0}, {t0}, {};", mul as i64));
+        }
+        self.line(format!("shr.u64 {t1}, {t0}, 33;"));
+        self.line(format!("xor.b64 {t0}, {t0}, {t1};"));
+        let mask = g.slots - 1;
+        self.line(format!("cvt.u32.u64 {w4}, {t0};"));
+        self.line(format!("and.b32 {w4}, {w4}, {mask};"));
+        self.line(format!("shr.u64 {t1}, {t0}, 32;")); // the tag
+        self.line(format!("mov.u32 {w5}, 0;")); // slots looked at
+        self.line(format!("mov.u32 {w7}, 0;")); // re-reads of a held slot
+        self.shard_base(pc, m.unwrap_or(0), map, &t7, Some(&t6))?;
+        if id == helper_id::MAP_UPDATE_ELEM {
+            let r4 = self.r(Reg::R4);
+            self.line(format!("cvt.u32.u64 {w6}, {r4};"));
+        }
+        let l = |what: &str| format!("${p}_H{pc}_{what}");
+        let (lp, next, done) = (l("loop"), l("next"), l("done"));
+        let state = |e: &mut Self, s: u64, target: &str| {
+            e.line(format!("setp.eq.u64 {q0}, {t2}, {s};"));
+            e.line(format!("@{q0} bra {target};"));
+        };
+        let result = |e: &mut Self, v: i64| {
+            e.line(format!("mov.b64 {r0}, {v};"));
+            e.line(format!("bra {done};"));
+        };
+        self.line(format!("mov.b64 {r0}, 0;"));
+        self.out.push_str(&format!("{lp}:\n"));
+        self.line(format!("mul.wide.u32 {t4}, {w4}, {};", g.slot_stride));
+        self.line(format!("add.s64 {t4}, {t4}, {t7};"));
+        self.line(format!("ld.acquire.gpu.u64 {t5}, [{t4}];"));
+        self.line(format!("shr.u64 {t2}, {t5}, {};", hs::SHIFT));
+        // The key compared only when the slot is live or held under the key's tag.
+        self.line(format!("and.b64 {t3}, {t5}, 4294967295;"));
+        self.line(format!("setp.ne.u64 {q1}, {t3}, {t1};"));
+        match id {
+            helper_id::MAP_LOOKUP_ELEM => state(self, hs::EMPTY, &done),
+            helper_id::MAP_UPDATE_ELEM => state(self, hs::EMPTY, &l("empty")),
+            _ => {
+                let absent = l("absent");
+                state(self, hs::EMPTY, &absent);
+            }
+        }
+        self.line(format!("@{q1} bra {next};"));
+        if id != helper_id::MAP_LOOKUP_ELEM {
+            // Held by another writer under this tag: read it again, a bounded number of times.
+            for s in [hs::BUSY, hs::KEYED, hs::COUNTED, hs::WRITING] {
+                if s == hs::WRITING && id == helper_id::MAP_LOOKUP_ELEM {
+                    continue;
+                }
+                state(self, s, &l("held"));
+            }
+        }
+        self.line(format!("setp.ne.u64 {q0}, {t2}, {};", hs::FULL));
+        if id == helper_id::MAP_LOOKUP_ELEM {
+            self.line(format!("setp.ne.and.u64 {q0}, {t2}, {}, {q0};", hs::WRITING));
+        }
+        self.line(format!("@{q0} bra {next};"));
+        self.compare_key(&t4, &key, g.key_size, &next);
+        // Found: the entry is at slot t4, its state word is t5.
+        match id {
+            helper_id::MAP_LOOKUP_ELEM => {
+                self.line(format!("add.s64 {r0}, {t4}, {};", g.value_offset));
+                self.line(format!("bra {done};"));
+            }
+            helper_id::MAP_UPDATE_ELEM => {
+                self.line(format!("setp.eq.u32 {q0}, {w6}, 1;"));
+                self.line(format!("@{q0} mov.b64 {r0}, -17;"));
+                self.line(format!("@{q0} bra {done};"));
+                let writing = hs::WRITING << hs::SHIFT | u64::from(DEVICE_OWNER) << hs::OWNER_SHIFT;
+                self.line(format!("or.b64 {t3}, {t1}, {};", writing as i64));
+                self.line(format!("atom.acq_rel.gpu.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
+                self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
+                self.line(format!("@{q0} bra {lp};"));
+                for (w, v) in value.iter().enumerate() {
+                    self.line(format!("st.u64 [{t4}+{}], {v};", g.value_offset as usize + w * 8));
+                }
+                self.line(format!("st.release.gpu.u64 [{t4}], {t5};"));
+                result(self, 0);
+            }
+            _ => {
+                let tomb = hs::TOMB << hs::SHIFT;
+                self.line(format!("or.b64 {t3}, {t1}, {};", tomb as i64));
+                self.line(format!("atom.acq_rel.gpu.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
+                self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
+                self.line(format!("@{q0} bra {lp};"));
+                self.line(format!("red.add.u64 [{t6}+{}], -1;", shard::LEN_OR_HEAD));
+                result(self, 0);
+            }
+        }
+        if id != helper_id::MAP_LOOKUP_ELEM {
+            self.out.push_str(&format!("{}:\n", l("held")));
+            self.line(format!("add.u32 {w7}, {w7}, 1;"));
+            self.line(format!("setp.lt.u32 {q0}, {w7}, {SPIN_LIMIT};"));
+            self.line(format!("@{q0} bra {lp};"));
+        }
+        self.out.push_str(&format!("{next}:\n"));
+        self.line(format!("add.u32 {w4}, {w4}, 1;"));
+        self.line(format!("and.b32 {w4}, {w4}, {mask};"));
+        self.line(format!("add.u32 {w5}, {w5}, 1;"));
+        self.line(format!("setp.lt.u32 {q0}, {w5}, {};", g.slots));
+        self.line(format!("@{q0} bra {lp};"));
+        match id {
+            helper_id::MAP_LOOKUP_ELEM => {}
+            helper_id::MAP_UPDATE_ELEM => {
+                // No empty slot on the whole probe sequence: full.
+                self.line(format!("setp.eq.u32 {q0}, {w6}, 2;"));
+                self.line(format!("@{q0} mov.b64 {r0}, -2;"));
+                self.line(format!("@{q0} bra {done};"));
+                self.line(format!("red.add.u64 [{t6}+{}], 1;", shard::REFUSED));
+                result(self, -7);
+                self.out.push_str(&format!("{}:\n", l("empty")));
+                self.line(format!("setp.eq.u32 {q0}, {w6}, 2;"));
+                self.line(format!("@{q0} mov.b64 {r0}, -2;"));
+                self.line(format!("@{q0} bra {done};"));
+                self.line(format!("setp.gt.u32 {q0}, {w6}, 2;"));
+                self.line(format!("@{q0} mov.b64 {r0}, -22;"));
+                self.line(format!("@{q0} bra {done};"));
+                let busy = hs::BUSY << hs::SHIFT | u64::from(DEVICE_OWNER) << hs::OWNER_SHIFT;
+                self.line(format!("or.b64 {t3}, {t1}, {};", busy as i64));
+                self.line(format!("atom.acq_rel.gpu.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
+                self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
+                self.line(format!("@{q0} bra {lp};"));
+                for (w, k) in key.iter().enumerate() {
+                    self.line(format!("st.u64 [{t4}+{}], {k};", 8 + w * 8));
+                }
+                for (w, v) in value.iter().enumerate() {
+                    self.line(format!("st.u64 [{t4}+{}], {v};", g.value_offset as usize + w * 8));
+                }
+                self.line(format!("atom.add.u64 {t2}, [{t6}+{}], 1;", shard::LEN_OR_HEAD));
+                self.line(format!("setp.ge.u64 {q0}, {t2}, {};", g.capacity));
+                let refused = l("refused");
+                self.line(format!("@{q0} bra {refused};"));
+                let full = hs::FULL << hs::SHIFT;
+                self.line(format!("or.b64 {t3}, {t1}, {};", full as i64));
+                self.line(format!("st.release.gpu.u64 [{t4}], {t3};"));
+                result(self, 0);
+                self.out.push_str(&format!("{refused}:\n"));
+                self.line(format!("red.add.u64 [{t6}+{}], -1;", shard::LEN_OR_HEAD));
+                let tomb = hs::TOMB << hs::SHIFT;
+                self.line(format!("or.b64 {t3}, {t1}, {};", tomb as i64));
+                self.line(format!("st.release.gpu.u64 [{t4}], {t3};"));
+                self.line(format!("red.add.u64 [{t6}+{}], 1;", shard::REFUSED));
+                result(self, -7);
+            }
+            _ => {
+                self.out.push_str(&format!("{}:\n", l("absent")));
+                result(self, -2);
+            }
+        }
+        self.out.push_str(&format!("{done}:\n"));
+        Ok(())
+    }
+
+    /// Branches to `differ` unless the key at slot `slot` equals the words `key`.
+    fn compare_key(&mut self, slot: &str, key: &[String], bytes: u32, differ: &str) {
+        let (t3, q0) = (self.t(3), self.q(0));
+        let tail = bytes % 8;
+        for (w, k) in key.iter().enumerate() {
+            self.line(format!("ld.u64 {t3}, [{slot}+{}];", 8 + w * 8));
+            if w == key.len() - 1 && tail != 0 {
+                let mask = (1u64 << (tail * 8)) - 1;
+                self.line(format!("and.b64 {t3}, {t3}, {};", mask as i64));
+            }
+            self.line(format!("setp.ne.u64 {q0}, {t3}, {k};"));
+            self.line(format!("@{q0} bra {differ};"));
+        }
+    }
+}
