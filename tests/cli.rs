@@ -356,7 +356,6 @@ fn failures_exit_with_1_and_say_why() {
 /// code 0: the name should be checked (a PTX identifier, not one of the translation's own names
 /// such as `e_f1`).
 #[test]
-#[ignore = "bug: egpu translate (kernel_module) does not check the kernel name"]
 fn translate_refuses_a_kernel_name_that_is_not_an_identifier() {
     let dir = TempDir::new("names");
     let calls = dir.file("calls.s", "mov %r1, 3\ncall local f\nexit\nf:\nmov %r0, %r1\nexit\n");

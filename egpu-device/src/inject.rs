@@ -81,6 +81,9 @@ pub struct Injection {
     pub ptx: String,
     /// Where probes were injected, in order.
     pub sites: Vec<Site>,
+    /// Global (or generic) loads and stores of instrumented functions that are not observed
+    /// because their address or type could not be read (`size` is 0 when the type could not).
+    pub unobserved: Vec<Site>,
 }
 
 /// Why a module could not be instrumented.
@@ -111,25 +114,54 @@ pub enum InjectError {
     },
 }
 
+/// `text` without its `/* */` and `//` comments.
+fn strip_comments(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while !rest.is_empty() {
+        if let Some(r) = rest.strip_prefix("/*") {
+            rest = r.find("*/").map_or("", |end| &r[end + 2..]);
+        } else if rest.starts_with("//") {
+            rest = rest.find('\n').map_or("", |end| &rest[end..]);
+        } else {
+            let c = rest.chars().next().unwrap_or(' ');
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    out
+}
+
+/// A PTX integer literal: decimal, hexadecimal (`0x`), octal (leading `0`) or binary (`0b`),
+/// with an optional `U` suffix and sign.
+fn parse_int(text: &str) -> Option<i64> {
+    let text = text.strip_prefix('+').unwrap_or(text);
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    let digits = digits.strip_suffix(['U', 'u']).unwrap_or(digits);
+    let value = if let Some(hex) = digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")) {
+        u64::from_str_radix(hex, 16).ok()?
+    } else if let Some(bin) = digits.strip_prefix("0b").or_else(|| digits.strip_prefix("0B")) {
+        u64::from_str_radix(bin, 2).ok()?
+    } else if digits.len() > 1 && digits.starts_with('0') {
+        u64::from_str_radix(&digits[1..], 8).ok()?
+    } else {
+        digits.parse::<u64>().ok()?
+    };
+    let value = value as i64;
+    Some(if negative { value.wrapping_neg() } else { value })
+}
+
 /// The address operand of a load or store, as PTX that computes it into a 64-bit register.
 fn address_code(operand: &str, global: bool, into: &str) -> Option<String> {
-    let inner: String = operand
-        .strip_prefix('[')?
-        .strip_suffix(']')?
+    let inner: String = strip_comments(operand.strip_prefix('[')?.strip_suffix(']')?)
         .chars()
         .filter(|c| !c.is_whitespace())
         .collect();
     let (base, offset) = match inner.find(['+', '-']).filter(|&i| i > 0) {
-        Some(i) => {
-            let off = inner[i..].trim_start_matches('+');
-            let value = match off.strip_prefix("0x").or_else(|| off.strip_prefix("-0x")) {
-                Some(hex) => i64::from_str_radix(hex, 16)
-                    .ok()
-                    .map(|v| if off.starts_with('-') { -v } else { v })?,
-                None => off.parse::<i64>().ok()?,
-            };
-            (&inner[..i], value)
-        }
+        Some(i) => (&inner[..i], parse_int(&inner[i..])?),
         None => (inner.as_str(), 0),
     };
     let ident = |s: &str| {
@@ -173,18 +205,54 @@ fn access_size(insn: &Instruction<'_>) -> Option<u32> {
 
 /// At a kernel's exit (the return at piece `piece`): the per-thread sum of combined atomic adds,
 /// added to memory, aggregated across the warp where the target allows.
-fn flush(piece: usize, sm: u32) -> String {
-    let label = format!("$egpu_flush{piece}");
+fn flush(n: &Names, piece: usize, sm: u32) -> String {
+    let (label, sum, addr) = (format!("${}_flush{piece}", n.stem), &n.sum, &n.sum_addr);
+    let r = |what: &str| format!("%{}_f{what}", n.stem);
+    let (fq, ft) = (r("q"), r("t"));
+    let w = [r("w0"), r("w1"), r("w2"), r("w3")];
     let add = if sm >= 80 {
-        let w = ["%egpu_fw0", "%egpu_fw1", "%egpu_fw2", "%egpu_fw3"];
-        warp_add("%egpu_sum_addr", "%egpu_sum", w, "%egpu_fq", "%egpu_ft", &label)
+        warp_add(addr, sum, [&w[0], &w[1], &w[2], &w[3]], &fq, &ft, &label)
     } else {
-        format!("\tred.add.u64 [%egpu_sum_addr], %egpu_sum;\n{label}_done:\n")
+        format!("\tred.add.u64 [{addr}], {sum};\n{label}_done:\n")
     };
     format!(
-        "\t{{\n\t.reg .b32 %egpu_fw<4>;\n\t.reg .pred %egpu_fq;\n\t.reg .b64 %egpu_ft;\n\
-         \tsetp.eq.u64 %egpu_fq, %egpu_sum_addr, 0;\n\t@%egpu_fq bra {label}_done;\n{add}\t}}\n"
+        "\t{{\n\t.reg .b32 {w0}, {w1}, {w2}, {w3};\n\t.reg .pred {fq};\n\t.reg .b64 {ft};\n\
+         \tsetp.eq.u64 {fq}, {addr}, 0;\n\t@{fq} bra {label}_done;\n{add}\t}}\n",
+        w0 = w[0],
+        w1 = w[1],
+        w2 = w[2],
+        w3 = w[3],
     )
+}
+
+/// The names the injector declares in a module: all start with a stem that appears nowhere in
+/// the module's text, so they cannot meet the module's own names (a module instrumented before
+/// included).
+struct Names {
+    stem: String,
+    sum_addr: String,
+    sum: String,
+    smid: String,
+}
+
+impl Names {
+    fn new(text: &str) -> Names {
+        let stem = (0..)
+            .map(|i| if i == 0 { "egpu".to_string() } else { format!("egpu{i}x") })
+            .find(|s| !text.contains(s.as_str()))
+            .unwrap_or_default();
+        Names {
+            sum_addr: format!("%{stem}_sum_addr"),
+            sum: format!("%{stem}_sum"),
+            smid: format!("%{stem}_smid"),
+            stem,
+        }
+    }
+}
+
+/// Whether an instruction ends a path for good: `ret`, `exit`, or a jump, unguarded.
+fn ends_path(insn: &Instruction<'_>) -> bool {
+    insn.guard.is_none() && matches!(insn.base(), "ret" | "exit" | "bra" | "trap")
 }
 
 /// Instruments `ptx` with `probes`.
@@ -212,6 +280,8 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
     let mut functions = String::new();
     let mut sites = Vec::new();
     let mut serial = 0usize;
+    let names = Names::new(ptx);
+    let mut unobserved = Vec::new();
     for f in module.functions() {
         let mut index = 0u32;
         let id = kernel_id(&f.name);
@@ -230,13 +300,14 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
         // Per-thread combining of atomic adds needs kernel-wide registers: kernels only.
         let combine =
             f.kind == FunctionKind::Entry && selected.iter().any(|(_, p, _)| combines(p.program));
-        let combine_regs = ["%egpu_sum_addr".to_string(), "%egpu_sum".to_string()];
+        let combine_regs = [names.sum_addr.clone(), names.sum.clone()];
+        let entry = f.kind == FunctionKind::Entry;
         let mut emit = |probe: usize,
                         p: &DeviceProbe<'_>,
                         context: Context,
                         site: Site|
          -> Result<String, InjectError> {
-            let prefix = format!("egpu{serial}");
+            let prefix = format!("{}{serial}", names.stem);
             serial += 1;
             let mut options = Options::new(prefix, context);
             options.pid = std::process::id();
@@ -245,16 +316,28 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
             if combine {
                 options.combine = Some(combine_regs.clone());
             }
+            if entry {
+                options.smid = Some(names.smid.clone());
+            }
             let t = translate(p.program, &options)
                 .map_err(|error| InjectError::Translate { probe, error })?;
             functions.push_str(&t.functions);
             sites.push(site);
             Ok(t.body)
         };
+        if entry {
+            // The SM a thread runs on never changes: read it once.
+            let smid = &names.smid;
+            after
+                .entry(f.body.start)
+                .or_default()
+                .push_str(&format!("\n\t.reg .b32 {smid};\n\tmov.u32 {smid}, %smid;\n"));
+        }
         if combine {
-            after.entry(f.body.start).or_default().push_str(
-                "\n\t.reg .b64 %egpu_sum_addr, %egpu_sum;\n\tmov.b64 %egpu_sum_addr, 0;\n\tmov.b64 %egpu_sum, 0;\n",
-            );
+            let (addr, sum) = (&names.sum_addr, &names.sum);
+            after.entry(f.body.start).or_default().push_str(&format!(
+                "\t.reg .b64 {addr}, {sum};\n\tmov.b64 {addr}, 0;\n\tmov.b64 {sum}, 0;\n"
+            ));
         }
         if f.kind == FunctionKind::Entry {
             let open = f.body.start;
@@ -273,11 +356,52 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
                 after.entry(open).or_default().push_str(&format!("\n{body}"));
             }
         }
-        for (piece, insn) in module.instructions(f) {
+        let instructions = module.instructions(f);
+        // A kernel whose last instruction does not end its path falls off its end: an exit too.
+        let falls_off = entry && instructions.last().is_none_or(|(_, i)| !ends_path(i));
+        type Emit<'e> =
+            dyn FnMut(usize, &DeviceProbe<'_>, Context, Site) -> Result<String, InjectError> + 'e;
+        let exit_code = |emit: &mut Emit<'_>,
+                         code: &mut String,
+                         line: usize,
+                         piece: usize|
+         -> Result<(), InjectError> {
+            for &(i, p, e) in &selected {
+                if e == DeviceEvent::KernelExit {
+                    let site = Site { function: f.name.clone(), line, event: e, size: 0, index: 0 };
+                    code.push_str(&emit(i, p, Context::Kernel { kernel_id: id }, site)?);
+                }
+            }
+            if combine {
+                code.push_str(&flush(&names, piece, sm));
+            }
+            Ok(())
+        };
+        for (piece, insn) in &instructions {
+            let (piece, insn) = (*piece, insn);
             let mut code = String::new();
-            let is_return = insn.is_return() && f.kind == FunctionKind::Entry;
+            let is_return = insn.is_return() && entry;
             let load = insn.is_global_load() || (insn.base() == "ld" && insn.is_generic_access());
             let store = insn.is_global_store() || (insn.base() == "st" && insn.is_generic_access());
+            // Every observed access has its index, whatever probes are attached.
+            let access = (load || store)
+                .then(|| access_code(insn, &format!("%{}_addr{piece}", names.stem)))
+                .flatten();
+            let this = index;
+            if access.is_some() {
+                index += 1;
+            } else if load || store {
+                unobserved.push(Site {
+                    function: f.name.clone(),
+                    line: insn.line,
+                    event: if store { DeviceEvent::GlobalStore } else { DeviceEvent::GlobalLoad },
+                    size: access_size(insn).unwrap_or(0),
+                    index: 0,
+                });
+            }
+            if is_return {
+                exit_code(&mut emit, &mut code, insn.line, piece)?;
+            }
             for &(i, p, e) in &selected {
                 let site = |size, index| Site {
                     function: f.name.clone(),
@@ -286,35 +410,26 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
                     size,
                     index,
                 };
-                match e {
-                    DeviceEvent::KernelExit if is_return => {
-                        let body = emit(i, p, Context::Kernel { kernel_id: id }, site(0, 0))?;
-                        code.push_str(&body);
-                    }
-                    DeviceEvent::GlobalLoad | DeviceEvent::GlobalStore
-                        if (e == DeviceEvent::GlobalLoad && load)
-                            || (e == DeviceEvent::GlobalStore && store) =>
-                    {
-                        if let Some(access) = access_code(&insn, &format!("%egpu_addr{piece}_{i}"))
-                        {
-                            let (addr_code, size, generic, addr) = access;
-                            let context = Context::Access {
-                                kernel_id: id,
-                                addr: addr.clone(),
-                                size,
-                                site: index,
-                                is_store: store,
-                            };
-                            let body = emit(i, p, context, site(size, index))?;
-                            code.push_str(&wrap_access(&addr, &addr_code, generic, &body));
-                            index += 1;
-                        }
-                    }
-                    _ => {}
+                let wanted = (e == DeviceEvent::GlobalLoad && load)
+                    || (e == DeviceEvent::GlobalStore && store);
+                if let (true, Some((addr_code, size, generic, addr))) = (wanted, &access) {
+                    let context = Context::Access {
+                        kernel_id: id,
+                        addr: format!("{addr}_{i}"),
+                        size: *size,
+                        site: this,
+                        is_store: store,
+                    };
+                    let body = emit(i, p, context, site(*size, this))?;
+                    let label = format!("${}_skip{piece}_{i}", names.stem);
+                    code.push_str(&wrap_access(
+                        &format!("{addr}_{i}"),
+                        addr_code,
+                        *generic,
+                        &body,
+                        &label,
+                    ));
                 }
-            }
-            if combine && is_return {
-                code.push_str(&flush(piece, sm));
             }
             if code.is_empty() {
                 continue;
@@ -322,12 +437,18 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
             let block = match &insn.guard {
                 None => code,
                 Some(g) => {
-                    let skip = format!("$egpu_skip{piece}");
+                    let skip = format!("${}_skip{piece}", names.stem);
                     let bang = if g.negated { "" } else { "!" };
                     format!("\t@{bang}{} bra {skip};\n{code}{skip}:\n", g.predicate)
                 }
             };
             before.entry(piece).or_default().push_str(&block);
+        }
+        if falls_off {
+            let close = f.body.end - 1;
+            let mut code = String::new();
+            exit_code(&mut emit, &mut code, module.pieces()[close].line, close)?;
+            before.entry(close).or_default().push_str(&code);
         }
     }
     let mut out = String::with_capacity(ptx.len() * 2);
@@ -349,7 +470,7 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
             out.push_str(code);
         }
     }
-    Ok(Injection { ptx: out, sites })
+    Ok(Injection { ptx: out, sites, unobserved })
 }
 
 /// For a load or store: the code that computes its address into a fresh register, its size,
@@ -359,15 +480,16 @@ fn access_code(insn: &Instruction<'_>, addr: &str) -> Option<(String, u32, bool,
     let size = access_size(insn)?;
     let operand = insn.operands.iter().find(|o| o.starts_with('['))?;
     let generic = insn.is_generic_access();
-    address_code(operand, !generic, addr).map(|code| (code, size, generic, addr.to_owned()))
+    address_code(operand, !generic, "{ADDR}").map(|code| (code, size, generic, addr.to_owned()))
 }
 
 /// A probe at an access: the address computed into its own register, and for a generic access a
 /// run-time check that it is global.
-fn wrap_access(addr: &str, addr_code: &str, generic: bool, body: &str) -> String {
+fn wrap_access(addr: &str, addr_code: &str, generic: bool, body: &str, skip: &str) -> String {
+    let addr_code = addr_code.replace("{ADDR}", addr);
     let mut s = format!("\t{{\n\t.reg .b64 {addr};\n{addr_code}");
     if generic {
-        let (p, skip) = (format!("{addr}_global"), format!("${}_skip", &addr[1..]));
+        let p = format!("{addr}_global");
         s.push_str(&format!(
             "\t.reg .pred {p};\n\tisspacep.global {p}, {addr};\n\t@!{p} bra {skip};\n{body}{skip}:\n"
         ));
@@ -390,6 +512,10 @@ mod tests {
         assert_eq!(code("[%rd1+-16]").as_deref(), Some("\tadd.s64 %a, %rd1, -16;\n"));
         assert_eq!(code("[%rd1-16]").as_deref(), Some("\tadd.s64 %a, %rd1, -16;\n"));
         assert_eq!(code("[%rd1+0x10]").as_deref(), Some("\tadd.s64 %a, %rd1, 16;\n"));
+        assert_eq!(code("[%rd1+010]").as_deref(), Some("\tadd.s64 %a, %rd1, 8;\n"));
+        assert_eq!(code("[%rd1+8U]").as_deref(), Some("\tadd.s64 %a, %rd1, 8;\n"));
+        assert_eq!(code("[%rd1+0b1000]").as_deref(), Some("\tadd.s64 %a, %rd1, 8;\n"));
+        assert_eq!(code("[%rd1 /* base */ + 8]").as_deref(), Some("\tadd.s64 %a, %rd1, 8;\n"));
         assert!(code("[table+4]").unwrap().contains("cvta.global.u64 %a, %a;"));
         assert_eq!(address_code("[table]", false, "%a"), None);
         assert_eq!(code("[4096]"), None);

@@ -179,7 +179,8 @@ impl Emitter<'_> {
             }
             let (w2, t1) = (self.w(2), self.t(1));
             // The shard of this SM: host shards first, then one per SM.
-            self.line(format!("mov.u32 {w2}, %smid;"));
+            let smid = self.smid();
+            self.line(format!("mov.u32 {w2}, {smid};"));
             if g.sm_shards.is_power_of_two() {
                 self.line(format!("and.b32 {w2}, {w2}, {};", g.sm_shards - 1));
             } else {

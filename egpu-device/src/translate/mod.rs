@@ -112,6 +112,11 @@ pub enum TranslateError {
         /// What was given.
         given: &'static str,
     },
+    /// The kernel name is not a PTX identifier (or takes the translation's own names, `e_…`).
+    #[error(
+        "`{0}` cannot name a kernel: use letters, digits, `_` and `$`, not starting with a digit or `e_`"
+    )]
+    KernelName(String),
     /// The prefix is not a PTX identifier.
     #[error("`{0}` is not a valid prefix: use letters, digits and `_`, starting with a letter")]
     Prefix(String),
@@ -164,6 +169,9 @@ pub struct Options {
     /// The SM version the code will run on, from the module's `.target` (`sm_90`: 90). Below
     /// 80, adds are not aggregated across a warp (`redux.sync` needs sm_80).
     pub sm: u32,
+    /// A 32-bit register of the kernel that holds `%smid`, read once when the kernel starts (a
+    /// thread never moves to another SM); `None`: read `%smid` where needed.
+    pub smid: Option<String>,
 }
 
 /// PTX that adds the `u64` in `val` to the `u64` at `addr` (a generic address), aggregated
@@ -237,6 +245,7 @@ impl Options {
             maps: Vec::new(),
             combine: None,
             sm: 90,
+            smid: None,
         }
     }
 }
@@ -283,6 +292,22 @@ pub fn translate(verified: &Verified, options: &Options) -> Result<Translation, 
         };
         return Err(TranslateError::Context { attach, given });
     }
+    for (i, def) in program.maps().iter().enumerate() {
+        if let Some(b) = options.maps.get(i) {
+            let g = b.geometry;
+            if (g.kind, g.key_size, g.value_size) != (def.kind, def.key_size, def.value_size) {
+                return Err(TranslateError::MapUse {
+                    pc: 0,
+                    name: def.name.clone(),
+                    why: format!(
+                        "the program declares a {:?} map of {}-byte keys and {}-byte values, but \
+                         it is bound to a {:?} map of {}-byte keys and {}-byte values",
+                        def.kind, def.key_size, def.value_size, g.kind, g.key_size, g.value_size
+                    ),
+                });
+            }
+        }
+    }
     let mut out = Translation::default();
     // Callees first: PTX wants a function defined (or declared) before it is called.
     for f in callee_order(program) {
@@ -314,6 +339,9 @@ pub fn kernel_module_with(
     name: &str,
     maps: &[DeviceMap],
 ) -> Result<String, TranslateError> {
+    if !is_identifier(name) || name.starts_with("e_") {
+        return Err(TranslateError::KernelName(name.to_owned()));
+    }
     let (id, arg) = (egpu_ebpf::kernel_id(name), "%egpu_arg".to_string());
     let context = match verified.program().attach() {
         AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => {
@@ -338,6 +366,18 @@ pub fn kernel_module_with(
         functions = t.functions,
         body = t.body,
     ))
+}
+
+/// Whether `s` is a PTX identifier: a letter, or `_`/`$` followed by more, then letters, digits,
+/// `_` and `$`.
+fn is_identifier(s: &str) -> bool {
+    let mut chars = s.chars();
+    let ok_rest = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '$';
+    match chars.next() {
+        Some(c) if c.is_ascii_alphabetic() => chars.all(ok_rest),
+        Some('_' | '$') => s.len() > 1 && chars.all(ok_rest),
+        _ => false,
+    }
 }
 
 /// Functions in an order where each comes after every function it calls.
@@ -547,6 +587,11 @@ impl<'a> Emitter<'a> {
 
     fn func_name(&self, f: usize) -> String {
         format!("{}_f{f}", self.p())
+    }
+
+    /// Where this thread's SM id is: the kernel's register, or `%smid`.
+    fn smid(&self) -> String {
+        self.options.smid.clone().unwrap_or_else(|| "%smid".to_owned())
     }
 
     fn stack(&self) -> String {
@@ -1008,7 +1053,10 @@ impl<'a> Emitter<'a> {
     fn word(&mut self, context: &Context, offset: usize, into: &str) {
         match context_word(context, offset) {
             Word::Const(v) => self.line(format!("mov.b32 {into}, {v};")),
-            Word::Special(reg) => self.line(format!("mov.u32 {into}, {reg};")),
+            Word::Special(reg) => {
+                let reg = if reg == "%smid" { self.smid() } else { reg.to_owned() };
+                self.line(format!("mov.u32 {into}, {reg};"));
+            }
             Word::AddrLo | Word::AddrHi => {
                 let Context::Access { addr, .. } = context else { unreachable!("access words") };
                 let t0 = self.t(0);
@@ -1269,7 +1317,8 @@ impl<'a> Emitter<'a> {
         match id {
             helper_id::KTIME_GET_NS => self.line(format!("mov.u64 {r0}, %globaltimer;")),
             helper_id::GET_SMP_PROCESSOR_ID => {
-                self.line(format!("mov.u32 {w0}, %smid;"));
+                let smid = self.smid();
+                self.line(format!("mov.u32 {w0}, {smid};"));
                 self.line(format!("cvt.u64.u32 {r0}, {w0};"));
             }
             helper_id::GET_CURRENT_PID_TGID => {

@@ -163,6 +163,13 @@ fn inject_cmd(args: &[String]) -> Result<(), Error> {
         let event = AttachPoint::Device(s.event);
         eprintln!("{module}:{}: {event} in {}{size}", s.line, s.function);
     }
+    for s in &injected.unobserved {
+        let event = AttachPoint::Device(s.event);
+        eprintln!(
+            "{module}:{}: {event} in {} not observed: its address is not understood",
+            s.line, s.function
+        );
+    }
     eprintln!("{} sites", injected.sites.len());
     match out {
         Some(path) => std::fs::write(&path, &injected.ptx)
