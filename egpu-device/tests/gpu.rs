@@ -334,9 +334,10 @@ fn device_hash_map_counts_pages_exactly() {
         value_size: 8,
         max_entries: 8192,
     };
+    let def_clone = || def.clone();
     let program = Program::new(
         assemble(PAGE_COUNT).expect("assembles"),
-        vec![def],
+        vec![def.clone()],
         AttachPoint::Device(DeviceEvent::GlobalLoad),
     )
     .unwrap();
@@ -347,12 +348,33 @@ fn device_hash_map_counts_pages_exactly() {
     )
     .unwrap();
     let device = DeviceMapBuffer::upload(&gpu, &map).unwrap();
+    // Stores per page in a per-CPU hash map: one table per SM, summed by the reader.
+    let per_sm_def = MapDef { kind: MapKind::PerCpuHash, name: "per_sm".into(), ..def_clone() };
+    let stores = verify(
+        &Program::new(
+            assemble(PAGE_COUNT).expect("assembles"),
+            vec![per_sm_def],
+            AttachPoint::Device(DeviceEvent::GlobalStore),
+        )
+        .unwrap(),
+    )
+    .expect("verified");
+    let per_sm = RawMap::create(
+        Geometry::new(MapKind::PerCpuHash, 8, 8, 8192, 1, info.sm_count).unwrap(),
+        &Placement::Process,
+    )
+    .unwrap();
+    let per_sm_device = DeviceMapBuffer::upload(&gpu, &per_sm).unwrap();
     let binding = [device.binding()];
-    let probes = [DeviceProbe { program: &verified, kernels: Kernels::All, maps: &binding }];
+    let per_sm_binding = [per_sm_device.binding()];
+    let probes = [
+        DeviceProbe { program: &verified, kernels: Kernels::All, maps: &binding },
+        DeviceProbe { program: &stores, kernels: Kernels::All, maps: &per_sm_binding },
+    ];
     let instrumented = inject(&ptx, &probes).expect("instruments").ptx;
     let module = gpu.load_ptx(&instrumented).unwrap_or_else(|e| panic!("{e}"));
     let kernel = module.kernel("saxpy").unwrap();
-    let n: u32 = 3 << 20;
+    let n: u32 = 3 << 20; // 4 KiB pages hold 1024 floats: n is a multiple
     let x = gpu.alloc(n as usize * 4).unwrap();
     let y = gpu.alloc(n as usize * 4).unwrap();
     let args = [Arg::U32(n), Arg::F32(2.0), Arg::Ptr(&x), Arg::Ptr(&y)];
@@ -373,5 +395,14 @@ fn device_hash_map_counts_pages_exactly() {
     }
     assert_eq!(map.len(), expected.len() as u64, "one entry per page");
     assert_eq!(map.refused(), 0);
+    per_sm_device.download().unwrap();
+    let per_sm = egpu_maps::PerCpuHashMap::<u64, u64>::from_raw(per_sm).expect("per-CPU hash");
+    let mut store_pages = 0;
+    for i in (0..u64::from(n)).step_by(1024) {
+        let page = (y.device_ptr() + 4 * i) >> 12;
+        assert_eq!(per_sm.sum(&page), Some(1024), "stores to page {page:#x}, over the SMs");
+        store_pages += 1;
+    }
+    println!("{store_pages} pages of stores counted exactly over the SMs' tables");
     println!("{} pages counted exactly in a device hash map ({} loads)", expected.len(), 2 * n);
 }

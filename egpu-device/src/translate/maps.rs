@@ -155,7 +155,8 @@ impl Emitter<'_> {
     }
 
     /// `into` = the device address of shard 0's first slot, or of this SM's shard for a per-CPU
-    /// map; `shard` (when given) = the shard's header.
+    /// map; `shard` (when given) = the shard's header. Uses `w2` and `t2` (and `t7` when no
+    /// `shard` register is given).
     fn shard_base(
         &mut self,
         pc: usize,
@@ -177,7 +178,7 @@ impl Emitter<'_> {
                     why: "a per-CPU map used on the GPU needs device (SM) shards".into(),
                 });
             }
-            let (w2, t1) = (self.w(2), self.t(1));
+            let (w2, t1) = (self.w(2), self.t(2));
             // The shard of this SM: host shards first, then one per SM.
             let smid = self.smid();
             self.line(format!("mov.u32 {w2}, {smid};"));
@@ -322,6 +323,24 @@ impl Emitter<'_> {
             e.line(format!("bra {done};"));
         };
         self.line(format!("mov.b64 {r0}, 0;"));
+        // A lookup is made once per group of lanes with the same key, by the group's lowest
+        // lane, and its result shared: the lanes of a warp often look up the same key.
+        let dedup = id == helper_id::MAP_LOOKUP_ELEM && self.options.sm >= 70;
+        let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.w(i));
+        let q2 = self.q(2);
+        if dedup {
+            self.line(format!("activemask.b32 {w0};"));
+            self.line(format!("match.any.sync.b64 {w1}, {}, {w0};", key[0]));
+            for k in &key[1..] {
+                self.line(format!("match.any.sync.b64 {w2}, {k}, {w0};"));
+                self.line(format!("and.b32 {w1}, {w1}, {w2};"));
+            }
+            self.line(format!("neg.s32 {w2}, {w1};"));
+            self.line(format!("and.b32 {w2}, {w2}, {w1};"));
+            self.line(format!("mov.u32 {w3}, %lanemask_eq;"));
+            self.line(format!("setp.ne.u32 {q2}, {w2}, {w3};"));
+            self.line(format!("@{q2} bra {done};"));
+        }
         self.out.push_str(&format!("{lp}:\n"));
         self.line(format!("mul.wide.u32 {t4}, {w4}, {};", g.slot_stride));
         self.line(format!("add.s64 {t4}, {t4}, {t7};"));
@@ -446,6 +465,14 @@ impl Emitter<'_> {
             }
         }
         self.out.push_str(&format!("{done}:\n"));
+        if dedup {
+            self.line(format!("sub.u32 {w2}, {w2}, 1;"));
+            self.line(format!("popc.b32 {w2}, {w2};"));
+            self.line(format!("mov.b64 {{{w0}, {w3}}}, {r0};"));
+            self.line(format!("shfl.sync.idx.b32 {w0}, {w0}, {w2}, 31, {w1};"));
+            self.line(format!("shfl.sync.idx.b32 {w3}, {w3}, {w2}, 31, {w1};"));
+            self.line(format!("mov.b64 {r0}, {{{w0}, {w3}}};"));
+        }
         Ok(())
     }
 
