@@ -64,6 +64,24 @@ out:
     mov %r0, 0
     exit";
 
+/// The trace probe: a 16-byte record (address, then size | site << 32) per access to a ring.
+const TRACE: &str = "
+    ldxdw %r2, [%r1+0]
+    stxdw [%r10-16], %r2
+    ldxw %r3, [%r1+16]
+    ldxw %r4, [%r1+20]
+    lsh %r4, 32
+    or %r3, %r4
+    stxdw [%r10-8], %r3
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -16
+    mov %r3, 16
+    mov %r4, 0
+    call 130
+    mov %r0, 0
+    exit";
+
 /// Pages the benchmark touches (x and y, 2^28 floats each), with room to spare.
 const PAGE_CAPACITY: u32 = 1 << 20;
 
@@ -133,6 +151,23 @@ fn main() {
         program(PAGES, page_def.clone(), DeviceEvent::GlobalLoad),
         program(PAGES, page_def, DeviceEvent::GlobalStore),
     ];
+    // One ring per SM in GPU memory, each large enough for its share of one run.
+    let per_sm_records =
+        (3 * u64::from(N) / u64::from(info.sm_count) * 2).next_power_of_two() as u32;
+    let ring_geometry =
+        Geometry::new(MapKind::RingBuf, 0, 16, per_sm_records, 0, info.sm_count).unwrap();
+    let ring_dev = DeviceMapBuffer::on_device(&gpu, ring_geometry).expect("the trace rings");
+    let ring_def = vec![MapDef {
+        name: "trace".into(),
+        kind: MapKind::RingBuf,
+        key_size: 0,
+        value_size: 16,
+        max_entries: per_sm_records,
+    }];
+    let trace = [
+        program(TRACE, ring_def.clone(), DeviceEvent::GlobalLoad),
+        program(TRACE, ring_def, DeviceEvent::GlobalStore),
+    ];
     let instrument = |probes: &[Verified; 2], maps: &[DeviceMap]| -> String {
         let probes: Vec<DeviceProbe<'_>> = probes
             .iter()
@@ -142,13 +177,16 @@ fn main() {
     };
     let (array_b, sm_b) = ([array_dev.binding()], [per_sm_dev.binding()]);
     let pages_b = [pages_dev.binding()];
+    let ring_b = [ring_dev.binding()];
     let variants: Vec<(&str, String, f64)> = vec![
         ("uninstrumented", ptx.clone(), f64::NAN),
         ("(a) empty probe", instrument(&empty, &[]), 1.05),
         ("(b) count, one Array slot", instrument(&count_array, &array_b), 2.0),
         ("(c) count, per-SM map", instrument(&count_sm, &sm_b), 1.3),
         ("(d) count, HashMap by page", instrument(&count_pages, &pages_b), 3.0),
+        ("(e) 16-byte records, RingBuf", instrument(&trace, &ring_b), 8.0),
     ];
+    let ring_variant = variants.len() - 1;
 
     let x = gpu.alloc(N as usize * 4).expect("x");
     let y = gpu.alloc(N as usize * 4).expect("y");
@@ -160,11 +198,17 @@ fn main() {
     let grid = (info.sm_count * 8, 1, 1);
     let args = [Arg::U32(N), Arg::F32(1.5), Arg::Ptr(&x), Arg::Ptr(&y)];
     let mut times: Vec<Vec<Duration>> = vec![Vec::new(); variants.len()];
-    for k in &kernels {
+    for (i, k) in kernels.iter().enumerate() {
+        if i == ring_variant {
+            ring_dev.clear().expect("empty rings");
+        }
         gpu.launch(k, grid, (256, 1, 1), &args).expect("warm-up launch");
     }
     for _ in 0..RUNS {
         for (i, k) in kernels.iter().enumerate() {
+            if i == ring_variant {
+                ring_dev.clear().expect("empty rings");
+            }
             let start = Instant::now();
             gpu.launch(k, grid, (256, 1, 1), &args).expect("launch");
             times[i].push(start.elapsed());
@@ -193,7 +237,6 @@ fn main() {
             failed.push(format!("{name}: {ratio:.2}x > {target}x"));
         }
     }
-    println!("{:<32} {:>10}", "(e) 16-byte records, RingBuf", "not yet: device ring buffers");
 
     // The counts are exact: 2 loads and 1 store per element, per run (warm-up included).
     let launches = (RUNS + 1) as u64;
@@ -215,6 +258,16 @@ fn main() {
         "counts exact: {} accesses counted in each map; {entries} pages in the HashMap",
         value(&array)
     );
+
+    // The last run's records: every access, none dropped, over the SMs' rings.
+    let mut records = 0;
+    let mut dropped = 0;
+    for shard in 0..ring_geometry.shards() {
+        records += ring_dev.counter(shard, egpu_maps::layout::shard::LEN_OR_HEAD).unwrap();
+        dropped += ring_dev.counter(shard, egpu_maps::layout::shard::REFUSED).unwrap();
+    }
+    assert_eq!((records, dropped), (3 * u64::from(N), 0), "trace records of the last run");
+    println!("trace: {records} records of 16 bytes in the last run, {dropped} dropped");
 
     load_times(&gpu, &ptx, &empty);
     if !failed.is_empty() {

@@ -207,6 +207,7 @@ fn run() -> Result<(), Box<dyn Error>> {
                 .map(|m| egpu::device::translate::DeviceMap {
                     addr: 0x7f00_0000_0000,
                     geometry: *m.geometry(),
+                    live: false,
                 })
                 .collect();
             let ptx = egpu::device::translate::kernel_module_with(&verified, "page_loads", &maps)?;

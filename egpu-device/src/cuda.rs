@@ -92,6 +92,32 @@ pub struct DeviceBuffer<'g> {
     len: usize,
 }
 
+/// Host memory pinned and mapped into the GPU; unregistered when dropped.
+#[derive(Debug)]
+pub struct HostMapping<'g> {
+    gpu: &'g Gpu,
+    host: *mut u8,
+    device: CUdeviceptr,
+}
+
+impl HostMapping<'_> {
+    /// The address GPU code uses for the memory.
+    pub fn device_ptr(&self) -> u64 {
+        self.device
+    }
+}
+
+impl Drop for HostMapping<'_> {
+    fn drop(&mut self) {
+        let _ = self.gpu.bind();
+        let host = self.host;
+        let _ = guarded(|| {
+            // SAFETY: `host` was registered by `map_host`, and is unregistered once, here.
+            check("cuMemHostUnregister", unsafe { sys::cuMemHostUnregister(host.cast()) })
+        });
+    }
+}
+
 /// One kernel argument.
 #[derive(Debug, Clone, Copy)]
 pub enum Arg<'a> {
@@ -248,6 +274,30 @@ impl Gpu {
         })
     }
 
+    /// Pins `len` bytes of host memory at `ptr` and maps them into the GPU's address space
+    /// (`cuMemHostRegister`, portable and device-mapped), until the mapping is dropped.
+    ///
+    /// # Safety
+    /// The memory must stay allocated, and not be unmapped, while the mapping lives: GPU code
+    /// may access it until then.
+    pub unsafe fn map_host(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<HostMapping<'_>, DriverError> {
+        self.bind()?;
+        let flags = sys::CU_MEMHOSTREGISTER_PORTABLE | sys::CU_MEMHOSTREGISTER_DEVICEMAP;
+        // SAFETY: the caller keeps `len` bytes at `ptr` alive while the mapping lives.
+        check("cuMemHostRegister", unsafe { sys::cuMemHostRegister_v2(ptr.cast(), len, flags) })?;
+        // Unregistered again by its drop if the device pointer cannot be had.
+        let mut mapping = HostMapping { gpu: self, host: ptr, device: 0 };
+        // SAFETY: `mapping.device` is writable; `ptr` was registered just above.
+        check("cuMemHostGetDevicePointer", unsafe {
+            sys::cuMemHostGetDevicePointer_v2(&mut mapping.device, ptr.cast(), 0)
+        })?;
+        Ok(mapping)
+    }
+
     /// Waits for all work of the context.
     pub fn synchronize(&self) -> Result<(), DriverError> {
         self.bind()?;
@@ -360,13 +410,36 @@ impl DeviceBuffer<'_> {
     /// # Safety
     /// `src` must be readable for `len` bytes during the call.
     pub unsafe fn write_raw(&self, src: *const u8, len: usize) -> Result<(), DriverError> {
-        self.fits(len, "cuMemcpyHtoD")?;
+        // SAFETY: forwarded to the caller.
+        unsafe { self.write_raw_at(0, src, len) }
+    }
+
+    /// Copies `len` bytes from `src` to the buffer at byte `offset`.
+    ///
+    /// # Safety
+    /// `src` must be readable for `len` bytes during the call.
+    pub unsafe fn write_raw_at(
+        &self,
+        offset: usize,
+        src: *const u8,
+        len: usize,
+    ) -> Result<(), DriverError> {
+        self.fits(offset.saturating_add(len), "cuMemcpyHtoD")?;
         if len == 0 {
             return Ok(());
         }
         self.gpu.bind()?;
-        // SAFETY: the buffer holds at least `len` bytes; the caller vouches for `src`.
-        check("cuMemcpyHtoD", unsafe { sys::cuMemcpyHtoD_v2(self.ptr, src.cast(), len) })
+        // SAFETY: the buffer holds at least `offset + len` bytes; the caller vouches for `src`.
+        check("cuMemcpyHtoD", unsafe {
+            sys::cuMemcpyHtoD_v2(self.ptr + offset as u64, src.cast(), len)
+        })
+    }
+
+    /// Sets every byte of the buffer to 0.
+    pub fn zero(&self) -> Result<(), DriverError> {
+        self.gpu.bind()?;
+        // SAFETY: the buffer holds `len` bytes (at least one was allocated).
+        check("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(self.ptr, 0, self.len.max(1)) })
     }
 
     /// Copies the start of the buffer into `out`.
@@ -380,13 +453,29 @@ impl DeviceBuffer<'_> {
     /// # Safety
     /// `dst` must be writable for `len` bytes during the call.
     pub unsafe fn read_raw(&self, dst: *mut u8, len: usize) -> Result<(), DriverError> {
-        self.fits(len, "cuMemcpyDtoH")?;
+        // SAFETY: forwarded to the caller.
+        unsafe { self.read_raw_at(0, dst, len) }
+    }
+
+    /// Copies `len` bytes of the buffer, from byte `offset`, to `dst`.
+    ///
+    /// # Safety
+    /// `dst` must be writable for `len` bytes during the call.
+    pub unsafe fn read_raw_at(
+        &self,
+        offset: usize,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<(), DriverError> {
+        self.fits(offset.saturating_add(len), "cuMemcpyDtoH")?;
         if len == 0 {
             return Ok(());
         }
         self.gpu.bind()?;
-        // SAFETY: the buffer holds at least `len` bytes; the caller vouches for `dst`.
-        check("cuMemcpyDtoH", unsafe { sys::cuMemcpyDtoH_v2(dst.cast(), self.ptr, len) })
+        // SAFETY: the buffer holds at least `offset + len` bytes; the caller vouches for `dst`.
+        check("cuMemcpyDtoH", unsafe {
+            sys::cuMemcpyDtoH_v2(dst.cast(), self.ptr + offset as u64, len)
+        })
     }
 }
 

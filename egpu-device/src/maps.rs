@@ -13,16 +13,18 @@
 //! [`Gpu::launch`](crate::cuda::Gpu::launch) waits for: a download after a launch sees all of
 //! them.
 
-use egpu_maps::RawMap;
+use egpu_maps::layout::Geometry;
+use egpu_maps::{MapKind, RawMap};
 
-use crate::cuda::{DeviceBuffer, Gpu};
+use crate::cuda::{DeviceBuffer, Gpu, HostMapping};
 use crate::driver::DriverError;
 use crate::translate::DeviceMap;
 
-/// A host map's copy in GPU memory.
+/// A map's memory in GPU memory: the copy of a host map, or a map that lives on the GPU only.
 #[derive(Debug)]
 pub struct DeviceMapBuffer<'g> {
-    raw: RawMap,
+    raw: Option<RawMap>,
+    geometry: Geometry,
     buffer: DeviceBuffer<'g>,
 }
 
@@ -35,21 +37,95 @@ impl<'g> DeviceMapBuffer<'g> {
         // it without Rust references, so other sides' atomic updates meanwhile are only seen
         // or not (a snapshot).
         unsafe { buffer.write_raw(ptr.as_ptr(), len)? };
-        Ok(DeviceMapBuffer { raw: raw.clone(), buffer })
+        Ok(DeviceMapBuffer { raw: Some(raw.clone()), geometry: *raw.geometry(), buffer })
+    }
+
+    /// An empty map of `geometry` in GPU memory only (a trace ring too large to keep a host
+    /// copy of, for example): its header and counters can be read ([`counter`](Self::counter)),
+    /// not downloaded.
+    pub fn on_device(gpu: &'g Gpu, geometry: Geometry) -> Result<DeviceMapBuffer<'g>, DriverError> {
+        let buffer = gpu.alloc(geometry.total_bytes as usize)?;
+        let map = DeviceMapBuffer { raw: None, geometry, buffer };
+        map.clear()?;
+        Ok(map)
+    }
+
+    /// Empties the device copy: every byte zero, then the header (with this process as the
+    /// creator).
+    pub fn clear(&self) -> Result<(), DriverError> {
+        self.buffer.zero()?;
+        self.buffer.write(&self.geometry.header_bytes(std::process::id()))
     }
 
     /// What the translation needs: the device address and the geometry.
     pub fn binding(&self) -> DeviceMap {
-        DeviceMap { addr: self.buffer.device_ptr(), geometry: *self.raw.geometry() }
+        DeviceMap { addr: self.buffer.device_ptr(), geometry: self.geometry, live: false }
     }
 
-    /// Copies the device's bytes back into the host map. Host code must not update the map
-    /// while this runs (it would be overwritten).
+    /// The 8-byte counter at byte `offset` of shard `shard`'s header (see
+    /// [`egpu_maps::layout::shard`]: entries or ring head, refused inserts or dropped records,
+    /// ring tail), read from the GPU.
+    pub fn counter(&self, shard: u32, offset: usize) -> Result<u64, DriverError> {
+        let mut word = [0u8; 8];
+        let at = self.geometry.shard_offset(shard) + offset;
+        // SAFETY: `word` is 8 writable bytes.
+        unsafe { self.buffer.read_raw_at(at, word.as_mut_ptr(), 8)? };
+        Ok(u64::from_le_bytes(word))
+    }
+
+    /// Copies what the device writes back into the host map: every shard, or for a per-CPU map
+    /// only its SM shards, so that host shards keep what host code wrote meanwhile. Host code
+    /// must not write the copied shards while this runs. Nothing to do for a map that lives on
+    /// the GPU only.
     pub fn download(&self) -> Result<(), DriverError> {
-        let (ptr, len) = self.raw.memory();
-        // SAFETY: the map's memory is `len` writable bytes while `raw` lives, and the caller
-        // keeps host writers away during the copy.
-        unsafe { self.buffer.read_raw(ptr.as_ptr(), len) }
+        let Some(raw) = &self.raw else { return Ok(()) };
+        let (ptr, len) = raw.memory();
+        let g = &self.geometry;
+        let from = if matches!(g.kind, MapKind::PerCpuArray | MapKind::PerCpuHash) {
+            g.shard_offset(g.cpu_shards)
+        } else {
+            g.shard_offset(0)
+        };
+        // SAFETY: the map's memory is `len` writable bytes while `raw` lives, `from <= len`, and
+        // the caller keeps host writers of these shards away during the copy.
+        unsafe { self.buffer.read_raw_at(from, ptr.as_ptr().add(from), len - from) }
+    }
+
+    /// The host map, when there is one.
+    pub fn raw(&self) -> Option<&RawMap> {
+        self.raw.as_ref()
+    }
+}
+
+/// A host map whose memory is pinned and mapped into the GPU: device probes update it in place,
+/// live for the host and for other processes (a map in shared memory included), with every
+/// device write crossing the bus. One writing side per word: device probes write the map's SM
+/// shards (or a map host code does not write while kernels run).
+#[derive(Debug)]
+pub struct HostMappedMap<'g> {
+    // Declared first, so dropped first: the memory is unmapped while `raw` still holds it.
+    mapping: HostMapping<'g>,
+    raw: RawMap,
+}
+
+impl<'g> HostMappedMap<'g> {
+    /// Maps `raw`'s memory into `gpu`.
+    pub fn new(gpu: &'g Gpu, raw: &RawMap) -> Result<HostMappedMap<'g>, DriverError> {
+        let (ptr, len) = raw.memory();
+        // The driver maps whole pages: a map's last page would be left out otherwise. Maps
+        // start on a page and their mappings (anonymous or shared memory) cover whole pages.
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let len = len.next_multiple_of(page.max(1));
+        // SAFETY: the memory (whole pages of the map's mapping) lives as long as a clone of
+        // `raw` does; this value keeps one, and drops its mapping before it.
+        let mapping = unsafe { gpu.map_host(ptr.as_ptr(), len)? };
+        Ok(HostMappedMap { mapping, raw: raw.clone() })
+    }
+
+    /// What the translation needs: the device address and the geometry.
+    pub fn binding(&self) -> DeviceMap {
+        DeviceMap { addr: self.mapping.device_ptr(), geometry: *self.raw.geometry(), live: true }
     }
 
     /// The host map.

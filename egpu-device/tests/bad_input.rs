@@ -297,10 +297,12 @@ fn counter_bindings() -> Vec<DeviceMap> {
         DeviceMap {
             addr: 0x7f00_0000_0000,
             geometry: Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).expect("geometry"),
+            live: false,
         },
         DeviceMap {
             addr: 0x7f00_0010_0000,
             geometry: Geometry::new(MapKind::PerCpuArray, 4, 8, 1, 2, 132).expect("geometry"),
+            live: false,
         },
     ]
 }
@@ -582,6 +584,7 @@ fn helpers_the_gpu_lacks_are_refused() {
     let ring_binding = DeviceMap {
         addr: 0x7f00_0000_0000,
         geometry: Geometry::new(MapKind::RingBuf, 0, 8, 64, 1, 0).expect("ring geometry"),
+        live: false,
     };
     // bpf_ringbuf_output into a ring buffer (the call at slot 7).
     let output = program(
@@ -759,6 +762,7 @@ fn a_binding_that_disagrees_with_its_map_is_refused() {
     let narrow = DeviceMap {
         addr: 0x7f00_0000_0000,
         geometry: Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).expect("geometry"),
+        live: false,
     };
     let error = translate_error(&p, &[narrow]);
     assert!(

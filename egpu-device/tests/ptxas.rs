@@ -240,6 +240,10 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
                  stw [%r10-20], 3\nlddw %r1, map[3]\nmov %r2, %r10\nadd %r2, -20\ncall 3\n\
                  lddw %r1, map[3]\nmov %r2, %r10\nadd %r2, -20\nmov %r3, %r10\nadd %r3, -16\n\
                  mov %r4, 0\ncall 2\nmov %r0, 0\nexit";
+    // A 16-byte record per event into a ring: the address, then size | site << 32.
+    let trace = "ldxdw %r2, [%r1+0]\nstxdw [%r10-16], %r2\nldxw %r3, [%r1+16]\nldxw %r4, [%r1+20]\n\
+                 lsh %r4, 32\nor %r3, %r4\nstxdw [%r10-8], %r3\nlddw %r1, map[4]\nmov %r2, %r10\n\
+                 add %r2, -16\nmov %r3, 16\nmov %r4, 0\ncall 130\nmov %r0, 0\nexit";
     let maps = vec![
         MapDef {
             name: "all".into(),
@@ -269,23 +273,39 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
             value_size: 8,
             max_entries: 64,
         },
+        MapDef {
+            name: "trace".into(),
+            kind: MapKind::RingBuf,
+            key_size: 0,
+            value_size: 16,
+            max_entries: 1024,
+        },
     ];
     let bindings = vec![
         egpu_device::translate::DeviceMap {
             addr: 0x7f00_0000_0000,
             geometry: Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).expect("geometry"),
+            live: false,
         },
         egpu_device::translate::DeviceMap {
             addr: 0x7f00_0010_0000,
             geometry: Geometry::new(MapKind::PerCpuArray, 4, 8, 1, 2, 132).expect("geometry"),
+            live: false,
         },
         egpu_device::translate::DeviceMap {
             addr: 0x7f00_0020_0000,
             geometry: Geometry::new(MapKind::Hash, 8, 8, 4096, 1, 0).expect("geometry"),
+            live: false,
         },
         egpu_device::translate::DeviceMap {
             addr: 0x7f00_1000_0000,
             geometry: Geometry::new(MapKind::PerCpuHash, 4, 8, 64, 2, 132).expect("geometry"),
+            live: false,
+        },
+        egpu_device::translate::DeviceMap {
+            addr: 0x7f00_2000_0000,
+            geometry: Geometry::new(MapKind::RingBuf, 0, 16, 1024, 0, 132).expect("geometry"),
+            live: false,
         },
     ];
     let mut programs = Vec::new();
@@ -302,6 +322,7 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
         let mut sources = vec![(reader(ctx), vec![]), (counter.to_string(), maps.clone())];
         if matches!(event, DeviceEvent::GlobalLoad | DeviceEvent::GlobalStore) {
             sources.push((pages.to_string(), maps.clone()));
+            sources.push((trace.to_string(), maps.clone()));
         }
         for (text, maps) in sources {
             let slots = egpu_ebpf::assemble(&text).expect("assembles");

@@ -16,7 +16,7 @@
 use egpu_ebpf::MapKind;
 use egpu_ebpf::helpers::id as helper_id;
 use egpu_ebpf::verifier::Access;
-use egpu_maps::layout::{DEVICE_OWNER, SHARD_HEADER_BYTES, hash_state as hs, shard};
+use egpu_maps::layout::{DEVICE_OWNER, SHARD_HEADER_BYTES, hash_state as hs, ring_state, shard};
 
 use super::{DeviceMap, Emitter, TranslateError};
 use egpu_ebpf::Reg;
@@ -34,6 +34,12 @@ pub(super) fn words_direct(a: Access, bytes: u32) -> bool {
         let within = o.rem_euclid(8);
         within == 0 || within + i64::from(bytes) <= 8
     })
+}
+
+/// Bytes a ring record copies from the data: the record size, or less when the verifier bounds
+/// the size passed below it.
+pub(super) fn ring_bytes(max_size: Option<u64>, record: u32) -> u32 {
+    max_size.map_or(record, |m| m.min(u64::from(record)) as u32)
 }
 
 impl Emitter<'_> {
@@ -167,7 +173,8 @@ impl Emitter<'_> {
     ) -> Result<(), TranslateError> {
         let g = map.geometry;
         let first = map.addr.wrapping_add(g.shard_offset(0) as u64);
-        let per_sm = matches!(g.kind, MapKind::PerCpuArray | MapKind::PerCpuHash);
+        let per_sm = matches!(g.kind, MapKind::PerCpuArray | MapKind::PerCpuHash)
+            || (g.kind == MapKind::RingBuf && g.sm_shards > 0);
         let header = shard.map_or_else(|| self.t(7), str::to_owned);
         self.line(format!("mov.b64 {header}, {};", first as i64));
         if per_sm {
@@ -473,6 +480,111 @@ impl Emitter<'_> {
             self.line(format!("shfl.sync.idx.b32 {w3}, {w3}, {w2}, 31, {w1};"));
             self.line(format!("mov.b64 {r0}, {{{w0}, {w3}}};"));
         }
+        Ok(())
+    }
+
+    /// `bpf_ringbuf_output(ring, data, size, flags)`: one fixed-size record (the data, zero-padded)
+    /// into the ring's shard of this SM (or its only shard). Tickets are taken by one atomic add
+    /// per group of lanes on the same shard; a ticket beyond the consumer's tail plus the
+    /// capacity is dropped and counted (`-EAGAIN`), never waited for, and `head` is brought back
+    /// to that limit, so the ring stays consistent for its host side. 0, or `-E2BIG` when `size`
+    /// exceeds the record size.
+    pub(super) fn ring_output(&mut self, pc: usize) -> Result<(), TranslateError> {
+        let facts = self.verified.call(pc).copied();
+        let m = facts.and_then(|f| f.map);
+        let map = self.map(pc, m)?;
+        let g = map.geometry;
+        if g.kind != MapKind::RingBuf {
+            return self.unsupported(pc, helper_id::RINGBUF_OUTPUT);
+        }
+        let bytes = ring_bytes(facts.and_then(|f| f.max_size), g.value_size);
+        if bytes.div_ceil(8) > MAX_WORDS {
+            return Err(self.too_big(pc, m));
+        }
+        let args = facts.map(|f| f.args).unwrap_or_default();
+        let p = self.p().to_owned();
+        let (r0, r3) = (self.r(Reg::R0), self.r(Reg::R3));
+        let [t0, t1, t2, t3, t4, t5, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.t(i));
+        let [w0, w1, w2, w3, w4, w5, w6] = [0, 1, 2, 3, 4, 5, 6].map(|i| self.w(i));
+        let q0 = self.q(0);
+        let l = |what: &str| format!("${p}_R{pc}_{what}");
+        let (drop, done) = (l("drop"), l("done"));
+        self.line(format!("mov.b64 {r0}, -7;"));
+        self.line(format!("setp.gt.u64 {q0}, {r3}, {};", g.value_size));
+        self.line(format!("@{q0} bra {done};"));
+        let words = self.read_words(Reg::R2, args[1], bytes, 0);
+        // Bytes past `size` are zero in the record.
+        for (w, k) in words.iter().enumerate() {
+            self.line(format!("sub.s64 {t1}, {r3}, {};", w * 8));
+            self.line(format!("min.s64 {t1}, {t1}, 8;"));
+            self.line(format!("max.s64 {t1}, {t1}, 0;"));
+            self.line(format!("shl.b64 {t1}, {t1}, 3;"));
+            self.line(format!("cvt.u32.u64 {w0}, {t1};"));
+            self.line(format!("mov.b64 {t2}, 1;"));
+            self.line(format!("shl.b64 {t2}, {t2}, {w0};"));
+            self.line(format!("sub.s64 {t2}, {t2}, 1;"));
+            self.line(format!("and.b64 {k}, {k}, {t2};"));
+        }
+        self.shard_base(pc, m.unwrap_or(0), map, &t7, Some(&t6))?;
+        let head = shard::LEN_OR_HEAD;
+        if self.options.sm >= 70 {
+            // One ticket add per group of lanes writing to the same shard.
+            self.line(format!("activemask.b32 {w0};"));
+            self.line(format!("match.any.sync.b64 {w1}, {t6}, {w0};"));
+            self.line(format!("popc.b32 {w2}, {w1};"));
+            self.line(format!("mov.u32 {w3}, %lanemask_lt;"));
+            self.line(format!("and.b32 {w3}, {w3}, {w1};"));
+            self.line(format!("popc.b32 {w3}, {w3};"));
+            self.line(format!("neg.s32 {w4}, {w1};"));
+            self.line(format!("and.b32 {w4}, {w4}, {w1};"));
+            self.line(format!("mov.u32 {w5}, %lanemask_eq;"));
+            self.line(format!("setp.eq.u32 {q0}, {w4}, {w5};"));
+            self.line(format!("cvt.u64.u32 {t0}, {w2};"));
+            self.line(format!("@{q0} atom.add.u64 {t0}, [{t6}+{head}], {t0};"));
+            self.line(format!("sub.u32 {w4}, {w4}, 1;"));
+            self.line(format!("popc.b32 {w4}, {w4};"));
+            self.line(format!("mov.b64 {{{w5}, {w6}}}, {t0};"));
+            self.line(format!("shfl.sync.idx.b32 {w5}, {w5}, {w4}, 31, {w1};"));
+            self.line(format!("shfl.sync.idx.b32 {w6}, {w6}, {w4}, 31, {w1};"));
+            self.line(format!("mov.b64 {t0}, {{{w5}, {w6}}};"));
+            self.line(format!("cvt.u64.u32 {t1}, {w3};"));
+            self.line(format!("add.s64 {t0}, {t0}, {t1};"));
+        } else {
+            self.line(format!("atom.add.u64 {t0}, [{t6}+{head}], 1;"));
+        }
+        // The limit: the consumer's tail, plus the capacity.
+        self.line(format!("ld.u64 {t1}, [{t6}+{}];", shard::TAIL));
+        self.line(format!("add.s64 {t1}, {t1}, {};", g.capacity));
+        self.line(format!("setp.ge.u64 {q0}, {t0}, {t1};"));
+        self.line(format!("@{q0} bra {drop};"));
+        self.line(format!("rem.u64 {t2}, {t0}, {};", g.capacity));
+        self.line(format!("div.u64 {t3}, {t0}, {};", g.capacity));
+        self.line(format!("mul.lo.u64 {t4}, {t2}, {};", g.slot_stride));
+        self.line(format!("add.s64 {t4}, {t4}, {t7};"));
+        self.line(format!("shl.b64 {t3}, {t3}, 32;"));
+        if map.live {
+            // Others use the ring while the kernel runs: the slot must be free for this lap.
+            self.line(format!("ld.acquire.sys.u64 {t5}, [{t4}];"));
+            self.line(format!("setp.ne.u64 {q0}, {t5}, {t3};"));
+            self.line(format!("@{q0} bra {drop};"));
+        }
+        for (w, k) in words.iter().enumerate() {
+            self.line(format!("st.u64 [{t4}+{}], {k};", g.value_offset as usize + 8 * w));
+        }
+        for w in words.len() as u32..g.value_size.div_ceil(8) {
+            self.line(format!("st.u64 [{t4}+{}], 0;", g.value_offset + 8 * w));
+        }
+        let committed = ring_state::COMMITTED << ring_state::SHIFT;
+        self.line(format!("or.b64 {t3}, {t3}, {committed};"));
+        let order = if map.live { "release.sys" } else { "relaxed.gpu" };
+        self.line(format!("st.{order}.u64 [{t4}], {t3};"));
+        self.line(format!("mov.b64 {r0}, 0;"));
+        self.line(format!("bra {done};"));
+        self.out.push_str(&format!("{drop}:\n"));
+        self.line(format!("red.add.u64 [{t6}+{}], 1;", shard::REFUSED));
+        self.line(format!("red.min.u64 [{t6}+{head}], {t1};"));
+        self.line(format!("mov.b64 {r0}, -11;"));
+        self.out.push_str(&format!("{done}:\n"));
         Ok(())
     }
 

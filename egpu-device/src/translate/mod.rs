@@ -232,6 +232,11 @@ pub struct DeviceMap {
     pub addr: u64,
     /// Its layout.
     pub geometry: Geometry,
+    /// Whether others read the map while kernels write it (pinned host memory that host code
+    /// or another process reads live): ring records are then published with release ordering,
+    /// at a fence per record. A map in GPU memory is read after the kernel completes, which
+    /// orders everything, so its records are published without one.
+    pub live: bool,
 }
 
 impl Options {
@@ -524,6 +529,9 @@ fn stack_in_registers(verified: &Verified, f: usize) -> bool {
                         1 if map_helper => maps::words_direct(*a, def.key_size),
                         2 if id == Some(helper_id::MAP_UPDATE_ELEM) => {
                             maps::words_direct(*a, def.value_size)
+                        }
+                        1 if id == Some(helper_id::RINGBUF_OUTPUT) => {
+                            maps::words_direct(*a, maps::ring_bytes(facts.max_size, def.value_size))
                         }
                         _ => false,
                     }
@@ -1349,6 +1357,7 @@ impl<'a> Emitter<'a> {
             | helper_id::MAP_DELETE_ELEM => {
                 self.map_helper(pc, id)?;
             }
+            helper_id::RINGBUF_OUTPUT => self.ring_output(pc)?,
             _ => return self.unsupported(pc, id),
         }
         Ok(())

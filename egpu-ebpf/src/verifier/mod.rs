@@ -193,6 +193,9 @@ pub struct CallFacts {
     pub map: Option<u32>,
     /// For each argument register `r1`–`r5` that points at memory the helper reads: where.
     pub args: [Option<Access>; 5],
+    /// The largest size passed with a memory argument (`bpf_ringbuf_output`'s `r3`), over every
+    /// path.
+    pub max_size: Option<u64>,
 }
 
 /// Marks a `callx` whose helper number differs between paths.
@@ -391,7 +394,7 @@ impl<'p> Explorer<'p> {
             accesses: vec![None; len],
             callx: vec![None; len],
             calls: vec![None; len],
-            call: CallFacts { map: None, args: [None; 5] },
+            call: CallFacts { map: None, args: [None; 5], max_size: None },
         }
     }
 
@@ -1013,7 +1016,7 @@ impl<'p> Explorer<'p> {
             return fail(Violation::UnknownHelper, format!("helper {id} does not exist"));
         };
         let mut map: Option<u32> = None;
-        self.call = CallFacts { map: None, args: [None; 5] };
+        self.call = CallFacts { map: None, args: [None; 5], max_size: None };
         for (i, &kind) in h.args.iter().enumerate() {
             let reg = Reg::new(i as u8 + 1).expect("helpers take at most 5 arguments");
             let wrong = |what: &str, v: Value| {
@@ -1084,10 +1087,11 @@ impl<'p> Explorer<'p> {
                         );
                     }
                     self.readable(state, reg, size.umax)?;
+                    self.call.max_size = Some(size.umax);
                 }
             }
         }
-        let facts = CallFacts { map, args: self.call.args };
+        let facts = CallFacts { map, args: self.call.args, max_size: self.call.max_size };
         let seen = &mut self.calls[self.pc];
         *seen = Some(match seen.take() {
             None => facts,
@@ -1097,6 +1101,7 @@ impl<'p> Explorer<'p> {
                     (Some(a), Some(b)) => Some(a.join(b)),
                     _ => None,
                 }),
+                max_size: old.max_size.max(facts.max_size),
             },
         });
         for r in 1..=5 {

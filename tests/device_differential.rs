@@ -1,0 +1,250 @@
+//! The GPU against the CPU VM, on the same probe and the same events.
+//!
+//! A probe under test counts the loads of a kernel per 4 KiB page (a hash map) and the bytes
+//! loaded per site (an array), inside the kernel on the GPU. Next to it, a recording probe writes
+//! every load's address, size and site into a ring buffer in GPU memory. Then the CPU VM replays
+//! the recorded events, one by one, through the same probe into host maps of its own, and the
+//! GPU's maps must equal the VM's, entry for entry.
+//!
+//! A second test updates one per-CPU array from host threads and from GPU threads at the same
+//! time, each side on its own shards of pinned host memory mapped into the GPU: the totals are
+//! exact.
+//!
+//! Without a GPU both tests say why and pass; with `EGPU_REQUIRE_GPU=1` they fail instead.
+
+use std::collections::BTreeMap;
+
+use bytemuck::{Pod, Zeroable};
+use egpu::device::cuda::{Arg, Gpu};
+use egpu::device::inject::{DeviceProbe, Kernels, inject};
+use egpu::device::maps::DeviceMapBuffer;
+use egpu::device::testing::require_gpu;
+use egpu::ebpf::verifier::{Verified, verify};
+use egpu::ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, MemAccessCtx, Program, assemble};
+use egpu::maps::layout::Geometry;
+use egpu::maps::{HashMap, Placement, RawMap, RingBuf};
+use egpu::vm::{EngineChoice, Vm};
+
+/// The probe under test: loads per page in map 0, bytes per site in map 1.
+const PROBE: &str = "
+    mov %r9, %r1
+    ldxdw %r6, [%r9+0]
+    rsh %r6, 12
+    stxdw [%r10-8], %r6
+    stdw [%r10-16], 0
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    call 1
+    jne %r0, 0, found
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    mov %r3, %r10
+    add %r3, -16
+    mov %r4, 1
+    call 2
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    call 1
+    jeq %r0, 0, sites
+found:
+    mov %r1, 1
+    lock add [%r0+0], %r1
+sites:
+    ldxw %r6, [%r9+20]
+    stxw [%r10-20], %r6
+    lddw %r1, map[1]
+    mov %r2, %r10
+    add %r2, -20
+    call 1
+    jeq %r0, 0, out
+    ldxw %r1, [%r9+16]
+    lock add [%r0+0], %r1
+out:
+    mov %r0, 0
+    exit";
+
+/// The recording probe: address, then size | site << 32, to the ring.
+const RECORD: &str = "
+    ldxdw %r2, [%r1+0]
+    stxdw [%r10-16], %r2
+    ldxw %r3, [%r1+16]
+    ldxw %r4, [%r1+20]
+    lsh %r4, 32
+    or %r3, %r4
+    stxdw [%r10-8], %r3
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -16
+    mov %r3, 16
+    mov %r4, 0
+    call 130
+    mov %r0, 0
+    exit";
+
+/// One recorded load.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, Pod, Zeroable)]
+struct Event {
+    addr: u64,
+    size_site: u64,
+}
+
+fn def(name: &str, kind: MapKind, key_size: u32, value_size: u32, max_entries: u32) -> MapDef {
+    MapDef { name: name.into(), kind, key_size, value_size, max_entries }
+}
+
+fn program(text: &str, maps: Vec<MapDef>, event: DeviceEvent) -> Verified {
+    let slots = assemble(text).expect("assembles");
+    verify(&Program::new(slots, maps, AttachPoint::Device(event)).expect("a program"))
+        .expect("verified")
+}
+
+fn workspace() -> std::path::PathBuf {
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
+        .join("..")
+}
+
+fn entries(raw: &RawMap) -> BTreeMap<u64, u64> {
+    HashMap::<u64, u64>::from_raw(raw.clone()).expect("a hash map").iter().collect()
+}
+
+#[test]
+fn the_gpu_and_the_cpu_vm_fill_the_same_maps_from_the_same_events() {
+    let Some(info) = require_gpu() else { return };
+    let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
+    let ptx = std::fs::read_to_string(workspace().join("tests/ptx/saxpy.ptx")).expect("saxpy.ptx");
+    let n: u32 = 1 << 20;
+    let map_defs =
+        vec![def("pages", MapKind::Hash, 8, 8, 4096), def("sites", MapKind::Array, 4, 8, 16)];
+    let probe = program(PROBE, map_defs.clone(), DeviceEvent::GlobalLoad);
+    let record = program(
+        RECORD,
+        vec![def("events", MapKind::RingBuf, 0, 16, 4 * n)],
+        DeviceEvent::GlobalLoad,
+    );
+    let create = |kind, key, value, capacity| {
+        RawMap::create(
+            Geometry::new(kind, key, value, capacity, 1, 0).expect("geometry"),
+            &Placement::Process,
+        )
+        .expect("a map")
+    };
+    let (pages, sites) = (create(MapKind::Hash, 8, 8, 4096), create(MapKind::Array, 4, 8, 16));
+    let events = create(MapKind::RingBuf, 0, 16, 4 * n);
+    let on_gpu: Vec<DeviceMapBuffer<'_>> = [&pages, &sites, &events]
+        .iter()
+        .map(|m| DeviceMapBuffer::upload(&gpu, m).expect("upload"))
+        .collect();
+    let probe_maps = [on_gpu[0].binding(), on_gpu[1].binding()];
+    let ring_map = [on_gpu[2].binding()];
+    let probes = [
+        DeviceProbe { program: &probe, kernels: Kernels::All, maps: &probe_maps },
+        DeviceProbe { program: &record, kernels: Kernels::All, maps: &ring_map },
+    ];
+    let instrumented = inject(&ptx, &probes).expect("instruments");
+    let module = gpu.load_ptx(&instrumented.ptx).unwrap_or_else(|e| panic!("{e}"));
+    let x = gpu.alloc(n as usize * 4).expect("x");
+    let y = gpu.alloc(n as usize * 4).expect("y");
+    let args = [Arg::U32(n), Arg::F32(0.5), Arg::Ptr(&x), Arg::Ptr(&y)];
+    let kernel = module.kernel("saxpy").expect("saxpy");
+    gpu.launch(&kernel, (info.sm_count * 2, 1, 1), (256, 1, 1), &args).expect("launch");
+    for m in &on_gpu {
+        m.download().expect("download");
+    }
+
+    // The CPU VM replays the recorded events through the same probe, into maps of its own.
+    let (cpu_pages, cpu_sites) =
+        (create(MapKind::Hash, 8, 8, 4096), create(MapKind::Array, 4, 8, 16));
+    let program = probe.program().clone();
+    let mut vm =
+        Vm::with_maps(&program, &[cpu_pages.clone(), cpu_sites.clone()], EngineChoice::Jit)
+            .expect("the VM loads the probe");
+    let ring = RingBuf::<Event>::from_raw(events).expect("a ring");
+    let mut consumer = ring.consumer().expect("a consumer");
+    let mut replayed = 0u64;
+    while let Some(e) = consumer.poll() {
+        let mut ctx = MemAccessCtx {
+            addr: e.addr,
+            size: e.size_site as u32,
+            site: (e.size_site >> 32) as u32,
+            ..MemAccessCtx::default()
+        };
+        vm.run_ctx(&mut ctx).expect("the probe runs on the CPU");
+        replayed += 1;
+    }
+    assert_eq!(replayed, 2 * u64::from(n), "every load was recorded once");
+    assert_eq!(on_gpu[2].counter(0, egpu::maps::layout::shard::REFUSED).unwrap(), 0, "no drops");
+    let (gpu_pages, vm_pages) = (entries(&pages), entries(&cpu_pages));
+    assert_eq!(gpu_pages.len(), 2 * n as usize / 1024, "one entry per page of x and y");
+    assert_eq!(gpu_pages, vm_pages, "the GPU's and the VM's page counts");
+    let array =
+        |raw: &RawMap| egpu::maps::Array::<u64>::from_raw(raw.clone()).expect("array").to_vec();
+    assert_eq!(array(&sites), array(&cpu_sites), "the GPU's and the VM's bytes per site");
+    assert_eq!(array(&sites).iter().sum::<u64>(), 8 * u64::from(n), "4 bytes per load");
+    println!(
+        "{replayed} loads recorded on the GPU and replayed on the CPU VM: {} pages and {} sites \
+         identical",
+        gpu_pages.len(),
+        array(&sites).iter().filter(|&&b| b > 0).count()
+    );
+}
+
+/// Host threads and GPU threads update one per-CPU array at the same time, in pinned host
+/// memory mapped into the GPU: host code on its host shards, the probe on the SMs' shards. Every
+/// update is counted.
+#[test]
+fn host_and_gpu_threads_update_one_map_at_once_exactly() {
+    use egpu::device::maps::HostMappedMap;
+    use egpu::maps::{PerCpuArray, Shards};
+
+    let Some(info) = require_gpu() else { return };
+    let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
+    let ptx = std::fs::read_to_string(workspace().join("tests/ptx/saxpy.ptx")).expect("saxpy.ptx");
+    let counts: PerCpuArray<u64> =
+        PerCpuArray::create(1, Shards::new(4, info.sm_count), Placement::Process).expect("a map");
+    let mapped = HostMappedMap::new(&gpu, counts.raw()).expect("mapped into the GPU");
+    let count = "stw [%r10-4], 0\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -4\ncall 1\n\
+                 jeq %r0, 0, +2\nmov %r1, 1\nlock add [%r0+0], %r1\nmov %r0, 0\nexit";
+    let stores = program(
+        count,
+        vec![def("counts", MapKind::PerCpuArray, 4, 8, 1)],
+        DeviceEvent::GlobalStore,
+    );
+    let binding = [mapped.binding()];
+    let probes = [DeviceProbe { program: &stores, kernels: Kernels::All, maps: &binding }];
+    let module = gpu.load_ptx(&inject(&ptx, &probes).expect("instruments").ptx).expect("loads");
+    let kernel = module.kernel("saxpy").expect("saxpy");
+    let n: u32 = 1 << 22;
+    let x = gpu.alloc(n as usize * 4).expect("x");
+    let y = gpu.alloc(n as usize * 4).expect("y");
+    let args = [Arg::U32(n), Arg::F32(0.5), Arg::Ptr(&x), Arg::Ptr(&y)];
+    let (threads, per_thread, launches) = (4u64, 200_000u64, 10u64);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for _ in 0..per_thread {
+                    counts.fetch_add(0, 1).expect("a host update");
+                }
+            });
+        }
+        for _ in 0..launches {
+            gpu.launch(&kernel, (info.sm_count * 4, 1, 1), (256, 1, 1), &args).expect("launch");
+        }
+    });
+    let shards = counts.get(0).expect("index 0");
+    let (host, device) = (shards.cpu.iter().sum::<u64>(), shards.sm.iter().sum::<u64>());
+    println!(
+        "host threads counted {host} updates on {} host shards while {launches} launches counted \
+         {device} stores on {} SM shards, in the same mapped memory",
+        shards.cpu.len(),
+        shards.sm.iter().filter(|&&c| c > 0).count()
+    );
+    assert_eq!(host, threads * per_thread, "host updates");
+    assert_eq!(device, launches * u64::from(n), "device updates");
+    assert_eq!(shards.sum(), threads * per_thread + launches * u64::from(n));
+}
