@@ -240,7 +240,7 @@ fn device_part(info: &egpu::device::GpuInfo) -> Result<(), Box<dyn Error>> {
         let program = verify(probe.program()?)?;
         attached.push(Attached { program, kernels: vec!["saxpy".into()], maps: bindings });
     }
-    let instrumenter = Instrumenter::new(&gpu, attached);
+    let instrumenter = Instrumenter::new(&gpu, attached)?;
     let module = instrumenter.load(SAXPY)?;
     if let Some(why) = module.fallback() {
         return Err(format!("the kernel could not be instrumented: {why}").into());

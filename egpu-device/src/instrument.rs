@@ -8,8 +8,8 @@
 //!   to resume),
 //! - the launch is not sampled ([`Instrumenter::sample_every`]: every Nth launch of a kernel is
 //!   instrumented, the first one included),
-//! - the instrumented module could not be made or loaded (the injector's or the JIT's error, with
-//!   the JIT log), or a launch of the instrumented kernel failed for lack of registers or shared
+//! - the instrumented module could not be made or loaded (the injector's error on this module's
+//!   PTX, or the JIT's error with its log), or a launch of the instrumented kernel failed for lack of registers or shared
 //!   memory: egpu then says why once, on standard error and in [`ProbedModule::fallback`], and
 //!   the program runs on, uninstrumented.
 //!
@@ -25,8 +25,9 @@ use egpu_ebpf::verifier::Verified;
 
 use crate::cuda::{Arg, Gpu, LoadError, Module};
 use crate::driver::DriverError;
-use crate::inject::{DeviceProbe, Kernels, inject};
-use crate::translate::DeviceMap;
+use crate::inject::{DeviceProbe, InjectError, Kernels, inject};
+use crate::translate::{Context, DeviceMap, Options, translate};
+use egpu_ebpf::{AttachPoint, DeviceEvent};
 
 /// A probe attached to kernels, owned by an [`Instrumenter`].
 #[derive(Clone, Debug)]
@@ -123,14 +124,37 @@ fn content_hash<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
 
 impl<'g> Instrumenter<'g> {
     /// Attaches `probes` to the kernels that `gpu` will load through this instrumenter.
-    pub fn new(gpu: &'g Gpu, probes: Vec<Attached>) -> Instrumenter<'g> {
-        Instrumenter {
+    ///
+    /// Each probe is translated once here, so a probe that cannot run on the GPU (a helper the
+    /// GPU lacks, a map without a binding or with one that does not match it, a host attach
+    /// point) is refused now, with the reason, before any kernel runs with it.
+    pub fn new(gpu: &'g Gpu, probes: Vec<Attached>) -> Result<Instrumenter<'g>, InjectError> {
+        for (i, p) in probes.iter().enumerate() {
+            let context = match p.program.program().attach() {
+                AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => {
+                    Context::Kernel { kernel_id: 0 }
+                }
+                AttachPoint::Device(e) => Context::Access {
+                    kernel_id: 0,
+                    addr: "%egpu_addr".into(),
+                    size: 4,
+                    site: 0,
+                    is_store: e == DeviceEvent::GlobalStore,
+                },
+                attach => return Err(InjectError::NotDevice { probe: i, attach }),
+            };
+            let mut options = Options::new("egpu", context);
+            options.maps = p.maps.clone();
+            translate(&p.program, &options)
+                .map_err(|error| InjectError::Translate { probe: i, error })?;
+        }
+        Ok(Instrumenter {
             gpu,
             probes,
             attached: AtomicBool::new(true),
             every: AtomicU64::new(1),
             cache: Mutex::new(HashMap::new()),
-        }
+        })
     }
 
     /// Later launches run the original kernels.

@@ -192,12 +192,12 @@ fn device_maps_count_the_accesses_of_saxpy() {
     assert!(busy_sms > 1, "the stores of 120 blocks ran on one SM?");
 }
 
-/// Loading and launching through an `Instrumenter`: sampling, detaching, the cache, and the
-/// fallback to the original kernel when a probe cannot be injected.
+/// Loading and launching through an `Instrumenter`: sampling, detaching, the cache, and a probe
+/// the GPU cannot run refused when attached.
 #[test]
-fn instrumenter_samples_detaches_caches_and_falls_back() {
+fn instrumenter_samples_detaches_caches_and_refuses_what_cannot_run() {
     use egpu_device::cuda::{Arg, Gpu};
-    use egpu_device::instrument::{Attached, Fallback, Instrumenter, Ran};
+    use egpu_device::instrument::{Attached, Instrumenter, Ran};
     use egpu_device::maps::DeviceMapBuffer;
     use egpu_ebpf::verifier::verify;
     use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
@@ -230,7 +230,7 @@ fn instrumenter_samples_detaches_caches_and_falls_back() {
         kernels: vec!["saxpy".into()],
         maps: vec![device.binding()],
     }];
-    let instrumenter = Instrumenter::new(&gpu, probes);
+    let instrumenter = Instrumenter::new(&gpu, probes).expect("the probes translate");
     let n: u32 = 1 << 16;
     let x = gpu.alloc(n as usize * 4).unwrap();
     let y = gpu.alloc(n as usize * 4).unwrap();
@@ -259,7 +259,7 @@ fn instrumenter_samples_detaches_caches_and_falls_back() {
     assert_eq!(instrumenter.cached(), 1, "the same module and probes hit the cache");
     println!("sampled 2 of 4 launches, detached and attached again: {stores} stores counted");
 
-    // A probe the GPU cannot run: the module still loads and runs, uninstrumented, and says why.
+    // A probe the GPU cannot run (its ring has no device binding) is refused when attached.
     let ring = MapDef {
         name: "r".into(),
         kind: MapKind::RingBuf,
@@ -269,15 +269,13 @@ fn instrumenter_samples_detaches_caches_and_falls_back() {
     };
     let output = "stdw [%r10-8], 7\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -8\nmov %r3, 8\n\
                   mov %r4, 0\ncall 130\nmov %r0, 0\nexit";
-    let unsupported = Instrumenter::new(
+    let refused = Instrumenter::new(
         &gpu,
         vec![Attached { program: program(output, vec![ring]), kernels: vec![], maps: vec![] }],
     );
-    let module = unsupported.load(&ptx).expect("the original loads");
-    let why = module.fallback().expect("a reason");
-    assert!(matches!(why, Fallback::Inject(_)), "{why}");
-    println!("falls back: {why}");
-    assert_eq!(module.launch("saxpy", (64, 1, 1), (256, 1, 1), &args), Ok(Ran::Original));
+    let why = refused.expect_err("refused when attached");
+    println!("refused when attached: {why}");
+    assert!(why.to_string().contains("no device binding"), "{why}");
 }
 
 /// The probe Probe Rust's `HashMap::fetch_add` makes, by page: look up, insert a zero when
