@@ -196,6 +196,8 @@ pub struct CallFacts {
     /// The largest size passed with a memory argument (`bpf_ringbuf_output`'s `r3`), over every
     /// path.
     pub max_size: Option<u64>,
+    /// The smallest such size, over every path.
+    pub min_size: Option<u64>,
 }
 
 /// Marks a `callx` whose helper number differs between paths.
@@ -394,7 +396,7 @@ impl<'p> Explorer<'p> {
             accesses: vec![None; len],
             callx: vec![None; len],
             calls: vec![None; len],
-            call: CallFacts { map: None, args: [None; 5], max_size: None },
+            call: CallFacts { map: None, args: [None; 5], max_size: None, min_size: None },
         }
     }
 
@@ -1016,7 +1018,7 @@ impl<'p> Explorer<'p> {
             return fail(Violation::UnknownHelper, format!("helper {id} does not exist"));
         };
         let mut map: Option<u32> = None;
-        self.call = CallFacts { map: None, args: [None; 5], max_size: None };
+        self.call = CallFacts { map: None, args: [None; 5], max_size: None, min_size: None };
         for (i, &kind) in h.args.iter().enumerate() {
             let reg = Reg::new(i as u8 + 1).expect("helpers take at most 5 arguments");
             let wrong = |what: &str, v: Value| {
@@ -1088,10 +1090,16 @@ impl<'p> Explorer<'p> {
                     }
                     self.readable(state, reg, size.umax)?;
                     self.call.max_size = Some(size.umax);
+                    self.call.min_size = Some(size.umin);
                 }
             }
         }
-        let facts = CallFacts { map, args: self.call.args, max_size: self.call.max_size };
+        let facts = CallFacts {
+            map,
+            args: self.call.args,
+            max_size: self.call.max_size,
+            min_size: self.call.min_size,
+        };
         let seen = &mut self.calls[self.pc];
         *seen = Some(match seen.take() {
             None => facts,
@@ -1102,6 +1110,10 @@ impl<'p> Explorer<'p> {
                     _ => None,
                 }),
                 max_size: old.max_size.max(facts.max_size),
+                min_size: match (old.min_size, facts.min_size) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    _ => None,
+                },
             },
         });
         for r in 1..=5 {
