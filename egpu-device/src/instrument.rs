@@ -9,9 +9,13 @@
 //! - the launch is not sampled ([`Instrumenter::sample_every`]: every Nth launch of a kernel is
 //!   instrumented, the first one included),
 //! - the instrumented module could not be made or loaded (the injector's error on this module's
-//!   PTX, or the JIT's error with its log), or a launch of the instrumented kernel failed for lack of registers or shared
-//!   memory: egpu then says why once, on standard error and in [`ProbedModule::fallback`], and
+//!   PTX, or the JIT's error with its log), or a launch of the instrumented kernel failed for
+//!   lack of registers (`CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`): egpu then says why once, on
+//!   standard error and in [`ProbedModule::fallback`] or [`ProbedModule::kernel_fallback`], and
 //!   the program runs on, uninstrumented.
+//!
+//! Probes are translated once when attached ([`Instrumenter::new`]), so a probe the GPU cannot
+//! run is refused there, before any kernel runs with it.
 //!
 //! Instrumented modules are cached by a 64-bit hash of their content (the original PTX, the
 //! probes' bytecode and attach points, the kernels they select and their maps' bindings), so
@@ -302,11 +306,11 @@ impl ProbedModule<'_, '_> {
     }
 }
 
-/// A launch that failed for lack of registers, shared memory or threads per block.
+/// A launch that failed for lack of registers or threads per block
+/// (`CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`). Instrumentation adds no shared memory, so no other
+/// error can come from it.
 fn out_of_resources(error: &DriverError) -> bool {
-    // CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, CUDA_ERROR_INVALID_VALUE (too much shared memory
-    // requested for the instrumented kernel).
-    matches!(error.code(), Some(701 | 1))
+    matches!(error.code(), Some(701))
 }
 
 #[cfg(test)]
@@ -322,10 +326,10 @@ mod tests {
     }
 
     #[test]
-    fn out_of_resources_is_701_and_invalid_value() {
+    fn out_of_resources_is_701_only() {
         let e = |code| DriverError::Call { call: "cuLaunchKernel", code, name: String::new() };
         assert!(out_of_resources(&e(701)));
-        assert!(out_of_resources(&e(1)));
+        assert!(!out_of_resources(&e(1)));
         assert!(!out_of_resources(&e(700)));
     }
 }

@@ -8,8 +8,10 @@
 //!   offset becomes the special register or site value that holds the field (`%tid.x`,
 //!   `%ctaid.y`, `%smid`, the access's address, …): a field the probe does not read costs
 //!   nothing;
-//! - an access to the function's own stack frame at a constant offset addresses a `.local` array
-//!   directly, which ptxas keeps in registers when the frame's address does not escape;
+//! - a stack frame whose address never escapes (every access at a constant offset of its own
+//!   frame, or read by an inlined helper) lives in registers, one 64-bit register per 8-byte
+//!   slot, read and written with `bfe`/`bfi`; other frames are a `.local` array, addressed
+//!   directly at constant offsets;
 //! - an atomic on the stack (which only its thread sees) is a plain read-modify-write, and an
 //!   atomic on a map value is a PTX `atom`/`red`;
 //! - an access the verifier could not prove naturally aligned (user contexts only: device
@@ -29,10 +31,12 @@
 //! by zero gives 0 and the remainder by zero the dividend, `MIN / -1` is `MIN`, shift counts are
 //! masked to the operand width, and 32-bit operations zero-extend their result.
 //!
-//! Helpers are inlined. Today the GPU provides `bpf_ktime_get_ns` (`%globaltimer`),
-//! `bpf_get_prandom_u32`, `bpf_get_smp_processor_id` (`%smid`) and `bpf_get_current_pid_tgid`;
-//! a program calling another helper is refused with [`TranslateError::Helper`] before any kernel
-//! runs it.
+//! Helpers are inlined: `bpf_ktime_get_ns` (`%globaltimer`), `bpf_get_prandom_u32`,
+//! `bpf_get_smp_processor_id` (`%smid`), `bpf_get_current_pid_tgid`, and, with the map's
+//! geometry as constants, `bpf_map_lookup_elem`, `bpf_map_update_elem`, `bpf_map_delete_elem`
+//! on arrays and hash maps (per-CPU ones too) and `bpf_ringbuf_output` (see the `maps` part of
+//! this module's source, `translate/maps.rs`). A program calling another helper is refused with
+//! [`TranslateError::Helper`] before any kernel runs it.
 //!
 //! ```
 //! use egpu_device::translate::{Context, Options, translate};
