@@ -337,7 +337,8 @@ pub fn translate(verified: &Verified, options: &Options) -> Result<Translation, 
 /// `arg` is what the program's context needs: for a user attach point, the address of the
 /// context's memory (what the conformance suite runs on the GPU); for a global load or store, the
 /// address accessed (4 bytes, site 0, the kernel id of `name`); for kernel entry and exit,
-/// nothing. So any probe can be run, and checked, on its own.
+/// nothing. So any probe can be run, and checked, on its own. The module is the same in every
+/// process: `bpf_get_current_pid_tgid` gives 0 in it.
 pub fn kernel_module(verified: &Verified, name: &str) -> Result<String, TranslateError> {
     kernel_module_with(verified, name, &[])
 }
@@ -367,7 +368,6 @@ pub fn kernel_module_with(
     };
     let mut options = Options::new("e", context);
     options.result = Some("%egpu_r0".into());
-    options.pid = std::process::id();
     options.maps = maps.to_vec();
     let t = translate(verified, &options)?;
     Ok(format!(
