@@ -6,25 +6,33 @@
 //!
 //! # What lives here
 //!
-//! Today this crate is the thin CUDA driver layer:
-//!
 //! - [`devices`] lists the GPUs the driver sees, as [`GpuInfo`] values (name, compute capability,
-//!   SM count, memory, driver version);
-//! - [`gpu_status`] says whether there is a usable GPU, and if not, why not, in words;
-//! - [`testing::require_gpu`] is the one helper that GPU tests use to skip with a printed reason
-//!   on a machine without a GPU, and to fail when `EGPU_REQUIRE_GPU=1` is set;
+//!   SM count, memory, driver version), and [`gpu_status`] says whether there is a usable GPU,
+//!   and if not, why not, in words ([`driver`]);
+//! - [`cuda`] owns the driver objects: a GPU's primary context ([`cuda::Gpu`]), modules loaded
+//!   from PTX with the JIT's logs, kernels and launches, device memory, host memory pinned and
+//!   mapped into the GPU;
+//! - [`translate`] turns a verified eBPF program into PTX that runs inside a kernel: context
+//!   reads as special registers, frames in registers, RFC 9669 arithmetic, atomics, and the
+//!   helpers inlined, map helpers included (arrays, hash maps, their per-CPU kinds, ring
+//!   buffers); what the GPU cannot run is a [`translate::TranslateError`];
+//! - [`inject`] splices translated probes into a module's PTX at kernel entry and exit and before
+//!   every global (or generic) load and store, leaving the rest of the text as it was;
+//! - [`instrument`] loads modules through egpu ([`instrument::Instrumenter`]): instrumented and
+//!   cached, or the original kernel, with sampling, detaching and a fallback that says why;
+//! - [`maps`] places maps where probes update them: a copy in GPU memory
+//!   ([`maps::DeviceMapBuffer`]), or the host map pinned and mapped into the GPU, read live
+//!   ([`maps::HostMappedMap`]), on the layout every side shares (`egpu_maps::layout`);
 //! - [`ptx`] reads PTX into pieces that cover its text exactly: functions, statements, and
 //!   instructions with their guards, opcodes and operands;
 //! - [`toolchain`] runs NVIDIA's `ptxas` (checks PTX, reports registers and spills) and `nvcc`
-//!   (CUDA C to PTX), found through `EGPU_PTXAS`, `EGPU_NVCC` or `PATH`.
+//!   (CUDA C to PTX), found through `EGPU_PTXAS`, `EGPU_NVCC` or `PATH`;
+//! - [`testing`] holds what tests use to skip with a printed reason where a GPU or the tools are
+//!   missing, and to fail instead under `EGPU_REQUIRE_GPU=1` or `EGPU_REQUIRE_PTXAS=1`
+//!   ([`testing::require_gpu`], [`testing::require_ptxas`], [`testing::require_nvcc`]).
 //!
-//! To come, in their own modules:
-//!
-//! - the translation of checked eBPF programs to PTX (a compiler back end: typed indices, a PTX
-//!   printer, lowering split by instruction class, a verifier);
-//! - the PTX injector, which splices probes into the PTX of a kernel before the driver loads it;
-//! - device maps: the device half of `egpu-maps`, in pinned, mapped host memory and in device
-//!   memory.
+//! The book's chapter on the GPU backend states every rule the translation and the injector
+//! follow.
 //!
 //! # The driver layers
 //!
@@ -35,7 +43,7 @@
 //! |---------|-----------------------------------------|--------------|
 //! | raw     | `cudarc::driver::sys`                   | The `cu*` entry points of `libcuda.so.1`, loaded with `dlopen` on first use. Every function is `unsafe` and returns a bare `CUresult`. cudarc panics if the library or a symbol is missing. |
 //! | checked | `driver::check` (crate-private)         | One function that turns every `CUresult` into `Result<(), DriverError>`, naming the call and the error (`cuGetErrorName`). Calls stay `unsafe` where the driver is; each `unsafe` block is one driver call with its `// SAFETY:` comment. |
-//! | safe    | [`devices`], [`gpu_status`], [`GpuInfo`], [`GpuStatus`], [`DriverError`] | Plain Rust values and typed errors. The library is probed first ([`DriverError::LibraryNotFound`]) and every query runs under `catch_unwind`, so a missing driver or symbol is an error, never a panic. RAII types (contexts, modules, pinned memory) will join this layer. |
+//! | safe    | [`devices`], [`gpu_status`], [`GpuInfo`], [`GpuStatus`], [`DriverError`]; the owning types of [`cuda`]: [`Gpu`](cuda::Gpu), [`Module`](cuda::Module), [`Kernel`](cuda::Kernel), [`DeviceBuffer`](cuda::DeviceBuffer), [`HostMapping`](cuda::HostMapping) | Plain Rust values and typed errors. The library is probed first ([`DriverError::LibraryNotFound`]), before any owning type can exist, and the queries and the calls that open a context, load a module, allocate, launch and release run under `catch_unwind`, so a missing driver is an error, never a panic. Each owning type releases its driver object when dropped: `Gpu` its retain of the primary context, `Module` the module, `DeviceBuffer` the memory, `HostMapping` the registration of the host memory; a `Kernel` borrows its module. |
 //!
 //! All driver access in egpu goes through this crate and these layers, never through `cudarc`
 //! directly from another crate. That keeps the `unsafe` in one place, and it leaves one seam where

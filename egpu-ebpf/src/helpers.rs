@@ -86,7 +86,10 @@ pub const HELPERS: &[HelperInfo] = &[
         ret: RetKind::MapValueOrNull,
         cpu: "pointer to the value stored under the key (in the calling CPU's shard of a per-CPU \
               map), or null",
-        gpu: "the same, on the map's device mapping",
+        gpu: "inlined: an array's element (null out of range), or a hash map's value (null when \
+              the key is absent), in the SM's shard (cpu_shards + %smid mod sm_shards) for a \
+              per-CPU map; on sm_70 and later, the lanes of a warp looking up one key make one \
+              search",
         on_cpu: true,
     },
     HelperInfo {
@@ -96,7 +99,12 @@ pub const HELPERS: &[HelperInfo] = &[
         ret: RetKind::Scalar,
         cpu: "stores the value under the key as the flags say (0 any, 1 only new, 2 only \
               existing); 0, or -E2BIG when the map is full, -EEXIST, -ENOENT",
-        gpu: "the same, on the map's device mapping",
+        gpu: "inlined, on the low 32 bits of the flags; 0 when stored. Arrays: -E2BIG out of \
+              range, else -EEXIST with flag 1, -EINVAL with flags above 2. Hash maps: a live \
+              key's value is replaced under any flags but 1 (-EEXIST); an absent key gives \
+              -ENOENT with flag 2, -E2BIG (counted) when the shard has no empty slot, else \
+              -EINVAL with flags above 2, else an insert (never into a tombstone; -E2BIG, \
+              counted, past the capacity). Per-CPU maps in the SM's shard",
         on_cpu: true,
     },
     HelperInfo {
@@ -105,7 +113,8 @@ pub const HELPERS: &[HelperInfo] = &[
         args: &[ArgKind::MapRef, ArgKind::MapKey],
         ret: RetKind::Scalar,
         cpu: "removes the key; 0, or -ENOENT when it is absent (-EINVAL on arrays)",
-        gpu: "the same, on the map's device mapping",
+        gpu: "inlined: the entry becomes a tombstone, 0, or -ENOENT when it is absent (in the \
+              SM's shard for a per-CPU hash map); -EINVAL on arrays",
         on_cpu: true,
     },
     HelperInfo {
@@ -123,7 +132,8 @@ pub const HELPERS: &[HelperInfo] = &[
         args: &[],
         ret: RetKind::Scalar,
         cpu: "a pseudo-random u32 from a per-thread generator",
-        gpu: "a pseudo-random u32 from a per-thread generator seeded by the thread's identity",
+        gpu: "a hash (splitmix64's finaliser) of %clock64, %tid.x and %ctaid.x: no generator \
+              state",
         on_cpu: true,
     },
     HelperInfo {
@@ -132,7 +142,8 @@ pub const HELPERS: &[HelperInfo] = &[
         args: &[],
         ret: RetKind::Scalar,
         cpu: "the CPU the calling thread runs on",
-        gpu: "the streaming multiprocessor, %smid",
+        gpu: "the streaming multiprocessor, %smid (read once when an instrumented kernel \
+              starts)",
         on_cpu: true,
     },
     HelperInfo {
@@ -141,7 +152,8 @@ pub const HELPERS: &[HelperInfo] = &[
         args: &[],
         ret: RetKind::Scalar,
         cpu: "process id << 32 | thread id",
-        gpu: "the host process id << 32; the thread half is 0",
+        gpu: "a constant: the id of the host process that injected the probe << 32 (0 in \
+              stand-alone kernels); the thread half is 0",
         on_cpu: true,
     },
     HelperInfo {
@@ -151,7 +163,10 @@ pub const HELPERS: &[HelperInfo] = &[
         ret: RetKind::Scalar,
         cpu: "copies a record (at most the ring's record size, zero-padded) into the ring of the \
               calling CPU; 0, or -EAGAIN when the ring is full (the drop is counted)",
-        gpu: "the same, on the ring's device mapping",
+        gpu: "inlined: copies a record (at most the record size, zero-padded) into the ring of \
+              the SM (ring 0 without SM rings), with one ticket add per warp's lanes on a ring \
+              (sm_70 and later); 0, -E2BIG when the size exceeds the record size, or -EAGAIN \
+              when the ring is full (dropped and counted, never waited for); flags ignored",
         on_cpu: true,
     },
 ];
