@@ -352,9 +352,8 @@ fn failures_exit_with_1_and_say_why() {
     fails(&["inject", wide, "--probe", &probe], 1, &["wide.ptx", "64-bit modules only"]);
 }
 
-/// `--kernel` takes any text, and `egpu translate` prints a module that ptxas refuses, with exit
-/// code 0: the name should be checked (a PTX identifier, not one of the translation's own names
-/// such as `e_f1`).
+/// `--kernel` must name a PTX identifier that is not one of the translation's own names (such as
+/// `e_f1`); `egpu translate` once printed, with exit code 0, modules that ptxas refused.
 #[test]
 fn translate_refuses_a_kernel_name_that_is_not_an_identifier() {
     let dir = TempDir::new("names");

@@ -1,8 +1,12 @@
 //! The safe layer's owning types: a GPU's context, loaded modules, device memory, launches.
 //!
 //! Each type owns one driver object and releases it when dropped. Every driver call goes
-//! through the checked layer ([`DriverError`]) and runs under the same panic guard as
-//! [`devices`](crate::devices), so a missing driver is an error, never a panic.
+//! through the checked layer ([`DriverError`]). [`Gpu::open`], which probes the library first,
+//! and the calls that load, allocate, launch and release run under the same panic guard as
+//! [`devices`](crate::devices), so a missing driver is an error, never a panic. The other calls
+//! (making the context current, copies, synchronising, mapping host memory) are reached only
+//! through a [`Gpu`], whose driver loaded and initialised; a driver so old that it lacks one of
+//! their symbols would still make the bindings panic there.
 //!
 //! ```no_run
 //! use egpu_device::cuda::{Arg, Gpu};

@@ -358,7 +358,12 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
         }
         let instructions = module.instructions(f);
         // A kernel whose last instruction does not end its path falls off its end: an exit too.
-        let falls_off = entry && instructions.last().is_none_or(|(_, i)| !ends_path(i));
+        // So does one whose last instruction is followed by a label (a jump there reaches the end).
+        let last = instructions.last().map_or(f.body.start, |(piece, _)| *piece);
+        let label_after =
+            (last + 1..f.body.end).any(|k| module.pieces()[k].kind == PieceKind::Label);
+        let falls_off =
+            entry && (label_after || instructions.last().is_none_or(|(_, i)| !ends_path(i)));
         type Emit<'e> =
             dyn FnMut(usize, &DeviceProbe<'_>, Context, Site) -> Result<String, InjectError> + 'e;
         let exit_code = |emit: &mut Emit<'_>,

@@ -189,7 +189,7 @@ impl<'g> Instrumenter<'g> {
             parts.push(p.program.program().attach().to_string().into_bytes());
             parts.push(p.kernels.join("\n").into_bytes());
             for m in &p.maps {
-                parts.push(format!("{:x} {:?}", m.addr, m.geometry).into_bytes());
+                parts.push(format!("{:x} {:?} {}", m.addr, m.geometry, m.live).into_bytes());
             }
         }
         content_hash(parts.iter().map(Vec::as_slice))

@@ -74,14 +74,17 @@ impl<'g> DeviceMapBuffer<'g> {
     }
 
     /// Copies what the device writes back into the host map: every shard, or for a per-CPU map
-    /// only its SM shards, so that host shards keep what host code wrote meanwhile. Host code
+    /// (or a ring buffer with SM rings) only its SM shards, so that host shards keep what host
+    /// code wrote meanwhile. Host code
     /// must not write the copied shards while this runs. Nothing to do for a map that lives on
     /// the GPU only.
     pub fn download(&self) -> Result<(), DriverError> {
         let Some(raw) = &self.raw else { return Ok(()) };
         let (ptr, len) = raw.memory();
         let g = &self.geometry;
-        let from = if matches!(g.kind, MapKind::PerCpuArray | MapKind::PerCpuHash) {
+        let from = if matches!(g.kind, MapKind::PerCpuArray | MapKind::PerCpuHash)
+            || (g.kind == MapKind::RingBuf && g.sm_shards > 0)
+        {
             g.shard_offset(g.cpu_shards)
         } else {
             g.shard_offset(0)
@@ -106,26 +109,36 @@ pub struct HostMappedMap<'g> {
     // Declared first, so dropped first: the memory is unmapped while `raw` still holds it.
     mapping: HostMapping<'g>,
     raw: RawMap,
+    /// Where the map starts in the mapped pages.
+    offset: u64,
 }
 
 impl<'g> HostMappedMap<'g> {
     /// Maps `raw`'s memory into `gpu`.
     pub fn new(gpu: &'g Gpu, raw: &RawMap) -> Result<HostMappedMap<'g>, DriverError> {
         let (ptr, len) = raw.memory();
-        // The driver maps whole pages: a map's last page would be left out otherwise. Maps
-        // start on a page and their mappings (anonymous or shared memory) cover whole pages.
+        // The driver maps whole pages: register the pages that hold the map (they are mapped,
+        // since the map is in them), and find the map inside them.
         // SAFETY: sysconf has no preconditions.
-        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
-        let len = len.next_multiple_of(page.max(1));
-        // SAFETY: the memory (whole pages of the map's mapping) lives as long as a clone of
-        // `raw` does; this value keeps one, and drops its mapping before it.
-        let mapping = unsafe { gpu.map_host(ptr.as_ptr(), len)? };
-        Ok(HostMappedMap { mapping, raw: raw.clone() })
+        let page =
+            usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+        let start = ptr.as_ptr() as usize;
+        let first = start - start % page;
+        let end = (start + len).next_multiple_of(page);
+        // SAFETY: those pages live as long as a clone of `raw` does; this value keeps one, and
+        // drops its mapping before it.
+        let mapping =
+            unsafe { gpu.map_host(ptr.as_ptr().wrapping_sub(start - first), end - first)? };
+        Ok(HostMappedMap { offset: (start - first) as u64, mapping, raw: raw.clone() })
     }
 
     /// What the translation needs: the device address and the geometry.
     pub fn binding(&self) -> DeviceMap {
-        DeviceMap { addr: self.mapping.device_ptr(), geometry: *self.raw.geometry(), live: true }
+        DeviceMap {
+            addr: self.mapping.device_ptr() + self.offset,
+            geometry: *self.raw.geometry(),
+            live: true,
+        }
     }
 
     /// The host map.

@@ -17,9 +17,12 @@
 //!   and counted as lost. A slot already freed for the next lap (a consumer died between freeing
 //!   it and moving `tail`) is passed over.
 //!
-//! Fixed-size records were chosen for the device side: a reservation is one compare-and-swap on a
-//! slot whose address is a multiply away, records never straddle the end of the ring, and no
-//! length word has to be written before the record it describes.
+//! Fixed-size records were chosen for the device side: a record's slot is a multiply away from
+//! its ticket, records never straddle the end of the ring, and no length word has to be written
+//! before the record it describes. Device producers (egpu-device) write a ring only while nobody
+//! consumes it (a ring in GPU memory, read after the kernel): they take tickets by one atomic
+//! add per group of lanes, drop and count the tickets past `tail + capacity` and bring `head`
+//! back to that limit, and publish each record by its sequence word as this protocol does.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};

@@ -236,20 +236,20 @@ impl Emitter<'_> {
             return Err(self.too_big(pc, m));
         }
         let (r0, w0, t5) = (self.r(Reg::R0), self.w(0), self.t(5));
-        let (q0, p, r4, w1) = (self.q(0), self.p().to_owned(), self.r(Reg::R4), self.w(1));
+        let (q0, p, r4) = (self.q(0), self.p().to_owned(), self.r(Reg::R4));
         self.read_u32(Reg::R2, args[1], &w0);
         let value = self.read_words(Reg::R3, args[2], g.value_size, 0);
         self.array_slot(pc, m.unwrap_or(0), map, &w0, &t5)?;
         let done = format!("${p}_U{pc}");
+        // As the CPU checks: the flags first (all 64 bits), then the index, then BPF_NOEXIST.
+        self.line(format!("mov.b64 {r0}, -22;"));
+        self.line(format!("setp.gt.u64 {q0}, {r4}, 2;"));
+        self.line(format!("@{q0} bra {done};"));
         self.line(format!("mov.b64 {r0}, -7;"));
         self.line(format!("setp.eq.u64 {q0}, {t5}, 0;"));
         self.line(format!("@{q0} bra {done};"));
-        self.line(format!("cvt.u32.u64 {w1}, {r4};"));
         self.line(format!("mov.b64 {r0}, -17;"));
-        self.line(format!("setp.eq.u32 {q0}, {w1}, 1;"));
-        self.line(format!("@{q0} bra {done};"));
-        self.line(format!("mov.b64 {r0}, -22;"));
-        self.line(format!("setp.gt.u32 {q0}, {w1}, 2;"));
+        self.line(format!("setp.eq.u64 {q0}, {r4}, 1;"));
         self.line(format!("@{q0} bra {done};"));
         for (w, v) in value.iter().enumerate() {
             self.line(format!("st.u64 [{t5}+{}], {v};", w * 8));
@@ -282,6 +282,8 @@ impl Emitter<'_> {
         }
         let p = self.p().to_owned();
         let r0 = self.r(Reg::R0);
+        // A map read live by the host (mapped memory) orders its entries at system scope.
+        let scope = if map.live { "sys" } else { "gpu" };
         let [t0, t1, t2, t3, t4, t5, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.t(i));
         let [w4, w5, w6, w7] = [4, 5, 6, 7].map(|i| self.w(i));
         let [q0, q1] = [self.q(0), self.q(1)];
@@ -320,6 +322,13 @@ impl Emitter<'_> {
             self.line(format!("cvt.u32.u64 {w6}, {r4};"));
         }
         let l = |what: &str| format!("${p}_H{pc}_{what}");
+        if id == helper_id::MAP_UPDATE_ELEM {
+            // Flags other than 0, 1 and 2 (all 64 bits) are refused first, as on the CPU.
+            let r4 = self.r(Reg::R4);
+            self.line(format!("mov.b64 {r0}, -22;"));
+            self.line(format!("setp.gt.u64 {q0}, {r4}, 2;"));
+            self.line(format!("@{q0} bra {};", l("done")));
+        }
         let (lp, next, done) = (l("loop"), l("next"), l("done"));
         let state = |e: &mut Self, s: u64, target: &str| {
             e.line(format!("setp.eq.u64 {q0}, {t2}, {s};"));
@@ -351,7 +360,7 @@ impl Emitter<'_> {
         self.out.push_str(&format!("{lp}:\n"));
         self.line(format!("mul.wide.u32 {t4}, {w4}, {};", g.slot_stride));
         self.line(format!("add.s64 {t4}, {t4}, {t7};"));
-        self.line(format!("ld.acquire.gpu.u64 {t5}, [{t4}];"));
+        self.line(format!("ld.acquire.{scope}.u64 {t5}, [{t4}];"));
         self.line(format!("shr.u64 {t2}, {t5}, {};", hs::SHIFT));
         // The key compared only when the slot is live or held under the key's tag.
         self.line(format!("and.b64 {t3}, {t5}, 4294967295;"));
@@ -392,19 +401,19 @@ impl Emitter<'_> {
                 self.line(format!("@{q0} bra {done};"));
                 let writing = hs::WRITING << hs::SHIFT | u64::from(DEVICE_OWNER) << hs::OWNER_SHIFT;
                 self.line(format!("or.b64 {t3}, {t1}, {};", writing as i64));
-                self.line(format!("atom.acq_rel.gpu.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
+                self.line(format!("atom.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
                 self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
                 self.line(format!("@{q0} bra {lp};"));
                 for (w, v) in value.iter().enumerate() {
                     self.line(format!("st.u64 [{t4}+{}], {v};", g.value_offset as usize + w * 8));
                 }
-                self.line(format!("st.release.gpu.u64 [{t4}], {t5};"));
+                self.line(format!("st.release.{scope}.u64 [{t4}], {t5};"));
                 result(self, 0);
             }
             _ => {
                 let tomb = hs::TOMB << hs::SHIFT;
                 self.line(format!("or.b64 {t3}, {t1}, {};", tomb as i64));
-                self.line(format!("atom.acq_rel.gpu.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
+                self.line(format!("atom.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
                 self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
                 self.line(format!("@{q0} bra {lp};"));
                 self.line(format!("red.add.u64 [{t6}+{}], -1;", shard::LEN_OR_HEAD));
@@ -441,7 +450,7 @@ impl Emitter<'_> {
                 self.line(format!("@{q0} bra {done};"));
                 let busy = hs::BUSY << hs::SHIFT | u64::from(DEVICE_OWNER) << hs::OWNER_SHIFT;
                 self.line(format!("or.b64 {t3}, {t1}, {};", busy as i64));
-                self.line(format!("atom.acq_rel.gpu.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
+                self.line(format!("atom.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
                 self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
                 self.line(format!("@{q0} bra {lp};"));
                 for (w, k) in key.iter().enumerate() {
@@ -456,13 +465,13 @@ impl Emitter<'_> {
                 self.line(format!("@{q0} bra {refused};"));
                 let full = hs::FULL << hs::SHIFT;
                 self.line(format!("or.b64 {t3}, {t1}, {};", full as i64));
-                self.line(format!("st.release.gpu.u64 [{t4}], {t3};"));
+                self.line(format!("st.release.{scope}.u64 [{t4}], {t3};"));
                 result(self, 0);
                 self.out.push_str(&format!("{refused}:\n"));
                 self.line(format!("red.add.u64 [{t6}+{}], -1;", shard::LEN_OR_HEAD));
                 let tomb = hs::TOMB << hs::SHIFT;
                 self.line(format!("or.b64 {t3}, {t1}, {};", tomb as i64));
-                self.line(format!("st.release.gpu.u64 [{t4}], {t3};"));
+                self.line(format!("st.release.{scope}.u64 [{t4}], {t3};"));
                 self.line(format!("red.add.u64 [{t6}+{}], 1;", shard::REFUSED));
                 result(self, -7);
             }
@@ -497,6 +506,18 @@ impl Emitter<'_> {
         if g.kind != MapKind::RingBuf {
             return self.unsupported(pc, helper_id::RINGBUF_OUTPUT);
         }
+        if map.live {
+            // Producers on the GPU take tickets by atomic adds, which is sound while nobody
+            // consumes (a ring in GPU memory, read after the kernel); with a consumer running at
+            // the same time, a full ring could hand a ticket out twice.
+            return Err(TranslateError::MapUse {
+                pc,
+                name: self.map_name(m.unwrap_or(0)),
+                why: "a ring buffer read live (mapped host memory) cannot be written by GPU \
+                      probes yet; place it in GPU memory (DeviceMapBuffer)"
+                    .into(),
+            });
+        }
         let bytes = ring_bytes(facts.and_then(|f| f.max_size), g.value_size);
         if bytes.div_ceil(8) > MAX_WORDS {
             return Err(self.too_big(pc, m));
@@ -504,7 +525,7 @@ impl Emitter<'_> {
         let args = facts.map(|f| f.args).unwrap_or_default();
         let p = self.p().to_owned();
         let (r0, r3) = (self.r(Reg::R0), self.r(Reg::R3));
-        let [t0, t1, t2, t3, t4, t5, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.t(i));
+        let [t0, t1, t2, t3, t4, _, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.t(i));
         let [w0, w1, w2, w3, w4, w5, w6] = [0, 1, 2, 3, 4, 5, 6].map(|i| self.w(i));
         let q0 = self.q(0);
         let l = |what: &str| format!("${p}_R{pc}_{what}");
@@ -564,12 +585,6 @@ impl Emitter<'_> {
         self.line(format!("mul.lo.u64 {t4}, {t2}, {};", g.slot_stride));
         self.line(format!("add.s64 {t4}, {t4}, {t7};"));
         self.line(format!("shl.b64 {t3}, {t3}, 32;"));
-        if map.live {
-            // Others use the ring while the kernel runs: the slot must be free for this lap.
-            self.line(format!("ld.acquire.sys.u64 {t5}, [{t4}];"));
-            self.line(format!("setp.ne.u64 {q0}, {t5}, {t3};"));
-            self.line(format!("@{q0} bra {drop};"));
-        }
         for (w, k) in words.iter().enumerate() {
             self.line(format!("st.u64 [{t4}+{}], {k};", g.value_offset as usize + 8 * w));
         }
@@ -578,8 +593,7 @@ impl Emitter<'_> {
         }
         let committed = ring_state::COMMITTED << ring_state::SHIFT;
         self.line(format!("or.b64 {t3}, {t3}, {committed};"));
-        let order = if map.live { "release.sys" } else { "relaxed.gpu" };
-        self.line(format!("st.{order}.u64 [{t4}], {t3};"));
+        self.line(format!("st.relaxed.gpu.u64 [{t4}], {t3};"));
         self.line(format!("mov.b64 {r0}, 0;"));
         self.line(format!("bra {done};"));
         self.out.push_str(&format!("{drop}:\n"));
