@@ -166,7 +166,8 @@ pub const HELPERS: &[HelperInfo] = &[
         gpu: "inlined: copies a record (at most the record size, zero-padded) into the ring of \
               the SM (ring 0 without SM rings), with one ticket add per warp's lanes on a ring \
               (sm_70 and later); 0, -E2BIG when the size exceeds the record size, or -EAGAIN \
-              when the ring is full (dropped and counted, never waited for); flags ignored",
+              when the ring is full (dropped and counted, never waited for); flags ignored; for \
+              rings in GPU memory only (a ring read live from mapped memory is refused)",
         on_cpu: true,
     },
 ];
