@@ -90,6 +90,11 @@ struct MapsChapterDoctests;
 #[doc = include_str!("../../book/src/probe-rust.md")]
 struct ProbeRustChapterDoctests;
 
+/// The GPU backend chapter's examples, compiled as doctests (those that need a GPU are `no_run`).
+#[cfg(doctest)]
+#[doc = include_str!("../../book/src/gpu-backend.md")]
+struct GpuBackendChapterDoctests;
+
 /// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
