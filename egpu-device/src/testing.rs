@@ -65,8 +65,9 @@ pub fn require_gpu() -> Option<GpuInfo> {
     }
 }
 
-/// Returns `ptxas` (from `EGPU_PTXAS`, else `PATH`: [`Ptxas::find`]), or `None` after printing why
-/// a test that needs it is skipped.
+/// Returns `ptxas` (from `EGPU_PTXAS`, else `PATH`: [`Ptxas::find`], else where
+/// `scripts/cuda-tools` installs it in the workspace), or `None` after printing why a test that
+/// needs it is skipped.
 ///
 /// ```no_run
 /// let Some(ptxas) = egpu_device::testing::require_ptxas() else { return };
@@ -79,11 +80,25 @@ pub fn require_gpu() -> Option<GpuInfo> {
 /// says where it was looked for.
 #[track_caller]
 pub fn require_ptxas() -> Option<Ptxas> {
-    require_tool("ptxas", Ptxas::find())
+    let installed = installed_tool("ptxas").map(Ptxas::at);
+    require_tool("ptxas", Ptxas::find().or_else(|e| installed.ok_or(e)))
 }
 
-/// Returns `nvcc` (from `EGPU_NVCC`, else `PATH`: [`Nvcc::find`]), or `None` after printing why a
-/// test that needs it is skipped.
+/// The tool `name` as `scripts/cuda-tools` installs it, in the workspace's
+/// `target/cuda-tools/nvidia/cu13/bin` (the workspace found from `CARGO_MANIFEST_DIR`, which
+/// `cargo test` sets): so that tests find the tools after the project's test command installed
+/// them, without `EGPU_PTXAS` or `PATH` set by hand.
+fn installed_tool(name: &str) -> Option<std::path::PathBuf> {
+    let manifest = std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?);
+    [manifest.join("target"), manifest.join("../target")]
+        .iter()
+        .map(|t| t.join("cuda-tools/nvidia/cu13/bin").join(name))
+        .find(|p| p.is_file())
+}
+
+/// Returns `nvcc` (from `EGPU_NVCC`, else `PATH`: [`Nvcc::find`], else where
+/// `scripts/cuda-tools` installs it in the workspace), or `None` after printing why a test that
+/// needs it is skipped.
 ///
 /// # Panics
 ///
@@ -91,7 +106,8 @@ pub fn require_ptxas() -> Option<Ptxas> {
 /// variable covers both tools, which come from the same wheels).
 #[track_caller]
 pub fn require_nvcc() -> Option<Nvcc> {
-    require_tool("nvcc", Nvcc::find())
+    let installed = installed_tool("nvcc").map(Nvcc::at);
+    require_tool("nvcc", Nvcc::find().or_else(|e| installed.ok_or(e)))
 }
 
 #[track_caller]
