@@ -22,65 +22,13 @@ const N: u32 = 1 << 28;
 const RUNS: usize = 7;
 
 /// The counting probe: one atomic add to entry 0 of map 0 per event.
-const COUNT: &str = "
-    stw [%r10-4], 0
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -4
-    call 1
-    jeq %r0, 0, +2
-    mov %r1, 1
-    lock add [%r0+0], %r1
-    mov %r0, 0
-    exit";
+const COUNT: &str = include_str!("../tests/probes/count.s");
 
 /// Counts accesses per 4 KiB page in a hash map, as Probe Rust's `HashMap::fetch_add` does.
-const PAGES: &str = "
-    ldxdw %r6, [%r1+0]
-    rsh %r6, 12
-    stxdw [%r10-8], %r6
-    stdw [%r10-16], 0
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -8
-    call 1
-    jne %r0, 0, found
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -8
-    mov %r3, %r10
-    add %r3, -16
-    mov %r4, 1
-    call 2
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -8
-    call 1
-    jeq %r0, 0, out
-found:
-    mov %r1, 1
-    lock add [%r0+0], %r1
-out:
-    mov %r0, 0
-    exit";
+const PAGES: &str = include_str!("../tests/probes/page_count.s");
 
 /// The trace probe: a 16-byte record (address, then size | site << 32) per access to a ring.
-const TRACE: &str = "
-    ldxdw %r2, [%r1+0]
-    stxdw [%r10-16], %r2
-    ldxw %r3, [%r1+16]
-    ldxw %r4, [%r1+20]
-    lsh %r4, 32
-    or %r3, %r4
-    stxdw [%r10-8], %r3
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -16
-    mov %r3, 16
-    mov %r4, 0
-    call 130
-    mov %r0, 0
-    exit";
+const TRACE: &str = include_str!("../tests/probes/trace.s");
 
 /// Pages the benchmark touches (x and y, 2^28 floats each), with room to spare.
 const PAGE_CAPACITY: u32 = 1 << 20;

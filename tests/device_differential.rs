@@ -67,22 +67,7 @@ out:
     exit";
 
 /// The recording probe: address, then size | site << 32, to the ring.
-const RECORD: &str = "
-    ldxdw %r2, [%r1+0]
-    stxdw [%r10-16], %r2
-    ldxw %r3, [%r1+16]
-    ldxw %r4, [%r1+20]
-    lsh %r4, 32
-    or %r3, %r4
-    stxdw [%r10-8], %r3
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -16
-    mov %r3, 16
-    mov %r4, 0
-    call 130
-    mov %r0, 0
-    exit";
+const RECORD: &str = include_str!("probes/trace.s");
 
 /// One recorded load.
 #[repr(C)]
@@ -208,8 +193,7 @@ fn host_and_gpu_threads_update_one_map_at_once_exactly() {
     let counts: PerCpuArray<u64> =
         PerCpuArray::create(1, Shards::new(4, info.sm_count), Placement::Process).expect("a map");
     let mapped = HostMappedMap::new(&gpu, counts.raw()).expect("mapped into the GPU");
-    let count = "stw [%r10-4], 0\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -4\ncall 1\n\
-                 jeq %r0, 0, +2\nmov %r1, 1\nlock add [%r0+0], %r1\nmov %r0, 0\nexit";
+    let count = include_str!("probes/count.s");
     let stores = program(
         count,
         vec![def("counts", MapKind::PerCpuArray, 4, 8, 1)],
@@ -247,4 +231,19 @@ fn host_and_gpu_threads_update_one_map_at_once_exactly() {
     assert_eq!(host, threads * per_thread, "host updates");
     assert_eq!(device, launches * u64::from(n), "device updates");
     assert_eq!(shards.sum(), threads * per_thread + launches * u64::from(n));
+}
+
+/// The probes kept in `tests/probes/` (shared by these tests, the GPU tests of egpu-device and
+/// the device benchmark) assemble and verify for the device attach points they are used at; this
+/// part needs no GPU.
+#[test]
+fn the_shared_probe_files_verify() {
+    let count = include_str!("probes/count.s");
+    for kind in [MapKind::Array, MapKind::PerCpuArray] {
+        program(count, vec![def("counts", kind, 4, 8, 1)], DeviceEvent::GlobalStore);
+    }
+    let pages = include_str!("probes/page_count.s");
+    program(pages, vec![def("pages", MapKind::Hash, 8, 8, 64)], DeviceEvent::GlobalLoad);
+    program(pages, vec![def("pages", MapKind::PerCpuHash, 8, 8, 64)], DeviceEvent::GlobalStore);
+    program(RECORD, vec![def("events", MapKind::RingBuf, 0, 16, 64)], DeviceEvent::GlobalLoad);
 }

@@ -101,17 +101,7 @@ fn device_maps_count_the_accesses_of_saxpy() {
     let Some(info) = require_gpu() else { return };
     let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
     let ptx = std::fs::read_to_string(workspace().join("tests/ptx/saxpy.ptx")).expect("saxpy.ptx");
-    let count = "
-        stw [%r10-4], 0
-        lddw %r1, map[0]
-        mov %r2, %r10
-        add %r2, -4
-        call 1
-        jeq %r0, 0, +2
-        mov %r1, 1
-        lock add [%r0+0], %r1
-        mov %r0, 0
-        exit";
+    let count = include_str!("../../tests/probes/count.s");
     let def =
         |kind| MapDef { name: "counts".into(), kind, key_size: 4, value_size: 8, max_entries: 1 };
     let probe = |kind, event| {
@@ -207,8 +197,7 @@ fn instrumenter_samples_detaches_caches_and_refuses_what_cannot_run() {
     let Some(info) = require_gpu() else { return };
     let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
     let ptx = std::fs::read_to_string(workspace().join("tests/ptx/saxpy.ptx")).expect("saxpy.ptx");
-    let count = "stw [%r10-4], 0\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -4\ncall 1\n\
-                 jeq %r0, 0, +2\nmov %r1, 1\nlock add [%r0+0], %r1\nmov %r0, 0\nexit";
+    let count = include_str!("../../tests/probes/count.s");
     let def = MapDef {
         name: "n".into(),
         kind: MapKind::Array,
@@ -280,34 +269,7 @@ fn instrumenter_samples_detaches_caches_and_refuses_what_cannot_run() {
 
 /// The probe Probe Rust's `HashMap::fetch_add` makes, by page: look up, insert a zero when
 /// missing (racing inserts of one page from many threads), look up again, add.
-const PAGE_COUNT: &str = "
-    ldxdw %r6, [%r1+0]
-    rsh %r6, 12
-    stxdw [%r10-8], %r6
-    stdw [%r10-16], 0
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -8
-    call 1
-    jne %r0, 0, found
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -8
-    mov %r3, %r10
-    add %r3, -16
-    mov %r4, 1
-    call 2
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -8
-    call 1
-    jeq %r0, 0, out
-found:
-    mov %r1, 1
-    lock add [%r0+0], %r1
-out:
-    mov %r0, 0
-    exit";
+const PAGE_COUNT: &str = include_str!("../../tests/probes/page_count.s");
 
 /// A device hash map counts the loads of saxpy per 4 KiB page exactly: one entry per page,
 /// however many threads raced to insert it, each with the count the host computes.
