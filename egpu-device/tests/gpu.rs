@@ -366,3 +366,75 @@ fn device_hash_map_counts_pages_exactly() {
     println!("{store_pages} pages of stores counted exactly over the SMs' tables");
     println!("{} pages counted exactly in a device hash map ({} loads)", expected.len(), 2 * n);
 }
+
+/// An instrumented kernel that needs more registers than a launch allows falls back: the probe
+/// (a hash update of 256-byte values keyed by 64 bytes, at kernel entry) brings saxpy from 14
+/// to about 80 registers, so 1024 threads per block cannot launch it
+/// (`CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`); the original kernel runs instead, the reason is kept,
+/// and later launches of that kernel run the original without trying again.
+#[test]
+fn a_launch_out_of_resources_falls_back_to_the_original_kernel() {
+    use egpu_device::cuda::{Arg, Gpu};
+    use egpu_device::instrument::{Attached, Fallback, Instrumenter, Ran};
+    use egpu_device::maps::DeviceMapBuffer;
+    use egpu_ebpf::verifier::verify;
+    use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
+    use egpu_maps::layout::Geometry;
+
+    let Some(info) = require_gpu() else { return };
+    let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
+    let ptx = std::fs::read_to_string(workspace().join("tests/ptx/saxpy.ptx")).expect("saxpy.ptx");
+    let mut text = String::from("ldxw %r6, [%r1+8]\n");
+    for i in 0..8 {
+        text.push_str(&format!(
+            "mov %r7, %r6\nmul %r7, {}\nstxdw [%r10-{}], %r7\n",
+            i * 7 + 3,
+            8 * (i + 1)
+        ));
+    }
+    for i in 0..32 {
+        text.push_str(&format!(
+            "mov %r7, %r6\nxor %r7, {}\nstxdw [%r10-{}], %r7\n",
+            i * 13 + 1,
+            64 + 8 * (i + 1)
+        ));
+    }
+    text.push_str(
+        "lddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -64\nmov %r3, %r10\nadd %r3, -320\nmov %r4, 0\n\
+         call 2\nmov %r0, 0\nexit\n",
+    );
+    let def = MapDef {
+        name: "big".into(),
+        kind: MapKind::Hash,
+        key_size: 64,
+        value_size: 256,
+        max_entries: 4096,
+    };
+    let program = Program::new(
+        assemble(&text).expect("assembles"),
+        vec![def],
+        AttachPoint::Device(DeviceEvent::KernelEntry),
+    )
+    .expect("a program");
+    let geometry = Geometry::new(MapKind::Hash, 64, 256, 4096, 1, 0).expect("geometry");
+    let map = DeviceMapBuffer::on_device(&gpu, geometry).expect("a map on the GPU");
+    let attached = Attached {
+        program: verify(&program).expect("verified"),
+        kernels: vec![],
+        maps: vec![map.binding()],
+    };
+    let instrumenter = Instrumenter::new(&gpu, vec![attached]).expect("the probe translates");
+    let module = instrumenter.load(&ptx).expect("loads");
+    assert!(module.fallback().is_none(), "the instrumented module loads: {:?}", module.fallback());
+    let n: u32 = 1 << 16;
+    let x = gpu.alloc(n as usize * 4).expect("x");
+    let y = gpu.alloc(n as usize * 4).expect("y");
+    let args = [Arg::U32(n), Arg::F32(1.0), Arg::Ptr(&x), Arg::Ptr(&y)];
+    let ran = module.launch("saxpy", (2, 1, 1), (1024, 1, 1), &args).expect("a launch");
+    assert_eq!(ran, Ran::Original, "1024 threads of the instrumented kernel cannot launch");
+    let why = module.kernel_fallback("saxpy").expect("a reason is kept");
+    assert!(matches!(&why, Fallback::Launch { error, .. } if error.code() == Some(701)), "{why}");
+    println!("falls back: {why}");
+    let again = module.launch("saxpy", (8, 1, 1), (256, 1, 1), &args).expect("a launch");
+    assert_eq!(again, Ran::Original, "later launches of that kernel run the original");
+}
