@@ -224,8 +224,22 @@ pub fn combines(verified: &Verified) -> bool {
         matches!(
             d.insn,
             Instruction::Atomic { op: AtomicOp::Add, fetch: false, size: Size::DW, .. }
-        ) && matches!(verified.access(d.pc), Some(Access { region: AccessRegion::MapValue(_), .. }))
+        ) && combinable(verified.program(), verified.access(d.pc))
     })
+}
+
+/// Whether an access reaches a value that a thread's successive adds tend to hit again: an
+/// element of an array or per-CPU array (a counter by index, by SM). Adds to hash map values go
+/// straight to memory, aggregated across the warp: their addresses follow the keys, which change
+/// from access to access, and holding a sum would only cost the kernel registers.
+fn combinable(program: &Program, access: Option<Access>) -> bool {
+    match access {
+        Some(Access { region: AccessRegion::MapValue(m), .. }) => program
+            .maps()
+            .get(m as usize)
+            .is_some_and(|d| matches!(d.kind, MapKind::Array | MapKind::PerCpuArray)),
+        _ => false,
+    }
 }
 
 /// A map as the GPU sees it: the device address of its memory (header included) and its
@@ -1185,8 +1199,9 @@ impl<'a> Emitter<'a> {
                 e.line(format!("red.{name}.{ty} [{b}+{off}], {new};"));
             }
         };
-        if let (Some([ca, cv]), Some(AccessRegion::MapValue(_)), AtomicOp::Add, false, 64) =
-            (&self.options.combine, region, op, fetch, bits)
+        let add = op == AtomicOp::Add && !fetch && bits == 64;
+        if let (Some([ca, cv]), true, true) =
+            (&self.options.combine, add, combinable(self.program, self.verified.access(pc)))
         {
             let (t3, q0, q1) = (self.t(3), self.q(0), self.q(1));
             self.line(format!("add.s64 {t3}, {b}, {off};"));
@@ -1211,6 +1226,15 @@ impl<'a> Emitter<'a> {
         }
         match region {
             _ if on_stack => plain(self),
+            Some(AccessRegion::MapValue(_)) if add && self.options.sm >= 80 => {
+                // One atomic per group of lanes adding to the same value.
+                let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.w(i));
+                let (t3, q2, t2) = (self.t(3), self.q(2), self.t(2));
+                self.line(format!("add.s64 {t3}, {b}, {off};"));
+                let code =
+                    warp_add(&t3, &s, [&w0, &w1, &w2, &w3], &q2, &t2, &format!("${p}_W{pc}"));
+                self.out.push_str(&code);
+            }
             Some(AccessRegion::Context | AccessRegion::MapValue(_)) => atom(self),
             _ => {
                 // Different regions on different paths: the stack is local memory, where PTX
