@@ -551,9 +551,11 @@ impl Emitter<'_> {
         self.shard_base(pc, m.unwrap_or(0), map, &t7, Some(&t6))?;
         let head = shard::LEN_OR_HEAD;
         if self.options.sm >= 70 {
-            // One ticket add per group of lanes writing to the same shard.
+            // One ticket add per warp.
             self.line(format!("activemask.b32 {w0};"));
-            self.line(format!("match.any.sync.b64 {w1}, {t6}, {w0};"));
+            // Every lane of a warp writes the same shard: the ring's only one, or its SM's (a
+            // warp never spans SMs), so the group is the active lanes.
+            self.line(format!("mov.b32 {w1}, {w0};"));
             self.line(format!("popc.b32 {w2}, {w1};"));
             self.line(format!("mov.u32 {w3}, %lanemask_lt;"));
             self.line(format!("and.b32 {w3}, {w3}, {w1};"));
