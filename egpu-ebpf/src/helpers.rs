@@ -164,7 +164,7 @@ pub const HELPERS: &[HelperInfo] = &[
         cpu: "copies a record (at most the ring's record size, zero-padded) into the ring of the \
               calling CPU; 0, or -EAGAIN when the ring is full (the drop is counted)",
         gpu: "inlined: copies a record (at most the record size, zero-padded) into the ring of \
-              the SM (ring 0 without SM rings), with one ticket add per warp's lanes on a ring \
+              the SM (ring 0 without SM rings), with one ticket add per warp \
               (sm_70 and later); 0, -E2BIG when the size exceeds the record size, or -EAGAIN \
               when the ring is full (dropped and counted, never waited for); flags ignored; for \
               rings in GPU memory only (a ring read live from mapped memory is refused)",

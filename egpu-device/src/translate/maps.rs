@@ -494,7 +494,7 @@ impl Emitter<'_> {
 
     /// `bpf_ringbuf_output(ring, data, size, flags)`: one fixed-size record (the data, zero-padded)
     /// into the ring's shard of this SM (or its only shard). Tickets are taken by one atomic add
-    /// per group of lanes on the same shard; a ticket beyond the consumer's tail plus the
+    /// per warp (its lanes all write the same shard); a ticket beyond the consumer's tail plus the
     /// capacity is dropped and counted (`-EAGAIN`), never waited for, and `head` is brought back
     /// to that limit, so the ring stays consistent for its host side. 0, or `-E2BIG` when `size`
     /// exceeds the record size.
