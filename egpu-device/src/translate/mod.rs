@@ -319,8 +319,16 @@ pub fn translate(verified: &Verified, options: &Options) -> Result<Translation, 
         if let Some(b) = options.maps.get(i) {
             let g = b.geometry;
             if (g.kind, g.key_size, g.value_size) != (def.kind, def.key_size, def.value_size) {
+                // Named at the first instruction that references the map.
+                let pc = program
+                    .decoded()
+                    .iter()
+                    .find(|d| {
+                        matches!(d.insn, Instruction::LoadImm64 { imm: Imm64::Map(m), .. } if m as usize == i)
+                    })
+                    .map_or(0, |d| d.pc);
                 return Err(TranslateError::MapUse {
-                    pc: 0,
+                    pc,
                     name: def.name.clone(),
                     why: format!(
                         "the program declares a {:?} map of {}-byte keys and {}-byte values, but \
@@ -1083,10 +1091,10 @@ impl<'a> Emitter<'a> {
                 let reg = if reg == "%smid" { self.smid() } else { reg.to_owned() };
                 self.line(format!("mov.u32 {into}, {reg};"));
             }
-            Word::AddrLo | Word::AddrHi => {
+            word @ (Word::AddrLo | Word::AddrHi) => {
                 let Context::Access { addr, .. } = context else { unreachable!("access words") };
                 let t0 = self.t(0);
-                let shift = if context_word(context, offset) == Word::AddrHi { 32 } else { 0 };
+                let shift = if word == Word::AddrHi { 32 } else { 0 };
                 self.line(format!("shr.u64 {t0}, {addr}, {shift};"));
                 self.line(format!("cvt.u32.u64 {into}, {t0};"));
             }
