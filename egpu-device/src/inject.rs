@@ -20,14 +20,15 @@
 //! asynchronous and bulk copies (`cp.async`, `cp.async.bulk`, tensor copies), `ldu`, texture and
 //! surface accesses, `prefetch`, and accesses whose address is a plain number.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use egpu_ebpf::verifier::Verified;
-use egpu_ebpf::{AttachPoint, DeviceEvent, kernel_id};
+use egpu_ebpf::{AttachPoint, DeviceEvent, MapKind, kernel_id};
 
 use crate::ptx::{FunctionKind, Instruction, Module, PieceKind, PtxError};
 use crate::translate::{
-    Context, DeviceMap, Options, TranslateError, combines, translate, warp_add,
+    Context, DeviceMap, Options, TranslateError, combines, lookups_and_removals, translate,
+    warp_add,
 };
 
 /// A probe to inject, and the kernels it attaches to.
@@ -250,6 +251,34 @@ impl Names {
     }
 }
 
+/// The hash maps (by device address, numbered) whose entries stay where they are while a kernel
+/// with these probes runs, so a thread may remember where its last lookup found a key: in GPU
+/// memory (nobody else writes it meanwhile), with keys of at most 8 bytes, and removed from by
+/// none of the probes (device inserts never reuse a removed entry's slot).
+fn lookup_caches(selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)]) -> BTreeMap<u64, usize> {
+    let mut removed = BTreeSet::new();
+    let mut looked_up: Vec<DeviceMap> = Vec::new();
+    for (_, p, _) in selected {
+        let (lookups, removals) = lookups_and_removals(p.program);
+        let Some(removals) = removals else { return BTreeMap::new() };
+        removed.extend(removals.iter().filter_map(|&m| p.maps.get(m as usize)).map(|b| b.addr));
+        looked_up.extend(lookups.iter().filter_map(|&m| p.maps.get(m as usize)).copied());
+    }
+    let mut caches = BTreeMap::new();
+    for b in looked_up {
+        let g = b.geometry;
+        if matches!(g.kind, MapKind::Hash | MapKind::PerCpuHash)
+            && g.key_size <= 8
+            && !b.live
+            && !removed.contains(&b.addr)
+        {
+            let next = caches.len();
+            caches.entry(b.addr).or_insert(next);
+        }
+    }
+    caches
+}
+
 /// Whether an instruction ends a path for good: `ret`, `exit`, or a jump, unguarded.
 fn ends_path(insn: &Instruction<'_>) -> bool {
     insn.guard.is_none() && matches!(insn.base(), "ret" | "exit" | "bra" | "trap")
@@ -302,6 +331,9 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
             f.kind == FunctionKind::Entry && selected.iter().any(|(_, p, _)| combines(p.program));
         let combine_regs = [names.sum_addr.clone(), names.sum.clone()];
         let entry = f.kind == FunctionKind::Entry;
+        let caches = if entry { lookup_caches(&selected) } else { BTreeMap::new() };
+        let cache_regs =
+            |j: usize| [format!("%{}_hk{j}", names.stem), format!("%{}_hp{j}", names.stem)];
         let mut emit = |probe: usize,
                         p: &DeviceProbe<'_>,
                         context: Context,
@@ -319,6 +351,8 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
             if entry {
                 options.smid = Some(names.smid.clone());
             }
+            options.lookup_cache =
+                p.maps.iter().map(|b| caches.get(&b.addr).map(|&j| cache_regs(j))).collect();
             let t = translate(p.program, &options)
                 .map_err(|error| InjectError::Translate { probe, error })?;
             functions.push_str(&t.functions);
@@ -332,6 +366,12 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
                 .entry(f.body.start)
                 .or_default()
                 .push_str(&format!("\n\t.reg .b32 {smid};\n\tmov.u32 {smid}, %smid;\n"));
+        }
+        for &j in caches.values() {
+            let [key, value] = cache_regs(j);
+            after.entry(f.body.start).or_default().push_str(&format!(
+                "\t.reg .b64 {key}, {value};\n\tmov.b64 {key}, 0;\n\tmov.b64 {value}, 0;\n"
+            ));
         }
         if combine {
             let (addr, sum) = (&names.sum_addr, &names.sum);

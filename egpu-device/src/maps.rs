@@ -91,7 +91,16 @@ impl<'g> DeviceMapBuffer<'g> {
         };
         // SAFETY: the map's memory is `len` writable bytes while `raw` lives, `from <= len`, and
         // the caller keeps host writers of these shards away during the copy.
-        unsafe { self.buffer.read_raw_at(from, ptr.as_ptr().add(from), len - from) }
+        unsafe { self.buffer.read_raw_at(from, ptr.as_ptr().add(from), len - from)? };
+        if g.kind == MapKind::RingBuf {
+            // Device producers write records only: publish those of the tickets they took.
+            let first = if g.sm_shards > 0 { g.cpu_shards } else { 0 };
+            for shard in first..g.shards() {
+                // A ring and a shard in range: nothing to refuse.
+                let _ = raw.commit_written_records(shard);
+            }
+        }
+        Ok(())
     }
 
     /// The host map, when there is one.

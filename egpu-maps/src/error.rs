@@ -116,6 +116,14 @@ pub enum MapError {
         /// The array's length.
         len: u32,
     },
+    /// A shard number past the map's shards.
+    #[error("shard {shard} does not exist: the map has {shards} shards")]
+    Shard {
+        /// The shard asked for.
+        shard: u32,
+        /// The map's shards.
+        shards: u32,
+    },
     /// A field offset that is not a whole, aligned word of the value.
     #[error(
         "a {size}-byte word at offset {offset} is not an aligned field of a {value_size}-byte value"

@@ -283,6 +283,42 @@ impl RawMap {
         Ok(())
     }
 
+    /// Publishes the records that device producers wrote into ring `shard` of this ring buffer,
+    /// and returns how many it published.
+    ///
+    /// Probes on the GPU write a ring in GPU memory while nobody consumes it: they take tickets
+    /// by atomic adds on the shard's head ([`LEN_OR_HEAD`]), drop and count (in [`REFUSED`])
+    /// the tickets at or past `tail + capacity`, and write the records only, without their
+    /// sequence words. Once the kernel has completed and the shard's bytes are copied into this
+    /// map, this call makes them readable: for every ticket `t` from the shard's tail up to its
+    /// head (at most `tail + capacity`), a slot whose sequence word is free for lap
+    /// `t / capacity` is marked committed for that lap, owned by [`DEVICE_OWNER`], with release
+    /// ordering. The consumer ([`RingBuf::consumer`](crate::RingBuf::consumer)) then reads them
+    /// in ticket order, as any committed records.
+    ///
+    /// A head past `tail + capacity` is brought back to that limit first. Slots that host
+    /// producers reserved, committed or discarded, and slots already committed, are left as they
+    /// are: calling it again commits nothing more, and on a ring that only host producers write
+    /// it commits nothing. Call it while no device writes the shard.
+    ///
+    /// [`LEN_OR_HEAD`]: crate::layout::shard::LEN_OR_HEAD
+    /// [`REFUSED`]: crate::layout::shard::REFUSED
+    /// [`DEVICE_OWNER`]: crate::layout::DEVICE_OWNER
+    ///
+    /// # Errors
+    /// [`MapError::Unsupported`] for a map that is not a ring buffer, [`MapError::Shard`] for a
+    /// shard the map does not have.
+    pub fn commit_written_records(&self, shard: u32) -> Result<u64, MapError> {
+        let g = &self.0.geometry;
+        if g.kind != MapKind::RingBuf {
+            return Err(MapError::Unsupported { op: "commit_written_records", kind: g.kind });
+        }
+        if shard >= g.shards() {
+            return Err(MapError::Shard { shard, shards: g.shards() });
+        }
+        Ok(self.ring(shard).commit_written())
+    }
+
     /// Copies out the next record of any ring into `out` (the record size long), for a consumer
     /// that holds the role; `start` is the ring to try first, updated to the one read.
     pub(crate) fn next_record(&self, start: &mut u32, out: &mut [u8]) -> bool {

@@ -2,7 +2,8 @@
 //!
 //! Records are numbered by tickets 0, 1, 2, …; ticket `t` lives in slot `t % capacity`, in lap
 //! `t / capacity`. Each slot's sequence word (see [`layout::ring_state`]) says which lap it is in
-//! and whether it is free, reserved, committed or discarded. The shard header keeps `head`, a
+//! and whether it is free, reserved, committed or discarded; the sequence words are an array of
+//! their own, after the records ([`Geometry::seq_offset`]). The shard header keeps `head`, a
 //! hint of the next ticket to reserve, and `tail`, the next ticket the consumer reads.
 //!
 //! - **Reserve**: read `head` as `t`; if slot `t % capacity` is free for lap `t / capacity`,
@@ -19,13 +20,18 @@
 //!
 //! Fixed-size records were chosen for the device side: a record's slot is a multiply away from
 //! its ticket, records never straddle the end of the ring, and no length word has to be written
-//! before the record it describes. Device producers (egpu-device) write a ring only while nobody
-//! consumes it (a ring in GPU memory, read after the kernel): they take tickets by one atomic
-//! add per group of lanes, drop and count the tickets past `tail + capacity` and bring `head`
-//! back to that limit, and publish each record by its sequence word as this protocol does.
+//! before the record it describes.
+//!
+//! - **Device producers** (egpu-device) write a ring only while nobody consumes it (a ring in
+//!   GPU memory, read after the kernel): they take tickets by one atomic add on `head` per group
+//!   of lanes, drop and count the tickets at or past `tail + capacity` and bring `head` back to
+//!   that limit, and write the records only, never a sequence word. Once the shard's bytes are
+//!   back in a host map, [`Ring::commit_written`] marks every record in `[tail, head)` whose
+//!   slot is still free for its lap committed, with [`DEVICE_OWNER`] as its owner, and the
+//!   consumer reads them as any others.
 
 use std::sync::atomic::AtomicU64;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
 use crate::MapError;
 use crate::layout::{DEVICE_OWNER, Geometry, ring_state as rs, shard};
@@ -80,12 +86,14 @@ impl<'a> Ring<'a> {
         self.region.word(self.g.shard_offset(self.shard) + off)
     }
 
+    /// The sequence word of `slot`, in the array after the records.
     fn seq(&self, slot: u32) -> &'a AtomicU64 {
-        self.region.word(self.g.slot_offset(self.shard, slot))
+        self.region.word(self.g.seq_offset(self.shard, slot))
     }
 
+    /// Byte offset of the record of `slot` (a ring's slot is its record: the value offset is 0).
     fn record_offset(&self, slot: u32) -> usize {
-        self.g.slot_offset(self.shard, slot) + self.g.value_offset as usize
+        self.g.slot_offset(self.shard, slot)
     }
 
     fn place(&self, ticket: u64) -> (u32, u32) {
@@ -198,6 +206,32 @@ impl<'a> Ring<'a> {
                 _ => return Next::Empty,
             }
         }
+    }
+
+    /// Publishes the records device producers wrote without sequence words: every ticket `t`
+    /// from `tail` up to `head` (at most `tail + capacity`) whose slot is free for lap
+    /// `t / capacity` becomes committed for that lap, owned by [`DEVICE_OWNER`]. Slots a host
+    /// producer reserved, committed or discarded, and slots already committed, are left alone,
+    /// so this can be called again. First brings `head` back to `tail + capacity` if it is past
+    /// it. Returns the records committed.
+    pub(crate) fn commit_written(&self) -> u64 {
+        let tail = self.counter(shard::TAIL).load(Acquire);
+        let limit = tail.saturating_add(u64::from(self.g.capacity));
+        let head = self.counter(shard::LEN_OR_HEAD).fetch_min(limit, AcqRel).min(limit);
+        let mut committed = 0;
+        for t in tail..head {
+            let (slot, lap) = self.place(t);
+            let word = self.seq(slot).load(Acquire);
+            if lap_of(word) != lap || state_of(word) != rs::FREE {
+                continue;
+            }
+            let done = seq(lap, rs::COMMITTED, DEVICE_OWNER);
+            // Release: the consumer that sees the word sees the record, written before the call.
+            if self.seq(slot).compare_exchange(word, done, Release, Relaxed).is_ok() {
+                committed += 1;
+            }
+        }
+        committed
     }
 
     /// Records dropped because the ring was full.

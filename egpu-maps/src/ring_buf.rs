@@ -37,7 +37,9 @@ const fn spec_in<T>(records: u32, shards: Shards, name: Option<&'static str>) ->
 /// the record is dropped and counted ([`RingBuf::drops`]). One consumer at a time, in any
 /// process, reads the records ([`RingBuf::consumer`]). A ring can have several shards (one ring
 /// each): host producers write the shard of their CPU, device producers that of their SM, and
-/// the consumer reads them all (each shard in order; no order across shards).
+/// the consumer reads them all (each shard in order; no order across shards). Device producers
+/// write their records without publishing them; once a shard written on the GPU is back in host
+/// memory, [`RawMap::commit_written_records`] publishes them to the consumer.
 ///
 /// ```
 /// use egpu_maps::RingBuf;

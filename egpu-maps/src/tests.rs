@@ -362,7 +362,7 @@ fn a_slot_freed_by_a_consumer_that_died_before_moving_tail_is_passed_over() {
     // A consumer read record 1 and freed its slot for the next lap, then died: `tail` still
     // names ticket 1.
     let raw = ring.raw();
-    let seq = raw.region().word(raw.geometry().slot_offset(0, 1));
+    let seq = raw.region().word(raw.geometry().seq_offset(0, 1));
     assert_eq!(seq.load(SeqCst) >> layout::ring_state::SHIFT & 3, layout::ring_state::COMMITTED);
     seq.store(1 << 32 | layout::ring_state::FREE << layout::ring_state::SHIFT, SeqCst);
     let mut consumer = ring.consumer().unwrap();

@@ -4,10 +4,11 @@
 mod common;
 
 use std::collections::HashSet;
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::thread;
 
-use egpu_maps::layout::Geometry;
+use egpu_maps::layout::{self, Geometry};
 use egpu_maps::{
     Array, HashMap, MapError, MapKind, PerCpuArray, PerCpuHashMap, Placement, RawMap, RingBuf,
     Shards, UpdateFlags,
@@ -175,6 +176,174 @@ fn rings_without_a_host_shard_refuse_host_producers() {
     assert_eq!(ring.drops(), 0, "nothing was dropped: there was no ring to put it in");
     let mut consumer = ring.consumer().unwrap();
     assert_eq!(consumer.poll(), None);
+}
+
+/// The 8-byte word at byte offset `off` of a map's memory.
+fn map_word(raw: &RawMap, off: usize) -> &AtomicU64 {
+    let (base, len) = raw.memory();
+    assert!(off.is_multiple_of(8) && off + 8 <= len, "word {off} of {len} bytes");
+    // SAFETY: an aligned word inside the map's memory, which `raw` keeps alive; the layout's
+    // words are only ever accessed atomically.
+    unsafe { AtomicU64::from_ptr(base.as_ptr().add(off).cast()) }
+}
+
+/// Writes `records` into ring `shard` as device producers do (in GPU memory, before the shard
+/// is copied back): tickets taken by adding to `head`, the ones at or past `tail + capacity`
+/// dropped and counted, with `head` brought back to that limit, and the records written at
+/// their slots, every word of them, with no sequence word.
+fn device_output(raw: &RawMap, shard: u32, records: &[Vec<u64>]) {
+    let g = *raw.geometry();
+    let counter = |off| map_word(raw, g.shard_offset(shard) + off);
+    let first = counter(layout::shard::LEN_OR_HEAD).fetch_add(records.len() as u64, SeqCst);
+    let limit = counter(layout::shard::TAIL).load(SeqCst) + u64::from(g.capacity);
+    for (t, record) in (first..).zip(records) {
+        if t >= limit {
+            counter(layout::shard::REFUSED).fetch_add(1, SeqCst);
+            counter(layout::shard::LEN_OR_HEAD).fetch_min(limit, SeqCst);
+            continue;
+        }
+        let at = g.slot_offset(shard, (t % u64::from(g.capacity)) as u32);
+        for w in 0..g.slot_stride as usize / 8 {
+            map_word(raw, at + 8 * w).store(record.get(w).copied().unwrap_or(0), SeqCst);
+        }
+    }
+}
+
+/// The state and owner in ring `shard`'s sequence word of `slot`.
+fn seq_state(raw: &RawMap, shard: u32, slot: u32) -> (u32, u64, u32) {
+    use layout::ring_state as rs;
+    let word = map_word(raw, raw.geometry().seq_offset(shard, slot)).load(SeqCst);
+    ((word >> 32) as u32, word >> rs::SHIFT & 3, (word & rs::OWNER_MASK) as u32)
+}
+
+#[test]
+fn records_written_by_device_producers_are_committed_then_consumed_in_order() {
+    // Two device rings of eight 12-byte records (16 with padding); the device writes ring 1.
+    let g = Geometry::new(MapKind::RingBuf, 0, 12, 8, 0, 2).unwrap();
+    let raw = RawMap::create(g, &Placement::Process).unwrap();
+    let records: Vec<Vec<u64>> = (0..5).map(|i| vec![i, 0xdead_0000 + i]).collect();
+    device_output(&raw, 1, &records);
+    let ring: RingBuf<[u32; 3]> = RingBuf::from_raw(raw.clone()).unwrap();
+    let mut consumer = ring.consumer().unwrap();
+    assert_eq!(consumer.poll(), None, "not published yet: no sequence word says committed");
+    assert_eq!(raw.commit_written_records(1).unwrap(), 5);
+    for slot in 0..5 {
+        let state = (0, layout::ring_state::COMMITTED, layout::DEVICE_OWNER);
+        assert_eq!(seq_state(&raw, 1, slot), state, "slot {slot}");
+    }
+    assert_eq!(seq_state(&raw, 1, 5), (0, layout::ring_state::FREE, 0));
+    assert_eq!(raw.commit_written_records(1).unwrap(), 0, "again: nothing more");
+    assert_eq!(raw.commit_written_records(0).unwrap(), 0, "ring 0 has nothing written");
+    assert_eq!(ring.pending(), 5);
+    let got: Vec<[u32; 3]> = consumer.drain().collect();
+    // A record's first 12 bytes: word 0, then the low half of word 1.
+    let expected: Vec<[u32; 3]> = (0..5).map(|i| [i, 0, 0xdead_0000 + i]).collect();
+    assert_eq!(got, expected);
+    assert_eq!((ring.pending(), ring.lost(), ring.drops()), (0, 0, 0));
+    assert_eq!(raw.commit_written_records(1).unwrap(), 0, "consumed: nothing to commit");
+    assert_eq!(consumer.poll(), None);
+}
+
+#[test]
+fn device_records_are_committed_in_a_ring_that_wrapped() {
+    let ring: RingBuf<u64> = RingBuf::with_capacity(8);
+    let raw = ring.raw();
+    let mut consumer = ring.consumer().unwrap();
+    // Host records first: tail and head at 13, slots in laps 1 and 2.
+    for i in 0..13 {
+        ring.output(&i).unwrap();
+        assert_eq!(consumer.poll(), Some(i));
+    }
+    // A device takes 11 tickets: 13 to 20 fit, 21 to 23 are dropped.
+    device_output(raw, 0, &(13..24).map(|i| vec![i]).collect::<Vec<_>>());
+    assert_eq!(ring.drops(), 3);
+    assert_eq!(raw.commit_written_records(0).unwrap(), 8);
+    assert_eq!(seq_state(raw, 0, 13 % 8), (1, layout::ring_state::COMMITTED, layout::DEVICE_OWNER));
+    assert_eq!(seq_state(raw, 0, 20 % 8), (2, layout::ring_state::COMMITTED, layout::DEVICE_OWNER));
+    assert_eq!(raw.commit_written_records(0).unwrap(), 0);
+    assert!(matches!(ring.output(&99), Err(MapError::RingFull)), "the ring is full");
+    assert_eq!(consumer.drain().collect::<Vec<_>>(), (13..21).collect::<Vec<_>>());
+    // The ring goes on, for host producers and for the device.
+    ring.output(&21).unwrap();
+    device_output(raw, 0, &[vec![22], vec![23]]);
+    assert_eq!(raw.commit_written_records(0).unwrap(), 2);
+    assert_eq!(consumer.drain().collect::<Vec<_>>(), [21, 22, 23]);
+    assert_eq!((ring.drops(), ring.lost(), ring.pending()), (4, 0, 0));
+}
+
+#[test]
+fn committing_device_records_brings_a_runaway_head_back() {
+    let ring: RingBuf<u64> = RingBuf::with_capacity(4);
+    let raw = ring.raw();
+    let head = map_word(raw, raw.geometry().shard_offset(0) + layout::shard::LEN_OR_HEAD);
+    // A device that took 1000 tickets, wrote the 4 that fit, and left `head` where it was.
+    device_output(raw, 0, &[vec![1], vec![2], vec![3], vec![4]]);
+    head.fetch_add(996, SeqCst);
+    assert_eq!(raw.commit_written_records(0).unwrap(), 4);
+    assert_eq!(head.load(SeqCst), 4, "head is tail + capacity again");
+    assert_eq!(ring.pending(), 4);
+    assert_eq!(ring.consumer().unwrap().drain().collect::<Vec<_>>(), [1, 2, 3, 4]);
+    assert_eq!(raw.commit_written_records(0).unwrap(), 0);
+    assert_eq!(head.load(SeqCst), 4, "head within the limit stays");
+}
+
+#[test]
+fn committing_device_records_leaves_host_producers_slots_alone() {
+    let ring: RingBuf<u64> = RingBuf::with_capacity(8);
+    let raw = ring.raw();
+    ring.output(&10).unwrap();
+    let mut reserved = ring.reserve().unwrap();
+    drop(ring.reserve().unwrap()); // discarded
+    assert_eq!(raw.commit_written_records(0).unwrap(), 0, "host records only");
+    use layout::ring_state::{COMMITTED, DISCARDED, RESERVED};
+    let states = || (0..3).map(|slot| seq_state(raw, 0, slot)).collect::<Vec<_>>();
+    let pid = std::process::id();
+    let host = vec![(0, COMMITTED, 0), (0, RESERVED, pid), (0, DISCARDED, 0)];
+    assert_eq!(states(), host);
+    device_output(raw, 0, &[vec![13], vec![14], vec![15]]);
+    assert_eq!(raw.commit_written_records(0).unwrap(), 3);
+    assert_eq!(states(), host, "the host producers' slots are as they were");
+    let mut consumer = ring.consumer().unwrap();
+    assert_eq!(consumer.poll(), Some(10));
+    assert_eq!(consumer.poll(), None, "the reservation holds the consumer back");
+    *reserved = 11;
+    reserved.commit();
+    assert_eq!(consumer.drain().collect::<Vec<_>>(), [11, 13, 14, 15]);
+    assert_eq!((ring.drops(), ring.lost()), (0, 0));
+}
+
+#[test]
+fn committing_device_records_needs_a_ring_shard() {
+    let hash =
+        RawMap::create(Geometry::new(MapKind::Hash, 8, 8, 4, 1, 0).unwrap(), &Placement::Process)
+            .unwrap();
+    let array = RawMap::create(
+        Geometry::new(MapKind::PerCpuArray, 4, 8, 4, 1, 2).unwrap(),
+        &Placement::Process,
+    )
+    .unwrap();
+    for (map, kind) in [(&hash, MapKind::Hash), (&array, MapKind::PerCpuArray)] {
+        match map.commit_written_records(0) {
+            Err(MapError::Unsupported { op, kind: k }) => {
+                assert_eq!((op, k), ("commit_written_records", kind));
+            }
+            other => panic!("{kind:?}: {other:?}"),
+        }
+    }
+    let ring = RawMap::create(
+        Geometry::new(MapKind::RingBuf, 0, 8, 4, 1, 2).unwrap(),
+        &Placement::Process,
+    )
+    .unwrap();
+    for shard in [3, 4, u32::MAX] {
+        let err = ring.commit_written_records(shard).unwrap_err();
+        assert!(matches!(err, MapError::Shard { shard: s, shards: 3 } if s == shard), "{err:?}");
+        assert_eq!(err.errno(), -22, "EINVAL");
+        assert!(err.to_string().contains(&format!("shard {shard}")), "{err}");
+    }
+    for shard in 0..3 {
+        assert_eq!(ring.commit_written_records(shard).unwrap(), 0, "an empty ring");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -12,11 +12,19 @@
 //!   under its own key's tag waits for it to be published, so racing inserts of one key make one
 //!   entry. Tombstones are not reused by device inserts. A slot left pending by a host writer
 //!   that died is waited for a bounded time, then passed over.
+//! - Lookups: every lane probes for its own key (lanes with the same key load the same words,
+//!   which the memory system serves once); a live entry under the key's tag is recognised by
+//!   one compare of its state word. A thread remembers its last hit per map when the kernel
+//!   gives it registers for that ([`Options::lookup_cache`](super::Options::lookup_cache)).
+//! - Ring buffers: a ticket per record from one atomic add per warp, then the record alone (the
+//!   host publishes device-written records when it reads the ring after the kernel).
 
 use egpu_ebpf::MapKind;
 use egpu_ebpf::helpers::id as helper_id;
 use egpu_ebpf::verifier::Access;
-use egpu_maps::layout::{DEVICE_OWNER, SHARD_HEADER_BYTES, hash_state as hs, ring_state, shard};
+use egpu_maps::layout::{
+    DEVICE_OWNER, HASH_MULTIPLIER, HASH_SEED, SHARD_HEADER_BYTES, hash_state as hs, shard,
+};
 
 use super::{DeviceMap, Emitter, TranslateError};
 use egpu_ebpf::Reg;
@@ -252,7 +260,7 @@ impl Emitter<'_> {
         self.line(format!("setp.eq.u64 {q0}, {r4}, 1;"));
         self.line(format!("@{q0} bra {done};"));
         for (w, v) in value.iter().enumerate() {
-            self.line(format!("st.u64 [{t5}+{}], {v};", w * 8));
+            self.line(format!("st.global.u64 [{t5}+{}], {v};", w * 8));
         }
         self.line(format!("mov.b64 {r0}, 0;"));
         self.out.push_str(&format!("{done}:\n"));
@@ -293,22 +301,16 @@ impl Emitter<'_> {
         } else {
             Vec::new()
         };
-        // The hash, as egpu_maps::layout::hash_key computes it.
-        let seed = 0x243f_6a88_85a3_08d3_u64 ^ u64::from(g.key_size);
+        // The hash, as egpu_maps::layout::hash_key computes it: a folded multiply per word.
+        let seed = HASH_SEED ^ u64::from(g.key_size);
         self.line(format!("mov.b64 {t0}, {};", seed as i64));
         for k in &key {
             self.line(format!("xor.b64 {t0}, {t0}, {k};"));
-            self.line(format!("mul.lo.u64 {t0}, {t0}, {};", 0x9e37_79b9_7f4a_7c15_u64 as i64));
-            self.line(format!("shl.b64 {t1}, {t0}, 29;"));
-            self.line(format!("shr.u64 {t2}, {t0}, 35;"));
-            self.line(format!("or.b64 {t0}, {t1}, {t2};"));
-        }
-        for mul in [0xff51_afd7_ed55_8ccd_u64, 0xc4ce_b9fe_1a85_ec53] {
-            self.line(format!("shr.u64 {t1}, {t0}, 33;"));
+            self.line(format!("mul.hi.u64 {t1}, {t0}, {};", HASH_MULTIPLIER as i64));
+            self.line(format!("mul.lo.u64 {t0}, {t0}, {};", HASH_MULTIPLIER as i64));
             self.line(format!("xor.b64 {t0}, {t0}, {t1};"));
-            self.line(format!("mul.lo.u64 {t0}, {t0}, {};", mul as i64));
         }
-        self.line(format!("shr.u64 {t1}, {t0}, 33;"));
+        self.line(format!("shr.u64 {t1}, {t0}, 32;"));
         self.line(format!("xor.b64 {t0}, {t0}, {t1};"));
         let mask = g.slots - 1;
         self.line(format!("cvt.u32.u64 {w4}, {t0};"));
@@ -339,28 +341,34 @@ impl Emitter<'_> {
             e.line(format!("bra {done};"));
         };
         self.line(format!("mov.b64 {r0}, 0;"));
-        // A lookup is made once per group of lanes with the same key, by the group's lowest
-        // lane, and its result shared: the lanes of a warp often look up the same key.
-        let dedup = id == helper_id::MAP_LOOKUP_ELEM && self.options.sm >= 70;
-        let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.w(i));
-        let q2 = self.q(2);
-        if dedup {
-            self.line(format!("activemask.b32 {w0};"));
-            self.line(format!("match.any.sync.b64 {w1}, {}, {w0};", key[0]));
-            for k in &key[1..] {
-                self.line(format!("match.any.sync.b64 {w2}, {k}, {w0};"));
-                self.line(format!("and.b32 {w1}, {w1}, {w2};"));
+        let lookup = id == helper_id::MAP_LOOKUP_ELEM;
+        let cache = match (lookup, key.as_slice()) {
+            (true, [_]) => {
+                self.options.lookup_cache.get(m.unwrap_or(0) as usize).cloned().flatten()
             }
-            self.line(format!("neg.s32 {w2}, {w1};"));
-            self.line(format!("and.b32 {w2}, {w2}, {w1};"));
-            self.line(format!("mov.u32 {w3}, %lanemask_eq;"));
-            self.line(format!("setp.ne.u32 {q2}, {w2}, {w3};"));
-            self.line(format!("@{q2} bra {done};"));
+            _ => None,
+        };
+        if let Some([ck, cp]) = &cache {
+            // This thread's last hit in this map, when it was this key.
+            self.line(format!("setp.eq.u64 {q0}, {}, {ck};", key[0]));
+            self.line(format!("setp.ne.and.u64 {q0}, {cp}, 0, {q0};"));
+            self.line(format!("@{q0} mov.b64 {r0}, {cp};"));
+            self.line(format!("@{q0} bra {done};"));
+        }
+        // A live entry under this key's tag, as a whole word (FULL with no owner): the common
+        // case of a lookup, tested first.
+        let full_word = hs::FULL << hs::SHIFT;
+        if lookup {
+            self.line(format!("or.b64 {t0}, {t1}, {};", full_word as i64));
         }
         self.out.push_str(&format!("{lp}:\n"));
         self.line(format!("mul.wide.u32 {t4}, {w4}, {};", g.slot_stride));
         self.line(format!("add.s64 {t4}, {t4}, {t7};"));
-        self.line(format!("ld.acquire.{scope}.u64 {t5}, [{t4}];"));
+        self.line(format!("ld.global.acquire.{scope}.u64 {t5}, [{t4}];"));
+        if lookup {
+            self.line(format!("setp.eq.u64 {q0}, {t5}, {t0};"));
+            self.line(format!("@{q0} bra {};", l("key")));
+        }
         self.line(format!("shr.u64 {t2}, {t5}, {};", hs::SHIFT));
         // The key compared only when the slot is live or held under the key's tag.
         self.line(format!("and.b64 {t3}, {t5}, 4294967295;"));
@@ -388,11 +396,18 @@ impl Emitter<'_> {
             self.line(format!("setp.ne.and.u64 {q0}, {t2}, {}, {q0};", hs::WRITING));
         }
         self.line(format!("@{q0} bra {next};"));
+        if lookup {
+            self.out.push_str(&format!("{}:\n", l("key")));
+        }
         self.compare_key(&t4, &key, g.key_size, &next);
         // Found: the entry is at slot t4, its state word is t5.
         match id {
             helper_id::MAP_LOOKUP_ELEM => {
                 self.line(format!("add.s64 {r0}, {t4}, {};", g.value_offset));
+                if let Some([ck, cp]) = &cache {
+                    self.line(format!("mov.b64 {ck}, {};", key[0]));
+                    self.line(format!("mov.b64 {cp}, {r0};"));
+                }
                 self.line(format!("bra {done};"));
             }
             helper_id::MAP_UPDATE_ELEM => {
@@ -401,22 +416,25 @@ impl Emitter<'_> {
                 self.line(format!("@{q0} bra {done};"));
                 let writing = hs::WRITING << hs::SHIFT | u64::from(DEVICE_OWNER) << hs::OWNER_SHIFT;
                 self.line(format!("or.b64 {t3}, {t1}, {};", writing as i64));
-                self.line(format!("atom.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
+                self.line(format!("atom.global.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
                 self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
                 self.line(format!("@{q0} bra {lp};"));
                 for (w, v) in value.iter().enumerate() {
-                    self.line(format!("st.u64 [{t4}+{}], {v};", g.value_offset as usize + w * 8));
+                    self.line(format!(
+                        "st.global.u64 [{t4}+{}], {v};",
+                        g.value_offset as usize + w * 8
+                    ));
                 }
-                self.line(format!("st.release.{scope}.u64 [{t4}], {t5};"));
+                self.line(format!("st.global.release.{scope}.u64 [{t4}], {t5};"));
                 result(self, 0);
             }
             _ => {
                 let tomb = hs::TOMB << hs::SHIFT;
                 self.line(format!("or.b64 {t3}, {t1}, {};", tomb as i64));
-                self.line(format!("atom.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
+                self.line(format!("atom.global.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
                 self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
                 self.line(format!("@{q0} bra {lp};"));
-                self.line(format!("red.add.u64 [{t6}+{}], -1;", shard::LEN_OR_HEAD));
+                self.line(format!("red.global.add.u64 [{t6}+{}], -1;", shard::LEN_OR_HEAD));
                 result(self, 0);
             }
         }
@@ -439,7 +457,7 @@ impl Emitter<'_> {
                 self.line(format!("setp.eq.u32 {q0}, {w6}, 2;"));
                 self.line(format!("@{q0} mov.b64 {r0}, -2;"));
                 self.line(format!("@{q0} bra {done};"));
-                self.line(format!("red.add.u64 [{t6}+{}], 1;", shard::REFUSED));
+                self.line(format!("red.global.add.u64 [{t6}+{}], 1;", shard::REFUSED));
                 result(self, -7);
                 self.out.push_str(&format!("{}:\n", l("empty")));
                 self.line(format!("setp.eq.u32 {q0}, {w6}, 2;"));
@@ -450,29 +468,32 @@ impl Emitter<'_> {
                 self.line(format!("@{q0} bra {done};"));
                 let busy = hs::BUSY << hs::SHIFT | u64::from(DEVICE_OWNER) << hs::OWNER_SHIFT;
                 self.line(format!("or.b64 {t3}, {t1}, {};", busy as i64));
-                self.line(format!("atom.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
+                self.line(format!("atom.global.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
                 self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
                 self.line(format!("@{q0} bra {lp};"));
                 for (w, k) in key.iter().enumerate() {
-                    self.line(format!("st.u64 [{t4}+{}], {k};", 8 + w * 8));
+                    self.line(format!("st.global.u64 [{t4}+{}], {k};", 8 + w * 8));
                 }
                 for (w, v) in value.iter().enumerate() {
-                    self.line(format!("st.u64 [{t4}+{}], {v};", g.value_offset as usize + w * 8));
+                    self.line(format!(
+                        "st.global.u64 [{t4}+{}], {v};",
+                        g.value_offset as usize + w * 8
+                    ));
                 }
-                self.line(format!("atom.add.u64 {t2}, [{t6}+{}], 1;", shard::LEN_OR_HEAD));
+                self.line(format!("atom.global.add.u64 {t2}, [{t6}+{}], 1;", shard::LEN_OR_HEAD));
                 self.line(format!("setp.ge.u64 {q0}, {t2}, {};", g.capacity));
                 let refused = l("refused");
                 self.line(format!("@{q0} bra {refused};"));
                 let full = hs::FULL << hs::SHIFT;
                 self.line(format!("or.b64 {t3}, {t1}, {};", full as i64));
-                self.line(format!("st.release.{scope}.u64 [{t4}], {t3};"));
+                self.line(format!("st.global.release.{scope}.u64 [{t4}], {t3};"));
                 result(self, 0);
                 self.out.push_str(&format!("{refused}:\n"));
-                self.line(format!("red.add.u64 [{t6}+{}], -1;", shard::LEN_OR_HEAD));
+                self.line(format!("red.global.add.u64 [{t6}+{}], -1;", shard::LEN_OR_HEAD));
                 let tomb = hs::TOMB << hs::SHIFT;
                 self.line(format!("or.b64 {t3}, {t1}, {};", tomb as i64));
-                self.line(format!("st.release.{scope}.u64 [{t4}], {t3};"));
-                self.line(format!("red.add.u64 [{t6}+{}], 1;", shard::REFUSED));
+                self.line(format!("st.global.release.{scope}.u64 [{t4}], {t3};"));
+                self.line(format!("red.global.add.u64 [{t6}+{}], 1;", shard::REFUSED));
                 result(self, -7);
             }
             _ => {
@@ -481,14 +502,6 @@ impl Emitter<'_> {
             }
         }
         self.out.push_str(&format!("{done}:\n"));
-        if dedup {
-            self.line(format!("sub.u32 {w2}, {w2}, 1;"));
-            self.line(format!("popc.b32 {w2}, {w2};"));
-            self.line(format!("mov.b64 {{{w0}, {w3}}}, {r0};"));
-            self.line(format!("shfl.sync.idx.b32 {w0}, {w0}, {w2}, 31, {w1};"));
-            self.line(format!("shfl.sync.idx.b32 {w3}, {w3}, {w2}, 31, {w1};"));
-            self.line(format!("mov.b64 {r0}, {{{w0}, {w3}}};"));
-        }
         Ok(())
     }
 
@@ -496,8 +509,9 @@ impl Emitter<'_> {
     /// into the ring's shard of this SM (or its only shard). Tickets are taken by one atomic add
     /// per warp (its lanes all write the same shard); a ticket beyond the consumer's tail plus the
     /// capacity is dropped and counted (`-EAGAIN`), never waited for, and `head` is brought back
-    /// to that limit, so the ring stays consistent for its host side. 0, or `-E2BIG` when `size`
-    /// exceeds the record size.
+    /// to that limit, so the ring stays consistent for its host side. Only the record is written;
+    /// the host commits the records in `[tail, head)` when it reads the ring after the kernel.
+    /// 0, or `-E2BIG` when `size` exceeds the record size.
     pub(super) fn ring_output(&mut self, pc: usize) -> Result<(), TranslateError> {
         let facts = self.verified.call(pc).copied();
         let m = facts.and_then(|f| f.map);
@@ -525,7 +539,7 @@ impl Emitter<'_> {
         let args = facts.map(|f| f.args).unwrap_or_default();
         let p = self.p().to_owned();
         let (r0, r3) = (self.r(Reg::R0), self.r(Reg::R3));
-        let [t0, t1, t2, t3, t4, _, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.t(i));
+        let [t0, t1, t2, _, t4, _, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.t(i));
         let [w0, w1, w2, w3, w4, w5, w6] = [0, 1, 2, 3, 4, 5, 6].map(|i| self.w(i));
         let q0 = self.q(0);
         let l = |what: &str| format!("${p}_R{pc}_{what}");
@@ -565,7 +579,7 @@ impl Emitter<'_> {
             self.line(format!("mov.u32 {w5}, %lanemask_eq;"));
             self.line(format!("setp.eq.u32 {q0}, {w4}, {w5};"));
             self.line(format!("cvt.u64.u32 {t0}, {w2};"));
-            self.line(format!("@{q0} atom.add.u64 {t0}, [{t6}+{head}], {t0};"));
+            self.line(format!("@{q0} atom.global.add.u64 {t0}, [{t6}+{head}], {t0};"));
             self.line(format!("sub.u32 {w4}, {w4}, 1;"));
             self.line(format!("popc.b32 {w4}, {w4};"));
             self.line(format!("mov.b64 {{{w5}, {w6}}}, {t0};"));
@@ -575,32 +589,41 @@ impl Emitter<'_> {
             self.line(format!("cvt.u64.u32 {t1}, {w3};"));
             self.line(format!("add.s64 {t0}, {t0}, {t1};"));
         } else {
-            self.line(format!("atom.add.u64 {t0}, [{t6}+{head}], 1;"));
+            self.line(format!("atom.global.add.u64 {t0}, [{t6}+{head}], 1;"));
         }
         // The limit: the consumer's tail, plus the capacity.
-        self.line(format!("ld.u64 {t1}, [{t6}+{}];", shard::TAIL));
+        self.line(format!("ld.global.u64 {t1}, [{t6}+{}];", shard::TAIL));
         self.line(format!("add.s64 {t1}, {t1}, {};", g.capacity));
         self.line(format!("setp.ge.u64 {q0}, {t0}, {t1};"));
         self.line(format!("@{q0} bra {drop};"));
         self.line(format!("rem.u64 {t2}, {t0}, {};", g.capacity));
-        self.line(format!("div.u64 {t3}, {t0}, {};", g.capacity));
         self.line(format!("mul.lo.u64 {t4}, {t2}, {};", g.slot_stride));
         self.line(format!("add.s64 {t4}, {t4}, {t7};"));
-        self.line(format!("shl.b64 {t3}, {t3}, 32;"));
-        for (w, k) in words.iter().enumerate() {
-            self.line(format!("st.u64 [{t4}+{}], {k};", g.value_offset as usize + 8 * w));
+        // The record only: its slot's sequence word is written by the host when it reads the
+        // ring after the kernel (egpu_maps::RawMap::commit_written_records). A warp's records
+        // are consecutive, so its stores fill whole sectors; in pairs of words when every
+        // record starts 16-byte aligned.
+        let mut words = words;
+        words.extend((words.len() as u32..g.value_size.div_ceil(8)).map(|_| "0".to_string()));
+        let records = map.addr.wrapping_add(g.slot_offset(0, 0) as u64);
+        let paired = g.slot_stride % 16 == 0 && g.shard_stride % 16 == 0 && records % 16 == 0;
+        let mut w = 0;
+        while w < words.len() {
+            let at = g.value_offset as usize + 8 * w;
+            if paired && w + 1 < words.len() {
+                let (a, b) = (&words[w], &words[w + 1]);
+                self.line(format!("st.global.v2.u64 [{t4}+{at}], {{{a}, {b}}};"));
+                w += 2;
+            } else {
+                self.line(format!("st.global.u64 [{t4}+{at}], {};", words[w]));
+                w += 1;
+            }
         }
-        for w in words.len() as u32..g.value_size.div_ceil(8) {
-            self.line(format!("st.u64 [{t4}+{}], 0;", g.value_offset + 8 * w));
-        }
-        let committed = ring_state::COMMITTED << ring_state::SHIFT;
-        self.line(format!("or.b64 {t3}, {t3}, {committed};"));
-        self.line(format!("st.relaxed.gpu.u64 [{t4}], {t3};"));
         self.line(format!("mov.b64 {r0}, 0;"));
         self.line(format!("bra {done};"));
         self.out.push_str(&format!("{drop}:\n"));
-        self.line(format!("red.add.u64 [{t6}+{}], 1;", shard::REFUSED));
-        self.line(format!("red.min.u64 [{t6}+{head}], {t1};"));
+        self.line(format!("red.global.add.u64 [{t6}+{}], 1;", shard::REFUSED));
+        self.line(format!("red.global.min.u64 [{t6}+{head}], {t1};"));
         self.line(format!("mov.b64 {r0}, -11;"));
         self.out.push_str(&format!("{done}:\n"));
         Ok(())
@@ -611,7 +634,7 @@ impl Emitter<'_> {
         let (t3, q0) = (self.t(3), self.q(0));
         let tail = bytes % 8;
         for (w, k) in key.iter().enumerate() {
-            self.line(format!("ld.u64 {t3}, [{slot}+{}];", 8 + w * 8));
+            self.line(format!("ld.global.u64 {t3}, [{slot}+{}];", 8 + w * 8));
             if w == key.len() - 1 && tail != 0 {
                 let mask = (1u64 << (tail * 8)) - 1;
                 self.line(format!("and.b64 {t3}, {t3}, {};", mask as i64));

@@ -176,9 +176,17 @@ pub struct Options {
     /// A 32-bit register of the kernel that holds `%smid`, read once when the kernel starts (a
     /// thread never moves to another SM); `None`: read `%smid` where needed.
     pub smid: Option<String>,
+    /// Per map (in [`maps`](Options::maps) order): two 64-bit registers of the kernel, a key and
+    /// a value address, through which a thread remembers its last hit in that hash map (keys of
+    /// at most 8 bytes): a lookup of the same key again finds the value without probing. The
+    /// kernel starts the address at 0. Only for maps whose entries stay where they are while
+    /// the kernel runs: in GPU memory (nobody else writes them) and removed from by no probe of
+    /// the kernel (device inserts never reuse a removed entry's slot). `None` or missing: no
+    /// cache.
+    pub lookup_cache: Vec<Option<[String; 2]>>,
 }
 
-/// PTX that adds the `u64` in `val` to the `u64` at `addr` (a generic address), aggregated
+/// PTX that adds the `u64` in `val` to the `u64` at `addr` (a global address), aggregated
 /// across the warp: the lanes that add to the same address (`match.any.sync`) make one atomic,
 /// from their lowest lane, with their sum (`redux.sync`), when every value of the group is below
 /// 2^26 (so the 32-bit sum is exact); otherwise each lane adds its own. `w` are four 32-bit
@@ -206,12 +214,35 @@ pub(crate) fn warp_add(
          \tsetp.ne.u32 {q}, {w3}, {w0};\n\
          \t@{q} bra {label}_done;\n\
          \tcvt.u64.u32 {t}, {w2};\n\
-         \tred.add.u64 [{addr}], {t};\n\
+         \tred.global.add.u64 [{addr}], {t};\n\
          \tbra {label}_done;\n\
          {label}_single:\n\
-         \tred.add.u64 [{addr}], {val};\n\
+         \tred.global.add.u64 [{addr}], {val};\n\
          {label}_done:\n"
     )
+}
+
+/// The maps (indices into the program's map table) whose entries the program looks up by
+/// `bpf_map_lookup_elem`, and those it removes entries from by `bpf_map_delete_elem` (`None`
+/// when a removal's map is not the same on every path).
+pub fn lookups_and_removals(verified: &Verified) -> (BTreeSet<u32>, Option<BTreeSet<u32>>) {
+    let mut lookups = BTreeSet::new();
+    let mut removals = Some(BTreeSet::new());
+    for d in verified.program().decoded() {
+        let Instruction::Call(CallTarget::Helper(id)) = d.insn else { continue };
+        let map = verified.call(d.pc).and_then(|c| c.map);
+        match id {
+            helper_id::MAP_LOOKUP_ELEM => lookups.extend(map),
+            helper_id::MAP_DELETE_ELEM => match (map, removals.as_mut()) {
+                (Some(m), Some(r)) => {
+                    r.insert(m);
+                }
+                _ => removals = None,
+            },
+            _ => {}
+        }
+    }
+    (lookups, removals)
 }
 
 /// Whether the program makes 64-bit atomic adds to map values whose old value it does not read,
@@ -269,6 +300,7 @@ impl Options {
             combine: None,
             sm: 90,
             smid: None,
+            lookup_cache: Vec::new(),
         }
     }
 }
@@ -998,8 +1030,10 @@ impl<'a> Emitter<'a> {
         }
         let aligned = access.is_some_and(|a| a.aligned);
         let b = self.r(base);
+        // Map memory is global memory: GPU memory, or host memory mapped into the GPU.
+        let global = matches!(access, Some(Access { region: AccessRegion::MapValue(_), .. }));
         if aligned {
-            (format!("[{b}+{off}]"), "", true)
+            (format!("[{b}+{off}]"), if global { ".global" } else { "" }, true)
         } else {
             let t2 = self.t(2);
             self.line(format!("add.s64 {t2}, {b}, {off};"));
@@ -1198,13 +1232,14 @@ impl<'a> Emitter<'a> {
             }
             e.line(format!("st.{u} [{b}+{off}], {t1};"));
         };
+        let space = if matches!(region, Some(AccessRegion::MapValue(_))) { ".global" } else { "" };
         let atom = |e: &mut Self| {
             if op == AtomicOp::CmpXchg {
-                e.line(format!("atom.cas.{bt} {old}, [{b}+{off}], {cmp}, {new};"));
+                e.line(format!("atom{space}.cas.{bt} {old}, [{b}+{off}], {cmp}, {new};"));
             } else if fetch || op == AtomicOp::Xchg {
-                e.line(format!("atom.{name}.{ty} {old}, [{b}+{off}], {new};"));
+                e.line(format!("atom{space}.{name}.{ty} {old}, [{b}+{off}], {new};"));
             } else {
-                e.line(format!("red.{name}.{ty} [{b}+{off}], {new};"));
+                e.line(format!("red{space}.{name}.{ty} [{b}+{off}], {new};"));
             }
         };
         let add = op == AtomicOp::Add && !fetch && bits == 64;
@@ -1220,7 +1255,8 @@ impl<'a> Emitter<'a> {
             if self.options.sm >= 80 {
                 let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.w(i));
                 let (q2, t2) = (self.q(2), self.t(2));
-                let code = warp_add(ca, cv, [&w0, &w1, &w2, &w3], &q2, &t2, &format!("${p}_F{pc}"));
+                let label = format!("${p}_F{pc}");
+                let code = warp_add(ca, cv, [&w0, &w1, &w2, &w3], &q2, &t2, &label);
                 self.out.push_str(&code);
             } else {
                 self.line(format!("red.add.u64 [{ca}], {cv};"));
@@ -1239,8 +1275,8 @@ impl<'a> Emitter<'a> {
                 let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.w(i));
                 let (t3, q2, t2) = (self.t(3), self.q(2), self.t(2));
                 self.line(format!("add.s64 {t3}, {b}, {off};"));
-                let code =
-                    warp_add(&t3, &s, [&w0, &w1, &w2, &w3], &q2, &t2, &format!("${p}_W{pc}"));
+                let label = format!("${p}_W{pc}");
+                let code = warp_add(&t3, &s, [&w0, &w1, &w2, &w3], &q2, &t2, &label);
                 self.out.push_str(&code);
             }
             Some(AccessRegion::Context | AccessRegion::MapValue(_)) => atom(self),
