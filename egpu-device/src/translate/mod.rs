@@ -214,10 +214,10 @@ pub(crate) fn warp_add(
          \tsetp.ne.u32 {q}, {w3}, {w0};\n\
          \t@{q} bra {label}_done;\n\
          \tcvt.u64.u32 {t}, {w2};\n\
-         \tred.global.add.u64 [{addr}], {t};\n\
+         \tred.add.u64 [{addr}], {t};\n\
          \tbra {label}_done;\n\
          {label}_single:\n\
-         \tred.global.add.u64 [{addr}], {val};\n\
+         \tred.add.u64 [{addr}], {val};\n\
          {label}_done:\n"
     )
 }
