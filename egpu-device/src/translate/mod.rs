@@ -186,14 +186,18 @@ pub struct Options {
     pub lookup_cache: Vec<Option<[String; 2]>>,
 }
 
-/// PTX that adds the `u64` in `val` to the `u64` at `addr` (a global address), aggregated
+/// PTX that adds the `u64` in `val` to the `u64` at `addr`, aggregated
 /// across the warp: the lanes that add to the same address (`match.any.sync`) make one atomic,
 /// from their lowest lane, with their sum (`redux.sync`), when every value of the group is below
-/// 2^26 (so the 32-bit sum is exact); otherwise each lane adds its own. `w` are four 32-bit
+/// 2^26 (so the 32-bit sum is exact); otherwise each lane adds its own. `space` is the address's
+/// state space (`.global`, or empty for a generic address: measured, the per-thread flush takes 6
+/// more registers with `.global`, the hash map's adds are faster with it). `w` are four 32-bit
 /// registers, `q` a predicate, `t` a 64-bit register, all free; `label` is a unique label stem.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn warp_add(
     addr: &str,
     val: &str,
+    space: &str,
     w: [&str; 4],
     q: &str,
     t: &str,
@@ -214,10 +218,10 @@ pub(crate) fn warp_add(
          \tsetp.ne.u32 {q}, {w3}, {w0};\n\
          \t@{q} bra {label}_done;\n\
          \tcvt.u64.u32 {t}, {w2};\n\
-         \tred.add.u64 [{addr}], {t};\n\
+         \tred{space}.add.u64 [{addr}], {t};\n\
          \tbra {label}_done;\n\
          {label}_single:\n\
-         \tred.add.u64 [{addr}], {val};\n\
+         \tred{space}.add.u64 [{addr}], {val};\n\
          {label}_done:\n"
     )
 }
@@ -1256,7 +1260,7 @@ impl<'a> Emitter<'a> {
                 let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.w(i));
                 let (q2, t2) = (self.q(2), self.t(2));
                 let label = format!("${p}_F{pc}");
-                let code = warp_add(ca, cv, [&w0, &w1, &w2, &w3], &q2, &t2, &label);
+                let code = warp_add(ca, cv, "", [&w0, &w1, &w2, &w3], &q2, &t2, &label);
                 self.out.push_str(&code);
             } else {
                 self.line(format!("red.add.u64 [{ca}], {cv};"));
@@ -1276,7 +1280,7 @@ impl<'a> Emitter<'a> {
                 let (t3, q2, t2) = (self.t(3), self.q(2), self.t(2));
                 self.line(format!("add.s64 {t3}, {b}, {off};"));
                 let label = format!("${p}_W{pc}");
-                let code = warp_add(&t3, &s, [&w0, &w1, &w2, &w3], &q2, &t2, &label);
+                let code = warp_add(&t3, &s, ".global", [&w0, &w1, &w2, &w3], &q2, &t2, &label);
                 self.out.push_str(&code);
             }
             Some(AccessRegion::Context | AccessRegion::MapValue(_)) => atom(self),
