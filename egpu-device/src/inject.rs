@@ -212,7 +212,7 @@ fn flush(n: &Names, piece: usize, sm: u32) -> String {
     let (fq, ft) = (r("q"), r("t"));
     let w = [r("w0"), r("w1"), r("w2"), r("w3")];
     let add = if sm >= 80 {
-        warp_add(addr, sum, "", [&w[0], &w[1], &w[2], &w[3]], &fq, &ft, &label)
+        warp_add(addr, sum, None, "", [&w[0], &w[1], &w[2], &w[3]], &fq, &ft, &label)
     } else {
         format!("\tred.add.u64 [{addr}], {sum};\n{label}_done:\n")
     };

@@ -301,6 +301,21 @@ impl Emitter<'_> {
         } else {
             Vec::new()
         };
+        let lookup = id == helper_id::MAP_LOOKUP_ELEM;
+        let cache = match (lookup, key.as_slice()) {
+            (true, [_]) => {
+                self.options.lookup_cache.get(m.unwrap_or(0) as usize).cloned().flatten()
+            }
+            _ => None,
+        };
+        if let Some([ck, cp]) = &cache {
+            // This thread's last hit in this map, when it was this key: before the hash, which
+            // a hit does not need.
+            self.line(format!("setp.eq.u64 {q0}, {}, {ck};", key[0]));
+            self.line(format!("setp.ne.and.u64 {q0}, {cp}, 0, {q0};"));
+            self.line(format!("mov.b64 {r0}, {cp};"));
+            self.line(format!("@{q0} bra ${p}_H{pc}_done;"));
+        }
         // The hash, as egpu_maps::layout::hash_key computes it: a folded multiply per word.
         let seed = HASH_SEED ^ u64::from(g.key_size);
         self.line(format!("mov.b64 {t0}, {};", seed as i64));
@@ -341,20 +356,6 @@ impl Emitter<'_> {
             e.line(format!("bra {done};"));
         };
         self.line(format!("mov.b64 {r0}, 0;"));
-        let lookup = id == helper_id::MAP_LOOKUP_ELEM;
-        let cache = match (lookup, key.as_slice()) {
-            (true, [_]) => {
-                self.options.lookup_cache.get(m.unwrap_or(0) as usize).cloned().flatten()
-            }
-            _ => None,
-        };
-        if let Some([ck, cp]) = &cache {
-            // This thread's last hit in this map, when it was this key.
-            self.line(format!("setp.eq.u64 {q0}, {}, {ck};", key[0]));
-            self.line(format!("setp.ne.and.u64 {q0}, {cp}, 0, {q0};"));
-            self.line(format!("@{q0} mov.b64 {r0}, {cp};"));
-            self.line(format!("@{q0} bra {done};"));
-        }
         // A live entry under this key's tag, as a whole word (FULL with no owner): the common
         // case of a lookup, tested first.
         let full_word = hs::FULL << hs::SHIFT;

@@ -193,10 +193,13 @@ pub struct Options {
 /// state space (`.global`, or empty for a generic address: measured, the per-thread flush takes 6
 /// more registers with `.global`, the hash map's adds are faster with it). `w` are four 32-bit
 /// registers, `q` a predicate, `t` a 64-bit register, all free; `label` is a unique label stem.
+/// When `known` holds the value every lane adds (a constant), the group's sum is its size times
+/// that value, with no vote and no `redux.sync`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn warp_add(
     addr: &str,
     val: &str,
+    known: Option<i64>,
     space: &str,
     w: [&str; 4],
     q: &str,
@@ -204,19 +207,35 @@ pub(crate) fn warp_add(
     label: &str,
 ) -> String {
     let [w0, w1, w2, w3] = w;
-    format!(
+    let group = format!(
         "\tactivemask.b32 {w0};\n\
-         \tmatch.any.sync.b64 {w1}, {addr}, {w0};\n\
+         \tmatch.any.sync.b64 {w1}, {addr}, {w0};\n"
+    );
+    let leader = format!(
+        "\tmov.u32 {w0}, %lanemask_lt;\n\
+         \tand.b32 {w3}, {w0}, {w1};\n\
+         \tsetp.ne.u32 {q}, {w3}, 0;\n\
+         \t@{q} bra {label}_done;\n"
+    );
+    if let Some(c) = known {
+        let times = if c == 1 { String::new() } else { format!("\tmul.lo.u64 {t}, {t}, {c};\n") };
+        return format!(
+            "{group}{leader}\
+             \tpopc.b32 {w2}, {w1};\n\
+             \tcvt.u64.u32 {t}, {w2};\n\
+             {times}\
+             \tred{space}.add.u64 [{addr}], {t};\n\
+             {label}_done:\n"
+        );
+    }
+    format!(
+        "{group}\
          \tsetp.lt.u64 {q}, {val}, 67108864;\n\
          \tvote.sync.all.pred {q}, {q}, {w1};\n\
          \t@!{q} bra {label}_single;\n\
          \tcvt.u32.u64 {w2}, {val};\n\
          \tredux.sync.add.u32 {w2}, {w2}, {w1};\n\
-         \tneg.s32 {w3}, {w1};\n\
-         \tand.b32 {w3}, {w3}, {w1};\n\
-         \tmov.u32 {w0}, %lanemask_eq;\n\
-         \tsetp.ne.u32 {q}, {w3}, {w0};\n\
-         \t@{q} bra {label}_done;\n\
+         {leader}\
          \tcvt.u64.u32 {t}, {w2};\n\
          \tred{space}.add.u64 [{addr}], {t};\n\
          \tbra {label}_done;\n\
@@ -649,6 +668,24 @@ impl<'a> Emitter<'a> {
 
     fn q(&self, i: u8) -> String {
         format!("%{}_q{i}", self.p())
+    }
+
+    /// The constant `reg` holds at `pc`, when the instruction just before, with no jump or call
+    /// landing in between, loads it (`mov rX, imm`, as a count's `+= 1` compiles).
+    fn constant_before(&self, pc: usize, reg: Reg) -> Option<i64> {
+        let decoded = self.program.decoded();
+        let i = decoded.iter().position(|d| d.pc == pc)?;
+        let before = decoded.get(i.checked_sub(1)?)?;
+        let lands = decoded.iter().any(|d| d.insn.jump_target(d.pc) == Some(pc as i64))
+            || self.program.functions().iter().any(|f| f.start == pc);
+        match before.insn {
+            Instruction::Alu { op: AluOp::Mov, width: Width::W64, dst, src: Operand::Imm(c) }
+                if dst == reg && !lands =>
+            {
+                Some(i64::from(c))
+            }
+            _ => None,
+        }
     }
 
     fn label(&self, pc: usize) -> String {
@@ -1260,7 +1297,7 @@ impl<'a> Emitter<'a> {
                 let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.w(i));
                 let (q2, t2) = (self.q(2), self.t(2));
                 let label = format!("${p}_F{pc}");
-                let code = warp_add(ca, cv, "", [&w0, &w1, &w2, &w3], &q2, &t2, &label);
+                let code = warp_add(ca, cv, None, "", [&w0, &w1, &w2, &w3], &q2, &t2, &label);
                 self.out.push_str(&code);
             } else {
                 self.line(format!("red.add.u64 [{ca}], {cv};"));
@@ -1280,7 +1317,9 @@ impl<'a> Emitter<'a> {
                 let (t3, q2, t2) = (self.t(3), self.q(2), self.t(2));
                 self.line(format!("add.s64 {t3}, {b}, {off};"));
                 let label = format!("${p}_W{pc}");
-                let code = warp_add(&t3, &s, ".global", [&w0, &w1, &w2, &w3], &q2, &t2, &label);
+                let known = self.constant_before(pc, src);
+                let w = [&*w0, &w1, &w2, &w3];
+                let code = warp_add(&t3, &s, known, ".global", w, &q2, &t2, &label);
                 self.out.push_str(&code);
             }
             Some(AccessRegion::Context | AccessRegion::MapValue(_)) => atom(self),

@@ -1,0 +1,143 @@
+//! What the device maps' code does on the paths that decide its speed, read from the PTX the
+//! injector writes (no GPU needed; `tests/gpu.rs` and the GPU benchmark check the counts on one):
+//!
+//! - a thread remembers its last hash-map hit only in maps whose entries stay where they are
+//!   while the kernel runs, and looks the remembered key up before hashing;
+//! - an add of a constant makes no vote and no `redux.sync`;
+//! - a ring record is stored alone, in pairs of words, with no sequence word.
+
+use std::path::PathBuf;
+
+use egpu_device::inject::{DeviceProbe, Kernels, inject};
+use egpu_device::translate::DeviceMap;
+use egpu_ebpf::verifier::{Verified, verify};
+use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
+use egpu_maps::layout::Geometry;
+
+const PAGE_COUNT: &str = include_str!("../../tests/probes/page_count.s");
+const TRACE: &str = include_str!("../../tests/probes/trace.s");
+
+fn saxpy() -> String {
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let path = manifest.join("../tests/ptx/saxpy.ptx");
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn program(text: &str, maps: Vec<MapDef>, event: DeviceEvent) -> Verified {
+    let slots = assemble(text).unwrap_or_else(|e| panic!("assembling {text:?}: {e}"));
+    let program = Program::new(slots, maps, AttachPoint::Device(event)).expect("a program");
+    verify(&program).unwrap_or_else(|e| panic!("verifying {text:?}: {e}"))
+}
+
+fn hash_def(key_size: u32) -> Vec<MapDef> {
+    vec![MapDef {
+        name: "pages".into(),
+        kind: MapKind::Hash,
+        key_size,
+        value_size: 8,
+        max_entries: 1024,
+    }]
+}
+
+fn hash_binding(key_size: u32, live: bool) -> DeviceMap {
+    let geometry = Geometry::new(MapKind::Hash, key_size, 8, 1024, 1, 0).expect("geometry");
+    DeviceMap { addr: 0x7f00_0000_0000, geometry, live }
+}
+
+/// Saxpy with `probes` (program, event) bound to `maps`.
+fn instrument(probes: &[(&Verified, DeviceEvent)], maps: &[DeviceMap]) -> String {
+    let probes: Vec<DeviceProbe<'_>> = probes
+        .iter()
+        .map(|(p, _)| DeviceProbe { program: p, kernels: Kernels::All, maps })
+        .collect();
+    inject(&saxpy(), &probes).expect("instruments").ptx
+}
+
+fn page_counts(live: bool) -> String {
+    let load = program(PAGE_COUNT, hash_def(8), DeviceEvent::GlobalLoad);
+    let store = program(PAGE_COUNT, hash_def(8), DeviceEvent::GlobalStore);
+    let maps = [hash_binding(8, live)];
+    instrument(&[(&load, DeviceEvent::GlobalLoad), (&store, DeviceEvent::GlobalStore)], &maps)
+}
+
+#[test]
+fn a_thread_remembers_its_last_hit_where_entries_stay_put() {
+    let ptx = page_counts(false);
+    // Declared and cleared once, at the kernel's entry; checked by every lookup of every site.
+    assert_eq!(ptx.matches(".reg .b64 %egpu_hk0, %egpu_hp0;").count(), 1, "{ptx}");
+    assert!(ptx.contains("mov.b64 %egpu_hp0, 0;"));
+    // Two lookups per site (before and after the insert), three sites.
+    assert_eq!(ptx.matches(", %egpu_hk0;").count(), 6, "the key compared with the last hit");
+    assert_eq!(ptx.matches("mov.b64 %egpu_hk0, ").count(), 6 + 1, "a hit remembered");
+    // The remembered key is compared before the key is hashed.
+    let site = &ptx[ptx.find("setp.eq.u64 %egpu0_q0, %egpu0_k0, %egpu_hk0;").expect("a check")..];
+    let hash = site.find("mul.hi.u64").expect("the hash");
+    assert!(site[..hash].contains("bra $egpu0_H"), "a hit skips the hash");
+
+    // Not in a map the host reads and writes live, whose entries it may move.
+    assert!(!page_counts(true).contains("_hk0"));
+    // Not in a map one of the kernel's probes deletes from: a device insert never reuses a
+    // removed entry's slot, but the remembered address would still point at it.
+    let delete = "ldxdw %r6, [%r1+0]\nstxdw [%r10-8], %r6\nlddw %r1, map[0]\nmov %r2, %r10\n\
+                  add %r2, -8\ncall 3\nmov %r0, 0\nexit";
+    let remover = program(delete, hash_def(8), DeviceEvent::GlobalStore);
+    let counter = program(PAGE_COUNT, hash_def(8), DeviceEvent::GlobalLoad);
+    let maps = [hash_binding(8, false)];
+    let ptx = instrument(
+        &[(&counter, DeviceEvent::GlobalLoad), (&remover, DeviceEvent::GlobalStore)],
+        &maps,
+    );
+    assert!(!ptx.contains("_hk0"), "a map entries are removed from is searched every time");
+    // Not for keys longer than a word.
+    let long_key = "ldxdw %r6, [%r1+0]\nstxdw [%r10-16], %r6\nstxdw [%r10-8], %r6\n\
+                    lddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -16\ncall 1\nmov %r0, 0\nexit";
+    let p = program(long_key, hash_def(16), DeviceEvent::GlobalLoad);
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(16, false)]);
+    assert!(!ptx.contains("_hk0"));
+}
+
+#[test]
+fn an_add_of_a_constant_needs_no_vote_and_no_redux() {
+    let ptx = page_counts(false);
+    let body = &ptx[ptx.find("$L__BB0_2:").expect("the loop")..];
+    assert!(!body.contains("redux.sync"), "a count of 1 adds the group's size");
+    assert!(!body.contains("vote.sync"));
+    assert!(body.contains("popc.b32"));
+
+    let add = |delta: &str| {
+        let text =
+            PAGE_COUNT.replace("mov %r1, 1\n    lock add", &format!("{delta}\n    lock add"));
+        let p = program(&text, hash_def(8), DeviceEvent::GlobalLoad);
+        instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, false)])
+    };
+    // Another constant: the group's size times it.
+    let ptx = add("mov %r1, 5");
+    assert!(ptx.contains(", 5;") && !ptx.contains("redux.sync"), "{ptx}");
+    // A value only known at run time (the page number, from the stack): summed across the group
+    // when small.
+    let ptx = add("ldxdw %r1, [%r10-8]");
+    assert!(ptx.contains("redux.sync.add.u32"), "{ptx}");
+}
+
+#[test]
+fn a_ring_record_is_stored_alone_in_pairs_of_words() {
+    let def = vec![MapDef {
+        name: "trace".into(),
+        kind: MapKind::RingBuf,
+        key_size: 0,
+        value_size: 16,
+        max_entries: 1024,
+    }];
+    let geometry = Geometry::new(MapKind::RingBuf, 0, 16, 1024, 0, 132).expect("geometry");
+    let maps = [DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false }];
+    let p = program(TRACE, def, DeviceEvent::GlobalLoad);
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &maps);
+    assert_eq!(ptx.matches("st.global.v2.u64").count(), 2, "one pair per record, two loads");
+    assert!(!ptx.contains("st.global.relaxed"), "no sequence word is written: {ptx}");
+    // A map that does not start 16-byte aligned gets single words.
+    let maps = [DeviceMap { addr: 0x7f00_0000_0008, geometry, live: false }];
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &maps);
+    assert!(!ptx.contains("st.global.v2") && ptx.contains("st.global.u64"));
+}
