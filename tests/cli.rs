@@ -261,6 +261,58 @@ fn inject_writes_the_module_and_lists_the_sites() {
     assert_eq!(r.stdout, original);
 }
 
+#[test]
+fn maps_are_declared_on_the_command_line() {
+    let probes = repo_root().join("tests/probes");
+    let pages = probes.join("page_count.s");
+    let saxpy = saxpy();
+    // A hash map at a given address: its header's address is a constant of the code.
+    let map = "pages=hash:8:8:1048576@7f0000000000";
+    let probe = format!("device::global_load={}", pages.display());
+    let r = succeeds(&[
+        "inject",
+        saxpy.to_str().expect("a UTF-8 path"),
+        "--probe",
+        &probe,
+        "--map",
+        map,
+    ]);
+    check_ptx("egpu inject saxpy.ptx --probe page_count.s --map pages=hash:...", &r.stdout);
+    let shard = 0x7f00_0000_0000_u64 + 128;
+    assert!(r.stdout.contains(&shard.to_string()), "the shard's address is in the code");
+    assert_eq!(r.stderr.lines().last(), Some("2 sites"));
+    // A ring per SM, translated on its own.
+    let trace = probes.join("trace.s");
+    let r = succeeds(&[
+        "translate",
+        trace.to_str().expect("a UTF-8 path"),
+        "--map",
+        "trace=ringbuf:0:16:1024:132@100000",
+    ]);
+    check_ptx("egpu translate trace.s --map trace=ringbuf:...", &r.stdout);
+    assert!(r.stdout.contains("st.global.v2.u64"), "{}", r.stdout);
+    // Without `--map`, a program that uses a map is refused by name.
+    fails(&["translate", pages.to_str().expect("a UTF-8 path")], 1, &["map index 0"]);
+    // A map that does not fit the program (4-byte values, 8-byte adds): the verifier says why.
+    fails(
+        &["translate", pages.to_str().expect("a UTF-8 path"), "--map", "pages=hash:8:4:16"],
+        1,
+        &["the verifier refused it", "pages"],
+    );
+    for (bad, why) in [
+        ("pages", "expected NAME=KIND"),
+        ("pages=hash:8:8", "expected KIND:KEY:VALUE:ENTRIES"),
+        ("pages=lru:8:8:16", "the kind is one of"),
+        ("pages=hash:8:x:16", "are numbers"),
+        ("pages=hash:8:8:0", "capacity"),
+        ("pages=hash:8:8:16@zz", "hexadecimal"),
+        ("pages=array:8:8:16", "u32 index"),
+    ] {
+        let page = pages.to_str().expect("a UTF-8 path");
+        fails(&["translate", page, "--map", bad], 2, &[why, "usage:"]);
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Errors
 // ---------------------------------------------------------------------------------------------
