@@ -10,6 +10,7 @@
 //! | [`maps`] | typed maps with one memory layout for host, VM, GPU and other processes |
 //! | [`probe`](mod@probe) | Probe Rust: [`#[egpu::probe]`](macro@probe) and [`#[egpu::helper]`](macro@helper), the IR, the code generator, [`print!`] |
 //! | [`vm`] | the CPU VM around rbpf: legalisation, engine choice, map binding, runs |
+//! | [`host`] | host attach points: probes on CUDA API calls, attached to a set and fired by whoever sees the call |
 //! | [`device`] | the GPU side: the CUDA driver layer (more to come) |
 //! | [`testing`] | helpers for tests that need a GPU |
 #![deny(missing_docs)]
@@ -18,6 +19,7 @@ pub use egpu_device as device;
 pub use egpu_ebpf as ebpf;
 pub use egpu_maps as maps;
 
+pub mod host;
 pub mod probe;
 pub mod vm;
 

@@ -1,0 +1,300 @@
+//! Host attach points: probes that run, in the CPU VM, when a program calls the CUDA API.
+//!
+//! A [`HostProbes`] set holds programs attached to host events ([`HostEvent`]: launches, copies,
+//! allocations, synchronisation, module loads), before or after the call ([`Phase`]). Whoever
+//! sees the call (egpu's own launch path, or the preloaded library that interposes the CUDA API
+//! of an unmodified program) fills the event's context and calls [`HostProbes::fire`], which runs
+//! every program attached to that event and phase on the calling thread.
+//!
+//! - **Cheap when idle.** [`HostProbes::armed`] is one relaxed load; `fire` returns at once when
+//!   nothing is attached to the event and phase.
+//! - **One VM per thread.** rbpf's VMs are neither `Send` nor `Sync`, so each thread loads its
+//!   own VM of every attached program the first time it fires after an attach or detach (the JIT
+//!   compiles then), and keeps it. Maps are shared: every thread's VM binds the same
+//!   [`RawMap`]s, whose updates are atomic.
+//! - **Never in the way.** A probe is verified when it is attached, so it cannot crash the
+//!   program; a run that fails anyway (a fault the interpreter catches) is counted in
+//!   [`Health::faults`], and the call goes on. `fire` never panics and never blocks on
+//!   another thread's probes.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+
+use bytemuck::Pod;
+use egpu_ebpf::{
+    AllocCtx, AttachPoint, HostEvent, LaunchCtx, MemcpyCtx, ModuleLoadCtx, Phase, Program, SyncCtx,
+};
+use egpu_maps::RawMap;
+
+use crate::vm::{EngineChoice, LoadError, Vm};
+
+/// The context of a host event: which event it belongs to.
+pub trait HostContext: Pod {
+    /// The event whose context this is.
+    const EVENT: HostEvent;
+}
+
+impl HostContext for LaunchCtx {
+    const EVENT: HostEvent = HostEvent::Launch;
+}
+impl HostContext for MemcpyCtx {
+    const EVENT: HostEvent = HostEvent::Memcpy;
+}
+impl HostContext for AllocCtx {
+    const EVENT: HostEvent = HostEvent::Alloc;
+}
+impl HostContext for SyncCtx {
+    const EVENT: HostEvent = HostEvent::Sync;
+}
+impl HostContext for ModuleLoadCtx {
+    const EVENT: HostEvent = HostEvent::ModuleLoad;
+}
+
+/// Names an attached probe, for [`HostProbes::detach`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProbeId(u64);
+
+/// Why a probe could not be attached.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AttachError {
+    /// The program's attach point is not a host event.
+    #[error("{0} is not a host attach point")]
+    NotHost(AttachPoint),
+    /// The program does not load: the verifier refused it, or its maps do not fit.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+}
+
+/// What the probes of a set have done, since it was made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Health {
+    /// Probe runs that completed.
+    pub runs: u64,
+    /// Probe runs that failed (the interpreter caught a fault); the call went on.
+    pub faults: u64,
+    /// Programs refused at attach (verifier, maps).
+    pub rejected: u64,
+    /// Fires skipped because the thread was already running this set's probes (a probe cannot
+    /// call the CUDA API, so only a signal handler that does could cause one).
+    pub reentered: u64,
+}
+
+/// One attached program.
+struct Attached {
+    id: ProbeId,
+    event: HostEvent,
+    phase: Phase,
+    program: Arc<Program>,
+    maps: Arc<[RawMap]>,
+}
+
+/// Programs attached to host events (see the module documentation).
+pub struct HostProbes {
+    /// Tells this set's VMs from another's in a thread's cache.
+    serial: u64,
+    attached: RwLock<Vec<Attached>>,
+    /// Bumped by every attach and detach: a thread reloads its VMs when it changed.
+    generation: AtomicU64,
+    /// Probes attached per event and phase (`slot(event, phase)`).
+    armed: [AtomicU32; 10],
+    next_id: AtomicU64,
+    runs: AtomicU64,
+    faults: AtomicU64,
+    rejected: AtomicU64,
+    reentered: AtomicU64,
+}
+
+impl std::fmt::Debug for HostProbes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostProbes")
+            .field("attached", &self.attached.read().map(|a| a.len()).unwrap_or(0))
+            .field("health", &self.health())
+            .finish_non_exhaustive()
+    }
+}
+
+fn slot(event: HostEvent, phase: Phase) -> usize {
+    let e = match event {
+        HostEvent::Launch => 0,
+        HostEvent::Memcpy => 1,
+        HostEvent::Alloc => 2,
+        HostEvent::Sync => 3,
+        HostEvent::ModuleLoad => 4,
+    };
+    e * 2 + usize::from(phase == Phase::Exit)
+}
+
+/// A thread's VMs of one set, as of one generation.
+struct ThreadVms {
+    serial: u64,
+    generation: u64,
+    vms: Vec<(HostEvent, Phase, Vm)>,
+}
+
+thread_local! {
+    static VMS: RefCell<Vec<ThreadVms>> = const { RefCell::new(Vec::new()) };
+}
+
+static SERIAL: AtomicU64 = AtomicU64::new(0);
+
+impl Default for HostProbes {
+    fn default() -> Self {
+        HostProbes::new()
+    }
+}
+
+impl HostProbes {
+    /// An empty set.
+    pub fn new() -> HostProbes {
+        HostProbes {
+            serial: SERIAL.fetch_add(1, Ordering::Relaxed),
+            attached: RwLock::new(Vec::new()),
+            generation: AtomicU64::new(0),
+            armed: Default::default(),
+            next_id: AtomicU64::new(0),
+            runs: AtomicU64::new(0),
+            faults: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            reentered: AtomicU64::new(0),
+        }
+    }
+
+    /// Attaches `program` to the host event and phase its attach point names, with entry `n` of
+    /// its map table bound to `maps[n]`. The program is verified and loaded once here, so a
+    /// program that cannot run is refused now, not when the event comes.
+    pub fn attach(&self, program: &Program, maps: &[RawMap]) -> Result<ProbeId, AttachError> {
+        let refuse = |e: AttachError| {
+            self.rejected.fetch_add(1, Ordering::Relaxed);
+            Err(e)
+        };
+        let AttachPoint::Host(event, phase) = program.attach() else {
+            return refuse(AttachError::NotHost(program.attach()));
+        };
+        if let Err(e) = Vm::with_maps(program, maps, EngineChoice::Auto) {
+            return refuse(e.into());
+        }
+        let id = ProbeId(self.next_id.fetch_add(1, Ordering::Relaxed));
+        let mut attached = self.attached.write().unwrap_or_else(|p| p.into_inner());
+        attached.push(Attached {
+            id,
+            event,
+            phase,
+            program: Arc::new(program.clone()),
+            maps: maps.into(),
+        });
+        self.armed[slot(event, phase)].fetch_add(1, Ordering::Relaxed);
+        self.generation.fetch_add(1, Ordering::Release);
+        Ok(id)
+    }
+
+    /// Detaches a probe: calls that begin after this returns do not run it. False when it was not
+    /// attached.
+    pub fn detach(&self, id: ProbeId) -> bool {
+        let mut attached = self.attached.write().unwrap_or_else(|p| p.into_inner());
+        let Some(at) = attached.iter().position(|a| a.id == id) else { return false };
+        let gone = attached.remove(at);
+        self.armed[slot(gone.event, gone.phase)].fetch_sub(1, Ordering::Relaxed);
+        self.generation.fetch_add(1, Ordering::Release);
+        true
+    }
+
+    /// Whether any probe is attached to `event` at `phase`: what a caller checks before it
+    /// spends time filling a context.
+    #[inline]
+    pub fn armed(&self, event: HostEvent, phase: Phase) -> bool {
+        self.armed[slot(event, phase)].load(Ordering::Relaxed) != 0
+    }
+
+    /// Runs every probe attached to `C`'s event at `phase`, on this thread, with `ctx` as the
+    /// context (probes may write it only where the attach point allows).
+    #[inline]
+    pub fn fire<C: HostContext>(&self, phase: Phase, ctx: &mut C) {
+        if self.armed(C::EVENT, phase) {
+            self.fire_slow(C::EVENT, phase, bytemuck::bytes_of_mut(ctx));
+        }
+    }
+
+    #[inline(never)]
+    fn fire_slow(&self, event: HostEvent, phase: Phase, ctx: &mut [u8]) {
+        // A thread that is exiting has no thread-locals left: its calls go unprobed.
+        let _ = VMS.try_with(|cell| {
+            let Ok(mut sets) = cell.try_borrow_mut() else {
+                self.reentered.fetch_add(1, Ordering::Relaxed);
+                return;
+            };
+            let generation = self.generation.load(Ordering::Acquire);
+            let at = match sets.iter().position(|s| s.serial == self.serial) {
+                Some(at) => at,
+                None => {
+                    sets.push(ThreadVms { serial: self.serial, generation: u64::MAX, vms: vec![] });
+                    sets.len() - 1
+                }
+            };
+            let mine = &mut sets[at];
+            if mine.generation != generation {
+                mine.vms = self.load_all();
+                mine.generation = generation;
+            }
+            let (mut runs, mut faults) = (0, 0);
+            for (_, _, vm) in mine.vms.iter_mut().filter(|(e, p, _)| *e == event && *p == phase) {
+                match vm.run(ctx) {
+                    Ok(_) => runs += 1,
+                    Err(_) => faults += 1,
+                }
+            }
+            self.runs.fetch_add(runs, Ordering::Relaxed);
+            if faults > 0 {
+                self.faults.fetch_add(faults, Ordering::Relaxed);
+            }
+        });
+    }
+
+    /// This thread's VMs of every attached program (each was loaded once at attach, so loading
+    /// it again does not fail but for lack of memory; one that does is left out and counted).
+    fn load_all(&self) -> Vec<(HostEvent, Phase, Vm)> {
+        let attached = self.attached.read().unwrap_or_else(|p| p.into_inner());
+        attached
+            .iter()
+            .filter_map(|a| match Vm::with_maps(&a.program, &a.maps, EngineChoice::Auto) {
+                Ok(vm) => Some((a.event, a.phase, vm)),
+                Err(_) => {
+                    self.faults.fetch_add(1, Ordering::Relaxed);
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// What the probes have done so far.
+    pub fn health(&self) -> Health {
+        Health {
+            runs: self.runs.load(Ordering::Relaxed),
+            faults: self.faults.load(Ordering::Relaxed),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            reentered: self.reentered.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The process's set: the one egpu's own CUDA calls and the preloaded library fire.
+pub fn global() -> &'static HostProbes {
+    static GLOBAL: OnceLock<HostProbes> = OnceLock::new();
+    GLOBAL.get_or_init(HostProbes::new)
+}
+
+/// Monotonic time in ns (`CLOCK_MONOTONIC`), as contexts' `timestamp_ns` takes it.
+pub fn now_ns() -> u64 {
+    crate::vm::native::ktime_ns()
+}
+
+/// The calling thread's id (`gettid`), as contexts' `host_tid` takes it.
+pub fn thread_id() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,199 @@
+use super::*;
+use egpu_ebpf::{DeviceEvent, MapDef, MapKind, assemble};
+use egpu_maps::HashMap;
+use egpu_maps::layout::Geometry;
+use egpu_maps::{Array, Placement};
+
+/// Counts launches per kernel id (`LaunchCtx::kernel_id`, at byte 0) in map 0.
+const COUNT_BY_KERNEL: &str = "
+    ldxdw %r2, [%r1+0]
+    stxdw [%r10-8], %r2
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    call 1
+    jne %r0, 0, found
+    stdw [%r10-16], 1
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    mov %r3, %r10
+    add %r3, -16
+    mov %r4, 1
+    call 2
+    jeq %r0, 0, out
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    call 1
+    jeq %r0, 0, out
+found:
+    mov %r1, 1
+    lock add [%r0+0], %r1
+out:
+    mov %r0, 0
+    exit";
+
+fn counts_def() -> Vec<MapDef> {
+    vec![MapDef {
+        name: "launches".into(),
+        kind: MapKind::Hash,
+        key_size: 8,
+        value_size: 8,
+        max_entries: 64,
+    }]
+}
+
+fn counts_map() -> RawMap {
+    let g = Geometry::new(MapKind::Hash, 8, 8, 64, 1, 0).expect("geometry");
+    RawMap::create(g, &Placement::Process).expect("a map")
+}
+
+fn program(text: &str, maps: Vec<MapDef>, attach: AttachPoint) -> Program {
+    Program::new(assemble(text).expect("assembles"), maps, attach).expect("a program")
+}
+
+fn launch(kernel_id: u64) -> LaunchCtx {
+    LaunchCtx { kernel_id, grid: [1, 1, 1], block: [32, 1, 1], ..Default::default() }
+}
+
+#[test]
+fn launches_from_many_threads_are_counted_exactly() {
+    let probes = HostProbes::new();
+    let map = counts_map();
+    let enter = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
+    probes
+        .attach(&program(COUNT_BY_KERNEL, counts_def(), enter), std::slice::from_ref(&map))
+        .expect("attach");
+    assert!(probes.armed(HostEvent::Launch, Phase::Enter));
+    assert!(!probes.armed(HostEvent::Launch, Phase::Exit));
+    assert!(!probes.armed(HostEvent::Memcpy, Phase::Enter));
+    const THREADS: u64 = 4;
+    const PER_THREAD: u64 = 5_000;
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let probes = &probes;
+            s.spawn(move || {
+                for i in 0..PER_THREAD {
+                    probes.fire(Phase::Enter, &mut launch(i % 3 + t * 100));
+                    // Nothing is attached after the call: no run.
+                    probes.fire(Phase::Exit, &mut launch(i % 3));
+                }
+            });
+        }
+    });
+    let counts = HashMap::<u64, u64>::from_raw(map).expect("a hash map");
+    for t in 0..THREADS {
+        let expected = [PER_THREAD.div_ceil(3), (PER_THREAD + 1) / 3, PER_THREAD / 3];
+        for (k, n) in expected.iter().enumerate() {
+            assert_eq!(counts.get(&(k as u64 + t * 100)), Some(*n), "kernel {k} of thread {t}");
+        }
+    }
+    let health = probes.health();
+    assert_eq!(health.runs, THREADS * PER_THREAD);
+    assert_eq!((health.faults, health.rejected, health.reentered), (0, 0, 0));
+}
+
+#[test]
+fn detached_probes_stop_and_others_go_on() {
+    let probes = HostProbes::new();
+    let (first, second) = (counts_map(), counts_map());
+    let enter = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
+    let p = program(COUNT_BY_KERNEL, counts_def(), enter);
+    let a = probes.attach(&p, std::slice::from_ref(&first)).expect("attach");
+    let b = probes.attach(&p, std::slice::from_ref(&second)).expect("attach");
+    probes.fire(Phase::Enter, &mut launch(7));
+    assert!(probes.detach(a));
+    assert!(!probes.detach(a), "detached once");
+    probes.fire(Phase::Enter, &mut launch(7));
+    let count = |m: &RawMap| HashMap::<u64, u64>::from_raw(m.clone()).expect("a map").get(&7);
+    assert_eq!((count(&first), count(&second)), (Some(1), Some(2)));
+    assert!(probes.detach(b));
+    assert!(!probes.armed(HostEvent::Launch, Phase::Enter));
+    probes.fire(Phase::Enter, &mut launch(7));
+    assert_eq!(count(&second), Some(2));
+    assert_eq!(probes.health().runs, 3);
+}
+
+#[test]
+fn exit_probes_see_the_result_and_the_time_spent() {
+    // Sums `duration_ns` (byte 32) into element 0 and counts failed calls (`result`, byte 76,
+    // not 0) in element 1 of an array.
+    let text = "
+        mov %r6, %r1
+        stw [%r10-4], 0
+        lddw %r1, map[0]
+        mov %r2, %r10
+        add %r2, -4
+        call 1
+        jeq %r0, 0, out
+        ldxdw %r1, [%r6+32]
+        lock add [%r0+0], %r1
+        ldxw %r1, [%r6+76]
+        jeq %r1, 0, out
+        mov %r1, 1
+        lock add [%r0+8], %r1
+    out:
+        mov %r0, 0
+        exit";
+    let def = vec![MapDef {
+        name: "calls".into(),
+        kind: MapKind::Array,
+        key_size: 4,
+        value_size: 16,
+        max_entries: 1,
+    }];
+    let probes = HostProbes::new();
+    static TOTALS: Array<[u64; 2]> = Array::with_len(1);
+    let exit = AttachPoint::Host(HostEvent::Launch, Phase::Exit);
+    probes.attach(&program(text, def, exit), &[TOTALS.raw().clone()]).expect("attach");
+    for (duration_ns, result) in [(100, 0), (250, 1), (50, 0)] {
+        let mut ctx = LaunchCtx { duration_ns, result, ..launch(1) };
+        probes.fire(Phase::Exit, &mut ctx);
+    }
+    assert_eq!(TOTALS.get(0).expect("element 0"), [400, 1]);
+}
+
+#[test]
+fn programs_that_cannot_run_are_refused_and_counted() {
+    let probes = HostProbes::new();
+    let device = program("mov %r0, 0\nexit", vec![], AttachPoint::Device(DeviceEvent::GlobalLoad));
+    assert!(matches!(probes.attach(&device, &[]), Err(AttachError::NotHost(_))));
+    // Reads past the end of the 88-byte LaunchCtx: the verifier refuses it.
+    let enter = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
+    let past = program("ldxdw %r0, [%r1+88]\nexit", vec![], enter);
+    let e = probes.attach(&past, &[]).expect_err("refused");
+    assert!(matches!(e, AttachError::Load(LoadError::Verify(_))), "{e}");
+    // A map of the wrong kind for the table's entry.
+    let wrong = Array::<u64>::with_len(64);
+    let e = probes
+        .attach(&program(COUNT_BY_KERNEL, counts_def(), enter), &[wrong.raw().clone()])
+        .expect_err("refused");
+    assert!(matches!(e, AttachError::Load(_)), "{e}");
+    assert_eq!(probes.health().rejected, 3);
+    assert!(!probes.armed(HostEvent::Launch, Phase::Enter));
+    // Firing with nothing attached runs nothing.
+    probes.fire(Phase::Enter, &mut launch(1));
+    assert_eq!(probes.health().runs, 0);
+}
+
+#[test]
+fn each_context_belongs_to_its_event() {
+    assert_eq!(<LaunchCtx as HostContext>::EVENT, HostEvent::Launch);
+    assert_eq!(<MemcpyCtx as HostContext>::EVENT, HostEvent::Memcpy);
+    assert_eq!(<AllocCtx as HostContext>::EVENT, HostEvent::Alloc);
+    assert_eq!(<SyncCtx as HostContext>::EVENT, HostEvent::Sync);
+    assert_eq!(<ModuleLoadCtx as HostContext>::EVENT, HostEvent::ModuleLoad);
+    // Every event and phase has its own counter.
+    let events = [
+        HostEvent::Launch,
+        HostEvent::Memcpy,
+        HostEvent::Alloc,
+        HostEvent::Sync,
+        HostEvent::ModuleLoad,
+    ];
+    let mut seen: Vec<usize> =
+        events.iter().flat_map(|&e| [slot(e, Phase::Enter), slot(e, Phase::Exit)]).collect();
+    seen.sort();
+    assert_eq!(seen, (0..10).collect::<Vec<_>>());
+}
