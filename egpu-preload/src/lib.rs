@@ -1,0 +1,284 @@
+//! egpu's preloaded library: host probes for unmodified CUDA programs.
+//!
+//! Loaded with `LD_PRELOAD=libegpu_preload.so`, it interposes the CUDA driver API's kernel
+//! launches and fires egpu's host probes ([`egpu::host::global`]) around each, whichever way the
+//! program reached the driver:
+//!
+//! - by linking against `libcuda.so.1`: this library's exported `cuLaunchKernel` comes first in
+//!   symbol lookup and calls the next one (`dlsym(RTLD_NEXT, …)`);
+//! - by `dlsym(handle, "cuLaunchKernel")`, as Triton and other loaders do: the exported `dlsym`
+//!   hands back this library's function and keeps the driver's;
+//! - by `cuGetProcAddress` (both the CUDA 11 form and `cuGetProcAddress_v2`), as the CUDA runtime
+//!   (dynamic or static) does for every driver entry point: the driver's answer is kept and this
+//!   library's function handed back, the per-thread-default-stream flavour (`_ptsz`) included.
+//!
+//! One launch is one event: a thread inside an interposed call does not fire again for a call
+//! the driver makes to itself.
+//!
+//! The probes are the built-in set (the `defaults` module): launches counted per kernel, in a hash map
+//! keyed by the kernel's id (the 64-bit hash of its mangled name, [`egpu::ebpf::kernel_id`]),
+//! with the names kept beside it. When `EGPU_SUMMARY` names a path, each process writes what it
+//! counted to `<EGPU_SUMMARY>.<pid>` when it exits. A child made by `fork` starts from zero.
+//!
+//! Nothing here may take the program down: when something is missing (the driver lacks
+//! `cuFuncGetName`, the probes cannot be set up), the call goes straight to the driver.
+
+#![allow(non_snake_case)] // the CUDA API's names
+
+mod defaults;
+mod real;
+
+use std::cell::Cell;
+use std::ffi::{CStr, c_char, c_int, c_void};
+
+use egpu::ebpf::{LaunchCtx, Phase};
+
+/// `CUresult`.
+type CuResult = c_int;
+/// `CUfunction`, `CUstream` and the like: opaque handles.
+type Handle = *mut c_void;
+
+/// `cuLaunchKernel`'s signature.
+type LaunchFn = unsafe extern "C" fn(
+    Handle,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    u32,
+    Handle,
+    *mut *mut c_void,
+    *mut *mut c_void,
+) -> CuResult;
+
+/// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`.
+const PER_THREAD_DEFAULT_STREAM: u64 = 2;
+
+thread_local! {
+    /// Whether this thread is inside an interposed call: calls the driver makes meanwhile are
+    /// not events of their own.
+    static INSIDE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `call` as one launch event: the probes before, the driver, the probes after.
+///
+/// # Safety
+///
+/// `real` must be the driver's `cuLaunchKernel` (or its `_ptsz` form) and the arguments the
+/// caller's, unchanged.
+#[allow(clippy::too_many_arguments)]
+unsafe fn launch(
+    real: Option<LaunchFn>,
+    f: Handle,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_mem_bytes: u32,
+    stream: Handle,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult {
+    /// `CUDA_ERROR_NOT_INITIALIZED`: what a driver without the function would amount to.
+    const NOT_FOUND: CuResult = 3;
+    let Some(real) = real else { return NOT_FOUND };
+    let call = || {
+        // SAFETY: the caller's arguments, unchanged, to the driver's function.
+        unsafe {
+            real(
+                f,
+                grid[0],
+                grid[1],
+                grid[2],
+                block[0],
+                block[1],
+                block[2],
+                shared_mem_bytes,
+                stream,
+                params,
+                extra,
+            )
+        }
+    };
+    if INSIDE.try_with(Cell::get).unwrap_or(true) {
+        return call();
+    }
+    let Some(probes) = defaults::probes() else { return call() };
+    let armed = probes.armed(egpu::ebpf::HostEvent::Launch, Phase::Enter)
+        || probes.armed(egpu::ebpf::HostEvent::Launch, Phase::Exit);
+    if !armed {
+        return call();
+    }
+    let _ = INSIDE.try_with(|i| i.set(true));
+    let mut ctx = LaunchCtx {
+        kernel_id: defaults::kernel_id(f),
+        function: f as u64,
+        stream: stream as u64,
+        timestamp_ns: egpu::host::now_ns(),
+        grid,
+        block,
+        shared_mem_bytes,
+        host_tid: egpu::host::thread_id(),
+        ..LaunchCtx::default()
+    };
+    probes.fire(Phase::Enter, &mut ctx);
+    let result = call();
+    ctx.duration_ns = egpu::host::now_ns().saturating_sub(ctx.timestamp_ns);
+    ctx.result = result;
+    probes.fire(Phase::Exit, &mut ctx);
+    let _ = INSIDE.try_with(|i| i.set(false));
+    result
+}
+
+/// The driver's `cuLaunchKernel`, interposed.
+///
+/// # Safety
+///
+/// As the driver's: the caller's arguments must be what `cuLaunchKernel` takes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernel(
+    f: Handle,
+    gx: u32,
+    gy: u32,
+    gz: u32,
+    bx: u32,
+    by: u32,
+    bz: u32,
+    shared: u32,
+    stream: Handle,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult {
+    let real = real::LAUNCH.get();
+    // SAFETY: the driver's function with the caller's arguments.
+    unsafe { launch(real, f, [gx, gy, gz], [bx, by, bz], shared, stream, params, extra) }
+}
+
+/// The driver's `cuLaunchKernel_ptsz` (the per-thread default stream's), interposed.
+///
+/// # Safety
+///
+/// As the driver's.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernel_ptsz(
+    f: Handle,
+    gx: u32,
+    gy: u32,
+    gz: u32,
+    bx: u32,
+    by: u32,
+    bz: u32,
+    shared: u32,
+    stream: Handle,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CuResult {
+    let real = real::LAUNCH_PTSZ.get();
+    // SAFETY: the driver's function with the caller's arguments.
+    unsafe { launch(real, f, [gx, gy, gz], [bx, by, bz], shared, stream, params, extra) }
+}
+
+/// The function this library hands out for `symbol` found through `cuGetProcAddress` with
+/// `flags`, keeping `found` (the driver's) as the real one; `found` itself for anything else.
+fn hand_out(symbol: &CStr, flags: u64, found: *mut c_void) -> *mut c_void {
+    let per_thread = flags & PER_THREAD_DEFAULT_STREAM != 0;
+    let hook = match symbol.to_bytes() {
+        b"cuLaunchKernel" if per_thread => &real::LAUNCH_PTSZ,
+        b"cuLaunchKernel" => &real::LAUNCH,
+        b"cuLaunchKernel_ptsz" => &real::LAUNCH_PTSZ,
+        b"cuGetProcAddress" => return real::GET_PROC.keep(found),
+        b"cuGetProcAddress_v2" => return real::GET_PROC_V2.keep(found),
+        b"cuFuncGetName" => return real::FUNC_GET_NAME.keep(found),
+        _ => return found,
+    };
+    hook.keep(found)
+}
+
+/// The driver's `cuGetProcAddress` (CUDA 11's form), interposed: entry points this library
+/// interposes come back as its own.
+///
+/// # Safety
+///
+/// As the driver's.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetProcAddress(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+) -> CuResult {
+    const NOT_FOUND: CuResult = 500; // CUDA_ERROR_NOT_FOUND
+    let Some(real) = real::GET_PROC.get() else { return NOT_FOUND };
+    // SAFETY: the driver's function with the caller's arguments.
+    let result = unsafe { real(symbol, pfn, version, flags) };
+    // SAFETY: on success the driver wrote `*pfn`, and `symbol` is the caller's C string.
+    unsafe { replace_found(result, symbol, pfn, flags) };
+    result
+}
+
+/// The driver's `cuGetProcAddress_v2` (CUDA 12's), interposed as [`cuGetProcAddress`] is.
+///
+/// # Safety
+///
+/// As the driver's.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGetProcAddress_v2(
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    version: c_int,
+    flags: u64,
+    status: *mut c_int,
+) -> CuResult {
+    const NOT_FOUND: CuResult = 500;
+    let Some(real) = real::GET_PROC_V2.get() else { return NOT_FOUND };
+    // SAFETY: the driver's function with the caller's arguments.
+    let result = unsafe { real(symbol, pfn, version, flags, status) };
+    // SAFETY: as in `cuGetProcAddress`.
+    unsafe { replace_found(result, symbol, pfn, flags) };
+    result
+}
+
+/// After a successful `cuGetProcAddress`: the driver's function for `symbol` kept, this
+/// library's written to `*pfn` in its place.
+///
+/// # Safety
+///
+/// `symbol` is null or a C string; `pfn` is null or was written by the driver when `result` is 0.
+unsafe fn replace_found(
+    result: CuResult,
+    symbol: *const c_char,
+    pfn: *mut *mut c_void,
+    flags: u64,
+) {
+    if result != 0 || symbol.is_null() || pfn.is_null() {
+        return;
+    }
+    // SAFETY: the caller's C string; the driver wrote `*pfn`.
+    unsafe {
+        let symbol = CStr::from_ptr(symbol);
+        *pfn = hand_out(symbol, flags, *pfn);
+    }
+}
+
+/// `dlsym`, interposed: a lookup of an entry point this library interposes (from any handle:
+/// `libcuda.so.1`'s, `RTLD_DEFAULT`, …) returns this library's function, and the one found is
+/// kept as the real one. Everything else is the real `dlsym`'s answer.
+///
+/// # Safety
+///
+/// As `dlsym`'s.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *mut c_void {
+    let Some(real) = real::dlsym() else { return std::ptr::null_mut() };
+    // SAFETY: the real dlsym with the caller's arguments.
+    let found = unsafe { real(handle, symbol) };
+    if found.is_null() || symbol.is_null() {
+        return found;
+    }
+    // SAFETY: dlsym's caller passes a C string.
+    let symbol = unsafe { CStr::from_ptr(symbol) };
+    if !symbol.to_bytes().starts_with(b"cu") {
+        return found;
+    }
+    hand_out(symbol, 0, found)
+}

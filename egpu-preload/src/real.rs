@@ -1,0 +1,102 @@
+//! The driver's own functions, behind the ones this library interposes.
+//!
+//! Each [`Hook`] keeps the real function of one entry point: the one `dlsym` or
+//! `cuGetProcAddress` found when the program looked it up, or else the next definition after
+//! this library (`dlsym(RTLD_NEXT, …)`), which is the driver's when the program links against
+//! `libcuda.so.1`.
+
+use std::ffi::{CStr, c_char, c_int, c_void};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicPtr, Ordering};
+
+use crate::{CuResult, LaunchFn};
+
+/// `cuGetProcAddress`'s signature (CUDA 11).
+pub(crate) type GetProcFn =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64) -> CuResult;
+/// `cuGetProcAddress_v2`'s (CUDA 12).
+pub(crate) type GetProcV2Fn =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CuResult;
+/// `cuFuncGetName`'s.
+pub(crate) type FuncGetNameFn = unsafe extern "C" fn(*mut *const c_char, *mut c_void) -> CuResult;
+/// `dlsym`'s.
+type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
+
+/// The real function of one entry point, of type `F` (an `extern "C"` function pointer).
+pub(crate) struct Hook<F> {
+    name: &'static CStr,
+    /// This library's function for the entry point (null: not interposed, only looked up).
+    ours: fn() -> *mut c_void,
+    real: AtomicPtr<c_void>,
+    _f: PhantomData<F>,
+}
+
+impl<F: Copy> Hook<F> {
+    const fn new(name: &'static CStr, ours: fn() -> *mut c_void) -> Hook<F> {
+        Hook { name, ours, real: AtomicPtr::new(std::ptr::null_mut()), _f: PhantomData }
+    }
+
+    /// Keeps `found` as the real function (unless it is this library's own, which a lookup
+    /// through `RTLD_DEFAULT` finds first) and returns this library's function, to hand out.
+    pub(crate) fn keep(&self, found: *mut c_void) -> *mut c_void {
+        let ours = (self.ours)();
+        if !found.is_null() && found != ours {
+            self.real.store(found, Ordering::Release);
+        }
+        if ours.is_null() { found } else { ours }
+    }
+
+    /// The real function: the one kept, or the next definition after this library's.
+    pub(crate) fn get(&self) -> Option<F> {
+        let mut p = self.real.load(Ordering::Acquire);
+        if p.is_null() {
+            let real = dlsym()?;
+            // SAFETY: the real dlsym, with a pseudo-handle and a C string.
+            p = unsafe { real(libc::RTLD_NEXT, self.name.as_ptr()) };
+            if p.is_null() || p == (self.ours)() {
+                return None;
+            }
+            self.real.store(p, Ordering::Release);
+        }
+        const { assert!(size_of::<F>() == size_of::<*mut c_void>()) };
+        // SAFETY: `p` is the address of the entry point `F` describes, from the dynamic linker
+        // or the driver, and `F` is a function pointer of a pointer's size.
+        Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+    }
+}
+
+fn none() -> *mut c_void {
+    std::ptr::null_mut()
+}
+
+pub(crate) static LAUNCH: Hook<LaunchFn> =
+    Hook::new(c"cuLaunchKernel", || crate::cuLaunchKernel as *mut c_void);
+pub(crate) static LAUNCH_PTSZ: Hook<LaunchFn> =
+    Hook::new(c"cuLaunchKernel_ptsz", || crate::cuLaunchKernel_ptsz as *mut c_void);
+pub(crate) static GET_PROC: Hook<GetProcFn> =
+    Hook::new(c"cuGetProcAddress", || crate::cuGetProcAddress as *mut c_void);
+pub(crate) static GET_PROC_V2: Hook<GetProcV2Fn> =
+    Hook::new(c"cuGetProcAddress_v2", || crate::cuGetProcAddress_v2 as *mut c_void);
+pub(crate) static FUNC_GET_NAME: Hook<FuncGetNameFn> = Hook::new(c"cuFuncGetName", none);
+
+/// The real `dlsym` (this library defines its own): glibc 2.34 and later version it
+/// `GLIBC_2.34`, earlier ones `GLIBC_2.2.5` (x86-64).
+pub(crate) fn dlsym() -> Option<DlsymFn> {
+    static REAL: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+    let mut p = REAL.load(Ordering::Acquire);
+    if p.is_null() {
+        for version in [c"GLIBC_2.34", c"GLIBC_2.2.5"] {
+            // SAFETY: dlvsym with a pseudo-handle and C strings.
+            p = unsafe { libc::dlvsym(libc::RTLD_NEXT, c"dlsym".as_ptr(), version.as_ptr()) };
+            if !p.is_null() {
+                break;
+            }
+        }
+        if p.is_null() {
+            return None;
+        }
+        REAL.store(p, Ordering::Release);
+    }
+    // SAFETY: `p` is glibc's dlsym.
+    Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
+}

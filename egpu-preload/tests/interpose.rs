@@ -1,0 +1,146 @@
+//! The preloaded library in real processes, against a stand-in CUDA driver that this test builds
+//! (`tests/fixture/fake_cuda.c`, as `libcuda.so.1`) and a program that knows nothing of egpu
+//! (`tests/fixture/launcher.c`), which launches kernels through the driver every way programs
+//! do: linked, by `dlsym` (on the driver's handle and on `RTLD_DEFAULT`), by `cuGetProcAddress`
+//! and `cuGetProcAddress_v2` (both stream flavours, and a `cuGetProcAddress` found through
+//! itself), then in forked children and a re-executed one. Every launch must be counted once,
+//! per process, under its kernel's name. Needs a C compiler (`cc`), as building Rust does.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn fixture(name: &str) -> PathBuf {
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest.join("tests/fixture").join(name)
+}
+
+/// The preloaded library: `EGPU_PRELOAD` when set (the GPU bundle sets it), else the one cargo
+/// built beside this test's executable (`target/<profile>/`).
+fn preload_library() -> PathBuf {
+    if let Some(path) = std::env::var_os("EGPU_PRELOAD") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("the test's path");
+    let profile = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
+    let lib = profile.join("libegpu_preload.so");
+    assert!(lib.exists(), "{} is missing: build egpu-preload first", lib.display());
+    lib
+}
+
+fn cc(args: &[&str]) {
+    let out = Command::new("cc").args(args).output().expect("running cc");
+    assert!(out.status.success(), "cc {args:?}:\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Builds the fake driver and the launcher into a fresh directory.
+fn build(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("egpu-preload-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let d = dir.to_str().expect("a UTF-8 path");
+    let driver = fixture("fake_cuda.c");
+    let launcher = fixture("launcher.c");
+    let lib = format!("{d}/libcuda.so.1");
+    cc(&["-shared", "-fPIC", "-O1", "-o", &lib, driver.to_str().expect("a UTF-8 path")]);
+    let exe = format!("{d}/launcher");
+    let rpath = format!("-Wl,-rpath,{d}");
+    let src = launcher.to_str().expect("a UTF-8 path");
+    cc(&["-O1", "-o", &exe, src, &lib, &rpath, "-ldl"]);
+    dir
+}
+
+/// What one process's summary says: launches per kernel name (the empty name: no name), the
+/// total, and the probe runs.
+#[derive(Debug, Default)]
+struct Summary {
+    launches: u64,
+    kernels: BTreeMap<String, u64>,
+    runs: u64,
+}
+
+fn summaries(dir: &Path) -> BTreeMap<u32, Summary> {
+    let mut all = BTreeMap::new();
+    for entry in std::fs::read_dir(dir).expect("the directory") {
+        let path = entry.expect("an entry").path();
+        let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("summary.") else { continue };
+        let text = std::fs::read_to_string(&path).expect("a summary");
+        let mut s = Summary::default();
+        for line in text.lines() {
+            let words: Vec<&str> = line.split(' ').collect();
+            match words.as_slice() {
+                ["launches", n] => s.launches = n.parse().expect("a count"),
+                ["kernel", _id, n, name @ ..] => {
+                    s.kernels.insert(name.join(" "), n.parse().expect("a count"));
+                }
+                ["probes", runs, ..] => {
+                    s.runs = runs.trim_start_matches("runs=").parse().expect("runs");
+                }
+                _ => {}
+            }
+        }
+        all.insert(pid.parse().expect("a pid"), s);
+    }
+    all
+}
+
+#[test]
+fn every_launch_is_one_event_in_its_own_process() {
+    let dir = build("events");
+    let out = Command::new(dir.join("launcher"))
+        .env("LD_PRELOAD", preload_library())
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("EGPU_SUMMARY", dir.join("summary"))
+        .output()
+        .expect("running the launcher");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    // The program ran as without the library: the driver saw every launch.
+    assert!(stdout.contains("parent driver launches 12 ptsz 1"), "{stdout}");
+    assert!(stdout.contains("fork-child driver launches 17"), "{stdout}");
+    assert!(stdout.contains("fork2-child driver launches 18"), "{stdout}");
+    assert!(stdout.contains("exec-child driver launches 2"), "{stdout}");
+
+    let all = summaries(&dir);
+    // The parent, the child that exits normally and the re-executed one; the child that ends
+    // by `_exit` writes none.
+    assert_eq!(all.len(), 3, "{all:?}");
+    let find = |kernel: &str| all.values().find(|s| s.kernels.contains_key(kernel));
+    let parent = find("_Z5kernAPf").expect("the parent's summary");
+    let expected: BTreeMap<String, u64> =
+        [("_Z5kernAPf", 8), ("_Z5kernBPf", 4), ("", 1)].map(|(k, n)| (k.to_string(), n)).into();
+    assert_eq!(
+        parent.kernels, expected,
+        "3 linked + 4 + 1 by cuGetProcAddress; 2 + 1 by dlsym + 1; a failed launch"
+    );
+    assert_eq!((parent.launches, parent.runs), (13, 13));
+    // The children count their own launches only, from zero.
+    let children: Vec<&Summary> =
+        all.values().filter(|s| !s.kernels.contains_key("_Z5kernAPf")).collect();
+    let mut counts: Vec<(u64, Vec<&String>)> =
+        children.iter().map(|s| (s.launches, s.kernels.keys().collect())).collect();
+    counts.sort();
+    assert_eq!(counts.len(), 2);
+    assert_eq!(counts[0].0, 2, "the re-executed child: {counts:?}");
+    assert_eq!(counts[1].0, 6, "the forked child: {counts:?}");
+    assert!(counts.iter().all(|(_, k)| k == &[&"kernC".to_string()]), "{counts:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn without_the_library_nothing_changes() {
+    let dir = build("plain");
+    let out = Command::new(dir.join("launcher"))
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("EGPU_SUMMARY", dir.join("summary"))
+        .output()
+        .expect("running the launcher");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("parent driver launches 12 ptsz 1"), "{stdout}");
+    assert!(summaries(&dir).is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
