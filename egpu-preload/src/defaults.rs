@@ -161,17 +161,20 @@ pub(crate) fn kernel_id(f: Handle) -> u64 {
     id
 }
 
-/// The mangled name of `f`, from the driver's `cuFuncGetName` (CUDA 12.3).
+/// The mangled name of `f`, from the driver's `cuFuncGetName`, or `cuKernelGetName` when `f` is
+/// a `CUkernel` (what the CUDA runtime launches), both CUDA 12.3.
 fn function_name(f: Handle) -> Option<String> {
-    let get = real::FUNC_GET_NAME.get()?;
-    let mut name: *const c_char = std::ptr::null();
-    // SAFETY: the driver's function, with a pointer to write to and the caller's function.
-    let result = unsafe { get(&mut name, f) };
-    if result != 0 || name.is_null() {
-        return None;
-    }
-    // SAFETY: the driver returns a C string that lives as long as the function.
-    Some(unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned())
+    [&real::FUNC_GET_NAME, &real::KERNEL_GET_NAME].into_iter().find_map(|hook| {
+        let get = hook.get_or_ask()?;
+        let mut name: *const c_char = std::ptr::null();
+        // SAFETY: the driver's function, with a pointer to write to and the caller's handle.
+        let result = unsafe { get(&mut name, f) };
+        if result != 0 || name.is_null() {
+            return None;
+        }
+        // SAFETY: the driver returns a C string that lives as long as the function.
+        Some(unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned())
+    })
 }
 
 /// Writes what this process counted to `<EGPU_SUMMARY>.<pid>`, when `EGPU_SUMMARY` is set.

@@ -189,6 +189,7 @@ fn hand_out(symbol: &CStr, flags: u64, found: *mut c_void) -> *mut c_void {
         b"cuGetProcAddress" => return real::GET_PROC.keep(found),
         b"cuGetProcAddress_v2" => return real::GET_PROC_V2.keep(found),
         b"cuFuncGetName" => return real::FUNC_GET_NAME.keep(found),
+        b"cuKernelGetName" => return real::KERNEL_GET_NAME.keep(found),
         _ => return found,
     };
     hook.keep(found)

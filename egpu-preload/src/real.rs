@@ -78,6 +78,40 @@ pub(crate) static GET_PROC: Hook<GetProcFn> =
 pub(crate) static GET_PROC_V2: Hook<GetProcV2Fn> =
     Hook::new(c"cuGetProcAddress_v2", || crate::cuGetProcAddress_v2 as *mut c_void);
 pub(crate) static FUNC_GET_NAME: Hook<FuncGetNameFn> = Hook::new(c"cuFuncGetName", none);
+/// `cuKernelGetName`: the runtime launches `CUkernel`s (of `cuLibraryLoad*`) as functions.
+pub(crate) static KERNEL_GET_NAME: Hook<FuncGetNameFn> = Hook::new(c"cuKernelGetName", none);
+
+impl<F: Copy> Hook<F> {
+    /// The real function, found as [`get`](Self::get) finds it, or else by asking the driver's
+    /// own `cuGetProcAddress` (when the program's driver was opened privately, `RTLD_NEXT` does
+    /// not see it, but the runtime looked `cuGetProcAddress` up through this library).
+    pub(crate) fn get_or_ask(&self) -> Option<F> {
+        if let Some(f) = self.get() {
+            return Some(f);
+        }
+        let mut p: *mut c_void = std::ptr::null_mut();
+        if let Some(ask) = GET_PROC_V2.kept() {
+            let mut status = 0;
+            // SAFETY: the driver's cuGetProcAddress_v2 with a C string and places to write.
+            unsafe { ask(self.name.as_ptr(), &mut p, 12030, 0, &mut status) };
+        } else if let Some(ask) = GET_PROC.kept() {
+            // SAFETY: the driver's cuGetProcAddress with a C string and a place to write.
+            unsafe { ask(self.name.as_ptr(), &mut p, 12030, 0) };
+        }
+        if p.is_null() {
+            return None;
+        }
+        self.keep(p);
+        self.get()
+    }
+
+    /// The real function if one was kept, without looking it up.
+    fn kept(&self) -> Option<F> {
+        let p = self.real.load(Ordering::Acquire);
+        // SAFETY: as in `get`.
+        (!p.is_null()).then(|| unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+    }
+}
 
 /// The real `dlsym` (this library defines its own): glibc 2.34 and later version it
 /// `GLIBC_2.34`, earlier ones `GLIBC_2.2.5` (x86-64).
