@@ -66,7 +66,9 @@ out:
 struct Defaults {
     pid: u32,
     launches: RawMap,
-    probe: ProbeId,
+    program: Program,
+    /// `None` while turned off ([`set_enabled`]).
+    probe: Option<ProbeId>,
 }
 
 static STATE: Mutex<Option<Defaults>> = Mutex::new(None);
@@ -98,8 +100,8 @@ pub(crate) fn probes() -> Option<&'static HostProbes> {
     let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
     let forked = FORKED.swap(false, Ordering::Relaxed);
     if forked || state.as_ref().is_none_or(|d| d.pid != pid) {
-        if let Some(old) = state.take() {
-            probes.detach(old.probe);
+        if let Some(old) = state.take().and_then(|d| d.probe) {
+            probes.detach(old);
         }
         *state = set_up(probes, pid);
     }
@@ -127,38 +129,49 @@ fn set_up(probes: &HostProbes, pid: u32) -> Option<Defaults> {
     let attach = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
     let program = Program::new(assemble(COUNT_LAUNCHES).ok()?, vec![def], attach).ok()?;
     let probe = probes.attach(&program, std::slice::from_ref(&launches)).ok()?;
-    Some(Defaults { pid, launches, probe })
+    Some(Defaults { pid, launches, program, probe: Some(probe) })
+}
+
+/// Turns the built-in probes on or off; whether they were on before, or `None` when they could
+/// not be set up.
+pub(crate) fn set_enabled(on: bool) -> Option<bool> {
+    let probes = self::probes().or_else(|| {
+        // Turned off already: set up still.
+        STATE.lock().ok()?.as_ref().map(|_| egpu::host::global())
+    })?;
+    let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    let d = state.as_mut()?;
+    let was = d.probe.is_some();
+    match (was, on) {
+        (true, false) => {
+            if let Some(id) = d.probe.take() {
+                probes.detach(id);
+            }
+        }
+        (false, true) => {
+            d.probe = probes.attach(&d.program, std::slice::from_ref(&d.launches)).ok();
+        }
+        _ => {}
+    }
+    Some(was)
 }
 
 /// Kernel names by `CUfunction`, resolved once each.
 static NAMES: RwLock<Option<StdHashMap<usize, (u64, String)>>> = RwLock::new(None);
 
-thread_local! {
-    /// The last function this thread launched, and its id: most loops launch one kernel.
-    static LAST: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
-}
-
 /// The id of the kernel `f` (the hash of its mangled name), resolved once per function: 0 when
 /// the driver cannot name it.
 pub(crate) fn kernel_id(f: Handle) -> u64 {
     let key = f as usize;
-    if let Ok((last, id)) = LAST.try_with(std::cell::Cell::get)
-        && last == key
-        && key != 0
-    {
-        return id;
-    }
     let known = NAMES.read().ok().and_then(|n| n.as_ref().and_then(|n| n.get(&key).map(|e| e.0)));
-    let id = known.unwrap_or_else(|| {
+    known.unwrap_or_else(|| {
         let name = function_name(f).unwrap_or_default();
         let id = if name.is_empty() { 0 } else { egpu::ebpf::kernel_id(&name) };
         if let Ok(mut names) = NAMES.write() {
             names.get_or_insert_with(StdHashMap::new).insert(key, (id, name));
         }
         id
-    });
-    let _ = LAST.try_with(|l| l.set((key, id)));
-    id
+    })
 }
 
 /// The mangled name of `f`, from the driver's `cuFuncGetName`, or `cuKernelGetName` when `f` is

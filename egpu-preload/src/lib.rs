@@ -30,6 +30,7 @@ mod real;
 
 use std::cell::Cell;
 use std::ffi::{CStr, c_char, c_int, c_void};
+use std::mem::offset_of;
 
 use egpu::ebpf::{LaunchCtx, Phase};
 
@@ -56,10 +57,17 @@ type LaunchFn = unsafe extern "C" fn(
 /// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`.
 const PER_THREAD_DEFAULT_STREAM: u64 = 2;
 
-thread_local! {
+/// What a thread keeps, in one thread-local (each costs a lookup in a shared library).
+struct Local {
     /// Whether this thread is inside an interposed call: calls the driver makes meanwhile are
     /// not events of their own.
-    static INSIDE: Cell<bool> = const { Cell::new(false) };
+    inside: Cell<bool>,
+    /// The last function this thread launched, and its kernel id: most loops launch one kernel.
+    last: Cell<(usize, u64)>,
+}
+
+thread_local! {
+    static LOCAL: Local = const { Local { inside: Cell::new(false), last: Cell::new((0, 0)) } };
 }
 
 /// Runs `call` as one launch event: the probes before, the driver, the probes after.
@@ -100,33 +108,65 @@ unsafe fn launch(
             )
         }
     };
-    if INSIDE.try_with(Cell::get).unwrap_or(true) {
+    let Ok(local) = LOCAL.try_with(|l| l as *const Local) else { return call() };
+    // SAFETY: the thread's own thread-local, alive while the thread runs this call.
+    let local = unsafe { &*local };
+    if local.inside.get() {
         return call();
     }
     let Some(probes) = defaults::probes() else { return call() };
-    let armed = probes.armed(egpu::ebpf::HostEvent::Launch, Phase::Enter)
-        || probes.armed(egpu::ebpf::HostEvent::Launch, Phase::Exit);
-    if !armed {
+    use egpu::ebpf::HostEvent::Launch;
+    let (enter, exit) = (probes.armed(Launch, Phase::Enter), probes.armed(Launch, Phase::Exit));
+    if !enter && !exit {
         return call();
     }
-    let _ = INSIDE.try_with(|i| i.set(true));
+    // The fields the probes read, and no more: a clock read or a system call costs more than a
+    // probe's run.
+    let needed = probes.context_needed(Launch, Phase::Enter).max(if exit {
+        probes.context_needed(Launch, Phase::Exit)
+    } else {
+        0
+    });
+    let reads = |field: usize| needed > field;
+    local.inside.set(true);
     let mut ctx = LaunchCtx {
-        kernel_id: defaults::kernel_id(f),
         function: f as u64,
         stream: stream as u64,
-        timestamp_ns: egpu::host::now_ns(),
         grid,
         block,
         shared_mem_bytes,
-        host_tid: egpu::host::thread_id(),
         ..LaunchCtx::default()
     };
-    probes.fire(Phase::Enter, &mut ctx);
+    if reads(offset_of!(LaunchCtx, kernel_id)) {
+        ctx.kernel_id = match local.last.get() {
+            (last, id) if last == f as usize && last != 0 => id,
+            _ => {
+                let id = defaults::kernel_id(f);
+                local.last.set((f as usize, id));
+                id
+            }
+        };
+    }
+    let timed = reads(offset_of!(LaunchCtx, timestamp_ns))
+        || (exit && reads(offset_of!(LaunchCtx, duration_ns)));
+    if timed {
+        ctx.timestamp_ns = egpu::host::now_ns();
+    }
+    if reads(offset_of!(LaunchCtx, host_tid)) {
+        ctx.host_tid = egpu::host::thread_id();
+    }
+    if enter {
+        probes.fire(Phase::Enter, &mut ctx);
+    }
     let result = call();
-    ctx.duration_ns = egpu::host::now_ns().saturating_sub(ctx.timestamp_ns);
-    ctx.result = result;
-    probes.fire(Phase::Exit, &mut ctx);
-    let _ = INSIDE.try_with(|i| i.set(false));
+    if exit {
+        if timed {
+            ctx.duration_ns = egpu::host::now_ns().saturating_sub(ctx.timestamp_ns);
+        }
+        ctx.result = result;
+        probes.fire(Phase::Exit, &mut ctx);
+    }
+    local.inside.set(false);
     result
 }
 
@@ -282,4 +322,21 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
         return found;
     }
     hand_out(symbol, 0, found)
+}
+
+/// Turns the built-in probes on (`on` not 0) or off, for programs that measure what they cost
+/// (`benches/launch.rs`): 1 when they were on, 0 when off, -1 when they could not be set up.
+#[unsafe(no_mangle)]
+pub extern "C" fn egpu_preload_probes(on: c_int) -> c_int {
+    match defaults::set_enabled(on != 0) {
+        Some(was) => c_int::from(was),
+        None => -1,
+    }
+}
+
+/// The driver's own `cuLaunchKernel`, which this library's calls (null when not found): what a
+/// launch costs without this library, measured in the same process.
+#[unsafe(no_mangle)]
+pub extern "C" fn egpu_preload_real_launch() -> *mut c_void {
+    real::LAUNCH.get().map_or(std::ptr::null_mut(), |f| f as *mut c_void)
 }

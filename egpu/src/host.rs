@@ -19,7 +19,7 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use bytemuck::Pod;
 use egpu_ebpf::{
@@ -89,6 +89,8 @@ struct Attached {
     phase: Phase,
     program: Arc<Program>,
     maps: Arc<[RawMap]>,
+    /// Context bytes it may access.
+    needed: usize,
 }
 
 /// Programs attached to host events (see the module documentation).
@@ -100,8 +102,12 @@ pub struct HostProbes {
     generation: AtomicU64,
     /// Probes attached per event and phase (`slot(event, phase)`).
     armed: [AtomicU32; 10],
+    /// Context bytes the probes of each event and phase read at most.
+    needed: [AtomicU32; 10],
     next_id: AtomicU64,
-    runs: AtomicU64,
+    /// Completed runs, one counter per thread that fired (each written by its thread alone,
+    /// without a locked instruction), summed when asked.
+    runs: Mutex<Vec<Arc<AtomicU64>>>,
     faults: AtomicU64,
     rejected: AtomicU64,
     reentered: AtomicU64,
@@ -132,6 +138,8 @@ struct ThreadVms {
     serial: u64,
     generation: u64,
     vms: Vec<(HostEvent, Phase, Vm)>,
+    /// This thread's completed runs (registered in the set's `runs`).
+    runs: Arc<AtomicU64>,
 }
 
 thread_local! {
@@ -154,8 +162,9 @@ impl HostProbes {
             attached: RwLock::new(Vec::new()),
             generation: AtomicU64::new(0),
             armed: Default::default(),
+            needed: Default::default(),
             next_id: AtomicU64::new(0),
-            runs: AtomicU64::new(0),
+            runs: Mutex::new(Vec::new()),
             faults: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             reentered: AtomicU64::new(0),
@@ -173,9 +182,10 @@ impl HostProbes {
         let AttachPoint::Host(event, phase) = program.attach() else {
             return refuse(AttachError::NotHost(program.attach()));
         };
-        if let Err(e) = Vm::with_maps(program, maps, EngineChoice::Auto) {
-            return refuse(e.into());
-        }
+        let needed = match Vm::with_maps(program, maps, EngineChoice::Auto) {
+            Ok(vm) => vm.context_needed(),
+            Err(e) => return refuse(e.into()),
+        };
         let id = ProbeId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let mut attached = self.attached.write().unwrap_or_else(|p| p.into_inner());
         attached.push(Attached {
@@ -184,10 +194,20 @@ impl HostProbes {
             phase,
             program: Arc::new(program.clone()),
             maps: maps.into(),
+            needed,
         });
-        self.armed[slot(event, phase)].fetch_add(1, Ordering::Relaxed);
+        self.account(&attached, event, phase);
         self.generation.fetch_add(1, Ordering::Release);
         Ok(id)
+    }
+
+    /// Recounts what the probes of `event` and `phase` are and need.
+    fn account(&self, attached: &[Attached], event: HostEvent, phase: Phase) {
+        let mine = || attached.iter().filter(|a| a.event == event && a.phase == phase);
+        let needed = mine().map(|a| a.needed).max().unwrap_or(0);
+        let s = slot(event, phase);
+        self.needed[s].store(u32::try_from(needed).unwrap_or(u32::MAX), Ordering::Relaxed);
+        self.armed[s].store(mine().count() as u32, Ordering::Relaxed);
     }
 
     /// Detaches a probe: calls that begin after this returns do not run it. False when it was not
@@ -196,7 +216,7 @@ impl HostProbes {
         let mut attached = self.attached.write().unwrap_or_else(|p| p.into_inner());
         let Some(at) = attached.iter().position(|a| a.id == id) else { return false };
         let gone = attached.remove(at);
-        self.armed[slot(gone.event, gone.phase)].fetch_sub(1, Ordering::Relaxed);
+        self.account(&attached, gone.event, gone.phase);
         self.generation.fetch_add(1, Ordering::Release);
         true
     }
@@ -206,6 +226,14 @@ impl HostProbes {
     #[inline]
     pub fn armed(&self, event: HostEvent, phase: Phase) -> bool {
         self.armed[slot(event, phase)].load(Ordering::Relaxed) != 0
+    }
+
+    /// How many bytes at the start of `event`'s context the probes attached at `phase` may read
+    /// or write, at most (0 when none is attached): a caller need not fill the fields past them
+    /// (a timestamp costs a clock read).
+    #[inline]
+    pub fn context_needed(&self, event: HostEvent, phase: Phase) -> usize {
+        self.needed[slot(event, phase)].load(Ordering::Relaxed) as usize
     }
 
     /// Runs every probe attached to `C`'s event at `phase`, on this thread, with `ctx` as the
@@ -229,7 +257,10 @@ impl HostProbes {
             let at = match sets.iter().position(|s| s.serial == self.serial) {
                 Some(at) => at,
                 None => {
-                    sets.push(ThreadVms { serial: self.serial, generation: u64::MAX, vms: vec![] });
+                    let runs = Arc::new(AtomicU64::new(0));
+                    self.runs.lock().unwrap_or_else(|p| p.into_inner()).push(runs.clone());
+                    let generation = u64::MAX;
+                    sets.push(ThreadVms { serial: self.serial, generation, vms: vec![], runs });
                     sets.len() - 1
                 }
             };
@@ -245,7 +276,9 @@ impl HostProbes {
                     Err(_) => faults += 1,
                 }
             }
-            self.runs.fetch_add(runs, Ordering::Relaxed);
+            // Written by this thread alone: a plain store, no locked instruction.
+            let count = &mine.runs;
+            count.store(count.load(Ordering::Relaxed) + runs, Ordering::Relaxed);
             if faults > 0 {
                 self.faults.fetch_add(faults, Ordering::Relaxed);
             }
@@ -271,7 +304,11 @@ impl HostProbes {
     /// What the probes have done so far.
     pub fn health(&self) -> Health {
         Health {
-            runs: self.runs.load(Ordering::Relaxed),
+            runs: self
+                .runs
+                .lock()
+                .map(|r| r.iter().map(|c| c.load(Ordering::Relaxed)).sum())
+                .unwrap_or(0),
             faults: self.faults.load(Ordering::Relaxed),
             rejected: self.rejected.load(Ordering::Relaxed),
             reentered: self.reentered.load(Ordering::Relaxed),
@@ -290,10 +327,33 @@ pub fn now_ns() -> u64 {
     crate::vm::native::ktime_ns()
 }
 
-/// The calling thread's id (`gettid`), as contexts' `host_tid` takes it.
+/// The calling thread's id (`gettid`), as contexts' `host_tid` takes it: asked of the kernel
+/// once per thread (and again in a child made by `fork`), not at every call.
 pub fn thread_id() -> u32 {
+    /// Bumped in every child made by `fork`: the thread that forked keeps its cached id there.
+    static FORKS: AtomicU32 = AtomicU32::new(0);
+    extern "C" fn forked() {
+        FORKS.fetch_add(1, Ordering::Relaxed);
+    }
+    static REGISTER: std::sync::Once = std::sync::Once::new();
+    thread_local! {
+        static TID: std::cell::Cell<(u32, u32)> = const { std::cell::Cell::new((u32::MAX, 0)) };
+    }
+    let forks = FORKS.load(Ordering::Relaxed);
+    if let Ok((seen, tid)) = TID.try_with(std::cell::Cell::get)
+        && seen == forks
+    {
+        return tid;
+    }
+    REGISTER.call_once(|| {
+        // SAFETY: `forked` is an `extern "C"` function that lives as long as the process and
+        // only makes an atomic add.
+        unsafe { libc::pthread_atfork(None, None, Some(forked)) };
+    });
     // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() as u32 }
+    let tid = unsafe { libc::gettid() } as u32;
+    let _ = TID.try_with(|t| t.set((forks, tid)));
+    tid
 }
 
 #[cfg(test)]

@@ -402,6 +402,12 @@ impl Vm {
         self.engine
     }
 
+    /// Bytes at the start of the context the program may read or write, as the verifier found:
+    /// fields past them need not be filled.
+    pub fn context_needed(&self) -> usize {
+        self.ctx_need
+    }
+
     /// Why the JIT does not run the program, when it does not.
     pub fn jit_refusal(&self) -> Option<&JitRefusal> {
         self.jit_refusal.as_ref()

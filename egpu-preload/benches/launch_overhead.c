@@ -1,0 +1,109 @@
+/* What interposing cuLaunchKernel costs, measured in one process under egpu's preloaded
+ * library: (a) the driver's own cuLaunchKernel, (b) the interposed one with no probe attached,
+ * (c) the interposed one with the built-in probe (a hash map update keyed by kernel), each as
+ * nanoseconds per call over batches of launches of an empty kernel, interleaved in rotating
+ * order; the cost added is the median of the per-round differences to (a), with its quartiles. Built and run by benches/launch.rs. */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+typedef int CUresult;
+typedef void *CUfunction;
+typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
+                              unsigned, unsigned, void *, void **, void **);
+
+static const char PTX[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
+                          ".visible .entry empty()\n{\n\tret;\n}\n";
+
+#define ROUNDS 301
+#define BATCH 200
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+#define NEED(f) if (!(f)) { fprintf(stderr, "missing: %s\n", #f); return 1; }
+#define CHECK(call) do { CUresult r_ = (call); if (r_) { fprintf(stderr, "%s: %d\n", #call, r_); return 1; } } while (0)
+
+int main(void) {
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
+    NEED(cuda);
+    CUresult (*init)(unsigned) = dlsym(cuda, "cuInit");
+    CUresult (*device_get)(int *, int) = dlsym(cuda, "cuDeviceGet");
+    CUresult (*retain)(void **, int) = dlsym(cuda, "cuDevicePrimaryCtxRetain");
+    CUresult (*set_current)(void *) = dlsym(cuda, "cuCtxSetCurrent");
+    CUresult (*load)(void **, const void *) = dlsym(cuda, "cuModuleLoadData");
+    CUresult (*get_function)(CUfunction *, void *, const char *) = dlsym(cuda, "cuModuleGetFunction");
+    CUresult (*sync)(void) = dlsym(cuda, "cuCtxSynchronize");
+    launch_fn hooked = (launch_fn)dlsym(cuda, "cuLaunchKernel");
+    int (*probes)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "egpu_preload_probes");
+    void *(*real_launch)(void) = (void *(*)(void))dlsym(RTLD_DEFAULT, "egpu_preload_real_launch");
+    NEED(init && device_get && retain && set_current && load && get_function && sync && hooked);
+    if (!probes || !real_launch) { fprintf(stderr, "not under egpu's preloaded library\n"); return 2; }
+    int dev;
+    void *ctx, *module;
+    CUfunction f;
+    CHECK(init(0));
+    CHECK(device_get(&dev, 0));
+    CHECK(retain(&ctx, dev));
+    CHECK(set_current(ctx));
+    CHECK(load(&module, PTX));
+    CHECK(get_function(&f, module, "empty"));
+    launch_fn real = (launch_fn)real_launch();
+    NEED(real && real != hooked);
+    launch_fn fns[3] = {real, hooked, hooked};
+    const char *names[3] = {"(a) cuLaunchKernel, not interposed", "(b) interposed, no probe",
+                            "(c) interposed, hash map update per launch"};
+    double ns[3][ROUNDS];
+    for (int v = 0; v < 3; v++) { /* warm-up: the JIT, the driver's queues */
+        probes(v == 2);
+        for (int i = 0; i < BATCH; i++) CHECK(fns[v](f, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0));
+        CHECK(sync());
+    }
+    for (int r = 0; r < ROUNDS; r++) {
+        for (int k = 0; k < 3; k++) {
+            int v = (r + k) % 3;
+            probes(v == 2);
+            double t0 = now();
+            for (int i = 0; i < BATCH; i++) CHECK(fns[v](f, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0));
+            ns[v][r] = (now() - t0) / BATCH;
+            CHECK(sync());
+        }
+    }
+    probes(1);
+    /* Per round, the differences to (a) in that round: drift between rounds cancels out. */
+    double diff[2][ROUNDS], med[3], q1[2], q3[2];
+    for (int r = 0; r < ROUNDS; r++) {
+        diff[0][r] = ns[1][r] - ns[0][r];
+        diff[1][r] = ns[2][r] - ns[0][r];
+    }
+    for (int d = 0; d < 2; d++) {
+        qsort(diff[d], ROUNDS, sizeof(double), cmp);
+        q1[d] = diff[d][ROUNDS / 4];
+        q3[d] = diff[d][3 * ROUNDS / 4];
+    }
+    printf("cuLaunchKernel of an empty kernel, %d rounds of %d launches, interleaved:\n", ROUNDS, BATCH);
+    printf("%-46s %10s %10s %10s %10s\n", "variant", "median ns", "q1", "q3", "ratio");
+    for (int v = 0; v < 3; v++) {
+        qsort(ns[v], ROUNDS, sizeof(double), cmp);
+        med[v] = ns[v][ROUNDS / 2];
+    }
+    for (int v = 0; v < 3; v++) {
+        double added = v == 0 ? 0 : diff[v - 1][ROUNDS / 2];
+        printf("%-46s %10.1f %10.1f %10.1f %9.4fx\n", names[v], med[v], ns[v][ROUNDS / 4],
+               ns[v][3 * ROUNDS / 4], (med[0] + added) / med[0]);
+    }
+    printf("added per call (median of per-round differences, quartiles): (b) %.1f ns [%.1f, %.1f], "
+           "(c) %.1f ns [%.1f, %.1f]\n", diff[0][ROUNDS / 2], q1[0], q3[0], diff[1][ROUNDS / 2], q1[1], q3[1]);
+    printf("ratio (c) %.4f (target <= 1.01)\n", (med[0] + diff[1][ROUNDS / 2]) / med[0]);
+    return 0;
+}
