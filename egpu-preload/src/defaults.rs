@@ -193,6 +193,8 @@ fn function_name(f: Handle) -> Option<String> {
 /// Writes what this process counted to `<EGPU_SUMMARY>.<pid>`, when `EGPU_SUMMARY` is set.
 fn write_summary() {
     let Some(base) = std::env::var_os("EGPU_SUMMARY") else { return };
+    // The events still queued for the worker thread count too.
+    egpu::host::global().flush();
     let state = STATE.lock().unwrap_or_else(|p| p.into_inner());
     let Some(d) = state.as_ref().filter(|d| d.pid == std::process::id()) else { return };
     let Ok(counts) = egpu::maps::HashMap::<u64, u64>::from_raw(d.launches.clone()) else { return };

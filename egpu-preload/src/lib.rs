@@ -28,7 +28,9 @@
 mod defaults;
 mod real;
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+
+use egpu::host::HostProbes;
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::mem::offset_of;
 
@@ -64,10 +66,33 @@ struct Local {
     inside: Cell<bool>,
     /// The last function this thread launched, and its kernel id: most loops launch one kernel.
     last: Cell<(usize, u64)>,
+    /// This thread's queue to egpu's worker thread.
+    poster: RefCell<Option<egpu::host::Poster>>,
 }
 
 thread_local! {
-    static LOCAL: Local = const { Local { inside: Cell::new(false), last: Cell::new((0, 0)) } };
+    static LOCAL: Local = const {
+        Local { inside: Cell::new(false), last: Cell::new((0, 0)), poster: RefCell::new(None) }
+    };
+}
+
+impl Local {
+    /// Queues the event for egpu's worker thread: after the driver's call the caches are cold,
+    /// and running the probes here would cost the caller several times more (see
+    /// `egpu::host::HostProbes::post`).
+    fn post<C: egpu::host::HostContext>(&self, probes: &'static HostProbes, phase: Phase, ctx: &C) {
+        let Ok(mut poster) = self.poster.try_borrow_mut() else {
+            return probes.post(phase, ctx);
+        };
+        match poster.as_ref() {
+            Some(p) if !p.stale() => p.post(phase, ctx),
+            _ => {
+                let p = probes.poster();
+                p.post(phase, ctx);
+                *poster = Some(p);
+            }
+        }
+    }
 }
 
 /// Runs `call` as one launch event: the probes before, the driver, the probes after.
@@ -108,16 +133,17 @@ unsafe fn launch(
             )
         }
     };
-    let Ok(local) = LOCAL.try_with(|l| l as *const Local) else { return call() };
-    // SAFETY: the thread's own thread-local, alive while the thread runs this call.
-    let local = unsafe { &*local };
-    if local.inside.get() {
-        return call();
-    }
+    // Nothing attached: straight to the driver, before touching any thread-local.
     let Some(probes) = defaults::probes() else { return call() };
     use egpu::ebpf::HostEvent::Launch;
     let (enter, exit) = (probes.armed(Launch, Phase::Enter), probes.armed(Launch, Phase::Exit));
     if !enter && !exit {
+        return call();
+    }
+    let Ok(local) = LOCAL.try_with(|l| l as *const Local) else { return call() };
+    // SAFETY: the thread's own thread-local, alive while the thread runs this call.
+    let local = unsafe { &*local };
+    if local.inside.get() {
         return call();
     }
     // The fields the probes read, and no more: a clock read or a system call costs more than a
@@ -156,7 +182,7 @@ unsafe fn launch(
         ctx.host_tid = egpu::host::thread_id();
     }
     if enter {
-        probes.fire(Phase::Enter, &mut ctx);
+        local.post(probes, Phase::Enter, &ctx);
     }
     let result = call();
     if exit {
@@ -164,7 +190,7 @@ unsafe fn launch(
             ctx.duration_ns = egpu::host::now_ns().saturating_sub(ctx.timestamp_ns);
         }
         ctx.result = result;
-        probes.fire(Phase::Exit, &mut ctx);
+        local.post(probes, Phase::Exit, &ctx);
     }
     local.inside.set(false);
     result

@@ -8,6 +8,9 @@
 //!
 //! - **Cheap when idle.** [`HostProbes::armed`] is one relaxed load; `fire` returns at once when
 //!   nothing is attached to the event and phase.
+//! - **Now or shortly.** [`HostProbes::fire`] runs the probes on the calling thread, now;
+//!   [`HostProbes::post`] queues the event for the set's worker thread, which costs the caller
+//!   far less when the call it observes leaves the caches cold (see `host/deferred.rs`).
 //! - **One VM per thread.** rbpf's VMs are neither `Send` nor `Sync`, so each thread loads its
 //!   own VM of every attached program the first time it fires after an attach or detach (the JIT
 //!   compiles then), and keeps it. Maps are shared: every thread's VM binds the same
@@ -111,6 +114,10 @@ pub struct HostProbes {
     faults: AtomicU64,
     rejected: AtomicU64,
     reentered: AtomicU64,
+    /// Queues of posted events ([`HostProbes::post`]).
+    registry: deferred::Registry,
+    /// Set when the worker thread could not be started.
+    worker_missing: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for HostProbes {
@@ -168,6 +175,8 @@ impl HostProbes {
             faults: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             reentered: AtomicU64::new(0),
+            registry: deferred::Registry::new(),
+            worker_missing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -356,5 +365,7 @@ pub fn thread_id() -> u32 {
     tid
 }
 
+mod deferred;
+pub use deferred::Poster;
 #[cfg(test)]
 mod tests;

@@ -146,12 +146,25 @@ fn exit_probes_see_the_result_and_the_time_spent() {
     let probes = HostProbes::new();
     static TOTALS: Array<[u64; 2]> = Array::with_len(1);
     let exit = AttachPoint::Host(HostEvent::Launch, Phase::Exit);
-    probes.attach(&program(text, def, exit), &[TOTALS.raw().clone()]).expect("attach");
+    probes.attach(&program(text, def.clone(), exit), &[TOTALS.raw().clone()]).expect("attach");
     for (duration_ns, result) in [(100, 0), (250, 1), (50, 0)] {
         let mut ctx = LaunchCtx { duration_ns, result, ..launch(1) };
         probes.fire(Phase::Exit, &mut ctx);
     }
     assert_eq!(TOTALS.get(0).expect("element 0"), [400, 1]);
+    // Posted, the context (80 bytes read: two queue slots) reaches the probe whole, through a
+    // poster as through the set.
+    let posting: &'static HostProbes = Box::leak(Box::new(HostProbes::new()));
+    static POSTED: Array<[u64; 2]> = Array::with_len(1);
+    posting.attach(&program(text, def.clone(), exit), &[POSTED.raw().clone()]).expect("attach");
+    assert_eq!(posting.context_needed(HostEvent::Launch, Phase::Exit), 80);
+    let poster = posting.poster();
+    for (duration_ns, result) in [(100, 0), (250, 1), (50, 0)] {
+        poster.post(Phase::Exit, &LaunchCtx { duration_ns, result, ..launch(1) });
+        posting.post(Phase::Exit, &LaunchCtx { duration_ns, result, ..launch(1) });
+    }
+    posting.flush();
+    assert_eq!(POSTED.get(0).expect("element 0"), [800, 2]);
 }
 
 #[test]
@@ -196,4 +209,45 @@ fn each_context_belongs_to_its_event() {
         events.iter().flat_map(|&e| [slot(e, Phase::Enter), slot(e, Phase::Exit)]).collect();
     seen.sort();
     assert_eq!(seen, (0..10).collect::<Vec<_>>());
+}
+
+#[test]
+fn posted_events_run_on_the_worker_or_at_a_flush_exactly_once() {
+    let probes: &'static HostProbes = Box::leak(Box::new(HostProbes::new()));
+    let map = counts_map();
+    let enter = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
+    probes
+        .attach(&program(COUNT_BY_KERNEL, counts_def(), enter), std::slice::from_ref(&map))
+        .expect("attach");
+    // More than a queue holds, from each of several threads: some run on the worker, some at
+    // the posters when their queue is full, the rest at the flush; each exactly once.
+    const THREADS: u64 = 3;
+    let per_thread = deferred::SLOTS as u64 * 3 + 17;
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            s.spawn(move || {
+                for i in 0..per_thread {
+                    probes.post(Phase::Enter, &launch(i % 2 + t * 10));
+                }
+            });
+        }
+    });
+    probes.flush();
+    let counts = HashMap::<u64, u64>::from_raw(map).expect("a hash map");
+    for t in 0..THREADS {
+        assert_eq!(counts.get(&(t * 10)), Some(per_thread.div_ceil(2)), "thread {t}, kernel 0");
+        assert_eq!(counts.get(&(t * 10 + 1)), Some(per_thread / 2), "thread {t}, kernel 1");
+    }
+    assert_eq!(probes.health().runs, THREADS * per_thread);
+    // The worker runs what is posted without a flush, shortly.
+    probes.post(Phase::Enter, &launch(99));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while counts.get(&99).is_none() && std::time::Instant::now() < deadline {
+        std::thread::sleep(deferred::SWEEP);
+    }
+    assert_eq!(counts.get(&99), Some(1), "the worker ran it");
+    // Nothing attached at a phase: nothing queued.
+    probes.post(Phase::Exit, &launch(98));
+    probes.flush();
+    assert_eq!(counts.get(&98), None);
 }
