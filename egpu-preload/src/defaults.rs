@@ -135,10 +135,7 @@ fn set_up(probes: &HostProbes, pid: u32) -> Option<Defaults> {
 /// Turns the built-in probes on or off; whether they were on before, or `None` when they could
 /// not be set up.
 pub(crate) fn set_enabled(on: bool) -> Option<bool> {
-    let probes = self::probes().or_else(|| {
-        // Turned off already: set up still.
-        STATE.lock().ok()?.as_ref().map(|_| egpu::host::global())
-    })?;
+    let probes = self::probes()?;
     let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
     let d = state.as_mut()?;
     let was = d.probe.is_some();

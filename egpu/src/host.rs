@@ -116,8 +116,6 @@ pub struct HostProbes {
     reentered: AtomicU64,
     /// Queues of posted events ([`HostProbes::post`]).
     registry: deferred::Registry,
-    /// Set when the worker thread could not be started.
-    worker_missing: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for HostProbes {
@@ -176,7 +174,6 @@ impl HostProbes {
             rejected: AtomicU64::new(0),
             reentered: AtomicU64::new(0),
             registry: deferred::Registry::new(),
-            worker_missing: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

@@ -341,14 +341,11 @@ impl HostProbes {
         registry.unlock();
         if fresh {
             let set = self;
-            let spawned = std::thread::Builder::new()
+            // Without a worker (the thread cannot be made), the queues are drained by flushes
+            // and by posters whose queue is full, which run the probes themselves.
+            let _ = std::thread::Builder::new()
                 .name("egpu-probes".into())
                 .spawn(move || set.work(forks));
-            if spawned.is_err() {
-                // No worker: the queues are drained by flushes, and by posters whose queue is
-                // full (which run the probes themselves).
-                self.worker_missing.store(true, Ordering::Relaxed);
-            }
         }
     }
 
