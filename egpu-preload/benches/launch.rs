@@ -6,7 +6,10 @@
 //!
 //! Without a GPU it says why and exits 0, or fails when `EGPU_REQUIRE_GPU=1`.
 
-use std::path::{Path, PathBuf};
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
@@ -15,12 +18,7 @@ fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     let source = manifest.join("benches/launch_overhead.c");
-    let library = std::env::var_os("EGPU_PRELOAD").map(PathBuf::from).unwrap_or_else(|| {
-        let exe = std::env::current_exe().expect("the bench's path");
-        let profile = exe.parent().and_then(Path::parent).expect("target/<profile>/deps");
-        profile.join("libegpu_preload.so")
-    });
-    assert!(library.exists(), "{} is missing", library.display());
+    let library = support::preload_library();
     let dir = std::env::temp_dir().join(format!("egpu-launch-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let exe = dir.join("launch_overhead");

@@ -6,28 +6,19 @@
 //! itself), then in forked children and a re-executed one. Every launch must be counted once,
 //! per process, under its kernel's name. Needs a C compiler (`cc`), as building Rust does.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use support::preload_library;
 
 fn fixture(name: &str) -> PathBuf {
     let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
     manifest.join("tests/fixture").join(name)
-}
-
-/// The preloaded library: `EGPU_PRELOAD` when set (the GPU bundle sets it), else the one cargo
-/// built beside this test's executable (`target/<profile>/`).
-fn preload_library() -> PathBuf {
-    if let Some(path) = std::env::var_os("EGPU_PRELOAD") {
-        return PathBuf::from(path);
-    }
-    let exe = std::env::current_exe().expect("the test's path");
-    let profile = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>");
-    let lib = profile.join("libegpu_preload.so");
-    assert!(lib.exists(), "{} is missing: build egpu-preload first", lib.display());
-    lib
 }
 
 fn cc(args: &[&str]) {
