@@ -26,15 +26,15 @@
 #![allow(non_snake_case)] // the CUDA API's names
 
 mod defaults;
+mod events;
 mod real;
 
 use std::cell::{Cell, RefCell};
 
 use egpu::host::HostProbes;
 use std::ffi::{CStr, c_char, c_int, c_void};
-use std::mem::offset_of;
 
-use egpu::ebpf::{LaunchCtx, Phase};
+use egpu::ebpf::Phase;
 
 /// `CUresult`.
 type CuResult = c_int;
@@ -95,14 +95,9 @@ impl Local {
     }
 }
 
-/// Runs `call` as one launch event: the probes before, the driver, the probes after.
-///
-/// # Safety
-///
-/// `real` must be the driver's `cuLaunchKernel` (or its `_ptsz` form) and the arguments the
-/// caller's, unchanged.
+/// A launch through `real` (the driver's `cuLaunchKernel` or its `_ptsz` form) as one event.
 #[allow(clippy::too_many_arguments)]
-unsafe fn launch(
+fn launch(
     real: Option<LaunchFn>,
     f: Handle,
     grid: [u32; 3],
@@ -112,8 +107,8 @@ unsafe fn launch(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CuResult {
-    /// `CUDA_ERROR_NOT_INITIALIZED`: what a driver without the function would amount to.
-    const NOT_FOUND: CuResult = 3;
+    /// `CUDA_ERROR_NOT_FOUND`: what a driver without the function amounts to.
+    const NOT_FOUND: CuResult = 500;
     let Some(real) = real else { return NOT_FOUND };
     let call = || {
         // SAFETY: the caller's arguments, unchanged, to the driver's function.
@@ -133,67 +128,8 @@ unsafe fn launch(
             )
         }
     };
-    // Nothing attached: straight to the driver, before touching any thread-local.
-    let Some(probes) = defaults::probes() else { return call() };
-    use egpu::ebpf::HostEvent::Launch;
-    let (enter, exit) = (probes.armed(Launch, Phase::Enter), probes.armed(Launch, Phase::Exit));
-    if !enter && !exit {
-        return call();
-    }
-    let Ok(local) = LOCAL.try_with(|l| l as *const Local) else { return call() };
-    // SAFETY: the thread's own thread-local, alive while the thread runs this call.
-    let local = unsafe { &*local };
-    if local.inside.get() {
-        return call();
-    }
-    // The fields the probes read, and no more: a clock read or a system call costs more than a
-    // probe's run.
-    let needed = probes.context_needed(Launch, Phase::Enter).max(if exit {
-        probes.context_needed(Launch, Phase::Exit)
-    } else {
-        0
-    });
-    let reads = |field: usize| needed > field;
-    local.inside.set(true);
-    let mut ctx = LaunchCtx {
-        function: f as u64,
-        stream: stream as u64,
-        grid,
-        block,
-        shared_mem_bytes,
-        ..LaunchCtx::default()
-    };
-    if reads(offset_of!(LaunchCtx, kernel_id)) {
-        ctx.kernel_id = match local.last.get() {
-            (last, id) if last == f as usize && last != 0 => id,
-            _ => {
-                let id = defaults::kernel_id(f);
-                local.last.set((f as usize, id));
-                id
-            }
-        };
-    }
-    let timed = reads(offset_of!(LaunchCtx, timestamp_ns))
-        || (exit && reads(offset_of!(LaunchCtx, duration_ns)));
-    if timed {
-        ctx.timestamp_ns = egpu::host::now_ns();
-    }
-    if reads(offset_of!(LaunchCtx, host_tid)) {
-        ctx.host_tid = egpu::host::thread_id();
-    }
-    if enter {
-        local.post(probes, Phase::Enter, &ctx);
-    }
-    let result = call();
-    if exit {
-        if timed {
-            ctx.duration_ns = egpu::host::now_ns().saturating_sub(ctx.timestamp_ns);
-        }
-        ctx.result = result;
-        local.post(probes, Phase::Exit, &ctx);
-    }
-    local.inside.set(false);
-    result
+    let build = |needed| events::launch_ctx(needed, f, grid, block, shared_mem_bytes, stream);
+    events::observe(build, call, |_, _| {})
 }
 
 /// The driver's `cuLaunchKernel`, interposed.
@@ -215,9 +151,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CuResult {
-    let real = real::LAUNCH.get();
-    // SAFETY: the driver's function with the caller's arguments.
-    unsafe { launch(real, f, [gx, gy, gz], [bx, by, bz], shared, stream, params, extra) }
+    launch(real::LAUNCH.get(), f, [gx, gy, gz], [bx, by, bz], shared, stream, params, extra)
 }
 
 /// The driver's `cuLaunchKernel_ptsz` (the per-thread default stream's), interposed.
@@ -239,26 +173,25 @@ pub unsafe extern "C" fn cuLaunchKernel_ptsz(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> CuResult {
-    let real = real::LAUNCH_PTSZ.get();
-    // SAFETY: the driver's function with the caller's arguments.
-    unsafe { launch(real, f, [gx, gy, gz], [bx, by, bz], shared, stream, params, extra) }
+    launch(real::LAUNCH_PTSZ.get(), f, [gx, gy, gz], [bx, by, bz], shared, stream, params, extra)
 }
 
-/// The function this library hands out for `symbol` found through `cuGetProcAddress` with
-/// `flags`, keeping `found` (the driver's) as the real one; `found` itself for anything else.
-fn hand_out(symbol: &CStr, flags: u64, found: *mut c_void) -> *mut c_void {
+/// The function this library hands out for `symbol`, found as `found` (kept as the real one):
+/// by `dlsym` (`version` `None`, exact names) or by `cuGetProcAddress` (base names, the flavour
+/// chosen by `flags`); `found` itself for entry points not interposed.
+fn hand_out(symbol: &CStr, version: Option<c_int>, flags: u64, found: *mut c_void) -> *mut c_void {
     let per_thread = flags & PER_THREAD_DEFAULT_STREAM != 0;
-    let hook = match symbol.to_bytes() {
-        b"cuLaunchKernel" if per_thread => &real::LAUNCH_PTSZ,
-        b"cuLaunchKernel" => &real::LAUNCH,
-        b"cuLaunchKernel_ptsz" => &real::LAUNCH_PTSZ,
+    match symbol.to_bytes() {
         b"cuGetProcAddress" => return real::GET_PROC.keep(found),
         b"cuGetProcAddress_v2" => return real::GET_PROC_V2.keep(found),
         b"cuFuncGetName" => return real::FUNC_GET_NAME.keep(found),
         b"cuKernelGetName" => return real::KERNEL_GET_NAME.keep(found),
-        _ => return found,
-    };
-    hook.keep(found)
+        _ => {}
+    }
+    match events::entry(symbol.to_bytes(), version, per_thread) {
+        Some(e) => e.hook.keep(found),
+        None => found,
+    }
 }
 
 /// The driver's `cuGetProcAddress` (CUDA 11's form), interposed: entry points this library
@@ -279,7 +212,7 @@ pub unsafe extern "C" fn cuGetProcAddress(
     // SAFETY: the driver's function with the caller's arguments.
     let result = unsafe { real(symbol, pfn, version, flags) };
     // SAFETY: on success the driver wrote `*pfn`, and `symbol` is the caller's C string.
-    unsafe { replace_found(result, symbol, pfn, flags) };
+    unsafe { replace_found(result, symbol, pfn, version, flags) };
     result
 }
 
@@ -301,7 +234,7 @@ pub unsafe extern "C" fn cuGetProcAddress_v2(
     // SAFETY: the driver's function with the caller's arguments.
     let result = unsafe { real(symbol, pfn, version, flags, status) };
     // SAFETY: as in `cuGetProcAddress`.
-    unsafe { replace_found(result, symbol, pfn, flags) };
+    unsafe { replace_found(result, symbol, pfn, version, flags) };
     result
 }
 
@@ -315,6 +248,7 @@ unsafe fn replace_found(
     result: CuResult,
     symbol: *const c_char,
     pfn: *mut *mut c_void,
+    version: c_int,
     flags: u64,
 ) {
     if result != 0 || symbol.is_null() || pfn.is_null() {
@@ -323,7 +257,7 @@ unsafe fn replace_found(
     // SAFETY: the caller's C string; the driver wrote `*pfn`.
     unsafe {
         let symbol = CStr::from_ptr(symbol);
-        *pfn = hand_out(symbol, flags, *pfn);
+        *pfn = hand_out(symbol, Some(version), flags, *pfn);
     }
 }
 
@@ -347,7 +281,7 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
     if !symbol.to_bytes().starts_with(b"cu") {
         return found;
     }
-    hand_out(symbol, 0, found)
+    hand_out(symbol, None, 0, found)
 }
 
 /// Turns the built-in probes on (`on` not 0) or off, for programs that measure what they cost

@@ -31,8 +31,20 @@ pub(crate) struct Hook<F> {
     _f: PhantomData<F>,
 }
 
+/// What lookups need of a hook, whatever its function's type.
+pub(crate) trait Keep: Sync {
+    /// See [`Hook::keep`].
+    fn keep(&self, found: *mut c_void) -> *mut c_void;
+}
+
+impl<F: Copy + Sync> Keep for Hook<F> {
+    fn keep(&self, found: *mut c_void) -> *mut c_void {
+        Hook::keep(self, found)
+    }
+}
+
 impl<F: Copy> Hook<F> {
-    const fn new(name: &'static CStr, ours: fn() -> *mut c_void) -> Hook<F> {
+    pub(crate) const fn new(name: &'static CStr, ours: fn() -> *mut c_void) -> Hook<F> {
         Hook { name, ours, real: AtomicPtr::new(std::ptr::null_mut()), _f: PhantomData }
     }
 

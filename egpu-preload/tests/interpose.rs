@@ -50,6 +50,8 @@ struct Summary {
     launches: u64,
     kernels: BTreeMap<String, u64>,
     runs: u64,
+    /// The lines about copies, sets, allocations, frees, synchronisation and modules.
+    others: Vec<String>,
 }
 
 fn summaries(dir: &Path) -> BTreeMap<u32, Summary> {
@@ -70,7 +72,8 @@ fn summaries(dir: &Path) -> BTreeMap<u32, Summary> {
                 ["probes", runs, ..] => {
                     s.runs = runs.trim_start_matches("runs=").parse().expect("runs");
                 }
-                _ => {}
+                ["pid", _] => {}
+                _ => s.others.push(line.to_string()),
             }
         }
         all.insert(pid.parse().expect("a pid"), s);
@@ -90,9 +93,9 @@ fn every_launch_is_one_event_in_its_own_process() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     // The program ran as without the library: the driver saw every launch.
-    assert!(stdout.contains("parent driver launches 12 ptsz 1"), "{stdout}");
-    assert!(stdout.contains("fork-child driver launches 17"), "{stdout}");
-    assert!(stdout.contains("fork2-child driver launches 18"), "{stdout}");
+    assert!(stdout.contains("parent driver launches 14 ptsz 1 other calls 17"), "{stdout}");
+    assert!(stdout.contains("fork-child driver launches 19"), "{stdout}");
+    assert!(stdout.contains("fork2-child driver launches 20"), "{stdout}");
     assert!(stdout.contains("exec-child driver launches 2"), "{stdout}");
 
     let all = summaries(&dir);
@@ -102,12 +105,29 @@ fn every_launch_is_one_event_in_its_own_process() {
     let find = |kernel: &str| all.values().find(|s| s.kernels.contains_key(kernel));
     let parent = find("_Z5kernAPf").expect("the parent's summary");
     let expected: BTreeMap<String, u64> =
-        [("_Z5kernAPf", 8), ("_Z5kernBPf", 4), ("", 1)].map(|(k, n)| (k.to_string(), n)).into();
-    assert_eq!(
-        parent.kernels, expected,
-        "3 linked + 4 + 1 by cuGetProcAddress; 2 + 1 by dlsym + 1; a failed launch"
-    );
-    assert_eq!((parent.launches, parent.runs), (13, 13));
+        [("_Z5kernAPf", 10), ("_Z5kernBPf", 4), ("(unnamed)", 1), ("(graph)", 3)]
+            .map(|(k, n)| (k.to_string(), n))
+            .into();
+    // kernA: 3 linked, 4 + 1 by cuGetProcAddress, 2 by cuLaunchKernelEx (whose own call to
+    // cuLaunchKernel inside the driver is not a second event); kernB: 2 + 1 by dlsym, 1 by a
+    // cuGetProcAddress found through itself; a failed launch; 3 graph launches.
+    assert_eq!(parent.kernels, expected);
+    assert_eq!(parent.launches, 18);
+    let others = [
+        "copies htod 3 12288",
+        "copies dtoh 1 100",
+        "sets 1 4096",
+        "allocations device 1 4096",
+        "allocations pinned 1 1024",
+        "frees device 1 0",
+        "frees pinned 1 0",
+        "syncs stream 1",
+        "syncs context 2",
+        "modules other 1 0",
+        "modules ptx 1 44",
+    ];
+    assert_eq!(parent.others, others, "linked, by dlsym and by cuGetProcAddress (_ptsz too)");
+    assert_eq!(parent.runs, 18 + 4 + 1 + 4 + 3 + 2, "one run per event");
     // The children count their own launches only, from zero.
     let children: Vec<&Summary> =
         all.values().filter(|s| !s.kernels.contains_key("_Z5kernAPf")).collect();
@@ -131,7 +151,7 @@ fn without_the_library_nothing_changes() {
         .expect("running the launcher");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
-    assert!(stdout.contains("parent driver launches 12 ptsz 1"), "{stdout}");
+    assert!(stdout.contains("parent driver launches 14 ptsz 1 other calls 17"), "{stdout}");
     assert!(summaries(&dir).is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }
