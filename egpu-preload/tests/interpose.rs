@@ -138,6 +138,10 @@ fn every_launch_is_one_event_in_its_own_process() {
     assert_eq!(counts[0].0, 2, "the re-executed child: {counts:?}");
     assert_eq!(counts[1].0, 6, "the forked child: {counts:?}");
     assert!(counts.iter().all(|(_, k)| k == &[&"kernC".to_string()]), "{counts:?}");
+    // Each process removed its shared objects when it exited (the child that ended by `_exit`
+    // left its own, which the next process to set up removed).
+    let left = egpu::host::builtin::processes();
+    assert!(all.keys().all(|pid| !left.contains(pid)), "{left:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -154,4 +158,55 @@ fn without_the_library_nothing_changes() {
     assert!(stdout.contains("parent driver launches 14 ptsz 1 other calls 17"), "{stdout}");
     assert!(summaries(&dir).is_empty());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn another_process_reads_the_counts_while_the_program_runs() {
+    use std::io::{BufRead, Write};
+    let dir = build("live");
+    let mut child = Command::new(dir.join("launcher"))
+        .arg("wait")
+        .env("LD_PRELOAD", preload_library())
+        .env("LD_LIBRARY_PATH", &dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("running the launcher");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("its output"));
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("a line");
+    let pid: u32 = line.trim().strip_prefix("ready ").expect("ready <pid>").parse().expect("a pid");
+    assert_eq!(pid, child.id());
+    // The library's worker thread runs posted events within a sweep; wait for them.
+    let builtin = egpu::host::builtin::Builtin::open(pid).expect("its maps, by name");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let mut report = builtin.report(None);
+    while !report.contains("syncs context 1") && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        report = builtin.report(None);
+    }
+    assert!(report.contains(&format!("pid {pid}\nlaunches 5\n")), "{report}");
+    assert!(report.contains(" 5 _Z5kernAPf\n"), "kernel names are shared too: {report}");
+    assert!(egpu::host::builtin::processes().contains(&pid));
+    child.stdin.take().expect("its input").write_all(b"go\n").expect("a line");
+    assert!(child.wait().expect("the launcher").success());
+    // Gone with the process.
+    assert!(egpu::host::builtin::Builtin::open(pid).is_err());
+    assert!(!egpu::host::builtin::processes().contains(&pid));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_objects_of_processes_that_died_are_removed() {
+    // A process of this user that is surely gone: a child that has exited and been reaped.
+    let mut child = Command::new("true").spawn().expect("running true");
+    let pid = child.id();
+    child.wait().expect("true");
+    let stale = egpu::host::builtin::Builtin::create(pid, true).expect("maps in shared memory");
+    // Forget them, as a process that died would: nothing removes them but the cleaning.
+    std::mem::forget(stale);
+    assert!(egpu::host::builtin::processes().contains(&pid));
+    assert!(egpu::host::builtin::clean_dead() >= 1);
+    assert!(!egpu::host::builtin::processes().contains(&pid));
+    assert!(egpu::host::builtin::Builtin::open(pid).is_err());
 }

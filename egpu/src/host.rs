@@ -362,6 +362,7 @@ pub fn thread_id() -> u32 {
     tid
 }
 
+pub mod builtin;
 mod deferred;
 pub use deferred::Poster;
 #[cfg(test)]
