@@ -313,6 +313,85 @@ fn maps_are_declared_on_the_command_line() {
     }
 }
 
+/// Builds the stand-in driver and the launcher, and the preloaded library (egpu-preload's tests).
+#[path = "../egpu-preload/tests/support/mod.rs"]
+mod support;
+
+#[test]
+fn run_starts_a_program_under_the_library_and_maps_reads_it_live() {
+    use std::io::{BufRead, Write};
+    let dir = support::build("cli-run");
+    let library = support::preload_library();
+    let launcher = dir.join("launcher");
+    let summary = dir.join("summary");
+    // The launcher under `egpu run`: every call counted, exit status passed on.
+    let r = succeeds(&[
+        "run".as_ref(),
+        "--library".as_ref(),
+        library.as_os_str(),
+        "--summary".as_ref(),
+        summary.as_os_str(),
+        "--".as_ref(),
+        launcher.as_os_str(),
+    ]);
+    assert!(r.stdout.contains("parent driver launches 14 ptsz 1 other calls 17"), "{}", r.stdout);
+    let parent = std::fs::read_dir(&dir)
+        .expect("the directory")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .find(|text| text.contains("_Z5kernAPf"))
+        .expect("the parent's summary");
+    assert!(parent.contains("launches 18\n") && parent.contains("copies htod 3 12288"), "{parent}");
+    let failing = [
+        "run".as_ref(),
+        "--library".as_ref(),
+        library.as_os_str(),
+        "--".as_ref(),
+        "sh".as_ref(),
+        "-c".as_ref(),
+        "exit 3".as_ref(),
+    ];
+    assert_eq!(run(&failing).code, 3, "the command's exit status");
+    // While it runs, `egpu maps` lists it and reads its counts.
+    let mut child = Command::new(egpu())
+        .args(["run".as_ref(), "--library".as_ref(), library.as_os_str(), "--".as_ref()])
+        .arg(&launcher)
+        .arg("wait")
+        .env("LD_LIBRARY_PATH", &dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("egpu run");
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("its output"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("a line");
+    let pid = line.trim().strip_prefix("ready ").expect("ready <pid>").to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let report = loop {
+        let r = succeeds(&["maps", &pid]);
+        if r.stdout.contains("syncs context 1") || std::time::Instant::now() > deadline {
+            break r.stdout;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    assert!(report.contains("launches 5\n") && report.contains(" 5 _Z5kernAPf\n"), "{report}");
+    let listed = succeeds(&["maps"]).stdout;
+    assert!(listed.contains(&format!("{pid}: launches 5")), "{listed}");
+    child.stdin.take().expect("its input").write_all(b"go\n").expect("a line");
+    assert!(child.wait().expect("egpu run").success());
+    fails(&["maps", &pid], 1, &[&format!("process {pid} has no egpu maps")]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn run_and_maps_refuse_what_they_cannot_do() {
+    fails(&["run"], 2, &["`run` takes `-- COMMAND"]);
+    fails(&["run", "--summary", "x"], 2, &["`run` takes `-- COMMAND"]);
+    fails(&["run", "--library", "/no/such/library.so", "--", "true"], 1, &["does not exist"]);
+    fails(&["maps", "nope"], 2, &["not a process id"]);
+    fails(&["maps", "1", "2"], 2, &["at most one process id"]);
+    fails(&["maps", "1", "--watch", "0"], 2, &["a number of seconds"]);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Errors
 // ---------------------------------------------------------------------------------------------
@@ -323,7 +402,7 @@ fn usage_errors_exit_with_2() {
     let load = dir.file("load.s", LOAD_PROBE);
     let load = load.to_str().expect("a UTF-8 temporary path");
     let none: [&str; 0] = [];
-    fails(&none, 2, &["expected a subcommand", "usage:", "egpu translate PROGRAM"]);
+    fails(&none, 2, &["expected a subcommand", "usage:", "egpu translate PROGRAM", "egpu run"]);
     fails(&["frobnicate"], 2, &["expected a subcommand", "usage:"]);
     fails(&["translate", load, "--bogus", "x"], 2, &["unknown option `--bogus`", "usage:"]);
     fails(&["inject", "m.ptx", "-x"], 2, &["unknown option `-x`"]);

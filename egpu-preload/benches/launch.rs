@@ -7,6 +7,7 @@
 //! Without a GPU it says why and exits 0, or fails when `EGPU_REQUIRE_GPU=1`.
 
 #[path = "../tests/support/mod.rs"]
+#[allow(dead_code)]
 mod support;
 
 use std::path::PathBuf;

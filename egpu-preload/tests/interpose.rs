@@ -9,39 +9,10 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-use support::preload_library;
-
-fn fixture(name: &str) -> PathBuf {
-    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    manifest.join("tests/fixture").join(name)
-}
-
-fn cc(args: &[&str]) {
-    let out = Command::new("cc").args(args).output().expect("running cc");
-    assert!(out.status.success(), "cc {args:?}:\n{}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// Builds the fake driver and the launcher into a fresh directory.
-fn build(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("egpu-preload-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("a temporary directory");
-    let d = dir.to_str().expect("a UTF-8 path");
-    let driver = fixture("fake_cuda.c");
-    let launcher = fixture("launcher.c");
-    let lib = format!("{d}/libcuda.so.1");
-    cc(&["-shared", "-fPIC", "-O1", "-o", &lib, driver.to_str().expect("a UTF-8 path")]);
-    let exe = format!("{d}/launcher");
-    let rpath = format!("-Wl,-rpath,{d}");
-    let src = launcher.to_str().expect("a UTF-8 path");
-    cc(&["-O1", "-o", &exe, src, &lib, &rpath, "-ldl"]);
-    dir
-}
+use support::{build, preload_library};
 
 /// What one process's summary says: launches per kernel name (the empty name: no name), the
 /// total, and the probe runs.

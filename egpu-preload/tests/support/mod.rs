@@ -1,4 +1,5 @@
-//! Finding the preloaded library, shared by the tests and the benchmark.
+//! Finding the preloaded library and building the test fixtures, shared by the tests, the
+//! benchmark and the `egpu` command's tests.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,4 +29,40 @@ pub(crate) fn preload_library() -> PathBuf {
     let lib = profile_dir.join("libegpu_preload.so");
     assert!(lib.exists(), "{} is missing after the build", lib.display());
     lib
+}
+
+/// A fixture file, found from the including package's folder (egpu-preload's, or a sibling's).
+fn fixture(name: &str) -> PathBuf {
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let own = manifest.join("tests/fixture");
+    let dir = if own.join("fake_cuda.c").exists() {
+        own
+    } else {
+        manifest.join("../egpu-preload/tests/fixture")
+    };
+    dir.join(name)
+}
+
+fn cc(args: &[&str]) {
+    let out = Command::new("cc").args(args).output().expect("running cc");
+    assert!(out.status.success(), "cc {args:?}:\n{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Builds the fake driver and the launcher into a fresh directory.
+pub(crate) fn build(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("egpu-preload-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let d = dir.to_str().expect("a UTF-8 path");
+    let driver = fixture("fake_cuda.c");
+    let launcher = fixture("launcher.c");
+    let lib = format!("{d}/libcuda.so.1");
+    cc(&["-shared", "-fPIC", "-O1", "-o", &lib, driver.to_str().expect("a UTF-8 path")]);
+    let exe = format!("{d}/launcher");
+    let rpath = format!("-Wl,-rpath,{d}");
+    let src = launcher.to_str().expect("a UTF-8 path");
+    cc(&["-O1", "-o", &exe, src, &lib, &rpath, "-ldl"]);
+    dir
 }

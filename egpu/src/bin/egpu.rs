@@ -3,6 +3,8 @@
 //! ```text
 //! egpu translate PROGRAM [--attach ATTACH] [--kernel NAME] [--map MAP]...
 //! egpu inject MODULE.ptx --probe ATTACH=PROGRAM... [--kernel NAME]... [--map MAP]... [-o OUT.ptx]
+//! egpu run [--summary PATH] [--library PATH] -- COMMAND [ARGS]...
+//! egpu maps [PID] [--watch SECONDS]
 //! ```
 //!
 //! A PROGRAM is an eBPF program file: assembly text (bpf_conformance syntax, as `egpu::ebpf::asm`
@@ -29,6 +31,15 @@ usage:
       device::kernel_exit, device::global_load, device::global_store), in every kernel or in the
       kernels named, to OUT (default: standard output), and lists the sites on standard error.
 
+  egpu run [--summary PATH] [--library PATH] -- COMMAND [ARGS]...
+      Runs COMMAND under egpu's preloaded library, which counts its CUDA calls (launches by
+      kernel, copies, allocations, synchronisations, module loads) in shared memory; the library
+      is PATH, else $EGPU_PRELOAD, else libegpu_preload.so beside this program. With --summary,
+      each process writes its counts to PATH.<pid> when it exits. Exits as COMMAND does.
+  egpu maps [PID] [--watch SECONDS]
+      Without PID: the processes whose counts are in shared memory (and removes those of
+      processes that died). With PID: what that process counted so far; --watch repeats.
+
 PROGRAM is eBPF assembly text or bytecode (little-endian 8-byte instructions).
 MAP declares the next entry of every program's map table (map[0], map[1], ...):
   NAME=KIND:KEY:VALUE:ENTRIES[:SM_SHARDS][@ADDRESS]
@@ -42,11 +53,15 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("translate") => translate(&args[1..]),
         Some("inject") => inject_cmd(&args[1..]),
+        Some("run") => return run_cmd(&args[1..]),
+        Some("maps") => maps_cmd(&args[1..]),
         Some("-h" | "--help" | "help") => {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
         }
-        _ => Err(Error::Usage("expected a subcommand, `translate` or `inject`".into())),
+        _ => Err(Error::Usage(
+            "expected a subcommand: `translate`, `inject`, `run` or `maps`".into(),
+        )),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -234,4 +249,125 @@ fn inject_cmd(args: &[String]) -> Result<(), Error> {
         None => print!("{}", injected.ptx),
     }
     Ok(())
+}
+
+/// `egpu run`: the command's exit code, or the usage or failure code.
+fn run_cmd(args: &[String]) -> ExitCode {
+    match run_command(args) {
+        Ok(code) => code,
+        Err(Error::Usage(why)) => {
+            eprintln!("egpu: {why}\n\n{USAGE}");
+            ExitCode::from(2)
+        }
+        Err(Error::Failed(why)) => {
+            eprintln!("egpu: {why}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run_command(args: &[String]) -> Result<ExitCode, Error> {
+    let split = args.iter().position(|a| a == "--");
+    let (flags, command) = match split {
+        Some(at) => (&args[..at], &args[at + 1..]),
+        None => (args, &[][..]),
+    };
+    let (positional, options) = parse(flags, &["--summary", "--library"])?;
+    if !positional.is_empty() || command.is_empty() {
+        return Err(Error::Usage("`run` takes `-- COMMAND [ARGS]...`".into()));
+    }
+    let mut library = std::env::var_os("EGPU_PRELOAD").map(PathBuf::from);
+    let mut summary = None;
+    for (flag, value) in options {
+        match flag.as_str() {
+            "--library" => library = Some(PathBuf::from(value)),
+            _ => summary = Some(value),
+        }
+    }
+    let library = match library {
+        Some(path) => path,
+        None => std::env::current_exe()
+            .map_err(|e| failed(format!("finding this program: {e}")))?
+            .with_file_name("libegpu_preload.so"),
+    };
+    if !library.is_file() {
+        return Err(failed(format!(
+            "the preloaded library {} does not exist: build it with `cargo build --release -p \
+             egpu-preload` and put it beside egpu, or name it with --library or EGPU_PRELOAD",
+            library.display()
+        )));
+    }
+    let library =
+        library.canonicalize().map_err(|e| failed(format!("{}: {e}", library.display())))?;
+    // Ahead of whatever the environment preloads already.
+    let mut preload = library.into_os_string();
+    if let Some(more) = std::env::var_os("LD_PRELOAD").filter(|v| !v.is_empty()) {
+        preload.push(":");
+        preload.push(more);
+    }
+    let mut child = std::process::Command::new(&command[0]);
+    child.args(&command[1..]).env("LD_PRELOAD", preload);
+    if let Some(path) = summary {
+        child.env("EGPU_SUMMARY", path);
+    }
+    let status = child.status().map_err(|e| failed(format!("running {}: {e}", command[0])))?;
+    use std::os::unix::process::ExitStatusExt as _;
+    let code = match (status.code(), status.signal()) {
+        (Some(code), _) => code,
+        (None, Some(signal)) => 128 + signal,
+        _ => 1,
+    };
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+/// `egpu maps`: the processes with counts in shared memory, or one process's counts.
+fn maps_cmd(args: &[String]) -> Result<(), Error> {
+    use egpu::host::builtin;
+    let (positional, options) = parse(args, &["--watch"])?;
+    let mut watch = None;
+    for (_, value) in options {
+        let seconds: f64 = value
+            .parse()
+            .ok()
+            .filter(|s: &f64| *s > 0.0 && s.is_finite())
+            .ok_or_else(|| Error::Usage(format!("`--watch {value}`: a number of seconds")))?;
+        watch = Some(std::time::Duration::from_secs_f64(seconds));
+    }
+    match positional.as_slice() {
+        [] => {
+            let removed = builtin::clean_dead();
+            if removed > 0 {
+                eprintln!("removed the objects of {removed} processes that no longer exist");
+            }
+            for pid in builtin::processes() {
+                let line = builtin::Builtin::open(pid).map_or_else(
+                    |e| format!("{pid}: {e}"),
+                    |b| {
+                        let report = b.report(None);
+                        let launches = report.lines().nth(1).unwrap_or_default().to_owned();
+                        format!("{pid}: {launches}")
+                    },
+                );
+                println!("{line}");
+            }
+            Ok(())
+        }
+        [pid] => {
+            let pid: u32 =
+                pid.parse().map_err(|_| Error::Usage(format!("`{pid}` is not a process id")))?;
+            let maps = builtin::Builtin::open(pid).map_err(|e| {
+                failed(format!("process {pid} has no egpu maps in shared memory ({e})"))
+            })?;
+            loop {
+                print!("{}", maps.report(None));
+                let Some(every) = watch else { return Ok(()) };
+                if !builtin::alive(pid) {
+                    return Ok(());
+                }
+                std::thread::sleep(every);
+                println!();
+            }
+        }
+        _ => Err(Error::Usage("`maps` takes at most one process id".into())),
+    }
 }
