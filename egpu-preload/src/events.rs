@@ -48,12 +48,12 @@ macro_rules! event {
 }
 event!(LaunchCtx, MemcpyCtx, AllocCtx, SyncCtx, ModuleLoadCtx);
 
-/// Runs `call` as one event: the context `build` makes (given how many context bytes the probes
-/// read), posted before the call; `after` fills what the call produced, and the context is
+/// Runs `call` as one event: the context `build` makes (given the context words the probes
+/// read, [`egpu::host::HostProbes::context_words`]), posted before the call; `after` fills what the call produced, and the context is
 /// posted again after it. When nothing is attached to the event, or the thread is already inside
 /// an interposed call, `call` is all that runs.
 pub(crate) fn observe<C: Event>(
-    build: impl FnOnce(usize) -> C,
+    build: impl FnOnce(u16) -> C,
     call: impl FnOnce() -> CuResult,
     after: impl FnOnce(&mut C, CuResult),
 ) -> CuResult {
@@ -71,18 +71,16 @@ pub(crate) fn observe<C: Event>(
     }
     // The fields the probes read, and no more: a clock read or a system call costs more than a
     // probe's run.
-    let needed = probes.context_needed(C::EVENT, Phase::Enter).max(if exit {
-        probes.context_needed(C::EVENT, Phase::Exit)
-    } else {
-        0
-    });
+    let words = probes.context_words(C::EVENT, Phase::Enter)
+        | if exit { probes.context_words(C::EVENT, Phase::Exit) } else { 0 };
+    let reads = |offset: usize| words & (1 << (offset / 8)) != 0;
     local.inside.set(true);
-    let mut ctx = build(needed);
-    let timed = needed > C::TIMESTAMP || (exit && needed > C::DURATION);
+    let mut ctx = build(words);
+    let timed = reads(C::TIMESTAMP) || (exit && reads(C::DURATION));
     if timed {
         *ctx.timestamp() = egpu::host::now_ns();
     }
-    if needed > C::TID {
+    if reads(C::TID) {
         *ctx.tid() = egpu::host::thread_id();
     }
     if enter {
@@ -218,9 +216,9 @@ pub(crate) struct LaunchConfig {
     stream: Handle,
 }
 
-/// The context of a launch of `f` (its kernel id only when the probes read it).
+/// The context of a launch of `f` (its kernel id only when the probes read it: `words` bit 0).
 pub(crate) fn launch_ctx(
-    needed: usize,
+    words: u16,
     f: Handle,
     grid: [u32; 3],
     block: [u32; 3],
@@ -235,7 +233,7 @@ pub(crate) fn launch_ctx(
         shared_mem_bytes,
         ..LaunchCtx::default()
     };
-    if needed > offset_of!(LaunchCtx, kernel_id) {
+    if words & 1 != 0 {
         ctx.kernel_id = kernel_id(f);
     }
     ctx
@@ -256,13 +254,13 @@ fn kernel_id(f: Handle) -> u64 {
         .unwrap_or_else(|_| defaults::kernel_id(f))
 }
 
-fn launch_ex(needed: usize, config: *const LaunchConfig, f: Handle) -> LaunchCtx {
+fn launch_ex(words: u16, config: *const LaunchConfig, f: Handle) -> LaunchCtx {
     if config.is_null() {
-        return launch_ctx(needed, f, [0; 3], [0; 3], 0, std::ptr::null_mut());
+        return launch_ctx(words, f, [0; 3], [0; 3], 0, std::ptr::null_mut());
     }
     // SAFETY: the caller's launch configuration, which the driver reads too.
     let c = unsafe { &*config };
-    launch_ctx(needed, f, c.grid, c.block, c.shared_mem_bytes, c.stream)
+    launch_ctx(words, f, c.grid, c.block, c.shared_mem_bytes, c.stream)
 }
 
 /// A graph launch: no one kernel, so the id is `u64::MAX`.

@@ -128,7 +128,7 @@ fn launch(
             )
         }
     };
-    let build = |needed| events::launch_ctx(needed, f, grid, block, shared_mem_bytes, stream);
+    let build = |words| events::launch_ctx(words, f, grid, block, shared_mem_bytes, stream);
     events::observe(build, call, |_, _| {})
 }
 

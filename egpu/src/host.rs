@@ -94,6 +94,8 @@ struct Attached {
     maps: Arc<[RawMap]>,
     /// Context bytes it may access.
     needed: usize,
+    /// The 8-byte words of the context it may read or write (bit `i`: bytes `8i..8i + 8`).
+    words: u16,
 }
 
 /// Programs attached to host events (see the module documentation).
@@ -107,6 +109,8 @@ pub struct HostProbes {
     armed: [AtomicU32; 10],
     /// Context bytes the probes of each event and phase read at most.
     needed: [AtomicU32; 10],
+    /// The context words they read or write (see [`HostProbes::context_words`]).
+    words: [AtomicU32; 10],
     next_id: AtomicU64,
     /// Completed runs, one counter per thread that fired (each written by its thread alone,
     /// without a locked instruction), summed when asked.
@@ -168,6 +172,7 @@ impl HostProbes {
             generation: AtomicU64::new(0),
             armed: Default::default(),
             needed: Default::default(),
+            words: Default::default(),
             next_id: AtomicU64::new(0),
             runs: Mutex::new(Vec::new()),
             faults: AtomicU64::new(0),
@@ -192,6 +197,8 @@ impl HostProbes {
             Ok(vm) => vm.context_needed(),
             Err(e) => return refuse(e.into()),
         };
+        // The VM verified it already: this cannot fail, but says which words it touches.
+        let words = egpu_ebpf::verifier::verify(program).map_or(u16::MAX, |v| context_words(&v));
         let id = ProbeId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let mut attached = self.attached.write().unwrap_or_else(|p| p.into_inner());
         attached.push(Attached {
@@ -201,6 +208,7 @@ impl HostProbes {
             program: Arc::new(program.clone()),
             maps: maps.into(),
             needed,
+            words,
         });
         self.account(&attached, event, phase);
         self.generation.fetch_add(1, Ordering::Release);
@@ -211,8 +219,10 @@ impl HostProbes {
     fn account(&self, attached: &[Attached], event: HostEvent, phase: Phase) {
         let mine = || attached.iter().filter(|a| a.event == event && a.phase == phase);
         let needed = mine().map(|a| a.needed).max().unwrap_or(0);
+        let words = mine().fold(0, |w, a| w | a.words);
         let s = slot(event, phase);
         self.needed[s].store(u32::try_from(needed).unwrap_or(u32::MAX), Ordering::Relaxed);
+        self.words[s].store(u32::from(words), Ordering::Relaxed);
         self.armed[s].store(mine().count() as u32, Ordering::Relaxed);
     }
 
@@ -240,6 +250,14 @@ impl HostProbes {
     #[inline]
     pub fn context_needed(&self, event: HostEvent, phase: Phase) -> usize {
         self.needed[slot(event, phase)].load(Ordering::Relaxed) as usize
+    }
+
+    /// Which 8-byte words of `event`'s context the probes attached at `phase` may read or write
+    /// (bit `i`: bytes `8i..8i + 8`), from the verifier: a caller fills those fields and may
+    /// leave the others (a clock read for a timestamp no probe reads is time lost).
+    #[inline]
+    pub fn context_words(&self, event: HostEvent, phase: Phase) -> u16 {
+        self.words[slot(event, phase)].load(Ordering::Relaxed) as u16
     }
 
     /// Runs every probe attached to `C`'s event at `phase`, on this thread, with `ctx` as the
@@ -320,6 +338,41 @@ impl HostProbes {
             reentered: self.reentered.load(Ordering::Relaxed),
         }
     }
+}
+
+/// The context words (bit `i`: bytes `8i..8i + 8`) a verified program may touch: those its loads
+/// and stores reach at constant offsets, and all of them when an access's offset varies or a
+/// helper is given a pointer into the context.
+fn context_words(verified: &egpu_ebpf::verifier::Verified) -> u16 {
+    use egpu_ebpf::Instruction;
+    use egpu_ebpf::verifier::AccessRegion;
+    let mut words = 0u16;
+    let mut mark = |offset: Option<i64>, bytes: usize| match offset {
+        Some(o) if o >= 0 => {
+            let (first, last) = (o as usize / 8, (o as usize + bytes.max(1) - 1) / 8);
+            for w in first..=last.min(15) {
+                words |= 1 << w;
+            }
+        }
+        _ => words = u16::MAX,
+    };
+    for d in verified.program().decoded() {
+        let size = match d.insn {
+            Instruction::Load { size, .. }
+            | Instruction::Store { size, .. }
+            | Instruction::Atomic { size, .. } => size.bytes(),
+            _ => 0,
+        };
+        if let Some(a) = verified.access(d.pc).filter(|a| a.region == AccessRegion::Context) {
+            mark(a.offset, size as usize);
+        }
+        if let Some(call) = verified.call(d.pc)
+            && call.args.iter().flatten().any(|a| a.region == AccessRegion::Context)
+        {
+            mark(None, 0);
+        }
+    }
+    words
 }
 
 /// The process's set: the one egpu's own CUDA calls and the preloaded library fire.

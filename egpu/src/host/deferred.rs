@@ -31,7 +31,7 @@ pub(super) const SWEEP: Duration = Duration::from_micros(500);
 const CTX_MAX: usize = 96;
 
 const _: () = {
-    assert!(CTX_MAX <= FIRST + 64);
+    assert!(CTX_MAX <= FIRST + 64 && CTX_MAX < 256);
     let sizes = [
         size_of::<LaunchCtx>(),
         size_of::<MemcpyCtx>(),
@@ -57,15 +57,21 @@ impl<T> std::ops::Deref for Line<T> {
     }
 }
 
-/// One cache line of a queue. An event takes one slot: its event, phase and context length,
-/// then up to [`FIRST`] bytes of context; a longer context continues in the next slot. Callers
-/// queue only the bytes the probes read ([`HostProbes::context_needed`]), so a launch counted
-/// by kernel takes one line.
+/// One cache line of a queue, holding up to 64 bytes of an event's context; a longer context
+/// continues in the next slot. The event, phase and length are kept apart, in a `u16` per slot
+/// (32 of them to a line), so that a context of 64 bytes, such as a launch's up to its block
+/// size, takes one line. Callers queue only the bytes the probes read
+/// ([`HostProbes::context_needed`]).
 #[repr(C, align(64))]
 struct Slot([u8; 64]);
 
 /// Context bytes in an event's first slot.
-const FIRST: usize = 61;
+const FIRST: usize = 64;
+
+/// An event's header: event code in bits 0–2, exit phase in bit 3, length in bits 8–15.
+fn header(event: HostEvent, phase: Phase, len: usize) -> u16 {
+    u16::from(event_code(event)) | u16::from(phase == Phase::Exit) << 3 | (len as u16) << 8
+}
 
 fn event_code(event: HostEvent) -> u8 {
     match event {
@@ -93,6 +99,8 @@ fn event_of(code: u8) -> HostEvent {
 /// as much as running a probe).
 pub(super) struct Queue {
     slots: Box<[UnsafeCell<Slot>]>,
+    /// Each slot's [`header`].
+    headers: Box<[UnsafeCell<u16>]>,
     head: Line<AtomicU64>,
     /// The producer's view of `tail`.
     seen_tail: Line<AtomicU64>,
@@ -111,8 +119,10 @@ unsafe impl Send for Queue {}
 impl Queue {
     fn new() -> Queue {
         let slots = (0..SLOTS).map(|_| UnsafeCell::new(Slot([0; 64]))).collect();
+        let headers = (0..SLOTS).map(|_| UnsafeCell::new(0)).collect();
         Queue {
             slots,
+            headers,
             head: Line(AtomicU64::new(0)),
             seen_tail: Line(AtomicU64::new(0)),
             tail: Line(AtomicU64::new(0)),
@@ -122,6 +132,10 @@ impl Queue {
 
     fn slot(&self, at: u64) -> *mut Slot {
         self.slots[(at % SLOTS as u64) as usize].get()
+    }
+
+    fn header(&self, at: u64) -> *mut u16 {
+        self.headers[(at % SLOTS as u64) as usize].get()
     }
 
     /// Queues a context; false when the queue is full. Called by the queue's thread only.
@@ -143,11 +157,8 @@ impl Queue {
         // them until the store of `head` below publishes them, and this thread is the only
         // producer.
         unsafe {
-            let slot = &mut (*self.slot(head)).0;
-            slot[0] = event_code(event);
-            slot[1] = u8::from(phase == Phase::Exit);
-            slot[2] = ctx.len() as u8;
-            slot[3..3 + first.len()].copy_from_slice(first);
+            *self.header(head) = header(event, phase, ctx.len());
+            (&mut (*self.slot(head)).0)[..first.len()].copy_from_slice(first);
             if !rest.is_empty() {
                 (&mut (*self.slot(head + 1)).0)[..rest.len()].copy_from_slice(rest);
             }
@@ -168,15 +179,15 @@ impl Queue {
             // SAFETY: the slots of `t`'s event are inside `tail..head`: published, and not
             // written again until the store of `tail` below frees them.
             let (event, phase, len) = unsafe {
-                let slot = &(*self.slot(t)).0;
-                let len = usize::from(slot[2]).min(CTX_MAX);
+                let h = *self.header(t);
+                let len = usize::from(h >> 8).min(CTX_MAX);
                 let first = len.min(FIRST);
-                ctx[..first].copy_from_slice(&slot[3..3 + first]);
+                ctx[..first].copy_from_slice(&(&(*self.slot(t)).0)[..first]);
                 if len > FIRST {
                     ctx[FIRST..len].copy_from_slice(&(&(*self.slot(t + 1)).0)[..len - FIRST]);
                 }
-                let phase = if slot[1] == 1 { Phase::Exit } else { Phase::Enter };
-                (event_of(slot[0]), phase, len)
+                let phase = if h & 8 != 0 { Phase::Exit } else { Phase::Enter };
+                (event_of((h & 7) as u8), phase, len)
             };
             t += if len > FIRST { 2 } else { 1 };
             run(event, phase, &mut ctx[..len]);

@@ -251,3 +251,18 @@ fn posted_events_run_on_the_worker_or_at_a_flush_exactly_once() {
     probes.flush();
     assert_eq!(counts.get(&98), None);
 }
+
+#[test]
+fn the_words_a_probe_reads_are_known() {
+    let probes = HostProbes::new();
+    let enter = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
+    // kernel_id (word 0) only.
+    probes.attach(&program(COUNT_BY_KERNEL, counts_def(), enter), &[counts_map()]).expect("attach");
+    assert_eq!(probes.context_words(HostEvent::Launch, Phase::Enter), 0b1);
+    // grid[0] and grid[1] (bytes 40..48: word 5) and block[2] (bytes 60..64: word 7).
+    let grid = "ldxw %r0, [%r1+40]\nldxw %r2, [%r1+44]\nldxw %r3, [%r1+60]\nexit";
+    probes.attach(&program(grid, vec![], enter), &[]).expect("attach");
+    assert_eq!(probes.context_words(HostEvent::Launch, Phase::Enter), 0b1010_0001);
+    assert_eq!(probes.context_needed(HostEvent::Launch, Phase::Enter), 64);
+    assert_eq!(probes.context_words(HostEvent::Launch, Phase::Exit), 0);
+}
