@@ -39,9 +39,36 @@ static REGISTERED: AtomicBool = AtomicBool::new(false);
 /// Set once the probes are set up (in this process, or in the parent of a fork).
 static READY: AtomicBool = AtomicBool::new(false);
 
+thread_local! {
+    /// The locks `before_fork` took, held across `fork` by the thread that forks.
+    static FORK_GUARDS: std::cell::RefCell<Vec<Box<dyn std::any::Any>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Before `fork`: takes this library's locks (before egpu's own, whose handlers were registered
+/// first and so run after these), so that the child never inherits one that a thread it does
+/// not have holds.
+extern "C" fn before_fork() {
+    let state: Box<dyn std::any::Any> = Box::new(STATE.lock().unwrap_or_else(|p| p.into_inner()));
+    let names: Box<dyn std::any::Any> = Box::new(NAMES.write().unwrap_or_else(|p| p.into_inner()));
+    let _ = FORK_GUARDS.try_with(|g| *g.borrow_mut() = vec![state, names]);
+}
+
+fn release_fork_guards() {
+    if let Ok(mut guards) = FORK_GUARDS.try_with(|g| std::mem::take(&mut *g.borrow_mut())) {
+        while let Some(guard) = guards.pop() {
+            drop(guard);
+        }
+    }
+}
+
+extern "C" fn after_fork_parent() {
+    release_fork_guards();
+}
+
 extern "C" fn forked_child() {
-    // Only a store: a fork's child may run nothing else that is not async-signal-safe.
     FORKED.store(true, Ordering::Relaxed);
+    release_fork_guards();
 }
 
 extern "C" fn exiting() {
@@ -70,10 +97,10 @@ pub(crate) fn probes() -> Option<&'static HostProbes> {
         *state = set_up(probes, pid);
     }
     if !REGISTERED.swap(true, Ordering::Relaxed) {
-        // SAFETY: both handlers are `extern "C"` functions that live as long as the process.
+        // SAFETY: the handlers are `extern "C"` functions that live as long as the process.
         unsafe {
             libc::atexit(exiting);
-            libc::pthread_atfork(None, None, Some(forked_child));
+            libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(forked_child));
         }
     }
     READY.store(state.is_some(), Ordering::Release);

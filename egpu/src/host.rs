@@ -376,9 +376,20 @@ fn context_words(verified: &egpu_ebpf::verifier::Verified) -> u16 {
 }
 
 /// The process's set: the one egpu's own CUDA calls and the preloaded library fire.
+///
+/// Its locks are safe across `fork` (see `host/deferred.rs`): a program that forks while other
+/// threads fire or post does not leave its child a lock no thread will release.
 pub fn global() -> &'static HostProbes {
     static GLOBAL: OnceLock<HostProbes> = OnceLock::new();
-    GLOBAL.get_or_init(HostProbes::new)
+    let mut made = false;
+    let set = GLOBAL.get_or_init(|| {
+        made = true;
+        HostProbes::new()
+    });
+    if made {
+        deferred::fork_safe(set);
+    }
+    set
 }
 
 /// Monotonic time in ns (`CLOCK_MONOTONIC`), as contexts' `timestamp_ns` takes it.

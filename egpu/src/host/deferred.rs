@@ -11,8 +11,9 @@
 //!   probes itself.
 //! - The worker sweeps every queue every [`SWEEP`]; [`HostProbes::flush`] runs what is queued
 //!   now on the calling thread (at exit, before a summary, in tests).
-//! - After `fork`, the child starts without queues and without a worker (the registry's lock is
-//!   held across the fork, so the child never inherits it locked); its first post makes them.
+//! - After `fork`, the child starts without queues and without a worker; its first post makes
+//!   them. The thread that forks holds every lock of the set across the fork (`fork_safe`), so
+//!   the child never inherits one held by a thread it does not have.
 
 use std::cell::{RefCell, UnsafeCell};
 use std::sync::Arc;
@@ -246,32 +247,66 @@ impl Registry {
     }
 }
 
+thread_local! {
+    /// The locks `before_fork` took, held across `fork` by the thread that forks and released
+    /// by `after_fork_*` in the parent and in the child.
+    static FORK_GUARDS: RefCell<Vec<Box<dyn std::any::Any>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Registers the fork handlers (once) and `set` with them: across a `fork`, the thread that forks
+/// holds every lock of the set, so the child never inherits one held by a thread it does not
+/// have (the worker thread reading the attached probes, say).
+pub(super) fn fork_safe(set: &'static HostProbes) {
+    static HANDLERS: std::sync::Once = std::sync::Once::new();
+    HANDLERS.call_once(|| {
+        // SAFETY: the handlers are `extern "C"` functions that live as long as the process.
+        unsafe {
+            libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(after_fork_child))
+        };
+    });
+    if let Ok(mut sets) = LOCKED_FOR_FORK.lock()
+        && !sets.iter().any(|s| std::ptr::eq(*s, set))
+    {
+        sets.push(set);
+    }
+}
+
 extern "C" fn before_fork() {
-    if let Ok(sets) = LOCKED_FOR_FORK.lock() {
-        for set in sets.iter() {
-            set.registry.lock();
+    let mut guards: Vec<Box<dyn std::any::Any>> = Vec::new();
+    let Ok(sets) = LOCKED_FOR_FORK.lock() else { return };
+    let list: Vec<&'static HostProbes> = sets.clone();
+    guards.push(Box::new(sets));
+    for set in &list {
+        guards.push(Box::new(set.attached.write().unwrap_or_else(|p| p.into_inner())));
+        guards.push(Box::new(set.runs.lock().unwrap_or_else(|p| p.into_inner())));
+        set.registry.lock();
+    }
+    guards.push(Box::new(list));
+    let _ = FORK_GUARDS.try_with(|g| *g.borrow_mut() = guards);
+}
+
+fn after_fork() {
+    let Ok(mut guards) = FORK_GUARDS.try_with(|g| std::mem::take(&mut *g.borrow_mut())) else {
+        return;
+    };
+    if let Some(list) = guards.pop().and_then(|l| l.downcast::<Vec<&'static HostProbes>>().ok()) {
+        for set in list.iter() {
+            set.registry.unlock();
         }
-        // The guard is dropped here: `after_fork_*` take it again, so the std lock is not held
-        // across the fork, only the registries' spin locks.
+    }
+    // The std locks, in the reverse order of their taking.
+    while let Some(guard) = guards.pop() {
+        drop(guard);
     }
 }
 
 extern "C" fn after_fork_parent() {
-    if let Ok(sets) = LOCKED_FOR_FORK.lock() {
-        for set in sets.iter() {
-            set.registry.unlock();
-        }
-    }
+    after_fork();
 }
 
 extern "C" fn after_fork_child() {
     FORKS.fetch_add(1, Ordering::Relaxed);
-    // Other threads are gone: nothing else holds this lock, unless one held it at the fork.
-    if let Ok(sets) = LOCKED_FOR_FORK.try_lock() {
-        for set in sets.iter() {
-            set.registry.unlock();
-        }
-    }
+    after_fork();
 }
 
 thread_local! {
@@ -322,22 +357,7 @@ impl HostProbes {
     /// Adds a thread's queue, starting the worker (and, once, the fork handlers) when this
     /// process has none yet.
     fn register(&'static self, queue: Arc<Queue>, forks: u32) {
-        static HANDLERS: std::sync::Once = std::sync::Once::new();
-        HANDLERS.call_once(|| {
-            // SAFETY: the handlers are `extern "C"` functions that live as long as the process.
-            unsafe {
-                libc::pthread_atfork(
-                    Some(before_fork),
-                    Some(after_fork_parent),
-                    Some(after_fork_child),
-                )
-            };
-        });
-        if let Ok(mut sets) = LOCKED_FOR_FORK.lock()
-            && !sets.iter().any(|s| std::ptr::eq(*s, self))
-        {
-            sets.push(self);
-        }
+        fork_safe(self);
         let registry = &self.registry;
         registry.lock();
         let fresh = registry.epoch.load(Ordering::Relaxed) != forks;

@@ -266,3 +266,73 @@ fn the_words_a_probe_reads_are_known() {
     assert_eq!(probes.context_needed(HostEvent::Launch, Phase::Enter), 64);
     assert_eq!(probes.context_words(HostEvent::Launch, Phase::Exit), 0);
 }
+
+#[test]
+fn a_child_forked_while_threads_post_can_use_the_set() {
+    let probes = global();
+    let map = counts_map();
+    let enter = AttachPoint::Host(HostEvent::Sync, Phase::Enter);
+    // Counts syncs by handle (SyncCtx::handle, byte 0), as the launch probe counts kernels.
+    let id = probes
+        .attach(&program(COUNT_BY_KERNEL, counts_def(), enter), std::slice::from_ref(&map))
+        .expect("attach");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        // Attaching and detaching changes the set's generation, so the other threads reload their
+        // VMs, reading the attached probes under the set's lock, all the time.
+        let churn = &stop;
+        s.spawn(move || {
+            while !churn.load(Ordering::Relaxed) {
+                let p = program(COUNT_BY_KERNEL, counts_def(), enter);
+                if let Ok(id) = probes.attach(&p, &[counts_map()]) {
+                    probes.detach(id);
+                }
+            }
+        });
+        for t in 0..3u64 {
+            let stop = &stop;
+            s.spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    probes.post(Phase::Enter, &SyncCtx { handle: t, ..Default::default() });
+                    probes.fire(Phase::Enter, &mut SyncCtx { handle: t, ..Default::default() });
+                }
+            });
+        }
+        for _ in 0..20 {
+            // SAFETY: the child only uses the set (locks, allocation: what fork handlers make
+            // safe) and ends with _exit.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                // Would hang on a lock some parent thread held at the fork.
+                let again = probes.attach(
+                    &program(COUNT_BY_KERNEL, counts_def(), enter),
+                    std::slice::from_ref(&counts_map()),
+                );
+                probes.post(Phase::Enter, &SyncCtx { handle: 9, ..Default::default() });
+                probes.flush();
+                let ok = again.is_ok() && probes.detach(again.unwrap());
+                // SAFETY: ends the child at once.
+                unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+            }
+            let mut status = 0;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+            loop {
+                // SAFETY: waits for our own child without blocking.
+                let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+                if r == pid {
+                    break;
+                }
+                if std::time::Instant::now() > deadline {
+                    // SAFETY: our own child.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                    stop.store(true, Ordering::Relaxed);
+                    panic!("a child forked while threads posted is stuck");
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    probes.detach(id);
+}
