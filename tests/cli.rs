@@ -351,16 +351,27 @@ fn run_starts_a_program_under_the_library_and_maps_reads_it_live() {
         "exit 3".as_ref(),
     ];
     assert_eq!(run(&failing).code, 3, "the command's exit status");
-    // While it runs, `egpu maps` lists it and reads its counts.
+    // While it runs, `egpu maps` lists it and reads its counts, and `egpu run` serves them.
     let mut child = Command::new(egpu())
-        .args(["run".as_ref(), "--library".as_ref(), library.as_os_str(), "--".as_ref()])
+        .args(["run".as_ref(), "--library".as_ref(), library.as_os_str()])
+        .args(["--metrics", "127.0.0.1:0", "--kernel-names", "--"])
         .arg(&launcher)
         .arg("wait")
         .env("LD_LIBRARY_PATH", &dir)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("egpu run");
+    let mut err = std::io::BufReader::new(child.stderr.take().expect("its errors"));
+    let mut said = String::new();
+    err.read_line(&mut said).expect("a line");
+    let address = said
+        .trim()
+        .strip_prefix("egpu: metrics at http://")
+        .and_then(|a| a.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("the metrics address: {said}"))
+        .to_string();
     let mut out = std::io::BufReader::new(child.stdout.take().expect("its output"));
     let mut line = String::new();
     out.read_line(&mut line).expect("a line");
@@ -376,6 +387,25 @@ fn run_starts_a_program_under_the_library_and_maps_reads_it_live() {
     assert!(report.contains("launches 5\n") && report.contains(" 5 _Z5kernAPf\n"), "{report}");
     let listed = succeeds(&["maps"]).stdout;
     assert!(listed.contains(&format!("{pid}: launches 5")), "{listed}");
+    let scrape = |path: &str| {
+        use std::io::Read;
+        let mut stream = std::net::TcpStream::connect(&address).expect("the metrics server");
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: {address}\r\n\r\n").expect("a request");
+        let mut response = String::new();
+        stream.read_to_string(&mut response).expect("a response");
+        response
+    };
+    let metrics = scrape("/metrics");
+    assert!(metrics.starts_with("HTTP/1.1 200 OK\r\n"), "{metrics}");
+    assert!(metrics.contains("Content-Type: text/plain; version=0.0.4"), "{metrics}");
+    let series = format!(
+        "gpu_cuda_kernel_launch_calls_total{{pid=\"{pid}\",cuda_kernel_name=\"_Z5kernAPf\"}} 5"
+    );
+    assert!(metrics.contains(&series), "{metrics}");
+    assert!(
+        metrics.contains(&format!("gpu_cuda_device_synchronize_calls_total{{pid=\"{pid}\"}} 1"))
+    );
+    assert!(scrape("/other").starts_with("HTTP/1.1 404"));
     child.stdin.take().expect("its input").write_all(b"go\n").expect("a line");
     assert!(child.wait().expect("egpu run").success());
     fails(&["maps", &pid], 1, &[&format!("process {pid} has no egpu maps")]);
@@ -387,6 +417,9 @@ fn run_and_maps_refuse_what_they_cannot_do() {
     fails(&["run"], 2, &["`run` takes `-- COMMAND"]);
     fails(&["run", "--summary", "x"], 2, &["`run` takes `-- COMMAND"]);
     fails(&["run", "--library", "/no/such/library.so", "--", "true"], 1, &["does not exist"]);
+    fails(&["run", "--metrics", "0.0.0.0:9400", "--", "true"], 2, &["a loopback address"]);
+    fails(&["run", "--metrics", "localhost", "--", "true"], 2, &["an address and port"]);
+    fails(&["run", "--kernel-names", "--", "true"], 2, &["goes with `--metrics`"]);
     fails(&["maps", "nope"], 2, &["not a process id"]);
     fails(&["maps", "1", "2"], 2, &["at most one process id"]);
     fails(&["maps", "1", "--watch", "0"], 2, &["a number of seconds"]);

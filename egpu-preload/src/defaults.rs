@@ -112,6 +112,7 @@ fn set_up(probes: &HostProbes, pid: u32) -> Option<Defaults> {
     builtin::clean_dead();
     let shared = std::env::var_os("EGPU_SHARED").is_none_or(|v| v != "0");
     let builtin = Builtin::create(pid, shared).ok()?;
+    probes.mirror_health(builtin.health_map().clone());
     let programs = builtin.programs().ok()?;
     let attached = attach_all(probes, &programs)?;
     Some(Defaults { pid, builtin, programs, attached })
@@ -207,7 +208,7 @@ mod tests {
         let builtin = Builtin::create(std::process::id(), false).expect("the maps");
         let programs = builtin.programs().expect("the programs");
         let attached = attach_all(&probes, &programs).expect("every program attaches");
-        assert_eq!(attached.len(), 5);
+        assert_eq!(attached.len(), 7);
         for (event, phase) in [
             (HostEvent::Launch, Phase::Enter),
             (HostEvent::Memcpy, Phase::Enter),
@@ -217,7 +218,10 @@ mod tests {
         ] {
             assert!(probes.armed(event, phase), "{event:?} {phase:?}");
         }
-        // A launch count reads the kernel id only: no clock, no thread id.
-        assert_eq!(probes.context_needed(HostEvent::Launch, Phase::Enter), 8);
+        // The launch probes read the kernel id, the grid and the block: no clock (word 3), no
+        // thread id (word 9), and one queue slot (64 bytes).
+        let words = probes.context_words(HostEvent::Launch, Phase::Enter);
+        assert_eq!(words, 0b1110_0001, "{words:#b}");
+        assert_eq!(probes.context_needed(HostEvent::Launch, Phase::Enter), 64);
     }
 }

@@ -120,6 +120,9 @@ pub struct HostProbes {
     reentered: AtomicU64,
     /// Queues of posted events ([`HostProbes::post`]).
     registry: deferred::Registry,
+    /// An array of `u64` the worker thread copies [`Health`] into ([`HostProbes::mirror_health`]).
+    /// (Every lock here is also taken across `fork` by `deferred::before_fork`.)
+    health_mirror: Mutex<Option<RawMap>>,
 }
 
 impl std::fmt::Debug for HostProbes {
@@ -179,6 +182,7 @@ impl HostProbes {
             rejected: AtomicU64::new(0),
             reentered: AtomicU64::new(0),
             registry: deferred::Registry::new(),
+            health_mirror: Mutex::new(None),
         }
     }
 
@@ -323,6 +327,24 @@ impl HostProbes {
                 }
             })
             .collect()
+    }
+
+    /// Keeps `map` (an array of at least four `u64`) up to date with [`health`](Self::health):
+    /// runs, faults, refusals, skipped fires, written by the worker thread after each sweep and
+    /// by [`flush`](Self::flush), so that another process reads them live.
+    pub fn mirror_health(&self, map: RawMap) {
+        *self.health_mirror.lock().unwrap_or_else(|p| p.into_inner()) = Some(map);
+        self.write_health_mirror();
+    }
+
+    fn write_health_mirror(&self) {
+        let Ok(mirror) = self.health_mirror.try_lock() else { return };
+        let Some(map) = mirror.as_ref() else { return };
+        let Ok(array) = egpu_maps::Array::<u64>::from_raw(map.clone()) else { return };
+        let h = self.health();
+        for (i, v) in [h.runs, h.faults, h.rejected, h.reentered].into_iter().enumerate() {
+            let _ = array.set(i as u32, &v);
+        }
     }
 
     /// What the probes have done so far.

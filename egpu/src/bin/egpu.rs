@@ -3,7 +3,7 @@
 //! ```text
 //! egpu translate PROGRAM [--attach ATTACH] [--kernel NAME] [--map MAP]...
 //! egpu inject MODULE.ptx --probe ATTACH=PROGRAM... [--kernel NAME]... [--map MAP]... [-o OUT.ptx]
-//! egpu run [--summary PATH] [--library PATH] -- COMMAND [ARGS]...
+//! egpu run [--summary PATH] [--library PATH] [--metrics ADDRESS [--kernel-names]] -- COMMAND [ARGS]...
 //! egpu maps [PID] [--watch SECONDS]
 //! ```
 //!
@@ -31,11 +31,14 @@ usage:
       device::kernel_exit, device::global_load, device::global_store), in every kernel or in the
       kernels named, to OUT (default: standard output), and lists the sites on standard error.
 
-  egpu run [--summary PATH] [--library PATH] -- COMMAND [ARGS]...
+  egpu run [--summary PATH] [--library PATH] [--metrics ADDRESS [--kernel-names]] -- COMMAND...
       Runs COMMAND under egpu's preloaded library, which counts its CUDA calls (launches by
       kernel, copies, allocations, synchronisations, module loads) in shared memory; the library
       is PATH, else $EGPU_PRELOAD, else libegpu_preload.so beside this program. With --summary,
-      each process writes its counts to PATH.<pid> when it exits. Exits as COMMAND does.
+      each process writes its counts to PATH.<pid> when it exits. With --metrics, serves the
+      counts of COMMAND and its children in Prometheus's format at http://ADDRESS/metrics (a
+      loopback address, port 0 for any; the address taken is said on standard error), with a
+      kernel-name label when --kernel-names. Exits as COMMAND does.
   egpu maps [PID] [--watch SECONDS]
       Without PID: the processes whose counts are in shared memory (and removes those of
       processes that died). With PID: what that process counted so far; --watch repeats.
@@ -272,17 +275,24 @@ fn run_command(args: &[String]) -> Result<ExitCode, Error> {
         Some(at) => (&args[..at], &args[at + 1..]),
         None => (args, &[][..]),
     };
-    let (positional, options) = parse(flags, &["--summary", "--library"])?;
+    let kernel_names = flags.iter().any(|f| f == "--kernel-names");
+    let flags: Vec<String> = flags.iter().filter(|f| *f != "--kernel-names").cloned().collect();
+    let (positional, options) = parse(&flags, &["--summary", "--library", "--metrics"])?;
     if !positional.is_empty() || command.is_empty() {
         return Err(Error::Usage("`run` takes `-- COMMAND [ARGS]...`".into()));
     }
     let mut library = std::env::var_os("EGPU_PRELOAD").map(PathBuf::from);
     let mut summary = None;
+    let mut metrics = None;
     for (flag, value) in options {
         match flag.as_str() {
             "--library" => library = Some(PathBuf::from(value)),
+            "--metrics" => metrics = Some(value),
             _ => summary = Some(value),
         }
+    }
+    if kernel_names && metrics.is_none() {
+        return Err(Error::Usage("`--kernel-names` goes with `--metrics`".into()));
     }
     let library = match library {
         Some(path) => path,
@@ -309,6 +319,10 @@ fn run_command(args: &[String]) -> Result<ExitCode, Error> {
     child.args(&command[1..]).env("LD_PRELOAD", preload);
     if let Some(path) = summary {
         child.env("EGPU_SUMMARY", path);
+    }
+    // Listening before the command starts, so that its first scrape finds the server.
+    if let Some(address) = metrics {
+        serve_metrics(&address, kernel_names)?;
     }
     let status = child.status().map_err(|e| failed(format!("running {}: {e}", command[0])))?;
     use std::os::unix::process::ExitStatusExt as _;
@@ -370,4 +384,74 @@ fn maps_cmd(args: &[String]) -> Result<(), Error> {
         }
         _ => Err(Error::Usage("`maps` takes at most one process id".into())),
     }
+}
+
+/// Serves the built-in counts of this process's descendants at `http://ADDRESS/metrics` from a
+/// thread of its own, until the process ends.
+fn serve_metrics(address: &str, kernel_names: bool) -> Result<std::net::SocketAddr, Error> {
+    use std::io::{BufRead, Write};
+    let parsed: std::net::SocketAddr = address
+        .parse()
+        .map_err(|_| Error::Usage(format!("`--metrics {address}`: an address and port")))?;
+    if !parsed.ip().is_loopback() {
+        return Err(Error::Usage(format!(
+            "`--metrics {address}`: a loopback address (127.0.0.1, ::1): the counts are not for \
+             other machines"
+        )));
+    }
+    let listener = std::net::TcpListener::bind(parsed)
+        .map_err(|e| failed(format!("listening on {address}: {e}")))?;
+    let bound = listener.local_addr().map_err(|e| failed(format!("{address}: {e}")))?;
+    eprintln!("egpu: metrics at http://{bound}/metrics");
+    let options = egpu::host::builtin::MetricsOptions::default().with_kernel_names(kernel_names);
+    let me = std::process::id();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = std::io::BufReader::new(&stream);
+            let mut request = String::new();
+            if reader.read_line(&mut request).is_err() {
+                continue;
+            }
+            // The rest of the request's head.
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let response = if request.starts_with("GET /metrics ") {
+                let processes: Vec<_> = egpu::host::builtin::processes()
+                    .into_iter()
+                    .filter(|&pid| descends_from(pid, me))
+                    .filter_map(|pid| egpu::host::builtin::Builtin::open(pid).ok())
+                    .collect();
+                let body = egpu::host::builtin::prometheus(&processes, options);
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+            } else {
+                "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into()
+            };
+            let _ = (&stream).write_all(response.as_bytes());
+        }
+    });
+    Ok(bound)
+}
+
+/// Whether process `pid` is `ancestor` or one of its descendants (from `/proc/<pid>/stat`).
+fn descends_from(mut pid: u32, ancestor: u32) -> bool {
+    for _ in 0..64 {
+        if pid == ancestor {
+            return true;
+        }
+        if pid <= 1 {
+            return false;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+        // The parent is the second field after the command, which is in parentheses.
+        let parent = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1));
+        let Some(Ok(parent)) = parent.map(str::parse) else { return false };
+        pid = parent;
+    }
+    false
 }

@@ -125,7 +125,100 @@ const TOTALS: [(&str, HostEvent, Phase, &str, u32); 4] = [
 ];
 
 /// Every map's name, as [`shared_name`] places it.
-pub const MAPS: [&str; 6] = ["launches", "copies", "allocations", "syncs", "modules", "names"];
+pub const MAPS: [&str; 9] = [
+    "launches",
+    "copies",
+    "allocations",
+    "syncs",
+    "modules",
+    "shapes",
+    "copy_sizes",
+    "health",
+    "names",
+];
+
+/// Buckets of a histogram: bucket `b` counts the values with `b` significant bits (0 for 0, 1 for
+/// 1, 2 for 2–3, 3 for 4–7, …), so its upper bound is `2^b − 1`.
+pub const BUCKETS: u32 = 65;
+
+/// The launch-shape histograms of the `shapes` array: grid sizes (threads blocks in the grid)
+/// at `0..BUCKETS`, their sum at `BUCKETS`; block sizes (threads) from `BUCKETS + 1`, their sum
+/// at `2 * BUCKETS + 1`.
+const SHAPES: u32 = 2 * BUCKETS + 2;
+
+/// `copy_sizes`: a histogram of copy sizes in bytes per `MemcpyCtx` kind (0–5), at
+/// `kind * BUCKETS`.
+const COPY_SIZES: u32 = 6 * BUCKETS;
+
+/// `health`: the probe set's runs, faults, refusals and skipped fires, mirrored by its worker.
+const HEALTH: u32 = 4;
+
+/// Appends to `text` the eBPF that sets `r8` to the number of significant bits of `r7` (uses
+/// `r3`, `r9`).
+fn bucket_of_r7(text: &mut String) {
+    text.push_str("    mov %r8, 0\n    mov %r9, %r7\n");
+    for shift in [32, 16, 8, 4, 2, 1] {
+        let _ = write!(
+            text,
+            "    mov %r3, %r9\n    rsh %r3, {shift}\n    jeq %r3, 0, +2\n    add %r8, {shift}\n    mov %r9, %r3\n"
+        );
+    }
+    text.push_str("    add %r8, %r9\n");
+}
+
+/// Appends to `text` the eBPF that adds `value` (a register or a number) to element `index` (a
+/// register or a number) of map 0, an array of `u64`.
+fn add_to(text: &mut String, index: &str, value: &str, label: &mut u32) {
+    *label += 1;
+    let store = if index.starts_with('%') {
+        format!("stxw [%r10-4], {index}")
+    } else {
+        format!("stw [%r10-4], {index}")
+    };
+    let add = if value.starts_with('%') {
+        format!("lock add [%r0+0], {value}")
+    } else {
+        format!("mov %r1, {value}\n    lock add [%r0+0], %r1")
+    };
+    let _ = write!(
+        text,
+        "    {store}\n    lddw %r1, map[0]\n    mov %r2, %r10\n    add %r2, -4\n    call 1\n    jeq %r0, 0, skip{label}\n    {add}\nskip{label}:\n"
+    );
+}
+
+/// `host::launch::enter`: the grid's blocks and the block's threads into their histograms (not
+/// for graph launches, whose kernel id is `u64::MAX`).
+fn launch_shapes() -> String {
+    let mut text = String::from(
+        "    ldxdw %r3, [%r1+0]\n    jeq %r3, -1, out\n    ldxw %r7, [%r1+40]\n    ldxw %r3, [%r1+44]\n    mul %r7, %r3\n    ldxw %r3, [%r1+48]\n    mul %r7, %r3\n\
+         \x20   ldxw %r6, [%r1+52]\n    ldxw %r3, [%r1+56]\n    mul %r6, %r3\n    ldxw %r3, [%r1+60]\n    mul %r6, %r3\n",
+    );
+    let mut label = 0;
+    bucket_of_r7(&mut text);
+    add_to(&mut text, "%r8", "1", &mut label);
+    add_to(&mut text, &BUCKETS.to_string(), "%r7", &mut label);
+    text.push_str("    mov %r7, %r6\n");
+    bucket_of_r7(&mut text);
+    let _ = writeln!(text, "    add %r8, {}", BUCKETS + 1);
+    add_to(&mut text, "%r8", "1", &mut label);
+    add_to(&mut text, &(2 * BUCKETS + 1).to_string(), "%r7", &mut label);
+    text.push_str("out:\n    mov %r0, 0\n    exit\n");
+    text
+}
+
+/// `host::memcpy::enter`: a copy's bytes (byte 16) into its kind's (byte 48) histogram; sets
+/// (`MEMSET` in `flags`, byte 64) are left out.
+fn copy_sizes() -> String {
+    let mut text = String::from(
+        "    ldxw %r3, [%r1+64]\n    and %r3, 2\n    jne %r3, 0, out\n    ldxdw %r7, [%r1+16]\n    ldxw %r6, [%r1+48]\n",
+    );
+    let mut label = 0;
+    bucket_of_r7(&mut text);
+    let _ = writeln!(text, "    mul %r6, {BUCKETS}\n    add %r8, %r6");
+    add_to(&mut text, "%r8", "1", &mut label);
+    text.push_str("out:\n    mov %r0, 0\n    exit\n");
+    text
+}
 
 /// The shared-memory name of process `pid`'s map `map`.
 pub fn shared_name(pid: u32, map: &str) -> String {
@@ -152,6 +245,9 @@ pub struct Builtin {
     launches: RawMap,
     /// In [`TOTALS`] order.
     totals: Vec<RawMap>,
+    shapes: RawMap,
+    copy_sizes: RawMap,
+    health: RawMap,
     names: RawMap,
 }
 
@@ -162,6 +258,9 @@ fn def(name: &str, kind: MapKind, key_size: u32, value_size: u32, max_entries: u
 fn maps() -> Vec<MapDef> {
     let mut maps = vec![def("launches", MapKind::Hash, 8, 8, KERNELS)];
     maps.extend(TOTALS.iter().map(|t| def(t.0, MapKind::Array, 4, 16, t.4)));
+    maps.push(def("shapes", MapKind::Array, 4, 8, SHAPES));
+    maps.push(def("copy_sizes", MapKind::Array, 4, 8, COPY_SIZES));
+    maps.push(def("health", MapKind::Array, 4, 8, HEALTH));
     maps.push(def("names", MapKind::Hash, 8, NAME_BYTES as u32, KERNELS));
     maps
 }
@@ -202,8 +301,27 @@ impl Builtin {
 
     fn from_maps(pid: u32, mut maps: Vec<RawMap>) -> Builtin {
         let names = maps.pop().expect("the names map");
+        let health = maps.pop().expect("the health map");
+        let copy_sizes = maps.pop().expect("the copy sizes");
+        let shapes = maps.pop().expect("the shapes");
         let launches = maps.remove(0);
-        Builtin { pid, launches, totals: maps, names }
+        Builtin { pid, launches, totals: maps, shapes, copy_sizes, health, names }
+    }
+
+    /// The map a probe set mirrors its health into ([`HostProbes::mirror_health`]).
+    pub fn health_map(&self) -> &RawMap {
+        &self.health
+    }
+
+    /// The probe set's health as mirrored in the `health` map.
+    pub fn health(&self) -> Health {
+        let at = |i| {
+            Array::<u64>::from_raw(self.health.clone())
+                .ok()
+                .and_then(|a| a.get(i).ok())
+                .unwrap_or(0)
+        };
+        Health { runs: at(0), faults: at(1), rejected: at(2), reentered: at(3) }
     }
 
     /// The built-in programs, each with the map it updates.
@@ -219,6 +337,11 @@ impl Builtin {
             let program = Program::new(assemble(&text)?, vec![defs[1 + i].clone()], attach)?;
             programs.push((program, self.totals[i].clone()));
         }
+        let shapes = Program::new(assemble(&launch_shapes())?, vec![defs[5].clone()], attach)?;
+        programs.push((shapes, self.shapes.clone()));
+        let memcpy = AttachPoint::Host(HostEvent::Memcpy, Phase::Enter);
+        let sizes = Program::new(assemble(&copy_sizes())?, vec![defs[6].clone()], memcpy)?;
+        programs.push((sizes, self.copy_sizes.clone()));
         Ok(programs)
     }
 
@@ -356,4 +479,215 @@ pub fn clean_dead() -> usize {
         unlink(pid);
     }
     dead.len()
+}
+
+/// What the Prometheus rendering includes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MetricsOptions {
+    /// A `cuda_kernel_name` label on `gpu_cuda_kernel_launch_calls_total`, one series per
+    /// kernel: off by default, since a program may launch thousands of kernels.
+    pub kernel_names: bool,
+}
+
+impl MetricsOptions {
+    /// With or without the kernel-name label.
+    pub fn with_kernel_names(mut self, on: bool) -> MetricsOptions {
+        self.kernel_names = on;
+        self
+    }
+}
+
+/// Histogram buckets rendered: `b` significant bits up to this many (larger values count in
+/// `+Inf` only).
+const RENDERED_BUCKETS: u32 = 41;
+
+/// The `cuda.memcpy.kind` values, by `MemcpyCtx` kind.
+const COPY_KIND_NAMES: [&str; 6] =
+    ["Default", "HostToDevice", "DeviceToHost", "DeviceToDevice", "Peer", "HostToHost"];
+
+/// A Prometheus label value, escaped.
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+impl Builtin {
+    fn array(&self, map: &RawMap, i: u32) -> u64 {
+        Array::<u64>::from_raw(map.clone()).ok().and_then(|a| a.get(i).ok()).unwrap_or(0)
+    }
+
+    fn total(&self, map: usize, i: u32) -> [u64; 2] {
+        Array::<[u64; 2]>::from_raw(self.totals[map].clone())
+            .ok()
+            .and_then(|a| a.get(i).ok())
+            .unwrap_or_default()
+    }
+}
+
+/// Renders processes' built-in maps in Prometheus's text format (0.0.4), under the metric names,
+/// units and instrument kinds of the OpenTelemetry eBPF instrumentation's CUDA metrics, as its
+/// Prometheus exporter names them, each series labelled with the process id; then egpu's own
+/// health.
+pub fn prometheus(processes: &[Builtin], options: MetricsOptions) -> String {
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, samples: &mut dyn FnMut(&mut String)| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        samples(&mut out);
+    };
+    let launches = |b: &Builtin| -> Vec<(u64, u64)> {
+        HashMap::<u64, u64>::from_raw(b.launches.clone())
+            .map(|m| m.iter().collect())
+            .unwrap_or_default()
+    };
+    family("gpu_cuda_kernel_launch_calls_total", "counter", "CUDA kernel launches.", &mut |out| {
+        for b in processes {
+            let kernels = launches(b);
+            if options.kernel_names {
+                let mut named: Vec<(String, u64)> = kernels
+                    .iter()
+                    .filter(|(id, _)| *id != u64::MAX)
+                    .map(|&(id, n)| (b.name(id), n))
+                    .collect();
+                named.sort();
+                for (name, n) in named {
+                    let _ = writeln!(
+                        out,
+                        "gpu_cuda_kernel_launch_calls_total{{pid=\"{}\",cuda_kernel_name=\"{}\"}} {n}",
+                        b.pid,
+                        label(&name)
+                    );
+                }
+            } else {
+                let n: u64 = kernels.iter().filter(|(id, _)| *id != u64::MAX).map(|(_, n)| n).sum();
+                let _ =
+                    writeln!(out, "gpu_cuda_kernel_launch_calls_total{{pid=\"{}\"}} {n}", b.pid);
+            }
+        }
+    });
+    family("gpu_cuda_graph_launch_calls_total", "counter", "CUDA graph launches.", &mut |out| {
+        for b in processes {
+            let n = launches(b).iter().find(|(id, _)| *id == u64::MAX).map_or(0, |e| e.1);
+            let _ = writeln!(out, "gpu_cuda_graph_launch_calls_total{{pid=\"{}\"}} {n}", b.pid);
+        }
+    });
+    let histogram = |out: &mut String,
+                     name: &str,
+                     labels: &str,
+                     buckets: &dyn Fn(u32) -> u64,
+                     sum: u64,
+                     count: u64| {
+        let mut cumulative = 0;
+        for b in 0..RENDERED_BUCKETS {
+            cumulative += buckets(b);
+            let le = if b == 0 { 0 } else { (1u64 << b) - 1 };
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+        }
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{labels}}} {count}");
+    };
+    for (name, offset, help) in [
+        ("gpu_cuda_kernel_grid_size", 0, "Blocks in the grid of a CUDA kernel launch."),
+        ("gpu_cuda_kernel_block_size", BUCKETS + 1, "Threads in a block of a CUDA kernel launch."),
+    ] {
+        family(name, "histogram", help, &mut |out| {
+            for b in processes {
+                let buckets = |i: u32| b.array(&b.shapes, offset + i);
+                let count: u64 = (0..BUCKETS).map(buckets).sum();
+                let sum = b.array(&b.shapes, offset + BUCKETS);
+                histogram(out, name, &format!("pid=\"{}\"", b.pid), &buckets, sum, count);
+            }
+        });
+    }
+    family(
+        "gpu_cuda_memory_allocations_bytes_total",
+        "counter",
+        "Bytes of CUDA memory allocated.",
+        &mut |out| {
+            for b in processes {
+                let bytes: u64 = (0..3).map(|k| b.total(1, k)[1]).sum();
+                let _ = writeln!(
+                    out,
+                    "gpu_cuda_memory_allocations_bytes_total{{pid=\"{}\"}} {bytes}",
+                    b.pid
+                );
+            }
+        },
+    );
+    family(
+        "gpu_cuda_memory_copies_bytes",
+        "histogram",
+        "Bytes of a CUDA memory copy.",
+        &mut |out| {
+            for b in processes {
+                for (kind, kind_name) in COPY_KIND_NAMES.iter().enumerate() {
+                    let kind = kind as u32;
+                    let [count, sum] = b.total(0, kind);
+                    if count == 0 {
+                        continue;
+                    }
+                    let buckets = |i: u32| b.array(&b.copy_sizes, kind * BUCKETS + i);
+                    let labels = format!("pid=\"{}\",cuda_memcpy_kind=\"{kind_name}\"", b.pid);
+                    histogram(out, "gpu_cuda_memory_copies_bytes", &labels, &buckets, sum, count);
+                }
+            }
+        },
+    );
+    family(
+        "gpu_cuda_memset_bytes_total",
+        "counter",
+        "Bytes set by CUDA memory sets.",
+        &mut |out| {
+            for b in processes {
+                let bytes: u64 = (8..16).map(|k| b.total(0, k)[1]).sum();
+                let _ = writeln!(out, "gpu_cuda_memset_bytes_total{{pid=\"{}\"}} {bytes}", b.pid);
+            }
+        },
+    );
+    for (name, kinds, help) in [
+        ("gpu_cuda_stream_synchronize_calls_total", &[0u32][..], "CUDA stream synchronisations."),
+        ("gpu_cuda_event_synchronize_calls_total", &[1][..], "CUDA event synchronisations."),
+        (
+            "gpu_cuda_device_synchronize_calls_total",
+            &[2, 3][..],
+            "CUDA context and device synchronisations.",
+        ),
+    ] {
+        family(name, "counter", help, &mut |out| {
+            for b in processes {
+                let n: u64 = kinds.iter().map(|&k| b.total(2, k)[0]).sum();
+                let _ = writeln!(out, "{name}{{pid=\"{}\"}} {n}", b.pid);
+            }
+        });
+    }
+    type Value = fn(&Builtin) -> u64;
+    let health: [(&str, &str, Value); 5] = [
+        ("egpu_probe_runs_total", "Runs of egpu's host probes.", |b| b.health().runs),
+        (
+            "egpu_probe_faults_total",
+            "Runs of egpu's host probes that failed (the call went on).",
+            |b| b.health().faults,
+        ),
+        ("egpu_programs_rejected_total", "Probe programs egpu refused at attach.", |b| {
+            b.health().rejected
+        }),
+        (
+            "egpu_records_dropped_total",
+            "Records egpu's probes dropped on full ring buffers.",
+            |_| 0,
+        ),
+        (
+            "egpu_modules_not_instrumentable_total",
+            "Modules loaded without PTX, which egpu cannot instrument.",
+            |b| b.total(3, 0)[0],
+        ),
+    ];
+    for (name, help, value) in health {
+        family(name, "counter", help, &mut |out| {
+            for b in processes {
+                let _ = writeln!(out, "{name}{{pid=\"{}\"}} {}", b.pid, value(b));
+            }
+        });
+    }
+    out
 }

@@ -279,6 +279,7 @@ extern "C" fn before_fork() {
     for set in &list {
         guards.push(Box::new(set.attached.write().unwrap_or_else(|p| p.into_inner())));
         guards.push(Box::new(set.runs.lock().unwrap_or_else(|p| p.into_inner())));
+        guards.push(Box::new(set.health_mirror.lock().unwrap_or_else(|p| p.into_inner())));
         set.registry.lock();
     }
     guards.push(Box::new(list));
@@ -394,6 +395,7 @@ impl HostProbes {
         for queue in self.registry.queues() {
             queue.drain(|event, phase, ctx| self.fire_slow(event, phase, ctx));
         }
+        self.write_health_mirror();
     }
 }
 

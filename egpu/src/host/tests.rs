@@ -270,6 +270,9 @@ fn the_words_a_probe_reads_are_known() {
 #[test]
 fn a_child_forked_while_threads_post_can_use_the_set() {
     let probes = global();
+    // The worker thread writes the health mirror after each sweep, under its lock.
+    let g = Geometry::new(MapKind::Array, 4, 8, 4, 1, 0).expect("geometry");
+    probes.mirror_health(RawMap::create(g, &Placement::Process).expect("a map"));
     let map = counts_map();
     let enter = AttachPoint::Host(HostEvent::Sync, Phase::Enter);
     // Counts syncs by handle (SyncCtx::handle, byte 0), as the launch probe counts kernels.
@@ -335,4 +338,87 @@ fn a_child_forked_while_threads_post_can_use_the_set() {
         stop.store(true, Ordering::Relaxed);
     });
     probes.detach(id);
+}
+
+#[test]
+fn the_built_in_probes_fill_the_report_and_the_prometheus_metrics() {
+    use super::builtin::{Builtin, MetricsOptions, prometheus};
+    let probes = HostProbes::new();
+    let b = Builtin::create(4242, false).expect("maps in process memory");
+    for (program, map) in b.programs().expect("the programs") {
+        probes.attach(&program, &[map]).expect("attach");
+    }
+    let (a, k) = (egpu_ebpf::kernel_id("_Z1av"), egpu_ebpf::kernel_id("k\"2"));
+    b.record_name(a, "_Z1av");
+    b.record_name(k, "k\"2");
+    for _ in 0..3 {
+        probes.fire(Phase::Enter, &mut LaunchCtx { grid: [4, 2, 1], ..launch(a) });
+    }
+    probes.fire(
+        Phase::Enter,
+        &mut LaunchCtx { grid: [1000, 1, 1], block: [1024, 1, 1], ..launch(k) },
+    );
+    let graph = LaunchCtx { kernel_id: u64::MAX, flags: LaunchCtx::GRAPH, ..Default::default() };
+    probes.fire(Phase::Enter, &mut graph.clone());
+    let copy = |kind, bytes, flags| MemcpyCtx { kind, bytes, flags, ..Default::default() };
+    probes.fire(Phase::Enter, &mut copy(MemcpyCtx::HOST_TO_DEVICE, 4096, 0));
+    probes.fire(Phase::Enter, &mut copy(MemcpyCtx::HOST_TO_DEVICE, 5000, MemcpyCtx::ASYNC));
+    probes.fire(Phase::Enter, &mut copy(MemcpyCtx::DEVICE_TO_HOST, 1, 0));
+    probes.fire(Phase::Enter, &mut copy(MemcpyCtx::DEFAULT, 100, MemcpyCtx::MEMSET));
+    let alloc = AllocCtx { bytes: 1 << 20, kind: AllocCtx::DEVICE, ..Default::default() };
+    probes.fire(Phase::Exit, &mut alloc.clone());
+    probes.fire(Phase::Exit, &mut AllocCtx { result: 2, ..alloc }); // failed: not counted
+    probes.fire(Phase::Enter, &mut SyncCtx { kind: SyncCtx::STREAM, ..Default::default() });
+    probes.fire(Phase::Enter, &mut SyncCtx { kind: SyncCtx::CONTEXT, ..Default::default() });
+    probes.fire(Phase::Exit, &mut ModuleLoadCtx { has_ptx: 0, ..Default::default() });
+
+    let report = b.report(None);
+    for line in [
+        "launches 5",
+        "copies htod 2 9096",
+        "copies dtoh 1 1",
+        "sets 1 100",
+        "allocations device 1 1048576",
+        "syncs stream 1",
+        "syncs context 1",
+        "modules other 1 0",
+    ] {
+        assert!(report.lines().any(|l| l == line), "{line:?} in\n{report}");
+    }
+    assert!(report.contains(" 3 _Z1av\n") && report.contains(" 1 (graph)\n"), "{report}");
+
+    let text = prometheus(std::slice::from_ref(&b), MetricsOptions::default());
+    for line in [
+        "# TYPE gpu_cuda_kernel_launch_calls_total counter",
+        "gpu_cuda_kernel_launch_calls_total{pid=\"4242\"} 4",
+        "gpu_cuda_graph_launch_calls_total{pid=\"4242\"} 1",
+        "# TYPE gpu_cuda_kernel_grid_size histogram",
+        // Grids of 8 blocks (4 bits) three times, of 1000 (10 bits) once; none for the graph.
+        "gpu_cuda_kernel_grid_size_bucket{pid=\"4242\",le=\"7\"} 0",
+        "gpu_cuda_kernel_grid_size_bucket{pid=\"4242\",le=\"15\"} 3",
+        "gpu_cuda_kernel_grid_size_bucket{pid=\"4242\",le=\"1023\"} 4",
+        "gpu_cuda_kernel_grid_size_bucket{pid=\"4242\",le=\"+Inf\"} 4",
+        "gpu_cuda_kernel_grid_size_sum{pid=\"4242\"} 1024",
+        "gpu_cuda_kernel_block_size_bucket{pid=\"4242\",le=\"2047\"} 4",
+        "gpu_cuda_kernel_block_size_sum{pid=\"4242\"} 1120",
+        "gpu_cuda_memory_allocations_bytes_total{pid=\"4242\"} 1048576",
+        "gpu_cuda_memory_copies_bytes_bucket{pid=\"4242\",cuda_memcpy_kind=\"HostToDevice\",le=\"4095\"} 0",
+        "gpu_cuda_memory_copies_bytes_bucket{pid=\"4242\",cuda_memcpy_kind=\"HostToDevice\",le=\"8191\"} 2",
+        "gpu_cuda_memory_copies_bytes_sum{pid=\"4242\",cuda_memcpy_kind=\"HostToDevice\"} 9096",
+        "gpu_cuda_memory_copies_bytes_count{pid=\"4242\",cuda_memcpy_kind=\"DeviceToHost\"} 1",
+        "gpu_cuda_memset_bytes_total{pid=\"4242\"} 100",
+        "gpu_cuda_stream_synchronize_calls_total{pid=\"4242\"} 1",
+        "gpu_cuda_device_synchronize_calls_total{pid=\"4242\"} 1",
+        "egpu_modules_not_instrumentable_total{pid=\"4242\"} 1",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
+    }
+    // Every sample line is `name{labels} value`, and every family is typed before its samples.
+    for l in text.lines().filter(|l| !l.starts_with('#')) {
+        let (series, value) = l.rsplit_once(' ').expect("a value");
+        assert!(value.parse::<u64>().is_ok() && series.ends_with('}'), "{l}");
+    }
+    let named = prometheus(&[b], MetricsOptions::default().with_kernel_names(true));
+    assert!(named.contains("{pid=\"4242\",cuda_kernel_name=\"_Z1av\"} 3\n"), "{named}");
+    assert!(named.contains("cuda_kernel_name=\"k\\\"2\"} 1\n"), "names are escaped: {named}");
 }
