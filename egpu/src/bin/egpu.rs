@@ -294,6 +294,7 @@ fn run_command(args: &[String]) -> Result<ExitCode, Error> {
     if kernel_names && metrics.is_none() {
         return Err(Error::Usage("`--kernel-names` goes with `--metrics`".into()));
     }
+    let metrics = metrics.map(|address| loopback(&address)).transpose()?;
     let library = match library {
         Some(path) => path,
         None => std::env::current_exe()
@@ -322,7 +323,7 @@ fn run_command(args: &[String]) -> Result<ExitCode, Error> {
     }
     // Listening before the command starts, so that its first scrape finds the server.
     if let Some(address) = metrics {
-        serve_metrics(&address, kernel_names)?;
+        serve_metrics(address, kernel_names)?;
     }
     let status = child.status().map_err(|e| failed(format!("running {}: {e}", command[0])))?;
     use std::os::unix::process::ExitStatusExt as _;
@@ -388,18 +389,9 @@ fn maps_cmd(args: &[String]) -> Result<(), Error> {
 
 /// Serves the built-in counts of this process's descendants at `http://ADDRESS/metrics` from a
 /// thread of its own, until the process ends.
-fn serve_metrics(address: &str, kernel_names: bool) -> Result<std::net::SocketAddr, Error> {
+fn serve_metrics(address: std::net::SocketAddr, kernel_names: bool) -> Result<(), Error> {
     use std::io::{BufRead, Write};
-    let parsed: std::net::SocketAddr = address
-        .parse()
-        .map_err(|_| Error::Usage(format!("`--metrics {address}`: an address and port")))?;
-    if !parsed.ip().is_loopback() {
-        return Err(Error::Usage(format!(
-            "`--metrics {address}`: a loopback address (127.0.0.1, ::1): the counts are not for \
-             other machines"
-        )));
-    }
-    let listener = std::net::TcpListener::bind(parsed)
+    let listener = std::net::TcpListener::bind(address)
         .map_err(|e| failed(format!("listening on {address}: {e}")))?;
     let bound = listener.local_addr().map_err(|e| failed(format!("{address}: {e}")))?;
     eprintln!("egpu: metrics at http://{bound}/metrics");
@@ -435,7 +427,21 @@ fn serve_metrics(address: &str, kernel_names: bool) -> Result<std::net::SocketAd
             let _ = (&stream).write_all(response.as_bytes());
         }
     });
-    Ok(bound)
+    Ok(())
+}
+
+/// `--metrics`'s address, which must be a loopback one.
+fn loopback(address: &str) -> Result<std::net::SocketAddr, Error> {
+    let parsed: std::net::SocketAddr = address
+        .parse()
+        .map_err(|_| Error::Usage(format!("`--metrics {address}`: an address and port")))?;
+    if !parsed.ip().is_loopback() {
+        return Err(Error::Usage(format!(
+            "`--metrics {address}`: a loopback address (127.0.0.1, ::1): the counts are not for \
+             other machines"
+        )));
+    }
+    Ok(parsed)
 }
 
 /// Whether process `pid` is `ancestor` or one of its descendants (from `/proc/<pid>/stat`).
