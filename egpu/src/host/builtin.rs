@@ -308,7 +308,7 @@ impl Builtin {
         Builtin { pid, launches, totals: maps, shapes, copy_sizes, health, names }
     }
 
-    /// The map a probe set mirrors its health into ([`HostProbes::mirror_health`]).
+    /// The map a probe set mirrors its health into ([`super::HostProbes::mirror_health`]).
     pub fn health_map(&self) -> &RawMap {
         &self.health
     }
