@@ -85,6 +85,8 @@ impl fmt::Debug for Module<'_> {
 #[derive(Debug, Clone, Copy)]
 pub struct Kernel<'m> {
     function: CUfunction,
+    /// The hash of its mangled name ([`egpu_ebpf::kernel_id`]).
+    id: u64,
     _module: std::marker::PhantomData<&'m ()>,
 }
 
@@ -250,30 +252,38 @@ impl Gpu {
                 Arg::F32(v) => u64::from(v.to_bits()),
             })
             .collect();
-        let function = kernel.function;
+        let (function, id) = (kernel.function, kernel.id);
         guarded(move || {
             self.bind()?;
             // Each parameter's bytes start at its slot; on a little-endian machine the low
             // bytes of the u64 are the 32-bit value.
             let mut params: Vec<*mut c_void> =
                 values.iter_mut().map(|v| (v as *mut u64).cast()).collect();
-            // SAFETY: `function` belongs to a module alive for 'm; `params` holds one pointer
-            // per kernel parameter, each to a live value of at least the parameter's size.
-            check("cuLaunchKernel", unsafe {
-                sys::cuLaunchKernel(
-                    function,
-                    grid.0,
-                    grid.1,
-                    grid.2,
-                    block.0,
-                    block.1,
-                    block.2,
-                    0,
-                    std::ptr::null_mut(),
-                    params.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                )
-            })?;
+            let mut outcome = sys::CUresult::CUDA_SUCCESS;
+            let call = || {
+                // SAFETY: `function` belongs to a module alive for 'm; `params` holds one
+                // pointer per kernel parameter, each to a live value of at least the
+                // parameter's size.
+                outcome = unsafe {
+                    sys::cuLaunchKernel(
+                        function,
+                        grid.0,
+                        grid.1,
+                        grid.2,
+                        block.0,
+                        block.1,
+                        block.2,
+                        0,
+                        std::ptr::null_mut(),
+                        params.as_mut_ptr(),
+                        std::ptr::null_mut(),
+                    )
+                };
+                outcome as i32
+            };
+            // Host probes on launches see egpu's own (see `hooks`).
+            crate::hooks::launch(id, function as u64, grid, block, call);
+            check("cuLaunchKernel", outcome)?;
             self.synchronize()
         })
     }
@@ -330,6 +340,7 @@ impl<'g> Module<'g> {
             code: 500,
             name: "CUDA_ERROR_NOT_FOUND (a NUL byte inside the name)".into(),
         })?;
+        let id = egpu_ebpf::kernel_id(&name.to_string_lossy());
         guarded(move || {
             let mut function: CUfunction = std::ptr::null_mut();
             // SAFETY: `function` is live and writable; `module` is loaded; `name` is
@@ -337,7 +348,7 @@ impl<'g> Module<'g> {
             check("cuModuleGetFunction", unsafe {
                 sys::cuModuleGetFunction(&mut function, self.module, name.as_ptr())
             })?;
-            Ok(Kernel { function, _module: std::marker::PhantomData })
+            Ok(Kernel { function, id, _module: std::marker::PhantomData })
         })
     }
 

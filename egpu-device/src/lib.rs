@@ -77,6 +77,7 @@
 
 pub mod cuda;
 pub mod driver;
+pub mod hooks;
 pub mod inject;
 pub mod instrument;
 pub mod maps;

@@ -397,7 +397,9 @@ fn context_words(verified: &egpu_ebpf::verifier::Verified) -> u16 {
     words
 }
 
-/// The process's set: the one egpu's own CUDA calls and the preloaded library fire.
+/// The process's set: the one the preloaded library fires, and egpu's own launches
+/// ([`Gpu::launch`](egpu_device::cuda::Gpu::launch), synchronously: the maps hold the launch's
+/// counts when it returns).
 ///
 /// Its locks are safe across `fork` (see `host/deferred.rs`): a program that forks while other
 /// threads fire or post does not leave its child a lock no thread will release.
@@ -410,8 +412,16 @@ pub fn global() -> &'static HostProbes {
     });
     if made {
         deferred::fork_safe(set);
+        // egpu's own launches (`Gpu::launch`) fire its probes too.
+        egpu_device::hooks::install(set);
     }
     set
+}
+
+impl egpu_device::hooks::Observer for HostProbes {
+    fn launch(&self, phase: Phase, ctx: &mut LaunchCtx) {
+        self.fire(phase, ctx);
+    }
 }
 
 /// Monotonic time in ns (`CLOCK_MONOTONIC`), as contexts' `timestamp_ns` takes it.

@@ -33,7 +33,7 @@ pub const NAME_BYTES: usize = 128;
 
 /// Counts a launch per kernel id (`LaunchCtx::kernel_id`) in map 0: look up and add; when
 /// missing, insert 1 (unless another thread just did: then look up again and add).
-const COUNT_LAUNCHES: &str = "
+pub const COUNT_LAUNCHES: &str = "
     ldxdw %r6, [%r1+0]
     stxdw [%r10-8], %r6
     lddw %r1, map[0]

@@ -5,34 +5,7 @@ use egpu_maps::layout::Geometry;
 use egpu_maps::{Array, Placement};
 
 /// Counts launches per kernel id (`LaunchCtx::kernel_id`, at byte 0) in map 0.
-const COUNT_BY_KERNEL: &str = "
-    ldxdw %r2, [%r1+0]
-    stxdw [%r10-8], %r2
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -8
-    call 1
-    jne %r0, 0, found
-    stdw [%r10-16], 1
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -8
-    mov %r3, %r10
-    add %r3, -16
-    mov %r4, 1
-    call 2
-    jeq %r0, 0, out
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -8
-    call 1
-    jeq %r0, 0, out
-found:
-    mov %r1, 1
-    lock add [%r0+0], %r1
-out:
-    mov %r0, 0
-    exit";
+const COUNT_BY_KERNEL: &str = builtin::COUNT_LAUNCHES;
 
 fn counts_def() -> Vec<MapDef> {
     vec![MapDef {
