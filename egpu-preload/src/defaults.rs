@@ -25,8 +25,8 @@ use crate::{Handle, real};
 struct Defaults {
     pid: u32,
     builtin: Builtin,
-    /// Every built-in program with its map.
-    programs: Vec<(Program, RawMap)>,
+    /// Every built-in program with its maps.
+    programs: Vec<(Program, Vec<RawMap>)>,
     /// Their attachments; empty while turned off ([`set_enabled`]).
     attached: Vec<ProbeId>,
 }
@@ -118,8 +118,8 @@ fn set_up(probes: &HostProbes, pid: u32) -> Option<Defaults> {
     Some(Defaults { pid, builtin, programs, attached })
 }
 
-fn attach_all(probes: &HostProbes, programs: &[(Program, RawMap)]) -> Option<Vec<ProbeId>> {
-    programs.iter().map(|(p, m)| probes.attach(p, std::slice::from_ref(m)).ok()).collect()
+fn attach_all(probes: &HostProbes, programs: &[(Program, Vec<RawMap>)]) -> Option<Vec<ProbeId>> {
+    programs.iter().map(|(p, maps)| probes.attach(p, maps).ok()).collect()
 }
 
 /// Turns the built-in probes on or off; whether they were on before, or `None` when they could
@@ -208,7 +208,7 @@ mod tests {
         let builtin = Builtin::create(std::process::id(), false).expect("the maps");
         let programs = builtin.programs().expect("the programs");
         let attached = attach_all(&probes, &programs).expect("every program attaches");
-        assert_eq!(attached.len(), 7);
+        assert_eq!(attached.len(), 8);
         for (event, phase) in [
             (HostEvent::Launch, Phase::Enter),
             (HostEvent::Memcpy, Phase::Enter),

@@ -92,14 +92,16 @@ fn every_launch_is_one_event_in_its_own_process() {
         "allocations pinned 1 1024",
         "frees device 1 0",
         "frees pinned 1 0",
+        "freed 5120",
         "syncs stream 1",
         "syncs context 2",
         "modules other 1 0",
         "modules ptx 1 44",
     ];
     assert_eq!(parent.others, others, "linked, by dlsym and by cuGetProcAddress (_ptsz too)");
-    // Launches and copies have two built-in probes each (counts, and sizes); the rest one.
-    assert_eq!(parent.runs, 18 * 2 + 5 * 2 + 4 + 3 + 2, "one run per event and probe");
+    // Launches, copies and allocations have two built-in probes each (counts, and sizes); the
+    // rest one.
+    assert_eq!(parent.runs, 18 * 2 + 5 * 2 + 4 * 2 + 3 + 2, "one run per event and probe");
     // The children count their own launches only, from zero.
     let children: Vec<&Summary> =
         all.values().filter(|s| !s.kernels.contains_key("_Z5kernAPf")).collect();

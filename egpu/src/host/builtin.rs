@@ -14,6 +14,11 @@
 //! | `allocations` | array of `[count, bytes]` | successful allocations (`kind`) and frees (4 + `kind`) |
 //! | `syncs` | array of `[count, 0]` | synchronisations by `SyncCtx` kind |
 //! | `modules` | array of `[count, bytes]` | successful module loads: 1 with PTX (its bytes), 0 other |
+//! | `shapes` | array of `u64` | histograms of grid and block sizes per launch |
+//! | `copy_sizes` | array of `u64` | histograms of copy sizes per direction |
+//! | `health` | array of `u64` | the probe set's runs, faults, refusals, skipped fires |
+//! | `sizes` | hash, address → bytes | the live allocations' sizes, for the bytes frees release |
+//! | `freed` | array of one `u64` | bytes released by frees of allocations seen |
 //! | `names` | hash, kernel id → name (128 bytes, NUL-padded) | kernel names, written by the library |
 
 use std::fmt::Write as _;
@@ -125,7 +130,7 @@ const TOTALS: [(&str, HostEvent, Phase, &str, u32); 4] = [
 ];
 
 /// Every map's name, as [`shared_name`] places it.
-pub const MAPS: [&str; 9] = [
+pub const MAPS: [&str; 11] = [
     "launches",
     "copies",
     "allocations",
@@ -134,6 +139,8 @@ pub const MAPS: [&str; 9] = [
     "shapes",
     "copy_sizes",
     "health",
+    "sizes",
+    "freed",
     "names",
 ];
 
@@ -152,6 +159,51 @@ const COPY_SIZES: u32 = 6 * BUCKETS;
 
 /// `health`: the probe set's runs, faults, refusals and skipped fires, mirrored by its worker.
 const HEALTH: u32 = 4;
+
+/// Live allocations `sizes` tracks at most (others' frees release no counted bytes).
+const ALLOCATIONS: u32 = 1 << 16;
+
+/// `host::alloc::exit`: a successful allocation's size under its address in map 0; a successful
+/// free's size, found there, added to map 1 and the address removed.
+const TRACK_FREES: &str = "
+    ldxw %r2, [%r1+48]
+    jne %r2, 0, out
+    ldxdw %r6, [%r1+0]
+    stxdw [%r10-8], %r6
+    ldxdw %r7, [%r1+8]
+    ldxw %r3, [%r1+36]
+    jeq %r3, 1, free
+    stxdw [%r10-16], %r7
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    mov %r3, %r10
+    add %r3, -16
+    mov %r4, 0
+    call 2
+    ja out
+free:
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    call 1
+    jeq %r0, 0, out
+    ldxdw %r7, [%r0+0]
+    stw [%r10-20], 0
+    lddw %r1, map[1]
+    mov %r2, %r10
+    add %r2, -20
+    call 1
+    jeq %r0, 0, forget
+    lock add [%r0+0], %r7
+forget:
+    lddw %r1, map[0]
+    mov %r2, %r10
+    add %r2, -8
+    call 3
+out:
+    mov %r0, 0
+    exit";
 
 /// Appends to `text` the eBPF that sets `r8` to the number of significant bits of `r7` (uses
 /// `r3`, `r9`).
@@ -248,6 +300,8 @@ pub struct Builtin {
     shapes: RawMap,
     copy_sizes: RawMap,
     health: RawMap,
+    sizes: RawMap,
+    freed: RawMap,
     names: RawMap,
 }
 
@@ -261,6 +315,8 @@ fn maps() -> Vec<MapDef> {
     maps.push(def("shapes", MapKind::Array, 4, 8, SHAPES));
     maps.push(def("copy_sizes", MapKind::Array, 4, 8, COPY_SIZES));
     maps.push(def("health", MapKind::Array, 4, 8, HEALTH));
+    maps.push(def("sizes", MapKind::Hash, 8, 8, ALLOCATIONS));
+    maps.push(def("freed", MapKind::Array, 4, 8, 1));
     maps.push(def("names", MapKind::Hash, 8, NAME_BYTES as u32, KERNELS));
     maps
 }
@@ -301,11 +357,13 @@ impl Builtin {
 
     fn from_maps(pid: u32, mut maps: Vec<RawMap>) -> Builtin {
         let names = maps.pop().expect("the names map");
+        let freed = maps.pop().expect("the freed bytes");
+        let sizes = maps.pop().expect("the allocations' sizes");
         let health = maps.pop().expect("the health map");
         let copy_sizes = maps.pop().expect("the copy sizes");
         let shapes = maps.pop().expect("the shapes");
         let launches = maps.remove(0);
-        Builtin { pid, launches, totals: maps, shapes, copy_sizes, health, names }
+        Builtin { pid, launches, totals: maps, shapes, copy_sizes, health, sizes, freed, names }
     }
 
     /// The map a probe set mirrors its health into ([`super::HostProbes::mirror_health`]).
@@ -324,24 +382,28 @@ impl Builtin {
         Health { runs: at(0), faults: at(1), rejected: at(2), reentered: at(3) }
     }
 
-    /// The built-in programs, each with the map it updates.
-    pub fn programs(&self) -> Result<Vec<(Program, RawMap)>, BuiltinError> {
+    /// The built-in programs, each with the maps of its map table.
+    pub fn programs(&self) -> Result<Vec<(Program, Vec<RawMap>)>, BuiltinError> {
         let defs = maps();
         let mut programs = Vec::new();
         let attach = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
         let launches = Program::new(assemble(COUNT_LAUNCHES)?, vec![defs[0].clone()], attach)?;
-        programs.push((launches, self.launches.clone()));
+        programs.push((launches, vec![self.launches.clone()]));
         for (i, (_, event, phase, text, _)) in TOTALS.iter().enumerate() {
             let text = format!("{text}{ADD_COUNT_AND_BYTES}");
             let attach = AttachPoint::Host(*event, *phase);
             let program = Program::new(assemble(&text)?, vec![defs[1 + i].clone()], attach)?;
-            programs.push((program, self.totals[i].clone()));
+            programs.push((program, vec![self.totals[i].clone()]));
         }
         let shapes = Program::new(assemble(&launch_shapes())?, vec![defs[5].clone()], attach)?;
-        programs.push((shapes, self.shapes.clone()));
+        programs.push((shapes, vec![self.shapes.clone()]));
         let memcpy = AttachPoint::Host(HostEvent::Memcpy, Phase::Enter);
         let sizes = Program::new(assemble(&copy_sizes())?, vec![defs[6].clone()], memcpy)?;
-        programs.push((sizes, self.copy_sizes.clone()));
+        programs.push((sizes, vec![self.copy_sizes.clone()]));
+        let alloc = AttachPoint::Host(HostEvent::Alloc, Phase::Exit);
+        let table = vec![defs[8].clone(), defs[9].clone()];
+        let frees = Program::new(assemble(TRACK_FREES)?, table, alloc)?;
+        programs.push((frees, vec![self.sizes.clone(), self.freed.clone()]));
         Ok(programs)
     }
 
@@ -419,6 +481,10 @@ impl Builtin {
                     let _ = writeln!(text, "{name} {kind} {n} {bytes}");
                 }
             }
+        }
+        let freed = self.array(&self.freed, 0);
+        if freed > 0 {
+            let _ = writeln!(text, "freed {freed}");
         }
         for (k, kind) in ["stream", "event", "context", "device"].iter().enumerate() {
             let [n, _] = element(2, k as u32);
@@ -630,6 +696,18 @@ pub fn prometheus(processes: &[Builtin], options: MetricsOptions) -> String {
                     let labels = format!("pid=\"{}\",cuda_memcpy_kind=\"{kind_name}\"", b.pid);
                     histogram(out, "gpu_cuda_memory_copies_bytes", &labels, &buckets, sum, count);
                 }
+            }
+        },
+    );
+    family(
+        "gpu_cuda_memory_free_bytes_total",
+        "counter",
+        "Bytes of CUDA memory freed (of the allocations seen).",
+        &mut |out| {
+            for b in processes {
+                let bytes = b.array(&b.freed, 0);
+                let _ =
+                    writeln!(out, "gpu_cuda_memory_free_bytes_total{{pid=\"{}\"}} {bytes}", b.pid);
             }
         },
     );

@@ -318,8 +318,8 @@ fn the_built_in_probes_fill_the_report_and_the_prometheus_metrics() {
     use super::builtin::{Builtin, MetricsOptions, prometheus};
     let probes = HostProbes::new();
     let b = Builtin::create(4242, false).expect("maps in process memory");
-    for (program, map) in b.programs().expect("the programs") {
-        probes.attach(&program, &[map]).expect("attach");
+    for (program, maps) in b.programs().expect("the programs") {
+        probes.attach(&program, &maps).expect("attach");
     }
     let (a, k) = (egpu_ebpf::kernel_id("_Z1av"), egpu_ebpf::kernel_id("k\"2"));
     b.record_name(a, "_Z1av");
@@ -338,9 +338,14 @@ fn the_built_in_probes_fill_the_report_and_the_prometheus_metrics() {
     probes.fire(Phase::Enter, &mut copy(MemcpyCtx::HOST_TO_DEVICE, 5000, MemcpyCtx::ASYNC));
     probes.fire(Phase::Enter, &mut copy(MemcpyCtx::DEVICE_TO_HOST, 1, 0));
     probes.fire(Phase::Enter, &mut copy(MemcpyCtx::DEFAULT, 100, MemcpyCtx::MEMSET));
-    let alloc = AllocCtx { bytes: 1 << 20, kind: AllocCtx::DEVICE, ..Default::default() };
+    let alloc =
+        AllocCtx { ptr: 0x7000, bytes: 1 << 20, kind: AllocCtx::DEVICE, ..Default::default() };
     probes.fire(Phase::Exit, &mut alloc.clone());
     probes.fire(Phase::Exit, &mut AllocCtx { result: 2, ..alloc }); // failed: not counted
+    // Its free releases the bytes it was allocated with; a free of an unknown address none.
+    let free = AllocCtx { ptr: 0x7000, op: AllocCtx::FREE, ..Default::default() };
+    probes.fire(Phase::Exit, &mut free.clone());
+    probes.fire(Phase::Exit, &mut AllocCtx { ptr: 0x9000, ..free });
     probes.fire(Phase::Enter, &mut SyncCtx { kind: SyncCtx::STREAM, ..Default::default() });
     probes.fire(Phase::Enter, &mut SyncCtx { kind: SyncCtx::CONTEXT, ..Default::default() });
     probes.fire(Phase::Exit, &mut ModuleLoadCtx { has_ptx: 0, ..Default::default() });
@@ -352,6 +357,8 @@ fn the_built_in_probes_fill_the_report_and_the_prometheus_metrics() {
         "copies dtoh 1 1",
         "sets 1 100",
         "allocations device 1 1048576",
+        "frees device 2 0",
+        "freed 1048576",
         "syncs stream 1",
         "syncs context 1",
         "modules other 1 0",
@@ -380,6 +387,7 @@ fn the_built_in_probes_fill_the_report_and_the_prometheus_metrics() {
         "gpu_cuda_memory_copies_bytes_sum{pid=\"4242\",cuda_memcpy_kind=\"HostToDevice\"} 9096",
         "gpu_cuda_memory_copies_bytes_count{pid=\"4242\",cuda_memcpy_kind=\"DeviceToHost\"} 1",
         "gpu_cuda_memset_bytes_total{pid=\"4242\"} 100",
+        "gpu_cuda_memory_free_bytes_total{pid=\"4242\"} 1048576",
         "gpu_cuda_stream_synchronize_calls_total{pid=\"4242\"} 1",
         "gpu_cuda_device_synchronize_calls_total{pid=\"4242\"} 1",
         "egpu_modules_not_instrumentable_total{pid=\"4242\"} 1",
