@@ -53,7 +53,7 @@ event!(LaunchCtx, MemcpyCtx, AllocCtx, SyncCtx, ModuleLoadCtx);
 /// posted again after it. When nothing is attached to the event, or the thread is already inside
 /// an interposed call, `call` is all that runs.
 pub(crate) fn observe<C: Event>(
-    build: impl FnOnce(u16) -> C,
+    build: impl FnOnce(u16, &crate::Local) -> C,
     call: impl FnOnce() -> CuResult,
     after: impl FnOnce(&mut C, CuResult),
 ) -> CuResult {
@@ -75,7 +75,7 @@ pub(crate) fn observe<C: Event>(
         | if exit { probes.context_words(C::EVENT, Phase::Exit) } else { 0 };
     let reads = |offset: usize| words & (1 << (offset / 8)) != 0;
     local.inside.set(true);
-    let mut ctx = build(words);
+    let mut ctx = build(words, local);
     let timed = reads(C::TIMESTAMP) || (exit && reads(C::DURATION));
     if timed {
         *ctx.timestamp() = egpu::host::now_ns();
@@ -219,6 +219,7 @@ pub(crate) struct LaunchConfig {
 /// The context of a launch of `f` (its kernel id only when the probes read it: `words` bit 0).
 pub(crate) fn launch_ctx(
     words: u16,
+    local: &crate::Local,
     f: Handle,
     grid: [u32; 3],
     block: [u32; 3],
@@ -234,33 +235,36 @@ pub(crate) fn launch_ctx(
         ..LaunchCtx::default()
     };
     if words & 1 != 0 {
-        ctx.kernel_id = kernel_id(f);
+        ctx.kernel_id = kernel_id(local, f);
     }
     ctx
 }
 
 /// The kernel id of `f`, remembered for the thread's last function (most loops launch one).
-fn kernel_id(f: Handle) -> u64 {
+fn kernel_id(local: &crate::Local, f: Handle) -> u64 {
     let key = f as usize;
-    LOCAL
-        .try_with(|l| match l.last.get() {
-            (last, id) if last == key && key != 0 => id,
-            _ => {
-                let id = defaults::kernel_id(f);
-                l.last.set((key, id));
-                id
-            }
-        })
-        .unwrap_or_else(|_| defaults::kernel_id(f))
+    match local.last.get() {
+        (last, id) if last == key && key != 0 => id,
+        _ => {
+            let id = defaults::kernel_id(f);
+            local.last.set((key, id));
+            id
+        }
+    }
 }
 
-fn launch_ex(words: u16, config: *const LaunchConfig, f: Handle) -> LaunchCtx {
+fn launch_ex(
+    words: u16,
+    local: &crate::Local,
+    config: *const LaunchConfig,
+    f: Handle,
+) -> LaunchCtx {
     if config.is_null() {
-        return launch_ctx(words, f, [0; 3], [0; 3], 0, std::ptr::null_mut());
+        return launch_ctx(words, local, f, [0; 3], [0; 3], 0, std::ptr::null_mut());
     }
     // SAFETY: the caller's launch configuration, which the driver reads too.
     let c = unsafe { &*config };
-    launch_ctx(words, f, c.grid, c.block, c.shared_mem_bytes, c.stream)
+    launch_ctx(words, local, f, c.grid, c.block, c.shared_mem_bytes, c.stream)
 }
 
 /// A graph launch: no one kernel, so the id is `u64::MAX`.
@@ -274,110 +278,110 @@ const ASYNC: u32 = MemcpyCtx::ASYNC;
 
 entries! {
     LAUNCH_EX cuLaunchKernelEx(config: *const LaunchConfig, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
-        => |n| launch_ex(n, config, f), nothing;
+        => |n, l| launch_ex(n, l, config, f), nothing;
     LAUNCH_EX_PTSZ cuLaunchKernelEx_ptsz(config: *const LaunchConfig, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
-        => |n| launch_ex(n, config, f), nothing;
-    GRAPH_LAUNCH cuGraphLaunch(exec: Handle, stream: Handle) => |_| graph(stream), nothing;
-    GRAPH_LAUNCH_PTSZ cuGraphLaunch_ptsz(exec: Handle, stream: Handle) => |_| graph(stream), nothing;
+        => |n, l| launch_ex(n, l, config, f), nothing;
+    GRAPH_LAUNCH cuGraphLaunch(exec: Handle, stream: Handle) => |_, _| graph(stream), nothing;
+    GRAPH_LAUNCH_PTSZ cuGraphLaunch_ptsz(exec: Handle, stream: Handle) => |_, _| graph(stream), nothing;
 
     MEMCPY cuMemcpy(dst: DevicePtr, src: DevicePtr, bytes: usize)
-        => |_| copy(dst, src, bytes as u64, std::ptr::null_mut(), M::DEFAULT, 0), nothing;
+        => |_, _| copy(dst, src, bytes as u64, std::ptr::null_mut(), M::DEFAULT, 0), nothing;
     MEMCPY_PTDS cuMemcpy_ptds(dst: DevicePtr, src: DevicePtr, bytes: usize)
-        => |_| copy(dst, src, bytes as u64, std::ptr::null_mut(), M::DEFAULT, 0), nothing;
+        => |_, _| copy(dst, src, bytes as u64, std::ptr::null_mut(), M::DEFAULT, 0), nothing;
     MEMCPY_ASYNC cuMemcpyAsync(dst: DevicePtr, src: DevicePtr, bytes: usize, stream: Handle)
-        => |_| copy(dst, src, bytes as u64, stream, M::DEFAULT, ASYNC), nothing;
+        => |_, _| copy(dst, src, bytes as u64, stream, M::DEFAULT, ASYNC), nothing;
     MEMCPY_ASYNC_PTSZ cuMemcpyAsync_ptsz(dst: DevicePtr, src: DevicePtr, bytes: usize, stream: Handle)
-        => |_| copy(dst, src, bytes as u64, stream, M::DEFAULT, ASYNC), nothing;
+        => |_, _| copy(dst, src, bytes as u64, stream, M::DEFAULT, ASYNC), nothing;
     HTOD cuMemcpyHtoD_v2(dst: DevicePtr, src: *const c_void, bytes: usize)
-        => |_| copy(dst, src as u64, bytes as u64, std::ptr::null_mut(), M::HOST_TO_DEVICE, 0), nothing;
+        => |_, _| copy(dst, src as u64, bytes as u64, std::ptr::null_mut(), M::HOST_TO_DEVICE, 0), nothing;
     HTOD_PTDS cuMemcpyHtoD_v2_ptds(dst: DevicePtr, src: *const c_void, bytes: usize)
-        => |_| copy(dst, src as u64, bytes as u64, std::ptr::null_mut(), M::HOST_TO_DEVICE, 0), nothing;
+        => |_, _| copy(dst, src as u64, bytes as u64, std::ptr::null_mut(), M::HOST_TO_DEVICE, 0), nothing;
     DTOH cuMemcpyDtoH_v2(dst: *mut c_void, src: DevicePtr, bytes: usize)
-        => |_| copy(dst as u64, src, bytes as u64, std::ptr::null_mut(), M::DEVICE_TO_HOST, 0), nothing;
+        => |_, _| copy(dst as u64, src, bytes as u64, std::ptr::null_mut(), M::DEVICE_TO_HOST, 0), nothing;
     DTOH_PTDS cuMemcpyDtoH_v2_ptds(dst: *mut c_void, src: DevicePtr, bytes: usize)
-        => |_| copy(dst as u64, src, bytes as u64, std::ptr::null_mut(), M::DEVICE_TO_HOST, 0), nothing;
+        => |_, _| copy(dst as u64, src, bytes as u64, std::ptr::null_mut(), M::DEVICE_TO_HOST, 0), nothing;
     DTOD cuMemcpyDtoD_v2(dst: DevicePtr, src: DevicePtr, bytes: usize)
-        => |_| copy(dst, src, bytes as u64, std::ptr::null_mut(), M::DEVICE_TO_DEVICE, 0), nothing;
+        => |_, _| copy(dst, src, bytes as u64, std::ptr::null_mut(), M::DEVICE_TO_DEVICE, 0), nothing;
     DTOD_PTDS cuMemcpyDtoD_v2_ptds(dst: DevicePtr, src: DevicePtr, bytes: usize)
-        => |_| copy(dst, src, bytes as u64, std::ptr::null_mut(), M::DEVICE_TO_DEVICE, 0), nothing;
+        => |_, _| copy(dst, src, bytes as u64, std::ptr::null_mut(), M::DEVICE_TO_DEVICE, 0), nothing;
     HTOD_ASYNC cuMemcpyHtoDAsync_v2(dst: DevicePtr, src: *const c_void, bytes: usize, stream: Handle)
-        => |_| copy(dst, src as u64, bytes as u64, stream, M::HOST_TO_DEVICE, ASYNC), nothing;
+        => |_, _| copy(dst, src as u64, bytes as u64, stream, M::HOST_TO_DEVICE, ASYNC), nothing;
     HTOD_ASYNC_PTSZ cuMemcpyHtoDAsync_v2_ptsz(dst: DevicePtr, src: *const c_void, bytes: usize, stream: Handle)
-        => |_| copy(dst, src as u64, bytes as u64, stream, M::HOST_TO_DEVICE, ASYNC), nothing;
+        => |_, _| copy(dst, src as u64, bytes as u64, stream, M::HOST_TO_DEVICE, ASYNC), nothing;
     DTOH_ASYNC cuMemcpyDtoHAsync_v2(dst: *mut c_void, src: DevicePtr, bytes: usize, stream: Handle)
-        => |_| copy(dst as u64, src, bytes as u64, stream, M::DEVICE_TO_HOST, ASYNC), nothing;
+        => |_, _| copy(dst as u64, src, bytes as u64, stream, M::DEVICE_TO_HOST, ASYNC), nothing;
     DTOH_ASYNC_PTSZ cuMemcpyDtoHAsync_v2_ptsz(dst: *mut c_void, src: DevicePtr, bytes: usize, stream: Handle)
-        => |_| copy(dst as u64, src, bytes as u64, stream, M::DEVICE_TO_HOST, ASYNC), nothing;
+        => |_, _| copy(dst as u64, src, bytes as u64, stream, M::DEVICE_TO_HOST, ASYNC), nothing;
     DTOD_ASYNC cuMemcpyDtoDAsync_v2(dst: DevicePtr, src: DevicePtr, bytes: usize, stream: Handle)
-        => |_| copy(dst, src, bytes as u64, stream, M::DEVICE_TO_DEVICE, ASYNC), nothing;
+        => |_, _| copy(dst, src, bytes as u64, stream, M::DEVICE_TO_DEVICE, ASYNC), nothing;
     DTOD_ASYNC_PTSZ cuMemcpyDtoDAsync_v2_ptsz(dst: DevicePtr, src: DevicePtr, bytes: usize, stream: Handle)
-        => |_| copy(dst, src, bytes as u64, stream, M::DEVICE_TO_DEVICE, ASYNC), nothing;
+        => |_, _| copy(dst, src, bytes as u64, stream, M::DEVICE_TO_DEVICE, ASYNC), nothing;
     PEER cuMemcpyPeer(dst: DevicePtr, dst_ctx: Handle, src: DevicePtr, src_ctx: Handle, bytes: usize)
-        => |_| copy(dst, src, bytes as u64, std::ptr::null_mut(), M::PEER, 0), nothing;
+        => |_, _| copy(dst, src, bytes as u64, std::ptr::null_mut(), M::PEER, 0), nothing;
     PEER_PTDS cuMemcpyPeer_ptds(dst: DevicePtr, dst_ctx: Handle, src: DevicePtr, src_ctx: Handle, bytes: usize)
-        => |_| copy(dst, src, bytes as u64, std::ptr::null_mut(), M::PEER, 0), nothing;
+        => |_, _| copy(dst, src, bytes as u64, std::ptr::null_mut(), M::PEER, 0), nothing;
     PEER_ASYNC cuMemcpyPeerAsync(dst: DevicePtr, dst_ctx: Handle, src: DevicePtr, src_ctx: Handle, bytes: usize, stream: Handle)
-        => |_| copy(dst, src, bytes as u64, stream, M::PEER, ASYNC), nothing;
+        => |_, _| copy(dst, src, bytes as u64, stream, M::PEER, ASYNC), nothing;
     PEER_ASYNC_PTSZ cuMemcpyPeerAsync_ptsz(dst: DevicePtr, dst_ctx: Handle, src: DevicePtr, src_ctx: Handle, bytes: usize, stream: Handle)
-        => |_| copy(dst, src, bytes as u64, stream, M::PEER, ASYNC), nothing;
+        => |_, _| copy(dst, src, bytes as u64, stream, M::PEER, ASYNC), nothing;
 
     SET8 cuMemsetD8_v2(dst: DevicePtr, value: u8, n: usize)
-        => |_| set(dst, n as u64, std::ptr::null_mut(), 0), nothing;
+        => |_, _| set(dst, n as u64, std::ptr::null_mut(), 0), nothing;
     SET8_PTDS cuMemsetD8_v2_ptds(dst: DevicePtr, value: u8, n: usize)
-        => |_| set(dst, n as u64, std::ptr::null_mut(), 0), nothing;
+        => |_, _| set(dst, n as u64, std::ptr::null_mut(), 0), nothing;
     SET16 cuMemsetD16_v2(dst: DevicePtr, value: u16, n: usize)
-        => |_| set(dst, 2 * n as u64, std::ptr::null_mut(), 0), nothing;
+        => |_, _| set(dst, 2 * n as u64, std::ptr::null_mut(), 0), nothing;
     SET16_PTDS cuMemsetD16_v2_ptds(dst: DevicePtr, value: u16, n: usize)
-        => |_| set(dst, 2 * n as u64, std::ptr::null_mut(), 0), nothing;
+        => |_, _| set(dst, 2 * n as u64, std::ptr::null_mut(), 0), nothing;
     SET32 cuMemsetD32_v2(dst: DevicePtr, value: c_uint, n: usize)
-        => |_| set(dst, 4 * n as u64, std::ptr::null_mut(), 0), nothing;
+        => |_, _| set(dst, 4 * n as u64, std::ptr::null_mut(), 0), nothing;
     SET32_PTDS cuMemsetD32_v2_ptds(dst: DevicePtr, value: c_uint, n: usize)
-        => |_| set(dst, 4 * n as u64, std::ptr::null_mut(), 0), nothing;
+        => |_, _| set(dst, 4 * n as u64, std::ptr::null_mut(), 0), nothing;
     SET8_ASYNC cuMemsetD8Async(dst: DevicePtr, value: u8, n: usize, stream: Handle)
-        => |_| set(dst, n as u64, stream, ASYNC), nothing;
+        => |_, _| set(dst, n as u64, stream, ASYNC), nothing;
     SET8_ASYNC_PTSZ cuMemsetD8Async_ptsz(dst: DevicePtr, value: u8, n: usize, stream: Handle)
-        => |_| set(dst, n as u64, stream, ASYNC), nothing;
+        => |_, _| set(dst, n as u64, stream, ASYNC), nothing;
     SET16_ASYNC cuMemsetD16Async(dst: DevicePtr, value: u16, n: usize, stream: Handle)
-        => |_| set(dst, 2 * n as u64, stream, ASYNC), nothing;
+        => |_, _| set(dst, 2 * n as u64, stream, ASYNC), nothing;
     SET16_ASYNC_PTSZ cuMemsetD16Async_ptsz(dst: DevicePtr, value: u16, n: usize, stream: Handle)
-        => |_| set(dst, 2 * n as u64, stream, ASYNC), nothing;
+        => |_, _| set(dst, 2 * n as u64, stream, ASYNC), nothing;
     SET32_ASYNC cuMemsetD32Async(dst: DevicePtr, value: c_uint, n: usize, stream: Handle)
-        => |_| set(dst, 4 * n as u64, stream, ASYNC), nothing;
+        => |_, _| set(dst, 4 * n as u64, stream, ASYNC), nothing;
     SET32_ASYNC_PTSZ cuMemsetD32Async_ptsz(dst: DevicePtr, value: c_uint, n: usize, stream: Handle)
-        => |_| set(dst, 4 * n as u64, stream, ASYNC), nothing;
+        => |_, _| set(dst, 4 * n as u64, stream, ASYNC), nothing;
 
     ALLOC cuMemAlloc_v2(out: *mut DevicePtr, bytes: usize)
-        => |_| alloc(bytes, AllocCtx::DEVICE), allocated(out);
+        => |_, _| alloc(bytes, AllocCtx::DEVICE), allocated(out);
     ALLOC_PITCH cuMemAllocPitch_v2(out: *mut DevicePtr, pitch: *mut usize, width: usize, height: usize, element: c_uint)
-        => |_| alloc(width * height, AllocCtx::DEVICE), allocated(out);
+        => |_, _| alloc(width * height, AllocCtx::DEVICE), allocated(out);
     ALLOC_ASYNC cuMemAllocAsync(out: *mut DevicePtr, bytes: usize, stream: Handle)
-        => |_| alloc(bytes, AllocCtx::DEVICE), allocated(out);
+        => |_, _| alloc(bytes, AllocCtx::DEVICE), allocated(out);
     ALLOC_ASYNC_PTSZ cuMemAllocAsync_ptsz(out: *mut DevicePtr, bytes: usize, stream: Handle)
-        => |_| alloc(bytes, AllocCtx::DEVICE), allocated(out);
+        => |_, _| alloc(bytes, AllocCtx::DEVICE), allocated(out);
     ALLOC_HOST cuMemAllocHost_v2(out: *mut HostPtr, bytes: usize)
-        => |_| alloc(bytes, AllocCtx::HOST_PINNED), allocated(out);
+        => |_, _| alloc(bytes, AllocCtx::HOST_PINNED), allocated(out);
     HOST_ALLOC cuMemHostAlloc(out: *mut HostPtr, bytes: usize, flags: c_uint)
-        => |_| alloc(bytes, AllocCtx::HOST_PINNED), allocated(out);
+        => |_, _| alloc(bytes, AllocCtx::HOST_PINNED), allocated(out);
     ALLOC_MANAGED cuMemAllocManaged(out: *mut DevicePtr, bytes: usize, flags: c_uint)
-        => |_| alloc(bytes, AllocCtx::MANAGED), allocated(out);
-    FREE cuMemFree_v2(ptr: DevicePtr) => |_| free(ptr, AllocCtx::DEVICE), nothing;
-    FREE_ASYNC cuMemFreeAsync(ptr: DevicePtr, stream: Handle) => |_| free(ptr, AllocCtx::DEVICE), nothing;
-    FREE_ASYNC_PTSZ cuMemFreeAsync_ptsz(ptr: DevicePtr, stream: Handle) => |_| free(ptr, AllocCtx::DEVICE), nothing;
-    FREE_HOST cuMemFreeHost(ptr: *mut c_void) => |_| free(ptr as u64, AllocCtx::HOST_PINNED), nothing;
+        => |_, _| alloc(bytes, AllocCtx::MANAGED), allocated(out);
+    FREE cuMemFree_v2(ptr: DevicePtr) => |_, _| free(ptr, AllocCtx::DEVICE), nothing;
+    FREE_ASYNC cuMemFreeAsync(ptr: DevicePtr, stream: Handle) => |_, _| free(ptr, AllocCtx::DEVICE), nothing;
+    FREE_ASYNC_PTSZ cuMemFreeAsync_ptsz(ptr: DevicePtr, stream: Handle) => |_, _| free(ptr, AllocCtx::DEVICE), nothing;
+    FREE_HOST cuMemFreeHost(ptr: *mut c_void) => |_, _| free(ptr as u64, AllocCtx::HOST_PINNED), nothing;
 
-    STREAM_SYNC cuStreamSynchronize(stream: Handle) => |_| sync(stream, SyncCtx::STREAM), nothing;
-    STREAM_SYNC_PTSZ cuStreamSynchronize_ptsz(stream: Handle) => |_| sync(stream, SyncCtx::STREAM), nothing;
-    EVENT_SYNC cuEventSynchronize(event: Handle) => |_| sync(event, SyncCtx::EVENT), nothing;
-    CTX_SYNC cuCtxSynchronize() => |_| sync(std::ptr::null_mut(), SyncCtx::CONTEXT), nothing;
+    STREAM_SYNC cuStreamSynchronize(stream: Handle) => |_, _| sync(stream, SyncCtx::STREAM), nothing;
+    STREAM_SYNC_PTSZ cuStreamSynchronize_ptsz(stream: Handle) => |_, _| sync(stream, SyncCtx::STREAM), nothing;
+    EVENT_SYNC cuEventSynchronize(event: Handle) => |_, _| sync(event, SyncCtx::EVENT), nothing;
+    CTX_SYNC cuCtxSynchronize() => |_, _| sync(std::ptr::null_mut(), SyncCtx::CONTEXT), nothing;
 
     MODULE_LOAD_DATA cuModuleLoadData(out: *mut Handle, image: *const c_void)
-        => |_| module(image), loaded(out);
+        => |_, _| module(image), loaded(out);
     MODULE_LOAD_DATA_EX cuModuleLoadDataEx(out: *mut Handle, image: *const c_void, n: c_uint, options: *mut c_int, values: *mut *mut c_void)
-        => |_| module(image), loaded(out);
+        => |_, _| module(image), loaded(out);
     MODULE_LOAD_FATBIN cuModuleLoadFatBinary(out: *mut Handle, image: *const c_void)
-        => |_| module(image), loaded(out);
+        => |_, _| module(image), loaded(out);
     LIBRARY_LOAD_DATA cuLibraryLoadData(out: *mut Handle, code: *const c_void, jit_options: *mut c_int, jit_values: *mut *mut c_void, jit_n: c_uint, library_options: *mut c_int, library_values: *mut *mut c_void, library_n: c_uint)
-        => |_| module(code), loaded(out);
+        => |_, _| module(code), loaded(out);
 }
 
 /// An entry point for lookups: its exact name (what `dlsym` and linking use), the base name

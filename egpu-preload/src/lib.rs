@@ -128,7 +128,9 @@ fn launch(
             )
         }
     };
-    let build = |words| events::launch_ctx(words, f, grid, block, shared_mem_bytes, stream);
+    let build = |words, local: &Local| {
+        events::launch_ctx(words, local, f, grid, block, shared_mem_bytes, stream)
+    };
     events::observe(build, call, |_, _| {})
 }
 
