@@ -9,6 +9,7 @@
 
 use std::ffi::{CStr, c_int, c_uint, c_void};
 use std::mem::offset_of;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use egpu::ebpf::{AllocCtx, LaunchCtx, MemcpyCtx, ModuleLoadCtx, Phase, SyncCtx};
 use egpu::host::HostContext;
@@ -130,11 +131,272 @@ macro_rules! entries {
 }
 
 fn copy(dst: u64, src: u64, bytes: u64, stream: Handle, kind: u32, flags: u32) -> MemcpyCtx {
+    let kind = if kind == MemcpyCtx::DEFAULT { direction(dst, src) } else { kind };
     MemcpyCtx { dst, src, bytes, stream: stream as u64, kind, flags, ..MemcpyCtx::default() }
 }
 
 fn set(dst: u64, bytes: u64, stream: Handle, flags: u32) -> MemcpyCtx {
-    copy(dst, 0, bytes, stream, MemcpyCtx::DEFAULT, flags | MemcpyCtx::MEMSET)
+    let flags = flags | MemcpyCtx::MEMSET;
+    MemcpyCtx { dst, bytes, stream: stream as u64, flags, ..MemcpyCtx::default() }
+}
+
+/// `cuPointerGetAttribute`'s signature.
+type PointerAttributeFn = unsafe extern "C" fn(*mut c_void, c_int, DevicePtr) -> CuResult;
+static POINTER_ATTRIBUTE: Hook<PointerAttributeFn> =
+    Hook::new(c"cuPointerGetAttribute", std::ptr::null_mut);
+
+/// The direction of a copy between unified addresses (`cuMemcpy`, `cudaMemcpyDefault`), from
+/// where the driver says each side lives: memory it does not know is the host's (pageable).
+fn direction(dst: u64, src: u64) -> u32 {
+    /// `CU_POINTER_ATTRIBUTE_MEMORY_TYPE`, and the `CU_MEMORYTYPE_HOST` it answers.
+    const MEMORY_TYPE: c_int = 2;
+    const HOST: u32 = 1;
+    let Some(attribute) = POINTER_ATTRIBUTE.get_or_ask() else { return MemcpyCtx::DEFAULT };
+    let on_device = |p: u64| {
+        let mut kind: u32 = HOST;
+        // SAFETY: the driver's function, writing one `CUmemorytype` to `kind`.
+        let known = unsafe { attribute((&raw mut kind).cast(), MEMORY_TYPE, p) } == 0;
+        known && kind != HOST
+    };
+    match (on_device(dst), on_device(src)) {
+        (true, true) => MemcpyCtx::DEVICE_TO_DEVICE,
+        (true, false) => MemcpyCtx::HOST_TO_DEVICE,
+        (false, true) => MemcpyCtx::DEVICE_TO_HOST,
+        (false, false) => MemcpyCtx::HOST_TO_HOST,
+    }
+}
+
+/// A copy through the runtime: `cudaMemcpyKind` (0 host to host … 4 default) as egpu's kind.
+fn runtime_copy(
+    dst: *mut c_void,
+    src: *const c_void,
+    bytes: usize,
+    kind: c_int,
+    stream: Handle,
+    flags: u32,
+) -> MemcpyCtx {
+    let kind = match kind {
+        0 => MemcpyCtx::HOST_TO_HOST,
+        1 => MemcpyCtx::HOST_TO_DEVICE,
+        2 => MemcpyCtx::DEVICE_TO_HOST,
+        3 => MemcpyCtx::DEVICE_TO_DEVICE,
+        _ => MemcpyCtx::DEFAULT,
+    };
+    copy(dst as u64, src as u64, bytes as u64, stream, kind, flags)
+}
+
+/// `cudaPitchedPtr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct PitchedPtr {
+    ptr: *mut c_void,
+    pitch: usize,
+    xsize: usize,
+    ysize: usize,
+}
+
+/// `cudaExtent`: width (in bytes for linear memory), height, depth.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct Extent {
+    width: usize,
+    height: usize,
+    depth: usize,
+}
+
+/// `cudaMemcpy3DParms`'s fields egpu reads.
+#[repr(C)]
+pub(crate) struct Copy3d {
+    src_array: *mut c_void,
+    src_pos: [usize; 3],
+    src: PitchedPtr,
+    dst_array: *mut c_void,
+    dst_pos: [usize; 3],
+    dst: PitchedPtr,
+    extent: Extent,
+    kind: c_int,
+}
+
+fn runtime_copy_3d(p: *const Copy3d, stream: Handle, flags: u32) -> MemcpyCtx {
+    if p.is_null() {
+        return MemcpyCtx::default();
+    }
+    // SAFETY: the caller's parameters, which the runtime reads too.
+    let p = unsafe { &*p };
+    let e = p.extent;
+    let bytes = e.width * e.height.max(1) * e.depth.max(1);
+    runtime_copy(p.dst.ptr, p.src.ptr, bytes, p.kind, stream, flags)
+}
+
+/// `CUDA_MEMCPY2D`'s fields egpu reads: the memory types (1 host, 2 device, 3 array,
+/// 4 unified) and addresses of each side, and the width in bytes and height.
+#[repr(C)]
+pub(crate) struct Copy2dDriver {
+    src_x: usize,
+    src_y: usize,
+    src_type: c_int,
+    src_host: *const c_void,
+    src_device: DevicePtr,
+    src_array: *mut c_void,
+    src_pitch: usize,
+    dst_x: usize,
+    dst_y: usize,
+    dst_type: c_int,
+    dst_host: *mut c_void,
+    dst_device: DevicePtr,
+    dst_array: *mut c_void,
+    dst_pitch: usize,
+    width: usize,
+    height: usize,
+}
+
+fn driver_copy_2d(p: *const Copy2dDriver, stream: Handle, flags: u32) -> MemcpyCtx {
+    if p.is_null() {
+        return MemcpyCtx::default();
+    }
+    // SAFETY: the caller's parameters, which the driver reads too.
+    let p = unsafe { &*p };
+    let side = |kind: c_int, host: u64, device: u64| match kind {
+        1 => (false, host),
+        4 => (true, device),
+        _ => (true, device),
+    };
+    let (dst_dev, dst) = side(p.dst_type, p.dst_host as u64, p.dst_device);
+    let (src_dev, src) = side(p.src_type, p.src_host as u64, p.src_device);
+    let kind = match (dst_dev, src_dev) {
+        _ if p.dst_type == 4 || p.src_type == 4 => MemcpyCtx::DEFAULT,
+        (true, true) => MemcpyCtx::DEVICE_TO_DEVICE,
+        (true, false) => MemcpyCtx::HOST_TO_DEVICE,
+        (false, true) => MemcpyCtx::DEVICE_TO_HOST,
+        (false, false) => MemcpyCtx::HOST_TO_HOST,
+    };
+    copy(dst, src, (p.width * p.height) as u64, stream, kind, flags)
+}
+
+/// `CUDA_MEMCPY3D`'s fields egpu reads (as [`Copy2dDriver`], with depth).
+#[repr(C)]
+pub(crate) struct Copy3dDriver {
+    src_x: usize,
+    src_y: usize,
+    src_z: usize,
+    src_lod: usize,
+    src_type: c_int,
+    src_host: *const c_void,
+    src_device: DevicePtr,
+    src_array: *mut c_void,
+    reserved0: *mut c_void,
+    src_pitch: usize,
+    src_height: usize,
+    dst_x: usize,
+    dst_y: usize,
+    dst_z: usize,
+    dst_lod: usize,
+    dst_type: c_int,
+    dst_host: *mut c_void,
+    dst_device: DevicePtr,
+    dst_array: *mut c_void,
+    reserved1: *mut c_void,
+    dst_pitch: usize,
+    dst_height: usize,
+    width: usize,
+    height: usize,
+    depth: usize,
+}
+
+fn driver_copy_3d(p: *const Copy3dDriver, stream: Handle, flags: u32) -> MemcpyCtx {
+    if p.is_null() {
+        return MemcpyCtx::default();
+    }
+    // SAFETY: the caller's parameters, which the driver reads too.
+    let p = unsafe { &*p };
+    let flat = Copy2dDriver {
+        src_x: 0,
+        src_y: 0,
+        src_type: p.src_type,
+        src_host: p.src_host,
+        src_device: p.src_device,
+        src_array: p.src_array,
+        src_pitch: p.src_pitch,
+        dst_x: 0,
+        dst_y: 0,
+        dst_type: p.dst_type,
+        dst_host: p.dst_host,
+        dst_device: p.dst_device,
+        dst_array: p.dst_array,
+        dst_pitch: p.dst_pitch,
+        width: p.width,
+        height: p.height * p.depth.max(1),
+    };
+    driver_copy_2d(&flat, stream, flags)
+}
+
+/// Launches captured into graphs are not run when launched: stream captures begun and not yet
+/// ended in this process. While there are none, a launch need not ask the driver whether its
+/// stream is capturing.
+static CAPTURES: AtomicI64 = AtomicI64::new(0);
+
+/// `cuStreamIsCapturing`'s signature.
+type IsCapturingFn = unsafe extern "C" fn(Handle, *mut c_int) -> CuResult;
+static IS_CAPTURING: Hook<IsCapturingFn> = Hook::new(c"cuStreamIsCapturing", std::ptr::null_mut);
+
+/// [`LaunchCtx::CAPTURED`] when `stream` is capturing.
+fn captured(stream: Handle) -> u32 {
+    if CAPTURES.load(Ordering::Relaxed) <= 0 {
+        return 0;
+    }
+    /// `CU_STREAM_CAPTURE_STATUS_ACTIVE`.
+    const ACTIVE: c_int = 1;
+    let Some(is_capturing) = IS_CAPTURING.get_or_ask() else { return 0 };
+    let mut status = 0;
+    // SAFETY: the driver's function, writing one status.
+    let asked = unsafe { is_capturing(stream, &mut status) };
+    if asked == 0 && status == ACTIVE { LaunchCtx::CAPTURED } else { 0 }
+}
+
+/// Defines entry points that begin (`+1`) or end (`-1`) a stream capture: counted in
+/// [`CAPTURES`], no event.
+macro_rules! captures {
+    ($($hook:ident $name:ident ($($arg:ident : $ty:ty),* $(,)?) => $delta:expr;)*) => {$(
+        pub(crate) static $hook: Hook<unsafe extern "C" fn($($ty),*) -> CuResult> = Hook::new(
+            match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                Ok(name) => name,
+                Err(_) => panic!("a name without NUL"),
+            },
+            || $name as *mut c_void,
+        );
+
+        #[doc = concat!("The driver's `", stringify!($name), "`, interposed.")]
+        ///
+        /// # Safety
+        ///
+        /// As the driver's.
+        #[unsafe(no_mangle)]
+        pub(crate) unsafe extern "C" fn $name($($arg: $ty),*) -> CuResult {
+            let Some(real) = $hook.get() else { return NOT_FOUND };
+            // SAFETY: the driver's function, with the caller's arguments unchanged.
+            let result = unsafe { real($($arg),*) };
+            let delta: i64 = $delta;
+            // An end counts even when it fails (an invalidated capture ends too); the count is
+            // a hint, the driver's answer in `captured` is what counts.
+            if result == 0 || delta < 0 {
+                let _ = CAPTURES.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    Some((n + delta).max(0))
+                });
+            }
+            result
+        }
+    )*};
+}
+
+captures! {
+    BEGIN_CAPTURE cuStreamBeginCapture(stream: Handle) => 1;
+    BEGIN_CAPTURE_PTSZ cuStreamBeginCapture_ptsz(stream: Handle) => 1;
+    BEGIN_CAPTURE_V2 cuStreamBeginCapture_v2(stream: Handle, mode: c_int) => 1;
+    BEGIN_CAPTURE_V2_PTSZ cuStreamBeginCapture_v2_ptsz(stream: Handle, mode: c_int) => 1;
+    BEGIN_CAPTURE_TO_GRAPH cuStreamBeginCaptureToGraph(stream: Handle, graph: Handle, dependencies: *const Handle, data: *const c_void, n: usize, mode: c_int) => 1;
+    BEGIN_CAPTURE_TO_GRAPH_PTSZ cuStreamBeginCaptureToGraph_ptsz(stream: Handle, graph: Handle, dependencies: *const Handle, data: *const c_void, n: usize, mode: c_int) => 1;
+    END_CAPTURE cuStreamEndCapture(stream: Handle, graph: *mut Handle) => -1;
+    END_CAPTURE_PTSZ cuStreamEndCapture_ptsz(stream: Handle, graph: *mut Handle) => -1;
 }
 
 fn alloc(bytes: usize, kind: u32) -> AllocCtx {
@@ -232,6 +494,7 @@ pub(crate) fn launch_ctx(
         grid,
         block,
         shared_mem_bytes,
+        flags: captured(stream),
         ..LaunchCtx::default()
     };
     if words & 1 != 0 {
@@ -350,6 +613,41 @@ entries! {
     SET32_ASYNC_PTSZ cuMemsetD32Async_ptsz(dst: DevicePtr, value: c_uint, n: usize, stream: Handle)
         => |_, _| set(dst, 4 * n as u64, stream, ASYNC), nothing;
 
+    COPY_2D cuMemcpy2D_v2(p: *const Copy2dDriver) => |_, _| driver_copy_2d(p, std::ptr::null_mut(), 0), nothing;
+    COPY_2D_PTDS cuMemcpy2D_v2_ptds(p: *const Copy2dDriver) => |_, _| driver_copy_2d(p, std::ptr::null_mut(), 0), nothing;
+    COPY_2D_UNALIGNED cuMemcpy2DUnaligned_v2(p: *const Copy2dDriver) => |_, _| driver_copy_2d(p, std::ptr::null_mut(), 0), nothing;
+    COPY_2D_UNALIGNED_PTDS cuMemcpy2DUnaligned_v2_ptds(p: *const Copy2dDriver) => |_, _| driver_copy_2d(p, std::ptr::null_mut(), 0), nothing;
+    COPY_2D_ASYNC cuMemcpy2DAsync_v2(p: *const Copy2dDriver, stream: Handle) => |_, _| driver_copy_2d(p, stream, ASYNC), nothing;
+    COPY_2D_ASYNC_PTSZ cuMemcpy2DAsync_v2_ptsz(p: *const Copy2dDriver, stream: Handle) => |_, _| driver_copy_2d(p, stream, ASYNC), nothing;
+    COPY_3D cuMemcpy3D_v2(p: *const Copy3dDriver) => |_, _| driver_copy_3d(p, std::ptr::null_mut(), 0), nothing;
+    COPY_3D_PTDS cuMemcpy3D_v2_ptds(p: *const Copy3dDriver) => |_, _| driver_copy_3d(p, std::ptr::null_mut(), 0), nothing;
+    COPY_3D_ASYNC cuMemcpy3DAsync_v2(p: *const Copy3dDriver, stream: Handle) => |_, _| driver_copy_3d(p, stream, ASYNC), nothing;
+    COPY_3D_ASYNC_PTSZ cuMemcpy3DAsync_v2_ptsz(p: *const Copy3dDriver, stream: Handle) => |_, _| driver_copy_3d(p, stream, ASYNC), nothing;
+    SET_2D8 cuMemsetD2D8_v2(dst: DevicePtr, pitch: usize, value: u8, width: usize, height: usize)
+        => |_, _| set(dst, (width * height) as u64, std::ptr::null_mut(), 0), nothing;
+    SET_2D8_PTDS cuMemsetD2D8_v2_ptds(dst: DevicePtr, pitch: usize, value: u8, width: usize, height: usize)
+        => |_, _| set(dst, (width * height) as u64, std::ptr::null_mut(), 0), nothing;
+    SET_2D16 cuMemsetD2D16_v2(dst: DevicePtr, pitch: usize, value: u16, width: usize, height: usize)
+        => |_, _| set(dst, (2 * width * height) as u64, std::ptr::null_mut(), 0), nothing;
+    SET_2D16_PTDS cuMemsetD2D16_v2_ptds(dst: DevicePtr, pitch: usize, value: u16, width: usize, height: usize)
+        => |_, _| set(dst, (2 * width * height) as u64, std::ptr::null_mut(), 0), nothing;
+    SET_2D32 cuMemsetD2D32_v2(dst: DevicePtr, pitch: usize, value: c_uint, width: usize, height: usize)
+        => |_, _| set(dst, (4 * width * height) as u64, std::ptr::null_mut(), 0), nothing;
+    SET_2D32_PTDS cuMemsetD2D32_v2_ptds(dst: DevicePtr, pitch: usize, value: c_uint, width: usize, height: usize)
+        => |_, _| set(dst, (4 * width * height) as u64, std::ptr::null_mut(), 0), nothing;
+    SET_2D8_ASYNC cuMemsetD2D8Async(dst: DevicePtr, pitch: usize, value: u8, width: usize, height: usize, stream: Handle)
+        => |_, _| set(dst, (width * height) as u64, stream, ASYNC), nothing;
+    SET_2D8_ASYNC_PTSZ cuMemsetD2D8Async_ptsz(dst: DevicePtr, pitch: usize, value: u8, width: usize, height: usize, stream: Handle)
+        => |_, _| set(dst, (width * height) as u64, stream, ASYNC), nothing;
+    SET_2D16_ASYNC cuMemsetD2D16Async(dst: DevicePtr, pitch: usize, value: u16, width: usize, height: usize, stream: Handle)
+        => |_, _| set(dst, (2 * width * height) as u64, stream, ASYNC), nothing;
+    SET_2D16_ASYNC_PTSZ cuMemsetD2D16Async_ptsz(dst: DevicePtr, pitch: usize, value: u16, width: usize, height: usize, stream: Handle)
+        => |_, _| set(dst, (2 * width * height) as u64, stream, ASYNC), nothing;
+    SET_2D32_ASYNC cuMemsetD2D32Async(dst: DevicePtr, pitch: usize, value: c_uint, width: usize, height: usize, stream: Handle)
+        => |_, _| set(dst, (4 * width * height) as u64, stream, ASYNC), nothing;
+    SET_2D32_ASYNC_PTSZ cuMemsetD2D32Async_ptsz(dst: DevicePtr, pitch: usize, value: c_uint, width: usize, height: usize, stream: Handle)
+        => |_, _| set(dst, (4 * width * height) as u64, stream, ASYNC), nothing;
+
     ALLOC cuMemAlloc_v2(out: *mut DevicePtr, bytes: usize)
         => |_, _| alloc(bytes, AllocCtx::DEVICE), allocated(out);
     ALLOC_PITCH cuMemAllocPitch_v2(out: *mut DevicePtr, pitch: *mut usize, width: usize, height: usize, element: c_uint)
@@ -373,6 +671,7 @@ entries! {
     STREAM_SYNC_PTSZ cuStreamSynchronize_ptsz(stream: Handle) => |_, _| sync(stream, SyncCtx::STREAM), nothing;
     EVENT_SYNC cuEventSynchronize(event: Handle) => |_, _| sync(event, SyncCtx::EVENT), nothing;
     CTX_SYNC cuCtxSynchronize() => |_, _| sync(std::ptr::null_mut(), SyncCtx::CONTEXT), nothing;
+    CTX_SYNC_V2 cuCtxSynchronize_v2(context: Handle) => |_, _| sync(context, SyncCtx::CONTEXT), nothing;
 
     MODULE_LOAD_DATA cuModuleLoadData(out: *mut Handle, image: *const c_void)
         => |_, _| module(image), loaded(out);
@@ -384,10 +683,108 @@ entries! {
         => |_, _| module(code), loaded(out);
 }
 
+/// `cudaStream_t`'s null: the runtime's default stream.
+const NULL: Handle = std::ptr::null_mut();
+
+// The CUDA runtime's copies, sets and allocations (`libcudart.so`, the shared runtime): it
+// reaches the driver through private entry points, not the public ones above, so these are
+// interposed by name (a runtime linked statically into a program cannot be). `cudaError_t` is an
+// `int` as `CUresult` is; `cudaMemcpyKind` too.
+entries! {
+    RT_MEMCPY cudaMemcpy(dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int)
+        => |_, _| runtime_copy(dst, src, bytes, kind, NULL, 0), nothing;
+    RT_MEMCPY_PTDS cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int)
+        => |_, _| runtime_copy(dst, src, bytes, kind, NULL, 0), nothing;
+    RT_MEMCPY_ASYNC cudaMemcpyAsync(dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int, stream: Handle)
+        => |_, _| runtime_copy(dst, src, bytes, kind, stream, ASYNC), nothing;
+    RT_MEMCPY_ASYNC_PTSZ cudaMemcpyAsync_ptsz(dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int, stream: Handle)
+        => |_, _| runtime_copy(dst, src, bytes, kind, stream, ASYNC), nothing;
+    RT_MEMCPY_2D cudaMemcpy2D(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c_int)
+        => |_, _| runtime_copy(dst, src, width * height, kind, NULL, 0), nothing;
+    RT_MEMCPY_2D_PTDS cudaMemcpy2D_ptds(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c_int)
+        => |_, _| runtime_copy(dst, src, width * height, kind, NULL, 0), nothing;
+    RT_MEMCPY_2D_ASYNC cudaMemcpy2DAsync(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c_int, stream: Handle)
+        => |_, _| runtime_copy(dst, src, width * height, kind, stream, ASYNC), nothing;
+    RT_MEMCPY_2D_ASYNC_PTSZ cudaMemcpy2DAsync_ptsz(dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c_int, stream: Handle)
+        => |_, _| runtime_copy(dst, src, width * height, kind, stream, ASYNC), nothing;
+    RT_MEMCPY_3D cudaMemcpy3D(p: *const Copy3d) => |_, _| runtime_copy_3d(p, NULL, 0), nothing;
+    RT_MEMCPY_3D_PTDS cudaMemcpy3D_ptds(p: *const Copy3d) => |_, _| runtime_copy_3d(p, NULL, 0), nothing;
+    RT_MEMCPY_3D_ASYNC cudaMemcpy3DAsync(p: *const Copy3d, stream: Handle) => |_, _| runtime_copy_3d(p, stream, ASYNC), nothing;
+    RT_MEMCPY_3D_ASYNC_PTSZ cudaMemcpy3DAsync_ptsz(p: *const Copy3d, stream: Handle) => |_, _| runtime_copy_3d(p, stream, ASYNC), nothing;
+    RT_MEMCPY_PEER cudaMemcpyPeer(dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, bytes: usize)
+        => |_, _| copy(dst as u64, src as u64, bytes as u64, NULL, M::PEER, 0), nothing;
+    RT_MEMCPY_PEER_ASYNC cudaMemcpyPeerAsync(dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, bytes: usize, stream: Handle)
+        => |_, _| copy(dst as u64, src as u64, bytes as u64, stream, M::PEER, ASYNC), nothing;
+    RT_TO_SYMBOL cudaMemcpyToSymbol(symbol: *const c_void, src: *const c_void, bytes: usize, offset: usize, kind: c_int)
+        => |_, _| runtime_copy(symbol.cast_mut(), src, bytes, kind, NULL, 0), nothing;
+    RT_TO_SYMBOL_PTDS cudaMemcpyToSymbol_ptds(symbol: *const c_void, src: *const c_void, bytes: usize, offset: usize, kind: c_int)
+        => |_, _| runtime_copy(symbol.cast_mut(), src, bytes, kind, NULL, 0), nothing;
+    RT_TO_SYMBOL_ASYNC cudaMemcpyToSymbolAsync(symbol: *const c_void, src: *const c_void, bytes: usize, offset: usize, kind: c_int, stream: Handle)
+        => |_, _| runtime_copy(symbol.cast_mut(), src, bytes, kind, stream, ASYNC), nothing;
+    RT_TO_SYMBOL_ASYNC_PTSZ cudaMemcpyToSymbolAsync_ptsz(symbol: *const c_void, src: *const c_void, bytes: usize, offset: usize, kind: c_int, stream: Handle)
+        => |_, _| runtime_copy(symbol.cast_mut(), src, bytes, kind, stream, ASYNC), nothing;
+    RT_FROM_SYMBOL cudaMemcpyFromSymbol(dst: *mut c_void, symbol: *const c_void, bytes: usize, offset: usize, kind: c_int)
+        => |_, _| runtime_copy(dst, symbol, bytes, kind, NULL, 0), nothing;
+    RT_FROM_SYMBOL_PTDS cudaMemcpyFromSymbol_ptds(dst: *mut c_void, symbol: *const c_void, bytes: usize, offset: usize, kind: c_int)
+        => |_, _| runtime_copy(dst, symbol, bytes, kind, NULL, 0), nothing;
+    RT_FROM_SYMBOL_ASYNC cudaMemcpyFromSymbolAsync(dst: *mut c_void, symbol: *const c_void, bytes: usize, offset: usize, kind: c_int, stream: Handle)
+        => |_, _| runtime_copy(dst, symbol, bytes, kind, stream, ASYNC), nothing;
+    RT_FROM_SYMBOL_ASYNC_PTSZ cudaMemcpyFromSymbolAsync_ptsz(dst: *mut c_void, symbol: *const c_void, bytes: usize, offset: usize, kind: c_int, stream: Handle)
+        => |_, _| runtime_copy(dst, symbol, bytes, kind, stream, ASYNC), nothing;
+
+    RT_MEMSET cudaMemset(dst: *mut c_void, value: c_int, bytes: usize)
+        => |_, _| set(dst as u64, bytes as u64, NULL, 0), nothing;
+    RT_MEMSET_PTDS cudaMemset_ptds(dst: *mut c_void, value: c_int, bytes: usize)
+        => |_, _| set(dst as u64, bytes as u64, NULL, 0), nothing;
+    RT_MEMSET_ASYNC cudaMemsetAsync(dst: *mut c_void, value: c_int, bytes: usize, stream: Handle)
+        => |_, _| set(dst as u64, bytes as u64, stream, ASYNC), nothing;
+    RT_MEMSET_ASYNC_PTSZ cudaMemsetAsync_ptsz(dst: *mut c_void, value: c_int, bytes: usize, stream: Handle)
+        => |_, _| set(dst as u64, bytes as u64, stream, ASYNC), nothing;
+    RT_MEMSET_2D cudaMemset2D(dst: *mut c_void, pitch: usize, value: c_int, width: usize, height: usize)
+        => |_, _| set(dst as u64, (width * height) as u64, NULL, 0), nothing;
+    RT_MEMSET_2D_PTDS cudaMemset2D_ptds(dst: *mut c_void, pitch: usize, value: c_int, width: usize, height: usize)
+        => |_, _| set(dst as u64, (width * height) as u64, NULL, 0), nothing;
+    RT_MEMSET_2D_ASYNC cudaMemset2DAsync(dst: *mut c_void, pitch: usize, value: c_int, width: usize, height: usize, stream: Handle)
+        => |_, _| set(dst as u64, (width * height) as u64, stream, ASYNC), nothing;
+    RT_MEMSET_2D_ASYNC_PTSZ cudaMemset2DAsync_ptsz(dst: *mut c_void, pitch: usize, value: c_int, width: usize, height: usize, stream: Handle)
+        => |_, _| set(dst as u64, (width * height) as u64, stream, ASYNC), nothing;
+    RT_MEMSET_3D cudaMemset3D(p: PitchedPtr, value: c_int, e: Extent)
+        => |_, _| set(p.ptr as u64, (e.width * e.height * e.depth) as u64, NULL, 0), nothing;
+    RT_MEMSET_3D_PTDS cudaMemset3D_ptds(p: PitchedPtr, value: c_int, e: Extent)
+        => |_, _| set(p.ptr as u64, (e.width * e.height * e.depth) as u64, NULL, 0), nothing;
+    RT_MEMSET_3D_ASYNC cudaMemset3DAsync(p: PitchedPtr, value: c_int, e: Extent, stream: Handle)
+        => |_, _| set(p.ptr as u64, (e.width * e.height * e.depth) as u64, stream, ASYNC), nothing;
+    RT_MEMSET_3D_ASYNC_PTSZ cudaMemset3DAsync_ptsz(p: PitchedPtr, value: c_int, e: Extent, stream: Handle)
+        => |_, _| set(p.ptr as u64, (e.width * e.height * e.depth) as u64, stream, ASYNC), nothing;
+
+    RT_MALLOC cudaMalloc(out: *mut HostPtr, bytes: usize)
+        => |_, _| alloc(bytes, AllocCtx::DEVICE), allocated(out);
+    RT_MALLOC_PITCH cudaMallocPitch(out: *mut HostPtr, pitch: *mut usize, width: usize, height: usize)
+        => |_, _| alloc(width * height, AllocCtx::DEVICE), allocated(out);
+    RT_MALLOC_ASYNC cudaMallocAsync(out: *mut HostPtr, bytes: usize, stream: Handle)
+        => |_, _| alloc(bytes, AllocCtx::DEVICE), allocated(out);
+    RT_MALLOC_ASYNC_PTSZ cudaMallocAsync_ptsz(out: *mut HostPtr, bytes: usize, stream: Handle)
+        => |_, _| alloc(bytes, AllocCtx::DEVICE), allocated(out);
+    RT_MALLOC_FROM_POOL cudaMallocFromPoolAsync(out: *mut HostPtr, bytes: usize, pool: Handle, stream: Handle)
+        => |_, _| alloc(bytes, AllocCtx::DEVICE), allocated(out);
+    RT_MALLOC_FROM_POOL_PTSZ cudaMallocFromPoolAsync_ptsz(out: *mut HostPtr, bytes: usize, pool: Handle, stream: Handle)
+        => |_, _| alloc(bytes, AllocCtx::DEVICE), allocated(out);
+    RT_MALLOC_HOST cudaMallocHost(out: *mut HostPtr, bytes: usize)
+        => |_, _| alloc(bytes, AllocCtx::HOST_PINNED), allocated(out);
+    RT_HOST_ALLOC cudaHostAlloc(out: *mut HostPtr, bytes: usize, flags: c_uint)
+        => |_, _| alloc(bytes, AllocCtx::HOST_PINNED), allocated(out);
+    RT_MALLOC_MANAGED cudaMallocManaged(out: *mut HostPtr, bytes: usize, flags: c_uint)
+        => |_, _| alloc(bytes, AllocCtx::MANAGED), allocated(out);
+    RT_FREE cudaFree(ptr: *mut c_void) => |_, _| free(ptr as u64, AllocCtx::DEVICE), nothing;
+    RT_FREE_ASYNC cudaFreeAsync(ptr: *mut c_void, stream: Handle) => |_, _| free(ptr as u64, AllocCtx::DEVICE), nothing;
+    RT_FREE_ASYNC_PTSZ cudaFreeAsync_ptsz(ptr: *mut c_void, stream: Handle) => |_, _| free(ptr as u64, AllocCtx::DEVICE), nothing;
+    RT_FREE_HOST cudaFreeHost(ptr: *mut c_void) => |_, _| free(ptr as u64, AllocCtx::HOST_PINNED), nothing;
+}
+
 /// An entry point for lookups: its exact name (what `dlsym` and linking use), the base name
 /// `cuGetProcAddress` takes, whether it is the per-thread-default-stream flavour, and its hook.
 pub(crate) struct Entry {
-    pub(crate) exact: &'static [u8],
+    pub(crate) exact: &'static CStr,
     pub(crate) base: &'static [u8],
     pub(crate) per_thread: bool,
     pub(crate) hook: &'static dyn Keep,
@@ -405,79 +802,161 @@ macro_rules! table {
 use crate::real::{LAUNCH, LAUNCH_PTSZ};
 
 table! {
-    LAUNCH b"cuLaunchKernel" b"cuLaunchKernel" false;
-    LAUNCH_PTSZ b"cuLaunchKernel_ptsz" b"cuLaunchKernel" true;
-    LAUNCH_EX b"cuLaunchKernelEx" b"cuLaunchKernelEx" false;
-    LAUNCH_EX_PTSZ b"cuLaunchKernelEx_ptsz" b"cuLaunchKernelEx" true;
-    GRAPH_LAUNCH b"cuGraphLaunch" b"cuGraphLaunch" false;
-    GRAPH_LAUNCH_PTSZ b"cuGraphLaunch_ptsz" b"cuGraphLaunch" true;
-    MEMCPY b"cuMemcpy" b"cuMemcpy" false;
-    MEMCPY_PTDS b"cuMemcpy_ptds" b"cuMemcpy" true;
-    MEMCPY_ASYNC b"cuMemcpyAsync" b"cuMemcpyAsync" false;
-    MEMCPY_ASYNC_PTSZ b"cuMemcpyAsync_ptsz" b"cuMemcpyAsync" true;
-    HTOD b"cuMemcpyHtoD_v2" b"cuMemcpyHtoD" false;
-    HTOD_PTDS b"cuMemcpyHtoD_v2_ptds" b"cuMemcpyHtoD" true;
-    DTOH b"cuMemcpyDtoH_v2" b"cuMemcpyDtoH" false;
-    DTOH_PTDS b"cuMemcpyDtoH_v2_ptds" b"cuMemcpyDtoH" true;
-    DTOD b"cuMemcpyDtoD_v2" b"cuMemcpyDtoD" false;
-    DTOD_PTDS b"cuMemcpyDtoD_v2_ptds" b"cuMemcpyDtoD" true;
-    HTOD_ASYNC b"cuMemcpyHtoDAsync_v2" b"cuMemcpyHtoDAsync" false;
-    HTOD_ASYNC_PTSZ b"cuMemcpyHtoDAsync_v2_ptsz" b"cuMemcpyHtoDAsync" true;
-    DTOH_ASYNC b"cuMemcpyDtoHAsync_v2" b"cuMemcpyDtoHAsync" false;
-    DTOH_ASYNC_PTSZ b"cuMemcpyDtoHAsync_v2_ptsz" b"cuMemcpyDtoHAsync" true;
-    DTOD_ASYNC b"cuMemcpyDtoDAsync_v2" b"cuMemcpyDtoDAsync" false;
-    DTOD_ASYNC_PTSZ b"cuMemcpyDtoDAsync_v2_ptsz" b"cuMemcpyDtoDAsync" true;
-    PEER b"cuMemcpyPeer" b"cuMemcpyPeer" false;
-    PEER_PTDS b"cuMemcpyPeer_ptds" b"cuMemcpyPeer" true;
-    PEER_ASYNC b"cuMemcpyPeerAsync" b"cuMemcpyPeerAsync" false;
-    PEER_ASYNC_PTSZ b"cuMemcpyPeerAsync_ptsz" b"cuMemcpyPeerAsync" true;
-    SET8 b"cuMemsetD8_v2" b"cuMemsetD8" false;
-    SET8_PTDS b"cuMemsetD8_v2_ptds" b"cuMemsetD8" true;
-    SET16 b"cuMemsetD16_v2" b"cuMemsetD16" false;
-    SET16_PTDS b"cuMemsetD16_v2_ptds" b"cuMemsetD16" true;
-    SET32 b"cuMemsetD32_v2" b"cuMemsetD32" false;
-    SET32_PTDS b"cuMemsetD32_v2_ptds" b"cuMemsetD32" true;
-    SET8_ASYNC b"cuMemsetD8Async" b"cuMemsetD8Async" false;
-    SET8_ASYNC_PTSZ b"cuMemsetD8Async_ptsz" b"cuMemsetD8Async" true;
-    SET16_ASYNC b"cuMemsetD16Async" b"cuMemsetD16Async" false;
-    SET16_ASYNC_PTSZ b"cuMemsetD16Async_ptsz" b"cuMemsetD16Async" true;
-    SET32_ASYNC b"cuMemsetD32Async" b"cuMemsetD32Async" false;
-    SET32_ASYNC_PTSZ b"cuMemsetD32Async_ptsz" b"cuMemsetD32Async" true;
-    ALLOC b"cuMemAlloc_v2" b"cuMemAlloc" false;
-    ALLOC_PITCH b"cuMemAllocPitch_v2" b"cuMemAllocPitch" false;
-    ALLOC_ASYNC b"cuMemAllocAsync" b"cuMemAllocAsync" false;
-    ALLOC_ASYNC_PTSZ b"cuMemAllocAsync_ptsz" b"cuMemAllocAsync" true;
-    ALLOC_HOST b"cuMemAllocHost_v2" b"cuMemAllocHost" false;
-    HOST_ALLOC b"cuMemHostAlloc" b"cuMemHostAlloc" false;
-    ALLOC_MANAGED b"cuMemAllocManaged" b"cuMemAllocManaged" false;
-    FREE b"cuMemFree_v2" b"cuMemFree" false;
-    FREE_ASYNC b"cuMemFreeAsync" b"cuMemFreeAsync" false;
-    FREE_ASYNC_PTSZ b"cuMemFreeAsync_ptsz" b"cuMemFreeAsync" true;
-    FREE_HOST b"cuMemFreeHost" b"cuMemFreeHost" false;
-    STREAM_SYNC b"cuStreamSynchronize" b"cuStreamSynchronize" false;
-    STREAM_SYNC_PTSZ b"cuStreamSynchronize_ptsz" b"cuStreamSynchronize" true;
-    EVENT_SYNC b"cuEventSynchronize" b"cuEventSynchronize" false;
-    CTX_SYNC b"cuCtxSynchronize" b"cuCtxSynchronize" false;
-    MODULE_LOAD_DATA b"cuModuleLoadData" b"cuModuleLoadData" false;
-    MODULE_LOAD_DATA_EX b"cuModuleLoadDataEx" b"cuModuleLoadDataEx" false;
-    MODULE_LOAD_FATBIN b"cuModuleLoadFatBinary" b"cuModuleLoadFatBinary" false;
-    LIBRARY_LOAD_DATA b"cuLibraryLoadData" b"cuLibraryLoadData" false;
+    LAUNCH c"cuLaunchKernel" b"cuLaunchKernel" false;
+    LAUNCH_PTSZ c"cuLaunchKernel_ptsz" b"cuLaunchKernel" true;
+    LAUNCH_EX c"cuLaunchKernelEx" b"cuLaunchKernelEx" false;
+    LAUNCH_EX_PTSZ c"cuLaunchKernelEx_ptsz" b"cuLaunchKernelEx" true;
+    GRAPH_LAUNCH c"cuGraphLaunch" b"cuGraphLaunch" false;
+    GRAPH_LAUNCH_PTSZ c"cuGraphLaunch_ptsz" b"cuGraphLaunch" true;
+    MEMCPY c"cuMemcpy" b"cuMemcpy" false;
+    MEMCPY_PTDS c"cuMemcpy_ptds" b"cuMemcpy" true;
+    MEMCPY_ASYNC c"cuMemcpyAsync" b"cuMemcpyAsync" false;
+    MEMCPY_ASYNC_PTSZ c"cuMemcpyAsync_ptsz" b"cuMemcpyAsync" true;
+    HTOD c"cuMemcpyHtoD_v2" b"cuMemcpyHtoD" false;
+    HTOD_PTDS c"cuMemcpyHtoD_v2_ptds" b"cuMemcpyHtoD" true;
+    DTOH c"cuMemcpyDtoH_v2" b"cuMemcpyDtoH" false;
+    DTOH_PTDS c"cuMemcpyDtoH_v2_ptds" b"cuMemcpyDtoH" true;
+    DTOD c"cuMemcpyDtoD_v2" b"cuMemcpyDtoD" false;
+    DTOD_PTDS c"cuMemcpyDtoD_v2_ptds" b"cuMemcpyDtoD" true;
+    HTOD_ASYNC c"cuMemcpyHtoDAsync_v2" b"cuMemcpyHtoDAsync" false;
+    HTOD_ASYNC_PTSZ c"cuMemcpyHtoDAsync_v2_ptsz" b"cuMemcpyHtoDAsync" true;
+    DTOH_ASYNC c"cuMemcpyDtoHAsync_v2" b"cuMemcpyDtoHAsync" false;
+    DTOH_ASYNC_PTSZ c"cuMemcpyDtoHAsync_v2_ptsz" b"cuMemcpyDtoHAsync" true;
+    DTOD_ASYNC c"cuMemcpyDtoDAsync_v2" b"cuMemcpyDtoDAsync" false;
+    DTOD_ASYNC_PTSZ c"cuMemcpyDtoDAsync_v2_ptsz" b"cuMemcpyDtoDAsync" true;
+    PEER c"cuMemcpyPeer" b"cuMemcpyPeer" false;
+    PEER_PTDS c"cuMemcpyPeer_ptds" b"cuMemcpyPeer" true;
+    PEER_ASYNC c"cuMemcpyPeerAsync" b"cuMemcpyPeerAsync" false;
+    PEER_ASYNC_PTSZ c"cuMemcpyPeerAsync_ptsz" b"cuMemcpyPeerAsync" true;
+    SET8 c"cuMemsetD8_v2" b"cuMemsetD8" false;
+    SET8_PTDS c"cuMemsetD8_v2_ptds" b"cuMemsetD8" true;
+    SET16 c"cuMemsetD16_v2" b"cuMemsetD16" false;
+    SET16_PTDS c"cuMemsetD16_v2_ptds" b"cuMemsetD16" true;
+    SET32 c"cuMemsetD32_v2" b"cuMemsetD32" false;
+    SET32_PTDS c"cuMemsetD32_v2_ptds" b"cuMemsetD32" true;
+    SET8_ASYNC c"cuMemsetD8Async" b"cuMemsetD8Async" false;
+    SET8_ASYNC_PTSZ c"cuMemsetD8Async_ptsz" b"cuMemsetD8Async" true;
+    SET16_ASYNC c"cuMemsetD16Async" b"cuMemsetD16Async" false;
+    SET16_ASYNC_PTSZ c"cuMemsetD16Async_ptsz" b"cuMemsetD16Async" true;
+    SET32_ASYNC c"cuMemsetD32Async" b"cuMemsetD32Async" false;
+    SET32_ASYNC_PTSZ c"cuMemsetD32Async_ptsz" b"cuMemsetD32Async" true;
+    COPY_2D c"cuMemcpy2D_v2" b"cuMemcpy2D" false;
+    COPY_2D_PTDS c"cuMemcpy2D_v2_ptds" b"cuMemcpy2D" true;
+    COPY_2D_UNALIGNED c"cuMemcpy2DUnaligned_v2" b"cuMemcpy2DUnaligned" false;
+    COPY_2D_UNALIGNED_PTDS c"cuMemcpy2DUnaligned_v2_ptds" b"cuMemcpy2DUnaligned" true;
+    COPY_2D_ASYNC c"cuMemcpy2DAsync_v2" b"cuMemcpy2DAsync" false;
+    COPY_2D_ASYNC_PTSZ c"cuMemcpy2DAsync_v2_ptsz" b"cuMemcpy2DAsync" true;
+    COPY_3D c"cuMemcpy3D_v2" b"cuMemcpy3D" false;
+    COPY_3D_PTDS c"cuMemcpy3D_v2_ptds" b"cuMemcpy3D" true;
+    COPY_3D_ASYNC c"cuMemcpy3DAsync_v2" b"cuMemcpy3DAsync" false;
+    COPY_3D_ASYNC_PTSZ c"cuMemcpy3DAsync_v2_ptsz" b"cuMemcpy3DAsync" true;
+    SET_2D8 c"cuMemsetD2D8_v2" b"cuMemsetD2D8" false;
+    SET_2D8_PTDS c"cuMemsetD2D8_v2_ptds" b"cuMemsetD2D8" true;
+    SET_2D16 c"cuMemsetD2D16_v2" b"cuMemsetD2D16" false;
+    SET_2D16_PTDS c"cuMemsetD2D16_v2_ptds" b"cuMemsetD2D16" true;
+    SET_2D32 c"cuMemsetD2D32_v2" b"cuMemsetD2D32" false;
+    SET_2D32_PTDS c"cuMemsetD2D32_v2_ptds" b"cuMemsetD2D32" true;
+    SET_2D8_ASYNC c"cuMemsetD2D8Async" b"cuMemsetD2D8Async" false;
+    SET_2D8_ASYNC_PTSZ c"cuMemsetD2D8Async_ptsz" b"cuMemsetD2D8Async" true;
+    SET_2D16_ASYNC c"cuMemsetD2D16Async" b"cuMemsetD2D16Async" false;
+    SET_2D16_ASYNC_PTSZ c"cuMemsetD2D16Async_ptsz" b"cuMemsetD2D16Async" true;
+    SET_2D32_ASYNC c"cuMemsetD2D32Async" b"cuMemsetD2D32Async" false;
+    SET_2D32_ASYNC_PTSZ c"cuMemsetD2D32Async_ptsz" b"cuMemsetD2D32Async" true;
+    BEGIN_CAPTURE c"cuStreamBeginCapture" b"cuStreamBeginCapture" false;
+    BEGIN_CAPTURE_PTSZ c"cuStreamBeginCapture_ptsz" b"cuStreamBeginCapture" true;
+    BEGIN_CAPTURE_V2 c"cuStreamBeginCapture_v2" b"cuStreamBeginCapture" false;
+    BEGIN_CAPTURE_V2_PTSZ c"cuStreamBeginCapture_v2_ptsz" b"cuStreamBeginCapture" true;
+    BEGIN_CAPTURE_TO_GRAPH c"cuStreamBeginCaptureToGraph" b"cuStreamBeginCaptureToGraph" false;
+    BEGIN_CAPTURE_TO_GRAPH_PTSZ c"cuStreamBeginCaptureToGraph_ptsz" b"cuStreamBeginCaptureToGraph" true;
+    END_CAPTURE c"cuStreamEndCapture" b"cuStreamEndCapture" false;
+    END_CAPTURE_PTSZ c"cuStreamEndCapture_ptsz" b"cuStreamEndCapture" true;
+    ALLOC c"cuMemAlloc_v2" b"cuMemAlloc" false;
+    ALLOC_PITCH c"cuMemAllocPitch_v2" b"cuMemAllocPitch" false;
+    ALLOC_ASYNC c"cuMemAllocAsync" b"cuMemAllocAsync" false;
+    ALLOC_ASYNC_PTSZ c"cuMemAllocAsync_ptsz" b"cuMemAllocAsync" true;
+    ALLOC_HOST c"cuMemAllocHost_v2" b"cuMemAllocHost" false;
+    HOST_ALLOC c"cuMemHostAlloc" b"cuMemHostAlloc" false;
+    ALLOC_MANAGED c"cuMemAllocManaged" b"cuMemAllocManaged" false;
+    FREE c"cuMemFree_v2" b"cuMemFree" false;
+    FREE_ASYNC c"cuMemFreeAsync" b"cuMemFreeAsync" false;
+    FREE_ASYNC_PTSZ c"cuMemFreeAsync_ptsz" b"cuMemFreeAsync" true;
+    FREE_HOST c"cuMemFreeHost" b"cuMemFreeHost" false;
+    STREAM_SYNC c"cuStreamSynchronize" b"cuStreamSynchronize" false;
+    STREAM_SYNC_PTSZ c"cuStreamSynchronize_ptsz" b"cuStreamSynchronize" true;
+    EVENT_SYNC c"cuEventSynchronize" b"cuEventSynchronize" false;
+    CTX_SYNC c"cuCtxSynchronize" b"cuCtxSynchronize" false;
+    CTX_SYNC_V2 c"cuCtxSynchronize_v2" b"cuCtxSynchronize" false;
+    MODULE_LOAD_DATA c"cuModuleLoadData" b"cuModuleLoadData" false;
+    MODULE_LOAD_DATA_EX c"cuModuleLoadDataEx" b"cuModuleLoadDataEx" false;
+    MODULE_LOAD_FATBIN c"cuModuleLoadFatBinary" b"cuModuleLoadFatBinary" false;
+    LIBRARY_LOAD_DATA c"cuLibraryLoadData" b"cuLibraryLoadData" false;
+    // The runtime's: found by dlsym only (an empty base name matches no cuGetProcAddress).
+    RT_MEMCPY c"cudaMemcpy" b"" false;
+    RT_MEMCPY_PTDS c"cudaMemcpy_ptds" b"" false;
+    RT_MEMCPY_ASYNC c"cudaMemcpyAsync" b"" false;
+    RT_MEMCPY_ASYNC_PTSZ c"cudaMemcpyAsync_ptsz" b"" false;
+    RT_MEMCPY_2D c"cudaMemcpy2D" b"" false;
+    RT_MEMCPY_2D_PTDS c"cudaMemcpy2D_ptds" b"" false;
+    RT_MEMCPY_2D_ASYNC c"cudaMemcpy2DAsync" b"" false;
+    RT_MEMCPY_2D_ASYNC_PTSZ c"cudaMemcpy2DAsync_ptsz" b"" false;
+    RT_MEMCPY_3D c"cudaMemcpy3D" b"" false;
+    RT_MEMCPY_3D_PTDS c"cudaMemcpy3D_ptds" b"" false;
+    RT_MEMCPY_3D_ASYNC c"cudaMemcpy3DAsync" b"" false;
+    RT_MEMCPY_3D_ASYNC_PTSZ c"cudaMemcpy3DAsync_ptsz" b"" false;
+    RT_MEMCPY_PEER c"cudaMemcpyPeer" b"" false;
+    RT_MEMCPY_PEER_ASYNC c"cudaMemcpyPeerAsync" b"" false;
+    RT_TO_SYMBOL c"cudaMemcpyToSymbol" b"" false;
+    RT_TO_SYMBOL_PTDS c"cudaMemcpyToSymbol_ptds" b"" false;
+    RT_TO_SYMBOL_ASYNC c"cudaMemcpyToSymbolAsync" b"" false;
+    RT_TO_SYMBOL_ASYNC_PTSZ c"cudaMemcpyToSymbolAsync_ptsz" b"" false;
+    RT_FROM_SYMBOL c"cudaMemcpyFromSymbol" b"" false;
+    RT_FROM_SYMBOL_PTDS c"cudaMemcpyFromSymbol_ptds" b"" false;
+    RT_FROM_SYMBOL_ASYNC c"cudaMemcpyFromSymbolAsync" b"" false;
+    RT_FROM_SYMBOL_ASYNC_PTSZ c"cudaMemcpyFromSymbolAsync_ptsz" b"" false;
+    RT_MEMSET c"cudaMemset" b"" false;
+    RT_MEMSET_PTDS c"cudaMemset_ptds" b"" false;
+    RT_MEMSET_ASYNC c"cudaMemsetAsync" b"" false;
+    RT_MEMSET_ASYNC_PTSZ c"cudaMemsetAsync_ptsz" b"" false;
+    RT_MEMSET_2D c"cudaMemset2D" b"" false;
+    RT_MEMSET_2D_PTDS c"cudaMemset2D_ptds" b"" false;
+    RT_MEMSET_2D_ASYNC c"cudaMemset2DAsync" b"" false;
+    RT_MEMSET_2D_ASYNC_PTSZ c"cudaMemset2DAsync_ptsz" b"" false;
+    RT_MEMSET_3D c"cudaMemset3D" b"" false;
+    RT_MEMSET_3D_PTDS c"cudaMemset3D_ptds" b"" false;
+    RT_MEMSET_3D_ASYNC c"cudaMemset3DAsync" b"" false;
+    RT_MEMSET_3D_ASYNC_PTSZ c"cudaMemset3DAsync_ptsz" b"" false;
+    RT_MALLOC c"cudaMalloc" b"" false;
+    RT_MALLOC_PITCH c"cudaMallocPitch" b"" false;
+    RT_MALLOC_ASYNC c"cudaMallocAsync" b"" false;
+    RT_MALLOC_ASYNC_PTSZ c"cudaMallocAsync_ptsz" b"" false;
+    RT_MALLOC_FROM_POOL c"cudaMallocFromPoolAsync" b"" false;
+    RT_MALLOC_FROM_POOL_PTSZ c"cudaMallocFromPoolAsync_ptsz" b"" false;
+    RT_MALLOC_HOST c"cudaMallocHost" b"" false;
+    RT_HOST_ALLOC c"cudaHostAlloc" b"" false;
+    RT_MALLOC_MANAGED c"cudaMallocManaged" b"" false;
+    RT_FREE c"cudaFree" b"" false;
+    RT_FREE_ASYNC c"cudaFreeAsync" b"" false;
+    RT_FREE_ASYNC_PTSZ c"cudaFreeAsync_ptsz" b"" false;
+    RT_FREE_HOST c"cudaFreeHost" b"" false;
 }
 
-/// The entry point for a lookup of `symbol`: by exact name (`version` `None`), or as
-/// `cuGetProcAddress` names it (the base name, the flavour from its flags; versions before
-/// CUDA 4.0 asked for entry points of other signatures, which are left alone).
-pub(crate) fn entry(
+/// The entry point `dlsym` finds under its exact name `symbol`.
+pub(crate) fn exact(symbol: &[u8]) -> Option<&'static Entry> {
+    ENTRIES.iter().find(|e| e.exact.to_bytes() == symbol)
+}
+
+/// The entry points `cuGetProcAddress` may mean by the base name `symbol` (the flavour its flags
+/// ask for first; versions before CUDA 4.0 asked for entry points of other signatures, which are
+/// left alone).
+pub(crate) fn by_base(
     symbol: &[u8],
-    version: Option<c_int>,
+    version: c_int,
     per_thread: bool,
-) -> Option<&'static Entry> {
-    match version {
-        None => ENTRIES.iter().find(|e| e.exact == symbol),
-        Some(v) if v < 4000 => None,
-        Some(_) => ENTRIES
+) -> impl Iterator<Item = &'static Entry> {
+    let matching = move |flavour: bool| {
+        ENTRIES
             .iter()
-            .find(|e| e.base == symbol && e.per_thread == per_thread)
-            .or_else(|| ENTRIES.iter().find(|e| e.base == symbol && !e.per_thread)),
-    }
+            .filter(move |e| version >= 4000 && e.base == symbol && e.per_thread == flavour)
+    };
+    matching(per_thread).chain(matching(false).filter(move |_| per_thread))
 }

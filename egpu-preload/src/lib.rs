@@ -181,19 +181,82 @@ pub unsafe extern "C" fn cuLaunchKernel_ptsz(
 /// The function this library hands out for `symbol`, found as `found` (kept as the real one):
 /// by `dlsym` (`version` `None`, exact names) or by `cuGetProcAddress` (base names, the flavour
 /// chosen by `flags`); `found` itself for entry points not interposed.
+///
+/// A base name stands for several functions of different signatures (CUDA 13's
+/// `cuCtxSynchronize` is `cuCtxSynchronize_v2(CUcontext)`), so what `cuGetProcAddress` found is
+/// handed over only to the entry point whose exact name the driver exports at that address.
 fn hand_out(symbol: &CStr, version: Option<c_int>, flags: u64, found: *mut c_void) -> *mut c_void {
     let per_thread = flags & PER_THREAD_DEFAULT_STREAM != 0;
-    match symbol.to_bytes() {
-        b"cuGetProcAddress" => return real::GET_PROC.keep(found),
-        b"cuGetProcAddress_v2" => return real::GET_PROC_V2.keep(found),
-        b"cuFuncGetName" => return real::FUNC_GET_NAME.keep(found),
-        b"cuKernelGetName" => return real::KERNEL_GET_NAME.keep(found),
-        _ => {}
+    let given = match symbol.to_bytes() {
+        b"cuGetProcAddress" if version.is_none() => real::GET_PROC.keep(found),
+        b"cuGetProcAddress_v2" if version.is_none() => real::GET_PROC_V2.keep(found),
+        b"cuGetProcAddress" if exported_as(found, c"cuGetProcAddress_v2") => {
+            real::GET_PROC_V2.keep(found)
+        }
+        b"cuGetProcAddress" if exported_as(found, c"cuGetProcAddress") => {
+            real::GET_PROC.keep(found)
+        }
+        b"cuFuncGetName" => real::FUNC_GET_NAME.keep(found),
+        b"cuKernelGetName" => real::KERNEL_GET_NAME.keep(found),
+        name => match version {
+            None => events::exact(name).map_or(found, |e| e.hook.keep(found)),
+            Some(v) => events::by_base(name, v, per_thread)
+                .find(|e| exported_as(found, e.exact))
+                .map_or(found, |e| e.hook.keep(found)),
+        },
+    };
+    if log_lookups() {
+        let how = match version {
+            None => "dlsym".to_owned(),
+            Some(v) => format!("cuGetProcAddress {v} flags {flags}"),
+        };
+        let what = if given == found { "left alone" } else { "interposed" };
+        eprintln!("egpu: {how}: {}: {what}", symbol.to_string_lossy());
     }
-    match events::entry(symbol.to_bytes(), version, per_thread) {
-        Some(e) => e.hook.keep(found),
-        None => found,
+    given
+}
+
+/// Whether `EGPU_LOG` names `lookups`: every lookup of a `cu*` entry point is printed, with
+/// whether it was interposed.
+fn log_lookups() -> bool {
+    use std::sync::atomic::{AtomicU8, Ordering};
+    static LOG: AtomicU8 = AtomicU8::new(0); // 0 unknown, 1 no, 2 yes
+    match LOG.load(Ordering::Relaxed) {
+        0 => {
+            let on = std::env::var("EGPU_LOG").is_ok_and(|v| v.split(',').any(|w| w == "lookups"));
+            LOG.store(if on { 2 } else { 1 }, Ordering::Relaxed);
+            on
+        }
+        v => v == 2,
     }
+}
+
+/// Whether `f` is the function that the library containing it exports as `exact`.
+fn exported_as(f: *mut c_void, exact: &CStr) -> bool {
+    if f.is_null() {
+        return false;
+    }
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr writes `info` for any address.
+    if unsafe { libc::dladdr(f, info.as_mut_ptr()) } == 0 {
+        return false;
+    }
+    // SAFETY: written by dladdr, which returned non-zero.
+    let info = unsafe { info.assume_init() };
+    if info.dli_fname.is_null() {
+        return false;
+    }
+    // SAFETY: the file name dladdr gave, of a library already loaded (NOLOAD: no new load).
+    let handle = unsafe { libc::dlopen(info.dli_fname, libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+    if handle.is_null() {
+        return false;
+    }
+    let Some(lookup) = real::dlsym() else { return false };
+    // SAFETY: the real dlsym with a handle dlopen gave and a C string.
+    let exported = unsafe { lookup(handle, exact.as_ptr()) };
+    // SAFETY: the handle dlopen gave (its reference is dropped; the library stays loaded).
+    unsafe { libc::dlclose(handle) };
+    exported == f
 }
 
 /// The driver's `cuGetProcAddress` (CUDA 11's form), interposed: entry points this library

@@ -66,6 +66,11 @@ impl<F: Copy> Hook<F> {
             // SAFETY: the real dlsym, with a pseudo-handle and a C string.
             p = unsafe { real(libc::RTLD_NEXT, self.name.as_ptr()) };
             if p.is_null() || p == (self.ours)() {
+                // A library opened privately (`RTLD_LOCAL`, as Python extensions open theirs)
+                // is not in the global scope that `RTLD_NEXT` searches.
+                p = find_loaded(self.name, (self.ours)());
+            }
+            if p.is_null() {
                 return None;
             }
             self.real.store(p, Ordering::Release);
@@ -145,4 +150,42 @@ pub(crate) fn dlsym() -> Option<DlsymFn> {
     }
     // SAFETY: `p` is glibc's dlsym.
     Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
+}
+
+/// `name` as exported by any library loaded in the process other than this one (whose function
+/// is `ours`), or null.
+fn find_loaded(name: &CStr, ours: *mut c_void) -> *mut c_void {
+    let Some(lookup) = dlsym() else { return std::ptr::null_mut() };
+    let mut files: Vec<std::ffi::CString> = Vec::new();
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _: usize,
+        files: *mut c_void,
+    ) -> c_int {
+        // SAFETY: the loader's information about one object, and the vector passed below.
+        unsafe {
+            let name = (*info).dlpi_name;
+            if !name.is_null() && *name != 0 {
+                (*files.cast::<Vec<std::ffi::CString>>()).push(CStr::from_ptr(name).to_owned());
+            }
+        }
+        0
+    }
+    // SAFETY: `each` only reads what the loader passes and pushes to `files`.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut files).cast()) };
+    for file in files {
+        // SAFETY: a loaded object's file name; NOLOAD opens nothing new.
+        let handle = unsafe { libc::dlopen(file.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if handle.is_null() {
+            continue;
+        }
+        // SAFETY: the real dlsym with a handle dlopen gave and a C string.
+        let p = unsafe { lookup(handle, name.as_ptr()) };
+        // SAFETY: the handle dlopen gave; the object stays loaded.
+        unsafe { libc::dlclose(handle) };
+        if !p.is_null() && p != ours {
+            return p;
+        }
+    }
+    std::ptr::null_mut()
 }

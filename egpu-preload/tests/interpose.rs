@@ -64,9 +64,9 @@ fn every_launch_is_one_event_in_its_own_process() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     // The program ran as without the library: the driver saw every launch.
-    assert!(stdout.contains("parent driver launches 14 ptsz 1 other calls 17"), "{stdout}");
-    assert!(stdout.contains("fork-child driver launches 19"), "{stdout}");
-    assert!(stdout.contains("fork2-child driver launches 20"), "{stdout}");
+    assert!(stdout.contains("parent driver launches 17 ptsz 1 other calls 27"), "{stdout}");
+    assert!(stdout.contains("fork-child driver launches 22"), "{stdout}");
+    assert!(stdout.contains("fork2-child driver launches 23"), "{stdout}");
     assert!(stdout.contains("exec-child driver launches 2"), "{stdout}");
 
     let all = summaries(&dir);
@@ -75,33 +75,40 @@ fn every_launch_is_one_event_in_its_own_process() {
     assert_eq!(all.len(), 3, "{all:?}");
     let find = |kernel: &str| all.values().find(|s| s.kernels.contains_key(kernel));
     let parent = find("_Z5kernAPf").expect("the parent's summary");
-    let expected: BTreeMap<String, u64> =
-        [("_Z5kernAPf", 10), ("_Z5kernBPf", 4), ("(unnamed)", 1), ("(graph)", 3)]
-            .map(|(k, n)| (k.to_string(), n))
-            .into();
+    let expected: BTreeMap<String, u64> = [
+        ("_Z5kernAPf", 11),
+        ("_Z5kernBPf", 4),
+        ("(unnamed)", 1),
+        ("(graph)", 3),
+        ("(captured)", 2),
+    ]
+    .map(|(k, n)| (k.to_string(), n))
+    .into();
     // kernA: 3 linked, 4 + 1 by cuGetProcAddress, 2 by cuLaunchKernelEx (whose own call to
-    // cuLaunchKernel inside the driver is not a second event); kernB: 2 + 1 by dlsym, 1 by a
-    // cuGetProcAddress found through itself; a failed launch; 3 graph launches.
+    // cuLaunchKernel inside the driver is not a second event), 1 beside a capture; kernB: 2 + 1
+    // by dlsym, 1 by a cuGetProcAddress found through itself; a failed launch; 3 graph launches;
+    // 2 launches captured into a graph.
     assert_eq!(parent.kernels, expected);
-    assert_eq!(parent.launches, 18);
+    assert_eq!(parent.launches, 16, "kernel launches run, not graph launches or captured ones");
     let others = [
-        "copies htod 3 12288",
-        "copies dtoh 1 100",
-        "sets 1 4096",
-        "allocations device 1 4096",
+        "copies htod 5 13056",
+        "copies dtoh 2 356",
+        "copies dtod 1 128",
+        "sets 2 5096",
+        "allocations device 2 6144",
         "allocations pinned 1 1024",
-        "frees device 1 0",
+        "frees device 2 0",
         "frees pinned 1 0",
-        "freed 5120",
+        "freed 7168",
         "syncs stream 1",
-        "syncs context 2",
+        "syncs context 3",
         "modules other 1 0",
         "modules ptx 1 44",
     ];
     assert_eq!(parent.others, others, "linked, by dlsym and by cuGetProcAddress (_ptsz too)");
     // Launches, copies and allocations have two built-in probes each (counts, and sizes); the
     // rest one.
-    assert_eq!(parent.runs, 18 * 2 + 5 * 2 + 4 * 2 + 3 + 2, "one run per event and probe");
+    assert_eq!(parent.runs, 21 * 2 + 10 * 2 + 6 * 2 + 4 + 2, "one run per event and probe");
     // The children count their own launches only, from zero.
     let children: Vec<&Summary> =
         all.values().filter(|s| !s.kernels.contains_key("_Z5kernAPf")).collect();
@@ -129,7 +136,7 @@ fn without_the_library_nothing_changes() {
         .expect("running the launcher");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
-    assert!(stdout.contains("parent driver launches 14 ptsz 1 other calls 17"), "{stdout}");
+    assert!(stdout.contains("parent driver launches 17 ptsz 1 other calls 27"), "{stdout}");
     assert!(summaries(&dir).is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,7 +9,7 @@
 //!
 //! | map | kind | what |
 //! |---|---|---|
-//! | `launches` | hash, kernel id → count | launches per kernel (graph launches under `u64::MAX`) |
+//! | `launches` | hash, kernel id → count | launches per kernel (graph launches under `u64::MAX`, captured ones under [`CAPTURED`]) |
 //! | `copies` | array of `[count, bytes]` | copies by `MemcpyCtx` kind (0–5), sets at 8 + kind |
 //! | `allocations` | array of `[count, bytes]` | successful allocations (`kind`) and frees (4 + `kind`) |
 //! | `syncs` | array of `[count, 0]` | synchronisations by `SyncCtx` kind |
@@ -31,15 +31,23 @@ use egpu_maps::{Array, HashMap, MapError, Placement, RawMap};
 
 use super::Health;
 
+/// The key under which the launch counts keep launches captured into graphs (which run only when
+/// the graph is launched): `u64::MAX - 1`. Graph launches are under `u64::MAX`.
+pub const CAPTURED: u64 = u64::MAX - 1;
+
 /// Kernels the launch counts and the names hold at most.
 pub const KERNELS: u32 = 4096;
 /// Bytes of a kernel name in the names map (longer names are cut).
 pub const NAME_BYTES: usize = 128;
 
-/// Counts a launch per kernel id (`LaunchCtx::kernel_id`) in map 0: look up and add; when
-/// missing, insert 1 (unless another thread just did: then look up again and add).
-pub const COUNT_LAUNCHES: &str = "
-    ldxdw %r6, [%r1+0]
+/// A program that counts by the 64-bit key in `r6`, which `$prelude` loads from the context
+/// (`r1`), in map 0, a hash of `u64` counts: look up and add; when missing, insert 1 (unless
+/// another thread just did: then look up again and add).
+macro_rules! count_by_r6 {
+    ($prelude:literal) => {
+        concat!(
+            $prelude,
+            "
     stxdw [%r10-8], %r6
     lddw %r1, map[0]
     mov %r2, %r10
@@ -68,7 +76,29 @@ missing:
     lock add [%r0+0], %r1
 out:
     mov %r0, 0
-    exit";
+    exit"
+        )
+    };
+}
+
+/// Counts a launch per kernel id (`LaunchCtx::kernel_id`) in map 0, launches captured into a
+/// graph ([`LaunchCtx::CAPTURED`](egpu_ebpf::LaunchCtx::CAPTURED)) under [`CAPTURED`].
+pub const COUNT_LAUNCHES: &str = count_by_r6!(
+    "
+    ldxdw %r6, [%r1+0]
+    ldxw %r7, [%r1+80]
+    and %r7, 1
+    jeq %r7, 0, keyed
+    mov %r6, -2
+keyed:"
+);
+
+/// Counts events by their context's first 8 bytes, as [`COUNT_LAUNCHES`] counts kernels.
+#[cfg(test)]
+pub(crate) const COUNT_BY_FIRST_WORD: &str = count_by_r6!(
+    "
+    ldxdw %r6, [%r1+0]"
+);
 
 /// Adds 1 and `r6` (bytes) to element `r2` of map 0, an array of `[count, bytes]`; the probes
 /// ahead of it jump to `out` to count nothing.
@@ -239,10 +269,10 @@ fn add_to(text: &mut String, index: &str, value: &str, label: &mut u32) {
 }
 
 /// `host::launch::enter`: the grid's blocks and the block's threads into their histograms (not
-/// for graph launches, whose kernel id is `u64::MAX`).
+/// for graph launches, whose kernel id is `u64::MAX`, nor for launches captured into graphs).
 fn launch_shapes() -> String {
     let mut text = String::from(
-        "    ldxdw %r3, [%r1+0]\n    jeq %r3, -1, out\n    ldxw %r7, [%r1+40]\n    ldxw %r3, [%r1+44]\n    mul %r7, %r3\n    ldxw %r3, [%r1+48]\n    mul %r7, %r3\n\
+        "    ldxdw %r3, [%r1+0]\n    jeq %r3, -1, out\n    ldxw %r3, [%r1+80]\n    and %r3, 1\n    jne %r3, 0, out\n    ldxw %r7, [%r1+40]\n    ldxw %r3, [%r1+44]\n    mul %r7, %r3\n    ldxw %r3, [%r1+48]\n    mul %r7, %r3\n\
          \x20   ldxw %r6, [%r1+52]\n    ldxw %r3, [%r1+56]\n    mul %r6, %r3\n    ldxw %r3, [%r1+60]\n    mul %r6, %r3\n",
     );
     let mut label = 0;
@@ -417,11 +447,13 @@ impl Builtin {
         }
     }
 
-    /// The name recorded for a kernel id: `(unnamed)` for 0, `(graph)` for graph launches.
+    /// The name recorded for a kernel id: `(unnamed)` for 0, `(graph)` for graph launches,
+    /// `(captured)` for launches captured into graphs.
     pub fn name(&self, id: u64) -> String {
         match id {
             0 => "(unnamed)".into(),
             u64::MAX => "(graph)".into(),
+            CAPTURED => "(captured)".into(),
             _ => HashMap::<u64, [u8; NAME_BYTES]>::from_raw(self.names.clone())
                 .ok()
                 .and_then(|n| n.get(&id))
@@ -454,7 +486,8 @@ impl Builtin {
             .map(|m| m.iter().collect())
             .unwrap_or_default();
         kernels.sort();
-        let _ = writeln!(text, "launches {}", kernels.iter().map(|(_, n)| n).sum::<u64>());
+        let run: u64 = kernels.iter().filter(|(id, _)| *id < CAPTURED).map(|(_, n)| n).sum();
+        let _ = writeln!(text, "launches {run}");
         for (id, n) in kernels {
             let _ = writeln!(text, "kernel {id:#018x} {n} {}", self.name(id));
         }
@@ -611,7 +644,7 @@ pub fn prometheus(processes: &[Builtin], options: MetricsOptions) -> String {
             if options.kernel_names {
                 let mut named: Vec<(String, u64)> = kernels
                     .iter()
-                    .filter(|(id, _)| *id != u64::MAX)
+                    .filter(|(id, _)| *id < CAPTURED)
                     .map(|&(id, n)| (b.name(id), n))
                     .collect();
                 named.sort();
@@ -624,7 +657,7 @@ pub fn prometheus(processes: &[Builtin], options: MetricsOptions) -> String {
                     );
                 }
             } else {
-                let n: u64 = kernels.iter().filter(|(id, _)| *id != u64::MAX).map(|(_, n)| n).sum();
+                let n: u64 = kernels.iter().filter(|(id, _)| *id < CAPTURED).map(|(_, n)| n).sum();
                 let _ =
                     writeln!(out, "gpu_cuda_kernel_launch_calls_total{{pid=\"{}\"}} {n}", b.pid);
             }
@@ -634,6 +667,13 @@ pub fn prometheus(processes: &[Builtin], options: MetricsOptions) -> String {
         for b in processes {
             let n = launches(b).iter().find(|(id, _)| *id == u64::MAX).map_or(0, |e| e.1);
             let _ = writeln!(out, "gpu_cuda_graph_launch_calls_total{{pid=\"{}\"}} {n}", b.pid);
+        }
+    });
+    let help = "CUDA kernel launches captured into graphs (not run until the graph is launched).";
+    family("egpu_cuda_kernel_captured_calls_total", "counter", help, &mut |out| {
+        for b in processes {
+            let n = launches(b).iter().find(|(id, _)| *id == CAPTURED).map_or(0, |e| e.1);
+            let _ = writeln!(out, "egpu_cuda_kernel_captured_calls_total{{pid=\"{}\"}} {n}", b.pid);
         }
     });
     let histogram = |out: &mut String,

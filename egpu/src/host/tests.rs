@@ -5,7 +5,7 @@ use egpu_maps::layout::Geometry;
 use egpu_maps::{Array, Placement};
 
 /// Counts launches per kernel id (`LaunchCtx::kernel_id`, at byte 0) in map 0.
-const COUNT_BY_KERNEL: &str = builtin::COUNT_LAUNCHES;
+const COUNT_BY_KERNEL: &str = builtin::COUNT_BY_FIRST_WORD;
 
 fn counts_def() -> Vec<MapDef> {
     vec![MapDef {
@@ -333,6 +333,7 @@ fn the_built_in_probes_fill_the_report_and_the_prometheus_metrics() {
     );
     let graph = LaunchCtx { kernel_id: u64::MAX, flags: LaunchCtx::GRAPH, ..Default::default() };
     probes.fire(Phase::Enter, &mut graph.clone());
+    probes.fire(Phase::Enter, &mut LaunchCtx { flags: LaunchCtx::CAPTURED, ..launch(a) });
     let copy = |kind, bytes, flags| MemcpyCtx { kind, bytes, flags, ..Default::default() };
     probes.fire(Phase::Enter, &mut copy(MemcpyCtx::HOST_TO_DEVICE, 4096, 0));
     probes.fire(Phase::Enter, &mut copy(MemcpyCtx::HOST_TO_DEVICE, 5000, MemcpyCtx::ASYNC));
@@ -352,7 +353,7 @@ fn the_built_in_probes_fill_the_report_and_the_prometheus_metrics() {
 
     let report = b.report(None);
     for line in [
-        "launches 5",
+        "launches 4",
         "copies htod 2 9096",
         "copies dtoh 1 1",
         "sets 1 100",
@@ -366,12 +367,14 @@ fn the_built_in_probes_fill_the_report_and_the_prometheus_metrics() {
         assert!(report.lines().any(|l| l == line), "{line:?} in\n{report}");
     }
     assert!(report.contains(" 3 _Z1av\n") && report.contains(" 1 (graph)\n"), "{report}");
+    assert!(report.contains(" 1 (captured)\n"), "a launch captured into a graph: {report}");
 
     let text = prometheus(std::slice::from_ref(&b), MetricsOptions::default());
     for line in [
         "# TYPE gpu_cuda_kernel_launch_calls_total counter",
         "gpu_cuda_kernel_launch_calls_total{pid=\"4242\"} 4",
         "gpu_cuda_graph_launch_calls_total{pid=\"4242\"} 1",
+        "egpu_cuda_kernel_captured_calls_total{pid=\"4242\"} 1",
         "# TYPE gpu_cuda_kernel_grid_size histogram",
         // Grids of 8 blocks (4 bits) three times, of 1000 (10 bits) once; none for the graph.
         "gpu_cuda_kernel_grid_size_bucket{pid=\"4242\",le=\"7\"} 0",
