@@ -351,6 +351,29 @@ fn run_starts_a_program_under_the_library_and_maps_reads_it_live() {
         "exit 3".as_ref(),
     ];
     assert_eq!(run(&failing).code, 3, "the command's exit status");
+    // A probe pack that cannot be read stops `egpu run` before the command starts.
+    let bad_pack = dir.join("bad.pack");
+    std::fs::write(&bad_pack, "egpu-probes 1\nprobe p host::nothing\nend\n").expect("write");
+    let marker = dir.join("ran");
+    let touch = format!("touch {}", marker.display());
+    let refused = run(&[
+        "run".as_ref(),
+        "--library".as_ref(),
+        library.as_os_str(),
+        "--probes".as_ref(),
+        bad_pack.as_os_str(),
+        "--".as_ref(),
+        "sh".as_ref(),
+        "-c".as_ref(),
+        touch.as_ref(),
+    ]);
+    assert_eq!(refused.code, 1, "{}", refused.stderr);
+    assert!(
+        refused.stderr.contains("line 2") && refused.stderr.contains("host::nothing"),
+        "{}",
+        refused.stderr
+    );
+    assert!(!marker.exists(), "the command did not run");
     // While it runs, `egpu maps` lists it and reads its counts, and `egpu run` serves them.
     let mut child = Command::new(egpu())
         .args(["run".as_ref(), "--library".as_ref(), library.as_os_str()])

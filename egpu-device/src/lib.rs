@@ -75,6 +75,7 @@
 //! ```
 #![deny(missing_docs)]
 
+pub mod cubin;
 pub mod cuda;
 pub mod driver;
 pub mod hooks;

@@ -171,6 +171,41 @@ fn decide(status: GpuStatus, require_gpu_env: Option<&str>) -> Decision<GpuInfo>
     }
 }
 
+/// A minimal cubin (an ELF64 file) that keeps `ptx` in its `.nv_debug_ptx_txt` section, as
+/// Triton's do: a null section, the section names, and the PTX (see [`crate::cubin`]).
+pub fn cubin_with_ptx(ptx: &[u8]) -> Vec<u8> {
+    let names = b"\0.shstrtab\0.nv_debug_ptx_txt\0";
+    let mut b = vec![0u8; crate::cubin::HEADER_BYTES];
+    b[..4].copy_from_slice(b"\x7fELF");
+    b[4] = 2; // 64-bit
+    b[5] = 1; // little-endian
+    let names_at = b.len();
+    b.extend_from_slice(names);
+    let ptx_at = b.len();
+    b.extend_from_slice(ptx);
+    b.push(0);
+    while !b.len().is_multiple_of(8) {
+        b.push(0);
+    }
+    let table_at = b.len();
+    let mut section = |name: u32, kind: u32, at: usize, len: usize| {
+        let mut h = [0u8; 64];
+        h[..4].copy_from_slice(&name.to_le_bytes());
+        h[4..8].copy_from_slice(&kind.to_le_bytes());
+        h[0x18..0x20].copy_from_slice(&(at as u64).to_le_bytes());
+        h[0x20..0x28].copy_from_slice(&(len as u64).to_le_bytes());
+        b.extend_from_slice(&h);
+    };
+    section(0, 0, 0, 0);
+    section(1, 3, names_at, names.len());
+    section(11, 1, ptx_at, ptx.len() + 1);
+    b[0x28..0x30].copy_from_slice(&(table_at as u64).to_le_bytes());
+    b[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+    b[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
+    b[0x3e..0x40].copy_from_slice(&1u16.to_le_bytes());
+    b
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -216,24 +216,24 @@ pub struct LaunchCtx {
     pub stream: u64,
     /// Host monotonic clock at the call, in ns.
     pub timestamp_ns: u64,
-    /// Exit only: host time spent in the call, in ns.
-    pub duration_ns: u64,
+    /// [`LaunchCtx::CAPTURED`], [`LaunchCtx::GRAPH`].
+    pub flags: u32,
+    /// Dynamic shared memory per block, in bytes.
+    pub shared_mem_bytes: u32,
     /// Grid size in blocks (x, y, z).
     pub grid: [u32; 3],
     /// Block size in threads (x, y, z).
     pub block: [u32; 3],
-    /// Dynamic shared memory per block, in bytes.
-    pub shared_mem_bytes: u32,
     /// CUDA device ordinal.
     pub device: u32,
     /// Host thread id (`gettid`).
     pub host_tid: u32,
     /// Exit only: the call's `CUresult`.
     pub result: i32,
-    /// [`LaunchCtx::CAPTURED`], [`LaunchCtx::GRAPH`].
-    pub flags: u32,
     /// Zero.
     pub reserved: u32,
+    /// Exit only: host time spent in the call, in ns.
+    pub duration_ns: u64,
 }
 
 impl LaunchCtx {

@@ -12,13 +12,14 @@ use std::collections::HashMap as StdHashMap;
 use std::ffi::{CStr, c_char};
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use egpu::ebpf::Program;
 use egpu::host::builtin::{self, Builtin};
 use egpu::host::{HostProbes, ProbeId};
 use egpu::maps::RawMap;
 
+use crate::device::UserProbes;
 use crate::{Handle, real};
 
 /// The process's probes and maps.
@@ -29,6 +30,9 @@ struct Defaults {
     programs: Vec<(Program, Vec<RawMap>)>,
     /// Their attachments; empty while turned off ([`set_enabled`]).
     attached: Vec<ProbeId>,
+    /// The user's probes (`EGPU_PROBES`), if any, and the attachments of their host probes.
+    user: Option<Arc<UserProbes>>,
+    user_attached: Vec<ProbeId>,
 }
 
 static STATE: Mutex<Option<Defaults>> = Mutex::new(None);
@@ -88,7 +92,7 @@ pub(crate) fn probes() -> Option<&'static HostProbes> {
     let forked = FORKED.swap(false, Ordering::Relaxed);
     if forked || state.as_ref().is_none_or(|d| d.pid != pid) {
         if let Some(old) = state.take() {
-            for id in &old.attached {
+            for id in old.attached.iter().chain(&old.user_attached) {
                 probes.detach(*id);
             }
             // The parent's maps: never dropped here, which would remove its shared objects.
@@ -115,7 +119,22 @@ fn set_up(probes: &HostProbes, pid: u32) -> Option<Defaults> {
     probes.mirror_health(builtin.health_map().clone());
     let programs = builtin.programs().ok()?;
     let attached = attach_all(probes, &programs)?;
-    Some(Defaults { pid, builtin, programs, attached })
+    let user = UserProbes::set_up(pid, shared).map(Arc::new);
+    let mut user_attached = Vec::new();
+    for (program, maps) in user.iter().flat_map(|u| &u.host) {
+        match probes.attach(program, maps) {
+            Ok(id) => user_attached.push(id),
+            Err(e) => eprintln!("egpu: EGPU_PROBES: a host probe was refused: {e}"),
+        }
+    }
+    Some(Defaults { pid, builtin, programs, attached, user, user_attached })
+}
+
+/// The user's probes in this process, when `EGPU_PROBES` named some.
+pub(crate) fn user() -> Option<Arc<UserProbes>> {
+    probes()?;
+    let state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    state.as_ref()?.user.clone()
 }
 
 fn attach_all(probes: &HostProbes, programs: &[(Program, Vec<RawMap>)]) -> Option<Vec<ProbeId>> {
@@ -187,7 +206,10 @@ fn write_summary() {
     let state = STATE.lock().unwrap_or_else(|p| p.into_inner());
     let Some(d) = state.as_ref().filter(|d| d.pid == std::process::id()) else { return };
     if let Some(base) = std::env::var_os("EGPU_SUMMARY") {
-        let text = d.builtin.report(Some(egpu::host::global().health()));
+        let mut text = d.builtin.report(Some(egpu::host::global().health()));
+        if let Some(user) = &d.user {
+            text.push_str(&crate::device::summary(user, &d.builtin));
+        }
         let mut path = base;
         path.push(format!(".{}", d.pid));
         if let Ok(mut file) = std::fs::File::create(&path) {
@@ -218,10 +240,10 @@ mod tests {
         ] {
             assert!(probes.armed(event, phase), "{event:?} {phase:?}");
         }
-        // The launch probes read the kernel id, the grid and the block: no clock (word 3), no
-        // thread id (word 9), and one queue slot (64 bytes).
+        // The launch probes read the kernel id, the flags, the grid and the block: no clock
+        // (word 3), no thread id (word 8), and one queue slot (64 bytes).
         let words = probes.context_words(HostEvent::Launch, Phase::Enter);
-        assert_eq!(words, 0b1110_0001, "{words:#b}");
+        assert_eq!(words, 0b1111_0001, "{words:#b}");
         assert_eq!(probes.context_needed(HostEvent::Launch, Phase::Enter), 64);
     }
 }

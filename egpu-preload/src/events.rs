@@ -432,26 +432,16 @@ impl From<HostPtr> for u64 {
     }
 }
 
-/// A module load: the image's size when it is PTX text (which egpu could instrument).
+/// A module load: whether the image carries PTX egpu could instrument (PTX text, or a cubin that
+/// keeps its PTX), and the PTX's size.
 fn module(image: *const c_void) -> ModuleLoadCtx {
     let mut ctx = ModuleLoadCtx::default();
     if image.is_null() {
         return ctx;
     }
-    // The first 4 bytes, or fewer when a NUL ends a (PTX) string sooner.
-    let mut head = [0u8; 4];
-    for (i, b) in head.iter_mut().enumerate() {
-        // SAFETY: the caller's image: readable up to its NUL (text) or its header (binary).
-        *b = unsafe { image.cast::<u8>().add(i).read() };
-        if *b == 0 {
-            break;
-        }
-    }
-    let elf_or_fatbin = &head == b"\x7fELF" || head == 0xba55_ed50_u32.to_le_bytes();
-    if !elf_or_fatbin {
-        // PTX is NUL-terminated text.
-        // SAFETY: as above: a PTX image is a C string.
-        ctx.image_bytes = unsafe { CStr::from_ptr(image.cast()) }.to_bytes().len() as u64;
+    // SAFETY: the caller's image, which the driver is about to read.
+    if let Ok(Some(ptx)) = unsafe { crate::device::ptx_of(image) } {
+        ctx.image_bytes = ptx.len() as u64;
         ctx.has_ptx = 1;
     }
     ctx
@@ -673,14 +663,91 @@ entries! {
     CTX_SYNC cuCtxSynchronize() => |_, _| sync(std::ptr::null_mut(), SyncCtx::CONTEXT), nothing;
     CTX_SYNC_V2 cuCtxSynchronize_v2(context: Handle) => |_, _| sync(context, SyncCtx::CONTEXT), nothing;
 
-    MODULE_LOAD_DATA cuModuleLoadData(out: *mut Handle, image: *const c_void)
-        => |_, _| module(image), loaded(out);
-    MODULE_LOAD_DATA_EX cuModuleLoadDataEx(out: *mut Handle, image: *const c_void, n: c_uint, options: *mut c_int, values: *mut *mut c_void)
-        => |_, _| module(image), loaded(out);
     MODULE_LOAD_FATBIN cuModuleLoadFatBinary(out: *mut Handle, image: *const c_void)
         => |_, _| module(image), loaded(out);
     LIBRARY_LOAD_DATA cuLibraryLoadData(out: *mut Handle, code: *const c_void, jit_options: *mut c_int, jit_values: *mut *mut c_void, jit_n: c_uint, library_options: *mut c_int, library_values: *mut *mut c_void, library_n: c_uint)
         => |_, _| module(code), loaded(out);
+}
+
+/// `cuModuleLoadData`'s signature.
+type LoadDataFn = unsafe extern "C" fn(*mut Handle, *const c_void) -> CuResult;
+/// `cuModuleLoadDataEx`'s.
+type LoadDataExFn = unsafe extern "C" fn(
+    *mut Handle,
+    *const c_void,
+    c_uint,
+    *mut c_int,
+    *mut *mut c_void,
+) -> CuResult;
+pub(crate) static MODULE_LOAD_DATA: Hook<LoadDataFn> =
+    Hook::new(c"cuModuleLoadData", || cuModuleLoadData as *mut c_void);
+pub(crate) static MODULE_LOAD_DATA_EX: Hook<LoadDataExFn> =
+    Hook::new(c"cuModuleLoadDataEx", || cuModuleLoadDataEx as *mut c_void);
+
+/// A module load through `load` (the driver's, given an image): with the user's device probes,
+/// the image's PTX instrumented is loaded in its place (the original when the driver refuses
+/// it), as one event.
+fn load_module(
+    out: *mut Handle,
+    image: *const c_void,
+    load: impl Fn(*const c_void) -> CuResult,
+) -> CuResult {
+    let user = defaults::user();
+    let instrumented = user.as_ref().and_then(|u| u.instrument(image));
+    let call = || {
+        if let (Some(user), Some(ptx)) = (&user, &instrumented) {
+            let result = load(ptx.as_ptr().cast());
+            user.loaded(result);
+            if result == 0 {
+                return 0;
+            }
+        }
+        load(image)
+    };
+    let mut build = module(image);
+    build.instrumented = u32::from(instrumented.is_some());
+    observe(
+        |_, _| build,
+        call,
+        move |ctx: &mut ModuleLoadCtx, result| {
+            loaded(out)(ctx, result);
+        },
+    )
+}
+
+/// The driver's `cuModuleLoadData`, interposed: the image instrumented with the user's device
+/// probes, when it carries PTX.
+///
+/// # Safety
+///
+/// As the driver's.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn cuModuleLoadData(
+    out: *mut Handle,
+    image: *const c_void,
+) -> CuResult {
+    let Some(real) = MODULE_LOAD_DATA.get() else { return NOT_FOUND };
+    // SAFETY: the driver's function, with the caller's arguments (or the instrumented image).
+    load_module(out, image, |image| unsafe { real(out, image) })
+}
+
+/// The driver's `cuModuleLoadDataEx`, interposed as [`cuModuleLoadData`] is; the JIT options
+/// pass through.
+///
+/// # Safety
+///
+/// As the driver's.
+#[unsafe(no_mangle)]
+pub(crate) unsafe extern "C" fn cuModuleLoadDataEx(
+    out: *mut Handle,
+    image: *const c_void,
+    n: c_uint,
+    options: *mut c_int,
+    values: *mut *mut c_void,
+) -> CuResult {
+    let Some(real) = MODULE_LOAD_DATA_EX.get() else { return NOT_FOUND };
+    // SAFETY: as in `cuModuleLoadData`.
+    load_module(out, image, |image| unsafe { real(out, image, n, options, values) })
 }
 
 /// `cudaStream_t`'s null: the runtime's default stream.

@@ -26,10 +26,12 @@
 #![allow(non_snake_case)] // the CUDA API's names
 
 mod defaults;
+mod device;
 mod events;
 mod real;
 
 use std::cell::{Cell, RefCell};
+use std::sync::OnceLock;
 
 use egpu::host::HostProbes;
 use std::ffi::{CStr, c_char, c_int, c_void};
@@ -205,7 +207,7 @@ fn hand_out(symbol: &CStr, version: Option<c_int>, flags: u64, found: *mut c_voi
                 .map_or(found, |e| e.hook.keep(found)),
         },
     };
-    if log_lookups() {
+    if log_enabled("lookups") {
         let how = match version {
             None => "dlsym".to_owned(),
             Some(v) => format!("cuGetProcAddress {v} flags {flags}"),
@@ -216,19 +218,12 @@ fn hand_out(symbol: &CStr, version: Option<c_int>, flags: u64, found: *mut c_voi
     given
 }
 
-/// Whether `EGPU_LOG` names `lookups`: every lookup of a `cu*` entry point is printed, with
-/// whether it was interposed.
-fn log_lookups() -> bool {
-    use std::sync::atomic::{AtomicU8, Ordering};
-    static LOG: AtomicU8 = AtomicU8::new(0); // 0 unknown, 1 no, 2 yes
-    match LOG.load(Ordering::Relaxed) {
-        0 => {
-            let on = std::env::var("EGPU_LOG").is_ok_and(|v| v.split(',').any(|w| w == "lookups"));
-            LOG.store(if on { 2 } else { 1 }, Ordering::Relaxed);
-            on
-        }
-        v => v == 2,
-    }
+/// Whether `EGPU_LOG` (a comma-separated list) names `what`: `lookups` prints every lookup of a
+/// `cu*` entry point, with whether it was interposed; `modules` every module loaded without the
+/// device probes, with why.
+pub(crate) fn log_enabled(what: &str) -> bool {
+    static LOG: OnceLock<String> = OnceLock::new();
+    LOG.get_or_init(|| std::env::var("EGPU_LOG").unwrap_or_default()).split(',').any(|w| w == what)
 }
 
 /// Whether `f` is the function that the library containing it exports as `exact`.

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use support::{build, preload_library};
+use support::{build, preload_library, probes_library};
 
 /// What one process's summary says: launches per kernel name (the empty name: no name), the
 /// total, and the probe runs.
@@ -25,13 +25,24 @@ struct Summary {
     others: Vec<String>,
 }
 
-fn summaries(dir: &Path) -> BTreeMap<u32, Summary> {
+/// The texts of the summaries `<dir>/<prefix>.<pid>`, by pid.
+fn summary_texts(dir: &Path, prefix: &str) -> BTreeMap<u32, String> {
     let mut all = BTreeMap::new();
     for entry in std::fs::read_dir(dir).expect("the directory") {
         let path = entry.expect("an entry").path();
         let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix("summary.") else { continue };
-        let text = std::fs::read_to_string(&path).expect("a summary");
+        let Some(pid) = name.strip_prefix(prefix).and_then(|r| r.strip_prefix('.')) else {
+            continue;
+        };
+        let Ok(pid) = pid.parse() else { continue };
+        all.insert(pid, std::fs::read_to_string(&path).expect("a summary"));
+    }
+    all
+}
+
+fn summaries(dir: &Path) -> BTreeMap<u32, Summary> {
+    let mut all = BTreeMap::new();
+    for (pid, text) in summary_texts(dir, "summary") {
         let mut s = Summary::default();
         for line in text.lines() {
             let words: Vec<&str> = line.split(' ').collect();
@@ -47,7 +58,7 @@ fn summaries(dir: &Path) -> BTreeMap<u32, Summary> {
                 _ => s.others.push(line.to_string()),
             }
         }
-        all.insert(pid.parse().expect("a pid"), s);
+        all.insert(pid, s);
     }
     all
 }
@@ -190,4 +201,82 @@ fn the_objects_of_processes_that_died_are_removed() {
     assert!(egpu::host::builtin::clean_dead() >= 1);
     assert!(!egpu::host::builtin::processes().contains(&pid));
     assert!(egpu::host::builtin::Builtin::open(pid).is_err());
+}
+
+/// What the library made of one module load: the launcher's output, what the driver was given,
+/// and the process's summary.
+fn load_module(dir: &Path, image: &Path, extra: &[(&str, &str)]) -> (String, String, String) {
+    let name = image.file_name().and_then(|n| n.to_str()).expect("a file name");
+    let got = dir.join(format!("{name}.loaded"));
+    let summary = format!("summary-{name}-{}", extra.len());
+    let out = Command::new(dir.join("launcher"))
+        .args(["module".as_ref(), image.as_os_str(), got.as_os_str()])
+        .env("LD_PRELOAD", preload_library())
+        .env("LD_LIBRARY_PATH", dir)
+        .env("EGPU_PROBES", probes_library())
+        .env("EGPU_SUMMARY", dir.join(&summary))
+        .envs(extra.iter().copied())
+        .output()
+        .expect("running the launcher");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let loaded = std::fs::read_to_string(&got).expect("what the driver was given");
+    let summary = summary_texts(dir, &summary).into_values().next().expect("a summary");
+    (stdout, loaded, summary)
+}
+
+#[test]
+fn modules_are_instrumented_with_the_users_device_probes() {
+    let dir = build("modules");
+    let saxpy = include_str!("../../tests/ptx/saxpy.ptx");
+    let write = |name: &str, bytes: &[u8]| {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).expect("a module file");
+        path
+    };
+    let ptx = write("saxpy.ptx", saxpy.as_bytes());
+    let cubin = write("saxpy.cubin", &egpu::device::testing::cubin_with_ptx(saxpy.as_bytes()));
+    let narrow =
+        write("narrow.ptx", saxpy.replace(".address_size 64", ".address_size 32").as_bytes());
+
+    // PTX text, and a cubin that keeps its PTX: the driver is given the PTX with the probe (the
+    // example's `threads`, at kernel entry) injected, its maps mapped into the "GPU" (both maps
+    // of the pack, once).
+    for image in [&ptx, &cubin] {
+        let (stdout, loaded, summary) = load_module(&dir, image, &[]);
+        assert!(stdout.contains("module result 0 registered 2"), "{stdout}");
+        assert!(loaded.contains(".entry saxpy") && loaded.contains("egpu"), "{loaded}");
+        assert_ne!(loaded, saxpy);
+        assert!(summary.contains("instrumented modules 1 not 0\n"), "{summary}");
+        assert!(summary.contains("modules ptx 1 "), "the load is counted as PTX: {summary}");
+    }
+    // PTX egpu cannot instrument is loaded as it came, and the summary says why.
+    let (stdout, loaded, summary) = load_module(&dir, &narrow, &[]);
+    assert!(stdout.contains("module result 0"), "{stdout}");
+    assert!(!loaded.contains("egpu") && loaded.contains(".address_size 32"), "{loaded}");
+    assert!(summary.contains("instrumented modules 0 not 1\n"), "{summary}");
+    assert!(summary.contains("not instrumented: instrumenting: "), "{summary}");
+    // A driver that refuses the instrumented PTX gets the original, and the program goes on.
+    let (stdout, loaded, summary) = load_module(&dir, &ptx, &[("FAKE_REFUSE_PROBES", "1")]);
+    assert!(stdout.contains("module result 0"), "{stdout}");
+    assert_eq!(loaded, saxpy);
+    assert!(summary.contains("not instrumented: the driver refused"), "{summary}");
+
+    // The pack's host probe counts launches per kernel beside the built-in ones.
+    let out = Command::new(dir.join("launcher"))
+        .env("LD_PRELOAD", preload_library())
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("EGPU_PROBES", probes_library())
+        .env("EGPU_SUMMARY", dir.join("summary"))
+        .output()
+        .expect("running the launcher");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let parent = summary_texts(&dir, "summary")
+        .into_values()
+        .find(|t| t.contains("_Z5kernAPf"))
+        .expect("the parent's summary");
+    // 13: this probe does not look at the flags, so the 2 captured launches count too.
+    assert!(parent.contains("map LAUNCHES _Z5kernAPf 13\n"), "{parent}");
+    assert!(parent.contains("map LAUNCHES _Z5kernBPf 4\n"), "{parent}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

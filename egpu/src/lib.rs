@@ -20,6 +20,7 @@ pub use egpu_ebpf as ebpf;
 pub use egpu_maps as maps;
 
 pub mod host;
+pub mod pack;
 pub mod probe;
 pub mod vm;
 

@@ -53,10 +53,13 @@ def parse_summaries(prefix):
                 observed["sets bytes"] += int(words[2])
             elif words[0] == "modules":
                 observed[f"modules {words[1]}"] += int(words[2])
-            elif words[0] == "instrumented":
-                observed[f"instrumented {words[1]}"] += int(words[2])
-            elif words[0] == "device":
-                observed[f"device {' '.join(words[1:-1])}"] += int(words[-1])
+            elif words[:2] == ["instrumented", "modules"]:
+                observed["instrumented modules"] += int(words[2])
+                observed["modules not instrumented"] += int(words[4])
+            elif words[0] == "map" and len(words) >= 4:
+                observed[" ".join(words[:-1])] += int(words[-1])
+            elif words[:2] == ["not", "instrumented:"]:
+                print(f"  | summary: {line.strip()}")
             elif words[0] == "probes":
                 for field in words[1:]:
                     key, _, value = field.partition("=")
@@ -118,7 +121,8 @@ def scrape_while_running(proc, lines, want_launches, failures):
     return body
 
 
-def run_program(name, command, egpu, work, compare, metrics=False, env=None):
+def run_program(name, command, egpu, work, compare, metrics=False, env=None, only=None,
+                probes=None):
     """Runs `command` without and with the library; returns the failures."""
     failures = []
     env = dict(os.environ, **(env or {}))
@@ -135,6 +139,9 @@ def run_program(name, command, egpu, work, compare, metrics=False, env=None):
     if os.path.exists(hold):
         os.remove(hold)
     wrapped = [egpu, "run", "--summary", prefix]
+    if probes:
+        wrapped += ["--probes", probes]
+        env["EGPU_PROBES"] = probes  # for the program's own `expect` lines
     if metrics:
         wrapped += ["--metrics", "127.0.0.1:0"]
         env["EGPU_CHECK_HOLD"] = hold
@@ -168,6 +175,9 @@ def run_program(name, command, egpu, work, compare, metrics=False, env=None):
     print(f"  {len(pids)} process(es) wrote summaries; {seconds:.1f} s under the library")
     print(f"  {'what':<44} {'expected':>14} {'observed':>14}")
     for key, want in expected.items():
+        if only and not key.startswith(only):
+            print(f"  {key:<44} {want:>14} {'not seen':>14}   (a statically linked runtime)")
+            continue
         got = observed.get(key, 0)
         mark = "" if got == want else "   <-- differs"
         print(f"  {key:<44} {want:>14} {got:>14}{mark}")
@@ -188,6 +198,8 @@ def main():
     ap.add_argument("--egpu", required=True)
     ap.add_argument("--work", required=True)
     ap.add_argument("--only", default="")
+    ap.add_argument("--probes", default=os.environ.get("EGPU_EXAMPLE_PROBES"),
+                    help="the example probes (libprobes.so), to instrument Triton's kernel")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     egpu = os.path.abspath(args.egpu)
@@ -205,16 +217,27 @@ def main():
             failures.append(f"nvcc {flavour}: {build.stderr.strip()}")
             continue
         programs.append((f"cuda-c-{flavour}", [exe], False))
+    # A runtime linked into the program reaches the driver's copies, sets and allocations through
+    # private entry points: only its launches (public entry points) can be seen.
+    static_only = ("launches", "captured", "graph_launches", "kernel ")
     python = sys.executable or "python3"
     programs.append(("pytorch", [python, os.path.join(HERE, "train.py"), "5"], True))
     programs.append(("triton", [python, os.path.join(HERE, "triton_add.py"), "7"], False))
+    if args.probes:
+        programs.append(("triton-probed", [python, os.path.join(HERE, "triton_add.py"), "7"], False))
 
-    expected_kernel_lines = lambda s: [l for l in s.splitlines() if l.startswith("expect")]
+    # What the program computed and launched, which the library must not change.
+    expected_kernel_lines = lambda s: [l for l in s.splitlines()
+                                       if l.startswith(("expect kernel", "expect launches", "ok"))
+                                       or "results" in l]
     for name, command, metrics in programs:
         if args.only and args.only not in name:
             continue
         compare = None if name == "pytorch" else expected_kernel_lines
-        got = run_program(name, command, egpu, args.work, compare, metrics=metrics)
+        only = static_only if name == "cuda-c-static" else None
+        probes = args.probes if name.endswith("-probed") else None
+        got = run_program(name, command, egpu, args.work, compare, metrics=metrics, only=only,
+                          probes=probes)
         results.append((name, "ok" if not got else "FAILED"))
         failures += got
 

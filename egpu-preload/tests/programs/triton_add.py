@@ -1,10 +1,12 @@
 """A Triton kernel under egpu's preloaded library: its results must be unchanged.
 
 Triton compiles the kernel to PTX, loads the cubin (which keeps the PTX) with cuModuleLoadData
-and launches it with cuLaunchKernelEx, found with dlsym. Prints `expect KEY VALUE` lines for
-egpu-preload/tests/programs/check.py.
+and launches it with cuLaunchKernelEx, found with dlsym. Under `egpu run --probes` with the
+example probes, the library loads the kernel's PTX instrumented instead, and the results must
+still be exact. Prints `expect KEY VALUE` lines for egpu-preload/tests/programs/check.py.
 """
 
+import os
 import sys
 
 import torch
@@ -30,9 +32,11 @@ def main():
     y = torch.rand(n, device="cuda")
     want = x + y
     grid = (triton.cdiv(n, block),)
+    threads = 0
     for _ in range(runs):
         out = torch.empty_like(x)
-        add_kernel[grid](x, y, out, n, BLOCK=block)
+        compiled = add_kernel[grid](x, y, out, n, BLOCK=block)
+        threads += grid[0] * compiled.metadata.num_warps * 32
         torch.cuda.synchronize()
         if not torch.equal(out, want):
             bad = (out != want).nonzero()[:5].flatten().tolist()
@@ -40,6 +44,11 @@ def main():
             return 1
     print(f"{runs} runs of add_kernel over {n} floats, {grid[0]} blocks: results unchanged")
     print(f"expect kernel add_kernel {runs}")
+    if os.environ.get("EGPU_PROBES"):
+        # The example probes (examples/probes.rs): every thread of every launch counted on the
+        # GPU as it starts, every launch on the host.
+        print(f"expect map THREADS add_kernel {threads}")
+        print(f"expect map LAUNCHES add_kernel {runs}")
     print("ok")
     return 0
 

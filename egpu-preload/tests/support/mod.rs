@@ -31,6 +31,30 @@ pub(crate) fn preload_library() -> PathBuf {
     lib
 }
 
+/// The example crate of probes (`examples/probes.rs`) as a shared library: `EGPU_EXAMPLE_PROBES`
+/// when set (the GPU bundle sets it), else built by cargo into this executable's
+/// `target/<profile>/examples/`.
+#[allow(dead_code)] // not every including test uses it
+pub(crate) fn probes_library() -> PathBuf {
+    if let Some(path) = std::env::var_os("EGPU_EXAMPLE_PROBES") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("the executable's path");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<exe>");
+    let target_dir = profile_dir.parent().expect("target/");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut build = Command::new(cargo);
+    build.args(["build", "-p", "egpu", "--example", "probes"]).env("CARGO_TARGET_DIR", target_dir);
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        build.arg("--release");
+    }
+    let out = build.output().expect("running cargo");
+    assert!(out.status.success(), "building the probes:\n{}", String::from_utf8_lossy(&out.stderr));
+    let lib = profile_dir.join("examples/libprobes.so");
+    assert!(lib.exists(), "{} is missing after the build", lib.display());
+    lib
+}
+
 /// A fixture file, found from the including package's folder (egpu-preload's, or a sibling's).
 fn fixture(name: &str) -> PathBuf {
     let manifest = std::env::var_os("CARGO_MANIFEST_DIR")

@@ -3,7 +3,7 @@
 //! ```text
 //! egpu translate PROGRAM [--attach ATTACH] [--kernel NAME] [--map MAP]...
 //! egpu inject MODULE.ptx --probe ATTACH=PROGRAM... [--kernel NAME]... [--map MAP]... [-o OUT.ptx]
-//! egpu run [--summary PATH] [--library PATH] [--metrics ADDRESS [--kernel-names]] -- COMMAND [ARGS]...
+//! egpu run [--summary PATH] [--library PATH] [--probes PACK] [--metrics ADDRESS [--kernel-names]] -- COMMAND [ARGS]...
 //! egpu maps [PID] [--watch SECONDS]
 //! ```
 //!
@@ -31,14 +31,18 @@ usage:
       device::kernel_exit, device::global_load, device::global_store), in every kernel or in the
       kernels named, to OUT (default: standard output), and lists the sites on standard error.
 
-  egpu run [--summary PATH] [--library PATH] [--metrics ADDRESS [--kernel-names]] -- COMMAND...
+  egpu run [--summary PATH] [--library PATH] [--probes PACK] [--metrics ADDRESS [--kernel-names]]
+           -- COMMAND...
       Runs COMMAND under egpu's preloaded library, which counts its CUDA calls (launches by
       kernel, copies, allocations, synchronisations, module loads) in shared memory; the library
       is PATH, else $EGPU_PRELOAD, else libegpu_preload.so beside this program. With --summary,
       each process writes its counts to PATH.<pid> when it exits. With --metrics, serves the
       counts of COMMAND and its children in Prometheus's format at http://ADDRESS/metrics (a
       loopback address, port 0 for any; the address taken is said on standard error), with a
-      kernel-name label when --kernel-names. Exits as COMMAND does.
+      kernel-name label when --kernel-names. With --probes, the library also runs the probes of
+      PACK (a probe pack, or a shared library made with egpu::export_probes!): host probes on the
+      CUDA calls, device probes injected into every module loaded with PTX; their maps are in
+      the summary and `egpu maps`. Exits as COMMAND does.
   egpu maps [PID] [--watch SECONDS]
       Without PID: the processes whose counts are in shared memory (and removes those of
       processes that died). With PID: what that process counted so far; --watch repeats.
@@ -277,17 +281,20 @@ fn run_command(args: &[String]) -> Result<ExitCode, Error> {
     };
     let kernel_names = flags.iter().any(|f| f == "--kernel-names");
     let flags: Vec<String> = flags.iter().filter(|f| *f != "--kernel-names").cloned().collect();
-    let (positional, options) = parse(&flags, &["--summary", "--library", "--metrics"])?;
+    let (positional, options) =
+        parse(&flags, &["--summary", "--library", "--metrics", "--probes"])?;
     if !positional.is_empty() || command.is_empty() {
         return Err(Error::Usage("`run` takes `-- COMMAND [ARGS]...`".into()));
     }
     let mut library = std::env::var_os("EGPU_PRELOAD").map(PathBuf::from);
     let mut summary = None;
     let mut metrics = None;
+    let mut probes = None;
     for (flag, value) in options {
         match flag.as_str() {
             "--library" => library = Some(PathBuf::from(value)),
             "--metrics" => metrics = Some(value),
+            "--probes" => probes = Some(PathBuf::from(value)),
             _ => summary = Some(value),
         }
     }
@@ -318,6 +325,13 @@ fn run_command(args: &[String]) -> Result<ExitCode, Error> {
     }
     let mut child = std::process::Command::new(&command[0]);
     child.args(&command[1..]).env("LD_PRELOAD", preload);
+    if let Some(path) = probes {
+        // Read here first, so that a pack that cannot be read stops before the command starts.
+        let pack = egpu::pack::Pack::load(&path).map_err(|e| failed(e.to_string()))?;
+        let path = path.canonicalize().map_err(|e| failed(format!("{}: {e}", path.display())))?;
+        eprintln!("egpu: {} probes from {}", pack.probes().len(), path.display());
+        child.env("EGPU_PROBES", path);
+    }
     if let Some(path) = summary {
         child.env("EGPU_SUMMARY", path);
     }
@@ -375,6 +389,7 @@ fn maps_cmd(args: &[String]) -> Result<(), Error> {
             })?;
             loop {
                 print!("{}", maps.report(None));
+                print!("{}", maps.render_maps(&maps.user_maps()));
                 let Some(every) = watch else { return Ok(()) };
                 if !builtin::alive(pid) {
                     return Ok(());

@@ -86,7 +86,7 @@ out:
 pub const COUNT_LAUNCHES: &str = count_by_r6!(
     "
     ldxdw %r6, [%r1+0]
-    ldxw %r7, [%r1+80]
+    ldxw %r7, [%r1+32]
     and %r7, 1
     jeq %r7, 0, keyed
     mov %r6, -2
@@ -272,7 +272,7 @@ fn add_to(text: &mut String, index: &str, value: &str, label: &mut u32) {
 /// for graph launches, whose kernel id is `u64::MAX`, nor for launches captured into graphs).
 fn launch_shapes() -> String {
     let mut text = String::from(
-        "    ldxdw %r3, [%r1+0]\n    jeq %r3, -1, out\n    ldxw %r3, [%r1+80]\n    and %r3, 1\n    jne %r3, 0, out\n    ldxw %r7, [%r1+40]\n    ldxw %r3, [%r1+44]\n    mul %r7, %r3\n    ldxw %r3, [%r1+48]\n    mul %r7, %r3\n\
+        "    ldxdw %r3, [%r1+0]\n    jeq %r3, -1, out\n    ldxw %r3, [%r1+32]\n    and %r3, 1\n    jne %r3, 0, out\n    ldxw %r7, [%r1+40]\n    ldxw %r3, [%r1+44]\n    mul %r7, %r3\n    ldxw %r3, [%r1+48]\n    mul %r7, %r3\n\
          \x20   ldxw %r6, [%r1+52]\n    ldxw %r3, [%r1+56]\n    mul %r6, %r3\n    ldxw %r3, [%r1+60]\n    mul %r6, %r3\n",
     );
     let mut label = 0;
@@ -542,11 +542,106 @@ impl Builtin {
     }
 }
 
-/// Removes process `pid`'s shared objects (those that exist).
+impl Builtin {
+    /// Process `pid`'s user maps in shared memory, by name.
+    pub fn user_maps(&self) -> Vec<(String, RawMap)> {
+        let prefix = user_map_name(self.pid, "");
+        user_objects(self.pid)
+            .into_iter()
+            .filter_map(|object| {
+                let raw = RawMap::open_shared(&object).ok()?;
+                Some((object[prefix.len()..].to_owned(), raw))
+            })
+            .collect()
+    }
+
+    /// What `maps` hold, a line per entry: `map NAME KEY VALUE`, keys that are known kernel ids
+    /// by the kernel's name, per-CPU values summed; maps of other shapes by their kind only.
+    pub fn render_maps(&self, maps: &[(String, RawMap)]) -> String {
+        let mut text = String::new();
+        let key = |k: u64| -> String {
+            let name = self.name(k);
+            if k != 0 && !name.starts_with('(') { name } else { k.to_string() }
+        };
+        for (name, raw) in maps {
+            let g = *raw.geometry();
+            let mut lines: Vec<(String, u64)> = Vec::new();
+            let shown = match (g.kind, g.key_size, g.value_size) {
+                (MapKind::Hash, 8, 8) => HashMap::<u64, u64>::from_raw(raw.clone())
+                    .map(|m| lines.extend(m.iter().map(|(k, v)| (key(k), v))))
+                    .is_ok(),
+                (MapKind::PerCpuHash, 8, 8) => {
+                    egpu_maps::PerCpuHashMap::<u64, u64>::from_raw(raw.clone())
+                        .map(|m| {
+                            lines.extend(
+                                m.keys().into_iter().filter_map(|k| Some((key(k), m.sum(&k)?))),
+                            )
+                        })
+                        .is_ok()
+                }
+                (MapKind::Array, 4, 8) => Array::<u64>::from_raw(raw.clone())
+                    .map(|a| {
+                        lines.extend((0..g.capacity).filter_map(|i| {
+                            a.get(i).ok().filter(|&v| v != 0).map(|v| (i.to_string(), v))
+                        }))
+                    })
+                    .is_ok(),
+                (MapKind::PerCpuArray, 4, 8) => {
+                    egpu_maps::PerCpuArray::<u64>::from_raw(raw.clone())
+                        .map(|a| {
+                            lines.extend((0..g.capacity).filter_map(|i| {
+                                a.sum(i).ok().filter(|&v| v != 0).map(|v| (i.to_string(), v))
+                            }))
+                        })
+                        .is_ok()
+                }
+                _ => false,
+            };
+            if !shown {
+                let _ = writeln!(
+                    text,
+                    "map {name} {} ({} B keys, {} B values: not shown)",
+                    g.kind.name(),
+                    g.key_size,
+                    g.value_size
+                );
+                continue;
+            }
+            lines.sort();
+            for (k, v) in lines {
+                let _ = writeln!(text, "map {name} {k} {v}");
+            }
+        }
+        text
+    }
+}
+
+/// Removes process `pid`'s shared objects (those that exist), its user maps' included.
 pub fn unlink(pid: u32) {
     for map in MAPS {
         let _ = egpu_maps::unlink_shared(&shared_name(pid, map));
     }
+    for name in user_objects(pid) {
+        let _ = egpu_maps::unlink_shared(&name);
+    }
+}
+
+/// The shared-memory name of process `pid`'s user map `map` (a map of the probes of a pack,
+/// [`crate::pack`]).
+pub fn user_map_name(pid: u32, map: &str) -> String {
+    format!("egpu-{pid}-u-{map}")
+}
+
+/// The shared objects of process `pid`'s user maps.
+fn user_objects(pid: u32) -> Vec<String> {
+    let prefix = user_map_name(pid, "");
+    let Ok(entries) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    names.sort();
+    names
 }
 
 /// The processes that have built-in maps in shared memory (`/dev/shm/egpu-<pid>-launches`),

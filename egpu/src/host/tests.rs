@@ -100,9 +100,9 @@ fn exit_probes_see_the_result_and_the_time_spent() {
         add %r2, -4
         call 1
         jeq %r0, 0, out
-        ldxdw %r1, [%r6+32]
+        ldxdw %r1, [%r6+80]
         lock add [%r0+0], %r1
-        ldxw %r1, [%r6+76]
+        ldxw %r1, [%r6+72]
         jeq %r1, 0, out
         mov %r1, 1
         lock add [%r0+8], %r1
@@ -125,12 +125,12 @@ fn exit_probes_see_the_result_and_the_time_spent() {
         probes.fire(Phase::Exit, &mut ctx);
     }
     assert_eq!(TOTALS.get(0).expect("element 0"), [400, 1]);
-    // Posted, the context (80 bytes read: two queue slots) reaches the probe whole, through a
+    // Posted, the context (88 bytes read: two queue slots) reaches the probe whole, through a
     // poster as through the set.
     let posting: &'static HostProbes = Box::leak(Box::new(HostProbes::new()));
     static POSTED: Array<[u64; 2]> = Array::with_len(1);
     posting.attach(&program(text, def.clone(), exit), &[POSTED.raw().clone()]).expect("attach");
-    assert_eq!(posting.context_needed(HostEvent::Launch, Phase::Exit), 80);
+    assert_eq!(posting.context_needed(HostEvent::Launch, Phase::Exit), 88);
     let poster = posting.poster();
     for (duration_ns, result) in [(100, 0), (250, 1), (50, 0)] {
         poster.post(Phase::Exit, &LaunchCtx { duration_ns, result, ..launch(1) });

@@ -1,0 +1,305 @@
+//! The user's probes (`EGPU_PROBES`), and the instrumentation of the modules a program loads.
+//!
+//! `EGPU_PROBES` names a probe pack ([`egpu::pack`]): its text, or a shared library made with
+//! `egpu::export_probes!`. Its host probes are attached beside the built-in ones; its device
+//! probes are injected into every module the program loads that carries PTX (PTX text, or a
+//! cubin that keeps its PTX, as Triton's do), which is then loaded in the module's place, so the
+//! program launches instrumented kernels without knowing. The maps live in shared memory as
+//! `egpu-<pid>-u-<MAP>`, mapped into the GPU once per process (`cuMemHostRegister`, portable):
+//! device probes update them in place, live for `egpu maps PID`.
+//!
+//! Nothing here may take the program down: a pack that cannot be read is reported once and
+//! left out; a module that cannot be instrumented, or whose instrumented form the driver
+//! refuses, is loaded as it came (and counted, with the reason, in the summary).
+
+use std::ffi::{CStr, CString, c_uint, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use egpu::device::cubin::{self, Extent};
+use egpu::device::inject::{DeviceProbe, Kernels, inject};
+use egpu::device::translate::DeviceMap;
+use egpu::ebpf::AttachPoint;
+use egpu::ebpf::verifier::{Verified, verify};
+use egpu::host::builtin;
+use egpu::maps::{Placement, RawMap};
+use egpu::pack::Pack;
+
+use crate::CuResult;
+use crate::real::Hook;
+
+/// The pack `EGPU_PROBES` names, read once per program image (a forked child keeps it).
+fn pack() -> Option<&'static Pack> {
+    static PACK: OnceLock<Option<Pack>> = OnceLock::new();
+    PACK.get_or_init(|| {
+        let path = std::env::var_os("EGPU_PROBES").filter(|p| !p.is_empty())?;
+        match Pack::load(std::path::Path::new(&path)) {
+            Ok(pack) => Some(pack),
+            Err(e) => {
+                eprintln!("egpu: EGPU_PROBES: {e}; running with the built-in probes only");
+                None
+            }
+        }
+    })
+    .as_ref()
+}
+
+/// A process's user probes: their maps, and the device probes verified.
+pub(crate) struct UserProbes {
+    /// Every map, by name, in shared memory (or this process's memory).
+    maps: Vec<(String, RawMap)>,
+    /// Host probes: each program with its maps, to attach.
+    pub(crate) host: Vec<(egpu::ebpf::Program, Vec<RawMap>)>,
+    /// Device probes: each verified, with the indices of its maps in `maps`.
+    device: Vec<(Verified, Vec<usize>)>,
+    /// The maps' device addresses, once mapped into the GPU (`None` until a module is loaded;
+    /// `Some(Err)` when mapping failed).
+    mapped: Mutex<Option<Result<Vec<u64>, String>>>,
+}
+
+/// Modules instrumented, and modules that carried PTX but were loaded as they came.
+pub(crate) static INSTRUMENTED: AtomicU64 = AtomicU64::new(0);
+pub(crate) static NOT_INSTRUMENTED: AtomicU64 = AtomicU64::new(0);
+/// Why modules were not instrumented: each distinct reason once.
+pub(crate) static REASONS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+fn refused(reason: String) {
+    NOT_INSTRUMENTED.fetch_add(1, Ordering::Relaxed);
+    if crate::log_enabled("modules") {
+        eprintln!("egpu: a module loaded uninstrumented: {reason}");
+    }
+    let mut reasons = REASONS.lock().unwrap_or_else(|p| p.into_inner());
+    if !reasons.contains(&reason) && reasons.len() < 16 {
+        reasons.push(reason);
+    }
+}
+
+impl UserProbes {
+    /// Process `pid`'s user probes, from the pack (`None` when there is none); maps in shared
+    /// memory when `shared`.
+    pub(crate) fn set_up(pid: u32, shared: bool) -> Option<UserProbes> {
+        let pack = pack()?;
+        let mut maps: Vec<(String, RawMap)> = Vec::new();
+        let mut host = Vec::new();
+        let mut device = Vec::new();
+        for probe in pack.probes() {
+            let mut indices = Vec::new();
+            for (def, geometry) in probe.program.maps().iter().zip(&probe.maps) {
+                let index = match maps.iter().position(|(n, _)| *n == def.name) {
+                    Some(i) if maps[i].1.geometry() == geometry => i,
+                    Some(_) => {
+                        eprintln!(
+                            "egpu: EGPU_PROBES: map {} is declared twice with different layouts; \
+                             probe {} left out",
+                            def.name, probe.name
+                        );
+                        indices.clear();
+                        break;
+                    }
+                    None => {
+                        let raw = create(pid, &def.name, *geometry, shared)?;
+                        maps.push((def.name.clone(), raw));
+                        maps.len() - 1
+                    }
+                };
+                indices.push(index);
+            }
+            if indices.len() != probe.maps.len() {
+                continue;
+            }
+            match probe.program.attach() {
+                AttachPoint::Device(_) => match verify(&probe.program) {
+                    Ok(v) => device.push((v, indices)),
+                    Err(e) => eprintln!("egpu: EGPU_PROBES: probe {}: {e}", probe.name),
+                },
+                _ => {
+                    let bound = indices.iter().map(|&i| maps[i].1.clone()).collect();
+                    host.push((probe.program.clone(), bound));
+                }
+            }
+        }
+        Some(UserProbes { maps, host, device, mapped: Mutex::new(None) })
+    }
+
+    /// The PTX to load instead of `image` (a module image the program passes to the driver),
+    /// instrumented with the device probes; `None` when there are none, or the image carries no
+    /// PTX, or it could not be instrumented (counted, with the reason).
+    pub(crate) fn instrument(&self, image: *const c_void) -> Option<CString> {
+        if self.device.is_empty() || image.is_null() {
+            return None;
+        }
+        // SAFETY: the caller's image, which the driver is about to read.
+        let ptx = match unsafe { ptx_of(image) } {
+            Ok(Some(ptx)) => ptx,
+            Ok(None) => return None,
+            Err(reason) => {
+                refused(reason);
+                return None;
+            }
+        };
+        let addresses = match self.mapped() {
+            Ok(a) => a,
+            Err(reason) => {
+                refused(reason);
+                return None;
+            }
+        };
+        let bindings: Vec<Vec<DeviceMap>> = self
+            .device
+            .iter()
+            .map(|(_, indices)| {
+                indices
+                    .iter()
+                    .map(|&i| DeviceMap {
+                        addr: addresses[i],
+                        geometry: *self.maps[i].1.geometry(),
+                        live: true,
+                    })
+                    .collect()
+            })
+            .collect();
+        let probes: Vec<DeviceProbe<'_>> = self
+            .device
+            .iter()
+            .zip(&bindings)
+            .map(|((program, _), maps)| DeviceProbe { program, kernels: Kernels::All, maps })
+            .collect();
+        match inject(&ptx, &probes) {
+            Ok(injection) => match CString::new(injection.ptx) {
+                Ok(text) => Some(text),
+                Err(_) => {
+                    refused("the instrumented PTX holds a NUL byte".into());
+                    None
+                }
+            },
+            Err(e) => {
+                refused(format!("instrumenting: {e}"));
+                None
+            }
+        }
+    }
+
+    /// The maps' device addresses, mapping them into the GPU the first time (in the caller's
+    /// current context; portable, so every context sees them).
+    fn mapped(&self) -> Result<Vec<u64>, String> {
+        let mut mapped = self.mapped.lock().unwrap_or_else(|p| p.into_inner());
+        mapped
+            .get_or_insert_with(|| self.maps.iter().map(|(_, raw)| map_into_gpu(raw)).collect())
+            .clone()
+    }
+
+    /// Whether a module whose load was instrumented should count: a load of the instrumented
+    /// PTX that the driver refused falls back to the original image.
+    pub(crate) fn loaded(&self, result: CuResult) {
+        if result == 0 {
+            INSTRUMENTED.fetch_add(1, Ordering::Relaxed);
+        } else {
+            refused(format!("the driver refused the instrumented PTX (CUresult {result})"));
+        }
+    }
+}
+
+/// Creates map `name` of process `pid`.
+fn create(
+    pid: u32,
+    name: &str,
+    geometry: egpu::maps::layout::Geometry,
+    shared: bool,
+) -> Option<RawMap> {
+    if shared {
+        let object = builtin::user_map_name(pid, name);
+        let _ = egpu::maps::unlink_shared(&object);
+        if let Ok(raw) = RawMap::create(geometry, &Placement::Shared(object.into())) {
+            return Some(raw);
+        }
+    }
+    RawMap::create(geometry, &Placement::Process).ok()
+}
+
+/// `cuMemHostRegister_v2`'s and `cuMemHostGetDevicePointer_v2`'s signatures.
+type RegisterFn = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> CuResult;
+type DevicePointerFn = unsafe extern "C" fn(*mut u64, *mut c_void, c_uint) -> CuResult;
+static REGISTER: Hook<RegisterFn> = Hook::new(c"cuMemHostRegister_v2", std::ptr::null_mut);
+static DEVICE_POINTER: Hook<DevicePointerFn> =
+    Hook::new(c"cuMemHostGetDevicePointer_v2", std::ptr::null_mut);
+
+/// Maps `raw`'s pages into the GPU: the device address of its first byte.
+fn map_into_gpu(raw: &RawMap) -> Result<u64, String> {
+    /// `CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP`.
+    const FLAGS: c_uint = 1 | 2;
+    let (register, pointer) = match (REGISTER.get_or_ask(), DEVICE_POINTER.get_or_ask()) {
+        (Some(r), Some(p)) => (r, p),
+        _ => return Err("the driver lacks cuMemHostRegister".into()),
+    };
+    let (ptr, len) = raw.memory();
+    // SAFETY: sysconf has no preconditions.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+    let start = ptr.as_ptr() as usize;
+    let first = start - start % page;
+    let end = (start + len).next_multiple_of(page);
+    // SAFETY: the map's pages, mapped for as long as the process keeps the map (it never drops
+    // a user map while it runs).
+    let result = unsafe { register(first as *mut c_void, end - first, FLAGS) };
+    if result != 0 {
+        return Err(format!("mapping a map into the GPU: cuMemHostRegister returned {result}"));
+    }
+    let mut device = 0u64;
+    // SAFETY: registered just above; the driver writes one address.
+    let result = unsafe { pointer(&mut device, first as *mut c_void, 0) };
+    if result != 0 {
+        return Err(format!("cuMemHostGetDevicePointer returned {result}"));
+    }
+    Ok(device + (start - first) as u64)
+}
+
+/// The PTX `image` carries: its text, or a cubin's `.nv_debug_ptx_txt`; `None` for other images
+/// (fat binaries, cubins without PTX).
+///
+/// # Safety
+///
+/// `image` is a module image as `cuModuleLoadData` takes: a NUL-terminated PTX text or a
+/// complete ELF or fat binary.
+pub(crate) unsafe fn ptx_of(image: *const c_void) -> Result<Option<String>, String> {
+    // SAFETY: every image has at least 4 bytes (a PTX text's could end sooner: stop at a NUL).
+    let head: Vec<u8> = (0..4)
+        .map(|i| unsafe { image.cast::<u8>().add(i).read() })
+        .take_while(|&b| b != 0)
+        .collect();
+    if head == b"\x7fELF" {
+        let mut len = cubin::HEADER_BYTES;
+        loop {
+            // SAFETY: `extent` asked for these bytes, which the ELF file's headers say it has.
+            let bytes = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), len) };
+            match cubin::extent(bytes).map_err(|e| format!("reading the cubin: {e}"))? {
+                Extent::NeedMore(n) if n > len => len = n,
+                Extent::NeedMore(_) => return Err("reading the cubin: its extent".into()),
+                Extent::Total(_) => {
+                    return cubin::embedded_ptx(bytes)
+                        .map(|p| p.map(str::to_owned))
+                        .map_err(|e| format!("reading the cubin: {e}"));
+                }
+            }
+        }
+    }
+    if head == 0xba55_ed50_u32.to_le_bytes() {
+        return Ok(None);
+    }
+    // SAFETY: not ELF nor a fat binary: PTX text, NUL-terminated.
+    let text = unsafe { CStr::from_ptr(image.cast()) };
+    text.to_str().map(|t| Some(t.to_owned())).map_err(|_| "the PTX is not UTF-8".into())
+}
+
+/// The summary's lines for the user's probes: modules instrumented and not (with why), and
+/// what their maps hold.
+pub(crate) fn summary(user: &UserProbes, names: &builtin::Builtin) -> String {
+    let mut text = format!(
+        "instrumented modules {} not {}\n",
+        INSTRUMENTED.load(Ordering::Relaxed),
+        NOT_INSTRUMENTED.load(Ordering::Relaxed)
+    );
+    for reason in REASONS.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        text.push_str(&format!("not instrumented: {reason}\n"));
+    }
+    text.push_str(&names.render_maps(&user.maps));
+    text
+}

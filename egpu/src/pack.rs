@@ -1,0 +1,434 @@
+//! Probe packs: probes carried out of the program that built them, into egpu's preloaded
+//! library (`egpu run --probes PACK -- COMMAND`).
+//!
+//! A pack holds each probe's name, attach point, map table (with each map's shards) and
+//! bytecode, as text:
+//!
+//! ```text
+//! egpu-probes 1
+//! probe threads device::kernel_entry
+//! map THREADS hash 8 8 4096 1 0
+//! code b7000000000000009500000000000000
+//! end
+//! ```
+//!
+//! `map` lines give the kind, key and value sizes, capacity, CPU shards and SM shards; `code` lines
+//! the program's instructions in hexadecimal (several lines are joined). A pack is made from
+//! `#[egpu::probe]` functions with [`Pack::add`], written with [`Pack::to_text`], and read back
+//! with [`Pack::parse`], which checks everything (a probe's program is verified again where it is
+//! loaded). A crate of probes becomes a shared library that exports its pack with
+//! [`export_probes!`](crate::export_probes); [`Pack::load`] reads either form.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use egpu_ebpf::{AttachPoint, MapDef, MapKind, Program};
+use egpu_maps::layout::Geometry;
+
+use crate::probe::{BuildError, Probe};
+
+/// The first line of every pack.
+const MAGIC: &str = "egpu-probes 1";
+/// The symbol a shared library of probes exports (see [`export_probes!`](crate::export_probes)).
+pub const SYMBOL: &str = "egpu_probe_pack";
+
+/// One probe of a pack.
+#[derive(Clone, Debug)]
+pub struct PackedProbe {
+    /// The probe's name.
+    pub name: String,
+    /// Its program: attach point, map table and instructions.
+    pub program: Program,
+    /// The layout of each map of the program's map table, in its order.
+    pub maps: Vec<Geometry>,
+}
+
+/// A probe of a pack being read.
+struct Reading {
+    line: usize,
+    name: String,
+    attach: AttachPoint,
+    defs: Vec<MapDef>,
+    maps: Vec<Geometry>,
+    code: Vec<u8>,
+}
+
+/// Probes to carry to another process.
+#[derive(Clone, Debug, Default)]
+pub struct Pack {
+    probes: Vec<PackedProbe>,
+}
+
+/// Why a pack could not be read or made.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PackError {
+    /// The text is not a pack.
+    #[error("line {line}: {reason}")]
+    Syntax {
+        /// The line (from 1).
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A probe's program is not well formed.
+    #[error("probe {probe}: {error}")]
+    Program {
+        /// The probe's name.
+        probe: String,
+        /// Why.
+        error: egpu_ebpf::ProgramError,
+    },
+    /// A map's layout is impossible.
+    #[error("probe {probe}, map {map}: {error}")]
+    Map {
+        /// The probe's name.
+        probe: String,
+        /// The map's name.
+        map: String,
+        /// Why.
+        error: egpu_maps::MapError,
+    },
+    /// A probe could not be built.
+    #[error("probe {probe}: {error}")]
+    Build {
+        /// The probe's name.
+        probe: String,
+        /// Why.
+        error: BuildError,
+    },
+    /// The file could not be read, or the library loaded.
+    #[error("{path}: {reason}")]
+    Load {
+        /// The file.
+        path: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Pack {
+    /// An empty pack.
+    pub fn new() -> Pack {
+        Pack::default()
+    }
+
+    /// Adds a `#[egpu::probe]` function's probe (`my_probe::probe()`), built and verified.
+    pub fn add(&mut self, probe: &Probe) -> Result<&mut Pack, PackError> {
+        let build = |error| PackError::Build { probe: probe.name().into(), error };
+        let program = probe.program().map_err(build)?.clone();
+        let maps = probe.maps().map_err(build)?.iter().map(|m| *m.geometry()).collect();
+        self.push(probe.name(), program, maps)?;
+        Ok(self)
+    }
+
+    /// Adds a program under `name`, with the layout of each map of its table.
+    pub fn push(
+        &mut self,
+        name: &str,
+        program: Program,
+        maps: Vec<Geometry>,
+    ) -> Result<&mut Pack, PackError> {
+        let syntax = |reason: String| PackError::Syntax { line: 0, reason };
+        if name.is_empty() || name.contains(char::is_whitespace) {
+            return Err(syntax(format!("a probe's name is one word, not {name:?}")));
+        }
+        if maps.len() != program.maps().len() {
+            return Err(syntax(format!(
+                "probe {name}: {} maps in its table, {} layouts",
+                program.maps().len(),
+                maps.len()
+            )));
+        }
+        for (def, g) in program.maps().iter().zip(&maps) {
+            if def.name.is_empty() || def.name.contains(char::is_whitespace) {
+                return Err(syntax(format!("probe {name}: a map's name is one word")));
+            }
+            if (def.kind, def.key_size, def.value_size) != (g.kind, g.key_size, g.value_size) {
+                return Err(syntax(format!(
+                    "probe {name}: map {} differs from its layout",
+                    def.name
+                )));
+            }
+        }
+        self.probes.push(PackedProbe { name: name.into(), program, maps });
+        Ok(self)
+    }
+
+    /// The probes, in the order they were added.
+    pub fn probes(&self) -> &[PackedProbe] {
+        &self.probes
+    }
+
+    /// The pack as text (see the [module](self) documentation).
+    pub fn to_text(&self) -> String {
+        let mut text = format!("{MAGIC}\n");
+        for p in &self.probes {
+            let _ = writeln!(text, "probe {} {}", p.name, p.program.attach());
+            for (def, g) in p.program.maps().iter().zip(&p.maps) {
+                let _ = writeln!(
+                    text,
+                    "map {} {} {} {} {} {} {}",
+                    def.name,
+                    g.kind.name(),
+                    g.key_size,
+                    g.value_size,
+                    g.capacity,
+                    g.cpu_shards,
+                    g.sm_shards
+                );
+            }
+            for chunk in p.program.to_bytes().chunks(64) {
+                text.push_str("code ");
+                for b in chunk {
+                    let _ = write!(text, "{b:02x}");
+                }
+                text.push('\n');
+            }
+            text.push_str("end\n");
+        }
+        text
+    }
+
+    /// Reads a pack from its text.
+    pub fn parse(text: &str) -> Result<Pack, PackError> {
+        let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l.trim()));
+        let bad = |line: usize, reason: &str| PackError::Syntax { line, reason: reason.into() };
+        match lines.next() {
+            Some((_, MAGIC)) => {}
+            Some((line, l)) if l.starts_with("error ") => {
+                return Err(PackError::Syntax { line, reason: l["error ".len()..].into() });
+            }
+            _ => return Err(bad(1, "not an egpu probe pack (it starts with `egpu-probes 1`)")),
+        }
+        let mut pack = Pack::new();
+        let mut current: Option<Reading> = None;
+        for (line, l) in lines {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            match (words.as_slice(), current.as_mut()) {
+                ([], _) => {}
+                (["probe", name, attach], None) => {
+                    let attach = attach
+                        .parse::<AttachPoint>()
+                        .map_err(|e| bad(line, &format!("attach point {attach}: {e}")))?;
+                    current = Some(Reading {
+                        line,
+                        name: (*name).into(),
+                        attach,
+                        defs: vec![],
+                        maps: vec![],
+                        code: vec![],
+                    });
+                }
+                (["map", name, kind, numbers @ ..], Some(r))
+                    if numbers.len() == 5 && r.code.is_empty() =>
+                {
+                    let kind = MapKind::from_name(kind)
+                        .ok_or_else(|| bad(line, &format!("no map kind {kind}")))?;
+                    let n = numbers
+                        .iter()
+                        .map(|n| n.parse::<u32>())
+                        .collect::<Result<Vec<u32>, _>>()
+                        .map_err(|_| bad(line, "sizes, capacity and shards are numbers"))?;
+                    let g = Geometry::new(kind, n[0], n[1], n[2], n[3], n[4]).map_err(|error| {
+                        PackError::Map { probe: r.name.clone(), map: (*name).into(), error }
+                    })?;
+                    r.defs.push(MapDef {
+                        name: (*name).into(),
+                        kind,
+                        key_size: n[0],
+                        value_size: n[1],
+                        max_entries: n[2],
+                    });
+                    r.maps.push(g);
+                }
+                (["code", hex], Some(r)) => {
+                    if hex.len() % 2 != 0 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                        return Err(bad(line, "code is pairs of hexadecimal digits"));
+                    }
+                    for i in (0..hex.len()).step_by(2) {
+                        r.code.push(u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(0));
+                    }
+                }
+                (["end"], Some(_)) => {
+                    let r = current.take().expect("a probe being read");
+                    let program = Program::from_bytes(&r.code, r.defs, r.attach)
+                        .map_err(|error| PackError::Program { probe: r.name.clone(), error })?;
+                    pack.push(&r.name, program, r.maps).map_err(|e| match e {
+                        PackError::Syntax { reason, .. } => PackError::Syntax { line, reason },
+                        e => e,
+                    })?;
+                }
+                _ => return Err(bad(line, &format!("unexpected `{l}`"))),
+            }
+        }
+        if let Some(r) = current {
+            return Err(bad(r.line, &format!("probe {} has no `end`", r.name)));
+        }
+        Ok(pack)
+    }
+
+    /// Reads the pack at `path`: a pack's text, or a shared library that exports one
+    /// ([`export_probes!`](crate::export_probes)), which is loaded into this process.
+    pub fn load(path: &Path) -> Result<Pack, PackError> {
+        let failed = |reason: String| PackError::Load { path: path.display().to_string(), reason };
+        let bytes = std::fs::read(path).map_err(|e| failed(e.to_string()))?;
+        if !bytes.starts_with(b"\x7fELF") {
+            let text = String::from_utf8(bytes).map_err(|_| failed("not UTF-8 text".into()))?;
+            return Pack::parse(&text);
+        }
+        let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| failed("a path with a NUL byte".into()))?;
+        // SAFETY: dlopen with a C string; the library's initialisers run, as any library's.
+        let handle = unsafe { libc::dlopen(c_path.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        if handle.is_null() {
+            // SAFETY: dlerror returns null or a C string owned by the loader.
+            let why = unsafe { libc::dlerror() };
+            let why = if why.is_null() {
+                "dlopen failed".into()
+            } else {
+                // SAFETY: as above.
+                unsafe { std::ffi::CStr::from_ptr(why) }.to_string_lossy().into_owned()
+            };
+            return Err(failed(why));
+        }
+        let symbol = std::ffi::CString::new(SYMBOL).expect("no NUL");
+        // SAFETY: a handle dlopen gave and a C string.
+        let f = unsafe { libc::dlsym(handle, symbol.as_ptr()) };
+        if f.is_null() {
+            return Err(failed(format!("exports no `{SYMBOL}` (see egpu::export_probes!)")));
+        }
+        // SAFETY: `export_probes!` defines the symbol with this signature. The library stays
+        // loaded: the text it returns lives in it.
+        let f: extern "C" fn() -> *const std::ffi::c_char = unsafe { std::mem::transmute(f) };
+        let text = f();
+        if text.is_null() {
+            return Err(failed(format!("`{SYMBOL}` returned nothing")));
+        }
+        // SAFETY: a C string the library keeps for as long as it is loaded.
+        let text = unsafe { std::ffi::CStr::from_ptr(text) }.to_string_lossy();
+        Pack::parse(&text)
+    }
+}
+
+/// Exports `#[egpu::probe]` functions as a probe pack, from a crate built as a shared library
+/// (`crate-type = ["cdylib"]`), for `egpu run --probes target/release/libNAME.so -- COMMAND`.
+///
+/// ```ignore
+/// #[egpu::probe(device::kernel_entry)]
+/// fn threads(ctx: &KernelCtx) {
+///     THREADS.fetch_add(&ctx.kernel_id, 1);
+/// }
+///
+/// egpu::export_probes!(threads);
+/// ```
+#[macro_export]
+macro_rules! export_probes {
+    ($($probe:ident),* $(,)?) => {
+        /// The probe pack of this library (see `egpu::pack`), made once.
+        #[unsafe(no_mangle)]
+        pub extern "C" fn egpu_probe_pack() -> *const ::std::ffi::c_char {
+            static PACK: ::std::sync::OnceLock<::std::ffi::CString> = ::std::sync::OnceLock::new();
+            PACK.get_or_init(|| {
+                let mut pack = $crate::pack::Pack::new();
+                let made: ::std::result::Result<(), $crate::pack::PackError> = (|| {
+                    $( pack.add(&$probe::probe())?; )*
+                    Ok(())
+                })();
+                let text = match made {
+                    Ok(()) => pack.to_text(),
+                    Err(e) => format!("error {e}\n"),
+                };
+                ::std::ffi::CString::new(text.replace('\0', " ")).unwrap_or_default()
+            })
+            .as_ptr()
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use egpu_ebpf::{HostEvent, Phase, assemble};
+
+    fn counting() -> (Program, Vec<Geometry>) {
+        let text = "ldxdw %r6, [%r1+0]\nstxdw [%r10-8], %r6\nlddw %r1, map[0]\nmov %r2, %r10\n\
+                    add %r2, -8\ncall 1\nmov %r0, 0\nexit";
+        let def = MapDef {
+            name: "COUNTS".into(),
+            kind: MapKind::Hash,
+            key_size: 8,
+            value_size: 8,
+            max_entries: 64,
+        };
+        let attach = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
+        let program =
+            Program::new(assemble(text).expect("assembles"), vec![def], attach).expect("a program");
+        let g = Geometry::new(MapKind::Hash, 8, 8, 64, 1, 0).expect("geometry");
+        (program, vec![g])
+    }
+
+    #[test]
+    fn a_pack_reads_back_as_written() {
+        let (program, maps) = counting();
+        let mut pack = Pack::new();
+        pack.push("counts", program.clone(), maps.clone()).expect("push");
+        let text = pack.to_text();
+        assert!(text.starts_with("egpu-probes 1\nprobe counts host::launch::enter\n"), "{text}");
+        assert!(text.contains("\nmap COUNTS hash 8 8 64 1 0\n"), "{text}");
+        let back = Pack::parse(&text).expect("parses");
+        assert_eq!(back.probes().len(), 1);
+        let p = &back.probes()[0];
+        assert_eq!((p.name.as_str(), p.maps.as_slice()), ("counts", maps.as_slice()));
+        assert_eq!(p.program.to_bytes(), program.to_bytes());
+        assert_eq!(p.program.maps(), program.maps());
+        assert_eq!(p.program.attach(), program.attach());
+        assert_eq!(back.to_text(), text);
+    }
+
+    #[test]
+    fn bad_packs_are_refused_with_the_line() {
+        let (program, maps) = counting();
+        let mut pack = Pack::new();
+        pack.push("counts", program, maps).expect("push");
+        let good = pack.to_text();
+        let cases: Vec<(String, &str)> = vec![
+            (String::new(), "not an egpu probe pack"),
+            ("egpu-probes 2\n".into(), "not an egpu probe pack"),
+            (good.replace("host::launch::enter", "host::nothing"), "attach point"),
+            (good.replace("map COUNTS hash", "map COUNTS tree"), "no map kind tree"),
+            (good.replace(" 64 1 0", " x 1 0"), "numbers"),
+            (good.replace(" 64 1 0", " 0 1 0"), "map COUNTS"),
+            (good.replace("code ", "code 0"), "pairs of hexadecimal"),
+            (good.replace("code ", "code zz"), "pairs of hexadecimal"),
+            (good.replace("end\n", ""), "has no `end`"),
+            (good.replace("end\n", "end\nend\n"), "unexpected `end`"),
+            (good.replace("map COUNTS hash 8 8 64 1 0\n", ""), "map"),
+            (good.replace("code 79", "code ff"), "probe counts"),
+            ("error the probe did not build\n".into(), "the probe did not build"),
+        ];
+        for (text, want) in cases {
+            let err = Pack::parse(&text).expect_err(&text).to_string();
+            assert!(err.contains(want), "{err:?} should say {want:?}, for\n{text}");
+        }
+    }
+
+    #[test]
+    fn load_reads_text_and_refuses_what_is_neither() {
+        let dir = std::env::temp_dir().join(format!("egpu-pack-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a directory");
+        let (program, maps) = counting();
+        let mut pack = Pack::new();
+        pack.push("counts", program, maps).expect("push");
+        let path = dir.join("probes.pack");
+        std::fs::write(&path, pack.to_text()).expect("write");
+        assert_eq!(Pack::load(&path).expect("loads").probes().len(), 1);
+        let elf = dir.join("not-a-library.so");
+        std::fs::write(&elf, b"\x7fELF garbage").expect("write");
+        let err = Pack::load(&elf).expect_err("not a library").to_string();
+        assert!(err.contains("not-a-library.so"), "{err}");
+        let err = Pack::load(&dir.join("missing")).expect_err("no file").to_string();
+        assert!(err.contains("missing"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
