@@ -4,7 +4,7 @@
 //! without one it says why and passes, or fails when `EGPU_REQUIRE_GPU=1`.
 
 use egpu::device::cuda::{Arg, Gpu};
-use egpu::ebpf::{AttachPoint, HostEvent, MapDef, MapKind, Phase, Program, assemble};
+use egpu::ebpf::{AttachPoint, HostEvent, LaunchCtx, MapDef, MapKind, Phase, Program, assemble};
 use egpu::maps::{Array, HashMap};
 
 /// Counts launches per kernel id (map 0), as the preloaded library's built-in probe does; a
@@ -44,9 +44,9 @@ fn egpu_s_own_launches_fire_the_host_probes() {
         add %r2, -4
         call 1
         jeq %r0, 0, out
-        ldxdw %r1, [%r6+32]
+        ldxdw %r1, [%r6+DURATION]
         lock add [%r0+0], %r1
-        ldxw %r1, [%r6+76]
+        ldxw %r1, [%r6+RESULT]
         jeq %r1, 0, out
         stw [%r10-4], 1
         lddw %r1, map[0]
@@ -60,7 +60,12 @@ fn egpu_s_own_launches_fire_the_host_probes() {
         mov %r0, 0
         exit";
     let exit = Program::new(
-        assemble(exit_text).expect("assembles"),
+        assemble(
+            &exit_text
+                .replace("DURATION", &std::mem::offset_of!(LaunchCtx, duration_ns).to_string())
+                .replace("RESULT", &std::mem::offset_of!(LaunchCtx, result).to_string()),
+        )
+        .expect("assembles"),
         vec![exits_def],
         AttachPoint::Host(HostEvent::Launch, Phase::Exit),
     )

@@ -109,9 +109,9 @@ pub fn extent(b: &[u8]) -> Result<Extent, CubinError> {
     Ok(if b.len() < end { Extent::NeedMore(end) } else { Extent::Total(end) })
 }
 
-/// The PTX kept in the cubin `b` (its `.nv_debug_ptx_txt` section, up to its first NUL), or
-/// `None` when it keeps none.
-pub fn embedded_ptx(b: &[u8]) -> Result<Option<&str>, CubinError> {
+/// The PTX kept in the cubin `b` (its `.nv_debug_ptx_txt` section, whose lines ptxas ends with
+/// NUL bytes), or `None` when it keeps none.
+pub fn embedded_ptx(b: &[u8]) -> Result<Option<String>, CubinError> {
     let (offset, size, count) = table(b)?;
     checked_end(offset, size * count)?;
     let header = |i: usize| offset + i * size;
@@ -133,9 +133,11 @@ pub fn embedded_ptx(b: &[u8]) -> Result<Option<&str>, CubinError> {
         let name = names.get(at..).ok_or(CubinError::Malformed("a name beyond the names"))?;
         let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
         if name == PTX_SECTION {
-            let text = section(i)?;
-            let text = &text[..text.iter().position(|&c| c == 0).unwrap_or(text.len())];
-            return std::str::from_utf8(text).map(Some).map_err(|_| CubinError::NotText);
+            // ptxas keeps the lines NUL-terminated.
+            let text = std::str::from_utf8(section(i)?).map_err(|_| CubinError::NotText)?;
+            let mut text = text.replace('\0', "\n").trim_matches('\n').to_owned();
+            text.push('\n');
+            return Ok(Some(text));
         }
     }
     Ok(None)
@@ -151,12 +153,17 @@ mod tests {
     fn the_ptx_of_a_cubin_is_found_and_its_extent_known() {
         let ptx = b".version 8.4\n.target sm_90a\n.address_size 64\n";
         let image = cubin(ptx);
-        assert_eq!(embedded_ptx(&image), Ok(Some(std::str::from_utf8(ptx).expect("text"))));
+        let text = std::str::from_utf8(ptx).expect("text").to_owned();
+        assert_eq!(embedded_ptx(&image), Ok(Some(text)));
         // Given the header, it asks for the section table, then knows the whole.
         assert_eq!(extent(&image[..10]), Ok(Extent::NeedMore(HEADER_BYTES)));
         let Ok(Extent::NeedMore(n)) = extent(&image[..HEADER_BYTES]) else { panic!("more") };
         assert_eq!(n, image.len());
         assert_eq!(extent(&image[..n]), Ok(Extent::Total(image.len())));
+        // As ptxas writes it: lines ended by NUL bytes, with NUL bytes ahead.
+        let nul = cubin(b"\0\0.version 8.7\0.target sm_90a\0\0.entry k()\0{\0ret;\0}");
+        let want = ".version 8.7\n.target sm_90a\n\n.entry k()\n{\nret;\n}\n";
+        assert_eq!(embedded_ptx(&nul), Ok(Some(want.to_owned())));
     }
 
     #[test]

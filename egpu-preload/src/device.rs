@@ -164,7 +164,11 @@ impl UserProbes {
             .zip(&bindings)
             .map(|((program, _), maps)| DeviceProbe { program, kernels: Kernels::All, maps })
             .collect();
-        match inject(&ptx, &probes) {
+        let injected = inject(&ptx, &probes);
+        if crate::log_enabled("modules") {
+            dump(&ptx, injected.as_ref().ok().map(|i| i.ptx.as_str()));
+        }
+        match injected {
             Ok(injection) => match CString::new(injection.ptx) {
                 Ok(text) => Some(text),
                 Err(_) => {
@@ -197,6 +201,23 @@ impl UserProbes {
             refused(format!("the driver refused the instrumented PTX (CUresult {result})"));
         }
     }
+}
+
+/// With `EGPU_LOG=modules`: writes a module's PTX, and its instrumented form, to files in the
+/// temporary directory, and says where.
+fn dump(original: &str, instrumented: Option<&str>) {
+    static MODULES: AtomicU64 = AtomicU64::new(0);
+    let n = MODULES.fetch_add(1, Ordering::Relaxed);
+    let base = std::env::temp_dir().join(format!("egpu-{}-module-{n}", std::process::id()));
+    let original_path = base.with_extension("ptx");
+    let _ = std::fs::write(&original_path, original);
+    let mut said = format!("egpu: module {n}: {}", original_path.display());
+    if let Some(text) = instrumented {
+        let path = base.with_extension("probed.ptx");
+        let _ = std::fs::write(&path, text);
+        said.push_str(&format!(", instrumented: {}", path.display()));
+    }
+    eprintln!("{said}");
 }
 
 /// Creates map `name` of process `pid`.
@@ -275,7 +296,6 @@ pub(crate) unsafe fn ptx_of(image: *const c_void) -> Result<Option<String>, Stri
                 Extent::NeedMore(_) => return Err("reading the cubin: its extent".into()),
                 Extent::Total(_) => {
                     return cubin::embedded_ptx(bytes)
-                        .map(|p| p.map(str::to_owned))
                         .map_err(|e| format!("reading the cubin: {e}"));
                 }
             }

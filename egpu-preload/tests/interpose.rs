@@ -235,7 +235,9 @@ fn modules_are_instrumented_with_the_users_device_probes() {
         path
     };
     let ptx = write("saxpy.ptx", saxpy.as_bytes());
-    let cubin = write("saxpy.cubin", &egpu::device::testing::cubin_with_ptx(saxpy.as_bytes()));
+    // As ptxas keeps it in a cubin: each line ended by a NUL byte.
+    let kept = saxpy.replace('\n', "\0");
+    let cubin = write("saxpy.cubin", &egpu::device::testing::cubin_with_ptx(kept.as_bytes()));
     let narrow =
         write("narrow.ptx", saxpy.replace(".address_size 64", ".address_size 32").as_bytes());
 

@@ -1,7 +1,7 @@
 """A few training steps of a small model, under PyTorch's profiler, for egpu's preloaded library.
 
 Everything this process does on the GPU happens inside the profiler, so the profiler's count of
-kernels, copies and sets is what the library must have seen. Prints `expect KEY VALUE` lines
+kernels and copies is what the library must have seen. Prints `expect KEY VALUE` lines
 (from the profiler) for egpu-preload/tests/programs/check.py.
 """
 
@@ -58,8 +58,12 @@ def main():
             kinds["launches"] += 1
             names[name] += 1
     print(f"steps {steps}, losses {losses[0]:.4f} -> {losses[-1]:.4f}")
-    for key in ["launches", "copies htod", "copies dtoh", "copies dtod", "sets"]:
+    for key in ["launches", "copies htod", "copies dtoh", "copies dtod"]:
         print(f"expect {key} {kinds[key]}")
+    # Not compared: the profiler sees memsets that no PyTorch operator issued and that never
+    # reach a public entry point of the runtime or the driver (a library with the runtime linked
+    # in, as the static CUDA C program's memsets are not seen either).
+    print(f"profiled sets {kinds['sets']} (not compared)")
     if kinds["copies other"]:
         print(f"expect copies other {kinds['copies other']}")
     for name, n in sorted(names.items()):

@@ -85,7 +85,9 @@ pub(crate) fn build(test: &str) -> PathBuf {
     let lib = format!("{d}/libcuda.so.1");
     cc(&["-shared", "-fPIC", "-O1", "-o", &lib, driver.to_str().expect("a UTF-8 path")]);
     let exe = format!("{d}/launcher");
-    let rpath = format!("-Wl,-rpath,{d}");
+    // DT_RPATH, not RUNPATH: searched before LD_LIBRARY_PATH, so that the launcher loads the fake
+    // driver even where a real libcuda.so.1 is on the loader path.
+    let rpath = format!("-Wl,--disable-new-dtags,-rpath,{d}");
     let src = launcher.to_str().expect("a UTF-8 path");
     cc(&["-O1", "-o", &exe, src, &lib, &rpath, "-ldl"]);
     dir
