@@ -1,6 +1,8 @@
 /* What interposing cuLaunchKernel costs, measured in one process under egpu's preloaded
- * library: (a) the driver's own cuLaunchKernel, (b) the interposed one with no probe attached,
- * (c) the interposed one with the built-in probe (a hash map update keyed by kernel), each as
+ * library: (a) the driver's own cuLaunchKernel, (b) the interposed one with the probes paused
+ * (egpu_preload_probes(0): none runs; they stay attached, so that switching between rounds
+ * costs nothing), (c) the interposed one with the built-in probes (a hash map update keyed by
+ * kernel, and the launch-shape histograms), each as
  * nanoseconds per call over batches of launches of an empty kernel, interleaved in rotating
  * order; the cost added is the median of the per-round differences to (a), with its quartiles. Built and run by benches/launch.rs. */
 #include <dlfcn.h>
@@ -17,7 +19,7 @@ typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned
 static const char PTX[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
                           ".visible .entry empty()\n{\n\tret;\n}\n";
 
-#define ROUNDS 301
+#define ROUNDS 1201
 #define BATCH 200
 
 static double now(void) {
@@ -61,7 +63,7 @@ int main(void) {
     launch_fn real = (launch_fn)real_launch();
     NEED(real && real != hooked);
     launch_fn fns[3] = {real, hooked, hooked};
-    const char *names[3] = {"(a) cuLaunchKernel, not interposed", "(b) interposed, no probe",
+    const char *names[3] = {"(a) cuLaunchKernel, not interposed", "(b) interposed, probes paused",
                             "(c) interposed, hash map update per launch"};
     double ns[3][ROUNDS];
     for (int v = 0; v < 3; v++) { /* warm-up: the JIT, the driver's queues */

@@ -11,7 +11,7 @@
 use std::collections::HashMap as StdHashMap;
 use std::ffi::{CStr, c_char};
 use std::io::Write as _;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use egpu::ebpf::Program;
@@ -26,9 +26,7 @@ use crate::{Handle, real};
 struct Defaults {
     pid: u32,
     builtin: Builtin,
-    /// Every built-in program with its maps.
-    programs: Vec<(Program, Vec<RawMap>)>,
-    /// Their attachments; empty while turned off ([`set_enabled`]).
+    /// Their attachments.
     attached: Vec<ProbeId>,
     /// The user's probes (`EGPU_PROBES`), if any, and the attachments of their host probes.
     user: Option<Arc<UserProbes>>,
@@ -36,12 +34,29 @@ struct Defaults {
 }
 
 static STATE: Mutex<Option<Defaults>> = Mutex::new(None);
-/// Set in a child made by `fork`: its maps are copies of the parent's, to be replaced.
-static FORKED: AtomicBool = AtomicBool::new(false);
 /// Set once the exit and fork handlers are registered.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
-/// Set once the probes are set up (in this process, or in the parent of a fork).
-static READY: AtomicBool = AtomicBool::new(false);
+
+/// What every interposed call reads, on one cache line: after a driver call the caches are cold,
+/// and each line read costs.
+#[repr(C, align(64))]
+pub(crate) struct Hot {
+    /// Set once the probes are set up (in this process, or in the parent of a fork).
+    ready: AtomicBool,
+    /// Set in a child made by `fork`: its maps are copies of the parent's, to be replaced.
+    forked: AtomicBool,
+    /// Set while the probes are paused ([`set_enabled`]): events go straight to the driver.
+    pub(crate) paused: AtomicBool,
+    /// Stream captures begun and not yet ended in this process (see `events::captured`).
+    pub(crate) captures: AtomicI64,
+}
+
+pub(crate) static HOT: Hot = Hot {
+    ready: AtomicBool::new(false),
+    forked: AtomicBool::new(false),
+    paused: AtomicBool::new(false),
+    captures: AtomicI64::new(0),
+};
 
 thread_local! {
     /// The locks `before_fork` took, held across `fork` by the thread that forks.
@@ -71,7 +86,7 @@ extern "C" fn after_fork_parent() {
 }
 
 extern "C" fn forked_child() {
-    FORKED.store(true, Ordering::Relaxed);
+    HOT.forked.store(true, Ordering::Relaxed);
     release_fork_guards();
 }
 
@@ -84,12 +99,12 @@ extern "C" fn exiting() {
 pub(crate) fn probes() -> Option<&'static HostProbes> {
     let probes = egpu::host::global();
     // The common case, without a lock or a system call: set up, and no fork since.
-    if READY.load(Ordering::Acquire) && !FORKED.load(Ordering::Relaxed) {
+    if HOT.ready.load(Ordering::Acquire) && !HOT.forked.load(Ordering::Relaxed) {
         return Some(probes);
     }
     let pid = std::process::id();
     let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
-    let forked = FORKED.swap(false, Ordering::Relaxed);
+    let forked = HOT.forked.swap(false, Ordering::Relaxed);
     if forked || state.as_ref().is_none_or(|d| d.pid != pid) {
         if let Some(old) = state.take() {
             for id in old.attached.iter().chain(&old.user_attached) {
@@ -107,7 +122,7 @@ pub(crate) fn probes() -> Option<&'static HostProbes> {
             libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(forked_child));
         }
     }
-    READY.store(state.is_some(), Ordering::Release);
+    HOT.ready.store(state.is_some(), Ordering::Release);
     state.is_some().then_some(probes)
 }
 
@@ -127,7 +142,7 @@ fn set_up(probes: &HostProbes, pid: u32) -> Option<Defaults> {
             Err(e) => eprintln!("egpu: EGPU_PROBES: a host probe was refused: {e}"),
         }
     }
-    Some(Defaults { pid, builtin, programs, attached, user, user_attached })
+    Some(Defaults { pid, builtin, attached, user, user_attached })
 }
 
 /// The user's probes in this process, when `EGPU_PROBES` named some.
@@ -141,21 +156,13 @@ fn attach_all(probes: &HostProbes, programs: &[(Program, Vec<RawMap>)]) -> Optio
     programs.iter().map(|(p, maps)| probes.attach(p, maps).ok()).collect()
 }
 
-/// Turns the built-in probes on or off; whether they were on before, or `None` when they could
-/// not be set up.
+/// Pauses the probes of this process (`on` false) or resumes them; whether they ran before, or
+/// `None` when they could not be set up. They stay attached: pausing costs a flag, not a detach
+/// and a new verification each time, so that a benchmark switching them between rounds measures
+/// the steady state.
 pub(crate) fn set_enabled(on: bool) -> Option<bool> {
-    let probes = self::probes()?;
-    let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
-    let d = state.as_mut()?;
-    let was = !d.attached.is_empty();
-    if was && !on {
-        for id in d.attached.drain(..) {
-            probes.detach(id);
-        }
-    } else if on && !was {
-        d.attached = attach_all(probes, &d.programs).unwrap_or_default();
-    }
-    Some(was)
+    probes()?;
+    Some(!HOT.paused.swap(!on, Ordering::Relaxed))
 }
 
 /// Kernel names by `CUfunction`, resolved once each.

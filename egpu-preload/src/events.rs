@@ -9,13 +9,13 @@
 
 use std::ffi::{CStr, c_int, c_uint, c_void};
 use std::mem::offset_of;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::Ordering;
 
 use egpu::ebpf::{AllocCtx, LaunchCtx, MemcpyCtx, ModuleLoadCtx, Phase, SyncCtx};
 use egpu::host::HostContext;
 
 use crate::real::{Hook, Keep};
-use crate::{CuResult, Handle, LOCAL, defaults};
+use crate::{CuResult, Handle, defaults};
 
 /// `CUdeviceptr`.
 type DevicePtr = u64;
@@ -58,15 +58,16 @@ pub(crate) fn observe<C: Event>(
     call: impl FnOnce() -> CuResult,
     after: impl FnOnce(&mut C, CuResult),
 ) -> CuResult {
-    // Nothing attached: straight to the driver, before touching any thread-local.
+    // Nothing attached, or paused: straight to the driver, before touching any thread-local.
     let Some(probes) = defaults::probes() else { return call() };
+    if defaults::HOT.paused.load(Ordering::Relaxed) {
+        return call();
+    }
     let (enter, exit) = (probes.armed(C::EVENT, Phase::Enter), probes.armed(C::EVENT, Phase::Exit));
     if !enter && !exit {
         return call();
     }
-    let Ok(local) = LOCAL.try_with(|l| l as *const crate::Local) else { return call() };
-    // SAFETY: the thread's own thread-local, alive while the thread runs this call.
-    let local = unsafe { &*local };
+    let Some(local) = crate::local() else { return call() };
     if local.inside.get() {
         return call();
     }
@@ -330,10 +331,9 @@ fn driver_copy_3d(p: *const Copy3dDriver, stream: Handle, flags: u32) -> MemcpyC
     driver_copy_2d(&flat, stream, flags)
 }
 
-/// Launches captured into graphs are not run when launched: stream captures begun and not yet
-/// ended in this process. While there are none, a launch need not ask the driver whether its
-/// stream is capturing.
-static CAPTURES: AtomicI64 = AtomicI64::new(0);
+// Launches captured into graphs are not run when launched: `defaults::HOT.captures` counts the
+// stream captures begun and not yet ended in this process. While there are none, a launch need
+// not ask the driver whether its stream is capturing.
 
 /// `cuStreamIsCapturing`'s signature.
 type IsCapturingFn = unsafe extern "C" fn(Handle, *mut c_int) -> CuResult;
@@ -341,7 +341,7 @@ static IS_CAPTURING: Hook<IsCapturingFn> = Hook::new(c"cuStreamIsCapturing", std
 
 /// [`LaunchCtx::CAPTURED`] when `stream` is capturing.
 fn captured(stream: Handle) -> u32 {
-    if CAPTURES.load(Ordering::Relaxed) <= 0 {
+    if defaults::HOT.captures.load(Ordering::Relaxed) <= 0 {
         return 0;
     }
     /// `CU_STREAM_CAPTURE_STATUS_ACTIVE`.
@@ -354,7 +354,7 @@ fn captured(stream: Handle) -> u32 {
 }
 
 /// Defines entry points that begin (`+1`) or end (`-1`) a stream capture: counted in
-/// [`CAPTURES`], no event.
+/// `defaults::HOT.captures`, no event.
 macro_rules! captures {
     ($($hook:ident $name:ident ($($arg:ident : $ty:ty),* $(,)?) => $delta:expr;)*) => {$(
         pub(crate) static $hook: Hook<unsafe extern "C" fn($($ty),*) -> CuResult> = Hook::new(
@@ -379,7 +379,7 @@ macro_rules! captures {
             // An end counts even when it fails (an invalidated capture ends too); the count is
             // a hint, the driver's answer in `captured` is what counts.
             if result == 0 || delta < 0 {
-                let _ = CAPTURES.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                let _ = defaults::HOT.captures.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
                     Some((n + delta).max(0))
                 });
             }

@@ -72,10 +72,20 @@ struct Local {
     poster: RefCell<Option<egpu::host::Poster>>,
 }
 
-thread_local! {
-    static LOCAL: Local = const {
+impl Local {
+    const fn new() -> Local {
         Local { inside: Cell::new(false), last: Cell::new((0, 0)), poster: RefCell::new(None) }
-    };
+    }
+}
+
+/// The calling thread's [`Local`], or `None` while its thread-locals are being destroyed.
+#[inline]
+fn local() -> Option<&'static Local> {
+    thread_local! {
+        static LOCAL: Local = const { Local::new() };
+    }
+    // SAFETY: the thread's own value, used on this thread only while it runs.
+    LOCAL.try_with(|l| unsafe { &*(l as *const Local) }).ok()
 }
 
 impl Local {
@@ -344,8 +354,9 @@ pub unsafe extern "C" fn dlsym(handle: *mut c_void, symbol: *const c_char) -> *m
     hand_out(symbol, None, 0, found)
 }
 
-/// Turns the built-in probes on (`on` not 0) or off, for programs that measure what they cost
-/// (`benches/launch.rs`): 1 when they were on, 0 when off, -1 when they could not be set up.
+/// Resumes the probes (`on` not 0) or pauses them, for programs that measure what they cost
+/// (`benches/launch.rs`): 1 when they were running, 0 when paused, -1 when they could not be
+/// set up.
 #[unsafe(no_mangle)]
 pub extern "C" fn egpu_preload_probes(on: c_int) -> c_int {
     match defaults::set_enabled(on != 0) {

@@ -105,12 +105,11 @@ pub struct HostProbes {
     attached: RwLock<Vec<Attached>>,
     /// Bumped by every attach and detach: a thread reloads its VMs when it changed.
     generation: AtomicU64,
-    /// Probes attached per event and phase (`slot(event, phase)`).
-    armed: [AtomicU32; 10],
-    /// Context bytes the probes of each event and phase read at most.
-    needed: [AtomicU32; 10],
-    /// The context words they read or write (see [`HostProbes::context_words`]).
-    words: [AtomicU32; 10],
+    /// Per event and phase (`slot(event, phase)`), in one word so that a caller reads one
+    /// cache line: the probes attached (bits 32–63), the context bytes they read at most
+    /// (bits 16–31) and the context words they touch (bits 0–15, see
+    /// [`HostProbes::context_words`]).
+    state: [AtomicU64; 10],
     next_id: AtomicU64,
     /// Completed runs, one counter per thread that fired (each written by its thread alone,
     /// without a locked instruction), summed when asked.
@@ -173,9 +172,7 @@ impl HostProbes {
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
             attached: RwLock::new(Vec::new()),
             generation: AtomicU64::new(0),
-            armed: Default::default(),
-            needed: Default::default(),
-            words: Default::default(),
+            state: Default::default(),
             next_id: AtomicU64::new(0),
             runs: Mutex::new(Vec::new()),
             faults: AtomicU64::new(0),
@@ -224,10 +221,10 @@ impl HostProbes {
         let mine = || attached.iter().filter(|a| a.event == event && a.phase == phase);
         let needed = mine().map(|a| a.needed).max().unwrap_or(0);
         let words = mine().fold(0, |w, a| w | a.words);
-        let s = slot(event, phase);
-        self.needed[s].store(u32::try_from(needed).unwrap_or(u32::MAX), Ordering::Relaxed);
-        self.words[s].store(u32::from(words), Ordering::Relaxed);
-        self.armed[s].store(mine().count() as u32, Ordering::Relaxed);
+        let count = u64::try_from(mine().count()).unwrap_or(u64::from(u32::MAX));
+        let needed = u64::try_from(needed).unwrap_or(u64::MAX).min(0xffff);
+        let state = count.min(u64::from(u32::MAX)) << 32 | needed << 16 | u64::from(words);
+        self.state[slot(event, phase)].store(state, Ordering::Relaxed);
     }
 
     /// Detaches a probe: calls that begin after this returns do not run it. False when it was not
@@ -245,7 +242,7 @@ impl HostProbes {
     /// spends time filling a context.
     #[inline]
     pub fn armed(&self, event: HostEvent, phase: Phase) -> bool {
-        self.armed[slot(event, phase)].load(Ordering::Relaxed) != 0
+        self.state[slot(event, phase)].load(Ordering::Relaxed) >> 32 != 0
     }
 
     /// How many bytes at the start of `event`'s context the probes attached at `phase` may read
@@ -253,7 +250,7 @@ impl HostProbes {
     /// (a timestamp costs a clock read).
     #[inline]
     pub fn context_needed(&self, event: HostEvent, phase: Phase) -> usize {
-        self.needed[slot(event, phase)].load(Ordering::Relaxed) as usize
+        (self.state[slot(event, phase)].load(Ordering::Relaxed) >> 16 & 0xffff) as usize
     }
 
     /// Which 8-byte words of `event`'s context the probes attached at `phase` may read or write
@@ -261,7 +258,7 @@ impl HostProbes {
     /// leave the others (a clock read for a timestamp no probe reads is time lost).
     #[inline]
     pub fn context_words(&self, event: HostEvent, phase: Phase) -> u16 {
-        self.words[slot(event, phase)].load(Ordering::Relaxed) as u16
+        self.state[slot(event, phase)].load(Ordering::Relaxed) as u16
     }
 
     /// Runs every probe attached to `C`'s event at `phase`, on this thread, with `ctx` as the

@@ -94,17 +94,13 @@ fn event_of(code: u8) -> HostEvent {
     }
 }
 
-/// One thread's queue: the thread writes `head`, the consumer `tail`, each on a cache line of
-/// its own; the thread keeps its last view of `tail` on its own line too, so that it reads the
-/// consumer's line only when the queue looks full (reading a line another core wrote costs about
-/// as much as running a probe).
+/// One thread's queue: the thread ([`Producer`]) writes `head`, the consumer `tail`, each on a
+/// cache line of its own.
 pub(super) struct Queue {
     slots: Box<[UnsafeCell<Slot>]>,
     /// Each slot's [`header`].
     headers: Box<[UnsafeCell<u16>]>,
     head: Line<AtomicU64>,
-    /// The producer's view of `tail`.
-    seen_tail: Line<AtomicU64>,
     tail: Line<AtomicU64>,
     /// Held by whoever consumes (the worker, or a flush), so that one consumer runs at a time.
     consuming: AtomicBool,
@@ -125,7 +121,6 @@ impl Queue {
             slots,
             headers,
             head: Line(AtomicU64::new(0)),
-            seen_tail: Line(AtomicU64::new(0)),
             tail: Line(AtomicU64::new(0)),
             consuming: AtomicBool::new(false),
         }
@@ -137,35 +132,6 @@ impl Queue {
 
     fn header(&self, at: u64) -> *mut u16 {
         self.headers[(at % SLOTS as u64) as usize].get()
-    }
-
-    /// Queues a context; false when the queue is full. Called by the queue's thread only.
-    fn push(&self, event: HostEvent, phase: Phase, ctx: &[u8]) -> bool {
-        if ctx.len() > CTX_MAX {
-            return false;
-        }
-        let n = if ctx.len() <= FIRST { 1 } else { 2 };
-        let head = self.head.load(Ordering::Relaxed);
-        if head + n - self.seen_tail.load(Ordering::Relaxed) > SLOTS as u64 {
-            let tail = self.tail.load(Ordering::Acquire);
-            self.seen_tail.store(tail, Ordering::Relaxed);
-            if head + n - tail > SLOTS as u64 {
-                return false;
-            }
-        }
-        let (first, rest) = ctx.split_at(ctx.len().min(FIRST));
-        // SAFETY: slots `head` and `head + 1` are outside `tail..head`: the consumer does not read
-        // them until the store of `head` below publishes them, and this thread is the only
-        // producer.
-        unsafe {
-            *self.header(head) = header(event, phase, ctx.len());
-            (&mut (*self.slot(head)).0)[..first.len()].copy_from_slice(first);
-            if !rest.is_empty() {
-                (&mut (*self.slot(head + 1)).0)[..rest.len()].copy_from_slice(rest);
-            }
-        }
-        self.head.store(head + n, Ordering::Release);
-        true
     }
 
     /// Runs `run` on every queued context, in order, after any other consumer is done.
@@ -195,6 +161,74 @@ impl Queue {
         }
         self.tail.store(head, Ordering::Release);
         self.consuming.store(false, Ordering::Release);
+    }
+}
+
+/// The thread that posts to a queue: what it needs to queue an event, in one place of its own
+/// (a thread-local's line, for a [`Poster`]), so that posting right after a call that left the
+/// caches cold waits on as few lines as possible: it reads only this, and writes the slot, its
+/// header and `head`. It reads the consumer's `tail` only when the queue looks full.
+struct Producer {
+    queue: Arc<Queue>,
+    slots: *mut Slot,
+    headers: *mut u16,
+    /// The next slot to write (what `queue.head` says once published).
+    head: std::cell::Cell<u64>,
+    /// The last `tail` read.
+    seen_tail: std::cell::Cell<u64>,
+}
+
+impl Producer {
+    fn new(queue: Arc<Queue>) -> Producer {
+        // The slices' cells, as raw pointers: `UnsafeCell<T>` has `T`'s layout.
+        let slots = UnsafeCell::raw_get(queue.slots.as_ptr());
+        let headers = UnsafeCell::raw_get(queue.headers.as_ptr());
+        Producer {
+            slots,
+            headers,
+            head: std::cell::Cell::new(queue.head.load(Ordering::Relaxed)),
+            seen_tail: std::cell::Cell::new(queue.tail.load(Ordering::Relaxed)),
+            queue,
+        }
+    }
+
+    /// Queues a context; false when the queue is full. Called by the queue's thread only.
+    #[inline]
+    fn push(&self, event: HostEvent, phase: Phase, ctx: &[u8]) -> bool {
+        if ctx.len() > CTX_MAX {
+            return false;
+        }
+        let n = if ctx.len() <= FIRST { 1 } else { 2 };
+        let head = self.head.get();
+        if head + n - self.seen_tail.get() > SLOTS as u64 {
+            let tail = self.queue.tail.load(Ordering::Acquire);
+            self.seen_tail.set(tail);
+            if head + n - tail > SLOTS as u64 {
+                return false;
+            }
+        }
+        let (first, rest) = ctx.split_at(ctx.len().min(FIRST));
+        let at = |h: u64| (h % SLOTS as u64) as usize;
+        // SAFETY: slots `head` and `head + 1` are outside `tail..head`: the consumer does not read
+        // them until the store of `head` below publishes them, and this thread is the only
+        // producer; the pointers are the queue's slices, which `self.queue` keeps alive, and the
+        // indices are below their length.
+        unsafe {
+            *self.headers.add(at(head)) = header(event, phase, ctx.len());
+            let slot = &mut (*self.slots.add(at(head))).0;
+            match <&[u8; FIRST]>::try_from(first) {
+                // A whole line (a launch's context up to its block size): copied inline, without
+                // a call to `memcpy` whose code and table entry the driver's call left cold.
+                Ok(whole) => *slot = *whole,
+                Err(_) => slot[..first.len()].copy_from_slice(first),
+            }
+            if !rest.is_empty() {
+                (&mut (*self.slots.add(at(head + 1))).0)[..rest.len()].copy_from_slice(rest);
+            }
+        }
+        self.head.set(head + n);
+        self.queue.head.store(head + n, Ordering::Release);
+        true
     }
 }
 
@@ -312,7 +346,7 @@ extern "C" fn after_fork_child() {
 
 thread_local! {
     /// This thread's queue per set: (set serial, fork count, queue).
-    static MINE: RefCell<Vec<(u64, u32, Arc<Queue>)>> = const { RefCell::new(Vec::new()) };
+    static MINE: RefCell<Vec<(u64, u32, Producer)>> = const { RefCell::new(Vec::new()) };
 }
 
 impl HostProbes {
@@ -340,11 +374,10 @@ impl HostProbes {
                     mine.retain(|(s, _, _)| *s != self.serial);
                     let queue = Arc::new(Queue::new());
                     self.register(queue.clone(), forks);
-                    mine.push((self.serial, forks, queue));
+                    mine.push((self.serial, forks, Producer::new(queue)));
                     mine.len() - 1
                 }
             };
-            // Borrowed, not cloned: the reference count's line is the consumer's to touch.
             mine[at].2.push(event, phase, ctx)
         });
         if queued != Ok(true) {
@@ -405,7 +438,7 @@ impl HostProbes {
 /// makes the child's queue.
 pub struct Poster {
     set: &'static HostProbes,
-    queue: Arc<Queue>,
+    producer: Producer,
     forks: u32,
     _thread: std::marker::PhantomData<*const ()>,
 }
@@ -422,7 +455,12 @@ impl HostProbes {
         let forks = FORKS.load(Ordering::Relaxed);
         let queue = Arc::new(Queue::new());
         self.register(queue.clone(), forks);
-        Poster { set: self, queue, forks, _thread: std::marker::PhantomData }
+        Poster {
+            set: self,
+            producer: Producer::new(queue),
+            forks,
+            _thread: std::marker::PhantomData,
+        }
     }
 }
 
@@ -438,7 +476,7 @@ impl Poster {
         let bytes = &bytemuck::bytes_of(ctx)[..needed];
         if FORKS.load(Ordering::Relaxed) != self.forks {
             self.set.post_slow(C::EVENT, phase, bytes);
-        } else if !self.queue.push(C::EVENT, phase, bytes) {
+        } else if !self.producer.push(C::EVENT, phase, bytes) {
             let mut copy = [0u8; CTX_MAX];
             copy[..bytes.len()].copy_from_slice(bytes);
             self.set.fire_slow(C::EVENT, phase, &mut copy[..bytes.len()]);
