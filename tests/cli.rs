@@ -551,3 +551,87 @@ fn translate_refuses_a_kernel_name_that_is_not_an_identifier() {
         assert_ne!(r.code, 0, "--kernel {name:?} printed a module:\n{}", r.stdout);
     }
 }
+
+/// `egpu run --otlp`: the counts of the command's processes reach an OpenTelemetry collector (a
+/// stand-in here, listening on a loopback port) while it runs and once more when it ends, those
+/// of processes that exited meanwhile included.
+#[cfg(feature = "otlp")]
+#[test]
+fn run_pushes_the_metrics_to_an_otlp_collector() {
+    use std::io::{Read, Write};
+    let dir = support::build("cli-otlp");
+    let library = support::preload_library();
+    let collector = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let url = format!("http://{}", collector.local_addr().expect("its address"));
+    let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let received = bodies.clone();
+    std::thread::spawn(move || {
+        for stream in collector.incoming().flatten() {
+            let mut stream = stream;
+            let mut request = Vec::new();
+            let mut buf = [0u8; 65536];
+            // The head, then as many body bytes as Content-Length says.
+            while let Ok(n) = stream.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                request.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&request);
+                if let Some(end) = text.find("\r\n\r\n") {
+                    let length = text[..end]
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Content-Length: "))
+                        .and_then(|n| n.trim().parse::<usize>().ok())
+                        .unwrap_or(0);
+                    if request.len() >= end + 4 + length {
+                        break;
+                    }
+                }
+            }
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+            received.lock().expect("the bodies").push(String::from_utf8_lossy(&request).into());
+        }
+    });
+    // The launcher counts, then waits for a line; its forked children exit meanwhile.
+    let mut child = Command::new(egpu())
+        .args(["run".as_ref(), "--library".as_ref(), library.as_os_str()])
+        .args(["--otlp", &url, "--otlp-every", "0.2", "--"])
+        .arg(dir.join("launcher"))
+        .arg("wait")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("egpu run");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let launches = |body: &str, n: u32| {
+        body.contains("\"name\":\"gpu.cuda.kernel.launch.calls\"")
+            && body.contains(&format!("\"asInt\":\"{n}\""))
+    };
+    while !bodies.lock().expect("the bodies").iter().any(|b| launches(b, 5)) {
+        assert!(std::time::Instant::now() < deadline, "no push with the 5 launches");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // Let it finish: one more launch, then the last push, after the process has exited.
+    child.stdin.take().expect("stdin").write_all(b"go\n").expect("a line");
+    let out = child.wait_with_output().expect("egpu run");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let all = bodies.lock().expect("the bodies").clone();
+    let last = all.last().expect("a push");
+    assert!(last.starts_with("POST /v1/metrics HTTP/1.1\r\n"), "{last}");
+    assert!(launches(last, 6), "the last push has all 6 launches: {last}");
+    assert!(last.contains("\"key\":\"process.pid\""), "{last}");
+    // An endpoint that is not plain HTTP is a usage error, before anything runs.
+    let bad = run(&[
+        "run".as_ref(),
+        "--library".as_ref(),
+        library.as_os_str(),
+        "--otlp".as_ref(),
+        "https://127.0.0.1:4318".as_ref(),
+        "--".as_ref(),
+        "true".as_ref(),
+    ]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(bad.stderr.contains("https is not supported"), "{}", bad.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -457,6 +457,8 @@ pub fn thread_id() -> u32 {
 
 pub mod builtin;
 mod deferred;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 pub use deferred::Poster;
 #[cfg(test)]
 mod tests;

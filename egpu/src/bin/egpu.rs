@@ -3,7 +3,8 @@
 //! ```text
 //! egpu translate PROGRAM [--attach ATTACH] [--kernel NAME] [--map MAP]...
 //! egpu inject MODULE.ptx --probe ATTACH=PROGRAM... [--kernel NAME]... [--map MAP]... [-o OUT.ptx]
-//! egpu run [--summary PATH] [--library PATH] [--probes PACK] [--metrics ADDRESS [--kernel-names]] -- COMMAND [ARGS]...
+//! egpu run [--summary PATH] [--library PATH] [--probes PACK] [--metrics ADDRESS [--kernel-names]]
+//!          [--otlp URL [--otlp-every SECONDS]] -- COMMAND [ARGS]...
 //! egpu maps [PID] [--watch SECONDS]
 //! ```
 //!
@@ -32,7 +33,7 @@ usage:
       kernels named, to OUT (default: standard output), and lists the sites on standard error.
 
   egpu run [--summary PATH] [--library PATH] [--probes PACK] [--metrics ADDRESS [--kernel-names]]
-           -- COMMAND...
+           [--otlp URL [--otlp-every SECONDS]] -- COMMAND...
       Runs COMMAND under egpu's preloaded library, which counts its CUDA calls (launches by
       kernel, copies, allocations, synchronisations, module loads) in shared memory; the library
       is PATH, else $EGPU_PRELOAD, else libegpu_preload.so beside this program. With --summary,
@@ -42,7 +43,10 @@ usage:
       kernel-name label when --kernel-names. With --probes, the library also runs the probes of
       PACK (a probe pack, or a shared library made with egpu::export_probes!): host probes on the
       CUDA calls, device probes injected into every module loaded with PTX; their maps are in
-      the summary and `egpu maps`. Exits as COMMAND does.
+      the summary and `egpu maps`. With --otlp (an egpu built with the `otlp` feature), pushes
+      the same metrics to an OpenTelemetry collector (OTLP/HTTP, JSON; URL like
+      http://127.0.0.1:4318) every SECONDS (default 10) and when COMMAND ends; the counts of
+      processes that exited meanwhile stay in what is served and pushed. Exits as COMMAND does.
   egpu maps [PID] [--watch SECONDS]
       Without PID: the processes whose counts are in shared memory (and removes those of
       processes that died). With PID: what that process counted so far; --watch repeats.
@@ -281,8 +285,10 @@ fn run_command(args: &[String]) -> Result<ExitCode, Error> {
     };
     let kernel_names = flags.iter().any(|f| f == "--kernel-names");
     let flags: Vec<String> = flags.iter().filter(|f| *f != "--kernel-names").cloned().collect();
-    let (positional, options) =
-        parse(&flags, &["--summary", "--library", "--metrics", "--probes"])?;
+    let (positional, options) = parse(
+        &flags,
+        &["--summary", "--library", "--metrics", "--probes", "--otlp", "--otlp-every"],
+    )?;
     if !positional.is_empty() || command.is_empty() {
         return Err(Error::Usage("`run` takes `-- COMMAND [ARGS]...`".into()));
     }
@@ -290,8 +296,19 @@ fn run_command(args: &[String]) -> Result<ExitCode, Error> {
     let mut summary = None;
     let mut metrics = None;
     let mut probes = None;
+    let mut otlp = None;
+    let mut otlp_every = std::time::Duration::from_secs(10);
     for (flag, value) in options {
         match flag.as_str() {
+            "--otlp" => otlp = Some(value),
+            "--otlp-every" => {
+                otlp_every = value
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| *s > 0.0 && s.is_finite())
+                    .map(std::time::Duration::from_secs_f64)
+                    .ok_or_else(|| Error::Usage(format!("`--otlp-every {value}`: seconds")))?;
+            }
             "--library" => library = Some(PathBuf::from(value)),
             "--metrics" => metrics = Some(value),
             "--probes" => probes = Some(PathBuf::from(value)),
@@ -302,6 +319,7 @@ fn run_command(args: &[String]) -> Result<ExitCode, Error> {
         return Err(Error::Usage("`--kernel-names` goes with `--metrics`".into()));
     }
     let metrics = metrics.map(|address| loopback(&address)).transpose()?;
+    let otlp = otlp.map(|url| otlp_endpoint(&url)).transpose()?;
     let library = match library {
         Some(path) => path,
         None => std::env::current_exe()
@@ -335,11 +353,22 @@ fn run_command(args: &[String]) -> Result<ExitCode, Error> {
     if let Some(path) = summary {
         child.env("EGPU_SUMMARY", path);
     }
+    let options = egpu::host::builtin::MetricsOptions::default().with_kernel_names(kernel_names);
+    let descendants = Descendants::new();
+    if metrics.is_some() || otlp.is_some() {
+        descendants.watch();
+    }
     // Listening before the command starts, so that its first scrape finds the server.
     if let Some(address) = metrics {
-        serve_metrics(address, kernel_names)?;
+        serve_metrics(address, options, descendants.clone())?;
     }
+    let pusher =
+        otlp.map(|endpoint| OtlpPusher::start(endpoint, otlp_every, options, &descendants));
     let status = child.status().map_err(|e| failed(format!("running {}: {e}", command[0])))?;
+    if let Some(pusher) = pusher {
+        // The last counts, those of processes that have exited included.
+        pusher.finish(&descendants);
+    }
     use std::os::unix::process::ExitStatusExt as _;
     let code = match (status.code(), status.signal()) {
         (Some(code), _) => code,
@@ -404,14 +433,16 @@ fn maps_cmd(args: &[String]) -> Result<(), Error> {
 
 /// Serves the built-in counts of this process's descendants at `http://ADDRESS/metrics` from a
 /// thread of its own, until the process ends.
-fn serve_metrics(address: std::net::SocketAddr, kernel_names: bool) -> Result<(), Error> {
+fn serve_metrics(
+    address: std::net::SocketAddr,
+    options: egpu::host::builtin::MetricsOptions,
+    descendants: Descendants,
+) -> Result<(), Error> {
     use std::io::{BufRead, Write};
     let listener = std::net::TcpListener::bind(address)
         .map_err(|e| failed(format!("listening on {address}: {e}")))?;
     let bound = listener.local_addr().map_err(|e| failed(format!("{address}: {e}")))?;
     eprintln!("egpu: metrics at http://{bound}/metrics");
-    let options = egpu::host::builtin::MetricsOptions::default().with_kernel_names(kernel_names);
-    let me = std::process::id();
     std::thread::spawn(move || {
         for stream in listener.incoming().flatten() {
             let mut reader = std::io::BufReader::new(&stream);
@@ -425,11 +456,7 @@ fn serve_metrics(address: std::net::SocketAddr, kernel_names: bool) -> Result<()
                 line.clear();
             }
             let response = if request.starts_with("GET /metrics ") {
-                let processes: Vec<_> = egpu::host::builtin::processes()
-                    .into_iter()
-                    .filter(|&pid| descends_from(pid, me))
-                    .filter_map(|pid| egpu::host::builtin::Builtin::open(pid).ok())
-                    .collect();
+                let processes = descendants.snapshot();
                 let body = egpu::host::builtin::prometheus(&processes, options);
                 format!(
                     "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n\
@@ -457,6 +484,155 @@ fn loopback(address: &str) -> Result<std::net::SocketAddr, Error> {
         )));
     }
     Ok(parsed)
+}
+
+/// The built-in maps of this process's descendants, each opened when first seen and kept
+/// mapped, so that a process that exits keeps its final counts here (it removes its shared
+/// objects' names, not the memory mapped here) for the metrics served and pushed.
+#[derive(Clone)]
+struct Descendants {
+    me: u32,
+    seen: std::sync::Arc<
+        std::sync::Mutex<std::collections::BTreeMap<u32, egpu::host::builtin::Builtin>>,
+    >,
+}
+
+impl Descendants {
+    fn new() -> Descendants {
+        Descendants { me: std::process::id(), seen: Default::default() }
+    }
+
+    /// Opens the maps of descendants not seen before.
+    fn refresh(&self) {
+        use egpu::host::builtin;
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        for pid in builtin::processes() {
+            if !seen.contains_key(&pid)
+                && descends_from(pid, self.me)
+                && let Ok(maps) = builtin::Builtin::open(pid)
+            {
+                seen.insert(pid, maps);
+            }
+        }
+    }
+
+    /// Every descendant seen so far, after a refresh.
+    fn snapshot(&self) -> Vec<egpu::host::builtin::Builtin> {
+        self.refresh();
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+    }
+
+    /// Looks for new descendants every 100 ms, from a thread of its own, so that short-lived
+    /// ones are seen before they exit.
+    fn watch(&self) {
+        let me = self.clone();
+        std::thread::spawn(move || {
+            loop {
+                me.refresh();
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+        });
+    }
+}
+
+#[cfg(feature = "otlp")]
+fn otlp_endpoint(url: &str) -> Result<egpu::host::otlp::Endpoint, Error> {
+    url.parse().map_err(|e: egpu::host::otlp::OtlpError| Error::Usage(e.to_string()))
+}
+
+#[cfg(not(feature = "otlp"))]
+fn otlp_endpoint(_: &str) -> Result<std::convert::Infallible, Error> {
+    Err(Error::Usage(
+        "`--otlp`: this egpu was built without OTLP (cargo build --features otlp)".into(),
+    ))
+}
+
+/// Pushes the descendants' metrics to an OTLP collector every so often, from a thread of its
+/// own, and once more at the end.
+#[cfg(feature = "otlp")]
+struct OtlpPusher {
+    endpoint: egpu::host::otlp::Endpoint,
+    options: egpu::host::builtin::MetricsOptions,
+    start_ns: u64,
+    /// The last error said, so that a collector that is down is reported once, not every time.
+    said: std::sync::Arc<std::sync::Mutex<String>>,
+}
+
+#[cfg(feature = "otlp")]
+impl OtlpPusher {
+    fn start(
+        endpoint: egpu::host::otlp::Endpoint,
+        every: std::time::Duration,
+        options: egpu::host::builtin::MetricsOptions,
+        descendants: &Descendants,
+    ) -> OtlpPusher {
+        eprintln!("egpu: pushing metrics to {endpoint} every {every:?}");
+        let pusher =
+            OtlpPusher { endpoint, options, start_ns: unix_ns(), said: Default::default() };
+        let (me, descendants) = (pusher.clone_for_thread(), descendants.clone());
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                me.push(&descendants);
+            }
+        });
+        pusher
+    }
+
+    fn clone_for_thread(&self) -> OtlpPusher {
+        OtlpPusher {
+            endpoint: self.endpoint.clone(),
+            options: self.options,
+            start_ns: self.start_ns,
+            said: self.said.clone(),
+        }
+    }
+
+    fn push(&self, descendants: &Descendants) {
+        let processes = descendants.snapshot();
+        let body =
+            egpu::host::builtin::otlp_json(&processes, self.options, self.start_ns, unix_ns());
+        let result =
+            egpu::host::otlp::post(&self.endpoint, &body, std::time::Duration::from_secs(5));
+        let mut said = self.said.lock().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Ok(()) => said.clear(),
+            Err(e) if e.to_string() != *said => {
+                eprintln!("egpu: pushing metrics: {e}");
+                *said = e.to_string();
+            }
+            Err(_) => {}
+        }
+    }
+
+    fn finish(self, descendants: &Descendants) {
+        self.push(descendants);
+    }
+}
+
+#[cfg(not(feature = "otlp"))]
+struct OtlpPusher;
+
+#[cfg(not(feature = "otlp"))]
+impl OtlpPusher {
+    fn start(
+        endpoint: std::convert::Infallible,
+        _: std::time::Duration,
+        _: egpu::host::builtin::MetricsOptions,
+        _: &Descendants,
+    ) -> OtlpPusher {
+        match endpoint {}
+    }
+
+    fn finish(self, _: &Descendants) {}
+}
+
+/// Now, in nanoseconds since the Unix epoch.
+#[cfg(feature = "otlp")]
+fn unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// Whether process `pid` is `ancestor` or one of its descendants (from `/proc/<pid>/stat`).

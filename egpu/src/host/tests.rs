@@ -315,7 +315,7 @@ fn a_child_forked_while_threads_post_can_use_the_set() {
 
 #[test]
 fn the_built_in_probes_fill_the_report_and_the_prometheus_metrics() {
-    use super::builtin::{Builtin, MetricsOptions, prometheus};
+    use super::builtin::{Builtin, MetricsOptions, otlp_json, prometheus};
     let probes = HostProbes::new();
     let b = Builtin::create(4242, false).expect("maps in process memory");
     for (program, maps) in b.programs().expect("the programs") {
@@ -402,7 +402,47 @@ fn the_built_in_probes_fill_the_report_and_the_prometheus_metrics() {
         let (series, value) = l.rsplit_once(' ').expect("a value");
         assert!(value.parse::<u64>().is_ok() && series.ends_with('}'), "{l}");
     }
-    let named = prometheus(&[b], MetricsOptions::default().with_kernel_names(true));
+    let named =
+        prometheus(std::slice::from_ref(&b), MetricsOptions::default().with_kernel_names(true));
     assert!(named.contains("{pid=\"4242\",cuda_kernel_name=\"_Z1av\"} 3\n"), "{named}");
     assert!(named.contains("cuda_kernel_name=\"k\\\"2\"} 1\n"), "names are escaped: {named}");
+
+    // The same metrics as an OTLP/HTTP JSON export request, under the OpenTelemetry names.
+    let json = otlp_json(&[b], MetricsOptions::default().with_kernel_names(true), 1, 2);
+    for part in [
+        "{\"resourceMetrics\":[{\"resource\":{\"attributes\":[{\"key\":\"service.name\"",
+        "{\"key\":\"process.pid\",\"value\":{\"intValue\":\"4242\"}}",
+        "{\"name\":\"gpu.cuda.kernel.launch.calls\",\"unit\":\"{call}\",",
+        "\"sum\":{\"aggregationTemporality\":2,\"isMonotonic\":true,",
+        "{\"key\":\"cuda.kernel.name\",\"value\":{\"stringValue\":\"k\\\"2\"}}",
+        "\"startTimeUnixNano\":\"1\",\"timeUnixNano\":\"2\",\"asInt\":\"3\"}",
+        "{\"name\":\"gpu.cuda.graph.launch.calls\",",
+        "{\"name\":\"gpu.cuda.kernel.grid.size\",\"unit\":\"{block}\",",
+        "\"histogram\":{\"aggregationTemporality\":2,",
+        "{\"name\":\"gpu.cuda.memory.copies\",\"unit\":\"By\",",
+        "{\"key\":\"cuda.memcpy.kind\",\"value\":{\"stringValue\":\"HostToDevice\"}}",
+        "\"count\":\"2\",\"sum\":9096,",
+        "{\"name\":\"gpu.cuda.memory.allocations\",\"unit\":\"By\",",
+        "{\"name\":\"gpu.cuda.memory.free.bytes\",",
+        "{\"name\":\"egpu.probe.runs\",\"unit\":\"1\",",
+    ] {
+        assert!(json.contains(part), "{part} in\n{json}");
+    }
+    // Histograms: 41 bounds and 42 counts (the last past every bound), which add up to the count.
+    let grid = &json[json.find("gpu.cuda.kernel.grid.size").expect("the grid sizes")..];
+    let counts = &grid[grid.find("\"bucketCounts\":[").expect("counts") + 16..];
+    let counts: Vec<u64> = counts[..counts.find(']').expect("end")]
+        .split(',')
+        .map(|n| n.trim_matches('"').parse().expect("a count"))
+        .collect();
+    let bounds = &grid[grid.find("\"explicitBounds\":[").expect("bounds") + 18..];
+    let bounds = bounds[..bounds.find(']').expect("end")].split(',').count();
+    assert_eq!((counts.len(), bounds), (42, 41));
+    assert_eq!(counts.iter().sum::<u64>(), 4, "four launches: {counts:?}");
+    let depth = json.chars().fold(0i64, |d, c| match c {
+        '{' | '[' => d + 1,
+        '}' | ']' => d - 1,
+        _ => d,
+    });
+    assert_eq!(depth, 0, "balanced");
 }

@@ -1,0 +1,392 @@
+//! The built-in maps as metrics, under the names, units and instruments of the OpenTelemetry
+//! eBPF instrumentation's CUDA metrics: rendered in Prometheus's text format ([`prometheus`]) and
+//! as an OTLP/HTTP JSON export request ([`otlp_json`]), from one list ([`collect`]).
+
+use std::fmt::Write as _;
+
+use egpu_maps::HashMap;
+
+use super::{BUCKETS, Builtin, CAPTURED, COPY_KIND_NAMES, MetricsOptions, RENDERED_BUCKETS, label};
+
+/// A histogram's points: per-bucket counts (bucket `b` holds values of `b` significant bits,
+/// up to [`RENDERED_BUCKETS`]), the sum and the count (values past the last bucket count in
+/// the count only).
+struct Histogram {
+    buckets: Vec<u64>,
+    sum: u64,
+    count: u64,
+}
+
+enum Value {
+    Counter(u64),
+    Histogram(Histogram),
+}
+
+/// One series: its attributes (Prometheus label names; see [`otel_key`]) and value.
+struct Point {
+    attributes: Vec<(&'static str, String)>,
+    value: Value,
+}
+
+/// One metric: OpenTelemetry name and unit, its Prometheus name, help, and points.
+struct Metric {
+    otel: &'static str,
+    unit: &'static str,
+    prometheus: &'static str,
+    help: &'static str,
+    histogram: bool,
+    points: Vec<Point>,
+}
+
+/// The OpenTelemetry attribute key of a Prometheus label.
+fn otel_key(label: &str) -> String {
+    match label {
+        "pid" => "process.pid".into(),
+        l => l.replace('_', "."),
+    }
+}
+
+fn pid(b: &Builtin) -> Vec<(&'static str, String)> {
+    vec![("pid", b.pid.to_string())]
+}
+
+/// Every metric of `processes`' built-in maps.
+fn collect(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
+    let launches = |b: &Builtin| -> Vec<(u64, u64)> {
+        HashMap::<u64, u64>::from_raw(b.launches.clone())
+            .map(|m| m.iter().collect())
+            .unwrap_or_default()
+    };
+    let counter = |otel, unit, prometheus, help, value: &dyn Fn(&Builtin) -> u64| Metric {
+        otel,
+        unit,
+        prometheus,
+        help,
+        histogram: false,
+        points: processes
+            .iter()
+            .map(|b| Point { attributes: pid(b), value: Value::Counter(value(b)) })
+            .collect(),
+    };
+    let mut metrics = Vec::new();
+    let mut calls = counter(
+        "gpu.cuda.kernel.launch.calls",
+        "{call}",
+        "gpu_cuda_kernel_launch_calls_total",
+        "CUDA kernel launches.",
+        &|b| launches(b).iter().filter(|(id, _)| *id < CAPTURED).map(|(_, n)| n).sum(),
+    );
+    if options.kernel_names {
+        calls.points.clear();
+        for b in processes {
+            let mut named: Vec<(String, u64)> = launches(b)
+                .iter()
+                .filter(|(id, _)| *id < CAPTURED)
+                .map(|&(id, n)| (b.name(id), n))
+                .collect();
+            named.sort();
+            for (name, n) in named {
+                let mut attributes = pid(b);
+                attributes.push(("cuda_kernel_name", name));
+                calls.points.push(Point { attributes, value: Value::Counter(n) });
+            }
+        }
+    }
+    metrics.push(calls);
+    metrics.push(counter(
+        "gpu.cuda.graph.launch.calls",
+        "{call}",
+        "gpu_cuda_graph_launch_calls_total",
+        "CUDA graph launches.",
+        &|b| launches(b).iter().find(|(id, _)| *id == u64::MAX).map_or(0, |e| e.1),
+    ));
+    metrics.push(counter(
+        "egpu.cuda.kernel.captured.calls",
+        "{call}",
+        "egpu_cuda_kernel_captured_calls_total",
+        "CUDA kernel launches captured into graphs (not run until the graph is launched).",
+        &|b| launches(b).iter().find(|(id, _)| *id == CAPTURED).map_or(0, |e| e.1),
+    ));
+    let histogram = |b: &Builtin, map: &egpu_maps::RawMap, first: u32, sum: u64, count: u64| {
+        let buckets = (0..RENDERED_BUCKETS).map(|i| b.array(map, first + i)).collect();
+        Value::Histogram(Histogram { buckets, sum, count })
+    };
+    for (otel, unit, prometheus, offset, help) in [
+        (
+            "gpu.cuda.kernel.grid.size",
+            "{block}",
+            "gpu_cuda_kernel_grid_size",
+            0,
+            "Blocks in the grid of a CUDA kernel launch.",
+        ),
+        (
+            "gpu.cuda.kernel.block.size",
+            "{thread}",
+            "gpu_cuda_kernel_block_size",
+            BUCKETS + 1,
+            "Threads in a block of a CUDA kernel launch.",
+        ),
+    ] {
+        let points = processes
+            .iter()
+            .map(|b| {
+                let count: u64 = (0..BUCKETS).map(|i| b.array(&b.shapes, offset + i)).sum();
+                let sum = b.array(&b.shapes, offset + BUCKETS);
+                Point { attributes: pid(b), value: histogram(b, &b.shapes, offset, sum, count) }
+            })
+            .collect();
+        metrics.push(Metric { otel, unit, prometheus, help, histogram: true, points });
+    }
+    metrics.push(counter(
+        "gpu.cuda.memory.allocations",
+        "By",
+        "gpu_cuda_memory_allocations_bytes_total",
+        "Bytes of CUDA memory allocated.",
+        &|b| (0..3).map(|k| b.total(1, k)[1]).sum(),
+    ));
+    let mut copies = Vec::new();
+    for b in processes {
+        for (kind, kind_name) in COPY_KIND_NAMES.iter().enumerate() {
+            let kind = kind as u32;
+            let [count, sum] = b.total(0, kind);
+            if count == 0 {
+                continue;
+            }
+            let mut attributes = pid(b);
+            attributes.push(("cuda_memcpy_kind", (*kind_name).into()));
+            let value = histogram(b, &b.copy_sizes, kind * BUCKETS, sum, count);
+            copies.push(Point { attributes, value });
+        }
+    }
+    metrics.push(Metric {
+        otel: "gpu.cuda.memory.copies",
+        unit: "By",
+        prometheus: "gpu_cuda_memory_copies_bytes",
+        help: "Bytes of a CUDA memory copy.",
+        histogram: true,
+        points: copies,
+    });
+    metrics.push(counter(
+        "gpu.cuda.memory.free.bytes",
+        "By",
+        "gpu_cuda_memory_free_bytes_total",
+        "Bytes of CUDA memory freed (of the allocations seen).",
+        &|b| b.array(&b.freed, 0),
+    ));
+    metrics.push(counter(
+        "gpu.cuda.memset.bytes",
+        "By",
+        "gpu_cuda_memset_bytes_total",
+        "Bytes set by CUDA memory sets.",
+        &|b| (8..16).map(|k| b.total(0, k)[1]).sum(),
+    ));
+    let syncs: [(_, _, &[u32], _); 3] = [
+        (
+            "gpu.cuda.stream.synchronize.calls",
+            "gpu_cuda_stream_synchronize_calls_total",
+            &[0],
+            "CUDA stream synchronisations.",
+        ),
+        (
+            "gpu.cuda.event.synchronize.calls",
+            "gpu_cuda_event_synchronize_calls_total",
+            &[1],
+            "CUDA event synchronisations.",
+        ),
+        (
+            "gpu.cuda.device.synchronize.calls",
+            "gpu_cuda_device_synchronize_calls_total",
+            &[2, 3],
+            "CUDA context and device synchronisations.",
+        ),
+    ];
+    for (otel, prometheus, kinds, help) in syncs {
+        metrics.push(counter(otel, "{call}", prometheus, help, &|b| {
+            kinds.iter().map(|&k| b.total(2, k)[0]).sum()
+        }));
+    }
+    type Health = fn(&Builtin) -> u64;
+    let health: [(&str, &str, &str, Health); 5] = [
+        ("egpu.probe.runs", "egpu_probe_runs_total", "Runs of egpu's host probes.", |b| {
+            b.health().runs
+        }),
+        (
+            "egpu.probe.faults",
+            "egpu_probe_faults_total",
+            "Runs of egpu's host probes that failed (the call went on).",
+            |b| b.health().faults,
+        ),
+        (
+            "egpu.programs.rejected",
+            "egpu_programs_rejected_total",
+            "Probe programs egpu refused at attach.",
+            |b| b.health().rejected,
+        ),
+        (
+            "egpu.records.dropped",
+            "egpu_records_dropped_total",
+            "Records egpu's probes dropped on full ring buffers.",
+            |_| 0,
+        ),
+        (
+            "egpu.modules.not_instrumentable",
+            "egpu_modules_not_instrumentable_total",
+            "Modules loaded without PTX, which egpu cannot instrument.",
+            |b| b.total(3, 0)[0],
+        ),
+    ];
+    for (otel, prometheus, help, value) in health {
+        metrics.push(counter(otel, "1", prometheus, help, &value));
+    }
+    metrics
+}
+
+/// The upper bound of histogram bucket `b`: `2^b - 1` (0 for the first).
+fn bound(b: u32) -> u64 {
+    if b == 0 { 0 } else { (1u64 << b) - 1 }
+}
+
+/// Renders processes' built-in maps in Prometheus's text format (0.0.4), under the metric names,
+/// units and instrument kinds of the OpenTelemetry eBPF instrumentation's CUDA metrics, as its
+/// Prometheus exporter names them, each series labelled with the process id; then egpu's own
+/// health.
+pub fn prometheus(processes: &[Builtin], options: MetricsOptions) -> String {
+    let mut out = String::new();
+    for m in collect(processes, options) {
+        let kind = if m.histogram { "histogram" } else { "counter" };
+        let _ = writeln!(out, "# HELP {0} {1}\n# TYPE {0} {kind}", m.prometheus, m.help);
+        for p in &m.points {
+            let labels: Vec<String> =
+                p.attributes.iter().map(|(k, v)| format!("{k}=\"{}\"", label(v))).collect();
+            let labels = labels.join(",");
+            match &p.value {
+                Value::Counter(n) => {
+                    let _ = writeln!(out, "{}{{{labels}}} {n}", m.prometheus);
+                }
+                Value::Histogram(h) => {
+                    let mut cumulative = 0;
+                    for (b, n) in h.buckets.iter().enumerate() {
+                        cumulative += n;
+                        let le = bound(b as u32);
+                        let _ = writeln!(
+                            out,
+                            "{}_bucket{{{labels},le=\"{le}\"}} {cumulative}",
+                            m.prometheus
+                        );
+                    }
+                    let name = m.prometheus;
+                    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+                    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum);
+                    let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A JSON string literal.
+fn json(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('"');
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Renders processes' built-in maps as an OTLP/HTTP JSON `ExportMetricsServiceRequest` (for
+/// `POST /v1/metrics`): one resource per process (`service.name` egpu, `process.pid`), the
+/// metrics under their OpenTelemetry names and units, cumulative, sums monotonic, histograms
+/// with explicit bounds `2^b - 1`. `start_ns` and `now_ns` are the points' start and
+/// observation times (Unix nanoseconds).
+pub fn otlp_json(
+    processes: &[Builtin],
+    options: MetricsOptions,
+    start_ns: u64,
+    now_ns: u64,
+) -> String {
+    let metrics = collect(processes, options);
+    let times = format!("\"startTimeUnixNano\":\"{start_ns}\",\"timeUnixNano\":\"{now_ns}\"");
+    let mut resources = Vec::new();
+    for b in processes {
+        let mut rendered = Vec::new();
+        for m in &metrics {
+            let mut points = Vec::new();
+            for p in m.points.iter().filter(|p| p.attributes[0].1 == b.pid.to_string()) {
+                let attributes: Vec<String> = p.attributes[1..]
+                    .iter()
+                    .map(|(k, v)| {
+                        format!(
+                            "{{\"key\":{},\"value\":{{\"stringValue\":{}}}}}",
+                            json(&otel_key(k)),
+                            json(v)
+                        )
+                    })
+                    .collect();
+                let attributes = attributes.join(",");
+                points.push(match &p.value {
+                    Value::Counter(n) => {
+                        format!("{{\"attributes\":[{attributes}],{times},\"asInt\":\"{n}\"}}")
+                    }
+                    Value::Histogram(h) => {
+                        let seen: u64 = h.buckets.iter().sum();
+                        let counts: Vec<String> = h
+                            .buckets
+                            .iter()
+                            .chain(std::iter::once(&h.count.saturating_sub(seen)))
+                            .map(|n| format!("\"{n}\""))
+                            .collect();
+                        let bounds: Vec<String> =
+                            (0..h.buckets.len() as u32).map(|b| bound(b).to_string()).collect();
+                        format!(
+                            "{{\"attributes\":[{attributes}],{times},\"count\":\"{}\",\"sum\":{},\
+                             \"bucketCounts\":[{}],\"explicitBounds\":[{}]}}",
+                            h.count,
+                            h.sum,
+                            counts.join(","),
+                            bounds.join(",")
+                        )
+                    }
+                });
+            }
+            if points.is_empty() {
+                continue;
+            }
+            let data = if m.histogram {
+                format!(
+                    "\"histogram\":{{\"aggregationTemporality\":2,\"dataPoints\":[{}]}}",
+                    points.join(",")
+                )
+            } else {
+                format!(
+                    "\"sum\":{{\"aggregationTemporality\":2,\"isMonotonic\":true,\"dataPoints\":[{}]}}",
+                    points.join(",")
+                )
+            };
+            rendered.push(format!(
+                "{{\"name\":{},\"unit\":{},\"description\":{},{data}}}",
+                json(m.otel),
+                json(m.unit),
+                json(m.help)
+            ));
+        }
+        resources.push(format!(
+            "{{\"resource\":{{\"attributes\":[{{\"key\":\"service.name\",\"value\":{{\"stringValue\":\"egpu\"}}}},\
+             {{\"key\":\"process.pid\",\"value\":{{\"intValue\":\"{}\"}}}}]}},\
+             \"scopeMetrics\":[{{\"scope\":{{\"name\":\"egpu\",\"version\":{}}},\"metrics\":[{}]}}]}}",
+            b.pid,
+            json(env!("CARGO_PKG_VERSION")),
+            rendered.join(",")
+        ));
+    }
+    format!("{{\"resourceMetrics\":[{}]}}", resources.join(","))
+}
