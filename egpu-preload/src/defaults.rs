@@ -11,7 +11,7 @@
 use std::collections::HashMap as StdHashMap;
 use std::ffi::{CStr, c_char};
 use std::io::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use egpu::ebpf::Program;
@@ -49,6 +49,8 @@ pub(crate) struct Hot {
     pub(crate) paused: AtomicBool,
     /// Stream captures begun and not yet ended in this process (see `events::captured`).
     pub(crate) captures: AtomicI64,
+    /// `egpu::host::global()`, once set up (stored before `ready`).
+    probes: AtomicPtr<HostProbes>,
 }
 
 pub(crate) static HOT: Hot = Hot {
@@ -56,6 +58,7 @@ pub(crate) static HOT: Hot = Hot {
     forked: AtomicBool::new(false),
     paused: AtomicBool::new(false),
     captures: AtomicI64::new(0),
+    probes: AtomicPtr::new(std::ptr::null_mut()),
 };
 
 thread_local! {
@@ -96,12 +99,23 @@ extern "C" fn exiting() {
 
 /// The process's probe set, with the built-in probes attached (set up on first use, and again
 /// after a fork); `None` when they could not be set up.
+#[inline(always)]
 pub(crate) fn probes() -> Option<&'static HostProbes> {
-    let probes = egpu::host::global();
-    // The common case, without a lock or a system call: set up, and no fork since.
+    // The common case, from one cache line and without a call: set up, and no fork since.
     if HOT.ready.load(Ordering::Acquire) && !HOT.forked.load(Ordering::Relaxed) {
-        return Some(probes);
+        // SAFETY: null, or `egpu::host::global()`, which lives as long as the process.
+        if let Some(probes) = unsafe { HOT.probes.load(Ordering::Relaxed).as_ref() } {
+            return Some(probes);
+        }
     }
+    set_up_probes()
+}
+
+#[cold]
+#[inline(never)]
+fn set_up_probes() -> Option<&'static HostProbes> {
+    let probes = egpu::host::global();
+    HOT.probes.store(std::ptr::from_ref(probes).cast_mut(), Ordering::Relaxed);
     let pid = std::process::id();
     let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
     let forked = HOT.forked.swap(false, Ordering::Relaxed);

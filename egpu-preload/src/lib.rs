@@ -92,6 +92,7 @@ impl Local {
     /// Queues the event for egpu's worker thread: after the driver's call the caches are cold,
     /// and running the probes here would cost the caller several times more (see
     /// `egpu::host::HostProbes::post`).
+    #[inline(always)]
     fn post<C: egpu::host::HostContext>(&self, probes: &'static HostProbes, phase: Phase, ctx: &C) {
         let Ok(mut poster) = self.poster.try_borrow_mut() else {
             return probes.post(phase, ctx);

@@ -59,26 +59,38 @@ impl<F: Copy> Hook<F> {
     }
 
     /// The real function: the one kept, or the next definition after this library's.
+    #[inline(always)]
     pub(crate) fn get(&self) -> Option<F> {
         let mut p = self.real.load(Ordering::Acquire);
         if p.is_null() {
-            let real = dlsym()?;
-            // SAFETY: the real dlsym, with a pseudo-handle and a C string.
-            p = unsafe { real(libc::RTLD_NEXT, self.name.as_ptr()) };
-            if p.is_null() || p == (self.ours)() {
-                // A library opened privately (`RTLD_LOCAL`, as Python extensions open theirs)
-                // is not in the global scope that `RTLD_NEXT` searches.
-                p = find_loaded(self.name, (self.ours)());
-            }
+            p = self.find();
             if p.is_null() {
                 return None;
             }
-            self.real.store(p, Ordering::Release);
         }
         const { assert!(size_of::<F>() == size_of::<*mut c_void>()) };
         // SAFETY: `p` is the address of the entry point `F` describes, from the dynamic linker
         // or the driver, and `F` is a function pointer of a pointer's size.
         Some(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&p) })
+    }
+
+    /// Finds the real function the first time (out of line: the calls that follow need not
+    /// carry its code).
+    #[cold]
+    #[inline(never)]
+    fn find(&self) -> *mut c_void {
+        let Some(real) = dlsym() else { return std::ptr::null_mut() };
+        // SAFETY: the real dlsym, with a pseudo-handle and a C string.
+        let mut p = unsafe { real(libc::RTLD_NEXT, self.name.as_ptr()) };
+        if p.is_null() || p == (self.ours)() {
+            // A library opened privately (`RTLD_LOCAL`, as Python extensions open theirs) is not
+            // in the global scope that `RTLD_NEXT` searches.
+            p = find_loaded(self.name, (self.ours)());
+        }
+        if !p.is_null() {
+            self.real.store(p, Ordering::Release);
+        }
+        p
     }
 }
 

@@ -193,7 +193,7 @@ impl Producer {
     }
 
     /// Queues a context; false when the queue is full. Called by the queue's thread only.
-    #[inline]
+    #[inline(always)]
     fn push(&self, event: HostEvent, phase: Phase, ctx: &[u8]) -> bool {
         if ctx.len() > CTX_MAX {
             return false;
@@ -467,7 +467,7 @@ impl HostProbes {
 impl Poster {
     /// As [`HostProbes::post`], through this thread's own queue, with only the context bytes
     /// the probes read ([`HostProbes::context_needed`]) queued.
-    #[inline]
+    #[inline(always)]
     pub fn post<C: HostContext>(&self, phase: Phase, ctx: &C) {
         if !self.set.armed(C::EVENT, phase) {
             return;
@@ -484,6 +484,7 @@ impl Poster {
     }
 
     /// Whether the process forked since this poster was made (a child then makes a new one).
+    #[inline]
     pub fn stale(&self) -> bool {
         FORKS.load(Ordering::Relaxed) != self.forks
     }
