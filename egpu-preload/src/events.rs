@@ -101,13 +101,11 @@ pub(crate) fn observe<C: Event>(
     result
 }
 
-/// Defines interposed entry points: for each, a [`Hook`] named `$hook` and an exported function
-/// with the driver's name and signature that makes one event of the call.
-macro_rules! entries {
-    ($(
-        $hook:ident $name:ident ($($arg:ident : $ty:ty),* $(,)?)
-            => $build:expr, $after:expr;
-    )*) => {$(
+/// Defines one interposed entry point: a [`Hook`] named `$hook` for the real function, and an
+/// exported function with the entry point's name and signature, whose body runs with `$real`
+/// bound to the real function.
+macro_rules! interposed {
+    ($hook:ident $name:ident ($($arg:ident : $ty:ty),*) |$real:ident| $body:block) => {
         pub(crate) static $hook: Hook<unsafe extern "C" fn($($ty),*) -> CuResult> = Hook::new(
             match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
                 Ok(name) => name,
@@ -123,11 +121,23 @@ macro_rules! entries {
         /// As the driver's.
         #[unsafe(no_mangle)]
         pub(crate) unsafe extern "C" fn $name($($arg: $ty),*) -> CuResult {
-            let Some(real) = $hook.get() else { return NOT_FOUND };
+            let Some($real) = $hook.get() else { return NOT_FOUND };
+            $body
+        }
+    };
+}
+
+/// Defines interposed entry points that make one event of each call ([`observe`]).
+macro_rules! entries {
+    ($(
+        $hook:ident $name:ident ($($arg:ident : $ty:ty),* $(,)?)
+            => $build:expr, $after:expr;
+    )*) => {$(
+        interposed!($hook $name($($arg: $ty),*) |real| {
             // SAFETY: the driver's function, with the caller's arguments unchanged.
             let call = || unsafe { real($($arg),*) };
             observe($build, call, $after)
-        }
+        });
     )*};
 }
 
@@ -357,22 +367,7 @@ fn captured(stream: Handle) -> u32 {
 /// `defaults::HOT.captures`, no event.
 macro_rules! captures {
     ($($hook:ident $name:ident ($($arg:ident : $ty:ty),* $(,)?) => $delta:expr;)*) => {$(
-        pub(crate) static $hook: Hook<unsafe extern "C" fn($($ty),*) -> CuResult> = Hook::new(
-            match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
-                Ok(name) => name,
-                Err(_) => panic!("a name without NUL"),
-            },
-            || $name as *mut c_void,
-        );
-
-        #[doc = concat!("The driver's `", stringify!($name), "`, interposed.")]
-        ///
-        /// # Safety
-        ///
-        /// As the driver's.
-        #[unsafe(no_mangle)]
-        pub(crate) unsafe extern "C" fn $name($($arg: $ty),*) -> CuResult {
-            let Some(real) = $hook.get() else { return NOT_FOUND };
+        interposed!($hook $name($($arg: $ty),*) |real| {
             // SAFETY: the driver's function, with the caller's arguments unchanged.
             let result = unsafe { real($($arg),*) };
             let delta: i64 = $delta;
@@ -384,7 +379,7 @@ macro_rules! captures {
                 });
             }
             result
-        }
+        });
     )*};
 }
 
@@ -669,21 +664,6 @@ entries! {
         => |_, _| module(code), loaded(out);
 }
 
-/// `cuModuleLoadData`'s signature.
-type LoadDataFn = unsafe extern "C" fn(*mut Handle, *const c_void) -> CuResult;
-/// `cuModuleLoadDataEx`'s.
-type LoadDataExFn = unsafe extern "C" fn(
-    *mut Handle,
-    *const c_void,
-    c_uint,
-    *mut c_int,
-    *mut *mut c_void,
-) -> CuResult;
-pub(crate) static MODULE_LOAD_DATA: Hook<LoadDataFn> =
-    Hook::new(c"cuModuleLoadData", || cuModuleLoadData as *mut c_void);
-pub(crate) static MODULE_LOAD_DATA_EX: Hook<LoadDataExFn> =
-    Hook::new(c"cuModuleLoadDataEx", || cuModuleLoadDataEx as *mut c_void);
-
 /// A module load through `load` (the driver's, given an image): with the user's device probes,
 /// the image's PTX instrumented is loaded in its place (the original when the driver refuses
 /// it), as one event.
@@ -715,40 +695,21 @@ fn load_module(
     )
 }
 
-/// The driver's `cuModuleLoadData`, interposed: the image instrumented with the user's device
-/// probes, when it carries PTX.
-///
-/// # Safety
-///
-/// As the driver's.
-#[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cuModuleLoadData(
-    out: *mut Handle,
-    image: *const c_void,
-) -> CuResult {
-    let Some(real) = MODULE_LOAD_DATA.get() else { return NOT_FOUND };
+// Module loads: with the user's device probes, the image's PTX instrumented is loaded instead.
+interposed!(MODULE_LOAD_DATA cuModuleLoadData(out: *mut Handle, image: *const c_void) |real| {
     // SAFETY: the driver's function, with the caller's arguments (or the instrumented image).
     load_module(out, image, |image| unsafe { real(out, image) })
-}
-
-/// The driver's `cuModuleLoadDataEx`, interposed as [`cuModuleLoadData`] is; the JIT options
-/// pass through.
-///
-/// # Safety
-///
-/// As the driver's.
-#[unsafe(no_mangle)]
-pub(crate) unsafe extern "C" fn cuModuleLoadDataEx(
+});
+interposed!(MODULE_LOAD_DATA_EX cuModuleLoadDataEx(
     out: *mut Handle,
     image: *const c_void,
     n: c_uint,
     options: *mut c_int,
-    values: *mut *mut c_void,
-) -> CuResult {
-    let Some(real) = MODULE_LOAD_DATA_EX.get() else { return NOT_FOUND };
-    // SAFETY: as in `cuModuleLoadData`.
+    values: *mut *mut c_void
+) |real| {
+    // SAFETY: as above; the JIT options pass through.
     load_module(out, image, |image| unsafe { real(out, image, n, options, values) })
-}
+});
 
 /// `cudaStream_t`'s null: the runtime's default stream.
 const NULL: Handle = std::ptr::null_mut();

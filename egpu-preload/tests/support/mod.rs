@@ -8,27 +8,7 @@ use std::process::Command;
 /// executable's `target/<profile>/`, which cargo builds (or finds fresh) first: `cargo test`
 /// does not build a `cdylib` that nothing links.
 pub(crate) fn preload_library() -> PathBuf {
-    if let Some(path) = std::env::var_os("EGPU_PRELOAD") {
-        return PathBuf::from(path);
-    }
-    let exe = std::env::current_exe().expect("the executable's path");
-    let profile_dir = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<exe>");
-    let target_dir = profile_dir.parent().expect("target/");
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut build = Command::new(cargo);
-    build.args(["build", "-p", "egpu-preload"]).env("CARGO_TARGET_DIR", target_dir);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        build.arg("--release");
-    }
-    let out = build.output().expect("running cargo");
-    assert!(
-        out.status.success(),
-        "building egpu-preload:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lib = profile_dir.join("libegpu_preload.so");
-    assert!(lib.exists(), "{} is missing after the build", lib.display());
-    lib
+    built("EGPU_PRELOAD", &["-p", "egpu-preload"], "libegpu_preload.so")
 }
 
 /// The example crate of probes (`examples/probes.rs`) as a shared library: `EGPU_EXAMPLE_PROBES`
@@ -36,7 +16,13 @@ pub(crate) fn preload_library() -> PathBuf {
 /// `target/<profile>/examples/`.
 #[allow(dead_code)] // not every including test uses it
 pub(crate) fn probes_library() -> PathBuf {
-    if let Some(path) = std::env::var_os("EGPU_EXAMPLE_PROBES") {
+    built("EGPU_EXAMPLE_PROBES", &["-p", "egpu", "--example", "probes"], "examples/libprobes.so")
+}
+
+/// `$variable` when set, else `artifact` (under this executable's `target/<profile>/`) after
+/// `cargo build ARGS` in the same profile.
+fn built(variable: &str, args: &[&str], artifact: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(variable) {
         return PathBuf::from(path);
     }
     let exe = std::env::current_exe().expect("the executable's path");
@@ -44,13 +30,17 @@ pub(crate) fn probes_library() -> PathBuf {
     let target_dir = profile_dir.parent().expect("target/");
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut build = Command::new(cargo);
-    build.args(["build", "-p", "egpu", "--example", "probes"]).env("CARGO_TARGET_DIR", target_dir);
+    build.arg("build").args(args).env("CARGO_TARGET_DIR", target_dir);
     if profile_dir.file_name().is_some_and(|n| n == "release") {
         build.arg("--release");
     }
     let out = build.output().expect("running cargo");
-    assert!(out.status.success(), "building the probes:\n{}", String::from_utf8_lossy(&out.stderr));
-    let lib = profile_dir.join("examples/libprobes.so");
+    assert!(
+        out.status.success(),
+        "cargo build {args:?}:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lib = profile_dir.join(artifact);
     assert!(lib.exists(), "{} is missing after the build", lib.display());
     lib
 }
