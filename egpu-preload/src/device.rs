@@ -58,12 +58,12 @@ pub(crate) struct UserProbes {
 }
 
 /// Modules instrumented, and modules that carried PTX but were loaded as they came.
-pub(crate) static INSTRUMENTED: AtomicU64 = AtomicU64::new(0);
-pub(crate) static NOT_INSTRUMENTED: AtomicU64 = AtomicU64::new(0);
+static INSTRUMENTED: AtomicU64 = AtomicU64::new(0);
+static NOT_INSTRUMENTED: AtomicU64 = AtomicU64::new(0);
 /// Why modules were not instrumented: each distinct reason once.
-pub(crate) static REASONS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static REASONS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
-fn refused(reason: String) {
+pub(crate) fn refused(reason: String) {
     NOT_INSTRUMENTED.fetch_add(1, Ordering::Relaxed);
     if crate::log_enabled("modules") {
         eprintln!("egpu: a module loaded uninstrumented: {reason}");
@@ -121,22 +121,18 @@ impl UserProbes {
         Some(UserProbes { maps, host, device, mapped: Mutex::new(None) })
     }
 
-    /// The PTX to load instead of `image` (a module image the program passes to the driver),
-    /// instrumented with the device probes; `None` when there are none, or the image carries no
-    /// PTX, or it could not be instrumented (counted, with the reason).
-    pub(crate) fn instrument(&self, image: *const c_void) -> Option<CString> {
-        if self.device.is_empty() || image.is_null() {
+    /// Whether there are device probes to inject.
+    pub(crate) fn on_device(&self) -> bool {
+        !self.device.is_empty()
+    }
+
+    /// The PTX to load instead of a module whose PTX is `ptx`, instrumented with the device
+    /// probes; `None` when there are none, or it could not be instrumented (counted, with the
+    /// reason).
+    pub(crate) fn instrument(&self, ptx: &str) -> Option<CString> {
+        if self.device.is_empty() {
             return None;
         }
-        // SAFETY: the caller's image, which the driver is about to read.
-        let ptx = match unsafe { ptx_of(image) } {
-            Ok(Some(ptx)) => ptx,
-            Ok(None) => return None,
-            Err(reason) => {
-                refused(reason);
-                return None;
-            }
-        };
         let addresses = match self.mapped() {
             Ok(a) => a,
             Err(reason) => {
@@ -164,9 +160,9 @@ impl UserProbes {
             .zip(&bindings)
             .map(|((program, _), maps)| DeviceProbe { program, kernels: Kernels::All, maps })
             .collect();
-        let injected = inject(&ptx, &probes);
+        let injected = inject(ptx, &probes);
         if crate::log_enabled("modules") {
-            dump(&ptx, injected.as_ref().ok().map(|i| i.ptx.as_str()));
+            dump(ptx, injected.as_ref().ok().map(|i| i.ptx.as_str()));
         }
         match injected {
             Ok(injection) => match CString::new(injection.ptx) {
@@ -192,8 +188,8 @@ impl UserProbes {
             .clone()
     }
 
-    /// Whether a module whose load was instrumented should count: a load of the instrumented
-    /// PTX that the driver refused falls back to the original image.
+    /// Counts the driver's answer to a load of instrumented PTX: loaded, or refused (the caller
+    /// then loads the original image).
     pub(crate) fn loaded(&self, result: CuResult) {
         if result == 0 {
             INSTRUMENTED.fetch_add(1, Ordering::Relaxed);

@@ -430,16 +430,25 @@ impl From<HostPtr> for u64 {
 /// A module load: whether the image carries PTX egpu could instrument (PTX text, or a cubin that
 /// keeps its PTX), and the PTX's size.
 fn module(image: *const c_void) -> ModuleLoadCtx {
+    module_with(ptx(image).ok().flatten().as_deref())
+}
+
+fn module_with(ptx: Option<&str>) -> ModuleLoadCtx {
     let mut ctx = ModuleLoadCtx::default();
-    if image.is_null() {
-        return ctx;
-    }
-    // SAFETY: the caller's image, which the driver is about to read.
-    if let Ok(Some(ptx)) = unsafe { crate::device::ptx_of(image) } {
+    if let Some(ptx) = ptx {
         ctx.image_bytes = ptx.len() as u64;
         ctx.has_ptx = 1;
     }
     ctx
+}
+
+/// The PTX of the caller's module image (see [`crate::device::ptx_of`]).
+fn ptx(image: *const c_void) -> Result<Option<String>, String> {
+    if image.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the caller's image, which the driver is about to read.
+    unsafe { crate::device::ptx_of(image) }
 }
 
 /// After a module load: the handle it wrote to `out`.
@@ -672,8 +681,16 @@ fn load_module(
     image: *const c_void,
     load: impl Fn(*const c_void) -> CuResult,
 ) -> CuResult {
-    let user = defaults::user();
-    let instrumented = user.as_ref().and_then(|u| u.instrument(image));
+    let ptx = ptx(image);
+    let user = defaults::user().filter(|u| u.on_device());
+    let instrumented = match (&user, &ptx) {
+        (Some(user), Ok(Some(text))) => user.instrument(text),
+        (Some(_), Err(reason)) => {
+            crate::device::refused(reason.clone());
+            None
+        }
+        _ => None,
+    };
     let call = || {
         if let (Some(user), Some(ptx)) = (&user, &instrumented) {
             let result = load(ptx.as_ptr().cast());
@@ -684,7 +701,7 @@ fn load_module(
         }
         load(image)
     };
-    let mut build = module(image);
+    let mut build = module_with(ptx.ok().flatten().as_deref());
     build.instrumented = u32::from(instrumented.is_some());
     observe(
         |_, _| build,
