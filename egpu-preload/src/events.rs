@@ -534,6 +534,10 @@ use MemcpyCtx as M;
 const ASYNC: u32 = MemcpyCtx::ASYNC;
 
 entries! {
+    LAUNCH cuLaunchKernel(f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
+        => |n, l| launch_ctx(n, l, f, [gx, gy, gz], [bx, by, bz], shared, stream), nothing;
+    LAUNCH_PTSZ cuLaunchKernel_ptsz(f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
+        => |n, l| launch_ctx(n, l, f, [gx, gy, gz], [bx, by, bz], shared, stream), nothing;
     LAUNCH_EX cuLaunchKernelEx(config: *const LaunchConfig, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
         => |n, l| launch_ex(n, l, config, f), nothing;
     LAUNCH_EX_PTSZ cuLaunchKernelEx_ptsz(config: *const LaunchConfig, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
@@ -843,8 +847,6 @@ macro_rules! table {
         )*];
     };
 }
-
-use crate::real::{LAUNCH, LAUNCH_PTSZ};
 
 table! {
     LAUNCH c"cuLaunchKernel" b"cuLaunchKernel" false;

@@ -43,21 +43,6 @@ type CuResult = c_int;
 /// `CUfunction`, `CUstream` and the like: opaque handles.
 type Handle = *mut c_void;
 
-/// `cuLaunchKernel`'s signature.
-type LaunchFn = unsafe extern "C" fn(
-    Handle,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    Handle,
-    *mut *mut c_void,
-    *mut *mut c_void,
-) -> CuResult;
-
 /// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`.
 const PER_THREAD_DEFAULT_STREAM: u64 = 2;
 
@@ -106,89 +91,6 @@ impl Local {
             }
         }
     }
-}
-
-/// A launch through `real` (the driver's `cuLaunchKernel` or its `_ptsz` form) as one event.
-#[allow(clippy::too_many_arguments)]
-fn launch(
-    real: Option<LaunchFn>,
-    f: Handle,
-    grid: [u32; 3],
-    block: [u32; 3],
-    shared_mem_bytes: u32,
-    stream: Handle,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CuResult {
-    /// `CUDA_ERROR_NOT_FOUND`: what a driver without the function amounts to.
-    const NOT_FOUND: CuResult = 500;
-    let Some(real) = real else { return NOT_FOUND };
-    let call = || {
-        // SAFETY: the caller's arguments, unchanged, to the driver's function.
-        unsafe {
-            real(
-                f,
-                grid[0],
-                grid[1],
-                grid[2],
-                block[0],
-                block[1],
-                block[2],
-                shared_mem_bytes,
-                stream,
-                params,
-                extra,
-            )
-        }
-    };
-    let build = |words, local: &Local| {
-        events::launch_ctx(words, local, f, grid, block, shared_mem_bytes, stream)
-    };
-    events::observe(build, call, |_, _| {})
-}
-
-/// The driver's `cuLaunchKernel`, interposed.
-///
-/// # Safety
-///
-/// As the driver's: the caller's arguments must be what `cuLaunchKernel` takes.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchKernel(
-    f: Handle,
-    gx: u32,
-    gy: u32,
-    gz: u32,
-    bx: u32,
-    by: u32,
-    bz: u32,
-    shared: u32,
-    stream: Handle,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CuResult {
-    launch(real::LAUNCH.get(), f, [gx, gy, gz], [bx, by, bz], shared, stream, params, extra)
-}
-
-/// The driver's `cuLaunchKernel_ptsz` (the per-thread default stream's), interposed.
-///
-/// # Safety
-///
-/// As the driver's.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cuLaunchKernel_ptsz(
-    f: Handle,
-    gx: u32,
-    gy: u32,
-    gz: u32,
-    bx: u32,
-    by: u32,
-    bz: u32,
-    shared: u32,
-    stream: Handle,
-    params: *mut *mut c_void,
-    extra: *mut *mut c_void,
-) -> CuResult {
-    launch(real::LAUNCH_PTSZ.get(), f, [gx, gy, gz], [bx, by, bz], shared, stream, params, extra)
 }
 
 /// The function this library hands out for `symbol`, found as `found` (kept as the real one):
@@ -370,5 +272,5 @@ pub extern "C" fn egpu_preload_probes(on: c_int) -> c_int {
 /// launch costs without this library, measured in the same process.
 #[unsafe(no_mangle)]
 pub extern "C" fn egpu_preload_real_launch() -> *mut c_void {
-    real::LAUNCH.get().map_or(std::ptr::null_mut(), |f| f as *mut c_void)
+    events::LAUNCH.get().map_or(std::ptr::null_mut(), |f| f as *mut c_void)
 }

@@ -9,7 +9,7 @@ use std::ffi::{CStr, c_char, c_int, c_void};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicPtr, Ordering};
 
-use crate::{CuResult, LaunchFn};
+use crate::CuResult;
 
 /// `cuGetProcAddress`'s signature (CUDA 11).
 pub(crate) type GetProcFn =
@@ -98,10 +98,6 @@ fn none() -> *mut c_void {
     std::ptr::null_mut()
 }
 
-pub(crate) static LAUNCH: Hook<LaunchFn> =
-    Hook::new(c"cuLaunchKernel", || crate::cuLaunchKernel as *mut c_void);
-pub(crate) static LAUNCH_PTSZ: Hook<LaunchFn> =
-    Hook::new(c"cuLaunchKernel_ptsz", || crate::cuLaunchKernel_ptsz as *mut c_void);
 pub(crate) static GET_PROC: Hook<GetProcFn> =
     Hook::new(c"cuGetProcAddress", || crate::cuGetProcAddress as *mut c_void);
 pub(crate) static GET_PROC_V2: Hook<GetProcV2Fn> =
