@@ -11,7 +11,7 @@
 use std::collections::HashMap as StdHashMap;
 use std::ffi::{CStr, c_char};
 use std::io::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use egpu::ebpf::Program;
@@ -41,22 +41,23 @@ static REGISTERED: AtomicBool = AtomicBool::new(false);
 /// and each line read costs.
 #[repr(C, align(64))]
 pub(crate) struct Hot {
-    /// Set once the probes are set up (in this process, or in the parent of a fork).
-    ready: AtomicBool,
-    /// Set in a child made by `fork`: its maps are copies of the parent's, to be replaced.
-    forked: AtomicBool,
-    /// Set while the probes are paused ([`set_enabled`]): events go straight to the driver.
-    pub(crate) paused: AtomicBool,
+    /// [`READY`], [`FORKED`] and [`PAUSED`]: events are observed when it is `READY` alone.
+    gate: AtomicU8,
     /// Stream captures begun and not yet ended in this process (see `events::captured`).
     pub(crate) captures: AtomicI64,
-    /// `egpu::host::global()`, once set up (stored before `ready`).
+    /// `egpu::host::global()`, once set up (stored before `READY`).
     probes: AtomicPtr<HostProbes>,
 }
 
+/// [`Hot::gate`]: the probes are set up (in this process, or in the parent of a fork).
+const READY: u8 = 1;
+/// [`Hot::gate`]: a child made by `fork`, whose maps are copies of the parent's, to be replaced.
+const FORKED: u8 = 2;
+/// [`Hot::gate`]: the probes are paused ([`set_enabled`]): events go straight to the driver.
+const PAUSED: u8 = 4;
+
 pub(crate) static HOT: Hot = Hot {
-    ready: AtomicBool::new(false),
-    forked: AtomicBool::new(false),
-    paused: AtomicBool::new(false),
+    gate: AtomicU8::new(0),
     captures: AtomicI64::new(0),
     probes: AtomicPtr::new(std::ptr::null_mut()),
 };
@@ -89,7 +90,8 @@ extern "C" fn after_fork_parent() {
 }
 
 extern "C" fn forked_child() {
-    HOT.forked.store(true, Ordering::Relaxed);
+    HOT.gate.fetch_or(FORKED, Ordering::Relaxed);
+    crate::forked_child();
     release_fork_guards();
 }
 
@@ -97,28 +99,38 @@ extern "C" fn exiting() {
     write_summary();
 }
 
-/// The process's probe set, with the built-in probes attached (set up on first use, and again
-/// after a fork); `None` when they could not be set up.
+/// The process's probe set when events are to be observed: set up (on first use, and again
+/// after a fork) and not paused; `None` when paused or when they could not be set up.
 #[inline(always)]
-pub(crate) fn probes() -> Option<&'static HostProbes> {
-    // The common case, from one cache line and without a call: set up, and no fork since.
-    if HOT.ready.load(Ordering::Acquire) && !HOT.forked.load(Ordering::Relaxed) {
+pub(crate) fn active() -> Option<&'static HostProbes> {
+    // The common case, from one cache line and without a call.
+    if HOT.gate.load(Ordering::Acquire) == READY {
         // SAFETY: null, or `egpu::host::global()`, which lives as long as the process.
         if let Some(probes) = unsafe { HOT.probes.load(Ordering::Relaxed).as_ref() } {
             return Some(probes);
         }
     }
-    set_up_probes()
+    let probes = probes();
+    if HOT.gate.load(Ordering::Relaxed) & PAUSED != 0 { None } else { probes }
 }
 
+/// The process's probe set, with the built-in probes attached (set up on first use, and again
+/// after a fork), paused or not; `None` when they could not be set up.
 #[cold]
 #[inline(never)]
-fn set_up_probes() -> Option<&'static HostProbes> {
+pub(crate) fn probes() -> Option<&'static HostProbes> {
+    let gate = HOT.gate.load(Ordering::Acquire);
+    if gate & (READY | FORKED) == READY {
+        // SAFETY: as in `active`.
+        if let Some(probes) = unsafe { HOT.probes.load(Ordering::Relaxed).as_ref() } {
+            return Some(probes);
+        }
+    }
     let probes = egpu::host::global();
     HOT.probes.store(std::ptr::from_ref(probes).cast_mut(), Ordering::Relaxed);
     let pid = std::process::id();
     let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
-    let forked = HOT.forked.swap(false, Ordering::Relaxed);
+    let forked = HOT.gate.fetch_and(!FORKED, Ordering::Relaxed) & FORKED != 0;
     if forked || state.as_ref().is_none_or(|d| d.pid != pid) {
         if let Some(old) = state.take() {
             for id in old.attached.iter().chain(&old.user_attached) {
@@ -136,7 +148,11 @@ fn set_up_probes() -> Option<&'static HostProbes> {
             libc::pthread_atfork(Some(before_fork), Some(after_fork_parent), Some(forked_child));
         }
     }
-    HOT.ready.store(state.is_some(), Ordering::Release);
+    if state.is_some() {
+        HOT.gate.fetch_or(READY, Ordering::Release);
+    } else {
+        HOT.gate.fetch_and(!READY, Ordering::Release);
+    }
     state.is_some().then_some(probes)
 }
 
@@ -176,7 +192,12 @@ fn attach_all(probes: &HostProbes, programs: &[(Program, Vec<RawMap>)]) -> Optio
 /// the steady state.
 pub(crate) fn set_enabled(on: bool) -> Option<bool> {
     probes()?;
-    Some(!HOT.paused.swap(!on, Ordering::Relaxed))
+    let was = if on {
+        HOT.gate.fetch_and(!PAUSED, Ordering::Relaxed)
+    } else {
+        HOT.gate.fetch_or(PAUSED, Ordering::Relaxed)
+    };
+    Some(was & PAUSED == 0)
 }
 
 /// Kernel names by `CUfunction`, resolved once each.

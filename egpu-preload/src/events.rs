@@ -59,17 +59,14 @@ pub(crate) fn observe<C: Event>(
     after: impl FnOnce(&mut C, CuResult),
 ) -> CuResult {
     // Nothing attached, or paused: straight to the driver, before touching any thread-local.
-    let Some(probes) = defaults::probes() else { return call() };
-    if defaults::HOT.paused.load(Ordering::Relaxed) {
-        return call();
-    }
+    let Some(probes) = defaults::active() else { return call() };
     let (enter, exit) = (probes.armed(C::EVENT, Phase::Enter), probes.armed(C::EVENT, Phase::Exit));
     if !enter && !exit {
         return call();
     }
-    let Some(local) = crate::local() else { return call() };
+    let local = crate::local();
     if local.inside.get() {
-        return call();
+        return nested(call);
     }
     // The fields the probes read, and no more: a clock read or a system call costs more than a
     // probe's run.
@@ -99,6 +96,14 @@ pub(crate) fn observe<C: Event>(
     }
     local.inside.set(false);
     result
+}
+
+/// A call made inside another interposed call: not an event of its own (out of line, so that the
+/// common path runs straight through).
+#[cold]
+#[inline(never)]
+fn nested(call: impl FnOnce() -> CuResult) -> CuResult {
+    call()
 }
 
 /// Defines one interposed entry point: a [`Hook`] named `$hook` for the real function, and an
@@ -135,7 +140,7 @@ macro_rules! entries {
     )*) => {$(
         interposed!($hook $name($($arg: $ty),*) |real| {
             // SAFETY: the driver's function, with the caller's arguments unchanged.
-            let call = || unsafe { real($($arg),*) };
+            let call = move || unsafe { real($($arg),*) };
             observe($build, call, $after)
         });
     )*};
@@ -350,10 +355,14 @@ type IsCapturingFn = unsafe extern "C" fn(Handle, *mut c_int) -> CuResult;
 static IS_CAPTURING: Hook<IsCapturingFn> = Hook::new(c"cuStreamIsCapturing", std::ptr::null_mut);
 
 /// [`LaunchCtx::CAPTURED`] when `stream` is capturing.
+#[inline(always)]
 fn captured(stream: Handle) -> u32 {
-    if defaults::HOT.captures.load(Ordering::Relaxed) <= 0 {
-        return 0;
-    }
+    if defaults::HOT.captures.load(Ordering::Relaxed) <= 0 { 0 } else { ask_captured(stream) }
+}
+
+#[cold]
+#[inline(never)]
+fn ask_captured(stream: Handle) -> u32 {
     /// `CU_STREAM_CAPTURE_STATUS_ACTIVE`.
     const ACTIVE: c_int = 1;
     let Some(is_capturing) = IS_CAPTURING.get_or_ask() else { return 0 };
@@ -498,16 +507,20 @@ pub(crate) fn launch_ctx(
 }
 
 /// The kernel id of `f`, remembered for the thread's last function (most loops launch one).
+#[inline(always)]
 fn kernel_id(local: &crate::Local, f: Handle) -> u64 {
-    let key = f as usize;
     match local.last.get() {
-        (last, id) if last == key && key != 0 => id,
-        _ => {
-            let id = defaults::kernel_id(f);
-            local.last.set((key, id));
-            id
-        }
+        (last, id) if last == f as usize && last != 0 => id,
+        _ => new_kernel_id(local, f),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn new_kernel_id(local: &crate::Local, f: Handle) -> u64 {
+    let id = defaults::kernel_id(f);
+    local.last.set((f as usize, id));
+    id
 }
 
 fn launch_ex(

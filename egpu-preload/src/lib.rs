@@ -30,7 +30,8 @@ mod device;
 mod events;
 mod real;
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, UnsafeCell};
+use std::mem::MaybeUninit;
 use std::sync::OnceLock;
 
 use egpu::host::HostProbes;
@@ -46,50 +47,142 @@ type Handle = *mut c_void;
 /// `CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM`.
 const PER_THREAD_DEFAULT_STREAM: u64 = 2;
 
-/// What a thread keeps, in one thread-local (each costs a lookup in a shared library).
+/// What a thread keeps, in one block of thread-local storage that is all zeros at first.
+///
+/// The block is reached without a call: on x86-64 Linux it sits in the static TLS block
+/// (initial-exec model), one load from `%fs` away, where Rust's `thread_local!` in a shared
+/// library costs a call to `__tls_get_addr` and the loader's lines it reads, all cold after a
+/// driver call. (This makes the library loadable by `LD_PRELOAD`, or by `dlopen` while the
+/// static TLS surplus has room for its 128 bytes.) Elsewhere it is a `thread_local!`.
+#[repr(C, align(64))]
 struct Local {
     /// Whether this thread is inside an interposed call: calls the driver makes meanwhile are
-    /// not events of their own.
+    /// not events of their own. Also what keeps [`Local::post`] from being re-entered.
     inside: Cell<bool>,
+    /// 0 (no poster made yet), [`POSTER`] (`poster` is initialised), [`STALE`] or [`EXITING`].
+    posting: Cell<u8>,
     /// The last function this thread launched, and its kernel id: most loops launch one kernel.
     last: Cell<(usize, u64)>,
-    /// This thread's queue to egpu's worker thread.
-    poster: RefCell<Option<egpu::host::Poster>>,
+    /// This thread's queue to egpu's worker thread, dropped when the thread exits ([`Owner`]).
+    poster: UnsafeCell<MaybeUninit<egpu::host::Poster>>,
 }
 
-impl Local {
-    const fn new() -> Local {
-        Local { inside: Cell::new(false), last: Cell::new((0, 0)), poster: RefCell::new(None) }
+/// [`Local::posting`]: `poster` holds this thread's.
+const POSTER: u8 = 1;
+/// [`Local::posting`]: the thread's thread-locals are being destroyed; its poster is gone.
+const EXITING: u8 = 2;
+/// [`Local::posting`]: `poster` is initialised, and belongs to the parent of a fork.
+const STALE: u8 = 3;
+
+/// In a child made by `fork`, on the one thread it has: its poster posts to the parent's queue,
+/// to be replaced at the next event.
+fn forked_child() {
+    let local = local();
+    if local.posting.get() == POSTER {
+        local.posting.set(STALE);
     }
 }
 
-/// The calling thread's [`Local`], or `None` while its thread-locals are being destroyed.
-#[inline]
-fn local() -> Option<&'static Local> {
-    thread_local! {
-        static LOCAL: Local = const { Local::new() };
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+std::arch::global_asm!(
+    ".pushsection .tbss.egpu_preload_local,\"awT\",@nobits",
+    ".globl egpu_preload_local",
+    ".hidden egpu_preload_local",
+    ".type egpu_preload_local,@object",
+    ".size egpu_preload_local,{size}",
+    ".p2align 6",
+    "egpu_preload_local:",
+    ".zero {size}",
+    ".popsection",
+    size = const size_of::<Local>(),
+);
+
+/// The calling thread's [`Local`].
+#[inline(always)]
+fn local() -> &'static Local {
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    {
+        let p: *const Local;
+        // SAFETY: the initial-exec sequence: the thread pointer (`%fs:0`, which the thread's
+        // control block holds) plus the block's offset from it, which the loader writes to the
+        // GOT. Reads nothing else.
+        unsafe {
+            std::arch::asm!(
+                "mov {p}, qword ptr fs:[0]",
+                "add {p}, qword ptr [rip + egpu_preload_local@GOTTPOFF]",
+                p = out(reg) p,
+                options(pure, readonly, nostack),
+            );
+        }
+        // SAFETY: the thread's own block, all zeros at first (a valid `Local`), alive as long as
+        // the thread and used by it alone.
+        unsafe { &*p }
     }
-    // SAFETY: the thread's own value, used on this thread only while it runs.
-    LOCAL.try_with(|l| unsafe { &*(l as *const Local) }).ok()
+    #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+    {
+        thread_local! {
+            // SAFETY: all zeros is a valid `Local` (false, NO_POSTER, (0, 0), uninitialised).
+            static LOCAL: Local = const { unsafe { std::mem::zeroed() } };
+        }
+        // SAFETY: the thread's own value (without a destructor, so always there), used on this
+        // thread only while it runs.
+        LOCAL.with(|l| unsafe { &*(l as *const Local) })
+    }
+}
+
+/// Drops the thread's poster when its thread-locals are destroyed (registered with the first).
+struct Owner;
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let local = local();
+        if matches!(local.posting.replace(EXITING), POSTER | STALE) {
+            // SAFETY: POSTER and STALE say it was initialised, and EXITING that it is never read
+            // again.
+            unsafe { (*local.poster.get()).assume_init_drop() };
+        }
+    }
 }
 
 impl Local {
     /// Queues the event for egpu's worker thread: after the driver's call the caches are cold,
     /// and running the probes here would cost the caller several times more (see
-    /// `egpu::host::HostProbes::post`).
+    /// `egpu::host::HostProbes::post`). Called only inside an interposed call (`inside` set),
+    /// so never re-entered.
     #[inline(always)]
     fn post<C: egpu::host::HostContext>(&self, probes: &'static HostProbes, phase: Phase, ctx: &C) {
-        let Ok(mut poster) = self.poster.try_borrow_mut() else {
-            return probes.post(phase, ctx);
-        };
-        match poster.as_ref() {
-            Some(p) if !p.stale() => p.post(phase, ctx),
-            _ => {
-                let p = probes.poster();
-                p.post(phase, ctx);
-                *poster = Some(p);
-            }
+        if self.posting.get() == POSTER {
+            // SAFETY: POSTER says it is initialised; only this thread touches it.
+            unsafe { (*self.poster.get()).assume_init_ref() }.post(phase, ctx);
+        } else {
+            self.post_without_poster(probes, phase, ctx);
         }
+    }
+
+    /// [`post`](Self::post) for a thread without a poster of its own: makes one (the first
+    /// time, or after a fork), or posts through the set while the thread exits.
+    #[cold]
+    #[inline(never)]
+    fn post_without_poster<C: egpu::host::HostContext>(
+        &self,
+        probes: &'static HostProbes,
+        phase: Phase,
+        ctx: &C,
+    ) {
+        thread_local! {
+            static OWNER: Owner = const { Owner };
+        }
+        if self.posting.get() == EXITING || OWNER.try_with(|_| ()).is_err() {
+            self.posting.set(EXITING);
+            return probes.post(phase, ctx);
+        }
+        let poster = probes.poster();
+        if self.posting.replace(POSTER) == STALE {
+            // SAFETY: STALE said it was initialised; it is replaced below.
+            unsafe { (*self.poster.get()).assume_init_drop() };
+        }
+        // SAFETY: only this thread touches its poster.
+        unsafe { (*self.poster.get()).write(poster) }.post(phase, ctx);
     }
 }
 

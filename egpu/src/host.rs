@@ -105,11 +105,8 @@ pub struct HostProbes {
     attached: RwLock<Vec<Attached>>,
     /// Bumped by every attach and detach: a thread reloads its VMs when it changed.
     generation: AtomicU64,
-    /// Per event and phase (`slot(event, phase)`), in one word so that a caller reads one
-    /// cache line: the probes attached (bits 32–63), the context bytes they read at most
-    /// (bits 16–31) and the context words they touch (bits 0–15, see
-    /// [`HostProbes::context_words`]).
-    state: [AtomicU64; 10],
+    /// What a caller reads on every event.
+    hot: Hot,
     next_id: AtomicU64,
     /// Completed runs, one counter per thread that fired (each written by its thread alone,
     /// without a locked instruction), summed when asked.
@@ -159,6 +156,20 @@ thread_local! {
 
 static SERIAL: AtomicU64 = AtomicU64::new(0);
 
+/// What a caller reads on every event, on one cache line (the launch's and the copy's words
+/// included): after a driver call the caches are cold, and each line costs.
+#[repr(C, align(64))]
+#[derive(Default)]
+struct Hot {
+    /// Forks this set has seen in this process's line of descent (bumped in the child by
+    /// `deferred`'s fork handler): a [`Poster`] made before a fork must not post.
+    forks: AtomicU32,
+    /// Per event and phase (`slot(event, phase)`), in one word: the probes attached
+    /// (bits 32–63), the context bytes they read at most (bits 16–31) and the context words
+    /// they touch (bits 0–15, see [`HostProbes::context_words`]).
+    state: [AtomicU64; 10],
+}
+
 impl Default for HostProbes {
     fn default() -> Self {
         HostProbes::new()
@@ -172,7 +183,7 @@ impl HostProbes {
             serial: SERIAL.fetch_add(1, Ordering::Relaxed),
             attached: RwLock::new(Vec::new()),
             generation: AtomicU64::new(0),
-            state: Default::default(),
+            hot: Hot::default(),
             next_id: AtomicU64::new(0),
             runs: Mutex::new(Vec::new()),
             faults: AtomicU64::new(0),
@@ -224,7 +235,7 @@ impl HostProbes {
         let count = u64::try_from(mine().count()).unwrap_or(u64::from(u32::MAX));
         let needed = u64::try_from(needed).unwrap_or(u64::MAX).min(0xffff);
         let state = count.min(u64::from(u32::MAX)) << 32 | needed << 16 | u64::from(words);
-        self.state[slot(event, phase)].store(state, Ordering::Relaxed);
+        self.hot.state[slot(event, phase)].store(state, Ordering::Relaxed);
     }
 
     /// Detaches a probe: calls that begin after this returns do not run it. False when it was not
@@ -242,7 +253,7 @@ impl HostProbes {
     /// spends time filling a context.
     #[inline]
     pub fn armed(&self, event: HostEvent, phase: Phase) -> bool {
-        self.state[slot(event, phase)].load(Ordering::Relaxed) >> 32 != 0
+        self.hot.state[slot(event, phase)].load(Ordering::Relaxed) >> 32 != 0
     }
 
     /// How many bytes at the start of `event`'s context the probes attached at `phase` may read
@@ -250,7 +261,7 @@ impl HostProbes {
     /// (a timestamp costs a clock read).
     #[inline]
     pub fn context_needed(&self, event: HostEvent, phase: Phase) -> usize {
-        (self.state[slot(event, phase)].load(Ordering::Relaxed) >> 16 & 0xffff) as usize
+        (self.hot.state[slot(event, phase)].load(Ordering::Relaxed) >> 16 & 0xffff) as usize
     }
 
     /// Which 8-byte words of `event`'s context the probes attached at `phase` may read or write
@@ -258,7 +269,7 @@ impl HostProbes {
     /// leave the others (a clock read for a timestamp no probe reads is time lost).
     #[inline]
     pub fn context_words(&self, event: HostEvent, phase: Phase) -> u16 {
-        self.state[slot(event, phase)].load(Ordering::Relaxed) as u16
+        self.hot.state[slot(event, phase)].load(Ordering::Relaxed) as u16
     }
 
     /// Runs every probe attached to `C`'s event at `phase`, on this thread, with `ctx` as the

@@ -192,6 +192,16 @@ impl Producer {
         }
     }
 
+    /// Whether the queue has room up to `end`, reading the consumer's `tail` (the last one read
+    /// said no).
+    #[cold]
+    #[inline(never)]
+    fn room(&self, end: u64) -> bool {
+        let tail = self.queue.tail.load(Ordering::Acquire);
+        self.seen_tail.set(tail);
+        end - tail <= SLOTS as u64
+    }
+
     /// Queues a context; false when the queue is full. Called by the queue's thread only.
     #[inline(always)]
     fn push(&self, event: HostEvent, phase: Phase, ctx: &[u8]) -> bool {
@@ -200,12 +210,8 @@ impl Producer {
         }
         let n = if ctx.len() <= FIRST { 1 } else { 2 };
         let head = self.head.get();
-        if head + n - self.seen_tail.get() > SLOTS as u64 {
-            let tail = self.queue.tail.load(Ordering::Acquire);
-            self.seen_tail.set(tail);
-            if head + n - tail > SLOTS as u64 {
-                return false;
-            }
+        if head + n - self.seen_tail.get() > SLOTS as u64 && !self.room(head + n) {
+            return false;
         }
         let (first, rest) = ctx.split_at(ctx.len().min(FIRST));
         let at = |h: u64| (h % SLOTS as u64) as usize;
@@ -346,12 +352,15 @@ extern "C" fn before_fork() {
     let _ = FORK_GUARDS.try_with(|g| *g.borrow_mut() = guards);
 }
 
-fn after_fork() {
+fn after_fork(child: bool) {
     let Ok(mut guards) = FORK_GUARDS.try_with(|g| std::mem::take(&mut *g.borrow_mut())) else {
         return;
     };
     if let Some(list) = guards.pop().and_then(|l| l.downcast::<Vec<&'static HostProbes>>().ok()) {
         for set in list.iter() {
+            if child {
+                set.hot.forks.fetch_add(1, Ordering::Relaxed);
+            }
             set.registry.unlock();
         }
     }
@@ -362,12 +371,12 @@ fn after_fork() {
 }
 
 extern "C" fn after_fork_parent() {
-    after_fork();
+    after_fork(false);
 }
 
 extern "C" fn after_fork_child() {
     FORKS.fetch_add(1, Ordering::Relaxed);
-    after_fork();
+    after_fork(true);
 }
 
 thread_local! {
@@ -388,6 +397,7 @@ impl HostProbes {
         }
     }
 
+    #[cold]
     #[inline(never)]
     fn post_slow(&'static self, event: HostEvent, phase: Phase, ctx: &[u8]) {
         let ctx = &ctx[..self.context_needed(event, phase).min(ctx.len())];
@@ -407,11 +417,18 @@ impl HostProbes {
             mine[at].2.push(event, phase, ctx)
         });
         if queued != Ok(true) {
-            let mut copy = [0u8; CTX_MAX];
-            let len = ctx.len().min(CTX_MAX);
-            copy[..len].copy_from_slice(&ctx[..len]);
-            self.fire_slow(event, phase, &mut copy[..len]);
+            self.fire_copy(event, phase, ctx);
         }
+    }
+
+    /// Runs the probes now, on a copy of `ctx` (a queue was full, or cannot be had).
+    #[cold]
+    #[inline(never)]
+    fn fire_copy(&self, event: HostEvent, phase: Phase, ctx: &[u8]) {
+        let mut copy = [0u8; CTX_MAX];
+        let len = ctx.len().min(CTX_MAX);
+        copy[..len].copy_from_slice(&ctx[..len]);
+        self.fire_slow(event, phase, &mut copy[..len]);
     }
 
     /// Adds a thread's queue, starting the worker (and, once, the fork handlers) when this
@@ -478,13 +495,12 @@ impl std::fmt::Debug for Poster {
 impl HostProbes {
     /// A poster for the calling thread (see [`Poster`]).
     pub fn poster(&'static self) -> Poster {
-        let forks = FORKS.load(Ordering::Relaxed);
         let queue = Arc::new(Queue::new());
-        self.register(queue.clone(), forks);
+        self.register(queue.clone(), FORKS.load(Ordering::Relaxed));
         Poster {
             set: self,
             producer: Producer::new(queue),
-            forks,
+            forks: self.hot.forks.load(Ordering::Relaxed),
             _thread: std::marker::PhantomData,
         }
     }
@@ -500,18 +516,16 @@ impl Poster {
         }
         let needed = self.set.context_needed(C::EVENT, phase).min(size_of::<C>());
         let bytes = &bytemuck::bytes_of(ctx)[..needed];
-        if FORKS.load(Ordering::Relaxed) != self.forks {
+        if self.stale() {
             self.set.post_slow(C::EVENT, phase, bytes);
         } else if !self.producer.push(C::EVENT, phase, bytes) {
-            let mut copy = [0u8; CTX_MAX];
-            copy[..bytes.len()].copy_from_slice(bytes);
-            self.set.fire_slow(C::EVENT, phase, &mut copy[..bytes.len()]);
+            self.set.fire_copy(C::EVENT, phase, bytes);
         }
     }
 
     /// Whether the process forked since this poster was made (a child then makes a new one).
     #[inline]
     pub fn stale(&self) -> bool {
-        FORKS.load(Ordering::Relaxed) != self.forks
+        self.set.hot.forks.load(Ordering::Relaxed) != self.forks
     }
 }
