@@ -12,7 +12,7 @@ use std::mem::offset_of;
 use std::sync::atomic::Ordering;
 
 use egpu::ebpf::{AllocCtx, LaunchCtx, MemcpyCtx, ModuleLoadCtx, Phase, SyncCtx};
-use egpu::host::HostContext;
+use egpu::host::{HostContext, HostProbes};
 
 use crate::real::{Hook, Keep};
 use crate::{CuResult, Handle, defaults};
@@ -58,16 +58,8 @@ pub(crate) fn observe<C: Event>(
     call: impl FnOnce() -> CuResult,
     after: impl FnOnce(&mut C, CuResult),
 ) -> CuResult {
-    // Nothing attached, or paused: straight to the driver, before touching any thread-local.
-    let Some(probes) = defaults::active() else { return call() };
-    let (enter, exit) = (probes.armed(C::EVENT, Phase::Enter), probes.armed(C::EVENT, Phase::Exit));
-    if !enter && !exit {
-        return call();
-    }
-    let local = crate::local();
-    if local.inside.get() {
-        return nested(call);
-    }
+    // One place that calls the driver without an event, so that the common path runs straight.
+    let Some((probes, local, enter, exit)) = watched::<C>() else { return call() };
     // The fields the probes read, and no more: a clock read or a system call costs more than a
     // probe's run.
     let words = probes.context_words(C::EVENT, Phase::Enter)
@@ -98,12 +90,21 @@ pub(crate) fn observe<C: Event>(
     result
 }
 
-/// A call made inside another interposed call: not an event of its own (out of line, so that the
-/// common path runs straight through).
-#[cold]
-#[inline(never)]
-fn nested(call: impl FnOnce() -> CuResult) -> CuResult {
-    call()
+/// Whether a call is an event: probes are attached to `C`'s event (whether at its entry, and at
+/// its exit), they are not paused, and the thread is not inside another interposed call (the
+/// driver calling itself). Decided before touching any thread-local where it can be.
+#[inline(always)]
+fn watched<C: Event>() -> Option<(&'static HostProbes, &'static crate::Local, bool, bool)> {
+    let probes = defaults::active()?;
+    let (enter, exit) = (probes.armed(C::EVENT, Phase::Enter), probes.armed(C::EVENT, Phase::Exit));
+    if !enter && !exit {
+        return None;
+    }
+    let local = crate::local();
+    if local.inside.get() {
+        return None;
+    }
+    Some((probes, local, enter, exit))
 }
 
 /// Defines one interposed entry point: a [`Hook`] named `$hook` for the real function, and an
