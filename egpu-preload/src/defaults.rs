@@ -103,12 +103,15 @@ extern "C" fn exiting() {
 /// after a fork) and not paused; `None` when paused or when they could not be set up.
 #[inline(always)]
 pub(crate) fn active() -> Option<&'static HostProbes> {
-    // The common case, from one cache line and without a call.
-    if HOT.gate.load(Ordering::Acquire) == READY {
+    // The common cases, from one cache line and without a call.
+    let gate = HOT.gate.load(Ordering::Acquire);
+    if gate == READY {
         // SAFETY: null, or `egpu::host::global()`, which lives as long as the process.
         if let Some(probes) = unsafe { HOT.probes.load(Ordering::Relaxed).as_ref() } {
             return Some(probes);
         }
+    } else if gate == READY | PAUSED {
+        return None;
     }
     let probes = probes();
     if HOT.gate.load(Ordering::Relaxed) & PAUSED != 0 { None } else { probes }

@@ -50,61 +50,93 @@ macro_rules! event {
 event!(LaunchCtx, MemcpyCtx, AllocCtx, SyncCtx, ModuleLoadCtx);
 
 /// Runs `call` as one event: the context `build` makes (given the context words the probes
-/// read, [`egpu::host::HostProbes::context_words`]), posted before the call; `after` fills what the call produced, and the context is
-/// posted again after it. When nothing is attached to the event, or the thread is already inside
-/// an interposed call, `call` is all that runs.
+/// read, [`egpu::host::HostProbes::context_words`]), posted before the call; `after` fills what
+/// the call produced, and the context is posted again after it. When nothing is attached to the
+/// event, or the thread is already inside an interposed call, `call` is all that runs.
+///
+/// Laid out for a launch right after another: the driver's call leaves the branch predictor
+/// cold as well as the caches, and a cold predictor takes each branch as not taken. So in the
+/// common case (probes at the entry only, reading neither clock nor thread id) no branch here
+/// is taken; the rest is out of line.
 pub(crate) fn observe<C: Event>(
     build: impl FnOnce(u16, &crate::Local) -> C,
     call: impl FnOnce() -> CuResult,
     after: impl FnOnce(&mut C, CuResult),
 ) -> CuResult {
-    // One place that calls the driver without an event, so that the common path runs straight.
-    let Some((probes, local, enter, exit)) = watched::<C>() else { return call() };
+    // Nothing attached, paused, or a call the driver makes inside another interposed call:
+    // straight to the driver, before touching any thread-local where it can be.
+    let Some(probes) = defaults::active() else { return call() };
+    let (enter, exit) = (probes.armed(C::EVENT, Phase::Enter), probes.armed(C::EVENT, Phase::Exit));
+    if !enter && !exit {
+        rare();
+        return call();
+    }
+    let local = crate::local();
+    if local.inside.get() {
+        rare();
+        return call();
+    }
     // The fields the probes read, and no more: a clock read or a system call costs more than a
-    // probe's run.
-    let words = probes.context_words(C::EVENT, Phase::Enter)
-        | if exit { probes.context_words(C::EVENT, Phase::Exit) } else { 0 };
+    // probe's run. (Nothing attached at a phase reads nothing.)
+    let words =
+        probes.context_words(C::EVENT, Phase::Enter) | probes.context_words(C::EVENT, Phase::Exit);
     let reads = |offset: usize| words & (1 << (offset / 8)) != 0;
     local.inside.set(true);
     let mut ctx = build(words, local);
-    let timed = reads(C::TIMESTAMP) || (exit && reads(C::DURATION));
-    if timed {
-        *ctx.timestamp() = egpu::host::now_ns();
-    }
-    if reads(C::TID) {
-        *ctx.tid() = egpu::host::thread_id();
+    let timed = reads(C::TIMESTAMP) | (exit & reads(C::DURATION));
+    if timed | reads(C::TID) {
+        stamp(&mut ctx, timed, reads(C::TID));
     }
     if enter {
         local.post(probes, Phase::Enter, &ctx);
     }
     let result = call();
     if exit {
-        after(&mut ctx, result);
-        if timed {
-            *ctx.duration() = egpu::host::now_ns().saturating_sub(*ctx.timestamp());
-        }
-        *ctx.result() = result;
-        local.post(probes, Phase::Exit, &ctx);
+        finish(probes, local, ctx, result, timed, after);
     }
     local.inside.set(false);
     result
 }
 
-/// Whether a call is an event: probes are attached to `C`'s event (whether at its entry, and at
-/// its exit), they are not paused, and the thread is not inside another interposed call (the
-/// driver calling itself). Decided before touching any thread-local where it can be.
-#[inline(always)]
-fn watched<C: Event>() -> Option<(&'static HostProbes, &'static crate::Local, bool, bool)> {
-    let probes = defaults::active()?;
-    let (enter, exit) = (probes.armed(C::EVENT, Phase::Enter), probes.armed(C::EVENT, Phase::Exit));
-    if !enter && !exit {
-        return None;
+/// Fills the context's timestamp (when `timed`) and thread id (when `tid`).
+#[cold]
+#[inline(never)]
+fn stamp<C: Event>(ctx: &mut C, timed: bool, tid: bool) {
+    if timed {
+        *ctx.timestamp() = egpu::host::now_ns();
     }
-    let local = crate::local();
-    if local.inside.get() {
-        return None;
+    if tid {
+        *ctx.tid() = egpu::host::thread_id();
     }
-    Some((probes, local, enter, exit))
+}
+
+/// After the call, for probes at its exit: what the call produced, the time it took (when
+/// `timed`) and its result, posted.
+#[cold]
+#[inline(never)]
+fn finish<C: Event>(
+    probes: &'static HostProbes,
+    local: &crate::Local,
+    mut ctx: C,
+    result: CuResult,
+    timed: bool,
+    after: impl FnOnce(&mut C, CuResult),
+) {
+    after(&mut ctx, result);
+    if timed {
+        *ctx.duration() = egpu::host::now_ns().saturating_sub(*ctx.timestamp());
+    }
+    *ctx.result() = result;
+    local.post(probes, Phase::Exit, &ctx);
+}
+
+/// Marks the branch that calls it as the rare one, so that the common path runs straight through
+/// (see [`observe`]); `std::hint::cold_path` does this from Rust 1.95 on.
+#[cold]
+#[inline(never)]
+fn rare() {
+    // Opaque, so that the call is kept, and with it the hint.
+    std::hint::black_box(());
 }
 
 /// Defines one interposed entry point: a [`Hook`] named `$hook` for the real function, and an

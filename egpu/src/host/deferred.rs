@@ -224,12 +224,13 @@ impl Producer {
             let slot = &mut (*self.slots.add(at(head))).0;
             match <&[u8; FIRST]>::try_from(first) {
                 // A whole line (a launch's context up to its block size): copied inline, without
-                // a call to `memcpy` whose code and table entry the driver's call left cold.
+                // a call to `memcpy` whose code and table entry the driver's call left cold, and
+                // without a branch taken (a cold predictor takes none).
                 Ok(whole) => *slot = *whole,
-                Err(_) => slot[..first.len()].copy_from_slice(first),
+                Err(_) => copy_rest(slot, first),
             }
             if !rest.is_empty() {
-                (&mut (*self.slots.add(at(head + 1))).0)[..rest.len()].copy_from_slice(rest);
+                copy_rest(&mut (*self.slots.add(at(head + 1))).0, rest);
             }
         }
         self.head.set(head + n);
@@ -262,6 +263,13 @@ fn prefetch_for_write(p: *const u8) {
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     let _ = p;
+}
+
+/// Copies a context's bytes that are not one whole slot (out of line: see [`Producer::push`]).
+#[cold]
+#[inline(never)]
+fn copy_rest(slot: &mut [u8; 64], bytes: &[u8]) {
+    slot[..bytes.len()].copy_from_slice(bytes);
 }
 
 /// Forks seen by this process's children (a child's first post starts afresh).
