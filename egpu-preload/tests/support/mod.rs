@@ -79,6 +79,6 @@ pub(crate) fn build(test: &str) -> PathBuf {
     // driver even where a real libcuda.so.1 is on the loader path.
     let rpath = format!("-Wl,--disable-new-dtags,-rpath,{d}");
     let src = launcher.to_str().expect("a UTF-8 path");
-    cc(&["-O1", "-o", &exe, src, &lib, &rpath, "-ldl"]);
+    cc(&["-O1", "-o", &exe, src, &lib, &rpath, "-ldl", "-pthread"]);
     dir
 }
