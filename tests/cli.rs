@@ -334,13 +334,13 @@ fn run_starts_a_program_under_the_library_and_maps_reads_it_live() {
         "--".as_ref(),
         launcher.as_os_str(),
     ]);
-    assert!(r.stdout.contains("parent driver launches 17 ptsz 1 other calls 27"), "{}", r.stdout);
+    assert!(r.stdout.contains("parent driver launches 21 ptsz 1 other calls 27"), "{}", r.stdout);
     let parent = std::fs::read_dir(&dir)
         .expect("the directory")
         .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
         .find(|text| text.contains("_Z5kernAPf"))
         .expect("the parent's summary");
-    assert!(parent.contains("launches 16\n") && parent.contains("copies htod 5 13056"), "{parent}");
+    assert!(parent.contains("launches 20\n") && parent.contains("copies htod 5 13056"), "{parent}");
     let failing = [
         "run".as_ref(),
         "--library".as_ref(),
