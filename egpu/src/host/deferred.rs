@@ -351,9 +351,12 @@ extern "C" fn before_fork() {
     let list: Vec<&'static HostProbes> = sets.clone();
     guards.push(Box::new(sets));
     for set in &list {
+        // In the order every other path takes them: the attached probes before either, and the
+        // health mirror before the run counters (`write_health_mirror`, on the worker thread,
+        // holds the one while it reads the other).
         guards.push(Box::new(set.attached.write().unwrap_or_else(|p| p.into_inner())));
-        guards.push(Box::new(set.runs.lock().unwrap_or_else(|p| p.into_inner())));
         guards.push(Box::new(set.health_mirror.lock().unwrap_or_else(|p| p.into_inner())));
+        guards.push(Box::new(set.runs.lock().unwrap_or_else(|p| p.into_inner())));
         set.registry.lock();
     }
     guards.push(Box::new(list));
