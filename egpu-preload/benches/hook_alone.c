@@ -6,17 +6,12 @@
  * probes are paused and running on alternate rounds. Prints medians in TSC cycles (rdtscp,
  * whose own cost is in every figure) and the cost added by the probes, cold and warm.
  * Built and run by benches/launch.rs, before launch_overhead.c. */
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 #include <x86intrin.h>
 
-typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                         unsigned, void *, void **, void **);
-
-static const char PTX[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
-                          ".visible .entry empty()\n{\n\tret;\n}\n";
+#include "launch_setup.h"
 
 #define ROUNDS 20000
 
@@ -25,35 +20,15 @@ static int cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-#define NEED(f) if (!(f)) { fprintf(stderr, "missing: %s\n", #f); return 1; }
-#define CHECK(call) do { int r_ = (call); if (r_) { fprintf(stderr, "%s: %d\n", #call, r_); return 1; } } while (0)
-
 int main(int argc, char **argv) {
     NEED(argc == 2);
-    void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
-    NEED(cuda);
-    int (*init)(unsigned) = dlsym(cuda, "cuInit");
-    int (*device_get)(int *, int) = dlsym(cuda, "cuDeviceGet");
-    int (*retain)(void **, int) = dlsym(cuda, "cuDevicePrimaryCtxRetain");
-    int (*set_current)(void *) = dlsym(cuda, "cuCtxSetCurrent");
-    int (*load)(void **, const void *) = dlsym(cuda, "cuModuleLoadData");
-    int (*get_function)(void **, void *, const char *) = dlsym(cuda, "cuModuleGetFunction");
-    int (*sync)(void) = dlsym(cuda, "cuCtxSynchronize");
-    launch_fn hooked = (launch_fn)dlsym(cuda, "cuLaunchKernel");
-    int (*probes)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "egpu_preload_probes");
-    void *(*real_launch)(void) = (void *(*)(void))dlsym(RTLD_DEFAULT, "egpu_preload_real_launch");
-    NEED(init && device_get && retain && set_current && load && get_function && sync && hooked);
-    if (!probes || !real_launch) { fprintf(stderr, "not under egpu's preloaded library\n"); return 2; }
-    int dev;
-    void *ctx, *module, *f;
-    CHECK(init(0));
-    CHECK(device_get(&dev, 0));
-    CHECK(retain(&ctx, dev));
-    CHECK(set_current(ctx));
-    CHECK(load(&module, PTX));
-    CHECK(get_function(&f, module, "empty"));
-    launch_fn driver = (launch_fn)real_launch();
-    NEED(driver && driver != hooked);
+    struct bench b;
+    int up = set_up(&b);
+    if (up) return up;
+    launch_fn hooked = b.hooked, driver = b.driver;
+    void *f = b.f;
+    int (*probes)(int) = b.probes, (*sync)(void) = b.sync;
+    void *(*real_launch)(void) = b.real_launch;
     void *stub = dlopen(argv[1], RTLD_NOW);
     NEED(stub);
     /* Through the preloaded library's dlsym: the hook's real function is the stub from now on. */

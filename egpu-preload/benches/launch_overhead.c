@@ -5,19 +5,12 @@
  * kernel, and the launch-shape histograms), each as
  * nanoseconds per call over batches of launches of an empty kernel, interleaved in rotating
  * order; the cost added is the median of the per-round differences to (a), with its quartiles. Built and run by benches/launch.rs. */
-#include <dlfcn.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
-typedef int CUresult;
-typedef void *CUfunction;
-typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
-                              unsigned, unsigned, void *, void **, void **);
-
-static const char PTX[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
-                          ".visible .entry empty()\n{\n\tret;\n}\n";
+#include "launch_setup.h"
 
 #define ROUNDS 1201
 #define BATCH 200
@@ -33,36 +26,13 @@ static int cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-#define NEED(f) if (!(f)) { fprintf(stderr, "missing: %s\n", #f); return 1; }
-#define CHECK(call) do { CUresult r_ = (call); if (r_) { fprintf(stderr, "%s: %d\n", #call, r_); return 1; } } while (0)
-
 int main(void) {
-    void *cuda = dlopen("libcuda.so.1", RTLD_NOW);
-    NEED(cuda);
-    CUresult (*init)(unsigned) = dlsym(cuda, "cuInit");
-    CUresult (*device_get)(int *, int) = dlsym(cuda, "cuDeviceGet");
-    CUresult (*retain)(void **, int) = dlsym(cuda, "cuDevicePrimaryCtxRetain");
-    CUresult (*set_current)(void *) = dlsym(cuda, "cuCtxSetCurrent");
-    CUresult (*load)(void **, const void *) = dlsym(cuda, "cuModuleLoadData");
-    CUresult (*get_function)(CUfunction *, void *, const char *) = dlsym(cuda, "cuModuleGetFunction");
-    CUresult (*sync)(void) = dlsym(cuda, "cuCtxSynchronize");
-    launch_fn hooked = (launch_fn)dlsym(cuda, "cuLaunchKernel");
-    int (*probes)(int) = (int (*)(int))dlsym(RTLD_DEFAULT, "egpu_preload_probes");
-    void *(*real_launch)(void) = (void *(*)(void))dlsym(RTLD_DEFAULT, "egpu_preload_real_launch");
-    NEED(init && device_get && retain && set_current && load && get_function && sync && hooked);
-    if (!probes || !real_launch) { fprintf(stderr, "not under egpu's preloaded library\n"); return 2; }
-    int dev;
-    void *ctx, *module;
-    CUfunction f;
-    CHECK(init(0));
-    CHECK(device_get(&dev, 0));
-    CHECK(retain(&ctx, dev));
-    CHECK(set_current(ctx));
-    CHECK(load(&module, PTX));
-    CHECK(get_function(&f, module, "empty"));
-    launch_fn real = (launch_fn)real_launch();
-    NEED(real && real != hooked);
-    launch_fn fns[3] = {real, hooked, hooked};
+    struct bench b;
+    int up = set_up(&b);
+    if (up) return up;
+    launch_fn fns[3] = {b.driver, b.hooked, b.hooked};
+    void *f = b.f;
+    int (*probes)(int) = b.probes, (*sync)(void) = b.sync;
     const char *names[3] = {"(a) cuLaunchKernel, not interposed", "(b) interposed, probes paused",
                             "(c) interposed, hash map update per launch"};
     double ns[3][ROUNDS];

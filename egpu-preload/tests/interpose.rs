@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use support::{build, preload_library, probes_library};
+use support::{build, cc, fixture, preload_library, probes_library};
 
 /// What one process's summary says: launches per kernel name (the empty name: no name), the
 /// total, and the probe runs.
@@ -170,6 +170,40 @@ fn forks_during_the_workers_sweeps_never_deadlock() {
         .expect("its output");
     assert!(status.success(), "{stdout}");
     assert!(stdout.contains("forks done, driver launches 3000"), "{stdout}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_launch_benchmarks_run_against_the_stand_in_driver() {
+    // The benchmark's C programs are built and run on the GPU machine only; here they run against
+    // the stand-in driver, so that a change that breaks them shows before a GPU run (their
+    // figures mean nothing here).
+    let dir = build("benches");
+    let d = dir.to_str().expect("a UTF-8 path");
+    let source = |name: &str| fixture(&format!("../../benches/{name}")).display().to_string();
+    let stub = format!("{d}/libstub_launch.so");
+    cc(&["-shared", "-fPIC", "-O2", "-o", &stub, &source("stub_launch.c")]);
+    for (program, args, says) in [
+        ("hook_alone", vec![stub.as_str()], "again at once (warm):"),
+        ("launch_overhead", vec![], "ratio (c) "),
+    ] {
+        let exe = format!("{d}/{program}");
+        cc(&["-O2", "-Wall", "-Werror", "-o", &exe, &source(&format!("{program}.c")), "-ldl"]);
+        let out = Command::new(&exe)
+            .args(args)
+            .env("LD_PRELOAD", preload_library())
+            .env("LD_LIBRARY_PATH", &dir)
+            .env("EGPU_SHARED", "0")
+            .output()
+            .expect("running the benchmark");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{program}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.contains(says), "{program}: {stdout}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

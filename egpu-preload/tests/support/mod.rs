@@ -45,8 +45,9 @@ fn built(variable: &str, args: &[&str], artifact: &str) -> PathBuf {
     lib
 }
 
-/// A fixture file, found from the including package's folder (egpu-preload's, or a sibling's).
-fn fixture(name: &str) -> PathBuf {
+/// A fixture file, found from the including package's folder (egpu-preload's, or a sibling's);
+/// `../benches/NAME` for one of egpu-preload's benchmark programs.
+pub(crate) fn fixture(name: &str) -> PathBuf {
     let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
@@ -59,7 +60,7 @@ fn fixture(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-fn cc(args: &[&str]) {
+pub(crate) fn cc(args: &[&str]) {
     let out = Command::new("cc").args(args).output().expect("running cc");
     assert!(out.status.success(), "cc {args:?}:\n{}", String::from_utf8_lossy(&out.stderr));
 }
