@@ -50,11 +50,16 @@ pub(crate) struct Hot {
 }
 
 /// [`Hot::gate`]: the probes are set up (in this process, or in the parent of a fork).
-const READY: u8 = 1;
+pub(crate) const READY: u8 = 1;
 /// [`Hot::gate`]: a child made by `fork`, whose maps are copies of the parent's, to be replaced.
 const FORKED: u8 = 2;
 /// [`Hot::gate`]: the probes are paused ([`set_enabled`]): events go straight to the driver.
-const PAUSED: u8 = 4;
+pub(crate) const PAUSED: u8 = 4;
+
+impl Hot {
+    /// Where [`Hot::gate`] is, for the trampolines (`events::trampolined`).
+    pub(crate) const GATE: usize = std::mem::offset_of!(Hot, gate);
+}
 
 pub(crate) static HOT: Hot = Hot {
     gate: AtomicU8::new(0),

@@ -76,12 +76,32 @@ pub(crate) fn observe<C: Event>(
         rare();
         return call();
     }
+    local.inside.set(true);
+    let (ctx, timed) = begin(probes, local, enter, exit, build);
+    let result = call();
+    if exit {
+        finish(probes, local, ctx, result, timed, after);
+    }
+    local.inside.set(false);
+    result
+}
+
+/// The first half of an event, before the call (the thread is inside it): the context `build`
+/// makes with the fields the probes at its entry and exit read, stamped, and posted to those at
+/// its entry. Returns it, and whether it was timed.
+#[inline(always)]
+fn begin<C: Event>(
+    probes: &'static HostProbes,
+    local: &crate::Local,
+    enter: bool,
+    exit: bool,
+    build: impl FnOnce(u16, &crate::Local) -> C,
+) -> (C, bool) {
     // The fields the probes read, and no more: a clock read or a system call costs more than a
     // probe's run. (Nothing attached at a phase reads nothing.)
     let words =
         probes.context_words(C::EVENT, Phase::Enter) | probes.context_words(C::EVENT, Phase::Exit);
     let reads = |offset: usize| words & (1 << (offset / 8)) != 0;
-    local.inside.set(true);
     let mut ctx = build(words, local);
     let timed = reads(C::TIMESTAMP) | (exit & reads(C::DURATION));
     if timed | reads(C::TID) {
@@ -90,12 +110,34 @@ pub(crate) fn observe<C: Event>(
     if enter {
         local.post(probes, Phase::Enter, &ctx);
     }
-    let result = call();
-    if exit {
-        finish(probes, local, ctx, result, timed, after);
+    (ctx, timed)
+}
+
+/// The probes' part of a call entered through a trampoline ([`trampolined`]), before the
+/// driver's function, to which the trampoline then jumps: the event posted to the probes at its
+/// entry, in the common case. `false` leaves the whole call to [`observe`], having done nothing:
+/// when probes are attached to its exit (they wait for the call's result), read the clock or
+/// the thread id, or the thread has no poster of its own or no room in its queue.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(always)]
+fn enter_only<C: Event>(build: impl FnOnce(u16, &crate::Local) -> C) -> bool {
+    let Some(probes) = defaults::active() else { return true };
+    let (enter, exit) = (probes.armed(C::EVENT, Phase::Enter), probes.armed(C::EVENT, Phase::Exit));
+    let local = crate::local();
+    if !enter & !exit || local.inside.get() {
+        rare();
+        return true;
     }
+    let words = probes.context_words(C::EVENT, Phase::Enter);
+    let stamped = words & (1 << (C::TIMESTAMP / 8) | 1 << (C::TID / 8)) != 0;
+    let Some(poster) = local.poster() else { return false };
+    if exit | stamped {
+        return false;
+    }
+    local.inside.set(true);
+    let posted = poster.post_line(Phase::Enter, &build(words, local));
     local.inside.set(false);
-    result
+    posted
 }
 
 /// Fills the context's timestamp (when `timed`) and thread id (when `tid`).
@@ -165,9 +207,12 @@ macro_rules! interposed {
     };
 }
 
-/// Defines interposed entry points that make one event of each call ([`observe`]).
+/// Defines interposed entry points that make one event of each call ([`observe`]): the CUDA
+/// runtime's (`runtime;`), which call the driver's, and the driver's own (`driver;`), which call
+/// no other interposed function and so, on x86-64 Linux, are entered through a trampoline
+/// ([`trampolined`]).
 macro_rules! entries {
-    ($(
+    (runtime; $(
         $hook:ident $name:ident ($($arg:ident : $ty:ty),* $(,)?)
             => $build:expr, $after:expr;
     )*) => {$(
@@ -177,6 +222,194 @@ macro_rules! entries {
             observe($build, call, $after)
         });
     )*};
+    (driver; $(
+        $hook:ident $name:ident ($($arg:ident : $ty:ty),* $(,)?)
+            => $build:expr, $after:expr;
+    )*) => {$(
+        #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+        entries!(runtime; $hook $name($($arg: $ty),*) => $build, $after;);
+        #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+        trampolined!($hook $name($($arg: $ty),*) => $build, $after);
+    )*};
+}
+
+/// Defines an interposed entry point of the driver entered through a trampoline: the exported
+/// function is a few instructions of assembly that jump to the driver's function (the real one,
+/// `$hook`'s) with the caller's registers and stack untouched, so that the driver returns
+/// straight to the caller. When the probes are paused that is all it does. When they run, it
+/// first calls `$name::enter` with the argument registers it saved, which posts the event to the
+/// probes at its entry ([`enter_only`]), and restores them. What it does not handle (the probes
+/// not set up yet, a fork, probes at the call's exit, a real function not found yet) it leaves to
+/// `$name::full`, the entry point as [`entries`] makes it for the runtime, to which it jumps
+/// instead.
+///
+/// What a call costs here is mostly cache lines, cold after the driver's previous call: so the
+/// trampoline reads one line of its own besides the hook's and [`defaults::HOT`], and neither
+/// copies the arguments nor calls the driver itself (a C function cannot hand its caller's stack
+/// arguments on without copying them).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+macro_rules! trampolined {
+    ($hook:ident $name:ident ($($arg:ident : $ty:ty),*) => $build:expr, $after:expr) => {
+        pub(crate) static $hook: Hook<unsafe extern "C" fn($($ty),*) -> CuResult> = Hook::new(
+            match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
+                Ok(name) => name,
+                Err(_) => panic!("a name without NUL"),
+            },
+            || $name as *mut c_void,
+        );
+
+        /// The Rust half of the entry point's trampoline.
+        mod $name {
+            use super::*;
+
+            /// The whole call as one event, where the trampoline does not handle it.
+            ///
+            /// # Safety
+            ///
+            /// As the driver's function.
+            pub(super) unsafe extern "C" fn full($($arg: $ty),*) -> CuResult {
+                let Some(real) = $hook.get() else { return NOT_FOUND };
+                // SAFETY: the driver's function, with the caller's arguments unchanged.
+                let call = move || unsafe { real($($arg),*) };
+                observe($build, call, $after)
+            }
+
+            /// The event posted before the call ([`enter_only`]), from the arguments as the
+            /// trampoline saved them.
+            ///
+            /// # Safety
+            ///
+            /// `saved` is the trampoline's save area, as [`Saved`] describes it.
+            #[allow(unused_variables, unused_mut)] // arguments the event does not read, or none
+            pub(super) unsafe extern "C" fn enter(saved: *const u64) -> bool {
+                let mut saved = Saved { at: saved, next: 0 };
+                // SAFETY: the caller's arguments, one word each, in order.
+                $(let $arg: $ty = unsafe { saved.take() };)*
+                enter_only($build)
+            }
+        }
+
+        #[doc = concat!("The driver's `", stringify!($name), "`, interposed.")]
+        ///
+        /// # Safety
+        ///
+        /// As the driver's.
+        #[unsafe(no_mangle)]
+        #[unsafe(naked)]
+        pub(crate) unsafe extern "C" fn $name($($arg: $ty),*) -> CuResult {
+            std::arch::naked_asm!(
+                ".cfi_startproc",
+                // The real function, and the gate.
+                "mov rax, qword ptr [rip + {hook} + {real}]",
+                "movzx r11d, byte ptr [rip + {hot} + {gate}]",
+                "test rax, rax",
+                "jz {full}",
+                "cmp r11d, {ready}",
+                "jne 2f",
+                // A call from the driver's own code: the driver calling itself, part of the
+                // call the program made, which is its event.
+                "mov r10, qword ptr [rsp]",
+                "sub r10, qword ptr [rip + {hook} + {code}]",
+                "cmp r10, qword ptr [rip + {hook} + {code_len}]",
+                "jb 3f",
+                // Probes running: the argument registers and the real function saved (which
+                // leaves the stack aligned for a call), `enter` called with their address.
+                "push rax", ".cfi_adjust_cfa_offset 8",
+                "push r9", ".cfi_adjust_cfa_offset 8",
+                "push r8", ".cfi_adjust_cfa_offset 8",
+                "push rcx", ".cfi_adjust_cfa_offset 8",
+                "push rdx", ".cfi_adjust_cfa_offset 8",
+                "push rsi", ".cfi_adjust_cfa_offset 8",
+                "push rdi", ".cfi_adjust_cfa_offset 8",
+                "mov rdi, rsp",
+                "call {enter}",
+                "test al, al",
+                "pop rdi", ".cfi_adjust_cfa_offset -8",
+                "pop rsi", ".cfi_adjust_cfa_offset -8",
+                "pop rdx", ".cfi_adjust_cfa_offset -8",
+                "pop rcx", ".cfi_adjust_cfa_offset -8",
+                "pop r8", ".cfi_adjust_cfa_offset -8",
+                "pop r9", ".cfi_adjust_cfa_offset -8",
+                "pop rax", ".cfi_adjust_cfa_offset -8",
+                "jz {full}",
+                "3:",
+                "jmp rax",
+                // Paused: straight to the driver; anything else, the whole way.
+                "2:",
+                "cmp r11d, {paused}",
+                "jne {full}",
+                "jmp rax",
+                ".cfi_endproc",
+                hook = sym $hook,
+                real = const Hook::<()>::REAL,
+                code = const Hook::<()>::CODE,
+                code_len = const Hook::<()>::CODE_LEN,
+                hot = sym defaults::HOT,
+                gate = const defaults::Hot::GATE,
+                ready = const defaults::READY,
+                paused = const defaults::READY | defaults::PAUSED,
+                enter = sym $name::enter,
+                full = sym $name::full,
+            )
+        }
+    };
+}
+
+/// The arguments of a call as a trampoline ([`trampolined`]) saved them: the six argument
+/// registers in order, the real function, the return address, then the caller's stack
+/// arguments, one 8-byte word each (the System V ABI's, for arguments of integer class).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+struct Saved {
+    at: *const u64,
+    next: usize,
+}
+
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+impl Saved {
+    /// The next argument.
+    ///
+    /// # Safety
+    ///
+    /// There is one, and `T` is its type.
+    #[inline(always)]
+    unsafe fn take<T: Word>(&mut self) -> T {
+        let slot = if self.next < 6 { self.next } else { self.next + 2 };
+        self.next += 1;
+        // SAFETY: within the save area or the caller's stack arguments (the caller's promise).
+        T::from_word(unsafe { self.at.add(slot).read() })
+    }
+}
+
+/// An argument of integer class, passed in one word (of which it reads the low bits only: the
+/// rest is undefined).
+trait Word {
+    fn from_word(word: u64) -> Self;
+}
+
+macro_rules! words {
+    ($($t:ty),*) => {$(
+        impl Word for $t {
+            #[inline(always)]
+            fn from_word(word: u64) -> $t {
+                word as $t
+            }
+        }
+    )*};
+}
+words!(u8, u16, u32, i32, u64, usize);
+
+impl<T> Word for *mut T {
+    #[inline(always)]
+    fn from_word(word: u64) -> *mut T {
+        word as usize as *mut T
+    }
+}
+
+impl<T> Word for *const T {
+    #[inline(always)]
+    fn from_word(word: u64) -> *const T {
+        word as usize as *const T
+    }
 }
 
 fn copy(dst: u64, src: u64, bytes: u64, stream: Handle, kind: u32, flags: u32) -> MemcpyCtx {
@@ -533,9 +766,12 @@ pub(crate) fn launch_ctx(
         flags: captured(stream),
         ..LaunchCtx::default()
     };
-    if words & 1 != 0 {
-        ctx.kernel_id = kernel_id(local, f);
-    }
+    ctx.kernel_id = if words & 1 != 0 {
+        kernel_id(local, f)
+    } else {
+        rare();
+        0
+    };
     ctx
 }
 
@@ -580,6 +816,7 @@ use MemcpyCtx as M;
 const ASYNC: u32 = MemcpyCtx::ASYNC;
 
 entries! {
+    driver;
     LAUNCH cuLaunchKernel(f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
         => |n, l| launch_ctx(n, l, f, [gx, gy, gz], [bx, by, bz], shared, stream), nothing;
     LAUNCH_PTSZ cuLaunchKernel_ptsz(f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
@@ -786,6 +1023,7 @@ const NULL: Handle = std::ptr::null_mut();
 // interposed by name (a runtime linked statically into a program cannot be). `cudaError_t` is an
 // `int` as `CUresult` is; `cudaMemcpyKind` too.
 entries! {
+    runtime;
     RT_MEMCPY cudaMemcpy(dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int)
         => |_, _| runtime_copy(dst, src, bytes, kind, NULL, 0), nothing;
     RT_MEMCPY_PTDS cudaMemcpy_ptds(dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int)

@@ -145,15 +145,21 @@ impl Drop for Owner {
 }
 
 impl Local {
+    /// The thread's poster, when it has one of its own.
+    #[inline(always)]
+    fn poster(&self) -> Option<&egpu::host::Poster> {
+        // SAFETY: POSTER says it is initialised; only this thread touches it.
+        (self.posting.get() == POSTER).then(|| unsafe { (*self.poster.get()).assume_init_ref() })
+    }
+
     /// Queues the event for egpu's worker thread: after the driver's call the caches are cold,
     /// and running the probes here would cost the caller several times more (see
     /// `egpu::host::HostProbes::post`). Called only inside an interposed call (`inside` set),
     /// so never re-entered.
     #[inline(always)]
     fn post<C: egpu::host::HostContext>(&self, probes: &'static HostProbes, phase: Phase, ctx: &C) {
-        if self.posting.get() == POSTER {
-            // SAFETY: POSTER says it is initialised; only this thread touches it.
-            unsafe { (*self.poster.get()).assume_init_ref() }.post(phase, ctx);
+        if let Some(poster) = self.poster() {
+            poster.post(phase, ctx);
         } else {
             self.post_without_poster(probes, phase, ctx);
         }

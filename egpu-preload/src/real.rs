@@ -7,7 +7,7 @@
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use crate::CuResult;
 
@@ -23,11 +23,19 @@ pub(crate) type FuncGetNameFn = unsafe extern "C" fn(*mut *const c_char, *mut c_
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
 /// The real function of one entry point, of type `F` (an `extern "C"` function pointer).
+///
+/// A hook is one cache line, which a trampoline (`events::trampolined`) reads whole.
+#[repr(C, align(64))]
 pub(crate) struct Hook<F> {
+    real: AtomicPtr<c_void>,
+    /// Where the code of the object that holds `real` starts, and its length: a call from
+    /// there is one the driver makes to itself (what the trampolines pass straight on). Zero,
+    /// zero when unknown.
+    code: AtomicUsize,
+    code_len: AtomicUsize,
     name: &'static CStr,
     /// This library's function for the entry point (null: not interposed, only looked up).
     ours: fn() -> *mut c_void,
-    real: AtomicPtr<c_void>,
     _f: PhantomData<F>,
 }
 
@@ -43,9 +51,37 @@ impl<F: Copy + Sync> Keep for Hook<F> {
     }
 }
 
+/// Where a hook's fields are, whatever its `F` (`repr(C)`), for the trampolines
+/// (`events::trampolined`).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+impl Hook<()> {
+    pub(crate) const REAL: usize = std::mem::offset_of!(Hook<()>, real);
+    pub(crate) const CODE: usize = std::mem::offset_of!(Hook<()>, code);
+    pub(crate) const CODE_LEN: usize = std::mem::offset_of!(Hook<()>, code_len);
+}
+
 impl<F: Copy> Hook<F> {
     pub(crate) const fn new(name: &'static CStr, ours: fn() -> *mut c_void) -> Hook<F> {
-        Hook { name, ours, real: AtomicPtr::new(std::ptr::null_mut()), _f: PhantomData }
+        Hook {
+            name,
+            ours,
+            real: AtomicPtr::new(std::ptr::null_mut()),
+            code: AtomicUsize::new(0),
+            code_len: AtomicUsize::new(0),
+            _f: PhantomData,
+        }
+    }
+
+    /// Makes `p` the real function, with the code around it.
+    fn set(&self, p: *mut c_void) {
+        if self.real.swap(p, Ordering::AcqRel) != p {
+            let (start, len) = code_around(p as usize);
+            // Read apart from `real`, and only as a hint: a call in the window between these
+            // stores is judged by the old range.
+            self.code_len.store(0, Ordering::Relaxed);
+            self.code.store(start, Ordering::Relaxed);
+            self.code_len.store(len, Ordering::Relaxed);
+        }
     }
 
     /// Keeps `found` as the real function (unless it is this library's own, which a lookup
@@ -53,7 +89,7 @@ impl<F: Copy> Hook<F> {
     pub(crate) fn keep(&self, found: *mut c_void) -> *mut c_void {
         let ours = (self.ours)();
         if !found.is_null() && found != ours {
-            self.real.store(found, Ordering::Release);
+            self.set(found);
         }
         if ours.is_null() { found } else { ours }
     }
@@ -88,7 +124,7 @@ impl<F: Copy> Hook<F> {
             p = find_loaded(self.name, (self.ours)());
         }
         if !p.is_null() {
-            self.real.store(p, Ordering::Release);
+            self.set(p);
         }
         p
     }
@@ -158,6 +194,45 @@ pub(crate) fn dlsym() -> Option<DlsymFn> {
     }
     // SAFETY: `p` is glibc's dlsym.
     Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
+}
+
+/// The executable segment of the loaded object that holds `address`: its start and length, or
+/// zeros.
+fn code_around(address: usize) -> (usize, usize) {
+    struct Search {
+        address: usize,
+        found: (usize, usize),
+    }
+    unsafe extern "C" fn each(
+        info: *mut libc::dl_phdr_info,
+        _: usize,
+        search: *mut c_void,
+    ) -> c_int {
+        // SAFETY: the loader's information about one object (its program headers, `dlpi_phnum`
+        // of them), and the search passed below.
+        unsafe {
+            let info = &*info;
+            let search = &mut *search.cast::<Search>();
+            if info.dlpi_phdr.is_null() {
+                return 0;
+            }
+            let headers = std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum));
+            for h in
+                headers.iter().filter(|h| h.p_type == libc::PT_LOAD && h.p_flags & libc::PF_X != 0)
+            {
+                let start = (info.dlpi_addr as usize).wrapping_add(h.p_vaddr as usize);
+                if search.address.wrapping_sub(start) < h.p_memsz as usize {
+                    search.found = (start, h.p_memsz as usize);
+                    return 1;
+                }
+            }
+        }
+        0
+    }
+    let mut search = Search { address, found: (0, 0) };
+    // SAFETY: `each` only reads what the loader passes and writes `search`.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut search).cast()) };
+    search.found
 }
 
 /// `name` as exported by any library loaded in the process other than this one (whose function

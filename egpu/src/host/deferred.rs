@@ -233,18 +233,56 @@ impl Producer {
                 copy_rest(&mut (*self.slots.add(at(head + 1))).0, rest);
             }
         }
-        self.head.set(head + n);
-        self.queue.head.store(head + n, Ordering::Release);
+        self.publish(head + n);
+        true
+    }
+
+    /// Queues the first `len` bytes of `ctx` (at most a line's) in one slot, if there is room
+    /// without reading the consumer's `tail`: [`push`](Self::push) for a context known to fit,
+    /// without its cases.
+    #[inline(always)]
+    fn push_line<C: HostContext>(&self, phase: Phase, ctx: &C, len: usize) -> bool {
+        let head = self.head.get();
+        if len > FIRST || head + 1 - self.seen_tail.get() > SLOTS as u64 {
+            return refused();
+        }
+        let at = (head % SLOTS as u64) as usize;
+        // SAFETY: as in `push`: slot `head` is not published yet, and its index is in bounds;
+        // at most `size_of::<C>()` bytes of `ctx` are read, and at most a slot's written.
+        unsafe {
+            *self.headers.add(at) = header(C::EVENT, phase, len);
+            let slot = self.slots.add(at).cast::<u8>();
+            let ctx = (ctx as *const C).cast::<u8>();
+            // A constant size: copied inline. Bytes past `len` go along, unread.
+            std::ptr::copy_nonoverlapping(ctx, slot, size_of::<C>().min(FIRST));
+        }
+        self.publish(head + 1);
+        true
+    }
+
+    /// Publishes the events before `head` to the consumer.
+    #[inline(always)]
+    fn publish(&self, head: u64) {
+        self.head.set(head);
+        self.queue.head.store(head, Ordering::Release);
         // The next event's slot and header, fetched for writing now: the consumer read them
         // last, so writing them later, right before the next driver call, would wait on another
         // core; by then these loads are long done.
-        // SAFETY: indices below the slices' lengths, as above.
+        let at = (head % SLOTS as u64) as usize;
+        // SAFETY: indices below the slices' lengths.
         unsafe {
-            prefetch_for_write(self.slots.add(at(head + n)).cast());
-            prefetch_for_write(self.headers.add(at(head + n)).cast());
+            prefetch_for_write(self.slots.add(at).cast());
+            prefetch_for_write(self.headers.add(at).cast());
         }
-        true
     }
+}
+
+/// `false`, out of line: the branch that returns it is the rare one, laid out of the way (a
+/// cold branch predictor takes none).
+#[cold]
+#[inline(never)]
+fn refused() -> bool {
+    false
 }
 
 /// Asks the processor to bring the line at `p` into this core's cache, owned for writing; a
@@ -532,6 +570,17 @@ impl Poster {
         } else if !self.producer.push(C::EVENT, phase, bytes) {
             self.set.fire_copy(C::EVENT, phase, bytes);
         }
+    }
+
+    /// [`post`](Self::post) when it is all a line: the probes at `phase` read at most 64
+    /// bytes of `ctx`, the process has not forked since this poster was made, and the queue
+    /// has room without asking the worker. Returns whether it posted; when it did not, nothing
+    /// was posted, and [`post`](Self::post) does what is left. For a caller whose common case
+    /// must be short (a driver call's, right after the last one left the caches cold).
+    #[inline(always)]
+    pub fn post_line<C: HostContext>(&self, phase: Phase, ctx: &C) -> bool {
+        let needed = self.set.context_needed(C::EVENT, phase).min(size_of::<C>());
+        !self.stale() && self.producer.push_line(phase, ctx, needed)
     }
 
     /// Whether the process forked since this poster was made (a child then makes a new one).
