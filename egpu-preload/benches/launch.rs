@@ -40,7 +40,7 @@ fn main() {
     let alone = dir.join("hook_alone");
     cc(&alone, "hook_alone.c", &["-ldl"]);
     let exe = dir.join("launch_overhead");
-    cc(&exe, "launch_overhead.c", &["-ldl"]);
+    cc(&exe, "launch_overhead.c", &["-ldl", "-lm"]);
     let mut hook_alone = Command::new(&alone);
     hook_alone.arg(&stub);
     for mut run in [hook_alone, Command::new(&exe)] {

@@ -56,6 +56,7 @@ const FORKED: u8 = 2;
 /// [`Hot::gate`]: the probes are paused ([`set_enabled`]): events go straight to the driver.
 pub(crate) const PAUSED: u8 = 4;
 
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 impl Hot {
     /// Where [`Hot::gate`] is, for the trampolines (`events::trampolined`).
     pub(crate) const GATE: usize = std::mem::offset_of!(Hot, gate);

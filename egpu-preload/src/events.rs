@@ -135,7 +135,7 @@ fn enter_only<C: Event>(build: impl FnOnce(u16, &crate::Local) -> C) -> bool {
         return false;
     }
     local.inside.set(true);
-    let posted = poster.post_line(Phase::Enter, &build(words, local));
+    let posted = poster.post_line(Phase::Enter, || build(words, local));
     local.inside.set(false);
     posted
 }
@@ -382,10 +382,12 @@ impl Saved {
 
 /// An argument of integer class, passed in one word (of which it reads the low bits only: the
 /// rest is undefined).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 trait Word {
     fn from_word(word: u64) -> Self;
 }
 
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 macro_rules! words {
     ($($t:ty),*) => {$(
         impl Word for $t {
@@ -396,8 +398,10 @@ macro_rules! words {
         }
     )*};
 }
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 words!(u8, u16, u32, i32, u64, usize);
 
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 impl<T> Word for *mut T {
     #[inline(always)]
     fn from_word(word: u64) -> *mut T {
@@ -405,6 +409,7 @@ impl<T> Word for *mut T {
     }
 }
 
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 impl<T> Word for *const T {
     #[inline(always)]
     fn from_word(word: u64) -> *const T {

@@ -272,3 +272,23 @@ fn find_loaded(name: &CStr, ours: *mut c_void) -> *mut c_void {
     }
     std::ptr::null_mut()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_code_around_a_function_is_its_objects_and_data_has_none() {
+        let ours = code_around as *const () as usize;
+        let (start, len) = code_around(ours);
+        assert!(start <= ours && ours - start < len, "{ours:#x} outside {start:#x}+{len:#x}");
+        // SAFETY: dlsym with a pseudo-handle and a C string.
+        let libc = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"getpid".as_ptr()) } as usize;
+        let (other, other_len) = code_around(libc);
+        assert!(other_len > 0 && libc - other < other_len);
+        assert!(other + other_len <= start || start + len <= other, "two objects overlap");
+        let data = 0u64;
+        assert_eq!(code_around(&raw const data as usize), (0, 0));
+        assert_eq!(code_around(0), (0, 0));
+    }
+}

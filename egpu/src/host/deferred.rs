@@ -241,11 +241,12 @@ impl Producer {
     /// without reading the consumer's `tail`: [`push`](Self::push) for a context known to fit,
     /// without its cases.
     #[inline(always)]
-    fn push_line<C: HostContext>(&self, phase: Phase, ctx: &C, len: usize) -> bool {
+    fn push_line<C: HostContext>(&self, phase: Phase, ctx: impl FnOnce() -> C, len: usize) -> bool {
         let head = self.head.get();
         if len > FIRST || head + 1 - self.seen_tail.get() > SLOTS as u64 {
             return refused();
         }
+        let ctx = &ctx();
         let at = (head % SLOTS as u64) as usize;
         // SAFETY: as in `push`: slot `head` is not published yet, and its index is in bounds;
         // at most `size_of::<C>()` bytes of `ctx` are read, and at most a slot's written.
@@ -573,12 +574,13 @@ impl Poster {
     }
 
     /// [`post`](Self::post) when it is all a line: the probes at `phase` read at most 64
-    /// bytes of `ctx`, the process has not forked since this poster was made, and the queue
-    /// has room without asking the worker. Returns whether it posted; when it did not, nothing
-    /// was posted, and [`post`](Self::post) does what is left. For a caller whose common case
-    /// must be short (a driver call's, right after the last one left the caches cold).
+    /// bytes of the context, the process has not forked since this poster was made, and the
+    /// queue has room without asking the worker. Then `ctx` makes the context, which is queued,
+    /// and this returns `true`; otherwise nothing was made or posted, and
+    /// [`post`](Self::post) does what is left. For a caller whose common case must be short (a
+    /// driver call's, right after the last one left the caches cold).
     #[inline(always)]
-    pub fn post_line<C: HostContext>(&self, phase: Phase, ctx: &C) -> bool {
+    pub fn post_line<C: HostContext>(&self, phase: Phase, ctx: impl FnOnce() -> C) -> bool {
         let needed = self.set.context_needed(C::EVENT, phase).min(size_of::<C>());
         !self.stale() && self.producer.push_line(phase, ctx, needed)
     }
