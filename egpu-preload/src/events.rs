@@ -262,6 +262,12 @@ macro_rules! trampolined {
         mod $name {
             use super::*;
 
+            /// The words of the save area that hold the arguments (see [`Saved`]).
+            const SAVED: usize = match <[&str]>::len(&[$(stringify!($arg)),*]) {
+                n if n > 6 => n + 2,
+                _ => 6,
+            };
+
             /// The whole call as one event, where the trampoline does not handle it.
             ///
             /// # Safety
@@ -281,10 +287,9 @@ macro_rules! trampolined {
             ///
             /// `saved` is the trampoline's save area, as [`Saved`] describes it.
             #[allow(unused_variables, unused_mut)] // arguments the event does not read, or none
-            pub(super) unsafe extern "C" fn enter(saved: *const u64) -> bool {
+            pub(super) unsafe extern "C" fn enter(saved: &[u64; SAVED]) -> bool {
                 let mut saved = Saved { at: saved, next: 0 };
-                // SAFETY: the caller's arguments, one word each, in order.
-                $(let $arg: $ty = unsafe { saved.take() };)*
+                $(let $arg: $ty = saved.take();)*
                 enter_only($build)
             }
         }
@@ -358,25 +363,21 @@ macro_rules! trampolined {
 /// The arguments of a call as a trampoline ([`trampolined`]) saved them: the six argument
 /// registers in order, the real function, the return address, then the caller's stack
 /// arguments, one 8-byte word each (the System V ABI's, for arguments of integer class).
+/// (`N` words: as far as the entry point's arguments reach.)
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-struct Saved {
-    at: *const u64,
+struct Saved<'a, const N: usize> {
+    at: &'a [u64; N],
     next: usize,
 }
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-impl Saved {
-    /// The next argument.
-    ///
-    /// # Safety
-    ///
-    /// There is one, and `T` is its type.
+impl<const N: usize> Saved<'_, N> {
+    /// The next argument, as a `T` (its type).
     #[inline(always)]
-    unsafe fn take<T: Word>(&mut self) -> T {
+    fn take<T: Word>(&mut self) -> T {
         let slot = if self.next < 6 { self.next } else { self.next + 2 };
         self.next += 1;
-        // SAFETY: within the save area or the caller's stack arguments (the caller's promise).
-        T::from_word(unsafe { self.at.add(slot).read() })
+        T::from_word(self.at[slot])
     }
 }
 
