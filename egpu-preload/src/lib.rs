@@ -12,8 +12,9 @@
 //!   (dynamic or static) does for every driver entry point: the driver's answer is kept and this
 //!   library's function handed back, the per-thread-default-stream flavour (`_ptsz`) included.
 //!
-//! One launch is one event: a thread inside an interposed call does not fire again for a call
-//! the driver makes to itself.
+//! One launch is one event: a thread inside an interposed runtime call does not fire again for
+//! the driver calls it makes, nor does a call the driver makes to itself (on x86-64 Linux, known
+//! by its return address, in the driver's code: see `events::trampolined`).
 //!
 //! The probes are the built-in set (the `defaults` module): launches counted per kernel, in a hash map
 //! keyed by the kernel's id (the 64-bit hash of its mangled name, [`egpu::ebpf::kernel_id`]),

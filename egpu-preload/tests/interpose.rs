@@ -188,7 +188,16 @@ fn the_launch_benchmarks_run_against_the_stand_in_driver() {
         ("launch_overhead", vec![], "ratio (c) "),
     ] {
         let exe = format!("{d}/{program}");
-        cc(&["-O2", "-Wall", "-Werror", "-o", &exe, &source(&format!("{program}.c")), "-ldl", "-lm"]);
+        cc(&[
+            "-O2",
+            "-Wall",
+            "-Werror",
+            "-o",
+            &exe,
+            &source(&format!("{program}.c")),
+            "-ldl",
+            "-lm",
+        ]);
         let out = Command::new(&exe)
             .args(args)
             .env("LD_PRELOAD", preload_library())
