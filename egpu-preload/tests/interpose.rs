@@ -54,7 +54,7 @@ fn summaries(dir: &Path) -> BTreeMap<u32, Summary> {
                 ["probes", runs, ..] => {
                     s.runs = runs.trim_start_matches("runs=").parse().expect("runs");
                 }
-                ["pid", _] => {}
+                ["pid", _] | ["shapes", ..] => {}
                 _ => s.others.push(line.to_string()),
             }
         }
@@ -213,6 +213,35 @@ fn the_launch_benchmarks_run_against_the_stand_in_driver() {
         );
         assert!(stdout.contains(says), "{program}: {stdout}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn every_argument_reaches_the_probes_and_the_driver() {
+    let dir = build("shapes");
+    let out = Command::new(dir.join("launcher"))
+        .arg("shapes")
+        .env("LD_PRELOAD", preload_library())
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("EGPU_SUMMARY", dir.join("summary"))
+        .env("EGPU_SHARED", "0")
+        .output()
+        .expect("running the launcher");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // The launcher checks what the driver got: the caller's arguments, each in its register or
+    // stack slot.
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("shapes done"), "{stdout}");
+    let texts: Vec<String> = summary_texts(&dir, "summary").into_values().collect();
+    assert_eq!(texts.len(), 1);
+    let report = &texts[0];
+    // What the probes read: after a first launch of 4 blocks of 128 threads (which makes the
+    // thread's poster, so that those after it take the short way), grid 2 x 3 x 5 and block
+    // 7 x 11 x 13 (the block's last dimension passed on the stack), then a `cuLaunchKernelEx` of
+    // grid 3 x 1 x 2 and block 4 x 5 x 1.
+    assert!(report.contains("launches 3\n"), "{report}");
+    assert!(report.contains("shapes blocks 40 threads 1149\n"), "{report}");
+    assert!(report.contains(" 1 _Z5kernAPf\n") && report.contains(" 1 _Z5kernBPf\n"), "{report}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

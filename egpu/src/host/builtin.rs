@@ -468,12 +468,14 @@ impl Builtin {
         }
     }
 
-    /// What the maps hold, as lines (counts that are 0 left out); with `health`, a last line of
+    /// What the maps hold, as lines (counts that are 0 left out; `shapes`: the blocks of the
+    /// launched grids and the threads of their blocks, summed); with `health`, a last line of
     /// the probes' runs, faults and refusals:
     ///
     /// ```text
     /// pid 711
     /// launches 17
+    /// shapes blocks 17408 threads 4352
     /// kernel 0x84d0c88d2e5ac11e 3 _Z5shiftPffi
     /// copies dtoh 1 4
     /// sets 1 4194304
@@ -491,6 +493,11 @@ impl Builtin {
         kernels.sort();
         let run: u64 = kernels.iter().filter(|(id, _)| *id < CAPTURED).map(|(_, n)| n).sum();
         let _ = writeln!(text, "launches {run}");
+        if run > 0 {
+            let (blocks, threads) =
+                (self.array(&self.shapes, BUCKETS), self.array(&self.shapes, 2 * BUCKETS + 1));
+            let _ = writeln!(text, "shapes blocks {blocks} threads {threads}");
+        }
         for (id, n) in kernels {
             let _ = writeln!(text, "kernel {id:#018x} {n} {}", self.name(id));
         }

@@ -354,6 +354,7 @@ fn the_built_in_probes_fill_the_report_and_the_prometheus_metrics() {
     let report = b.report(None);
     for line in [
         "launches 4",
+        "shapes blocks 1024 threads 1120",
         "copies htod 2 9096",
         "copies dtoh 1 1",
         "sets 1 100",
