@@ -10,7 +10,8 @@
 //!   with the set. A full queue never drops an event and never blocks: the poster runs the
 //!   probes itself.
 //! - The worker sweeps every queue every [`SWEEP`]; [`HostProbes::flush`] runs what is queued
-//!   now on the calling thread (at exit, before a summary, in tests).
+//!   now on the calling thread (at exit, before a summary, in tests). A queue whose thread is
+//!   gone is let go once it is empty.
 //! - After `fork`, the child starts without queues and without a worker; its first post makes
 //!   them. The thread that forks holds every lock of the set across the fork (`fork_safe`), so
 //!   the child never inherits one held by a thread it does not have.
@@ -132,6 +133,11 @@ impl Queue {
 
     fn header(&self, at: u64) -> *mut u16 {
         self.headers[(at % SLOTS as u64) as usize].get()
+    }
+
+    /// Whether every event posted has been consumed.
+    fn is_empty(&self) -> bool {
+        self.head.load(Ordering::Acquire) == self.tail.load(Ordering::Acquire)
     }
 
     /// Runs `run` on every queued context, in order, after any other consumer is done.
@@ -358,6 +364,28 @@ impl Registry {
         self.unlock();
         queues
     }
+
+    /// Lets go of the queues of threads that are gone (nothing but the registry holds them: no
+    /// producer will post again) once they are empty, so that a program that starts threads
+    /// without end does not keep a queue for each.
+    fn retire(&self) {
+        self.lock();
+        // SAFETY: the lock is held.
+        let queues = unsafe { &mut *self.queues.get() };
+        let (gone, kept) = std::mem::take(queues)
+            .into_iter()
+            .partition(|q| Arc::strong_count(q) == 1 && q.is_empty());
+        *queues = kept;
+        self.unlock();
+        // Freed outside the lock.
+        drop::<Vec<Arc<Queue>>>(gone);
+    }
+
+    /// How many queues there are.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.queues().len()
+    }
 }
 
 thread_local! {
@@ -521,6 +549,7 @@ impl HostProbes {
         for queue in self.registry.queues() {
             queue.drain(|event, phase, ctx| self.fire_slow(event, phase, ctx));
         }
+        self.registry.retire();
         self.write_health_mirror();
     }
 }

@@ -223,6 +223,17 @@ fn posted_events_run_on_the_worker_or_at_a_flush_exactly_once() {
     probes.post(Phase::Exit, &launch(98));
     probes.flush();
     assert_eq!(counts.get(&98), None);
+    // The queues of threads that are gone go once they are empty, each event run first: the
+    // scoped threads' and a hundred more's, each of which posts once and exits; this thread's
+    // stays.
+    for _ in 0..100 {
+        std::thread::spawn(move || probes.post(Phase::Enter, &launch(1000)))
+            .join()
+            .expect("a thread that posts");
+    }
+    probes.flush();
+    assert_eq!(probes.registry.len(), 1, "only this thread's queue is left");
+    assert_eq!(counts.get(&1000), Some(100), "each exited thread's event ran");
 }
 
 #[test]
