@@ -265,7 +265,7 @@ macro_rules! trampolined {
             /// The words of the save area that hold the arguments (see [`Saved`]).
             const SAVED: usize = match <[&str]>::len(&[$(stringify!($arg)),*]) {
                 n if n > 6 => n + 2,
-                _ => 6,
+                _ => 8,
             };
 
             /// The whole call as one event, where the trampoline does not handle it.
@@ -289,6 +289,12 @@ macro_rules! trampolined {
             #[allow(unused_variables, unused_mut)] // arguments the event does not read, or none
             pub(super) unsafe extern "C" fn enter(saved: &[u64; SAVED]) -> bool {
                 let mut saved = Saved { at: saved, next: 0 };
+                // A call from the driver's own code: the driver calling itself, part of the
+                // call the program made, which is its event.
+                if $hook.holds_code_at(saved.return_address()) {
+                    rare();
+                    return true;
+                }
                 $(let $arg: $ty = saved.take();)*
                 enter_only($build)
             }
@@ -301,6 +307,7 @@ macro_rules! trampolined {
         /// As the driver's.
         #[unsafe(no_mangle)]
         #[unsafe(naked)]
+        #[unsafe(link_section = ".text.egpu_trampolines")]
         pub(crate) unsafe extern "C" fn $name($($arg: $ty),*) -> CuResult {
             std::arch::naked_asm!(
                 ".cfi_startproc",
@@ -308,15 +315,12 @@ macro_rules! trampolined {
                 "mov rax, qword ptr [rip + {hook} + {real}]",
                 "movzx r11d, byte ptr [rip + {hot} + {gate}]",
                 "test rax, rax",
-                "jz {full}",
+                "jz 2f",
+                // Paused: straight to the driver.
+                "cmp r11d, {paused}",
+                "je 3f",
                 "cmp r11d, {ready}",
                 "jne 2f",
-                // A call from the driver's own code: the driver calling itself, part of the
-                // call the program made, which is its event.
-                "mov r10, qword ptr [rsp]",
-                "sub r10, qword ptr [rip + {hook} + {code}]",
-                "cmp r10, qword ptr [rip + {hook} + {code_len}]",
-                "jb 3f",
                 // Probes running: the argument registers and the real function saved (which
                 // leaves the stack aligned for a call), `enter` called with their address.
                 "push rax", ".cfi_adjust_cfa_offset 8",
@@ -336,19 +340,18 @@ macro_rules! trampolined {
                 "pop r8", ".cfi_adjust_cfa_offset -8",
                 "pop r9", ".cfi_adjust_cfa_offset -8",
                 "pop rax", ".cfi_adjust_cfa_offset -8",
-                "jz {full}",
+                "jz 2f",
                 "3:",
                 "jmp rax",
-                // Paused: straight to the driver; anything else, the whole way.
+                // Anything else: the whole way.
                 "2:",
-                "cmp r11d, {paused}",
-                "jne {full}",
-                "jmp rax",
+                "jmp {full}",
                 ".cfi_endproc",
+                // The next trampoline on a line of its own: each one's way to the driver, up
+                // to its `jmp rax`, fits in its first 64 bytes.
+                ".p2align 6",
                 hook = sym $hook,
                 real = const Hook::<()>::REAL,
-                code = const Hook::<()>::CODE,
-                code_len = const Hook::<()>::CODE_LEN,
                 hot = sym defaults::HOT,
                 gate = const defaults::Hot::GATE,
                 ready = const defaults::READY,
@@ -372,6 +375,12 @@ struct Saved<'a, const N: usize> {
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 impl<const N: usize> Saved<'_, N> {
+    /// Where the trampoline returns to: the caller.
+    #[inline(always)]
+    fn return_address(&self) -> usize {
+        self.at[7] as usize
+    }
+
     /// The next argument, as a `T` (its type).
     #[inline(always)]
     fn take<T: Word>(&mut self) -> T {

@@ -29,8 +29,8 @@ type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 pub(crate) struct Hook<F> {
     real: AtomicPtr<c_void>,
     /// Where the code of the object that holds `real` starts, and its length: a call from
-    /// there is one the driver makes to itself (what the trampolines pass straight on). Zero,
-    /// zero when unknown.
+    /// there is one the driver makes to itself (what the trampolines pass straight on, see
+    /// [`Hook::holds_code_at`]). Zero, zero when unknown.
     code: AtomicUsize,
     code_len: AtomicUsize,
     name: &'static CStr,
@@ -56,8 +56,6 @@ impl<F: Copy + Sync> Keep for Hook<F> {
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 impl Hook<()> {
     pub(crate) const REAL: usize = std::mem::offset_of!(Hook<()>, real);
-    pub(crate) const CODE: usize = std::mem::offset_of!(Hook<()>, code);
-    pub(crate) const CODE_LEN: usize = std::mem::offset_of!(Hook<()>, code_len);
 }
 
 impl<F: Copy> Hook<F> {
@@ -70,6 +68,15 @@ impl<F: Copy> Hook<F> {
             code_len: AtomicUsize::new(0),
             _f: PhantomData,
         }
+    }
+
+    /// Whether `address` lies in the code of the object that holds the real function (a
+    /// call from there is the driver calling itself).
+    #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+    #[inline(always)]
+    pub(crate) fn holds_code_at(&self, address: usize) -> bool {
+        address.wrapping_sub(self.code.load(Ordering::Relaxed))
+            < self.code_len.load(Ordering::Relaxed)
     }
 
     /// Makes `p` the real function, with the code around it.
