@@ -237,14 +237,15 @@ macro_rules! entries {
 /// function is a few instructions of assembly that jump to the driver's function (the real one,
 /// `$hook`'s) with the caller's registers and stack untouched, so that the driver returns
 /// straight to the caller. When the probes are paused that is all it does. When they run, it
-/// first calls `$name::enter` with the argument registers it saved, which posts the event to the
-/// probes at its entry ([`enter_only`]), and restores them. What it does not handle (the probes
-/// not set up yet, a fork, probes at the call's exit, a real function not found yet) it leaves to
-/// `$name::full`, the entry point as [`entries`] makes it for the runtime, to which it jumps
-/// instead.
+/// first calls `$name::enter` with the argument registers it saved, which lets a call from the
+/// driver's own code through and posts the event to the probes at its entry ([`enter_only`]),
+/// and restores them. What it does not handle (the probes not set up yet, a fork, probes at the
+/// call's exit, a real function not found yet) it leaves to `$name::full`, the entry point as
+/// [`entries`] makes it for the runtime, to which it jumps instead.
 ///
 /// What a call costs here is mostly cache lines, cold after the driver's previous call: so the
-/// trampoline reads one line of its own besides the hook's and [`defaults::HOT`], and neither
+/// trampoline is one line of code (its way to the driver, up to `jmp rax`, within 64 bytes, and
+/// each trampoline 64-byte aligned), reads the hook's line and [`defaults::HOT`]'s, and neither
 /// copies the arguments nor calls the driver itself (a C function cannot hand its caller's stack
 /// arguments on without copying them).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
