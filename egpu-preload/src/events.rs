@@ -181,11 +181,10 @@ fn rare() {
     std::hint::black_box(());
 }
 
-/// Defines one interposed entry point: a [`Hook`] named `$hook` for the real function, and an
-/// exported function with the entry point's name and signature, whose body runs with `$real`
-/// bound to the real function.
-macro_rules! interposed {
-    ($hook:ident $name:ident ($($arg:ident : $ty:ty),*) |$real:ident| $body:block) => {
+/// Defines the [`Hook`] named `$hook` for the real function of the entry point `$name`, whose
+/// signature takes `$ty`s.
+macro_rules! hook {
+    ($hook:ident $name:ident ($($ty:ty),*)) => {
         pub(crate) static $hook: Hook<unsafe extern "C" fn($($ty),*) -> CuResult> = Hook::new(
             match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
                 Ok(name) => name,
@@ -193,6 +192,15 @@ macro_rules! interposed {
             },
             || $name as *mut c_void,
         );
+    };
+}
+
+/// Defines one interposed entry point: a [`Hook`] named `$hook` for the real function, and an
+/// exported function with the entry point's name and signature, whose body runs with `$real`
+/// bound to the real function.
+macro_rules! interposed {
+    ($hook:ident $name:ident ($($arg:ident : $ty:ty),*) |$real:ident| $body:block) => {
+        hook!($hook $name($($ty),*));
 
         #[doc = concat!("The driver's `", stringify!($name), "`, interposed.")]
         ///
@@ -251,13 +259,7 @@ macro_rules! entries {
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 macro_rules! trampolined {
     ($hook:ident $name:ident ($($arg:ident : $ty:ty),*) => $build:expr, $after:expr) => {
-        pub(crate) static $hook: Hook<unsafe extern "C" fn($($ty),*) -> CuResult> = Hook::new(
-            match CStr::from_bytes_with_nul(concat!(stringify!($name), "\0").as_bytes()) {
-                Ok(name) => name,
-                Err(_) => panic!("a name without NUL"),
-            },
-            || $name as *mut c_void,
-        );
+        hook!($hook $name($($ty),*));
 
         /// The Rust half of the entry point's trampoline.
         mod $name {
