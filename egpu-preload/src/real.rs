@@ -203,43 +203,43 @@ pub(crate) fn dlsym() -> Option<DlsymFn> {
     Some(unsafe { std::mem::transmute::<*mut c_void, DlsymFn>(p) })
 }
 
+/// Hands each loaded object to `visit` (the loader's `dl_iterate_phdr`), until it says `true`.
+fn each_object<V: FnMut(&libc::dl_phdr_info) -> bool>(mut visit: V) {
+    unsafe extern "C" fn call<V: FnMut(&libc::dl_phdr_info) -> bool>(
+        info: *mut libc::dl_phdr_info,
+        _: usize,
+        visit: *mut c_void,
+    ) -> c_int {
+        // SAFETY: the loader's information about one object, and the closure passed below.
+        unsafe { c_int::from((*visit.cast::<V>())(&*info)) }
+    }
+    // SAFETY: `call` only hands the loader's information to `visit`.
+    unsafe { libc::dl_iterate_phdr(Some(call::<V>), (&raw mut visit).cast()) };
+}
+
 /// The executable segment of the loaded object that holds `address`: its start and length, or
 /// zeros.
 fn code_around(address: usize) -> (usize, usize) {
-    struct Search {
-        address: usize,
-        found: (usize, usize),
-    }
-    unsafe extern "C" fn each(
-        info: *mut libc::dl_phdr_info,
-        _: usize,
-        search: *mut c_void,
-    ) -> c_int {
-        // SAFETY: the loader's information about one object (its program headers, `dlpi_phnum`
-        // of them), and the search passed below.
-        unsafe {
-            let info = &*info;
-            let search = &mut *search.cast::<Search>();
-            if info.dlpi_phdr.is_null() {
-                return 0;
-            }
-            let headers = std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum));
-            for h in
-                headers.iter().filter(|h| h.p_type == libc::PT_LOAD && h.p_flags & libc::PF_X != 0)
-            {
-                let start = (info.dlpi_addr as usize).wrapping_add(h.p_vaddr as usize);
-                if search.address.wrapping_sub(start) < h.p_memsz as usize {
-                    search.found = (start, h.p_memsz as usize);
-                    return 1;
-                }
+    let mut found = (0, 0);
+    each_object(|info| {
+        if info.dlpi_phdr.is_null() {
+            return false;
+        }
+        // SAFETY: the object's program headers, `dlpi_phnum` of them.
+        let headers =
+            unsafe { std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum)) };
+        let code =
+            headers.iter().filter(|h| h.p_type == libc::PT_LOAD && h.p_flags & libc::PF_X != 0);
+        for h in code {
+            let start = (info.dlpi_addr as usize).wrapping_add(h.p_vaddr as usize);
+            if address.wrapping_sub(start) < h.p_memsz as usize {
+                found = (start, h.p_memsz as usize);
+                return true;
             }
         }
-        0
-    }
-    let mut search = Search { address, found: (0, 0) };
-    // SAFETY: `each` only reads what the loader passes and writes `search`.
-    unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut search).cast()) };
-    search.found
+        false
+    });
+    found
 }
 
 /// `name` as exported by any library loaded in the process other than this one (whose function
@@ -247,22 +247,16 @@ fn code_around(address: usize) -> (usize, usize) {
 fn find_loaded(name: &CStr, ours: *mut c_void) -> *mut c_void {
     let Some(lookup) = dlsym() else { return std::ptr::null_mut() };
     let mut files: Vec<std::ffi::CString> = Vec::new();
-    unsafe extern "C" fn each(
-        info: *mut libc::dl_phdr_info,
-        _: usize,
-        files: *mut c_void,
-    ) -> c_int {
-        // SAFETY: the loader's information about one object, and the vector passed below.
-        unsafe {
-            let name = (*info).dlpi_name;
-            if !name.is_null() && *name != 0 {
-                (*files.cast::<Vec<std::ffi::CString>>()).push(CStr::from_ptr(name).to_owned());
+    each_object(|info| {
+        if !info.dlpi_name.is_null() {
+            // SAFETY: the object's file name, NUL-terminated.
+            let file = unsafe { CStr::from_ptr(info.dlpi_name) };
+            if !file.is_empty() {
+                files.push(file.to_owned());
             }
         }
-        0
-    }
-    // SAFETY: `each` only reads what the loader passes and pushes to `files`.
-    unsafe { libc::dl_iterate_phdr(Some(each), (&raw mut files).cast()) };
+        false
+    });
     for file in files {
         // SAFETY: a loaded object's file name; NOLOAD opens nothing new.
         let handle = unsafe { libc::dlopen(file.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
