@@ -372,13 +372,12 @@ impl Registry {
         self.lock();
         // SAFETY: the lock is held.
         let queues = unsafe { &mut *self.queues.get() };
-        let (gone, kept) = std::mem::take(queues)
-            .into_iter()
-            .partition(|q| Arc::strong_count(q) == 1 && q.is_empty());
-        *queues = kept;
+        // Nothing allocated when none is gone, as at most sweeps.
+        let gone: Vec<Arc<Queue>> =
+            queues.extract_if(.., |q| Arc::strong_count(q) == 1 && q.is_empty()).collect();
         self.unlock();
         // Freed outside the lock.
-        drop::<Vec<Arc<Queue>>>(gone);
+        drop(gone);
     }
 
     /// How many queues there are.
