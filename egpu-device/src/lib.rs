@@ -12,7 +12,7 @@
 //! - [`cuda`] owns the driver objects: a GPU's primary context ([`cuda::Gpu`]), modules loaded
 //!   from PTX with the JIT's logs, kernels and launches, device memory, host memory pinned and
 //!   mapped into the GPU;
-//! - [`translate`] turns a verified eBPF program into PTX that runs inside a kernel: context
+//! - from `egpu-ptx`, the text work that needs no driver, re-exported here: [`translate`] turns a verified eBPF program into PTX that runs inside a kernel: context
 //!   reads as special registers, frames in registers, RFC 9669 arithmetic, atomics, and the
 //!   helpers inlined, map helpers included (arrays, hash maps, their per-CPU kinds, ring
 //!   buffers); what the GPU cannot run is a [`translate::TranslateError`];
@@ -75,16 +75,13 @@
 //! ```
 #![deny(missing_docs)]
 
-pub mod cubin;
 pub mod cuda;
 pub mod driver;
 pub mod hooks;
-pub mod inject;
 pub mod instrument;
 pub mod maps;
-pub mod ptx;
 pub mod testing;
-pub mod toolchain;
-pub mod translate;
+
+pub use egpu_ptx::{cubin, inject, ptx, toolchain, translate};
 
 pub use driver::{DriverError, GpuInfo, GpuStatus, devices, gpu_status};

@@ -26,14 +26,12 @@
 use std::sync::OnceLock;
 
 use crate::driver::{GpuInfo, GpuStatus, gpu_status};
-use crate::toolchain::{Nvcc, Ptxas, ToolError};
+pub use egpu_ptx::testing::{
+    Decision, REQUIRE_PTXAS_ENV, cubin_with_ptx, require_nvcc, require_ptxas,
+};
 
 /// The environment variable that turns a skipped GPU test into a failure when set to `1`.
 pub const REQUIRE_GPU_ENV: &str = "EGPU_REQUIRE_GPU";
-
-/// The environment variable that turns a test skipped for want of `ptxas` or `nvcc` into a
-/// failure when set to `1`.
-pub const REQUIRE_PTXAS_ENV: &str = "EGPU_REQUIRE_PTXAS";
 
 /// Returns the first GPU, or `None` after printing why a GPU test is skipped.
 ///
@@ -55,101 +53,7 @@ pub fn require_gpu() -> Option<GpuInfo> {
     static STATUS: OnceLock<GpuStatus> = OnceLock::new();
     let status = STATUS.get_or_init(gpu_status).clone();
     let required = std::env::var(REQUIRE_GPU_ENV).ok();
-    match decide(status, required.as_deref()) {
-        Decision::Run(gpu) => Some(gpu),
-        Decision::Skip(line) => {
-            eprintln!("{line}");
-            None
-        }
-        Decision::Fail(message) => panic!("{message}"),
-    }
-}
-
-/// Returns `ptxas` (from `EGPU_PTXAS`, else `PATH`: [`Ptxas::find`], else where
-/// `scripts/cuda-tools` installs it in the workspace), or `None` after printing why a test that
-/// needs it is skipped.
-///
-/// ```no_run
-/// let Some(ptxas) = egpu_device::testing::require_ptxas() else { return };
-/// # let _ = ptxas;
-/// ```
-///
-/// # Panics
-///
-/// When `ptxas` is not found and the environment variable `EGPU_REQUIRE_PTXAS` is `1`. The message
-/// says where it was looked for.
-#[track_caller]
-pub fn require_ptxas() -> Option<Ptxas> {
-    let installed = installed_tool("ptxas").map(Ptxas::at);
-    require_tool("ptxas", Ptxas::find().or_else(|e| installed.ok_or(e)))
-}
-
-/// The tool `name` as `scripts/cuda-tools` installs it, in the workspace's
-/// `target/cuda-tools/nvidia/cu13/bin` (the workspace found from `CARGO_MANIFEST_DIR`, which
-/// `cargo test` sets): so that tests find the tools after the project's test command installed
-/// them, without `EGPU_PTXAS` or `PATH` set by hand.
-fn installed_tool(name: &str) -> Option<std::path::PathBuf> {
-    let manifest = std::path::PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR")?);
-    [manifest.join("target"), manifest.join("../target")]
-        .iter()
-        .map(|t| t.join("cuda-tools/nvidia/cu13/bin").join(name))
-        .find(|p| p.is_file())
-}
-
-/// Returns `nvcc` (from `EGPU_NVCC`, else `PATH`: [`Nvcc::find`], else where
-/// `scripts/cuda-tools` installs it in the workspace), or `None` after printing why a test that
-/// needs it is skipped.
-///
-/// # Panics
-///
-/// When `nvcc` is not found and the environment variable `EGPU_REQUIRE_PTXAS` is `1` (the one
-/// variable covers both tools, which come from the same wheels).
-#[track_caller]
-pub fn require_nvcc() -> Option<Nvcc> {
-    let installed = installed_tool("nvcc").map(Nvcc::at);
-    require_tool("nvcc", Nvcc::find().or_else(|e| installed.ok_or(e)))
-}
-
-#[track_caller]
-fn require_tool<T>(tool: &str, found: Result<T, ToolError>) -> Option<T> {
-    let required = std::env::var(REQUIRE_PTXAS_ENV).ok();
-    match decide_tool(tool, found, required.as_deref()) {
-        Decision::Run(tool) => Some(tool),
-        Decision::Skip(line) => {
-            eprintln!("{line}");
-            None
-        }
-        Decision::Fail(message) => panic!("{message}"),
-    }
-}
-
-/// What [`require_ptxas`] and [`require_nvcc`] do, decided from the search's result and the value
-/// of `EGPU_REQUIRE_PTXAS` (if set).
-fn decide_tool<T>(
-    tool: &str,
-    found: Result<T, ToolError>,
-    require_env: Option<&str>,
-) -> Decision<T> {
-    match found {
-        Ok(t) => Decision::Run(t),
-        Err(e) if require_env == Some("1") => Decision::Fail(format!(
-            "egpu: {tool} is needed, and {REQUIRE_PTXAS_ENV}=1 is set so tests that need it must \
-             not be skipped: {e}"
-        )),
-        Err(e) => Decision::Skip(format!("egpu: skipping test that needs {tool}: {e}")),
-    }
-}
-
-/// What [`require_gpu`] does, decided without touching the environment or the GPU; also what
-/// the tool helpers do.
-#[derive(Debug, PartialEq)]
-enum Decision<T> {
-    /// Run the test on this GPU, or with this tool.
-    Run(T),
-    /// Skip the test, printing this line.
-    Skip(String),
-    /// Fail the test with this message.
-    Fail(String),
+    decide(status, required.as_deref()).resolve()
 }
 
 /// Decides from the GPU status and the value of `EGPU_REQUIRE_GPU` (if set).
@@ -169,41 +73,6 @@ fn decide(status: GpuStatus, require_gpu_env: Option<&str>) -> Decision<GpuInfo>
     } else {
         Decision::Skip(format!("egpu: skipping GPU test: {reason}"))
     }
-}
-
-/// A minimal cubin (an ELF64 file) that keeps `ptx` in its `.nv_debug_ptx_txt` section, as
-/// Triton's do: a null section, the section names, and the PTX (see [`crate::cubin`]).
-pub fn cubin_with_ptx(ptx: &[u8]) -> Vec<u8> {
-    let names = b"\0.shstrtab\0.nv_debug_ptx_txt\0";
-    let mut b = vec![0u8; crate::cubin::HEADER_BYTES];
-    b[..4].copy_from_slice(b"\x7fELF");
-    b[4] = 2; // 64-bit
-    b[5] = 1; // little-endian
-    let names_at = b.len();
-    b.extend_from_slice(names);
-    let ptx_at = b.len();
-    b.extend_from_slice(ptx);
-    b.push(0);
-    while !b.len().is_multiple_of(8) {
-        b.push(0);
-    }
-    let table_at = b.len();
-    let mut section = |name: u32, kind: u32, at: usize, len: usize| {
-        let mut h = [0u8; 64];
-        h[..4].copy_from_slice(&name.to_le_bytes());
-        h[4..8].copy_from_slice(&kind.to_le_bytes());
-        h[0x18..0x20].copy_from_slice(&(at as u64).to_le_bytes());
-        h[0x20..0x28].copy_from_slice(&(len as u64).to_le_bytes());
-        b.extend_from_slice(&h);
-    };
-    section(0, 0, 0, 0);
-    section(1, 3, names_at, names.len());
-    section(11, 1, ptx_at, ptx.len() + 1);
-    b[0x28..0x30].copy_from_slice(&(table_at as u64).to_le_bytes());
-    b[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
-    b[0x3c..0x3e].copy_from_slice(&3u16.to_le_bytes());
-    b[0x3e..0x40].copy_from_slice(&1u16.to_le_bytes());
-    b
 }
 
 #[cfg(test)]
@@ -242,31 +111,6 @@ mod tests {
     fn an_empty_device_list_is_not_a_gpu() {
         assert!(matches!(decide(GpuStatus::Found(vec![]), None), Decision::Skip(_)));
         assert!(matches!(decide(GpuStatus::Found(vec![]), Some("1")), Decision::Fail(_)));
-    }
-
-    fn missing(tool: &'static str) -> Result<(), ToolError> {
-        Err(ToolError::NotFound { tool, reason: "not on PATH".to_owned() })
-    }
-
-    #[test]
-    fn a_missing_tool_skips_unless_required() {
-        for env in [None, Some(""), Some("0")] {
-            assert_eq!(
-                decide_tool("ptxas", missing("ptxas"), env),
-                Decision::Skip(
-                    "egpu: skipping test that needs ptxas: ptxas not found: not on PATH".into()
-                ),
-                "EGPU_REQUIRE_PTXAS={env:?}"
-            );
-        }
-        let Decision::Fail(message) = decide_tool("nvcc", missing("nvcc"), Some("1")) else {
-            panic!("expected a failure")
-        };
-        assert!(message.contains("EGPU_REQUIRE_PTXAS=1 is set"), "{message}");
-        assert!(message.contains("nvcc not found: not on PATH"), "{message}");
-        for env in [None, Some("1")] {
-            assert_eq!(decide_tool("ptxas", Ok(7), env), Decision::Run(7));
-        }
     }
 
     #[test]

@@ -17,12 +17,11 @@
 
 pub use egpu_device as device;
 pub use egpu_ebpf as ebpf;
+pub use egpu_host as host;
+pub use egpu_host::{export_probes, pack};
 pub use egpu_maps as maps;
-
-pub mod host;
-pub mod pack;
-pub mod probe;
-pub mod vm;
+pub use egpu_probe as probe;
+pub use egpu_vm as vm;
 
 pub use egpu_macros::{helper, probe};
 
@@ -31,17 +30,17 @@ pub use egpu_macros::{helper, probe};
 pub mod helpers {
     /// Time in ns: `CLOCK_MONOTONIC` on the CPU (`%globaltimer` on the GPU).
     pub fn ktime_ns() -> u64 {
-        crate::vm::native::ktime_ns()
+        egpu_vm::native::ktime_ns()
     }
 
     /// The CPU the calling thread runs on (the SM, on the GPU).
     pub fn cpu_id() -> u32 {
-        crate::vm::native::cpu_id()
+        egpu_vm::native::cpu_id()
     }
 
     /// A pseudo-random `u32` from a per-thread generator.
     pub fn prandom_u32() -> u32 {
-        crate::vm::native::prandom_u32()
+        egpu_vm::native::prandom_u32()
     }
 }
 
@@ -63,12 +62,12 @@ macro_rules! print {
 pub mod __private {
     /// The probe builder.
     pub mod probe {
-        pub use crate::probe::build::*;
+        pub use egpu_probe::build::*;
     }
-    pub use crate::probe::twin;
+    pub use egpu_probe::twin;
 
     /// A native `print!` argument: its 64-bit value and whether it is signed.
-    pub fn print_arg<T: crate::probe::build::Scalar>(v: T) -> (u64, bool) {
+    pub fn print_arg<T: egpu_probe::build::Scalar>(v: T) -> (u64, bool) {
         (v.to_canonical(), T::TY.signed())
     }
 }

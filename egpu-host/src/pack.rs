@@ -25,7 +25,7 @@ use std::path::Path;
 use egpu_ebpf::{AttachPoint, MapDef, MapKind, Program};
 use egpu_maps::layout::Geometry;
 
-use crate::probe::{BuildError, Probe};
+use egpu_probe::{BuildError, Probe};
 
 /// The first line of every pack.
 const MAGIC: &str = "egpu-probes 1";

@@ -13,14 +13,14 @@
 //! `EGPU_REQUIRE_PTXAS=1`.
 //!
 //! ```no_run
-//! use egpu_device::toolchain::Ptxas;
+//! use egpu_ptx::toolchain::Ptxas;
 //!
 //! let ptxas = Ptxas::find()?;
 //! let report = ptxas.check(".version 9.0\n.target sm_90\n.address_size 64\n", "sm_90")?;
 //! for f in &report.functions {
 //!     println!("{}: {:?} registers", f.name, f.registers);
 //! }
-//! # Ok::<(), egpu_device::toolchain::ToolError>(())
+//! # Ok::<(), egpu_ptx::toolchain::ToolError>(())
 //! ```
 //!
 //! [`testing::require_ptxas`]: crate::testing::require_ptxas

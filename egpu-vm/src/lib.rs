@@ -9,8 +9,8 @@
 //! rbpf's VMs are neither `Send` nor `Sync`, and neither is [`Vm`]: make one per thread.
 //!
 //! ```
-//! use egpu::ebpf::{AttachPoint, Program, assemble};
-//! use egpu::vm::Vm;
+//! use egpu_ebpf::{AttachPoint, Program, assemble};
+//! use egpu_vm::Vm;
 //!
 //! let program = Program::new(
 //!     assemble("ldxw %r0, [%r1+4]\nadd %r0, 1\nexit")?,
@@ -22,6 +22,8 @@
 //! assert_eq!(vm.run(&mut ctx)?, 42);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+
+#![deny(missing_docs)]
 
 mod helpers;
 mod legalise;
@@ -38,7 +40,7 @@ use egpu_maps::{Placement, RawMap};
 use thiserror::Error;
 
 pub use helpers::Fault;
-pub(crate) use helpers::native;
+pub use helpers::native;
 use legalise::{SCRATCH_BYTES, STACK_BYTES};
 
 /// Which rbpf engine runs a program.
@@ -246,9 +248,9 @@ impl Vm {
     /// Each map must be of the entry's kind, key size and value (record) size.
     ///
     /// ```
-    /// use egpu::ebpf::{AttachPoint, MapDef, MapKind, Program, assemble};
-    /// use egpu::maps::HashMap;
-    /// use egpu::vm::{EngineChoice, Vm};
+    /// use egpu_ebpf::{AttachPoint, MapDef, MapKind, Program, assemble};
+    /// use egpu_maps::HashMap;
+    /// use egpu_vm::{EngineChoice, Vm};
     ///
     /// static COUNTS: HashMap<u32, u64> = HashMap::with_capacity(64);
     ///

@@ -923,15 +923,15 @@ impl Probe {
     }
 
     /// A CPU VM running the probe, with its maps bound (one VM per thread).
-    pub fn vm(&self) -> Result<crate::vm::Vm, ProbeError> {
+    pub fn vm(&self) -> Result<egpu_vm::Vm, ProbeError> {
         let built = self.built()?;
-        Ok(crate::vm::Vm::with_maps(&built.program, &built.maps, crate::vm::EngineChoice::Auto)?)
+        Ok(egpu_vm::Vm::with_maps(&built.program, &built.maps, egpu_vm::EngineChoice::Auto)?)
     }
 
     /// A CPU VM on the engine chosen.
-    pub fn vm_with(&self, choice: crate::vm::EngineChoice) -> Result<crate::vm::Vm, ProbeError> {
+    pub fn vm_with(&self, choice: egpu_vm::EngineChoice) -> Result<egpu_vm::Vm, ProbeError> {
         let built = self.built()?;
-        Ok(crate::vm::Vm::with_maps(&built.program, &built.maps, choice)?)
+        Ok(egpu_vm::Vm::with_maps(&built.program, &built.maps, choice)?)
     }
 }
 
@@ -944,7 +944,7 @@ pub enum ProbeError {
     Build(#[from] BuildError),
     /// The VM refused it.
     #[error(transparent)]
-    Load(#[from] crate::vm::LoadError),
+    Load(#[from] egpu_vm::LoadError),
 }
 
 /// The attach point named `spec` in `#[egpu::probe(spec)]`, with a context of type `C`: `user`

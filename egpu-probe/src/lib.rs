@@ -1,16 +1,16 @@
 //! Probe Rust's back end: the probe IR and its code generator.
 //!
-//! `#[egpu::probe]` (in a later step) turns a Rust function into code that builds a
+//! `#[egpu::probe]` turns a Rust function into code that builds a
 //! [`ProbeIr`](ir::ProbeIr) when the probe is first used, with every size and offset resolved by
 //! rustc; [`compile`] turns the IR into an eBPF [`Program`](egpu_ebpf::Program), which the
 //! verifier then checks like any other. The IR is public so that other tools can generate probes
 //! without going through eBPF assembly.
 //!
 //! ```
-//! use egpu::ebpf::AttachPoint;
-//! use egpu::probe::compile;
-//! use egpu::probe::ir::{BinOp, Expr, Place, ProbeIr, Stmt, Ty};
-//! use egpu::vm::Vm;
+//! use egpu_ebpf::AttachPoint;
+//! use egpu_probe::compile;
+//! use egpu_probe::ir::{BinOp, Expr, Place, ProbeIr, Stmt, Ty};
+//! use egpu_vm::Vm;
 //!
 //! // return ctx.a * 3 + 1, with `a` a u32 at offset 4 of an 8-byte context
 //! let load = Expr::Load(Ty::U32, Place::Ctx(4));
@@ -30,6 +30,7 @@
 //! assert_eq!(vm.run(&mut ctx)?, 43);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+#![deny(missing_docs)]
 
 #[doc(hidden)]
 pub mod build;

@@ -39,7 +39,7 @@
 //! [`TranslateError::Helper`] before any kernel runs it.
 //!
 //! ```
-//! use egpu_device::translate::{Context, Options, translate};
+//! use egpu_ptx::translate::{Context, Options, translate};
 //! use egpu_ebpf::{AttachPoint, Program, assemble, verifier::verify};
 //!
 //! let program = Program::new(

@@ -15,7 +15,7 @@
 //! without body) is a [`PtxError`] with the line, never a panic, whatever the text.
 //!
 //! ```
-//! use egpu_device::ptx::Module;
+//! use egpu_ptx::ptx::Module;
 //!
 //! let ptx = ".version 9.0\n.target sm_90\n.address_size 64\n\
 //!            .visible .entry k(.param .u64 p)\n{\n\t.reg .b64 %rd<2>;\n\
@@ -32,7 +32,7 @@
 //! assert_eq!(loads, [["%rd1", "[%rd1+8]"]]);
 //! let text: String = (0..module.pieces().len()).map(|i| module.piece_text(i)).collect();
 //! assert_eq!(text, ptx);
-//! # Ok::<(), egpu_device::ptx::PtxError>(())
+//! # Ok::<(), egpu_ptx::ptx::PtxError>(())
 //! ```
 
 mod reader;

@@ -8,7 +8,7 @@ use egpu_maps::RawMap;
 
 use super::ir::*;
 use super::*;
-use crate::vm::{EngineChoice, LoadError, Vm};
+use egpu_vm::{EngineChoice, LoadError, Vm};
 
 /// splitmix64.
 struct Rng(u64);

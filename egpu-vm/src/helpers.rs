@@ -147,15 +147,18 @@ fn get_current_pid_tgid(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     ((pid as u64) << 32) | tid as u32 as u64
 }
 
-/// The helpers' computations, for native code (`egpu::helpers`).
-pub(crate) mod native {
-    pub(crate) fn ktime_ns() -> u64 {
+/// The helpers' computations, for native code (`egpu::helpers`, a probe's twin).
+pub mod native {
+    /// Time in ns: `CLOCK_MONOTONIC`.
+    pub fn ktime_ns() -> u64 {
         super::ktime_get_ns(0, 0, 0, 0, 0)
     }
-    pub(crate) fn cpu_id() -> u32 {
+    /// The CPU the calling thread runs on.
+    pub fn cpu_id() -> u32 {
         super::get_smp_processor_id(0, 0, 0, 0, 0) as u32
     }
-    pub(crate) fn prandom_u32() -> u32 {
+    /// A pseudo-random `u32` from a per-thread generator.
+    pub fn prandom_u32() -> u32 {
         super::get_prandom_u32(0, 0, 0, 0, 0) as u32
     }
 }

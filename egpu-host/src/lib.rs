@@ -19,6 +19,10 @@
 //!   program; a run that fails anyway (a fault the interpreter catches) is counted in
 //!   [`Health::faults`], and the call goes on. `fire` never panics and never blocks on
 //!   another thread's probes.
+//!
+//! Probe packs ([`pack`]) carry probes out of the program that built them into the preloaded
+//! library, which runs their host probes here.
+#![deny(missing_docs)]
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -30,7 +34,7 @@ use egpu_ebpf::{
 };
 use egpu_maps::RawMap;
 
-use crate::vm::{EngineChoice, LoadError, Vm};
+use egpu_vm::{EngineChoice, LoadError, Vm};
 
 /// The context of a host event: which event it belongs to.
 pub trait HostContext: Pod {
@@ -434,7 +438,7 @@ impl egpu_device::hooks::Observer for HostProbes {
 
 /// Monotonic time in ns (`CLOCK_MONOTONIC`), as contexts' `timestamp_ns` takes it.
 pub fn now_ns() -> u64 {
-    crate::vm::native::ktime_ns()
+    egpu_vm::native::ktime_ns()
 }
 
 /// The calling thread's id (`gettid`), as contexts' `host_tid` takes it: asked of the kernel
@@ -468,6 +472,7 @@ pub fn thread_id() -> u32 {
 
 pub mod builtin;
 mod deferred;
+pub mod pack;
 #[cfg(feature = "otlp")]
 pub mod otlp;
 pub use deferred::Poster;
