@@ -52,6 +52,8 @@ mod scalar;
 mod state;
 mod transfer;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use crate::Program;
 use explore::Explorer;
 
@@ -64,8 +66,18 @@ pub const INSN_BUDGET: usize = 1_000_000;
 /// Different states kept at one instruction before new ones are widened to hold them.
 pub const JOIN_AFTER: usize = 8;
 
+/// Calls of [`verify`] so far in this process.
+static RUNS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times [`verify`] has run in this process; tests use it to check that a program is
+/// verified once.
+pub fn runs() -> u64 {
+    RUNS.load(Ordering::Relaxed)
+}
+
 /// Verifies `program` against its attach point's context and its map table.
 pub fn verify(program: &Program) -> Result<Verified, VerifyError> {
+    RUNS.fetch_add(1, Ordering::Relaxed);
     let mut explorer = Explorer::new(program);
     explorer.run()?;
     explorer.check_stack_chains()?;
@@ -78,4 +90,26 @@ pub fn verify(program: &Program) -> Result<Verified, VerifyError> {
         callx: explorer.callx,
         calls: explorer.calls,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AttachPoint, assemble};
+
+    #[test]
+    fn runs_counts_every_verification() {
+        let program = |text| {
+            Program::new(assemble(text).unwrap(), vec![], AttachPoint::User { ctx_size: 8 })
+                .unwrap()
+        };
+        let (good, bad) = (program("mov %r0, 0\nexit"), program("exit"));
+        let before = runs();
+        assert!(verify(&good).is_ok());
+        // Other tests may verify programs at the same time, so the count only has a floor.
+        assert!(runs() > before);
+        let before = runs();
+        assert_eq!(verify(&bad).unwrap_err().violation, Violation::UninitRegister);
+        assert!(runs() > before, "a refused program counts too");
+    }
 }
