@@ -1,0 +1,162 @@
+//! Calls: map operations on `static` maps (as statements), egpu's helpers, and functions marked
+//! `#[egpu::helper]` (inlined); the keys, values and records passed to map operations.
+
+use proc_macro2::TokenStream;
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::{Expr, Ident, Pat};
+
+use super::{Kind, Lower, p};
+
+/// The helpers a probe may call, by name.
+const HELPERS: [&str; 3] = ["ktime_ns", "cpu_id", "prandom_u32"];
+
+impl Lower {
+    /// The path of a method call's receiver when it is a `static` (not a local or the context).
+    pub(super) fn static_receiver<'e>(&self, m: &'e syn::ExprMethodCall) -> Option<&'e syn::Path> {
+        match &*m.receiver {
+            Expr::Path(r)
+                if r.path
+                    .get_ident()
+                    .is_none_or(|i| self.lookup(&i.to_string()).is_none() && *i != self.ctx) =>
+            {
+                Some(&r.path)
+            }
+            _ => None,
+        }
+    }
+
+    /// A key, value or record passed by reference to a map operation: a place local as it is, a
+    /// struct literal in a new buffer, a scalar as its value (stored into a buffer by the
+    /// builder).
+    pub(super) fn by_ref(&mut self, e: &Expr) -> TokenStream {
+        let Expr::Reference(r) = e else {
+            return self.error(e.span(), "pass keys, values and records by reference: `&key`");
+        };
+        if r.mutability.is_some() {
+            return self
+                .error(r.span(), "pass keys, values and records by shared reference: `&key`");
+        }
+        match &*r.expr {
+            Expr::Path(path)
+                if path.path.get_ident().is_some_and(|i| {
+                    matches!(self.lookup(&i.to_string()), Some(Kind::Struct | Kind::Found))
+                }) =>
+            {
+                let ident = path.path.get_ident().expect("checked");
+                quote!(#ident)
+            }
+            Expr::Struct(lit) => self.struct_lit(lit, "struct"),
+            e @ (Expr::Array(_) | Expr::Repeat(_)) => self.array_lit(e, "array"),
+            other => self.expr(other),
+        }
+    }
+
+    /// A map operation on a `static` map, as a statement.
+    pub(super) fn map_call(&mut self, m: &syn::ExprMethodCall) -> TokenStream {
+        let p = p();
+        let Some(map) = self.static_receiver(m) else {
+            return self.error(
+                m.span(),
+                "method calls are map operations on a `static` map: `COUNTS.fetch_add(&key, 1)`",
+            );
+        };
+        let name = map.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
+        let args: Vec<&Expr> = m.args.iter().collect();
+        let span = m.span();
+        match (m.method.to_string().as_str(), args.as_slice()) {
+            ("fetch_add", [key @ Expr::Reference(_), delta]) => {
+                let key = self.by_ref(key);
+                let delta = self.expr(delta);
+                quote_spanned!(span=> #p::hash_fetch_add(&#map, #name, #key, #delta);)
+            }
+            ("fetch_add", [index, delta]) => {
+                let (index, delta) = (self.expr(index), self.expr(delta));
+                quote_spanned!(span=> #p::array_fetch_add(&#map, #name, #index, #delta);)
+            }
+            ("fetch_add_field", [key @ Expr::Reference(_), field, delta]) => {
+                let key = self.by_ref(key);
+                let field = self.field_closure(field);
+                let delta = self.expr(delta);
+                quote_spanned!(span=> #p::hash_fetch_add_field(&#map, #name, #key, #field, #delta);)
+            }
+            ("fetch_add_field", [index, field, delta]) => {
+                let index = self.expr(index);
+                let field = self.field_closure(field);
+                let delta = self.expr(delta);
+                quote_spanned!(span=> #p::array_fetch_add_field(&#map, #name, #index, #field, #delta);)
+            }
+            ("insert", [key, value]) => {
+                let (key, value) = (self.by_ref(key), self.by_ref(value));
+                quote_spanned!(span=> #p::hash_insert(&#map, #name, #key, #value);)
+            }
+            ("remove", [key]) => {
+                let key = self.by_ref(key);
+                quote_spanned!(span=> #p::hash_remove(&#map, #name, #key);)
+            }
+            ("output", [record]) => {
+                let record = self.by_ref(record);
+                quote_spanned!(span=> #p::ring_output(&#map, #name, #record);)
+            }
+            (other, _) => self.error(
+                m.method.span(),
+                format!("`{other}` is not a map operation probes support: `fetch_add`, `fetch_add_field`, `insert`, `remove`, `output`, and `get` in `if let`"),
+            ),
+        }
+    }
+
+    /// The field selector of `fetch_add_field`: a closure `|v| &v.a.b[2]` (one argument, a
+    /// reference to a field chain of it with constant indices), passed to rustc as written.
+    fn field_closure(&mut self, e: &Expr) -> TokenStream {
+        let shape = "the field is a closure `|v| &v.field`";
+        let Expr::Closure(c) = e else { return self.error(e.span(), shape) };
+        let param = match c.inputs.iter().collect::<Vec<_>>().as_slice() {
+            [Pat::Ident(pi)] => pi.ident.clone(),
+            _ => return self.error(c.inputs.span(), shape),
+        };
+        fn chain(e: &Expr, param: &Ident, l: &Lower) -> bool {
+            match e {
+                Expr::Path(p) => p.path.is_ident(param),
+                Expr::Field(f) => chain(&f.base, param, l),
+                Expr::Index(i) => l.is_constant(&i.index) && chain(&i.expr, param, l),
+                _ => false,
+            }
+        }
+        match &*c.body {
+            Expr::Reference(r)
+                if r.mutability.is_none()
+                    && matches!(&*r.expr, Expr::Field(_) | Expr::Index(_))
+                    && chain(&r.expr, &param, self) =>
+            {
+                quote!(#c)
+            }
+            other => self.error(other.span(), shape),
+        }
+    }
+
+    /// A call: one of egpu's helpers (`egpu::helpers::ktime_ns()`), or a function marked
+    /// `#[egpu::helper]`, inlined.
+    pub(super) fn call(&mut self, call: &syn::ExprCall) -> TokenStream {
+        let p = p();
+        let span = call.span();
+        let Expr::Path(path) = &*call.func else {
+            return self.error(span, "only egpu's helpers can be called");
+        };
+        let name = path.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
+        if HELPERS.contains(&name.as_str()) {
+            if !call.args.is_empty() {
+                return self.error(span, format!("`{name}` takes no arguments"));
+            }
+            let f = Ident::new(&name, path.span());
+            return quote_spanned!(span=> #p::helpers::#f());
+        }
+        if self.helper.as_ref().is_some_and(|h| path.path.is_ident(h)) {
+            return self.error(span, "a helper cannot call itself: probes do not recurse");
+        }
+        // A function marked `#[egpu::helper]`, inlined; rustc says so when `name` is not
+        // one (it has no `__egpu_inline`).
+        let args: Vec<TokenStream> = call.args.iter().map(|a| self.expr(a)).collect();
+        let callee = &path.path;
+        quote_spanned!(span=> #callee::__egpu_inline(#(#args),*))
+    }
+}
