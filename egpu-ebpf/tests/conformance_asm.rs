@@ -2,37 +2,15 @@
 //! assembles, lists back into the same slots, and is a well-formed [`Program`].
 //!
 //! The suite is found at `$EGPU_CONFORMANCE_DIR`, else at `../shared/conformance` from the
-//! workspace root. Where it is missing the test says so and passes, unless
-//! `EGPU_REQUIRE_CONFORMANCE=1`.
-
-use std::path::{Path, PathBuf};
+//! workspace root (`egpu_test_support::conformance_dir`). Where it is missing the test says so and
+//! passes, unless `EGPU_REQUIRE_CONFORMANCE=1`.
 
 use egpu_ebpf::insn::slots_to_bytes;
 use egpu_ebpf::{AttachPoint, Insn, Program, assemble, disassemble};
+use egpu_test_support::{conformance_dir, files_with_extension};
 
 /// Fewer files than this means the folder is not the suite (or lost most of it).
 const MIN_FILES: usize = 300;
-
-fn conformance_dir() -> Option<PathBuf> {
-    let dir = match std::env::var_os("EGPU_CONFORMANCE_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/conformance"),
-    };
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    let why = format!(
-        "the bpf_conformance suite is not at {} (set EGPU_CONFORMANCE_DIR to its tests/ folder; \
-         get it from the public bpf_conformance project, \
-         https://github.com/Alan-Jowett/bpf_conformance, folder tests/)",
-        dir.display()
-    );
-    if std::env::var("EGPU_REQUIRE_CONFORMANCE").is_ok_and(|v| v == "1") {
-        panic!("EGPU_REQUIRE_CONFORMANCE=1, but {why}");
-    }
-    eprintln!("skipping: {why}");
-    None
-}
 
 /// The lines of section `name` (`-- name` up to the next line starting with `-- `).
 fn section(data: &str, name: &str) -> Option<String> {
@@ -89,12 +67,7 @@ fn check(data: &str) -> Result<(), String> {
 #[test]
 fn conformance_programs_round_trip_and_are_well_formed() {
     let Some(dir) = conformance_dir() else { return };
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|entry| entry.expect("directory entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "data"))
-        .collect();
-    files.sort();
+    let files = files_with_extension(&dir, "data");
     assert!(
         files.len() >= MIN_FILES,
         "{} has {} .data files, expected at least {MIN_FILES}",

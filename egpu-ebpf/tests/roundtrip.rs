@@ -12,6 +12,7 @@ use egpu_ebpf::{
     Instruction, JmpCond, MapDef, MapKind, Operand, Program, ProgramError, Reg, Size, Width,
     assemble, decode, disassemble,
 };
+use egpu_test_support::Rng;
 
 const ITERATIONS: usize = 20_000;
 const DEFAULT_SEED: u64 = 0x5eed_e6b0_0dd1_ce55;
@@ -20,82 +21,45 @@ const DEFAULT_SEED: u64 = 0x5eed_e6b0_0dd1_ce55;
 // PRNG
 // ---------------------------------------------------------------------------------------------
 
-/// SplitMix64: tiny, fast and good enough to drive property tests.
-struct Rng(u64);
+/// A generator for test `name`, from `EGPU_SEED` (decimal or `0x` hex) or the default seed, salted
+/// with the name: each test gets its own stream, so adding a test does not change the others'.
+fn rng_for(name: &str) -> Rng {
+    Rng::from_env_salted(name, DEFAULT_SEED)
+}
 
-impl Rng {
-    /// A generator for test `name`, from `EGPU_SEED` (decimal or `0x` hex) or the default seed.
-    fn for_test(name: &str) -> Rng {
-        let seed = match std::env::var("EGPU_SEED") {
-            Ok(s) => {
-                let s = s.trim();
-                let parsed = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-                    Some(hex) => u64::from_str_radix(hex, 16),
-                    None => s.parse(),
-                };
-                parsed.unwrap_or_else(|e| panic!("EGPU_SEED={s:?} is not a u64: {e}"))
-            }
-            Err(_) => DEFAULT_SEED,
-        };
-        println!("{name}: EGPU_SEED={seed:#x} (set EGPU_SEED to reproduce)");
-        // Each test gets its own stream, so adding a test does not change the others'.
-        let salt = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-        });
-        Rng(seed ^ salt)
-    }
+/// Draws of the operands these tests need.
+trait Draws {
+    fn reg(&mut self) -> Reg;
+    /// A 32-bit immediate, often an edge value.
+    fn imm32(&mut self) -> i32;
+    /// A 16-bit offset, often an edge value.
+    fn off16(&mut self) -> i16;
+    /// A jump offset from `pc` in a sequence of `len` slots: mostly near the sequence (in range,
+    /// just outside, or into an `lddw`), sometimes anywhere in `bits` bits.
+    fn jump_off(&mut self, pc: usize, len: usize, bits: u32) -> i64;
+}
 
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0; the modulo bias is irrelevant here).
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-
-    /// Uniform in `lo..=hi`.
-    fn range(&mut self, lo: i64, hi: i64) -> i64 {
-        lo + (self.next() % (hi - lo + 1) as u64) as i64
-    }
-
-    /// True with probability `num / den`.
-    fn chance(&mut self, num: usize, den: usize) -> bool {
-        self.below(den) < num
-    }
-
-    fn pick<T: Clone>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len())].clone()
-    }
-
+impl Draws for Rng {
     fn reg(&mut self) -> Reg {
         Reg::new(self.below(11) as u8).unwrap()
     }
 
-    /// A 32-bit immediate, often an edge value.
     fn imm32(&mut self) -> i32 {
         match self.below(4) {
             0 => self.pick(&[0, 1, -1, i32::MIN, i32::MAX, 16, 32, 64, 0x7fff, -0x8000]),
             1 => self.range(-300, 300) as i32,
-            _ => self.next() as i32,
+            _ => self.next_u64() as i32,
         }
     }
 
-    /// A 16-bit offset, often an edge value.
     fn off16(&mut self) -> i16 {
         match self.below(4) {
             0 => self.pick(&[0, 1, -1, i16::MIN, i16::MAX, 8, -8]),
             1 => self.range(-600, 600) as i16,
-            _ => self.next() as i16,
+            _ => self.next_u64() as i16,
         }
     }
 
-    /// A jump offset from `pc` in a sequence of `len` slots: mostly near the sequence (in range,
-    /// just outside, or into an `lddw`), sometimes anywhere in `bits` bits.
     fn jump_off(&mut self, pc: usize, len: usize, bits: u32) -> i64 {
         if self.chance(3, 4) {
             let target = self.range(-2, len as i64 + 1);
@@ -200,12 +164,12 @@ fn fill(rng: &mut Rng, shape: Instruction, pc: usize, len: usize) -> Instruction
                 Imm64::Value(_) => Imm64::Value(match rng.below(3) {
                     0 => rng.pick(&[0, u64::MAX, 1 << 63, u64::from(u32::MAX), 1 << 32]),
                     1 => rng.imm32() as i64 as u64,
-                    _ => rng.next(),
+                    _ => rng.next_u64(),
                 }),
                 Imm64::Map(_) => Imm64::Map(if rng.chance(1, 2) {
                     rng.below(4) as u32
                 } else {
-                    rng.next() as u32
+                    rng.next_u64() as u32
                 }),
             };
             Instruction::LoadImm64 { dst: rng.reg(), imm }
@@ -310,7 +274,7 @@ fn target_class(target: i64, starts: &[usize], len: usize) -> &'static str {
 
 #[test]
 fn valid_instructions_round_trip() {
-    let mut rng = Rng::for_test("valid_instructions_round_trip");
+    let mut rng = rng_for("valid_instructions_round_trip");
     let shapes = shapes();
     let mut hits: BTreeMap<String, usize> = shapes.iter().map(|s| (shape_key(s), 0)).collect();
     assert_eq!(hits.len(), shapes.len(), "shape keys are not unique");
@@ -431,7 +395,7 @@ fn out_of_range_relative_offsets_round_trip() {
 fn random_bytes(rng: &mut Rng, shapes: &[Instruction]) -> Vec<u8> {
     if rng.chance(1, 3) {
         let len = if rng.chance(1, 2) { 8 * rng.below(33) } else { rng.below(257) };
-        return (0..len).map(|_| rng.next() as u8).collect();
+        return (0..len).map(|_| rng.next_u64() as u8).collect();
     }
     let mut bytes = slots_to_bytes(&encode(&random_sequence(rng, shapes)));
     for _ in 0..rng.below(4) {
@@ -440,7 +404,7 @@ fn random_bytes(rng: &mut Rng, shapes: &[Instruction]) -> Vec<u8> {
         }
         let i = rng.below(bytes.len());
         bytes[i] = match rng.below(3) {
-            0 => rng.next() as u8,
+            0 => rng.next_u64() as u8,
             1 => bytes[i] ^ (1 << rng.below(8)),
             _ => 0,
         };
@@ -454,7 +418,7 @@ fn random_bytes(rng: &mut Rng, shapes: &[Instruction]) -> Vec<u8> {
 
 #[test]
 fn random_bytes_never_panic() {
-    let mut rng = Rng::for_test("random_bytes_never_panic");
+    let mut rng = rng_for("random_bytes_never_panic");
     let shapes = shapes();
     let mut outcomes: BTreeMap<&'static str, usize> = BTreeMap::new();
     for iteration in 0..ITERATIONS {
@@ -676,7 +640,7 @@ fn random_line(rng: &mut Rng, shapes: &[Instruction]) -> String {
 
 #[test]
 fn random_text_never_panics() {
-    let mut rng = Rng::for_test("random_text_never_panics");
+    let mut rng = rng_for("random_text_never_panics");
     let shapes = shapes();
     let (mut ok, mut err) = (0usize, 0usize);
     for iteration in 0..ITERATIONS {
