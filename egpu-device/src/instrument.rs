@@ -4,8 +4,8 @@
 //! module's PTX as it is and, next to it, instrumented with the probes; [`ProbedModule::launch`]
 //! launches the instrumented kernel, or the original one when
 //!
-//! - the probes are detached ([`Instrumenter::detach`]; [`attach`](Instrumenter::attach) again
-//!   to resume),
+//! - the probes are paused ([`Instrumenter::pause`]; [`resume`](Instrumenter::resume) to
+//!   instrument again),
 //! - the launch is not sampled ([`Instrumenter::sample_every`]: every Nth launch of a kernel is
 //!   instrumented, the first one included),
 //! - the instrumented module could not be made or loaded (the injector's error on this module's
@@ -14,8 +14,10 @@
 //!   standard error and in [`ProbedModule::fallback`] or [`ProbedModule::kernel_fallback`], and
 //!   the program runs on, uninstrumented.
 //!
-//! Probes are translated once when attached ([`Instrumenter::new`]), so a probe the GPU cannot
-//! run is refused there, before any kernel runs with it.
+//! A probe is a [`Verified`] program, verified once wherever it came from. It is translated once
+//! when attached ([`Instrumenter::attach`], the same verb and shape as the host's
+//! `HostProbes::attach`), so a probe the GPU cannot run is refused there, before any kernel runs
+//! with it. Modules loaded before an attach or a detach keep the probes they were loaded with.
 //!
 //! Instrumented modules are cached by a 64-bit hash of their content (the original PTX, the
 //! probes' bytecode and attach points, the kernels they select and their maps' bindings), so
@@ -35,14 +37,19 @@ use egpu_ebpf::{AttachPoint, DeviceEvent};
 
 /// A probe attached to kernels, owned by an [`Instrumenter`].
 #[derive(Clone, Debug)]
-pub struct Attached {
+struct Attached {
+    id: ProbeId,
     /// The verified program; its attach point says where it runs.
-    pub program: Verified,
+    program: Verified,
     /// The kernels it attaches to, by mangled name; empty for all kernels.
-    pub kernels: Vec<String>,
+    kernels: Vec<String>,
     /// The device side of each map of its map table, in order.
-    pub maps: Vec<DeviceMap>,
+    maps: Vec<DeviceMap>,
 }
+
+/// Names a probe attached to an [`Instrumenter`], for [`Instrumenter::detach`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProbeId(u64);
 
 /// Why an instrumented module or kernel is not used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -67,7 +74,8 @@ pub enum Fallback {
 pub struct Instrumenter<'g> {
     gpu: &'g Gpu,
     probes: Vec<Attached>,
-    attached: AtomicBool,
+    next_id: u64,
+    paused: AtomicBool,
     every: AtomicU64,
     cache: Mutex<HashMap<u64, Arc<Loaded<'g>>>>,
 }
@@ -76,7 +84,7 @@ impl std::fmt::Debug for Instrumenter<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Instrumenter")
             .field("probes", &self.probes.len())
-            .field("attached", &self.attached.load(Relaxed))
+            .field("paused", &self.paused.load(Relaxed))
             .field("every", &self.every.load(Relaxed))
             .finish_non_exhaustive()
     }
@@ -127,48 +135,74 @@ fn content_hash<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u64 {
 }
 
 impl<'g> Instrumenter<'g> {
-    /// Attaches `probes` to the kernels that `gpu` will load through this instrumenter.
-    ///
-    /// Each probe is translated once here, so a probe that cannot run on the GPU (a helper the
-    /// GPU lacks, a map without a binding or with one that does not match it, a host attach
-    /// point) is refused now, with the reason, before any kernel runs with it.
-    pub fn new(gpu: &'g Gpu, probes: Vec<Attached>) -> Result<Instrumenter<'g>, InjectError> {
-        for (i, p) in probes.iter().enumerate() {
-            let context = match p.program.program().attach() {
-                AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => {
-                    Context::Kernel { kernel_id: 0 }
-                }
-                AttachPoint::Device(e) => Context::Access {
-                    kernel_id: 0,
-                    addr: "%egpu_addr".into(),
-                    size: 4,
-                    site: 0,
-                    is_store: e == DeviceEvent::GlobalStore,
-                },
-                attach => return Err(InjectError::NotDevice { probe: i, attach }),
-            };
-            let mut options = Options::new("egpu", context);
-            options.maps = p.maps.clone();
-            translate(&p.program, &options)
-                .map_err(|error| InjectError::Translate { probe: i, error })?;
-        }
-        Ok(Instrumenter {
+    /// An instrumenter for the modules `gpu` will load through it, with no probe attached yet.
+    pub fn new(gpu: &'g Gpu) -> Instrumenter<'g> {
+        Instrumenter {
             gpu,
-            probes,
-            attached: AtomicBool::new(true),
+            probes: Vec::new(),
+            next_id: 0,
+            paused: AtomicBool::new(false),
             every: AtomicU64::new(1),
             cache: Mutex::new(HashMap::new()),
-        })
+        }
+    }
+
+    /// Attaches a verified program to the kernels named (mangled names; empty for every kernel)
+    /// of the modules loaded from now on, at the device attach point the program names, with
+    /// entry `n` of its map table bound to `maps[n]`.
+    ///
+    /// The probe is translated once here, so a probe that cannot run on the GPU (a helper the
+    /// GPU lacks, a map without a binding or with one that does not match it, a host attach
+    /// point) is refused now, with the reason, before any kernel runs with it.
+    pub fn attach(
+        &mut self,
+        verified: &Verified,
+        maps: &[DeviceMap],
+        kernels: &[&str],
+    ) -> Result<ProbeId, InjectError> {
+        let probe = self.probes.len();
+        let context = match verified.program().attach() {
+            AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => {
+                Context::Kernel { kernel_id: 0 }
+            }
+            AttachPoint::Device(e) => Context::Access {
+                kernel_id: 0,
+                addr: "%egpu_addr".into(),
+                size: 4,
+                site: 0,
+                is_store: e == DeviceEvent::GlobalStore,
+            },
+            attach => return Err(InjectError::NotDevice { probe, attach }),
+        };
+        let mut options = Options::new("egpu", context);
+        options.maps = maps.to_vec();
+        translate(verified, &options).map_err(|error| InjectError::Translate { probe, error })?;
+        let id = ProbeId(self.next_id);
+        self.next_id += 1;
+        self.probes.push(Attached {
+            id,
+            program: verified.clone(),
+            kernels: kernels.iter().map(|k| (*k).to_owned()).collect(),
+            maps: maps.to_vec(),
+        });
+        Ok(id)
+    }
+
+    /// Detaches a probe from the modules loaded from now on. False when it was not attached.
+    pub fn detach(&mut self, id: ProbeId) -> bool {
+        let before = self.probes.len();
+        self.probes.retain(|p| p.id != id);
+        self.probes.len() != before
     }
 
     /// Later launches run the original kernels.
-    pub fn detach(&self) {
-        self.attached.store(false, Relaxed);
+    pub fn pause(&self) {
+        self.paused.store(true, Relaxed);
     }
 
     /// Later launches run instrumented again (as sampled).
-    pub fn attach(&self) {
-        self.attached.store(true, Relaxed);
+    pub fn resume(&self) {
+        self.paused.store(false, Relaxed);
     }
 
     /// Instruments every `n`th launch of each kernel (1: every launch; 0 counts as 1).
@@ -257,7 +291,7 @@ impl ProbedModule<'_, '_> {
         }
     }
 
-    /// Launches kernel `name` and waits for it: instrumented when the probes are attached, the
+    /// Launches kernel `name` and waits for it: instrumented when the probes are not paused, the
     /// launch is sampled and the instrumented kernel is usable, else the original.
     pub fn launch(
         &self,
@@ -274,7 +308,7 @@ impl ProbedModule<'_, '_> {
             *n - 1
         };
         let every = self.instrumenter.every.load(Relaxed);
-        let wanted = self.instrumenter.attached.load(Relaxed)
+        let wanted = !self.instrumenter.paused.load(Relaxed)
             && n % every == 0
             && !self.instrumenter.probes.is_empty();
         let usable = match self.instrumented.as_ref() {

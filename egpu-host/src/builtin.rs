@@ -23,6 +23,7 @@
 
 use std::fmt::Write as _;
 
+use egpu_ebpf::verifier::{Verified, VerifyError, verify};
 use egpu_ebpf::{
     AsmError, AttachPoint, HostEvent, MapDef, MapKind, Phase, Program, ProgramError, assemble,
 };
@@ -320,6 +321,9 @@ pub enum BuiltinError {
     /// A program is not well formed.
     #[error(transparent)]
     Program(#[from] ProgramError),
+    /// The verifier refused a program.
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
 }
 
 /// A process's built-in maps.
@@ -415,8 +419,8 @@ impl Builtin {
         Health { runs: at(0), faults: at(1), rejected: at(2), reentered: at(3) }
     }
 
-    /// The built-in programs, each with the maps of its map table.
-    pub fn programs(&self) -> Result<Vec<(Program, Vec<RawMap>)>, BuiltinError> {
+    /// The built-in programs, verified, each with the maps of its map table.
+    pub fn programs(&self) -> Result<Vec<(Verified, Vec<RawMap>)>, BuiltinError> {
         let defs = maps();
         let mut programs = Vec::new();
         let attach = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
@@ -437,7 +441,7 @@ impl Builtin {
         let table = vec![defs[8].clone(), defs[9].clone()];
         let frees = Program::new(assemble(TRACK_FREES)?, table, alloc)?;
         programs.push((frees, vec![self.sizes.clone(), self.freed.clone()]));
-        Ok(programs)
+        programs.into_iter().map(|(p, maps)| Ok((verify(&p)?, maps))).collect()
     }
 
     /// Records a kernel's name under its id (cut to [`NAME_BYTES`] − 1 bytes).

@@ -30,8 +30,9 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use bytemuck::Pod;
 use egpu_ebpf::{
-    AllocCtx, AttachPoint, HostEvent, LaunchCtx, MemcpyCtx, ModuleLoadCtx, Phase, Program, SyncCtx,
+    AllocCtx, AttachPoint, HostEvent, LaunchCtx, MemcpyCtx, ModuleLoadCtx, Phase, SyncCtx,
 };
+use egpu_ebpf::verifier::Verified;
 use egpu_maps::RawMap;
 
 use egpu_vm::{EngineChoice, LoadError, Vm};
@@ -69,7 +70,7 @@ pub enum AttachError {
     /// The program's attach point is not a host event.
     #[error("{0} is not a host attach point")]
     NotHost(AttachPoint),
-    /// The program does not load: the verifier refused it, or its maps do not fit.
+    /// The program does not load on the CPU VM: a helper it lacks, or maps that do not fit.
     #[error(transparent)]
     Load(#[from] LoadError),
 }
@@ -82,7 +83,7 @@ pub struct Health {
     pub runs: u64,
     /// Probe runs that failed (the interpreter caught a fault); the call went on.
     pub faults: u64,
-    /// Programs refused at attach (verifier, maps).
+    /// Programs refused at attach (not a host event, a helper the CPU lacks, maps).
     pub rejected: u64,
     /// Fires skipped because the thread was already running this set's probes (a probe cannot
     /// call the CUDA API, so only a signal handler that does could cause one).
@@ -94,7 +95,7 @@ struct Attached {
     id: ProbeId,
     event: HostEvent,
     phase: Phase,
-    program: Arc<Program>,
+    verified: Arc<Verified>,
     maps: Arc<[RawMap]>,
     /// Context bytes it may access.
     needed: usize,
@@ -198,10 +199,12 @@ impl HostProbes {
         }
     }
 
-    /// Attaches `program` to the host event and phase its attach point names, with entry `n` of
-    /// its map table bound to `maps[n]`. The program is verified and loaded once here, so a
-    /// program that cannot run is refused now, not when the event comes.
-    pub fn attach(&self, program: &Program, maps: &[RawMap]) -> Result<ProbeId, AttachError> {
+    /// Attaches a verified program to the host event and phase its attach point names, with
+    /// entry `n` of its map table bound to `maps[n]`. It is loaded once here, so a program that
+    /// cannot run on the CPU is refused now, not when the event comes; every thread that fires it
+    /// later loads its own VM from the same [`Verified`], without verifying it again.
+    pub fn attach(&self, verified: &Verified, maps: &[RawMap]) -> Result<ProbeId, AttachError> {
+        let program = verified.program();
         let refuse = |e: AttachError| {
             self.rejected.fetch_add(1, Ordering::Relaxed);
             Err(e)
@@ -209,19 +212,18 @@ impl HostProbes {
         let AttachPoint::Host(event, phase) = program.attach() else {
             return refuse(AttachError::NotHost(program.attach()));
         };
-        let needed = match Vm::with_maps(program, maps, EngineChoice::Auto) {
+        let needed = match Vm::with_maps(verified, maps, EngineChoice::Auto) {
             Ok(vm) => vm.context_needed(),
             Err(e) => return refuse(e.into()),
         };
-        // The VM verified it already: this cannot fail, but says which words it touches.
-        let words = egpu_ebpf::verifier::verify(program).map_or(u16::MAX, |v| context_words(&v));
+        let words = context_words(verified);
         let id = ProbeId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let mut attached = self.attached.write().unwrap_or_else(|p| p.into_inner());
         attached.push(Attached {
             id,
             event,
             phase,
-            program: Arc::new(program.clone()),
+            verified: Arc::new(verified.clone()),
             maps: maps.into(),
             needed,
             words,
@@ -331,7 +333,7 @@ impl HostProbes {
         let attached = self.attached.read().unwrap_or_else(|p| p.into_inner());
         attached
             .iter()
-            .filter_map(|a| match Vm::with_maps(&a.program, &a.maps, EngineChoice::Auto) {
+            .filter_map(|a| match Vm::with_maps(&a.verified, &a.maps, EngineChoice::Auto) {
                 Ok(vm) => Some((a.event, a.phase, vm)),
                 Err(_) => {
                     self.faults.fetch_add(1, Ordering::Relaxed);
@@ -377,7 +379,7 @@ impl HostProbes {
 /// The context words (bit `i`: bytes `8i..8i + 8`) a verified program may touch: those its loads
 /// and stores reach at constant offsets, and all of them when an access's offset varies or a
 /// helper is given a pointer into the context.
-fn context_words(verified: &egpu_ebpf::verifier::Verified) -> u16 {
+fn context_words(verified: &Verified) -> u16 {
     use egpu_ebpf::Instruction;
     use egpu_ebpf::verifier::AccessRegion;
     let mut words = 0u16;

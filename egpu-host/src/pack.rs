@@ -15,13 +15,13 @@
 //! `map` lines give the kind, key and value sizes, capacity, CPU shards and SM shards; `code` lines
 //! the program's instructions in hexadecimal (several lines are joined). A pack is made from
 //! `#[egpu::probe]` functions with [`Pack::add`], written with [`Pack::to_text`], and read back
-//! with [`Pack::parse`], which checks everything (a probe's program is verified again where it is
-//! loaded). A crate of probes becomes a shared library that exports its pack with
+//! with [`Pack::parse`], which checks everything and verifies each probe's program, once. A crate of probes becomes a shared library that exports its pack with
 //! [`export_probes!`](crate::export_probes); [`Pack::load`] reads either form.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
+use egpu_ebpf::verifier::{Verified, VerifyError, verify};
 use egpu_ebpf::{AttachPoint, MapDef, MapKind, Program};
 use egpu_maps::layout::Geometry;
 
@@ -37,8 +37,9 @@ pub const SYMBOL: &str = "egpu_probe_pack";
 pub struct PackedProbe {
     /// The probe's name.
     pub name: String,
-    /// Its program: attach point, map table and instructions.
-    pub program: Program,
+    /// Its program (attach point, map table and instructions), verified once when the pack was
+    /// made or read: what host probe sets and the device instrumenter take.
+    pub program: Verified,
     /// The layout of each map of the program's map table, in its order.
     pub maps: Vec<Geometry>,
 }
@@ -97,6 +98,14 @@ pub enum PackError {
         /// Why.
         error: BuildError,
     },
+    /// The verifier refused a probe's program.
+    #[error("probe {probe}: {error}")]
+    Verify {
+        /// The probe's name.
+        probe: String,
+        /// Why.
+        error: VerifyError,
+    },
     /// The file could not be read, or the library loaded.
     #[error("{path}: {reason}")]
     Load {
@@ -116,19 +125,20 @@ impl Pack {
     /// Adds a `#[egpu::probe]` function's probe (`my_probe::probe()`), built and verified.
     pub fn add(&mut self, probe: &Probe) -> Result<&mut Pack, PackError> {
         let build = |error| PackError::Build { probe: probe.name().into(), error };
-        let program = probe.program().map_err(build)?.clone();
+        let program = probe.verified().map_err(build)?.clone();
         let maps = probe.maps().map_err(build)?.iter().map(|m| *m.geometry()).collect();
         self.push(probe.name(), program, maps)?;
         Ok(self)
     }
 
-    /// Adds a program under `name`, with the layout of each map of its table.
+    /// Adds a verified program under `name`, with the layout of each map of its table.
     pub fn push(
         &mut self,
         name: &str,
-        program: Program,
+        verified: Verified,
         maps: Vec<Geometry>,
     ) -> Result<&mut Pack, PackError> {
+        let program = verified.program();
         let syntax = |reason: String| PackError::Syntax { line: 0, reason };
         if name.is_empty() || name.contains(char::is_whitespace) {
             return Err(syntax(format!("a probe's name is one word, not {name:?}")));
@@ -151,7 +161,7 @@ impl Pack {
                 )));
             }
         }
-        self.probes.push(PackedProbe { name: name.into(), program, maps });
+        self.probes.push(PackedProbe { name: name.into(), program: verified, maps });
         Ok(self)
     }
 
@@ -164,8 +174,9 @@ impl Pack {
     pub fn to_text(&self) -> String {
         let mut text = format!("{MAGIC}\n");
         for p in &self.probes {
-            let _ = writeln!(text, "probe {} {}", p.name, p.program.attach());
-            for (def, g) in p.program.maps().iter().zip(&p.maps) {
+            let program = p.program.program();
+            let _ = writeln!(text, "probe {} {}", p.name, program.attach());
+            for (def, g) in program.maps().iter().zip(&p.maps) {
                 let _ = writeln!(
                     text,
                     "map {} {} {} {} {} {} {}",
@@ -178,7 +189,7 @@ impl Pack {
                     g.sm_shards
                 );
             }
-            for chunk in p.program.to_bytes().chunks(64) {
+            for chunk in program.to_bytes().chunks(64) {
                 text.push_str("code ");
                 for b in chunk {
                     let _ = write!(text, "{b:02x}");
@@ -254,7 +265,10 @@ impl Pack {
                     let r = current.take().expect("a probe being read");
                     let program = Program::from_bytes(&r.code, r.defs, r.attach)
                         .map_err(|error| PackError::Program { probe: r.name.clone(), error })?;
-                    pack.push(&r.name, program, r.maps).map_err(|e| match e {
+                    // A pack is input from another process: verified here, once.
+                    let verified = verify(&program)
+                        .map_err(|error| PackError::Verify { probe: r.name.clone(), error })?;
+                    pack.push(&r.name, verified, r.maps).map_err(|e| match e {
                         PackError::Syntax { reason, .. } => PackError::Syntax { line, reason },
                         e => e,
                     })?;
@@ -351,7 +365,7 @@ mod tests {
     use super::*;
     use egpu_ebpf::{HostEvent, Phase, assemble};
 
-    fn counting() -> (Program, Vec<Geometry>) {
+    fn counting() -> (Verified, Vec<Geometry>) {
         let text = "ldxdw %r6, [%r1+0]\nstxdw [%r10-8], %r6\nlddw %r1, map[0]\nmov %r2, %r10\n\
                     add %r2, -8\ncall 1\nmov %r0, 0\nexit";
         let def = MapDef {
@@ -365,7 +379,7 @@ mod tests {
         let program =
             Program::new(assemble(text).expect("assembles"), vec![def], attach).expect("a program");
         let g = Geometry::new(MapKind::Hash, 8, 8, 64, 1, 0).expect("geometry");
-        (program, vec![g])
+        (verify(&program).expect("verifies"), vec![g])
     }
 
     #[test]
@@ -380,9 +394,10 @@ mod tests {
         assert_eq!(back.probes().len(), 1);
         let p = &back.probes()[0];
         assert_eq!((p.name.as_str(), p.maps.as_slice()), ("counts", maps.as_slice()));
-        assert_eq!(p.program.to_bytes(), program.to_bytes());
-        assert_eq!(p.program.maps(), program.maps());
-        assert_eq!(p.program.attach(), program.attach());
+        let (p, program) = (p.program.program(), program.program());
+        assert_eq!(p.to_bytes(), program.to_bytes());
+        assert_eq!(p.maps(), program.maps());
+        assert_eq!(p.attach(), program.attach());
         assert_eq!(back.to_text(), text);
     }
 
@@ -406,6 +421,8 @@ mod tests {
             (good.replace("map COUNTS hash 8 8 64 1 0\n", ""), "map"),
             (good.replace("code 79", "code ff"), "probe counts"),
             ("error the probe did not build\n".into(), "the probe did not build"),
+            // Reads a context byte past the launch context: the verifier's refusal, named.
+            (good.replace("code 7916000000000000", "code 7916580000000000"), "probe counts: instr"),
         ];
         for (text, want) in cases {
             let err = Pack::parse(&text).expect_err(&text).to_string();

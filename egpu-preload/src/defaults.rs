@@ -14,7 +14,7 @@ use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use egpu::ebpf::Program;
+use egpu::ebpf::verifier::Verified;
 use egpu::host::builtin::{self, Builtin};
 use egpu::host::{HostProbes, ProbeId};
 use egpu::maps::RawMap;
@@ -191,7 +191,7 @@ pub(crate) fn user() -> Option<Arc<UserProbes>> {
     state.as_ref()?.user.clone()
 }
 
-fn attach_all(probes: &HostProbes, programs: &[(Program, Vec<RawMap>)]) -> Option<Vec<ProbeId>> {
+fn attach_all(probes: &HostProbes, programs: &[(Verified, Vec<RawMap>)]) -> Option<Vec<ProbeId>> {
     programs.iter().map(|(p, maps)| probes.attach(p, maps).ok()).collect()
 }
 

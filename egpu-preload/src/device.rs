@@ -20,7 +20,7 @@ use egpu::device::cubin::{self, Extent};
 use egpu::device::inject::{DeviceProbe, Kernels, inject};
 use egpu::device::translate::DeviceMap;
 use egpu::ebpf::AttachPoint;
-use egpu::ebpf::verifier::{Verified, verify};
+use egpu::ebpf::verifier::Verified;
 use egpu::host::builtin;
 use egpu::maps::{Placement, RawMap};
 use egpu::pack::Pack;
@@ -49,7 +49,7 @@ pub(crate) struct UserProbes {
     /// Every map, by name, in shared memory (or this process's memory).
     maps: Vec<(String, RawMap)>,
     /// Host probes: each program with its maps, to attach.
-    pub(crate) host: Vec<(egpu::ebpf::Program, Vec<RawMap>)>,
+    pub(crate) host: Vec<(Verified, Vec<RawMap>)>,
     /// Device probes: each verified, with the indices of its maps in `maps`.
     device: Vec<(Verified, Vec<usize>)>,
     /// The maps' device addresses, once mapped into the GPU (`None` until a module is loaded;
@@ -84,7 +84,7 @@ impl UserProbes {
         let mut device = Vec::new();
         for probe in pack.probes() {
             let mut indices = Vec::new();
-            for (def, geometry) in probe.program.maps().iter().zip(&probe.maps) {
+            for (def, geometry) in probe.program.program().maps().iter().zip(&probe.maps) {
                 let index = match maps.iter().position(|(n, _)| *n == def.name) {
                     Some(i) if maps[i].1.geometry() == geometry => i,
                     Some(_) => {
@@ -107,11 +107,9 @@ impl UserProbes {
             if indices.len() != probe.maps.len() {
                 continue;
             }
-            match probe.program.attach() {
-                AttachPoint::Device(_) => match verify(&probe.program) {
-                    Ok(v) => device.push((v, indices)),
-                    Err(e) => eprintln!("egpu: EGPU_PROBES: probe {}: {e}", probe.name),
-                },
+            // Verified once, when the pack was read.
+            match probe.program.program().attach() {
+                AttachPoint::Device(_) => device.push((probe.program.clone(), indices)),
                 _ => {
                     let bound = indices.iter().map(|&i| maps[i].1.clone()).collect();
                     host.push((probe.program.clone(), bound));

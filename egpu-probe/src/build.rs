@@ -15,7 +15,7 @@ use std::marker::PhantomData;
 use std::sync::OnceLock;
 
 use bytemuck::Pod;
-use egpu_ebpf::verifier::{VerifyError, verify};
+use egpu_ebpf::verifier::{Verified, VerifyError, verify};
 use egpu_ebpf::{AttachPoint, MapDef, Program, helpers::id};
 use egpu_maps::{Array, HashMap, MapError, PerCpuArray, PerCpuHashMap, RawMap, RingBuf};
 use thiserror::Error;
@@ -840,7 +840,7 @@ pub struct Probe {
 }
 
 struct Built {
-    program: Program,
+    verified: Verified,
     maps: Vec<RawMap>,
     ir: ProbeIr,
 }
@@ -902,14 +902,19 @@ impl Probe {
             maps: defs,
             body,
         };
-        let program = compile(&ir)?;
-        verify(&program)?;
-        Ok(Built { program, maps, ir })
+        let verified = verify(&compile(&ir)?)?;
+        Ok(Built { verified, maps, ir })
+    }
+
+    /// The eBPF program, compiled and verified (once, the first time the probe is used): what
+    /// every engine takes ([`Vm`](egpu_vm::Vm), host probe sets, the device instrumenter, packs).
+    pub fn verified(&self) -> Result<&Verified, BuildError> {
+        self.built().map(|b| &b.verified)
     }
 
     /// The eBPF program, compiled and verified.
     pub fn program(&self) -> Result<&Program, BuildError> {
-        self.built().map(|b| &b.program)
+        self.built().map(|b| b.verified.program())
     }
 
     /// The maps of the program's table, in order.
@@ -925,13 +930,13 @@ impl Probe {
     /// A CPU VM running the probe, with its maps bound (one VM per thread).
     pub fn vm(&self) -> Result<egpu_vm::Vm, ProbeError> {
         let built = self.built()?;
-        Ok(egpu_vm::Vm::with_maps(&built.program, &built.maps, egpu_vm::EngineChoice::Auto)?)
+        Ok(egpu_vm::Vm::with_maps(&built.verified, &built.maps, egpu_vm::EngineChoice::Auto)?)
     }
 
     /// A CPU VM on the engine chosen.
     pub fn vm_with(&self, choice: egpu_vm::EngineChoice) -> Result<egpu_vm::Vm, ProbeError> {
         let built = self.built()?;
-        Ok(egpu_vm::Vm::with_maps(&built.program, &built.maps, choice)?)
+        Ok(egpu_vm::Vm::with_maps(&built.verified, &built.maps, choice)?)
     }
 }
 

@@ -8,6 +8,7 @@
 //!
 //! ```
 //! use egpu_ebpf::AttachPoint;
+//! use egpu_ebpf::verifier::verify;
 //! use egpu_probe::compile;
 //! use egpu_probe::ir::{BinOp, Expr, Place, ProbeIr, Stmt, Ty};
 //! use egpu_vm::Vm;
@@ -25,7 +26,7 @@
 //!     body: vec![Stmt::Return(plus1)],
 //! };
 //! let program = compile(&ir)?;
-//! let mut vm = Vm::new(&program)?;
+//! let mut vm = Vm::new(&verify(&program)?)?;
 //! let mut ctx = [0u8, 0, 0, 0, 14, 0, 0, 0];
 //! assert_eq!(vm.run(&mut ctx)?, 43);
 //! # Ok::<(), Box<dyn std::error::Error>>(())

@@ -8,7 +8,8 @@ use egpu_maps::RawMap;
 
 use super::ir::*;
 use super::*;
-use egpu_vm::{EngineChoice, LoadError, Vm};
+use egpu_ebpf::verifier::verify;
+use egpu_vm::{EngineChoice, Vm};
 
 /// splitmix64.
 struct Rng(u64);
@@ -416,15 +417,15 @@ fn random_probes_compile_verify_and_match_the_evaluator_on_both_engines() {
         let ir = random_probe(&mut rng);
         let program = compile(&ir).unwrap_or_else(|e| panic!("round {round}: {e}\n{ir:#?}"));
         insns += program.insns().len();
+        let verified = verify(&program).unwrap_or_else(|e| {
+            panic!(
+                "round {round}: the verifier refused generated code: {e}\n{}",
+                program.disassemble()
+            )
+        });
         for choice in [EngineChoice::Interpreter, EngineChoice::Auto] {
-            let mut vm = match Vm::with_engine(&program, choice) {
+            let mut vm = match Vm::with_engine(&verified, choice) {
                 Ok(vm) => vm,
-                Err(LoadError::Verify(e)) => {
-                    panic!(
-                        "round {round}: the verifier refused generated code: {e}\n{}",
-                        program.disassemble()
-                    )
-                }
                 Err(e) => panic!("round {round}: {e}"),
             };
             let reference =
@@ -527,7 +528,7 @@ fn busy_variables_live_in_saved_registers_and_calls_keep_temporaries() {
     // The only stack accesses: the temporary `x * 3` saved around the call and loaded again.
     assert_eq!(text.matches("[%r10").count(), 2, "variables spilled to the stack:\n{text}");
     assert!(text.contains("mov %r9, %r1"), "the context pointer kept in r9:\n{text}");
-    let mut vm = Vm::new(&program).unwrap();
+    let mut vm = Vm::new(&verify(&program).unwrap()).unwrap();
     let mut ctx = 5u64.to_le_bytes();
     let r = vm.run(&mut ctx).unwrap();
     // x0 = 5; each step x = 3x + (0 or 1): 405 + [0, 40], then + 5.

@@ -1,7 +1,8 @@
 //! The CPU VM: eBPF programs run by rbpf, through egpu's legalisation.
 //!
-//! A [`Vm`] loads one [`Program`]: the [verifier](egpu_ebpf::verifier) must accept it first (no
-//! engine runs anything else), then it is legalised into instructions rbpf 0.4.1 executes
+//! A [`Vm`] loads one [`Verified`] program: what the [verifier](egpu_ebpf::verifier) accepted,
+//! once, for every engine (no engine runs anything else, and none verifies again). It is
+//! legalised into instructions rbpf 0.4.1 executes
 //! correctly (module `legalise`) and runs in rbpf's JIT where the code fits the JIT's single
 //! page and the machine is x86-64, or else in rbpf's interpreter. Both engines give the same
 //! results on every program the conformance suite holds.
@@ -9,6 +10,7 @@
 //! rbpf's VMs are neither `Send` nor `Sync`, and neither is [`Vm`]: make one per thread.
 //!
 //! ```
+//! use egpu_ebpf::verifier::verify;
 //! use egpu_ebpf::{AttachPoint, Program, assemble};
 //! use egpu_vm::Vm;
 //!
@@ -17,7 +19,8 @@
 //!     vec![],
 //!     AttachPoint::User { ctx_size: 8 },
 //! )?;
-//! let mut vm = Vm::new(&program)?;
+//! let verified = verify(&program)?; // once, whichever engines run it
+//! let mut vm = Vm::new(&verified)?;
 //! let mut ctx = [0u8, 0, 0, 0, 41, 0, 0, 0];
 //! assert_eq!(vm.run(&mut ctx)?, 42);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -33,7 +36,7 @@ use std::fmt;
 use std::marker::PhantomData;
 
 use bytemuck::Pod;
-use egpu_ebpf::verifier::{VerifyError, verify};
+use egpu_ebpf::verifier::Verified;
 use egpu_ebpf::{Instruction, MapDef, MapKind, Program};
 use egpu_maps::layout::Geometry;
 use egpu_maps::{Placement, RawMap};
@@ -97,9 +100,6 @@ pub enum JitRefusal {
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum LoadError {
-    /// The verifier refused the program.
-    #[error("the verifier refused the program: {0}")]
-    Verify(#[from] VerifyError),
     /// A call to a helper that is not in the table or that the CPU VM does not provide.
     #[error("instruction {pc}: helper {id}{} is not available on the CPU", helper_name(*id))]
     UnknownHelper {
@@ -226,28 +226,30 @@ impl fmt::Debug for Vm {
 const JIT_PAGE: usize = 4096;
 
 impl Vm {
-    /// Loads `program` for the JIT where it applies, else for the interpreter, with a new,
+    /// Loads `verified` for the JIT where it applies, else for the interpreter, with a new,
     /// empty map in process memory for each entry of its map table ([`Vm::maps`]).
-    pub fn new(program: &Program) -> Result<Vm, LoadError> {
-        Vm::with_engine(program, EngineChoice::Auto)
+    pub fn new(verified: &Verified) -> Result<Vm, LoadError> {
+        Vm::with_engine(verified, EngineChoice::Auto)
     }
 
-    /// Loads `program` for the engine chosen, with new maps.
-    pub fn with_engine(program: &Program, choice: EngineChoice) -> Result<Vm, LoadError> {
-        let maps = program
+    /// Loads `verified` for the engine chosen, with new maps.
+    pub fn with_engine(verified: &Verified, choice: EngineChoice) -> Result<Vm, LoadError> {
+        let maps = verified
+            .program()
             .maps()
             .iter()
             .enumerate()
             .map(|(index, def)| new_map(def).map_err(|e| map_error(index, def, e)))
             .collect::<Result<Vec<_>, _>>()?;
-        Vm::with_maps(program, &maps, choice)
+        Vm::with_maps(verified, &maps, choice)
     }
 
-    /// Loads `program` for the engine chosen, binding entry `n` of its map table to `maps[n]`:
+    /// Loads `verified` for the engine chosen, binding entry `n` of its map table to `maps[n]`:
     /// maps shared with host code, other VMs (one per thread), the GPU or other processes.
     /// Each map must be of the entry's kind, key size and value (record) size.
     ///
     /// ```
+    /// use egpu_ebpf::verifier::verify;
     /// use egpu_ebpf::{AttachPoint, MapDef, MapKind, Program, assemble};
     /// use egpu_maps::HashMap;
     /// use egpu_vm::{EngineChoice, Vm};
@@ -278,7 +280,7 @@ impl Vm {
     ///     }],
     ///     AttachPoint::User { ctx_size: 4 },
     /// )?;
-    /// let mut vm = Vm::with_maps(&program, &[COUNTS.raw().clone()], EngineChoice::Auto)?;
+    /// let mut vm = Vm::with_maps(&verify(&program)?, &[COUNTS.raw().clone()], EngineChoice::Auto)?;
     /// COUNTS.insert(&7, &40)?;
     /// vm.run(&mut 7u32.to_le_bytes())?;
     /// vm.run(&mut 7u32.to_le_bytes())?;
@@ -286,11 +288,11 @@ impl Vm {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn with_maps(
-        program: &Program,
+        verified: &Verified,
         maps: &[RawMap],
         choice: EngineChoice,
     ) -> Result<Vm, LoadError> {
-        let verified = verify(program)?;
+        let program = verified.program();
         let defs = program.maps();
         if defs.len() != maps.len() {
             return Err(LoadError::MapCount { expected: defs.len(), given: maps.len() });

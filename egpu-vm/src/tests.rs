@@ -8,6 +8,7 @@ use egpu_ebpf::{
 
 use super::helpers::ALIGNMENT_PROBE;
 use super::*;
+use egpu_ebpf::verifier::verify;
 
 fn program(text: &str, ctx_size: u32) -> Program {
     Program::new(assemble(text).expect("assembles"), vec![], AttachPoint::User { ctx_size })
@@ -153,12 +154,12 @@ fn the_code_bound_keeps_every_instruction_inside_the_jit_page() {
 fn a_program_too_large_for_the_jit_runs_on_the_interpreter() {
     let body = "add %r0, 1\n".repeat(600);
     let p = program(&format!("mov %r0, 0\n{body}exit"), 0);
-    let mut vm = Vm::new(&p).unwrap();
+    let mut vm = Vm::new(&verify(&p).unwrap()).unwrap();
     assert_eq!(vm.engine(), Engine::Interpreter);
     assert!(matches!(vm.jit_refusal(), Some(JitRefusal::CodeTooLarge { .. })), "{vm:?}");
     assert_eq!(vm.run(&mut []).unwrap(), 600);
     assert!(matches!(
-        Vm::with_engine(&p, EngineChoice::Jit),
+        Vm::with_engine(&verify(&p).unwrap(), EngineChoice::Jit),
         Err(LoadError::Jit(JitRefusal::CodeTooLarge { .. }))
     ));
 }
@@ -185,11 +186,10 @@ fn unsafe_programs_are_refused_before_any_engine_sees_them() {
     ];
     for (text, violation) in cases {
         let p = program(&text, 8);
-        for choice in [EngineChoice::Auto, EngineChoice::Jit, EngineChoice::Interpreter] {
-            match Vm::with_engine(&p, choice) {
-                Err(LoadError::Verify(e)) => assert_eq!(e.violation, violation, "{text}: {e}"),
-                other => panic!("{text}: {other:?}"),
-            }
+        // No engine can be given a program the verifier refused: `Vm` takes a `Verified`.
+        match verify(&p) {
+            Err(e) => assert_eq!(e.violation, violation, "{text}: {e}"),
+            other => panic!("{text}: {other:?}"),
         }
     }
     assert_eq!(target, 5);
@@ -200,7 +200,7 @@ fn callx_of_an_unbound_number_faults() {
     // The verifier refuses it; the legalised code still stops it, should one get through.
     let p = program("mov %r2, 77\ncall %r2\nmov %r0, 1\nexit", 0);
     assert!(
-        matches!(Vm::new(&p), Err(LoadError::Verify(e)) if e.violation == egpu_ebpf::verifier::Violation::UnknownHelper)
+        matches!(verify(&p), Err(e) if e.violation == egpu_ebpf::verifier::Violation::UnknownHelper)
     );
     for mut vm in both_unverified(&p) {
         assert_eq!(vm.run(&mut []).unwrap_err(), RunError::Fault(Fault::BadCallx));
@@ -210,7 +210,7 @@ fn callx_of_an_unbound_number_faults() {
 #[test]
 fn the_jit_refuses_a_context_shorter_than_the_program_reads() {
     let p = program("ldxdw %r0, [%r1+8]\nexit", 16);
-    let mut vm = Vm::with_engine(&p, EngineChoice::Jit).unwrap();
+    let mut vm = Vm::with_engine(&verify(&p).unwrap(), EngineChoice::Jit).unwrap();
     assert_eq!(vm.run(&mut [0; 8]).unwrap_err(), RunError::ContextTooShort { len: 8, need: 16 });
     let mut ctx = [0u8; 16];
     ctx[8] = 9;
@@ -224,7 +224,7 @@ fn internal_helpers_are_refused_at_load() {
         &format!("call {}\nexit", helpers::atomic_helper(egpu_ebpf::AtomicOp::Add, Size::DW)),
         0,
     );
-    assert!(matches!(Vm::new(&internal), Err(LoadError::Verify(_))));
+    assert!(verify(&internal).is_err());
 }
 
 fn array_def(value_size: u32) -> egpu_ebpf::MapDef {
@@ -263,9 +263,9 @@ fn array_adder() -> Program {
 #[test]
 fn maps_are_bound_and_shared_by_both_engines() {
     let p = array_adder();
-    let mut interp = Vm::with_engine(&p, EngineChoice::Interpreter).unwrap();
+    let mut interp = Vm::with_engine(&verify(&p).unwrap(), EngineChoice::Interpreter).unwrap();
     let map = interp.maps()[0].clone();
-    let mut jit = Vm::with_maps(&p, std::slice::from_ref(&map), EngineChoice::Auto).unwrap();
+    let mut jit = Vm::with_maps(&verify(&p).unwrap(), std::slice::from_ref(&map), EngineChoice::Auto).unwrap();
     assert_eq!(interp.run(&mut []).unwrap(), 0);
     assert_eq!(jit.run(&mut []).unwrap(), 5);
     assert_eq!(interp.run(&mut []).unwrap(), 10);
@@ -278,7 +278,7 @@ fn maps_are_bound_and_shared_by_both_engines() {
 fn maps_that_do_not_fit_the_table_are_refused() {
     let p = array_adder();
     assert_eq!(
-        Vm::with_maps(&p, &[], EngineChoice::Auto).unwrap_err(),
+        Vm::with_maps(&verify(&p).unwrap(), &[], EngineChoice::Auto).unwrap_err(),
         LoadError::MapCount { expected: 1, given: 0 }
     );
     let other = Program::new(
@@ -287,8 +287,8 @@ fn maps_that_do_not_fit_the_table_are_refused() {
         AttachPoint::User { ctx_size: 0 },
     )
     .unwrap();
-    let wrong = Vm::new(&other).unwrap().maps()[0].clone();
-    let err = Vm::with_maps(&p, &[wrong], EngineChoice::Auto).unwrap_err();
+    let wrong = Vm::new(&verify(&other).unwrap()).unwrap().maps()[0].clone();
+    let err = Vm::with_maps(&verify(&p).unwrap(), &[wrong], EngineChoice::Auto).unwrap_err();
     assert!(matches!(&err, LoadError::Map { index: 0, .. }), "{err}");
     assert!(err.to_string().contains("16-byte values"), "{err}");
 }
@@ -299,7 +299,7 @@ fn typed_contexts_must_match_the_attach_point() {
     let slots = assemble("ldxw %r0, [%r1+40]\nexit").unwrap();
     let p =
         Program::new(slots, vec![], AttachPoint::Host(HostEvent::Launch, Phase::Enter)).unwrap();
-    let mut vm = Vm::new(&p).unwrap();
+    let mut vm = Vm::new(&verify(&p).unwrap()).unwrap();
     assert_eq!(vm.engine(), Engine::Jit);
     let mut ctx = LaunchCtx { grid: [7, 1, 1], ..Default::default() };
     assert_eq!(vm.run_ctx(&mut ctx).unwrap(), 7);
@@ -310,7 +310,7 @@ fn typed_contexts_must_match_the_attach_point() {
 #[test]
 fn the_legalised_listing_names_each_origin() {
     let p = program("mov %r1, 5\nmov32 %r0, %r1\nexit", 0);
-    let vm = Vm::new(&p).unwrap();
+    let vm = Vm::new(&verify(&p).unwrap()).unwrap();
     let listing = vm.legalised();
     assert!(listing.contains("and32 %r0, -1"), "{listing}");
     assert!(listing.lines().last().unwrap().ends_with("# from 2"), "{listing}");
