@@ -4,6 +4,29 @@
 //! native Rust and the GPU translation see the same bytes. On the GPU a context load becomes the
 //! register or special register that holds the field (`%tid`, `%ctaid`, `%smid`, …), so a field a
 //! probe does not read costs nothing. Fields marked *exit only* are zero in enter probes.
+//!
+//! # How contexts evolve
+//!
+//! Contexts are an ABI: Probe Rust reads their fields by offset, the CPU VM and the verifier know
+//! their sizes, the PTX translator maps each device field to the register that holds it, and other
+//! tools (a C header, probes compiled by clang) will hard-code the same offsets. So:
+//!
+//! - **Append only.** A field never moves, changes type or goes away. A new field is added at the
+//!   end (the context grows, always to a multiple of 8 bytes), or takes a `reserved` word, whose
+//!   value until then was zero, when zero also means "not known" for the new field.
+//! - **The size is the version.** A program is verified against the context size of its attach
+//!   point ([`AttachPoint::context_size`]); one built for an older, shorter context runs unchanged
+//!   on a newer engine, and one that reads a newer field is refused (`context-bounds`) by an
+//!   engine that does not have it, before it runs. [`CONTEXT_REVISION`] counts these changes.
+//! - **Known before filled.** A field may exist before anything fills it: it reads as zero until
+//!   then, on every side (the device translation turns such a field into the constant 0).
+//! - **Host contexts carry a tag** ([`context_tag`]): which event and revision the bytes are, so a
+//!   context copied out of a probe (into a ring, another process, a trace file) says what it is.
+//!   `Default` fills it; every egpu producer builds contexts from `Default`.
+//! - **New events are new attach points** (a name, a context struct); an attach point's context
+//!   never changes to another struct.
+//! - **Hot fields first.** What a probe on a hot host event reads most (`LaunchCtx`'s kernel id,
+//!   flags, grid and block) stays in the first 64 bytes, one cache line.
 
 use bytemuck::{Pod, Zeroable};
 use std::fmt;
@@ -26,6 +49,29 @@ pub const fn kernel_id(name: &str) -> u64 {
         i += 1;
     }
     hash
+}
+
+/// The revision of the contexts' layout: 1 for the first layout, one more with every change that
+/// adds fields (see the module documentation). It is part of every host context's [`tag`](context_tag).
+pub const CONTEXT_REVISION: u32 = 2;
+
+/// The tag word of `event`'s host context: `0xEC` in the top byte, then [`CONTEXT_REVISION`] (16
+/// bits), then the event (8 bits: launch 1, memcpy 2, alloc 3, sync 4, module load 5).
+///
+/// ```
+/// use egpu_ebpf::{HostEvent, LaunchCtx, context_tag};
+/// assert_eq!(LaunchCtx::default().tag, context_tag(HostEvent::Launch));
+/// assert_eq!(context_tag(HostEvent::Launch) >> 24, 0xec);
+/// ```
+pub const fn context_tag(event: HostEvent) -> u32 {
+    let number = match event {
+        HostEvent::Launch => 1,
+        HostEvent::Memcpy => 2,
+        HostEvent::Alloc => 3,
+        HostEvent::Sync => 4,
+        HostEvent::ModuleLoad => 5,
+    };
+    0xec00_0000 | (CONTEXT_REVISION & 0xffff) << 8 | number
 }
 
 /// Where a program runs, and so which context it receives.
@@ -205,7 +251,7 @@ impl std::str::FromStr for AttachPoint {
 }
 
 /// Context of a kernel launch (`cuLaunchKernel`, `cudaLaunchKernel`, graph launches).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 #[repr(C)]
 pub struct LaunchCtx {
     /// 64-bit hash of the kernel's mangled name, stable across processes.
@@ -230,8 +276,8 @@ pub struct LaunchCtx {
     pub host_tid: u32,
     /// Exit only: the call's `CUresult`.
     pub result: i32,
-    /// Zero.
-    pub reserved: u32,
+    /// [`context_tag`]`(HostEvent::Launch)`.
+    pub tag: u32,
     /// Exit only: host time spent in the call, in ns.
     pub duration_ns: u64,
 }
@@ -244,7 +290,7 @@ impl LaunchCtx {
 }
 
 /// Context of a memory copy or set (`cuMemcpy*`, `cudaMemcpy*`, `cuMemset*`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 #[repr(C)]
 pub struct MemcpyCtx {
     /// Destination address.
@@ -269,8 +315,8 @@ pub struct MemcpyCtx {
     pub result: i32,
     /// [`MemcpyCtx::ASYNC`], [`MemcpyCtx::MEMSET`].
     pub flags: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// [`context_tag`]`(HostEvent::Memcpy)`.
+    pub tag: u32,
 }
 
 impl MemcpyCtx {
@@ -293,7 +339,7 @@ impl MemcpyCtx {
 }
 
 /// Context of an allocation or a free.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 #[repr(C)]
 pub struct AllocCtx {
     /// The address allocated (exit) or freed.
@@ -314,8 +360,8 @@ pub struct AllocCtx {
     pub host_tid: u32,
     /// Exit only: the call's `CUresult`.
     pub result: i32,
-    /// Zero.
-    pub reserved: u32,
+    /// [`context_tag`]`(HostEvent::Alloc)`.
+    pub tag: u32,
 }
 
 impl AllocCtx {
@@ -332,7 +378,7 @@ impl AllocCtx {
 }
 
 /// Context of a synchronisation call.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 #[repr(C)]
 pub struct SyncCtx {
     /// The stream or event waited on, 0 for context and device synchronisation.
@@ -349,6 +395,10 @@ pub struct SyncCtx {
     pub host_tid: u32,
     /// Exit only: the call's `CUresult`.
     pub result: i32,
+    /// [`context_tag`]`(HostEvent::Sync)`.
+    pub tag: u32,
+    /// Zero.
+    pub reserved: u32,
 }
 
 impl SyncCtx {
@@ -363,7 +413,7 @@ impl SyncCtx {
 }
 
 /// Context of a module load.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
 #[repr(C)]
 pub struct ModuleLoadCtx {
     /// The module handle (exit).
@@ -384,8 +434,43 @@ pub struct ModuleLoadCtx {
     pub host_tid: u32,
     /// Exit only: the call's `CUresult`.
     pub result: i32,
-    /// Zero.
-    pub reserved: u32,
+    /// [`context_tag`]`(HostEvent::ModuleLoad)`.
+    pub tag: u32,
+}
+
+impl Default for LaunchCtx {
+    /// Zero, but for the [tag](context_tag).
+    fn default() -> Self {
+        LaunchCtx { tag: context_tag(HostEvent::Launch), ..Zeroable::zeroed() }
+    }
+}
+
+impl Default for MemcpyCtx {
+    /// Zero, but for the [tag](context_tag).
+    fn default() -> Self {
+        MemcpyCtx { tag: context_tag(HostEvent::Memcpy), ..Zeroable::zeroed() }
+    }
+}
+
+impl Default for AllocCtx {
+    /// Zero, but for the [tag](context_tag).
+    fn default() -> Self {
+        AllocCtx { tag: context_tag(HostEvent::Alloc), ..Zeroable::zeroed() }
+    }
+}
+
+impl Default for SyncCtx {
+    /// Zero, but for the [tag](context_tag).
+    fn default() -> Self {
+        SyncCtx { tag: context_tag(HostEvent::Sync), ..Zeroable::zeroed() }
+    }
+}
+
+impl Default for ModuleLoadCtx {
+    /// Zero, but for the [tag](context_tag).
+    fn default() -> Self {
+        ModuleLoadCtx { tag: context_tag(HostEvent::ModuleLoad), ..Zeroable::zeroed() }
+    }
 }
 
 /// Context of a kernel's entry and exit, one per thread.
@@ -408,8 +493,11 @@ pub struct KernelCtx {
     pub lane: u32,
     /// Streaming multiprocessor (`%smid`).
     pub sm: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// The CUDA device ordinal (0 until launches fill it).
+    pub device: u32,
+    /// Which launch of the kernel this thread runs in: an id per launch, the same in the launch's
+    /// host context and every device context of it (0 until launches fill it).
+    pub launch_id: u64,
 }
 
 /// Context of a global load or store, one per thread and access.
@@ -436,4 +524,82 @@ pub struct MemAccessCtx {
     pub sm: u32,
     /// 1 for a store, 0 for a load.
     pub is_store: u32,
+    /// Which launch of the kernel the access is in (see [`KernelCtx::launch_id`]; 0 until
+    /// launches fill it).
+    pub launch_id: u64,
+    /// The CUDA device ordinal (0 until launches fill it).
+    pub device: u32,
+    /// The class of instruction that made the access: [`MemAccessCtx::LOAD_STORE`] (`ld`, `st`,
+    /// the only class observed today); further classes (asynchronous copies, atomics, …) take the
+    /// next numbers.
+    pub class: u32,
+}
+
+impl MemAccessCtx {
+    /// An `ld` or `st` instruction.
+    pub const LOAD_STORE: u32 = 0;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::mem::{offset_of, size_of};
+
+    /// The layout is an ABI (see the module documentation): these offsets and sizes change only
+    /// by appending, with [`CONTEXT_REVISION`].
+    #[test]
+    fn the_layout_is_the_documented_abi() {
+        let sizes = [
+            ("LaunchCtx", size_of::<LaunchCtx>(), 88),
+            ("MemcpyCtx", size_of::<MemcpyCtx>(), 72),
+            ("AllocCtx", size_of::<AllocCtx>(), 56),
+            ("SyncCtx", size_of::<SyncCtx>(), 48),
+            ("ModuleLoadCtx", size_of::<ModuleLoadCtx>(), 56),
+            ("KernelCtx", size_of::<KernelCtx>(), 80),
+            ("MemAccessCtx", size_of::<MemAccessCtx>(), 80),
+        ];
+        for (name, size, want) in sizes {
+            assert_eq!(size, want, "{name}");
+            assert_eq!(size % 8, 0, "{name} is a whole number of words");
+        }
+        // A launch probe's hot fields are in the first cache line.
+        for end in [
+            offset_of!(LaunchCtx, kernel_id) + 8,
+            offset_of!(LaunchCtx, flags) + 4,
+            offset_of!(LaunchCtx, grid) + 12,
+            offset_of!(LaunchCtx, block) + 12,
+        ] {
+            assert!(end <= 64, "{end}");
+        }
+        assert_eq!(offset_of!(KernelCtx, launch_id), 72);
+        assert_eq!(offset_of!(MemAccessCtx, launch_id), 64);
+        assert_eq!(offset_of!(MemAccessCtx, class), 76);
+    }
+
+    #[test]
+    fn host_contexts_say_what_they_are() {
+        let tags = [
+            LaunchCtx::default().tag,
+            MemcpyCtx::default().tag,
+            AllocCtx::default().tag,
+            SyncCtx::default().tag,
+            ModuleLoadCtx::default().tag,
+        ];
+        let events = [
+            HostEvent::Launch,
+            HostEvent::Memcpy,
+            HostEvent::Alloc,
+            HostEvent::Sync,
+            HostEvent::ModuleLoad,
+        ];
+        for (tag, event) in tags.iter().zip(events) {
+            assert_eq!(*tag, context_tag(event));
+            assert_eq!(tag >> 24, 0xec);
+            assert_eq!(tag >> 8 & 0xffff, CONTEXT_REVISION);
+        }
+        let mut distinct = tags.to_vec();
+        distinct.dedup();
+        assert_eq!(distinct.len(), 5);
+        assert_eq!(LaunchCtx { tag: 0, ..Default::default() }, Zeroable::zeroed());
+    }
 }

@@ -42,8 +42,8 @@ pub mod verifier;
 
 pub use asm::assemble;
 pub use context::{
-    AllocCtx, AttachPoint, DeviceEvent, HostEvent, KernelCtx, LaunchCtx, MemAccessCtx, MemcpyCtx,
-    ModuleLoadCtx, ParseAttachError, Phase, SyncCtx, kernel_id,
+    AllocCtx, CONTEXT_REVISION, AttachPoint, DeviceEvent, HostEvent, KernelCtx, LaunchCtx, MemAccessCtx, MemcpyCtx,
+    ModuleLoadCtx, ParseAttachError, Phase, SyncCtx, context_tag, kernel_id,
 };
 pub use disasm::disassemble;
 pub use error::{AsmError, DecodeError, ProgramError};
