@@ -77,8 +77,8 @@ impl Emitter<'_> {
         let m = facts.and_then(|f| f.map);
         let map = self.map(pc, m)?;
         let args = facts.map(|f| f.args).unwrap_or_default();
-        let r0 = self.r(Reg::R0);
-        let w0 = self.w(0);
+        let r0 = self.reg(Reg::R0);
+        let w0 = self.tmp32(0);
         match (map.geometry.kind, id) {
             (MapKind::Array | MapKind::PerCpuArray, helper_id::MAP_DELETE_ELEM) => {
                 // Array entries cannot be removed (as in Linux).
@@ -97,19 +97,19 @@ impl Emitter<'_> {
 
     /// Loads the `u32` that `reg` points at into `into`, as directly as the verifier allows.
     pub(super) fn read_u32(&mut self, reg: Reg, at: Option<Access>, into: &str) {
-        if let Some((slot, byte)) = self.slot(at) {
-            let t3 = self.t(3);
+        if let Some((slot, byte)) = self.frame_slot(at) {
+            let t3 = self.tmp64(3);
             self.line(format!("bfe.u64 {t3}, {slot}, {}, 32;", byte * 8));
             self.line(format!("cvt.u32.u64 {into}, {t3};"));
             return;
         }
         match at {
             Some(Access { aligned: true, .. }) => {
-                let r = self.r(reg);
+                let r = self.reg(reg);
                 self.line(format!("ld.u32 {into}, [{r}];"));
             }
             _ => {
-                let (r, w3) = (self.r(reg), self.w(3));
+                let (r, w3) = (self.reg(reg), self.tmp32(3));
                 self.line(format!("mov.b32 {into}, 0;"));
                 for i in (0..4).rev() {
                     self.line(format!("ld.u8 {w3}, [{r}+{i}];"));
@@ -126,9 +126,9 @@ impl Emitter<'_> {
         let n = bytes.div_ceil(8);
         self.words = self.words.max(first + n);
         let names: Vec<String> =
-            (first..first + n).map(|i| format!("%{}_k{i}", self.p())).collect();
+            (first..first + n).map(|i| format!("%{}_k{i}", self.prefix())).collect();
         let tail = bytes % 8;
-        if let Some((slot, byte)) = self.slot(at)
+        if let Some((slot, byte)) = self.frame_slot(at)
             && at.is_some_and(|a| words_direct(a, bytes))
         {
             let at = at.and_then(|a| a.offset).unwrap_or(0) + i64::from(self.frame);
@@ -137,7 +137,7 @@ impl Emitter<'_> {
                 let slot_name = if w == 0 {
                     slot.clone()
                 } else {
-                    format!("%{}_s{}", self.p(), at / 8 + w as i64)
+                    format!("%{}_s{}", self.prefix(), at / 8 + w as i64)
                 };
                 if len == 8 && byte == 0 {
                     self.line(format!("mov.b64 {name}, {slot_name};"));
@@ -147,9 +147,9 @@ impl Emitter<'_> {
             }
             return names;
         }
-        let r = self.r(reg);
+        let r = self.reg(reg);
         let aligned = at.is_some_and(|a| a.aligned);
-        let (t0, w3) = (self.t(0), self.w(3));
+        let (t0, w3) = (self.tmp64(0), self.tmp32(3));
         for (w, name) in names.iter().enumerate() {
             let len = if w as u32 == n - 1 && tail != 0 { tail } else { 8 };
             let base = w * 8;
@@ -183,7 +183,7 @@ impl Emitter<'_> {
         let first = map.addr.wrapping_add(g.shard_offset(0) as u64);
         let per_sm = matches!(g.kind, MapKind::PerCpuArray | MapKind::PerCpuHash)
             || (g.kind == MapKind::RingBuf && g.sm_shards > 0);
-        let header = shard.map_or_else(|| self.t(7), str::to_owned);
+        let header = shard.map_or_else(|| self.tmp64(7), str::to_owned);
         self.line(format!("mov.b64 {header}, {};", first as i64));
         if per_sm {
             if g.sm_shards == 0 {
@@ -193,7 +193,7 @@ impl Emitter<'_> {
                     why: "a per-CPU map used on the GPU needs device (SM) shards".into(),
                 });
             }
-            let (w2, t1) = (self.w(2), self.t(2));
+            let (w2, t1) = (self.tmp32(2), self.tmp64(2));
             // The shard of this SM: host shards first, then one per SM.
             let smid = self.smid();
             self.line(format!("mov.u32 {w2}, {smid};"));
@@ -221,8 +221,8 @@ impl Emitter<'_> {
         into: &str,
     ) -> Result<(), TranslateError> {
         let g = map.geometry;
-        let [t0, t6] = [self.t(0), self.t(6)];
-        let q0 = self.q(0);
+        let [t0, t6] = [self.tmp64(0), self.tmp64(6)];
+        let q0 = self.pred(0);
         self.shard_base(pc, m, map, &t6, None)?;
         self.line(format!("setp.lt.u32 {q0}, {index}, {};", g.capacity));
         self.line(format!("mul.wide.u32 {t0}, {index}, {};", g.slot_stride));
@@ -243,8 +243,8 @@ impl Emitter<'_> {
         if g.value_size.div_ceil(8) > MAX_WORDS {
             return Err(self.too_big(pc, m));
         }
-        let (r0, w0, t5) = (self.r(Reg::R0), self.w(0), self.t(5));
-        let (q0, p, r4) = (self.q(0), self.p().to_owned(), self.r(Reg::R4));
+        let (r0, w0, t5) = (self.reg(Reg::R0), self.tmp32(0), self.tmp64(5));
+        let (q0, p, r4) = (self.pred(0), self.prefix().to_owned(), self.reg(Reg::R4));
         self.read_u32(Reg::R2, args[1], &w0);
         let value = self.read_words(Reg::R3, args[2], g.value_size, 0);
         self.array_slot(pc, m.unwrap_or(0), map, &w0, &t5)?;
@@ -288,13 +288,13 @@ impl Emitter<'_> {
         if g.key_size.div_ceil(8) > MAX_WORDS || g.value_size.div_ceil(8) > MAX_WORDS {
             return Err(self.too_big(pc, m));
         }
-        let p = self.p().to_owned();
-        let r0 = self.r(Reg::R0);
+        let p = self.prefix().to_owned();
+        let r0 = self.reg(Reg::R0);
         // A map read live by the host (mapped memory) orders its entries at system scope.
         let scope = if map.live { "sys" } else { "gpu" };
-        let [t0, t1, t2, t3, t4, t5, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.t(i));
-        let [w4, w5, w6, w7] = [4, 5, 6, 7].map(|i| self.w(i));
-        let [q0, q1] = [self.q(0), self.q(1)];
+        let [t0, t1, t2, t3, t4, t5, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.tmp64(i));
+        let [w4, w5, w6, w7] = [4, 5, 6, 7].map(|i| self.tmp32(i));
+        let [q0, q1] = [self.pred(0), self.pred(1)];
         let key = self.read_words(Reg::R2, args[1], g.key_size, 0);
         let value = if id == helper_id::MAP_UPDATE_ELEM {
             self.read_words(Reg::R3, args[2], g.value_size, key.len() as u32)
@@ -335,13 +335,13 @@ impl Emitter<'_> {
         self.line(format!("mov.u32 {w7}, 0;")); // re-reads of a held slot
         self.shard_base(pc, m.unwrap_or(0), map, &t7, Some(&t6))?;
         if id == helper_id::MAP_UPDATE_ELEM {
-            let r4 = self.r(Reg::R4);
+            let r4 = self.reg(Reg::R4);
             self.line(format!("cvt.u32.u64 {w6}, {r4};"));
         }
         let l = |what: &str| format!("${p}_H{pc}_{what}");
         if id == helper_id::MAP_UPDATE_ELEM {
             // Flags other than 0, 1 and 2 (all 64 bits) are refused first, as on the CPU.
-            let r4 = self.r(Reg::R4);
+            let r4 = self.reg(Reg::R4);
             self.line(format!("mov.b64 {r0}, -22;"));
             self.line(format!("setp.gt.u64 {q0}, {r4}, 2;"));
             self.line(format!("@{q0} bra {};", l("done")));
@@ -538,11 +538,11 @@ impl Emitter<'_> {
             return Err(self.too_big(pc, m));
         }
         let args = facts.map(|f| f.args).unwrap_or_default();
-        let p = self.p().to_owned();
-        let (r0, r3) = (self.r(Reg::R0), self.r(Reg::R3));
-        let [t0, t1, t2, _, t4, _, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.t(i));
-        let [w0, w1, w2, w3, w4, w5, w6] = [0, 1, 2, 3, 4, 5, 6].map(|i| self.w(i));
-        let q0 = self.q(0);
+        let p = self.prefix().to_owned();
+        let (r0, r3) = (self.reg(Reg::R0), self.reg(Reg::R3));
+        let [t0, t1, t2, _, t4, _, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.tmp64(i));
+        let [w0, w1, w2, w3, w4, w5, w6] = [0, 1, 2, 3, 4, 5, 6].map(|i| self.tmp32(i));
+        let q0 = self.pred(0);
         let l = |what: &str| format!("${p}_R{pc}_{what}");
         let (drop, done) = (l("drop"), l("done"));
         self.line(format!("mov.b64 {r0}, -7;"));
@@ -632,7 +632,7 @@ impl Emitter<'_> {
 
     /// Branches to `differ` unless the key at slot `slot` equals the words `key`.
     fn compare_key(&mut self, slot: &str, key: &[String], bytes: u32, differ: &str) {
-        let (t3, q0) = (self.t(3), self.q(0));
+        let (t3, q0) = (self.tmp64(3), self.pred(0));
         let tail = bytes % 8;
         for (w, k) in key.iter().enumerate() {
             self.line(format!("ld.global.u64 {t3}, [{slot}+{}];", 8 + w * 8));

@@ -191,8 +191,9 @@ pub struct Options {
 /// from their lowest lane, with their sum (`redux.sync`), when every value of the group is below
 /// 2^26 (so the 32-bit sum is exact); otherwise each lane adds its own. `space` is the address's
 /// state space (`.global`, or empty for a generic address: measured, the per-thread flush takes 6
-/// more registers with `.global`, the hash map's adds are faster with it). `w` are four 32-bit
-/// registers, `q` a predicate, `t` a 64-bit register, all free; `label` is a unique label stem.
+/// more registers with `.global`, the hash map's adds are faster with it). `tmp32` are four
+/// 32-bit registers, `pred` a predicate, `tmp64` a 64-bit register, all free; `label` is a unique
+/// label stem.
 /// When `known` holds the value every lane adds (a constant), the group's sum is its size times
 /// that value, with no vote and no `redux.sync`.
 #[allow(clippy::too_many_arguments)]
@@ -201,12 +202,12 @@ pub(crate) fn warp_add(
     val: &str,
     known: Option<i64>,
     space: &str,
-    w: [&str; 4],
-    q: &str,
-    t: &str,
+    tmp32: [&str; 4],
+    pred: &str,
+    tmp64: &str,
     label: &str,
 ) -> String {
-    let [w0, w1, w2, w3] = w;
+    let [w0, w1, w2, w3] = tmp32;
     let group = format!(
         "\tactivemask.b32 {w0};\n\
          \tmatch.any.sync.b64 {w1}, {addr}, {w0};\n"
@@ -214,30 +215,31 @@ pub(crate) fn warp_add(
     let leader = format!(
         "\tmov.u32 {w0}, %lanemask_lt;\n\
          \tand.b32 {w3}, {w0}, {w1};\n\
-         \tsetp.ne.u32 {q}, {w3}, 0;\n\
-         \t@{q} bra {label}_done;\n"
+         \tsetp.ne.u32 {pred}, {w3}, 0;\n\
+         \t@{pred} bra {label}_done;\n"
     );
     if let Some(c) = known {
-        let times = if c == 1 { String::new() } else { format!("\tmul.lo.u64 {t}, {t}, {c};\n") };
+        let times =
+            if c == 1 { String::new() } else { format!("\tmul.lo.u64 {tmp64}, {tmp64}, {c};\n") };
         return format!(
             "{group}{leader}\
              \tpopc.b32 {w2}, {w1};\n\
-             \tcvt.u64.u32 {t}, {w2};\n\
+             \tcvt.u64.u32 {tmp64}, {w2};\n\
              {times}\
-             \tred{space}.add.u64 [{addr}], {t};\n\
+             \tred{space}.add.u64 [{addr}], {tmp64};\n\
              {label}_done:\n"
         );
     }
     format!(
         "{group}\
-         \tsetp.lt.u64 {q}, {val}, 67108864;\n\
-         \tvote.sync.all.pred {q}, {q}, {w1};\n\
-         \t@!{q} bra {label}_single;\n\
+         \tsetp.lt.u64 {pred}, {val}, 67108864;\n\
+         \tvote.sync.all.pred {pred}, {pred}, {w1};\n\
+         \t@!{pred} bra {label}_single;\n\
          \tcvt.u32.u64 {w2}, {val};\n\
          \tredux.sync.add.u32 {w2}, {w2}, {w1};\n\
          {leader}\
-         \tcvt.u64.u32 {t}, {w2};\n\
-         \tred{space}.add.u64 [{addr}], {t};\n\
+         \tcvt.u64.u32 {tmp64}, {w2};\n\
+         \tred{space}.add.u64 [{addr}], {tmp64};\n\
          \tbra {label}_done;\n\
          {label}_single:\n\
          \tred{space}.add.u64 [{addr}], {val};\n\
@@ -644,7 +646,8 @@ impl<'a> Emitter<'a> {
         }
     }
 
-    fn p(&self) -> &str {
+    /// The prefix that starts every name the translation declares.
+    fn prefix(&self) -> &str {
         &self.options.prefix
     }
 
@@ -654,20 +657,24 @@ impl<'a> Emitter<'a> {
         self.out.push('\n');
     }
 
-    fn r(&self, reg: Reg) -> String {
-        format!("%{}_r{}", self.p(), reg.index())
+    /// The register of eBPF register `reg`.
+    fn reg(&self, reg: Reg) -> String {
+        format!("%{}_r{}", self.prefix(), reg.index())
     }
 
-    fn t(&self, i: u8) -> String {
-        format!("%{}_t{i}", self.p())
+    /// 64-bit scratch register `i` (of 8).
+    fn tmp64(&self, i: u8) -> String {
+        format!("%{}_t{i}", self.prefix())
     }
 
-    fn w(&self, i: u8) -> String {
-        format!("%{}_w{i}", self.p())
+    /// 32-bit scratch register `i` (of 8).
+    fn tmp32(&self, i: u8) -> String {
+        format!("%{}_w{i}", self.prefix())
     }
 
-    fn q(&self, i: u8) -> String {
-        format!("%{}_q{i}", self.p())
+    /// Predicate `i` (of 3).
+    fn pred(&self, i: u8) -> String {
+        format!("%{}_q{i}", self.prefix())
     }
 
     /// The constant `reg` holds at `pc`, when the instruction just before, with no jump or call
@@ -689,11 +696,11 @@ impl<'a> Emitter<'a> {
     }
 
     fn label(&self, pc: usize) -> String {
-        format!("${}_L{pc}", self.p())
+        format!("${}_L{pc}", self.prefix())
     }
 
     fn func_name(&self, f: usize) -> String {
-        format!("{}_f{f}", self.p())
+        format!("{}_f{f}", self.prefix())
     }
 
     /// Where this thread's SM id is: the kernel's register, or `%smid`.
@@ -701,25 +708,26 @@ impl<'a> Emitter<'a> {
         self.options.smid.clone().unwrap_or_else(|| "%smid".to_owned())
     }
 
-    fn stack(&self) -> String {
-        format!("%{}_stack", self.p())
+    /// The frame's `.local` array, when it does not live in registers.
+    fn local_frame(&self) -> String {
+        format!("%{}_stack", self.prefix())
     }
 
     /// The register of the frame slot holding byte `offset` (from `r10`), and the byte's place
     /// in it, when the frame lives in registers and the verifier proved the offset constant.
-    fn slot(&self, access: Option<Access>) -> Option<(String, u32)> {
+    fn frame_slot(&self, access: Option<Access>) -> Option<(String, u32)> {
         if !self.in_registers {
             return None;
         }
         let a = access.filter(|a| a.region == AccessRegion::OwnStack)?;
         let at = i64::from(self.frame) + a.offset?;
-        Some((format!("%{}_s{}", self.p(), at / 8), (at % 8) as u32))
+        Some((format!("%{}_s{}", self.prefix(), at / 8), (at % 8) as u32))
     }
 
     fn function(&mut self) -> Result<(), TranslateError> {
         let f = &self.program.functions()[self.function];
         let (start, end) = (f.start, f.end);
-        let p = self.p().to_owned();
+        let p = self.prefix().to_owned();
         let main = self.function == 0;
         if main {
             self.out.push_str("\t{\n");
@@ -741,24 +749,24 @@ impl<'a> Emitter<'a> {
                 self.line(format!("mov.b64 %{p}_s{i}, 0;"));
             }
             // The frame's address is never used: every access names its slot.
-            let r10 = self.r(Reg::R10);
+            let r10 = self.reg(Reg::R10);
             self.line(format!("mov.b64 {r10}, 0;"));
         } else if self.frame > 0 {
-            let (stack, frame) = (self.stack(), self.frame);
+            let (stack, frame) = (self.local_frame(), self.frame);
             self.line(format!(".local .align 8 .b8 {stack}[{frame}];"));
-            let r10 = self.r(Reg::R10);
+            let r10 = self.reg(Reg::R10);
             self.line(format!("mov.u64 {r10}, {stack};"));
             self.line(format!("cvta.local.u64 {r10}, {r10};"));
             self.line(format!("add.s64 {r10}, {r10}, {frame};"));
         }
         if main {
             if let Context::Memory(addr) = &self.options.context {
-                let r1 = self.r(Reg::R1);
+                let r1 = self.reg(Reg::R1);
                 self.line(format!("mov.b64 {r1}, {addr};"));
             }
         } else {
             for i in 1..=5u8 {
-                let r = self.r(Reg::new(i).expect("r1-r5"));
+                let r = self.reg(Reg::new(i).expect("r1-r5"));
                 self.line(format!("mov.b64 {r}, %{p}_a{i};"));
             }
         }
@@ -790,7 +798,7 @@ impl<'a> Emitter<'a> {
         if main {
             self.out.push_str(&format!("${p}_exit:\n"));
             if let Some(result) = &self.options.result {
-                let r0 = self.r(Reg::R0);
+                let r0 = self.reg(Reg::R0);
                 self.line(format!("mov.b64 {result}, {r0};"));
             }
             self.out.push_str("\t}\n");
@@ -801,9 +809,9 @@ impl<'a> Emitter<'a> {
     }
 
     /// The second operand as a PTX operand of a 64-bit operation (immediates sign-extended).
-    fn src64(&self, src: Operand) -> String {
+    fn operand64(&self, src: Operand) -> String {
         match src {
-            Operand::Reg(r) => self.r(r),
+            Operand::Reg(r) => self.reg(r),
             Operand::Imm(i) => (i as i64).to_string(),
         }
     }
@@ -813,11 +821,11 @@ impl<'a> Emitter<'a> {
             Instruction::Alu { op, width: Width::W64, dst, src } => self.alu64(op, dst, src),
             Instruction::Alu { op, width: Width::W32, dst, src } => self.alu32(op, dst, src),
             Instruction::Neg { width, dst } => {
-                let d = self.r(dst);
+                let d = self.reg(dst);
                 match width {
                     Width::W64 => self.line(format!("neg.s64 {d}, {d};")),
                     Width::W32 => {
-                        let w0 = self.w(0);
+                        let w0 = self.tmp32(0);
                         self.line(format!("cvt.u32.u64 {w0}, {d};"));
                         self.line(format!("neg.s32 {w0}, {w0};"));
                         self.line(format!("cvt.u64.u32 {d}, {w0};"));
@@ -827,12 +835,12 @@ impl<'a> Emitter<'a> {
             Instruction::Endian { order, bits, dst } => self.endian(order, bits, dst),
             Instruction::LoadImm64 { dst, imm } => match imm {
                 Imm64::Value(v) => {
-                    let d = self.r(dst);
+                    let d = self.reg(dst);
                     self.line(format!("mov.b64 {d}, {};", v as i64));
                 }
                 Imm64::Map(m) => {
                     let map = self.map(pc, Some(m))?;
-                    let d = self.r(dst);
+                    let d = self.reg(dst);
                     self.line(format!("mov.b64 {d}, {};", map.addr as i64));
                 }
             },
@@ -841,9 +849,9 @@ impl<'a> Emitter<'a> {
             }
             Instruction::Store { size, base, off, src } => {
                 let value = match src {
-                    Operand::Reg(r) => self.r(r),
+                    Operand::Reg(r) => self.reg(r),
                     Operand::Imm(i) => {
-                        let t3 = self.t(3);
+                        let t3 = self.tmp64(3);
                         self.line(format!("mov.b64 {t3}, {};", i as i64));
                         t3
                     }
@@ -878,16 +886,16 @@ impl<'a> Emitter<'a> {
                     .expect("call targets start functions");
                 let name = self.func_name(f);
                 let args: Vec<String> =
-                    (1..=5).map(|i| self.r(Reg::new(i).expect("r1-r5"))).collect();
-                let r0 = self.r(Reg::R0);
+                    (1..=5).map(|i| self.reg(Reg::new(i).expect("r1-r5"))).collect();
+                let r0 = self.reg(Reg::R0);
                 self.line(format!("call ({r0}), {name}, ({});", args.join(", ")));
             }
             Instruction::Exit => {
                 if self.function == 0 {
-                    let p = self.p().to_owned();
+                    let p = self.prefix().to_owned();
                     self.line(format!("bra ${p}_exit;"));
                 } else {
-                    let (p, r0) = (self.p().to_owned(), self.r(Reg::R0));
+                    let (p, r0) = (self.prefix().to_owned(), self.reg(Reg::R0));
                     self.line(format!("mov.b64 %{p}_ret, {r0};"));
                     self.line("ret;");
                 }
@@ -897,8 +905,8 @@ impl<'a> Emitter<'a> {
     }
 
     fn alu64(&mut self, op: AluOp, dst: Reg, src: Operand) {
-        let d = self.r(dst);
-        let s = self.src64(src);
+        let d = self.reg(dst);
+        let s = self.operand64(src);
         let simple = match op {
             AluOp::Add => Some("add.s64"),
             AluOp::Sub => Some("sub.s64"),
@@ -928,7 +936,7 @@ impl<'a> Emitter<'a> {
                 let count = match src {
                     Operand::Imm(i) => (i & 63).to_string(),
                     Operand::Reg(_) => {
-                        let w0 = self.w(0);
+                        let w0 = self.tmp32(0);
                         self.line(format!("cvt.u32.u64 {w0}, {s};"));
                         self.line(format!("and.b32 {w0}, {w0}, 63;"));
                         w0
@@ -937,7 +945,7 @@ impl<'a> Emitter<'a> {
                 self.line(format!("{opcode} {d}, {d}, {count};"));
             }
             AluOp::Div | AluOp::SDiv | AluOp::Mod | AluOp::SMod => {
-                let [t0, t1] = [self.t(0), self.t(1)];
+                let [t0, t1] = [self.tmp64(0), self.tmp64(1)];
                 self.line(format!("mov.b64 {t1}, {s};"));
                 self.divide(op, &d, &t0, &t1, 64);
                 self.line(format!("mov.b64 {d}, {t0};"));
@@ -949,7 +957,7 @@ impl<'a> Emitter<'a> {
     /// `t = d op divisor` with eBPF's rules for zero and `-1` divisors; `divisor` is a register
     /// other than `d` and `t`, and `d` is left as it was.
     fn divide(&mut self, op: AluOp, d: &str, t: &str, divisor: &str, bits: u32) {
-        let [q0, q1, q2] = [self.q(0), self.q(1), self.q(2)];
+        let [q0, q1, q2] = [self.pred(0), self.pred(1), self.pred(2)];
         let (s, u, b) = (format!("s{bits}"), format!("u{bits}"), format!("b{bits}"));
         self.line(format!("setp.eq.{s} {q0}, {divisor}, 0;"));
         match op {
@@ -981,12 +989,12 @@ impl<'a> Emitter<'a> {
     }
 
     fn alu32(&mut self, op: AluOp, dst: Reg, src: Operand) {
-        let d = self.r(dst);
-        let [w0, w1, w2] = [self.w(0), self.w(1), self.w(2)];
+        let d = self.reg(dst);
+        let [w0, w1, w2] = [self.tmp32(0), self.tmp32(1), self.tmp32(2)];
         let b = match src {
             Operand::Imm(i) => i.to_string(),
             Operand::Reg(r) => {
-                let s = self.r(r);
+                let s = self.reg(r);
                 self.line(format!("cvt.u32.u64 {w1}, {s};"));
                 w1.clone()
             }
@@ -1024,7 +1032,7 @@ impl<'a> Emitter<'a> {
             }
             AluOp::Div | AluOp::SDiv | AluOp::Mod | AluOp::SMod => {
                 self.line(format!("mov.b32 {w2}, {b};"));
-                let w3 = self.w(3);
+                let w3 = self.tmp32(3);
                 self.divide(op, &w0, &w3, &w2, 32);
                 self.line(format!("mov.b32 {w0}, {w3};"));
             }
@@ -1033,8 +1041,8 @@ impl<'a> Emitter<'a> {
     }
 
     fn endian(&mut self, order: ByteOrder, bits: u8, dst: Reg) {
-        let d = self.r(dst);
-        let [w0, w1, w2, w3] = [self.w(0), self.w(1), self.w(2), self.w(3)];
+        let d = self.reg(dst);
+        let [w0, w1, w2, w3] = [self.tmp32(0), self.tmp32(1), self.tmp32(2), self.tmp32(3)];
         match (order, bits) {
             (ByteOrder::Le, 16) => self.line(format!("and.b64 {d}, {d}, 65535;")),
             (ByteOrder::Le, 32) => self.line(format!("and.b64 {d}, {d}, 4294967295;")),
@@ -1067,23 +1075,23 @@ impl<'a> Emitter<'a> {
             access
         {
             let at = i64::from(self.frame) + o;
-            return (format!("[{}+{at}]", self.stack()), ".local", true);
+            return (format!("[{}+{at}]", self.local_frame()), ".local", true);
         }
         let aligned = access.is_some_and(|a| a.aligned);
-        let b = self.r(base);
+        let b = self.reg(base);
         // Map memory is global memory: GPU memory, or host memory mapped into the GPU.
         let global = matches!(access, Some(Access { region: AccessRegion::MapValue(_), .. }));
         if aligned {
             (format!("[{b}+{off}]"), if global { ".global" } else { "" }, true)
         } else {
-            let t2 = self.t(2);
+            let t2 = self.tmp64(2);
             self.line(format!("add.s64 {t2}, {b}, {off};"));
             (t2, "", false)
         }
     }
 
     fn load(&mut self, pc: usize, size: Size, signed: bool, dst: Reg, base: Reg, off: i16) {
-        let d = self.r(dst);
+        let d = self.reg(dst);
         let bits = ptx_bits(size);
         if let (Context::Kernel { .. } | Context::Access { .. }, Some(a)) =
             (&self.options.context, self.verified.access(pc))
@@ -1092,7 +1100,7 @@ impl<'a> Emitter<'a> {
             self.context_load(o as usize, size, signed, &d);
             return;
         }
-        if let Some((slot, byte)) = self.slot(self.verified.access(pc)) {
+        if let Some((slot, byte)) = self.frame_slot(self.verified.access(pc)) {
             match (size, signed) {
                 (Size::DW, _) => self.line(format!("mov.b64 {d}, {slot};")),
                 (_, false) => self.line(format!("bfe.u64 {d}, {slot}, {}, {bits};", byte * 8)),
@@ -1101,9 +1109,9 @@ impl<'a> Emitter<'a> {
             return;
         }
         let (addr, space, aligned) = self.address(pc, base, off);
-        let w0 = self.w(0);
+        let w0 = self.tmp32(0);
         if !aligned {
-            let (t0, t1) = (self.t(0), self.t(1));
+            let (t0, t1) = (self.tmp64(0), self.tmp64(1));
             self.line(format!("mov.b64 {t1}, 0;"));
             for i in (0..size.bytes()).rev() {
                 self.line(format!("ld.u8 {w0}, [{addr}+{i}];"));
@@ -1135,7 +1143,7 @@ impl<'a> Emitter<'a> {
     /// A load from a device context: the value comes from the words that hold the field.
     fn context_load(&mut self, offset: usize, size: Size, signed: bool, d: &str) {
         let context = self.options.context.clone();
-        let [w0, w1] = [self.w(0), self.w(1)];
+        let [w0, w1] = [self.tmp32(0), self.tmp32(1)];
         if size == Size::DW {
             if let Context::Access { addr, .. } = &context
                 && offset == offset_of!(MemAccessCtx, addr)
@@ -1143,12 +1151,12 @@ impl<'a> Emitter<'a> {
                 self.line(format!("mov.b64 {d}, {addr};"));
                 return;
             }
-            self.word(&context, offset, &w0);
-            self.word(&context, offset + 4, &w1);
+            self.read_context_word(&context, offset, &w0);
+            self.read_context_word(&context, offset + 4, &w1);
             self.line(format!("mov.b64 {d}, {{{w0}, {w1}}};"));
             return;
         }
-        self.word(&context, offset & !3, &w0);
+        self.read_context_word(&context, offset & !3, &w0);
         let bits = ptx_bits(size);
         if bits < 32 {
             let at = (offset & 3) * 8;
@@ -1159,7 +1167,7 @@ impl<'a> Emitter<'a> {
         self.line(format!("cvt.{ty}64.{ty}32 {d}, {w0};"));
     }
 
-    fn word(&mut self, context: &Context, offset: usize, into: &str) {
+    fn read_context_word(&mut self, context: &Context, offset: usize, into: &str) {
         match context_word(context, offset) {
             Word::Const(v) => self.line(format!("mov.b32 {into}, {v};")),
             Word::Special(reg) => {
@@ -1168,14 +1176,14 @@ impl<'a> Emitter<'a> {
             }
             word @ (Word::AddrLo | Word::AddrHi) => {
                 let Context::Access { addr, .. } = context else { unreachable!("access words") };
-                let t0 = self.t(0);
+                let t0 = self.tmp64(0);
                 let shift = if word == Word::AddrHi { 32 } else { 0 };
                 self.line(format!("shr.u64 {t0}, {addr}, {shift};"));
                 self.line(format!("cvt.u32.u64 {into}, {t0};"));
             }
             Word::Warp => {
                 // (tid.z * ntid.y + tid.y) * ntid.x + tid.x, over 32.
-                let [w2, w3] = [self.w(2), self.w(3)];
+                let [w2, w3] = [self.tmp32(2), self.tmp32(3)];
                 self.line(format!("mov.u32 {w2}, %tid.z;"));
                 self.line(format!("mov.u32 {w3}, %ntid.y;"));
                 self.line(format!("mov.u32 {into}, %tid.y;"));
@@ -1190,7 +1198,7 @@ impl<'a> Emitter<'a> {
 
     fn store(&mut self, pc: usize, size: Size, base: Reg, off: i16, value: &str) {
         let bits = ptx_bits(size);
-        if let Some((slot, byte)) = self.slot(self.verified.access(pc)) {
+        if let Some((slot, byte)) = self.frame_slot(self.verified.access(pc)) {
             if size == Size::DW {
                 self.line(format!("mov.b64 {slot}, {value};"));
             } else {
@@ -1199,7 +1207,7 @@ impl<'a> Emitter<'a> {
             return;
         }
         let (addr, space, aligned) = self.address(pc, base, off);
-        let [t0, w0] = [self.t(0), self.w(0)];
+        let [t0, w0] = [self.tmp64(0), self.tmp32(0)];
         if !aligned {
             for i in 0..size.bytes() {
                 self.line(format!("shr.u64 {t0}, {value}, {};", 8 * i));
@@ -1229,25 +1237,25 @@ impl<'a> Emitter<'a> {
     ) {
         let region = self.verified.access(pc).map(|a| a.region);
         let on_stack = matches!(region, Some(AccessRegion::OwnStack | AccessRegion::CallerStack));
-        let p = self.p().to_owned();
+        let p = self.prefix().to_owned();
         let bits = ptx_bits(size);
-        if let Some((slot, byte)) = self.slot(self.verified.access(pc)) {
+        if let Some((slot, byte)) = self.frame_slot(self.verified.access(pc)) {
             self.slot_atomic(op, fetch, bits, &slot, byte * 8, src);
             return;
         }
-        let s = self.r(src);
-        let r0 = self.r(Reg::R0);
+        let s = self.reg(src);
+        let r0 = self.reg(Reg::R0);
         let (old, new, cmp) = if bits == 64 {
-            (self.t(0), s.clone(), r0.clone())
+            (self.tmp64(0), s.clone(), r0.clone())
         } else {
-            let [w0, w1, w2] = [self.w(0), self.w(1), self.w(2)];
+            let [w0, w1, w2] = [self.tmp32(0), self.tmp32(1), self.tmp32(2)];
             self.line(format!("cvt.u32.u64 {w1}, {s};"));
             if op == AtomicOp::CmpXchg {
                 self.line(format!("cvt.u32.u64 {w2}, {r0};"));
             }
             (w0, w1, w2)
         };
-        let b = self.r(base);
+        let b = self.reg(base);
         let (u, bt) = (format!("u{bits}"), format!("b{bits}"));
         let name = match op {
             AtomicOp::Add => "add",
@@ -1261,11 +1269,11 @@ impl<'a> Emitter<'a> {
         let plain = |e: &mut Self| {
             // The thread's own memory: a read-modify-write nobody else can see in between.
             e.line(format!("ld.{u} {old}, [{b}+{off}];"));
-            let t1 = if bits == 64 { e.t(1) } else { e.w(3) };
+            let t1 = if bits == 64 { e.tmp64(1) } else { e.tmp32(3) };
             match op {
                 AtomicOp::Xchg => e.line(format!("mov.{bt} {t1}, {new};")),
                 AtomicOp::CmpXchg => {
-                    let q0 = e.q(0);
+                    let q0 = e.pred(0);
                     e.line(format!("setp.eq.{u} {q0}, {old}, {cmp};"));
                     e.line(format!("selp.{bt} {t1}, {new}, {old}, {q0};"));
                 }
@@ -1287,15 +1295,15 @@ impl<'a> Emitter<'a> {
         if let (Some([ca, cv]), true, true) =
             (&self.options.combine, add, combinable(self.program, self.verified.access(pc)))
         {
-            let (t3, q0, q1) = (self.t(3), self.q(0), self.q(1));
+            let (t3, q0, q1) = (self.tmp64(3), self.pred(0), self.pred(1));
             self.line(format!("add.s64 {t3}, {b}, {off};"));
             self.line(format!("setp.eq.u64 {q0}, {t3}, {ca};"));
             self.line(format!("@{q0} bra ${p}_C{pc};"));
             self.line(format!("setp.eq.u64 {q1}, {ca}, 0;"));
             self.line(format!("@{q1} bra ${p}_F{pc}_done;"));
             if self.options.sm >= 80 {
-                let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.w(i));
-                let (q2, t2) = (self.q(2), self.t(2));
+                let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.tmp32(i));
+                let (q2, t2) = (self.pred(2), self.tmp64(2));
                 let label = format!("${p}_F{pc}");
                 let code = warp_add(ca, cv, None, "", [&w0, &w1, &w2, &w3], &q2, &t2, &label);
                 self.out.push_str(&code);
@@ -1313,8 +1321,8 @@ impl<'a> Emitter<'a> {
             _ if on_stack => plain(self),
             Some(AccessRegion::MapValue(_)) if add && self.options.sm >= 80 => {
                 // One atomic per group of lanes adding to the same value.
-                let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.w(i));
-                let (t3, q2, t2) = (self.t(3), self.q(2), self.t(2));
+                let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.tmp32(i));
+                let (t3, q2, t2) = (self.tmp64(3), self.pred(2), self.tmp64(2));
                 self.line(format!("add.s64 {t3}, {b}, {off};"));
                 let label = format!("${p}_W{pc}");
                 let known = self.constant_before(pc, src);
@@ -1326,7 +1334,7 @@ impl<'a> Emitter<'a> {
             _ => {
                 // Different regions on different paths: the stack is local memory, where PTX
                 // has no atomics, so decide at run time.
-                let (t3, q0) = (self.t(3), self.q(0));
+                let (t3, q0) = (self.tmp64(3), self.pred(0));
                 self.line(format!("add.s64 {t3}, {b}, {off};"));
                 self.line(format!("isspacep.local {q0}, {t3};"));
                 self.line(format!("@!{q0} bra ${p}_A{pc};"));
@@ -1351,8 +1359,8 @@ impl<'a> Emitter<'a> {
     /// An atomic on a frame slot held in a register: only this thread sees it, so it is a plain
     /// read-modify-write of the slot's bits.
     fn slot_atomic(&mut self, op: AtomicOp, fetch: bool, bits: u32, slot: &str, at: u32, src: Reg) {
-        let [t0, t1, t2] = [self.t(0), self.t(1), self.t(2)];
-        let (s, r0, q0) = (self.r(src), self.r(Reg::R0), self.q(0));
+        let [t0, t1, t2] = [self.tmp64(0), self.tmp64(1), self.tmp64(2)];
+        let (s, r0, q0) = (self.reg(src), self.reg(Reg::R0), self.pred(0));
         let field = |e: &mut Self, into: &str, from: &str| {
             if bits == 64 {
                 e.line(format!("mov.b64 {into}, {from};"));
@@ -1391,18 +1399,18 @@ impl<'a> Emitter<'a> {
     }
 
     fn branch(&mut self, cond: JmpCond, width: Width, dst: Reg, src: Operand, target: usize) {
-        let q0 = self.q(0);
+        let q0 = self.pred(0);
         let l = self.label(target);
         let (a, b, bits) = match width {
-            Width::W64 => (self.r(dst), self.src64(src), 64),
+            Width::W64 => (self.reg(dst), self.operand64(src), 64),
             Width::W32 => {
-                let [w0, w1] = [self.w(0), self.w(1)];
-                let d = self.r(dst);
+                let [w0, w1] = [self.tmp32(0), self.tmp32(1)];
+                let d = self.reg(dst);
                 self.line(format!("cvt.u32.u64 {w0}, {d};"));
                 let b = match src {
                     Operand::Imm(i) => i.to_string(),
                     Operand::Reg(r) => {
-                        let s = self.r(r);
+                        let s = self.reg(r);
                         self.line(format!("cvt.u32.u64 {w1}, {s};"));
                         w1
                     }
@@ -1422,7 +1430,7 @@ impl<'a> Emitter<'a> {
             JmpCond::Slt => ("lt", true),
             JmpCond::Sle => ("le", true),
             JmpCond::Set => {
-                let t = if bits == 64 { self.t(0) } else { self.w(2) };
+                let t = if bits == 64 { self.tmp64(0) } else { self.tmp32(2) };
                 self.line(format!("and.b{bits} {t}, {a}, {b};"));
                 self.line(format!("setp.ne.u{bits} {q0}, {t}, 0;"));
                 self.line(format!("@{q0} bra {l};"));
@@ -1435,8 +1443,8 @@ impl<'a> Emitter<'a> {
     }
 
     fn helper(&mut self, pc: usize, id: u32) -> Result<(), TranslateError> {
-        let r0 = self.r(Reg::R0);
-        let w0 = self.w(0);
+        let r0 = self.reg(Reg::R0);
+        let w0 = self.tmp32(0);
         match id {
             helper_id::KTIME_GET_NS => self.line(format!("mov.u64 {r0}, %globaltimer;")),
             helper_id::GET_SMP_PROCESSOR_ID => {
@@ -1450,7 +1458,7 @@ impl<'a> Emitter<'a> {
             }
             helper_id::GET_PRANDOM_U32 => {
                 // A hash of the clock and the thread's place in the grid (splitmix64's finaliser).
-                let [t0, t1] = [self.t(0), self.t(1)];
+                let [t0, t1] = [self.tmp64(0), self.tmp64(1)];
                 self.line(format!("mov.u64 {t0}, %clock64;"));
                 self.line(format!("mov.u32 {w0}, %tid.x;"));
                 self.line(format!("cvt.u64.u32 {t1}, {w0};"));
