@@ -18,6 +18,7 @@ use std::cell::Cell;
 use std::hint::black_box;
 use std::time::Instant;
 
+use egpu::ebpf::verifier::verify;
 use egpu::ebpf::{AttachPoint, HostEvent, LaunchCtx, MapDef, MapKind, Phase, Program, assemble};
 use egpu::maps::HashMap;
 use egpu::vm::{EngineChoice, Vm};
@@ -94,8 +95,9 @@ fn main() {
         .expect("valid");
     let mut ctx = LaunchCtx { grid: [128, 32, 1], block: [16, 16, 1], ..Default::default() };
 
-    let mut jit = Vm::with_engine(&program, EngineChoice::Jit).expect("JIT");
-    let mut interp = Vm::with_engine(&program, EngineChoice::Interpreter).expect("interpreter");
+    let verified = verify(&program).expect("verifies");
+    let mut jit = Vm::with_engine(&verified, EngineChoice::Jit).expect("JIT");
+    let mut interp = Vm::with_engine(&verified, EngineChoice::Interpreter).expect("interpreter");
 
     let code = program.to_bytes();
     let mut raw = rbpf::EbpfVmRaw::new(Some(&code)).expect("rbpf takes the probe as it is");
@@ -172,8 +174,9 @@ fn map_probe(rounds: usize) {
     let program =
         Program::new(assemble(COUNTER).expect("assembles"), vec![def], attach).expect("valid");
     let maps = [counts.raw().clone()];
-    let mut jit = Vm::with_maps(&program, &maps, EngineChoice::Jit).expect("JIT");
-    let mut interp = Vm::with_maps(&program, &maps, EngineChoice::Interpreter).expect("interp");
+    let verified = verify(&program).expect("verifies");
+    let mut jit = Vm::with_maps(&verified, &maps, EngineChoice::Jit).expect("JIT");
+    let mut interp = Vm::with_maps(&verified, &maps, EngineChoice::Interpreter).expect("interp");
     let mut ctx = LaunchCtx { kernel_id: 77, ..Default::default() };
     let native_ns = measure(rounds, 2_000_000, || counts.fetch_add(black_box(&77), 1).unwrap_or(0));
     let jit_ns = measure(rounds, 2_000_000, || jit.run_ctx(black_box(&mut ctx)).unwrap_or(0));

@@ -77,7 +77,9 @@ fn main() {
         )
         .expect("a valid program");
         let mut rust_vm = probe.vm_with(EngineChoice::Jit).expect("the JIT runs it");
-        let mut hand_vm = Vm::with_engine(&hand, EngineChoice::Jit).expect("verified, on the JIT");
+        let hand = egpu::ebpf::verifier::verify(&hand).expect("the hand-written probe verifies");
+        let mut hand_vm = Vm::with_engine(&hand, EngineChoice::Jit).expect("on the JIT");
+        let hand = hand.program();
         let mut c = ctx;
         let rust_ns = measure(rounds, iters, || rust_vm.run_ctx(black_box(&mut c)).unwrap_or(0));
         let mut c = ctx;

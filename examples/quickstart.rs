@@ -25,7 +25,7 @@ use egpu::ebpf::MemAccessCtx;
 use egpu::ebpf::verifier::verify;
 use egpu::ebpf::{AttachPoint, HostEvent, LaunchCtx, Phase, Program, assemble};
 use egpu::maps::{Array, HashMap, PerCpuArray, Shards};
-use egpu::vm::{EngineChoice, LoadError, Vm};
+use egpu::vm::{EngineChoice, Vm};
 
 /// `r0 = grid.x*grid.y*grid.z * block.x*block.y*block.z`, with its class in the top byte:
 /// 0 below 2^16 threads, 1 below 2^20, 2 from 2^20 up.
@@ -118,16 +118,14 @@ fn run() -> Result<(), Box<dyn Error>> {
     let unsafe_text =
         PROBE.replace("    or %r0, %r4\n", "    or %r0, %r4\n    stxdw [%r1+32], %r0\n");
     let unsafe_probe = Program::new(assemble(&unsafe_text)?, vec![], program.attach())?;
-    match Vm::new(&unsafe_probe) {
-        Err(LoadError::Verify(e)) => {
-            println!("a variant that writes the context is refused:\n  {e}")
-        }
+    match verify(&unsafe_probe) {
+        Err(e) => println!("a variant that writes the context is refused:\n  {e}"),
         Ok(_) => return Err("the verifier accepted a probe that writes its context".into()),
-        Err(e) => return Err(e.into()),
     }
 
-    let mut jit = Vm::with_engine(&program, EngineChoice::Jit)?;
-    let mut interpreter = Vm::with_engine(&program, EngineChoice::Interpreter)?;
+    // Every engine takes the `Verified` program: it is verified once, whoever runs it.
+    let mut jit = Vm::with_engine(&verified, EngineChoice::Jit)?;
+    let mut interpreter = Vm::with_engine(&verified, EngineChoice::Interpreter)?;
     println!("\nran on the CPU, in {} and in {}:", jit.engine(), interpreter.engine());
     let launches = [
         ("vector_add", launch("vector_add", [64, 1, 1], [256, 1, 1])),
@@ -223,13 +221,13 @@ fn run() -> Result<(), Box<dyn Error>> {
 /// Runs the saxpy kernel with both device probes attached, and prints what they counted.
 fn device_part(info: &egpu::device::GpuInfo) -> Result<(), Box<dyn Error>> {
     use egpu::device::cuda::{Arg, Gpu};
-    use egpu::device::instrument::{Attached, Instrumenter, Ran};
+    use egpu::device::instrument::{Instrumenter, Ran};
     use egpu::device::maps::DeviceMapBuffer;
 
     let gpu = Gpu::open(info.ordinal)?;
     let (loads, stores) = (page_loads::probe(), sm_stores::probe());
     let mut buffers = Vec::new();
-    let mut attached = Vec::new();
+    let mut instrumenter = Instrumenter::new(&gpu);
     for probe in [&loads, &stores] {
         let mut bindings = Vec::new();
         for raw in probe.maps()? {
@@ -237,10 +235,9 @@ fn device_part(info: &egpu::device::GpuInfo) -> Result<(), Box<dyn Error>> {
             bindings.push(buffer.binding());
             buffers.push(buffer);
         }
-        let program = verify(probe.program()?)?;
-        attached.push(Attached { program, kernels: vec!["saxpy".into()], maps: bindings });
+        // The probe was verified once, when it was built; the instrumenter translates it now.
+        instrumenter.attach(probe.verified()?, &bindings, &["saxpy"])?;
     }
-    let instrumenter = Instrumenter::new(&gpu, attached)?;
     let module = instrumenter.load(SAXPY)?;
     if let Some(why) = module.fallback() {
         return Err(format!("the kernel could not be instrumented: {why}").into());
@@ -255,9 +252,9 @@ fn device_part(info: &egpu::device::GpuInfo) -> Result<(), Box<dyn Error>> {
         x.write(&bytes(&|i| i as f32))?;
         y.write(&bytes(&|i| (i % 10) as f32))?;
         if instrumented {
-            instrumenter.attach()
+            instrumenter.resume()
         } else {
-            instrumenter.detach()
+            instrumenter.pause()
         }
         let args = [Arg::U32(n), Arg::F32(2.0), Arg::Ptr(&x), Arg::Ptr(&y)];
         let ran = module.launch("saxpy", (info.sm_count * 4, 1, 1), (256, 1, 1), &args)?;

@@ -7,18 +7,10 @@
 //! with its reason, in `tests/conformance-failures.txt`; the test fails on a failure not listed
 //! and on a listed failure that now passes.
 
-use std::path::PathBuf;
-
 use egpu::ebpf::conformance::{Case, Expect, Failures, check_listed, suite};
+use egpu::ebpf::verifier::verify;
 use egpu::vm::{Engine, EngineChoice, Vm};
-
-/// The `egpu` crate's folder: from the environment when run by `cargo test` or by the GPU
-/// bundle's `run.sh` (the binary may run on another machine), else where it was built.
-fn manifest_dir() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-}
+use egpu_test_support::workspace_root;
 
 /// Runs one case on one engine: `Ok` when it behaves as expected, else why not.
 fn run(case: &Case, engine: Engine) -> Result<(), String> {
@@ -28,7 +20,9 @@ fn run(case: &Case, engine: Engine) -> Result<(), String> {
             Engine::Jit => EngineChoice::Jit,
             Engine::Interpreter => EngineChoice::Interpreter,
         };
-        let mut vm = Vm::with_engine(&program, choice).map_err(|e| format!("load: {e}"))?;
+        let verified =
+            verify(&program).map_err(|e| format!("load: the verifier refused it: {e}"))?;
+        let mut vm = Vm::with_engine(&verified, choice).map_err(|e| format!("load: {e}"))?;
         let mut mem = case.mem.clone();
         vm.run(&mut mem).map_err(|e| format!("run: {e}"))
     })();
@@ -55,7 +49,7 @@ fn run(case: &Case, engine: Engine) -> Result<(), String> {
 
 #[test]
 fn conformance() {
-    let Some(cases) = suite(&manifest_dir().join("..")) else { return };
+    let Some(cases) = suite(&workspace_root()) else { return };
     let cases = cases.expect("a readable suite");
     assert!(cases.len() >= 300, "only {} files in the suite", cases.len());
 
@@ -77,7 +71,7 @@ fn conformance() {
     }
     let engines = [Engine::Interpreter.to_string(), Engine::Jit.to_string()];
     let engines: Vec<&str> = engines.iter().map(String::as_str).collect();
-    if let Err(e) = check_listed(&manifest_dir().join(".."), &engines, &failed) {
+    if let Err(e) = check_listed(&workspace_root(), &engines, &failed) {
         panic!("{e}");
     }
 }

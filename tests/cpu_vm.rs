@@ -11,6 +11,7 @@
 //!
 //! Random cases come from a fixed seed, or from `EGPU_SEED` to reproduce a failure.
 
+use egpu::ebpf::verifier::verify;
 use egpu::ebpf::{
     AluOp, AtomicOp, AttachPoint, ByteOrder, Imm64, Instruction, JmpCond, Operand, Program, Reg,
     Size, Width, instruction::encode,
@@ -20,15 +21,22 @@ use egpu::vm::{EngineChoice, JitRefusal, LoadError, RunError, Vm};
 // ---------------------------------------------------------------------------------------------
 // Randomness.
 
-mod rng;
-use rng::Rng;
+use egpu_test_support::Rng;
+
+/// The generator of test `test`, from `EGPU_SEED` or this file's seed.
+fn rng_for(test: &str) -> Rng {
+    Rng::from_env(test, 0x00e6_9d0c_cafe_f00d)
+}
 
 /// Draws of the values these tests need.
-impl Rng {
-    fn from_env_cpu(test: &str) -> Rng {
-        Rng::from_env(test, 0x00e6_9d0c_cafe_f00d)
-    }
+trait Draws {
     /// A value that is an edge case half of the time.
+    fn value(&mut self) -> u64;
+    fn imm(&mut self) -> i32;
+    fn reg(&mut self) -> Reg;
+}
+
+impl Draws for Rng {
     fn value(&mut self) -> u64 {
         const EDGES: [u64; 16] = [
             0,
@@ -48,11 +56,11 @@ impl Rng {
             0x8000,
             0xffff_ffff_0000_0001,
         ];
-        if self.chance(2) { self.pick(&EDGES) } else { self.next() >> self.below(64) }
+        if self.one_in(2) { self.pick(&EDGES) } else { self.next_u64() >> self.below(64) }
     }
     fn imm(&mut self) -> i32 {
         const EDGES: [i32; 12] = [0, 1, -1, 2, -7, 7, 31, 32, 63, 64, i32::MIN, i32::MAX];
-        if self.chance(2) { self.pick(&EDGES) } else { self.next() as i32 >> self.below(32) }
+        if self.one_in(2) { self.pick(&EDGES) } else { self.next_u64() as i32 >> self.below(32) }
     }
     fn reg(&mut self) -> Reg {
         Reg::new(self.below(10) as u8).expect("r0..r9")
@@ -116,6 +124,7 @@ fn harness(init: &[u64; 10], body: &[Instruction]) -> Program {
 }
 
 fn engines(p: &Program) -> [Vm; 2] {
+    let p = &verify(p).expect("verifies");
     let interp = Vm::with_engine(p, EngineChoice::Interpreter).expect("interpreter loads");
     let jit = Vm::with_engine(p, EngineChoice::Jit).expect("the JIT takes register programs");
     [interp, jit]
@@ -139,7 +148,7 @@ fn random_init(rng: &mut Rng) -> [u64; 10] {
 
 #[test]
 fn every_alu_operation_matches_the_reference() {
-    let mut rng = Rng::from_env_cpu("alu");
+    let mut rng = rng_for("alu");
     let mut cases = 0;
     for op in AluOp::PLAIN.into_iter().chain([AluOp::MovSx(8), AluOp::MovSx(16), AluOp::MovSx(32)])
     {
@@ -176,7 +185,7 @@ fn every_alu_operation_matches_the_reference() {
 
 #[test]
 fn negation_byte_swaps_and_sign_extending_loads_match_the_reference() {
-    let mut rng = Rng::from_env_cpu("unary");
+    let mut rng = rng_for("unary");
     for round in 0..300 {
         let init = random_init(&mut rng);
         let dst = rng.reg();
@@ -231,7 +240,7 @@ fn negation_byte_swaps_and_sign_extending_loads_match_the_reference() {
 
 #[test]
 fn every_branch_condition_matches_the_reference() {
-    let mut rng = Rng::from_env_cpu("branch");
+    let mut rng = rng_for("branch");
     let mut cases = 0;
     for cond in JmpCond::ALL {
         for width in [Width::W32, Width::W64] {
@@ -285,7 +294,7 @@ fn every_branch_condition_matches_the_reference() {
 
 #[test]
 fn every_atomic_matches_the_reference_and_keeps_other_registers() {
-    let mut rng = Rng::from_env_cpu("atomic");
+    let mut rng = rng_for("atomic");
     let ops = [
         AtomicOp::Add,
         AtomicOp::Or,
@@ -409,7 +418,7 @@ fn safe_program(rng: &mut Rng) -> Vec<Instruction> {
             0..=2 => {
                 let op = rng.pick(&AluOp::PLAIN);
                 let src =
-                    if rng.chance(2) { Operand::Imm(rng.imm()) } else { Operand::Reg(rng.reg()) };
+                    if rng.one_in(2) { Operand::Imm(rng.imm()) } else { Operand::Reg(rng.reg()) };
                 Instruction::Alu { op, width, dst, src }
             }
             3 => {
@@ -433,16 +442,16 @@ fn safe_program(rng: &mut Rng) -> Vec<Instruction> {
             5 => {
                 let size = rng.pick(&[Size::B, Size::H, Size::W, Size::DW]);
                 let off = -(rng.below(64 / size.bytes() as usize) as i16 + 1) * size.bytes() as i16;
-                if rng.chance(2) {
+                if rng.one_in(2) {
                     Instruction::Load {
                         size,
-                        signed: size != Size::DW && rng.chance(2),
+                        signed: size != Size::DW && rng.one_in(2),
                         dst,
                         base: Reg::FP,
                         off,
                     }
                 } else {
-                    let src = if rng.chance(2) {
+                    let src = if rng.one_in(2) {
                         Operand::Imm(rng.imm())
                     } else {
                         Operand::Reg(rng.reg())
@@ -461,15 +470,15 @@ fn safe_program(rng: &mut Rng) -> Vec<Instruction> {
                     AtomicOp::Xchg,
                     AtomicOp::CmpXchg,
                 ]);
-                let fetch = matches!(op, AtomicOp::Xchg | AtomicOp::CmpXchg) || rng.chance(2);
+                let fetch = matches!(op, AtomicOp::Xchg | AtomicOp::CmpXchg) || rng.one_in(2);
                 Instruction::Atomic { op, fetch, size, base: Reg::FP, off, src: rng.reg() }
             }
             _ => {
                 jumps.push(p.len());
                 let src =
-                    if rng.chance(2) { Operand::Imm(rng.imm()) } else { Operand::Reg(rng.reg()) };
-                if rng.chance(8) {
-                    Instruction::Jump { off: 0, long: rng.chance(2) }
+                    if rng.one_in(2) { Operand::Imm(rng.imm()) } else { Operand::Reg(rng.reg()) };
+                if rng.one_in(8) {
+                    Instruction::Jump { off: 0, long: rng.one_in(2) }
                 } else {
                     Instruction::Branch { cond: rng.pick(&JmpCond::ALL), width, dst, src, off: 0 }
                 }
@@ -510,15 +519,16 @@ fn safe_program(rng: &mut Rng) -> Vec<Instruction> {
 
 #[test]
 fn random_safe_programs_agree_on_both_engines() {
-    let mut rng = Rng::from_env_cpu("safe programs");
+    let mut rng = rng_for("safe programs");
     let rounds = 1500;
     let mut too_large = 0;
     for round in 0..rounds {
         let insns = safe_program(&mut rng);
         let p = Program::new(encode(&insns), vec![], AttachPoint::User { ctx_size: 8 })
             .unwrap_or_else(|e| panic!("round {round}: {e}"));
-        let mut interp = Vm::with_engine(&p, EngineChoice::Interpreter).expect("interpreter loads");
-        let mut jit = match Vm::with_engine(&p, EngineChoice::Jit) {
+        let v = verify(&p).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        let mut interp = Vm::with_engine(&v, EngineChoice::Interpreter).expect("interpreter loads");
+        let mut jit = match Vm::with_engine(&v, EngineChoice::Jit) {
             Ok(vm) => vm,
             Err(LoadError::Jit(JitRefusal::CodeTooLarge { .. })) => {
                 too_large += 1;
@@ -592,21 +602,22 @@ fn local_calls_get_frames_of_their_own_to_the_full_depth() {
 
 #[test]
 fn programs_with_random_bytes_load_or_fail_cleanly_and_run_alike() {
-    let mut rng = Rng::from_env_cpu("mutated programs");
+    let mut rng = rng_for("mutated programs");
     let (mut decoded, mut compared) = (0, 0);
     for round in 0..3000 {
         let mut bytes = egpu::ebpf::insn::slots_to_bytes(&encode(&safe_program(&mut rng)));
         for _ in 0..1 + rng.below(4) {
             let i = rng.below(bytes.len());
-            bytes[i] = rng.next() as u8;
+            bytes[i] = rng.next_u64() as u8;
         }
         let Ok(program) = Program::from_bytes(&bytes, vec![], AttachPoint::User { ctx_size: 8 })
         else {
             continue;
         };
         decoded += 1;
+        let Ok(verified) = verify(&program) else { continue };
         for choice in [EngineChoice::Auto, EngineChoice::Jit] {
-            let _ = Vm::with_engine(&program, choice);
+            let _ = Vm::with_engine(&verified, choice);
         }
         // Only programs whose jumps all go forward are sure to end.
         let forward = program
@@ -616,12 +627,14 @@ fn programs_with_random_bytes_load_or_fail_cleanly_and_run_alike() {
         if !forward {
             continue;
         }
-        let Ok(mut interp) = Vm::with_engine(&program, EngineChoice::Interpreter) else { continue };
+        let Ok(mut interp) = Vm::with_engine(&verified, EngineChoice::Interpreter) else {
+            continue;
+        };
         let mut ctx = [0u8; 8];
         let a = interp.run(&mut ctx);
         let insns: Vec<Instruction> = program.decoded().iter().map(|d| d.insn).collect();
         let calls = insns.iter().any(|i| matches!(i, Instruction::Call(_)));
-        if let Ok(mut jit) = Vm::with_engine(&program, EngineChoice::Jit) {
+        if let Ok(mut jit) = Vm::with_engine(&verified, EngineChoice::Jit) {
             let ctx_a = ctx;
             ctx = [0; 8];
             let b = jit.run(&mut ctx);

@@ -24,6 +24,7 @@ use egpu::ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, MemAccessCtx, Progra
 use egpu::maps::layout::Geometry;
 use egpu::maps::{HashMap, Placement, RawMap, RingBuf};
 use egpu::vm::{EngineChoice, Vm};
+use egpu_test_support::read_workspace_file;
 
 /// The probe under test: loads per page in map 0, bytes per site in map 1.
 const PROBE: &str = "
@@ -87,13 +88,6 @@ fn program(text: &str, maps: Vec<MapDef>, event: DeviceEvent) -> Verified {
         .expect("verified")
 }
 
-fn workspace() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
-        .join("..")
-}
-
 fn entries(raw: &RawMap) -> BTreeMap<u64, u64> {
     HashMap::<u64, u64>::from_raw(raw.clone()).expect("a hash map").iter().collect()
 }
@@ -102,7 +96,7 @@ fn entries(raw: &RawMap) -> BTreeMap<u64, u64> {
 fn the_gpu_and_the_cpu_vm_fill_the_same_maps_from_the_same_events() {
     let Some(info) = require_gpu() else { return };
     let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
-    let ptx = std::fs::read_to_string(workspace().join("tests/ptx/saxpy.ptx")).expect("saxpy.ptx");
+    let ptx = read_workspace_file("tests/ptx/saxpy.ptx");
     let n: u32 = 1 << 20;
     let map_defs =
         vec![def("pages", MapKind::Hash, 8, 8, 4096), def("sites", MapKind::Array, 4, 8, 16)];
@@ -145,10 +139,8 @@ fn the_gpu_and_the_cpu_vm_fill_the_same_maps_from_the_same_events() {
     // The CPU VM replays the recorded events through the same probe, into maps of its own.
     let (cpu_pages, cpu_sites) =
         (create(MapKind::Hash, 8, 8, 4096), create(MapKind::Array, 4, 8, 16));
-    let program = probe.program().clone();
-    let mut vm =
-        Vm::with_maps(&program, &[cpu_pages.clone(), cpu_sites.clone()], EngineChoice::Jit)
-            .expect("the VM loads the probe");
+    let mut vm = Vm::with_maps(&probe, &[cpu_pages.clone(), cpu_sites.clone()], EngineChoice::Jit)
+        .expect("the VM loads the probe");
     let ring = RingBuf::<Event>::from_raw(events).expect("a ring");
     let mut consumer = ring.consumer().expect("a consumer");
     let mut replayed = 0u64;
@@ -189,7 +181,7 @@ fn host_and_gpu_threads_update_one_map_at_once_exactly() {
 
     let Some(info) = require_gpu() else { return };
     let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
-    let ptx = std::fs::read_to_string(workspace().join("tests/ptx/saxpy.ptx")).expect("saxpy.ptx");
+    let ptx = read_workspace_file("tests/ptx/saxpy.ptx");
     let counts: PerCpuArray<u64> =
         PerCpuArray::create(1, Shards::new(4, info.sm_count), Placement::Process).expect("a map");
     let mapped = HostMappedMap::new(&gpu, counts.raw()).expect("mapped into the GPU");

@@ -4,6 +4,7 @@
 //! without one it says why and passes, or fails when `EGPU_REQUIRE_GPU=1`.
 
 use egpu::device::cuda::{Arg, Gpu};
+use egpu::ebpf::verifier::verify;
 use egpu::ebpf::{AttachPoint, HostEvent, LaunchCtx, MapDef, MapKind, Phase, Program, assemble};
 use egpu::maps::{Array, HashMap};
 
@@ -71,14 +72,12 @@ fn egpu_s_own_launches_fire_the_host_probes() {
     )
     .expect("a program");
     let probes = egpu::host::global();
+    let (enter, exit) = (verify(&enter).expect("verifies"), verify(&exit).expect("verifies"));
     let a = probes.attach(&enter, &[COUNTS.raw().clone()]).expect("attach");
     let b = probes.attach(&exit, &[EXITS.raw().clone()]).expect("attach");
 
     let gpu = Gpu::open(info.ordinal).expect("the GPU");
-    let root = std::path::PathBuf::from(
-        std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into()),
-    );
-    let ptx = std::fs::read_to_string(root.join("../tests/ptx/saxpy.ptx")).expect("saxpy.ptx");
+    let ptx = egpu_test_support::read_workspace_file("tests/ptx/saxpy.ptx");
     let module = gpu.load_ptx(&ptx).expect("loads");
     let kernel = module.kernel("saxpy").expect("saxpy");
     let n = 1u32 << 16;

@@ -4,6 +4,7 @@
 
 use std::thread;
 
+use egpu::ebpf::verifier::{Verified, verify};
 use egpu::ebpf::{AttachPoint, MapDef, MapKind, Program, assemble};
 use egpu::maps::{Array, HashMap, PerCpuArray, RawMap, RingBuf};
 use egpu::vm::{EngineChoice, Vm};
@@ -14,9 +15,11 @@ fn def(name: &str, kind: MapKind, key_size: u32, value_size: u32, max_entries: u
     MapDef { name: name.into(), kind, key_size, value_size, max_entries }
 }
 
-fn program(text: &str, maps: Vec<MapDef>, ctx_size: u32) -> Program {
-    Program::new(assemble(text).expect("assembles"), maps, AttachPoint::User { ctx_size })
-        .expect("valid program")
+fn program(text: &str, maps: Vec<MapDef>, ctx_size: u32) -> Verified {
+    let program =
+        Program::new(assemble(text).expect("assembles"), maps, AttachPoint::User { ctx_size })
+            .expect("valid program");
+    verify(&program).expect("verifies")
 }
 
 /// `counts[ctx.key] += 1`, inserting the key first when it is absent (the usual counter).

@@ -16,15 +16,14 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use egpu::ebpf::verifier::{Violation, verify};
+use egpu::ebpf::verifier::{Verified, Violation, verify};
 use egpu::ebpf::{
     AluOp, AtomicOp, AttachPoint, CallTarget, Imm64, Instruction, JmpCond, MapDef, MapKind,
     Operand, Program, Reg, Size, Width, assemble, instruction::encode,
 };
 use egpu::vm::{EngineChoice, LoadError, Vm};
 
-mod rng;
-use rng::Rng;
+use egpu_test_support::{Rng, files_with_extension, workspace_path};
 
 /// The default seed of these tests.
 const SEED: u64 = 0x7e51_f1ed_0bad_cafe;
@@ -80,32 +79,21 @@ fn load_case(path: &Path) -> Case {
 }
 
 fn suite_files() -> Vec<PathBuf> {
-    // From the environment when run by `cargo test` or by the GPU bundle's `run.sh` (the binary
-    // may run on another machine), else where it was built.
-    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    let dir = manifest.join("../tests/verifier");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "s"))
-        .collect();
-    files.sort();
-    files
+    files_with_extension(&workspace_path("tests/verifier"), "s")
 }
 
 /// Runs an accepted program on both engines, each with new maps, with several contexts; the
 /// results, the contexts and the maps' memory must agree.
-fn run_both(case: &str, program: &Program, rng: &mut Rng) -> Result<(), String> {
+fn run_both(case: &str, verified: &Verified, rng: &mut Rng) -> Result<(), String> {
+    let program = verified.program();
     let size = program.attach().context_size();
     let mut contexts = vec![vec![0u8; size], vec![0xff; size]];
     for _ in 0..8 {
-        contexts.push((0..size).map(|_| rng.next() as u8).collect());
+        contexts.push((0..size).map(|_| rng.next_u64() as u8).collect());
     }
-    let mut interp = Vm::with_engine(program, EngineChoice::Interpreter)
+    let mut interp = Vm::with_engine(verified, EngineChoice::Interpreter)
         .map_err(|e| format!("the interpreter refuses it: {e}"))?;
-    let mut jit = Vm::with_engine(program, EngineChoice::Auto)
+    let mut jit = Vm::with_engine(verified, EngineChoice::Auto)
         .map_err(|e| format!("the VM refuses it: {e}"))?;
     let random = calls_nondeterministic_helpers(program);
     for ctx in contexts {
@@ -154,14 +142,11 @@ fn verifier_suite() {
         let case = load_case(path);
         let verdict = match &case.program {
             Err(code) => Err((code.clone(), String::new())),
-            Ok(p) => {
-                verify(p).map(|_| ()).map_err(|e| (e.violation.code().to_string(), e.to_string()))
-            }
+            Ok(p) => verify(p).map_err(|e| (e.violation.code().to_string(), e.to_string())),
         };
         match (&case.expect, verdict) {
-            (None, Ok(())) => {
-                let program = case.program.as_ref().expect("verified");
-                if let Err(e) = run_both(&case.name, program, &mut rng) {
+            (None, Ok(verified)) => {
+                if let Err(e) = run_both(&case.name, &verified, &mut rng) {
                     wrong.insert(case.name.clone(), format!("accepted, but {e}"));
                     continue;
                 }
@@ -177,7 +162,7 @@ fn verifier_suite() {
                     format!("rejected ({got}), expected acceptance: {msg}"),
                 );
             }
-            (Some(want), Ok(())) => {
+            (Some(want), Ok(_)) => {
                 wrong.insert(case.name.clone(), format!("accepted, expected rejection ({want})"));
             }
             (Some(want), Err((got, msg))) => {
@@ -248,18 +233,18 @@ fn probe_like(rng: &mut Rng, ctx_size: usize) -> Vec<Instruction> {
     let mov =
         |dst: Reg, src: Operand| Instruction::Alu { op: AluOp::Mov, width: Width::W64, dst, src };
     let mut p = Vec::new();
-    let initialised = if rng.chance(3) { rng.below(8) } else { 8 };
+    let initialised = if rng.one_in(3) { rng.below(8) } else { 8 };
     for i in 0..initialised as i16 {
         p.push(Instruction::Store {
             size: Size::DW,
             base: Reg::FP,
             off: -8 * (i + 1),
-            src: Operand::Imm(rng.next() as i32),
+            src: Operand::Imm(rng.next_u64() as i32),
         });
     }
     let set_numbers = |rng: &mut Rng, p: &mut Vec<Instruction>, regs: &[u8]| {
         for &r in regs {
-            let any_value = rng.next() % 600;
+            let any_value = rng.next_u64() % 600;
             let v = rng.pick(&[0, 1, 7, 8, 64, u64::MAX, any_value]);
             p.push(Instruction::LoadImm64 {
                 dst: Reg::new(r).expect("a register"),
@@ -298,7 +283,7 @@ fn probe_like(rng: &mut Rng, ctx_size: usize) -> Vec<Instruction> {
         dst: Reg::R7,
         src: Operand::Imm(-8 * (1 + rng.below(8) as i32)),
     });
-    let looped = rng.chance(4);
+    let looped = rng.one_in(4);
     if looped {
         p.push(mov(Reg::R9, Operand::Imm(1 + rng.below(6) as i32)));
     }
@@ -307,7 +292,7 @@ fn probe_like(rng: &mut Rng, ctx_size: usize) -> Vec<Instruction> {
     let off = |rng: &mut Rng, base: Reg, size: Size| -> i16 {
         let bytes = size.bytes() as usize;
         match (base, rng.below(8)) {
-            (_, 0) => rng.next() as i16 % 600,
+            (_, 0) => rng.next_u64() as i16 % 600,
             (Reg::R6, _) => (rng.below(ctx_size + 4) / bytes * bytes) as i16,
             (Reg::R7, _) => -(rng.below(64 / bytes) as i16 * bytes as i16),
             (Reg::R8, _) => (rng.below(VALUES.value_size as usize + 4) / bytes * bytes) as i16,
@@ -315,13 +300,13 @@ fn probe_like(rng: &mut Rng, ctx_size: usize) -> Vec<Instruction> {
         }
     };
     for _ in 0..4 + rng.below(20) {
-        let wild = rng.chance(10);
+        let wild = rng.one_in(10);
         let dst = if wild { any(rng) } else { number(rng) };
         let size = rng.pick(&[Size::B, Size::H, Size::W, Size::DW]);
         let base = if wild { any(rng) } else { rng.pick(&[Reg::FP, Reg::R6, Reg::R7, Reg::R8]) };
         let src = match rng.below(3) {
             0 => Operand::Reg(if wild { any(rng) } else { number(rng) }),
-            _ => Operand::Imm(rng.next() as i32 % 64),
+            _ => Operand::Imm(rng.next_u64() as i32 % 64),
         };
         match rng.below(14) {
             0..=3 => p.push(Instruction::Alu {
@@ -348,7 +333,7 @@ fn probe_like(rng: &mut Rng, ctx_size: usize) -> Vec<Instruction> {
             }
             5..=7 => p.push(Instruction::Load {
                 size,
-                signed: size != Size::DW && rng.chance(3),
+                signed: size != Size::DW && rng.one_in(3),
                 dst,
                 base,
                 off: off(rng, base, size),
@@ -356,7 +341,7 @@ fn probe_like(rng: &mut Rng, ctx_size: usize) -> Vec<Instruction> {
             8 | 9 => p.push(Instruction::Store { size, base, off: off(rng, base, size), src }),
             10 => p.push(Instruction::Atomic {
                 op: rng.pick(&[AtomicOp::Add, AtomicOp::Or, AtomicOp::Xchg, AtomicOp::CmpXchg]),
-                fetch: rng.chance(2),
+                fetch: rng.one_in(2),
                 size: rng.pick(&[Size::W, Size::DW]),
                 base,
                 off: off(rng, base, Size::DW),
@@ -423,12 +408,15 @@ fn accepted_programs_never_fault_and_both_engines_agree() {
         let Ok(program) = Program::new(encode(&insns), vec![VALUES.clone()], attach) else {
             continue;
         };
-        let mut interp = match Vm::with_engine(&program, EngineChoice::Interpreter) {
-            Ok(vm) => vm,
-            Err(LoadError::Verify(e)) => {
+        let verified = match verify(&program) {
+            Ok(v) => v,
+            Err(e) => {
                 *reasons.entry(e.violation.code()).or_default() += 1;
                 continue;
             }
+        };
+        let mut interp = match Vm::with_engine(&verified, EngineChoice::Interpreter) {
+            Ok(vm) => vm,
             Err(LoadError::UnknownHelper { .. }) => continue,
             Err(e) => panic!("round {round}: {e}\n{}", program.disassemble()),
         };
@@ -439,10 +427,10 @@ fn accepted_programs_never_fault_and_both_engines_agree() {
             .any(|d| d.insn.jump_target(d.pc).is_some_and(|t| t <= d.pc as i64));
         accepted_loops += usize::from(looped);
         let mut jit =
-            Vm::with_engine(&program, EngineChoice::Auto).expect("verified once, loads again");
+            Vm::with_engine(&verified, EngineChoice::Auto).expect("verified once, loads again");
         let random = calls_nondeterministic_helpers(&program);
         for _ in 0..4 {
-            let ctx: Vec<u8> = (0..ctx_size).map(|_| rng.next() as u8).collect();
+            let ctx: Vec<u8> = (0..ctx_size).map(|_| rng.next_u64() as u8).collect();
             let (mut a, mut b) = (ctx.clone(), ctx);
             let ra = interp.run(&mut a).unwrap_or_else(|e| {
                 panic!("round {round}: an accepted program faulted: {e}\n{}", program.disassemble())
@@ -508,9 +496,5 @@ fn a_refusal_names_the_instruction_its_disassembly_and_the_registers_it_reads() 
     ] {
         assert!(shown.contains(part), "`{part}` missing from:\n{shown}");
     }
-    // The VM refuses with the same error.
-    match Vm::new(&program) {
-        Err(LoadError::Verify(v)) => assert_eq!(v, e),
-        other => panic!("the VM loaded an unverified program: {other:?}"),
-    }
+    // No engine can be given it: every engine takes a `Verified`, which only `verify` makes.
 }

@@ -2,6 +2,7 @@
 //! the GPU machine) a missing GPU fails them.
 
 use egpu_device::{GpuStatus, devices, gpu_status, testing::require_gpu};
+use egpu_test_support::{read_workspace_file, workspace_root};
 
 #[test]
 fn the_driver_describes_the_gpu() {
@@ -20,15 +21,6 @@ fn the_driver_describes_the_gpu() {
     assert!(matches!(gpu_status(), GpuStatus::Found(found) if found == all));
 }
 
-/// The workspace root: from the environment when run by `cargo test` or by the GPU bundle's
-/// `run.sh` (the binary may run on another machine), else where it was built.
-fn workspace() -> std::path::PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-        .join("..")
-}
-
 /// Every conformance program runs on the GPU, in a kernel of its own, with the memory in device
 /// memory; `r0` must be the expected result.
 #[test]
@@ -39,7 +31,7 @@ fn conformance_on_the_gpu() {
     use egpu_ebpf::verifier::verify;
 
     let Some(info) = require_gpu() else { return };
-    let Some(cases) = suite(&workspace()) else { return };
+    let Some(cases) = suite(&workspace_root()) else { return };
     let cases = cases.expect("a readable suite");
     let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
     let mut failed = Failures::new();
@@ -80,7 +72,7 @@ fn conformance_on_the_gpu() {
     for ((_, file), why) in &failed {
         println!("  failed gpu {file}: {why}");
     }
-    if let Err(e) = check_listed(&workspace(), &["gpu"], &failed) {
+    if let Err(e) = check_listed(&workspace_root(), &["gpu"], &failed) {
         panic!("{e}");
     }
 }
@@ -100,7 +92,7 @@ fn device_maps_count_the_accesses_of_saxpy() {
 
     let Some(info) = require_gpu() else { return };
     let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
-    let ptx = std::fs::read_to_string(workspace().join("tests/ptx/saxpy.ptx")).expect("saxpy.ptx");
+    let ptx = read_workspace_file("tests/ptx/saxpy.ptx");
     let count = include_str!("../../tests/probes/count.s");
     let def =
         |kind| MapDef { name: "counts".into(), kind, key_size: 4, value_size: 8, max_entries: 1 };
@@ -187,7 +179,7 @@ fn device_maps_count_the_accesses_of_saxpy() {
 #[test]
 fn instrumenter_samples_detaches_caches_and_refuses_what_cannot_run() {
     use egpu_device::cuda::{Arg, Gpu};
-    use egpu_device::instrument::{Attached, Instrumenter, Ran};
+    use egpu_device::instrument::{Instrumenter, Ran};
     use egpu_device::maps::DeviceMapBuffer;
     use egpu_ebpf::verifier::verify;
     use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
@@ -196,7 +188,7 @@ fn instrumenter_samples_detaches_caches_and_refuses_what_cannot_run() {
 
     let Some(info) = require_gpu() else { return };
     let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
-    let ptx = std::fs::read_to_string(workspace().join("tests/ptx/saxpy.ptx")).expect("saxpy.ptx");
+    let ptx = read_workspace_file("tests/ptx/saxpy.ptx");
     let count = include_str!("../../tests/probes/count.s");
     let def = MapDef {
         name: "n".into(),
@@ -214,12 +206,10 @@ fn instrumenter_samples_detaches_caches_and_refuses_what_cannot_run() {
         RawMap::create(Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).unwrap(), &Placement::Process)
             .unwrap();
     let device = DeviceMapBuffer::upload(&gpu, &map).unwrap();
-    let probes = vec![Attached {
-        program: program(count, vec![def]),
-        kernels: vec!["saxpy".into()],
-        maps: vec![device.binding()],
-    }];
-    let instrumenter = Instrumenter::new(&gpu, probes).expect("the probes translate");
+    let mut instrumenter = Instrumenter::new(&gpu);
+    instrumenter
+        .attach(&program(count, vec![def]), &[device.binding()], &["saxpy"])
+        .expect("the probe translates");
     let n: u32 = 1 << 16;
     let x = gpu.alloc(n as usize * 4).unwrap();
     let y = gpu.alloc(n as usize * 4).unwrap();
@@ -232,9 +222,9 @@ fn instrumenter_samples_detaches_caches_and_refuses_what_cannot_run() {
         .collect();
     assert_eq!(ran, [Ran::Instrumented, Ran::Original, Ran::Instrumented, Ran::Original]);
     instrumenter.sample_every(1);
-    instrumenter.detach();
+    instrumenter.pause();
     assert_eq!(module.launch("saxpy", (64, 1, 1), (256, 1, 1), &args), Ok(Ran::Original));
-    instrumenter.attach();
+    instrumenter.resume();
     assert_eq!(module.launch("saxpy", (64, 1, 1), (256, 1, 1), &args), Ok(Ran::Instrumented));
     device.download().unwrap();
     let stores = {
@@ -246,7 +236,7 @@ fn instrumenter_samples_detaches_caches_and_refuses_what_cannot_run() {
     let again = instrumenter.load(&ptx).expect("loads again");
     assert!(again.fallback().is_none());
     assert_eq!(instrumenter.cached(), 1, "the same module and probes hit the cache");
-    println!("sampled 2 of 4 launches, detached and attached again: {stores} stores counted");
+    println!("sampled 2 of 4 launches, paused and resumed: {stores} stores counted");
 
     // A probe the GPU cannot run (its ring has no device binding) is refused when attached.
     let ring = MapDef {
@@ -258,10 +248,7 @@ fn instrumenter_samples_detaches_caches_and_refuses_what_cannot_run() {
     };
     let output = "stdw [%r10-8], 7\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -8\nmov %r3, 8\n\
                   mov %r4, 0\ncall 130\nmov %r0, 0\nexit";
-    let refused = Instrumenter::new(
-        &gpu,
-        vec![Attached { program: program(output, vec![ring]), kernels: vec![], maps: vec![] }],
-    );
+    let refused = Instrumenter::new(&gpu).attach(&program(output, vec![ring]), &[], &[]);
     let why = refused.expect_err("refused when attached");
     println!("refused when attached: {why}");
     assert!(why.to_string().contains("no device binding"), "{why}");
@@ -286,7 +273,7 @@ fn device_hash_map_counts_pages_exactly() {
 
     let Some(info) = require_gpu() else { return };
     let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
-    let ptx = std::fs::read_to_string(workspace().join("tests/ptx/saxpy.ptx")).expect("saxpy.ptx");
+    let ptx = read_workspace_file("tests/ptx/saxpy.ptx");
     let def = MapDef {
         name: "pages".into(),
         kind: MapKind::Hash,
@@ -375,7 +362,7 @@ fn device_hash_map_counts_pages_exactly() {
 #[test]
 fn a_launch_out_of_resources_falls_back_to_the_original_kernel() {
     use egpu_device::cuda::{Arg, Gpu};
-    use egpu_device::instrument::{Attached, Fallback, Instrumenter, Ran};
+    use egpu_device::instrument::{Fallback, Instrumenter, Ran};
     use egpu_device::maps::DeviceMapBuffer;
     use egpu_ebpf::verifier::verify;
     use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
@@ -383,7 +370,7 @@ fn a_launch_out_of_resources_falls_back_to_the_original_kernel() {
 
     let Some(info) = require_gpu() else { return };
     let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
-    let ptx = std::fs::read_to_string(workspace().join("tests/ptx/saxpy.ptx")).expect("saxpy.ptx");
+    let ptx = read_workspace_file("tests/ptx/saxpy.ptx");
     let mut text = String::from("ldxw %r6, [%r1+8]\n");
     for i in 0..8 {
         text.push_str(&format!(
@@ -418,12 +405,10 @@ fn a_launch_out_of_resources_falls_back_to_the_original_kernel() {
     .expect("a program");
     let geometry = Geometry::new(MapKind::Hash, 64, 256, 4096, 1, 0).expect("geometry");
     let map = DeviceMapBuffer::on_device(&gpu, geometry).expect("a map on the GPU");
-    let attached = Attached {
-        program: verify(&program).expect("verified"),
-        kernels: vec![],
-        maps: vec![map.binding()],
-    };
-    let instrumenter = Instrumenter::new(&gpu, vec![attached]).expect("the probe translates");
+    let mut instrumenter = Instrumenter::new(&gpu);
+    instrumenter
+        .attach(&verify(&program).expect("verified"), &[map.binding()], &[])
+        .expect("the probe translates");
     let module = instrumenter.load(&ptx).expect("loads");
     assert!(module.fallback().is_none(), "the instrumented module loads: {:?}", module.fallback());
     let n: u32 = 1 << 16;
