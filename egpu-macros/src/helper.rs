@@ -17,9 +17,15 @@ fn is_scalar(ty: &Type) -> bool {
 }
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
-    if !attr.is_empty() {
-        return Err(syn::Error::new_spanned(attr, "`#[egpu::helper]` takes no arguments"));
+    let args = crate::args::parse(attr)?;
+    if !args.attach.is_empty() {
+        return Err(syn::Error::new_spanned(
+            args.attach,
+            "`#[egpu::helper]` takes no arguments but the option `crate = PATH`",
+        ));
     }
+    let krate = &args.krate;
+    let p = krate.builder();
     let func: ItemFn = syn::parse2(item)?;
     let mut errors = Errors::default();
     let sig = &func.sig;
@@ -30,7 +36,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
         errors.push(sig.fn_token.span(), "a helper is a plain `fn`");
     }
     // A dummy context: helpers see no context.
-    let mut lower = Lower::new(format_ident!("__egpu_no_context"), syn::parse_quote!(()));
+    let mut lower = Lower::new(format_ident!("__egpu_no_context"), syn::parse_quote!(()), krate);
     let mut params = Vec::new();
     let mut rebinds = TokenStream::new();
     for arg in &sig.inputs {
@@ -47,9 +53,9 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
             continue;
         }
         let (ident, ty) = (&pi.ident, &arg.ty);
-        params.push(quote!(#ident: ::egpu::__private::probe::Val<#ty>));
+        params.push(quote!(#ident: #p::Val<#ty>));
         if pi.mutability.is_some() {
-            rebinds.extend(quote!(let #ident = ::egpu::__private::probe::local(#ident);));
+            rebinds.extend(quote!(let #ident = #p::local(#ident);));
             lower.declare_local(ident);
         } else {
             lower.declare_value(ident);
@@ -57,9 +63,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
     }
     let (ret, returns) = match &sig.output {
         ReturnType::Default => (quote!(()), false),
-        ReturnType::Type(_, ty) if is_scalar(ty) => {
-            (quote!(::egpu::__private::probe::Val<#ty>), true)
-        }
+        ReturnType::Type(_, ty) if is_scalar(ty) => (quote!(#p::Val<#ty>), true),
         ReturnType::Type(_, ty) => {
             errors.push(ty.span(), "a helper returns nothing, an integer or a `bool`");
             (quote!(()), false)
@@ -70,7 +74,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
     for (span, message) in lower.errors {
         errors.push(span, message);
     }
-    let twin = crate::twin::twin(&func, name);
+    let twin = crate::twin::twin(&func, krate);
     let vis = &func.vis;
     if let Err(e) = errors.into_result() {
         // The errors, and a stub of the function, so that nothing else is reported.
@@ -83,7 +87,6 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
         });
     }
     let name_text = name.to_string();
-    let p = quote!(::egpu::__private::probe);
     Ok(quote_spanned! {name.span()=>
         #twin
         #[doc(hidden)]

@@ -9,6 +9,7 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{FnArg, ItemFn, Pat, ReturnType, Type};
 
+use crate::args::Krate;
 use crate::lower::Lower;
 
 /// Errors of one probe, reported together.
@@ -49,15 +50,20 @@ fn attach_text(attr: TokenStream) -> syn::Result<String> {
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let func: ItemFn = syn::parse2(item)?;
-    let attach = attach_text(attr);
-    Ok(expand_fn(attach, &func).unwrap_or_else(|e| stubs(&func, e)))
+    // A malformed option is reported with the body's errors; the stubs then name `::egpu`.
+    let (attach, krate) = match crate::args::parse(attr) {
+        Ok(args) => (attach_text(args.attach), args.krate),
+        Err(e) => (Err(e), Krate::default()),
+    };
+    Ok(expand_fn(attach, &krate, &func).unwrap_or_else(|e| stubs(&func, &krate, e)))
 }
 
 /// The errors, and stubs of the function and its probe, so that the user sees these errors and
 /// none from the body as written or from code that uses the probe.
-fn stubs(func: &ItemFn, e: syn::Error) -> TokenStream {
+fn stubs(func: &ItemFn, krate: &Krate, e: syn::Error) -> TokenStream {
     let e = e.into_compile_error();
     let (attrs, vis, sig, name) = (&func.attrs, &func.vis, &func.sig, &func.sig.ident);
+    let egpu = krate.at(Span::call_site());
     quote! {
         #e
         #(#attrs)*
@@ -67,12 +73,16 @@ fn stubs(func: &ItemFn, e: syn::Error) -> TokenStream {
         #vis struct #name {}
         impl #name {
             #[allow(dead_code)]
-            #vis fn probe() -> &'static ::egpu::probe::Probe { ::core::unreachable!() }
+            #vis fn probe() -> &'static #egpu::probe::Probe { ::core::unreachable!() }
         }
     }
 }
 
-fn expand_fn(attach: syn::Result<String>, func: &ItemFn) -> syn::Result<TokenStream> {
+fn expand_fn(
+    attach: syn::Result<String>,
+    krate: &Krate,
+    func: &ItemFn,
+) -> syn::Result<TokenStream> {
     let mut errors = Errors::default();
     let attach = match attach {
         Ok(a) => a,
@@ -149,9 +159,9 @@ fn expand_fn(attach: syn::Result<String>, func: &ItemFn) -> syn::Result<TokenStr
         unreachable!("an error was recorded");
     };
 
-    let mut lower = Lower::new(ctx_ident.clone(), ctx_ty.clone());
+    let mut lower = Lower::new(ctx_ident.clone(), ctx_ty.clone(), krate);
     let built = lower.body(&func.block, returns);
-    let twin = crate::twin::twin(func, &ctx_ident);
+    let twin = crate::twin::twin(func, krate);
     for (span, message) in lower.errors {
         errors.push(span, message);
     }
@@ -162,9 +172,10 @@ fn expand_fn(attach: syn::Result<String>, func: &ItemFn) -> syn::Result<TokenStr
     let name_text = name.to_string();
     let doc =
         format!("The probe compiled from the function [`{name}`] by `#[egpu::probe({attach})]`.");
-    let p = quote!(::egpu::__private::probe);
+    let p = krate.builder();
     let build_fn = format_ident!("__egpu_build");
     let span = sig.ident.span();
+    let egpu = krate.at(span);
     let handle = quote_spanned! {span=>
         #[doc = #doc]
         #[allow(non_camel_case_types)]
@@ -173,16 +184,16 @@ fn expand_fn(attach: syn::Result<String>, func: &ItemFn) -> syn::Result<TokenStr
         impl #name {
             /// The probe: its program, maps, and a CPU VM to run it.
             #[allow(dead_code, clippy::all)]
-            #vis fn probe() -> &'static ::egpu::probe::Probe {
-                fn __egpu_attach() -> ::core::result::Result<::egpu::ebpf::AttachPoint, ::egpu::probe::BuildError> {
+            #vis fn probe() -> &'static #egpu::probe::Probe {
+                fn __egpu_attach() -> ::core::result::Result<#egpu::ebpf::AttachPoint, #egpu::probe::BuildError> {
                     #p::attach::<#ctx_ty>(#attach)
                 }
                 #[allow(unused_variables, unused_mut, unused_parens, unreachable_code, clippy::all)]
                 fn #build_fn() {
                     #built
                 }
-                static PROBE: ::egpu::probe::Probe =
-                    ::egpu::probe::Probe::new(#name_text, __egpu_attach, #build_fn);
+                static PROBE: #egpu::probe::Probe =
+                    #egpu::probe::Probe::new(#name_text, __egpu_attach, #build_fn);
                 &PROBE
             }
         }

@@ -5,13 +5,16 @@
 //! division by zero, shift amounts modulo the width); map operations used as statements have
 //! their results ignored. Everything else is Rust as written.
 
-use proc_macro2::TokenStream;
+use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::visit_mut::{self, VisitMut};
 use syn::{BinOp, Expr, Ident, ItemFn, Stmt, UnOp, parse_quote};
 
-struct Twin;
+use crate::args::Krate;
+
+/// The rewriter, with the path by which it names egpu.
+struct Twin<'k>(&'k Krate);
 
 fn arithmetic(op: &BinOp) -> Option<(&'static str, bool)> {
     Some(match op {
@@ -33,7 +36,7 @@ fn arithmetic(op: &BinOp) -> Option<(&'static str, bool)> {
     })
 }
 
-impl VisitMut for Twin {
+impl VisitMut for Twin<'_> {
     fn visit_expr_mut(&mut self, e: &mut Expr) {
         visit_mut::visit_expr_mut(self, e);
         let span = e.span();
@@ -42,7 +45,8 @@ impl VisitMut for Twin {
                 let f = Ident::new(f, b.op.span());
                 // The operands become arguments: parentheses around them are not needed.
                 let (l, r) = (unparen(&b.left), unparen(&b.right));
-                let call: TokenStream = quote_spanned!(span=> ::egpu::__private::twin::#f(#l, #r));
+                let egpu = self.0.at(span);
+                let call: TokenStream = quote_spanned!(span=> #egpu::__private::twin::#f(#l, #r));
                 if assign { parse_quote!(#l = #call) } else { parse_quote!(#call) }
             }),
             // `#[bound(N)] while c { .. }` runs at most N iterations, as the probe does.
@@ -70,7 +74,8 @@ impl VisitMut for Twin {
             }
             Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) => {
                 let v = unparen(&u.expr);
-                Some(parse_quote!(::egpu::__private::twin::neg(#v)))
+                let egpu = self.0.at(Span::call_site());
+                Some(parse_quote!(#egpu::__private::twin::neg(#v)))
             }
             _ => None,
         };
@@ -101,10 +106,10 @@ fn unparen(e: &Expr) -> &Expr {
     }
 }
 
-/// The twin of `func`.
-pub(crate) fn twin(func: &ItemFn, _ctx: &Ident) -> TokenStream {
+/// The twin of `func`, naming egpu by `krate`.
+pub(crate) fn twin(func: &ItemFn, krate: &Krate) -> TokenStream {
     let mut func = func.clone();
-    Twin.visit_block_mut(&mut func.block);
+    Twin(krate).visit_block_mut(&mut func.block);
     // The twin is there for tests and native callers; a program that only runs the probe does
     // not call it.
     quote!(#[allow(dead_code)] #func)

@@ -6,7 +6,7 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Expr, Ident, Pat};
 
-use super::{Kind, Lower, p};
+use super::{Kind, Lower};
 
 /// The helpers a probe may call, by name.
 const HELPERS: [&str; 3] = ["ktime_ns", "cpu_id", "prandom_u32"];
@@ -54,7 +54,7 @@ impl Lower {
 
     /// A map operation on a `static` map, as a statement.
     pub(super) fn map_call(&mut self, m: &syn::ExprMethodCall) -> TokenStream {
-        let p = p();
+        let p = self.p();
         let Some(map) = self.static_receiver(m) else {
             return self.error(
                 m.span(),
@@ -137,7 +137,7 @@ impl Lower {
     /// A call: one of egpu's helpers (`egpu::helpers::ktime_ns()`), or a function marked
     /// `#[egpu::helper]`, inlined.
     pub(super) fn call(&mut self, call: &syn::ExprCall) -> TokenStream {
-        let p = p();
+        let p = self.p();
         let span = call.span();
         let Expr::Path(path) = &*call.func else {
             return self.error(span, "only egpu's helpers can be called");

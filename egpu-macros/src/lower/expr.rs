@@ -6,12 +6,12 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{BinOp, Expr, Ident, Lit, UnOp};
 
-use super::{Kind, Lower, p};
+use super::{Kind, Lower};
 
 impl Lower {
     /// An expression, as builder code giving a `Val<T>`.
     pub(crate) fn expr(&mut self, e: &Expr) -> TokenStream {
-        let p = p();
+        let p = self.p();
         let span = e.span();
         match e {
             Expr::Lit(l) => match &l.lit {

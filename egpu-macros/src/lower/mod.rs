@@ -33,6 +33,8 @@ use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{Block, Expr, Ident, Stmt, Type};
 
+use crate::args::Krate;
+
 pub(crate) use control::bound;
 
 /// What a name in the probe's body stands for.
@@ -58,23 +60,27 @@ pub(crate) struct Lower {
     loops: u32,
     /// The helper being lowered, if it is one.
     helper: Option<Ident>,
+    /// The probe builder's path: `::egpu::__private::probe`, or under the `crate = PATH` given.
+    builder: TokenStream,
     pub(crate) errors: Vec<(Span, String)>,
 }
 
-fn p() -> TokenStream {
-    quote!(::egpu::__private::probe)
-}
-
 impl Lower {
-    pub(crate) fn new(ctx: Ident, ctx_ty: Type) -> Lower {
+    pub(crate) fn new(ctx: Ident, ctx_ty: Type, krate: &Krate) -> Lower {
         Lower {
             ctx,
             ctx_ty,
             scopes: vec![HashMap::new()],
             loops: 0,
             helper: None,
+            builder: krate.builder(),
             errors: Vec::new(),
         }
+    }
+
+    /// The probe builder's path, which the lowered code calls.
+    fn p(&self) -> TokenStream {
+        self.builder.clone()
     }
 
     fn error(&mut self, span: Span, message: impl Into<String>) -> TokenStream {
@@ -130,7 +136,7 @@ impl Lower {
             out.extend(match stmt {
                 Stmt::Expr(e, None) if last && tail_returns => {
                     let v = self.expr(e);
-                    let p = p();
+                    let p = self.p();
                     quote_spanned!(e.span()=> #p::ret(#v);)
                 }
                 other => self.stmt(other),
@@ -174,7 +180,8 @@ mod tests {
 
     #[test]
     fn unsupported_constructs_are_errors_at_their_tokens() {
-        let mut lower = Lower::new(syn::parse_quote!(ctx), syn::parse_quote!(Ctx));
+        let mut lower =
+            Lower::new(syn::parse_quote!(ctx), syn::parse_quote!(Ctx), &Krate::default());
         let block: Block = syn::parse_quote!({
             let x = 1.5;
             let y = ctx.a + 1;

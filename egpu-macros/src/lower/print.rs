@@ -5,13 +5,13 @@ use quote::quote_spanned;
 use syn::spanned::Spanned;
 use syn::{Expr, Lit};
 
-use super::{Lower, p};
+use super::Lower;
 
 impl Lower {
     /// `egpu::print!("format", args..)`: the only macro of probes. The format's placeholders
     /// (`{}`, `{:x}`, `{:#x}`) must match the arguments, six at most.
     pub(super) fn print(&mut self, mac: &syn::Macro) -> TokenStream {
-        let p = p();
+        let p = self.p();
         let is_print = mac.path.segments.len() == 2
             && mac.path.segments[0].ident == "egpu"
             && mac.path.segments[1].ident == "print";
