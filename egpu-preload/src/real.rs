@@ -24,7 +24,7 @@ type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
 /// The real function of one entry point, of type `F` (an `extern "C"` function pointer).
 ///
-/// A hook is one cache line, which a trampoline (`events::trampolined`) reads whole.
+/// A hook is one cache line, which a trampoline (`events::trampoline`) reads whole.
 #[repr(C, align(64))]
 pub(crate) struct Hook<F> {
     real: AtomicPtr<c_void>,
@@ -43,16 +43,30 @@ pub(crate) struct Hook<F> {
 pub(crate) trait Keep: Sync {
     /// See [`Hook::keep`].
     fn keep(&self, found: *mut c_void) -> *mut c_void;
+    /// The entry point's name, which the real function is looked up by.
+    #[cfg(test)]
+    fn name(&self) -> &'static CStr;
+    /// This library's function for the entry point.
+    #[cfg(test)]
+    fn ours(&self) -> *mut c_void;
 }
 
 impl<F: Copy + Sync> Keep for Hook<F> {
     fn keep(&self, found: *mut c_void) -> *mut c_void {
         Hook::keep(self, found)
     }
+    #[cfg(test)]
+    fn name(&self) -> &'static CStr {
+        self.name
+    }
+    #[cfg(test)]
+    fn ours(&self) -> *mut c_void {
+        (self.ours)()
+    }
 }
 
 /// Where a hook's fields are, whatever its `F` (`repr(C)`), for the trampolines
-/// (`events::trampolined`).
+/// (`events::trampoline`).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 impl Hook<()> {
     pub(crate) const REAL: usize = std::mem::offset_of!(Hook<()>, real);

@@ -1,0 +1,143 @@
+//! One event per call ([`observe`]): the context a call makes, posted to the probes at its entry
+//! before the driver's function runs and to those at its exit after, where anything is attached.
+
+use std::mem::offset_of;
+
+use egpu::ebpf::{AllocCtx, LaunchCtx, MemcpyCtx, ModuleLoadCtx, Phase, SyncCtx};
+use egpu::host::{HostContext, HostProbes};
+
+use crate::{CuResult, defaults};
+
+/// A host event's context: where its common fields are.
+pub(crate) trait Event: HostContext {
+    const TIMESTAMP: usize;
+    const DURATION: usize;
+    const TID: usize;
+    fn timestamp(&mut self) -> &mut u64;
+    fn duration(&mut self) -> &mut u64;
+    fn tid(&mut self) -> &mut u32;
+    fn result(&mut self) -> &mut i32;
+}
+
+macro_rules! event {
+    ($($t:ty),*) => {$(
+        impl Event for $t {
+            const TIMESTAMP: usize = offset_of!($t, timestamp_ns);
+            const DURATION: usize = offset_of!($t, duration_ns);
+            const TID: usize = offset_of!($t, host_tid);
+            fn timestamp(&mut self) -> &mut u64 { &mut self.timestamp_ns }
+            fn duration(&mut self) -> &mut u64 { &mut self.duration_ns }
+            fn tid(&mut self) -> &mut u32 { &mut self.host_tid }
+            fn result(&mut self) -> &mut i32 { &mut self.result }
+        }
+    )*};
+}
+event!(LaunchCtx, MemcpyCtx, AllocCtx, SyncCtx, ModuleLoadCtx);
+
+/// Runs `call` as one event: the context `build` makes (given the context words the probes
+/// read, [`egpu::host::HostProbes::context_words`]), posted before the call; `after` fills what
+/// the call produced, and the context is posted again after it. When nothing is attached to the
+/// event, or the thread is already inside an interposed call, `call` is all that runs.
+///
+/// Laid out for a launch right after another: the driver's call leaves the branch predictor
+/// cold as well as the caches, and a cold predictor takes each branch as not taken. So in the
+/// common case (probes at the entry only, reading neither clock nor thread id) no branch here
+/// is taken; the rest is out of line.
+pub(crate) fn observe<C: Event>(
+    build: impl FnOnce(u16, &crate::Local) -> C,
+    call: impl FnOnce() -> CuResult,
+    after: impl FnOnce(&mut C, CuResult),
+) -> CuResult {
+    // Nothing attached, paused, or a call the driver makes inside another interposed call:
+    // straight to the driver, before touching any thread-local where it can be.
+    let Some(probes) = defaults::active() else { return call() };
+    let (enter, exit) = (probes.armed(C::EVENT, Phase::Enter), probes.armed(C::EVENT, Phase::Exit));
+    if !enter && !exit {
+        rare();
+        return call();
+    }
+    let local = crate::local();
+    if local.inside.get() {
+        rare();
+        return call();
+    }
+    local.inside.set(true);
+    let (ctx, timed) = begin(probes, local, enter, exit, build);
+    let result = call();
+    if exit {
+        finish(probes, local, ctx, result, timed, after);
+    }
+    local.inside.set(false);
+    result
+}
+
+/// The first half of an event, before the call (the thread is inside it): the context `build`
+/// makes with the fields the probes at its entry and exit read, stamped, and posted to those at
+/// its entry. Returns it, and whether it was timed.
+#[inline(always)]
+fn begin<C: Event>(
+    probes: &'static HostProbes,
+    local: &crate::Local,
+    enter: bool,
+    exit: bool,
+    build: impl FnOnce(u16, &crate::Local) -> C,
+) -> (C, bool) {
+    // The fields the probes read, and no more: a clock read or a system call costs more than a
+    // probe's run. (Nothing attached at a phase reads nothing.)
+    let words =
+        probes.context_words(C::EVENT, Phase::Enter) | probes.context_words(C::EVENT, Phase::Exit);
+    let reads = |offset: usize| words & (1 << (offset / 8)) != 0;
+    let mut ctx = build(words, local);
+    let timed = reads(C::TIMESTAMP) | (exit & reads(C::DURATION));
+    if timed | reads(C::TID) {
+        stamp(&mut ctx, timed, reads(C::TID));
+    }
+    if enter {
+        local.post(probes, Phase::Enter, &ctx);
+    }
+    (ctx, timed)
+}
+
+/// Fills the context's timestamp (when `timed`) and thread id (when `tid`).
+#[cold]
+#[inline(never)]
+fn stamp<C: Event>(ctx: &mut C, timed: bool, tid: bool) {
+    if timed {
+        *ctx.timestamp() = egpu::host::now_ns();
+    }
+    if tid {
+        *ctx.tid() = egpu::host::thread_id();
+    }
+}
+
+/// After the call, for probes at its exit: what the call produced, the time it took (when
+/// `timed`) and its result, posted.
+#[cold]
+#[inline(never)]
+fn finish<C: Event>(
+    probes: &'static HostProbes,
+    local: &crate::Local,
+    mut ctx: C,
+    result: CuResult,
+    timed: bool,
+    after: impl FnOnce(&mut C, CuResult),
+) {
+    after(&mut ctx, result);
+    if timed {
+        *ctx.duration() = egpu::host::now_ns().saturating_sub(*ctx.timestamp());
+    }
+    *ctx.result() = result;
+    local.post(probes, Phase::Exit, &ctx);
+}
+
+/// Marks the branch that calls it as the rare one, so that the common path runs straight through
+/// (see [`observe`]); `std::hint::cold_path` does this from Rust 1.95 on.
+#[cold]
+#[inline(never)]
+pub(crate) fn rare() {
+    // Opaque, so that the call is kept, and with it the hint.
+    std::hint::black_box(());
+}
+
+/// What an event whose call produces nothing more adds after it: nothing.
+pub(crate) fn nothing<C>(_: &mut C, _: CuResult) {}

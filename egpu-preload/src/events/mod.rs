@@ -1,0 +1,467 @@
+//! Every interposed entry point but the lookups: one event per call, built by
+//! [`observe`](event::observe).
+//!
+//! One table lists them all, [`entry_points!`]'s invocation below. A row is an entry point: the
+//! name of its [`Hook`] (for the driver's own function), its name and signature, the
+//! per-thread-default-stream flavour it has, if any (`+ptsz` or `+ptds`: an entry point of its
+//! own, with the same signature, named with that suffix), and its kind, which says what it does:
+//!
+//! - `driver(build, after)`: the driver's own, one event of each call, whose context `build`
+//!   makes and `after` completes with what the call produced ([`observe`](event::observe)); on
+//!   x86-64 Linux entered through a trampoline ([`trampoline`]);
+//! - `runtime(build, after)`: the CUDA runtime's, which call the driver's: as `driver`, without
+//!   the trampoline;
+//! - `capture(begin)`, `capture(end)`: a stream capture begun or ended, counted, no event
+//!   ([`launch`]);
+//! - `load(out, image)`: a module load, whose image the user's device probes instrument
+//!   ([`modules`]).
+//!
+//! The contexts are built by [`launch`] (launches), [`memory`] (copies, sets, allocations and
+//! frees) and [`modules`] (module loads). From the table come the exported functions (a flavour's
+//! in the module named after it: `ptsz::cuLaunchKernel` is `cuLaunchKernel_ptsz`, its hook
+//! `ptsz::LAUNCH`), and [`ENTRIES`], which lists them for `dlsym` (exact names) and
+//! `cuGetProcAddress` (base names, the flavour chosen by its flags).
+
+mod event;
+mod launch;
+mod memory;
+mod modules;
+mod trampoline;
+
+use std::ffi::{CStr, c_int, c_uint, c_void};
+
+use egpu::ebpf::{AllocCtx, MemcpyCtx, SyncCtx};
+
+use crate::real::{Hook, Keep};
+use crate::{CuResult, Handle};
+use event::{nothing, observe};
+use launch::{LaunchConfig, capture, count_capture, graph, launch_ctx, launch_ex};
+use memory::{Copy2dDriver, Copy3d, Copy3dDriver, Extent, HostPtr, PitchedPtr};
+use memory::{alloc, allocated, copy, driver_copy_2d, driver_copy_3d, free};
+use memory::{runtime_copy, runtime_copy_3d, runtime_set_3d, set};
+use modules::{load, load_module, loaded, module};
+use trampoline::driver;
+// What the trampolines' expansions use.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+use crate::defaults;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+use event::rare;
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+use trampoline::{Saved, enter_only, trampolined};
+
+/// `CUdeviceptr`.
+type DevicePtr = u64;
+
+/// `CUDA_ERROR_NOT_FOUND`: what a driver without the function amounts to.
+const NOT_FOUND: CuResult = 500;
+
+/// The null stream (`CUstream`, `cudaStream_t`): the default one. (Also the null context.)
+const NULL: Handle = std::ptr::null_mut();
+
+use MemcpyCtx as M;
+const ASYNC: u32 = MemcpyCtx::ASYNC;
+
+/// `with_nul`, a name and its NUL, as a C string.
+const fn c_name(with_nul: &'static str) -> &'static CStr {
+    match CStr::from_bytes_with_nul(with_nul.as_bytes()) {
+        Ok(name) => name,
+        Err(_) => panic!("a name without NUL"),
+    }
+}
+
+/// Defines the [`Hook`] named `$hook` for the real function of the entry point `$symbol` (this
+/// library's: `$name`), whose signature takes `$ty`s.
+macro_rules! hook {
+    ($hook:ident $name:ident $symbol:expr; ($($ty:ty),*)) => {
+        pub(crate) static $hook: Hook<unsafe extern "C" fn($($ty),*) -> CuResult> =
+            Hook::new(c_name(concat!($symbol, "\0")), || $name as *mut c_void);
+    };
+}
+
+/// Defines one interposed entry point: a [`Hook`] named `$hook` for the real function, and an
+/// exported function named `$symbol` (in Rust, `$name`) with the entry point's signature, whose
+/// body runs with `$real` bound to the real function.
+macro_rules! interposed {
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) |$real:ident| $body:block) => {
+        hook!($hook $name $symbol; ($($ty),*));
+
+        #[doc = concat!("The driver's `", $symbol, "`, interposed.")]
+        ///
+        /// # Safety
+        ///
+        /// As the driver's.
+        #[unsafe(export_name = $symbol)]
+        pub(crate) unsafe extern "C" fn $name($($arg: $ty),*) -> CuResult {
+            let Some($real) = $hook.get() else { return NOT_FOUND };
+            $body
+        }
+    };
+}
+
+/// Defines an interposed entry point that makes one event of each call
+/// ([`observe`](event::observe)), whose context `$build` makes and `$after` completes: the CUDA
+/// runtime's, which call the driver's (and the driver's where there are no trampolines,
+/// [`driver`]).
+macro_rules! runtime {
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $build:expr, $after:expr) => {
+        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            // SAFETY: the driver's function, with the caller's arguments unchanged.
+            let call = move || unsafe { real($($arg),*) };
+            observe($build, call, $after)
+        });
+    };
+}
+
+/// Defines every interposed entry point from the one table (see the module's documentation):
+/// each row's, as its kind (a macro: `$kind!`) makes it, and its flavour's, as the same kind
+/// makes it under the flavour's name in the module named after the flavour; and [`ENTRIES`].
+macro_rules! entry_points {
+    ($(
+        $hook:ident $name:ident $(+$flavour:ident)? ($($arg:ident : $ty:ty),* $(,)?)
+            => $kind:ident($($how:tt)*);
+    )*) => {
+        $($kind!($hook $name stringify!($name); ($($arg: $ty),*) $($how)*);)*
+
+        /// The `_ptsz` flavours: per-thread default stream, of the calls that take a stream.
+        mod ptsz {
+            use super::*;
+            $(flavour!(ptsz $($flavour)? {
+                $kind!($hook $name concat!(stringify!($name), "_ptsz"); ($($arg: $ty),*) $($how)*);
+            });)*
+        }
+
+        /// The `_ptds` flavours: per-thread default stream, of the calls that take none.
+        mod ptds {
+            use super::*;
+            $(flavour!(ptds $($flavour)? {
+                $kind!($hook $name concat!(stringify!($name), "_ptds"); ($($arg: $ty),*) $($how)*);
+            });)*
+        }
+
+        /// Every interposed entry point, each flavour right after its base.
+        pub(crate) static ENTRIES: &[Entry] = &[$(
+            Entry::new(
+                c_name(concat!(stringify!($name), "\0")),
+                stringify!($name),
+                false,
+                by_proc_address!($kind),
+                &$hook,
+            ),
+            $(Entry::new(
+                c_name(concat!(stringify!($name), "_", stringify!($flavour), "\0")),
+                stringify!($name),
+                true,
+                by_proc_address!($kind),
+                &$flavour::$hook,
+            ),)?
+        )*];
+    };
+}
+
+/// The items when a row's flavour (`$has`, if any) is the module's (`$want`), else nothing.
+macro_rules! flavour {
+    (ptsz ptsz { $($item:tt)* }) => { $($item)* };
+    (ptds ptds { $($item:tt)* }) => { $($item)* };
+    ($want:ident $($has:ident)? { $($item:tt)* }) => {};
+}
+
+/// Whether `cuGetProcAddress` hands out the entry points of a kind: all but the runtime's,
+/// which `dlsym` alone finds.
+macro_rules! by_proc_address {
+    (runtime) => {
+        false
+    };
+    ($kind:ident) => {
+        true
+    };
+}
+
+entry_points! {
+    // Launches: of kernels, and of graphs.
+    LAUNCH cuLaunchKernel +ptsz (f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
+        => driver(|n, l| launch_ctx(n, l, f, [gx, gy, gz], [bx, by, bz], shared, stream), nothing);
+    LAUNCH_EX cuLaunchKernelEx +ptsz (config: *const LaunchConfig, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
+        => driver(|n, l| launch_ex(n, l, config, f), nothing);
+    GRAPH_LAUNCH cuGraphLaunch +ptsz (exec: Handle, stream: Handle)
+        => driver(|_, _| graph(stream), nothing);
+
+    // Copies and sets.
+    MEMCPY cuMemcpy +ptds (dst: DevicePtr, src: DevicePtr, bytes: usize)
+        => driver(|_, _| copy(dst, src, bytes as u64, NULL, M::DEFAULT, 0), nothing);
+    MEMCPY_ASYNC cuMemcpyAsync +ptsz (dst: DevicePtr, src: DevicePtr, bytes: usize, stream: Handle)
+        => driver(|_, _| copy(dst, src, bytes as u64, stream, M::DEFAULT, ASYNC), nothing);
+    HTOD cuMemcpyHtoD_v2 +ptds (dst: DevicePtr, src: *const c_void, bytes: usize)
+        => driver(|_, _| copy(dst, src as u64, bytes as u64, NULL, M::HOST_TO_DEVICE, 0), nothing);
+    DTOH cuMemcpyDtoH_v2 +ptds (dst: *mut c_void, src: DevicePtr, bytes: usize)
+        => driver(|_, _| copy(dst as u64, src, bytes as u64, NULL, M::DEVICE_TO_HOST, 0), nothing);
+    DTOD cuMemcpyDtoD_v2 +ptds (dst: DevicePtr, src: DevicePtr, bytes: usize)
+        => driver(|_, _| copy(dst, src, bytes as u64, NULL, M::DEVICE_TO_DEVICE, 0), nothing);
+    HTOD_ASYNC cuMemcpyHtoDAsync_v2 +ptsz (dst: DevicePtr, src: *const c_void, bytes: usize, stream: Handle)
+        => driver(|_, _| copy(dst, src as u64, bytes as u64, stream, M::HOST_TO_DEVICE, ASYNC), nothing);
+    DTOH_ASYNC cuMemcpyDtoHAsync_v2 +ptsz (dst: *mut c_void, src: DevicePtr, bytes: usize, stream: Handle)
+        => driver(|_, _| copy(dst as u64, src, bytes as u64, stream, M::DEVICE_TO_HOST, ASYNC), nothing);
+    DTOD_ASYNC cuMemcpyDtoDAsync_v2 +ptsz (dst: DevicePtr, src: DevicePtr, bytes: usize, stream: Handle)
+        => driver(|_, _| copy(dst, src, bytes as u64, stream, M::DEVICE_TO_DEVICE, ASYNC), nothing);
+    PEER cuMemcpyPeer +ptds (dst: DevicePtr, dst_ctx: Handle, src: DevicePtr, src_ctx: Handle, bytes: usize)
+        => driver(|_, _| copy(dst, src, bytes as u64, NULL, M::PEER, 0), nothing);
+    PEER_ASYNC cuMemcpyPeerAsync +ptsz (dst: DevicePtr, dst_ctx: Handle, src: DevicePtr, src_ctx: Handle, bytes: usize, stream: Handle)
+        => driver(|_, _| copy(dst, src, bytes as u64, stream, M::PEER, ASYNC), nothing);
+    SET8 cuMemsetD8_v2 +ptds (dst: DevicePtr, value: u8, n: usize)
+        => driver(|_, _| set(dst, n as u64, NULL, 0), nothing);
+    SET16 cuMemsetD16_v2 +ptds (dst: DevicePtr, value: u16, n: usize)
+        => driver(|_, _| set(dst, 2 * n as u64, NULL, 0), nothing);
+    SET32 cuMemsetD32_v2 +ptds (dst: DevicePtr, value: c_uint, n: usize)
+        => driver(|_, _| set(dst, 4 * n as u64, NULL, 0), nothing);
+    SET8_ASYNC cuMemsetD8Async +ptsz (dst: DevicePtr, value: u8, n: usize, stream: Handle)
+        => driver(|_, _| set(dst, n as u64, stream, ASYNC), nothing);
+    SET16_ASYNC cuMemsetD16Async +ptsz (dst: DevicePtr, value: u16, n: usize, stream: Handle)
+        => driver(|_, _| set(dst, 2 * n as u64, stream, ASYNC), nothing);
+    SET32_ASYNC cuMemsetD32Async +ptsz (dst: DevicePtr, value: c_uint, n: usize, stream: Handle)
+        => driver(|_, _| set(dst, 4 * n as u64, stream, ASYNC), nothing);
+    COPY_2D cuMemcpy2D_v2 +ptds (p: *const Copy2dDriver)
+        => driver(|_, _| driver_copy_2d(p, NULL, 0), nothing);
+    COPY_2D_UNALIGNED cuMemcpy2DUnaligned_v2 +ptds (p: *const Copy2dDriver)
+        => driver(|_, _| driver_copy_2d(p, NULL, 0), nothing);
+    COPY_2D_ASYNC cuMemcpy2DAsync_v2 +ptsz (p: *const Copy2dDriver, stream: Handle)
+        => driver(|_, _| driver_copy_2d(p, stream, ASYNC), nothing);
+    COPY_3D cuMemcpy3D_v2 +ptds (p: *const Copy3dDriver)
+        => driver(|_, _| driver_copy_3d(p, NULL, 0), nothing);
+    COPY_3D_ASYNC cuMemcpy3DAsync_v2 +ptsz (p: *const Copy3dDriver, stream: Handle)
+        => driver(|_, _| driver_copy_3d(p, stream, ASYNC), nothing);
+    SET_2D8 cuMemsetD2D8_v2 +ptds (dst: DevicePtr, pitch: usize, value: u8, width: usize, height: usize)
+        => driver(|_, _| set(dst, (width * height) as u64, NULL, 0), nothing);
+    SET_2D16 cuMemsetD2D16_v2 +ptds (dst: DevicePtr, pitch: usize, value: u16, width: usize, height: usize)
+        => driver(|_, _| set(dst, (2 * width * height) as u64, NULL, 0), nothing);
+    SET_2D32 cuMemsetD2D32_v2 +ptds (dst: DevicePtr, pitch: usize, value: c_uint, width: usize, height: usize)
+        => driver(|_, _| set(dst, (4 * width * height) as u64, NULL, 0), nothing);
+    SET_2D8_ASYNC cuMemsetD2D8Async +ptsz (dst: DevicePtr, pitch: usize, value: u8, width: usize, height: usize, stream: Handle)
+        => driver(|_, _| set(dst, (width * height) as u64, stream, ASYNC), nothing);
+    SET_2D16_ASYNC cuMemsetD2D16Async +ptsz (dst: DevicePtr, pitch: usize, value: u16, width: usize, height: usize, stream: Handle)
+        => driver(|_, _| set(dst, (2 * width * height) as u64, stream, ASYNC), nothing);
+    SET_2D32_ASYNC cuMemsetD2D32Async +ptsz (dst: DevicePtr, pitch: usize, value: c_uint, width: usize, height: usize, stream: Handle)
+        => driver(|_, _| set(dst, (4 * width * height) as u64, stream, ASYNC), nothing);
+
+    // Stream captures: counted, no event (see `launch::captured`).
+    BEGIN_CAPTURE cuStreamBeginCapture +ptsz (stream: Handle) => capture(begin);
+    BEGIN_CAPTURE_V2 cuStreamBeginCapture_v2 +ptsz (stream: Handle, mode: c_int) => capture(begin);
+    BEGIN_CAPTURE_TO_GRAPH cuStreamBeginCaptureToGraph +ptsz (stream: Handle, graph: Handle, dependencies: *const Handle, data: *const c_void, n: usize, mode: c_int)
+        => capture(begin);
+    END_CAPTURE cuStreamEndCapture +ptsz (stream: Handle, graph: *mut Handle) => capture(end);
+
+    // Allocations and frees.
+    ALLOC cuMemAlloc_v2 (out: *mut DevicePtr, bytes: usize)
+        => driver(|_, _| alloc(bytes, AllocCtx::DEVICE), allocated(out));
+    ALLOC_PITCH cuMemAllocPitch_v2 (out: *mut DevicePtr, pitch: *mut usize, width: usize, height: usize, element: c_uint)
+        => driver(|_, _| alloc(width * height, AllocCtx::DEVICE), allocated(out));
+    ALLOC_ASYNC cuMemAllocAsync +ptsz (out: *mut DevicePtr, bytes: usize, stream: Handle)
+        => driver(|_, _| alloc(bytes, AllocCtx::DEVICE), allocated(out));
+    ALLOC_HOST cuMemAllocHost_v2 (out: *mut HostPtr, bytes: usize)
+        => driver(|_, _| alloc(bytes, AllocCtx::HOST_PINNED), allocated(out));
+    HOST_ALLOC cuMemHostAlloc (out: *mut HostPtr, bytes: usize, flags: c_uint)
+        => driver(|_, _| alloc(bytes, AllocCtx::HOST_PINNED), allocated(out));
+    ALLOC_MANAGED cuMemAllocManaged (out: *mut DevicePtr, bytes: usize, flags: c_uint)
+        => driver(|_, _| alloc(bytes, AllocCtx::MANAGED), allocated(out));
+    FREE cuMemFree_v2 (ptr: DevicePtr) => driver(|_, _| free(ptr, AllocCtx::DEVICE), nothing);
+    FREE_ASYNC cuMemFreeAsync +ptsz (ptr: DevicePtr, stream: Handle)
+        => driver(|_, _| free(ptr, AllocCtx::DEVICE), nothing);
+    FREE_HOST cuMemFreeHost (ptr: *mut c_void)
+        => driver(|_, _| free(ptr as u64, AllocCtx::HOST_PINNED), nothing);
+
+    // Synchronisation.
+    STREAM_SYNC cuStreamSynchronize +ptsz (stream: Handle)
+        => driver(|_, _| sync(stream, SyncCtx::STREAM), nothing);
+    EVENT_SYNC cuEventSynchronize (event: Handle)
+        => driver(|_, _| sync(event, SyncCtx::EVENT), nothing);
+    CTX_SYNC cuCtxSynchronize () => driver(|_, _| sync(NULL, SyncCtx::CONTEXT), nothing);
+    CTX_SYNC_V2 cuCtxSynchronize_v2 (context: Handle)
+        => driver(|_, _| sync(context, SyncCtx::CONTEXT), nothing);
+
+    // Module loads: with the user's device probes, `load`s load the image's PTX instrumented.
+    MODULE_LOAD_DATA cuModuleLoadData (out: *mut Handle, image: *const c_void) => load(out, image);
+    MODULE_LOAD_DATA_EX cuModuleLoadDataEx (out: *mut Handle, image: *const c_void, n: c_uint, options: *mut c_int, values: *mut *mut c_void)
+        => load(out, image);
+    MODULE_LOAD_FATBIN cuModuleLoadFatBinary (out: *mut Handle, image: *const c_void)
+        => driver(|_, _| module(image), loaded(out));
+    LIBRARY_LOAD_DATA cuLibraryLoadData (out: *mut Handle, code: *const c_void, jit_options: *mut c_int, jit_values: *mut *mut c_void, jit_n: c_uint, library_options: *mut c_int, library_values: *mut *mut c_void, library_n: c_uint)
+        => driver(|_, _| module(code), loaded(out));
+
+    // The CUDA runtime's copies, sets and allocations (`libcudart.so`, the shared runtime): it
+    // reaches the driver through private entry points, not the public ones above, so these are
+    // interposed by name (a runtime linked statically into a program cannot be). `cudaError_t`
+    // is an `int` as `CUresult` is; `cudaMemcpyKind` too.
+    RT_MEMCPY cudaMemcpy +ptds (dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int)
+        => runtime(|_, _| runtime_copy(dst, src, bytes, kind, NULL, 0), nothing);
+    RT_MEMCPY_ASYNC cudaMemcpyAsync +ptsz (dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int, stream: Handle)
+        => runtime(|_, _| runtime_copy(dst, src, bytes, kind, stream, ASYNC), nothing);
+    RT_MEMCPY_2D cudaMemcpy2D +ptds (dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c_int)
+        => runtime(|_, _| runtime_copy(dst, src, width * height, kind, NULL, 0), nothing);
+    RT_MEMCPY_2D_ASYNC cudaMemcpy2DAsync +ptsz (dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c_int, stream: Handle)
+        => runtime(|_, _| runtime_copy(dst, src, width * height, kind, stream, ASYNC), nothing);
+    RT_MEMCPY_3D cudaMemcpy3D +ptds (p: *const Copy3d)
+        => runtime(|_, _| runtime_copy_3d(p, NULL, 0), nothing);
+    RT_MEMCPY_3D_ASYNC cudaMemcpy3DAsync +ptsz (p: *const Copy3d, stream: Handle)
+        => runtime(|_, _| runtime_copy_3d(p, stream, ASYNC), nothing);
+    RT_MEMCPY_PEER cudaMemcpyPeer (dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, bytes: usize)
+        => runtime(|_, _| copy(dst as u64, src as u64, bytes as u64, NULL, M::PEER, 0), nothing);
+    RT_MEMCPY_PEER_ASYNC cudaMemcpyPeerAsync (dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, bytes: usize, stream: Handle)
+        => runtime(|_, _| copy(dst as u64, src as u64, bytes as u64, stream, M::PEER, ASYNC), nothing);
+    RT_TO_SYMBOL cudaMemcpyToSymbol +ptds (symbol: *const c_void, src: *const c_void, bytes: usize, offset: usize, kind: c_int)
+        => runtime(|_, _| runtime_copy(symbol.cast_mut(), src, bytes, kind, NULL, 0), nothing);
+    RT_TO_SYMBOL_ASYNC cudaMemcpyToSymbolAsync +ptsz (symbol: *const c_void, src: *const c_void, bytes: usize, offset: usize, kind: c_int, stream: Handle)
+        => runtime(|_, _| runtime_copy(symbol.cast_mut(), src, bytes, kind, stream, ASYNC), nothing);
+    RT_FROM_SYMBOL cudaMemcpyFromSymbol +ptds (dst: *mut c_void, symbol: *const c_void, bytes: usize, offset: usize, kind: c_int)
+        => runtime(|_, _| runtime_copy(dst, symbol, bytes, kind, NULL, 0), nothing);
+    RT_FROM_SYMBOL_ASYNC cudaMemcpyFromSymbolAsync +ptsz (dst: *mut c_void, symbol: *const c_void, bytes: usize, offset: usize, kind: c_int, stream: Handle)
+        => runtime(|_, _| runtime_copy(dst, symbol, bytes, kind, stream, ASYNC), nothing);
+    RT_MEMSET cudaMemset +ptds (dst: *mut c_void, value: c_int, bytes: usize)
+        => runtime(|_, _| set(dst as u64, bytes as u64, NULL, 0), nothing);
+    RT_MEMSET_ASYNC cudaMemsetAsync +ptsz (dst: *mut c_void, value: c_int, bytes: usize, stream: Handle)
+        => runtime(|_, _| set(dst as u64, bytes as u64, stream, ASYNC), nothing);
+    RT_MEMSET_2D cudaMemset2D +ptds (dst: *mut c_void, pitch: usize, value: c_int, width: usize, height: usize)
+        => runtime(|_, _| set(dst as u64, (width * height) as u64, NULL, 0), nothing);
+    RT_MEMSET_2D_ASYNC cudaMemset2DAsync +ptsz (dst: *mut c_void, pitch: usize, value: c_int, width: usize, height: usize, stream: Handle)
+        => runtime(|_, _| set(dst as u64, (width * height) as u64, stream, ASYNC), nothing);
+    RT_MEMSET_3D cudaMemset3D +ptds (p: PitchedPtr, value: c_int, e: Extent)
+        => runtime(|_, _| runtime_set_3d(p, e, NULL, 0), nothing);
+    RT_MEMSET_3D_ASYNC cudaMemset3DAsync +ptsz (p: PitchedPtr, value: c_int, e: Extent, stream: Handle)
+        => runtime(|_, _| runtime_set_3d(p, e, stream, ASYNC), nothing);
+    RT_MALLOC cudaMalloc (out: *mut HostPtr, bytes: usize)
+        => runtime(|_, _| alloc(bytes, AllocCtx::DEVICE), allocated(out));
+    RT_MALLOC_PITCH cudaMallocPitch (out: *mut HostPtr, pitch: *mut usize, width: usize, height: usize)
+        => runtime(|_, _| alloc(width * height, AllocCtx::DEVICE), allocated(out));
+    RT_MALLOC_ASYNC cudaMallocAsync +ptsz (out: *mut HostPtr, bytes: usize, stream: Handle)
+        => runtime(|_, _| alloc(bytes, AllocCtx::DEVICE), allocated(out));
+    RT_MALLOC_FROM_POOL cudaMallocFromPoolAsync +ptsz (out: *mut HostPtr, bytes: usize, pool: Handle, stream: Handle)
+        => runtime(|_, _| alloc(bytes, AllocCtx::DEVICE), allocated(out));
+    RT_MALLOC_HOST cudaMallocHost (out: *mut HostPtr, bytes: usize)
+        => runtime(|_, _| alloc(bytes, AllocCtx::HOST_PINNED), allocated(out));
+    RT_HOST_ALLOC cudaHostAlloc (out: *mut HostPtr, bytes: usize, flags: c_uint)
+        => runtime(|_, _| alloc(bytes, AllocCtx::HOST_PINNED), allocated(out));
+    RT_MALLOC_MANAGED cudaMallocManaged (out: *mut HostPtr, bytes: usize, flags: c_uint)
+        => runtime(|_, _| alloc(bytes, AllocCtx::MANAGED), allocated(out));
+    RT_FREE cudaFree (ptr: *mut c_void)
+        => runtime(|_, _| free(ptr as u64, AllocCtx::DEVICE), nothing);
+    RT_FREE_ASYNC cudaFreeAsync +ptsz (ptr: *mut c_void, stream: Handle)
+        => runtime(|_, _| free(ptr as u64, AllocCtx::DEVICE), nothing);
+    RT_FREE_HOST cudaFreeHost (ptr: *mut c_void)
+        => runtime(|_, _| free(ptr as u64, AllocCtx::HOST_PINNED), nothing);
+}
+
+/// Synchronisation: the handle waited for.
+fn sync(handle: Handle, kind: u32) -> SyncCtx {
+    SyncCtx { handle: handle as u64, kind, ..SyncCtx::default() }
+}
+
+/// An entry point for lookups: its exact name (what `dlsym` and linking use), the base name
+/// `cuGetProcAddress` takes, whether it is the per-thread-default-stream flavour, and its hook.
+pub(crate) struct Entry {
+    pub(crate) exact: &'static CStr,
+    pub(crate) base: &'static [u8],
+    pub(crate) per_thread: bool,
+    pub(crate) hook: &'static dyn Keep,
+}
+
+impl Entry {
+    /// The entry point `exact` of the table's row `name`: the row's own, or its flavour
+    /// (`flavour`). `cuGetProcAddress` finds it (`by_proc_address`) under `name` less its version
+    /// (`_v2`); the runtime's it does not (their empty base name matches none, and neither
+    /// flavour counts as per-thread).
+    const fn new(
+        exact: &'static CStr,
+        name: &'static str,
+        flavour: bool,
+        by_proc_address: bool,
+        hook: &'static dyn Keep,
+    ) -> Entry {
+        let base: &[u8] = if by_proc_address { unversioned(name.as_bytes()) } else { b"" };
+        Entry { exact, base, per_thread: flavour && by_proc_address, hook }
+    }
+}
+
+/// `name` without its version suffix (`_v2`), if any.
+const fn unversioned(name: &[u8]) -> &[u8] {
+    match name {
+        [base @ .., b'_', b'v', b'2'] => base,
+        _ => name,
+    }
+}
+
+/// The entry point `dlsym` finds under its exact name `symbol`.
+pub(crate) fn exact(symbol: &[u8]) -> Option<&'static Entry> {
+    ENTRIES.iter().find(|e| e.exact.to_bytes() == symbol)
+}
+
+/// The entry points `cuGetProcAddress` may mean by the base name `symbol` (the flavour its flags
+/// ask for first; versions before CUDA 4.0 asked for entry points of other signatures, which are
+/// left alone).
+pub(crate) fn by_base(
+    symbol: &[u8],
+    version: c_int,
+    per_thread: bool,
+) -> impl Iterator<Item = &'static Entry> {
+    let matching = move |flavour: bool| {
+        ENTRIES
+            .iter()
+            .filter(move |e| version >= 4000 && e.base == symbol && e.per_thread == flavour)
+    };
+    matching(per_thread).chain(matching(false).filter(move |_| per_thread))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    fn each_entry_point_has_a_name_a_hook_and_a_function_of_its_own() {
+        let (mut names, mut functions) = (HashSet::new(), HashSet::new());
+        for e in ENTRIES {
+            assert!(names.insert(e.exact), "{:?} twice", e.exact);
+            assert_eq!(e.hook.name(), e.exact);
+            let ours = e.hook.ours();
+            assert!(!ours.is_null() && functions.insert(ours as usize), "{:?}", e.exact);
+        }
+    }
+
+    #[test]
+    fn a_flavour_follows_its_base_under_its_name_with_the_suffix() {
+        let mut flavours = 0;
+        for (i, e) in ENTRIES.iter().enumerate() {
+            let name = e.exact.to_str().expect("a name");
+            let driver = name.starts_with("cu") && !name.starts_with("cuda");
+            let flavoured = name.strip_suffix("_ptsz").or_else(|| name.strip_suffix("_ptds"));
+            let Some(base) = flavoured else {
+                let expected = if driver { name.trim_end_matches("_v2") } else { "" };
+                assert_eq!((e.base, e.per_thread), (expected.as_bytes(), false), "{name}");
+                continue;
+            };
+            flavours += 1;
+            let before = &ENTRIES[i - 1];
+            assert_eq!(before.exact.to_bytes(), base.as_bytes(), "{name}");
+            assert_eq!((e.base, e.per_thread), (before.base, driver), "{name}");
+        }
+        assert!(flavours > 0);
+    }
+
+    #[test]
+    fn lookups_find_the_flavours_they_ask_for() {
+        let names = |found: &mut dyn Iterator<Item = &'static Entry>| -> Vec<&CStr> {
+            found.map(|e| e.exact).collect()
+        };
+        let launch = &mut by_base(b"cuLaunchKernel", 12000, true);
+        assert_eq!(names(launch), [c"cuLaunchKernel_ptsz", c"cuLaunchKernel"]);
+        let copy = &mut by_base(b"cuMemcpyHtoD", 12000, false);
+        assert_eq!(names(copy), [c"cuMemcpyHtoD_v2"]);
+        let copy = &mut by_base(b"cuMemcpyHtoD", 12000, true);
+        assert_eq!(names(copy), [c"cuMemcpyHtoD_v2_ptds", c"cuMemcpyHtoD_v2"]);
+        let sync = &mut by_base(b"cuCtxSynchronize", 13000, false);
+        assert_eq!(names(sync), [c"cuCtxSynchronize", c"cuCtxSynchronize_v2"]);
+        assert_eq!(by_base(b"cuLaunchKernel", 3020, false).count(), 0);
+        assert_eq!(by_base(b"cudaMemcpy", 12000, false).count(), 0);
+        let runtime = exact(b"cudaMemcpy_ptds").expect("interposed");
+        assert!(runtime.base.is_empty() && !runtime.per_thread);
+        assert!(exact(b"cuLaunchKernel_ptsz").is_some_and(|e| e.per_thread));
+        assert!(exact(b"cuLaunchKernel_ptds").is_none());
+    }
+}

@@ -1,0 +1,97 @@
+//! Module loads: their context ([`ModuleLoadCtx`]), and with the user's device probes the PTX
+//! instrumented loaded in place of the program's.
+
+use std::ffi::c_void;
+
+use egpu::ebpf::ModuleLoadCtx;
+
+use super::event::observe;
+use crate::{CuResult, Handle, defaults};
+
+/// A module load: whether the image carries PTX egpu could instrument (PTX text, or a cubin that
+/// keeps its PTX), and the PTX's size.
+pub(super) fn module(image: *const c_void) -> ModuleLoadCtx {
+    module_with(ptx(image).ok().flatten().as_deref())
+}
+
+fn module_with(ptx: Option<&str>) -> ModuleLoadCtx {
+    let mut ctx = ModuleLoadCtx::default();
+    if let Some(ptx) = ptx {
+        ctx.image_bytes = ptx.len() as u64;
+        ctx.has_ptx = 1;
+    }
+    ctx
+}
+
+/// The PTX of the caller's module image (see [`crate::device::ptx_of`]).
+fn ptx(image: *const c_void) -> Result<Option<String>, String> {
+    if image.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the caller's image, which the driver is about to read.
+    unsafe { crate::device::ptx_of(image) }
+}
+
+/// After a module load: the handle it wrote to `out`.
+pub(super) fn loaded(out: *mut Handle) -> impl FnOnce(&mut ModuleLoadCtx, CuResult) {
+    move |ctx, result| {
+        if result == 0 && !out.is_null() {
+            // SAFETY: the driver wrote the handle to the caller's pointer.
+            ctx.module = unsafe { out.read() } as u64;
+        }
+    }
+}
+
+/// A module load through `load` (the driver's, given an image): with the user's device probes,
+/// the image's PTX instrumented is loaded in its place (the original when the driver refuses
+/// it), as one event.
+pub(super) fn load_module(
+    out: *mut Handle,
+    image: *const c_void,
+    load: impl Fn(*const c_void) -> CuResult,
+) -> CuResult {
+    let ptx = ptx(image);
+    let user = defaults::user().filter(|u| u.on_device());
+    let instrumented = match (&user, &ptx) {
+        (Some(user), Ok(Some(text))) => user.instrument(text),
+        (Some(_), Err(reason)) => {
+            crate::device::refused(reason.clone());
+            None
+        }
+        _ => None,
+    };
+    let call = || {
+        if let (Some(user), Some(ptx)) = (&user, &instrumented) {
+            let result = load(ptx.as_ptr().cast());
+            user.loaded(result);
+            if result == 0 {
+                return 0;
+            }
+        }
+        load(image)
+    };
+    let mut build = module_with(ptx.ok().flatten().as_deref());
+    build.instrumented = u32::from(instrumented.is_some());
+    observe(
+        |_, _| build,
+        call,
+        move |ctx: &mut ModuleLoadCtx, result| {
+            loaded(out)(ctx, result);
+        },
+    )
+}
+
+/// Defines an interposed module load ([`load_module`]) whose arguments `$out` and `$image` are
+/// where the module's handle goes and the image: the driver's function is called with the
+/// caller's arguments, the image (`$image`) the one loaded (the instrumented one, or the
+/// caller's).
+macro_rules! load {
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $out:ident, $image:ident) => {
+        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            // SAFETY: the driver's function, with the caller's arguments (or the instrumented
+            // image); the JIT options pass through.
+            load_module($out, $image, |$image| unsafe { real($($arg),*) })
+        });
+    };
+}
+pub(super) use load;
