@@ -6,28 +6,31 @@
 //!   as [`egpu_maps::layout::hash_key`] does, and the shard's slots are probed from the key's
 //!   home slot as the layout defines. Device inserts follow a protocol for device writers only
 //!   (one writing side per word: while a kernel runs, the device copy of a map is written by its
-//!   threads alone): claim an EMPTY slot by compare-and-swap to BUSY (owner
-//!   [`DEVICE_OWNER`](egpu_maps::layout::DEVICE_OWNER)), write the key and value, count the entry
-//!   against the capacity, then publish it as FULL. A thread that meets a slot being inserted
-//!   under its own key's tag waits for it to be published, so racing inserts of one key make one
-//!   entry. Tombstones are not reused by device inserts. A slot left pending by a host writer
-//!   that died is waited for a bounded time, then passed over.
+//!   threads alone): claim an EMPTY slot by compare-and-swap to BUSY (owner [`DEVICE_OWNER`]),
+//!   write the key and value, count the entry against the capacity, then publish it as FULL. A
+//!   thread that meets a slot being inserted under its own key's tag waits for it to be
+//!   published, so racing inserts of one key make one entry. Tombstones are not reused by device
+//!   inserts. A slot left pending by a host writer that died is waited for a bounded time, then
+//!   passed over.
 //! - Lookups: every lane probes for its own key (lanes with the same key load the same words,
 //!   which the memory system serves once); a live entry under the key's tag is recognised by
 //!   one compare of its state word. A thread remembers its last hit per map when the kernel
-//!   gives it registers for that ([`Options::lookup_cache`](super::Options::lookup_cache)).
+//!   gives it registers for that ([`Options::lookup_cache`](super::Options::lookup_cache)), in
+//!   maps that no probe of the kernel removes entries from ([`lookups_and_removals`]).
 //! - Ring buffers: a ticket per record from one atomic add per warp, then the record alone (the
 //!   host publishes device-written records when it reads the ring after the kernel).
 
-use egpu_ebpf::MapKind;
+use std::collections::BTreeSet;
+
 use egpu_ebpf::helpers::id as helper_id;
-use egpu_ebpf::verifier::Access;
+use egpu_ebpf::verifier::{Access, Verified};
+use egpu_ebpf::{CallTarget, Instruction, MapKind, Reg};
 use egpu_maps::layout::{
     DEVICE_OWNER, HASH_MULTIPLIER, HASH_SEED, SHARD_HEADER_BYTES, hash_state as hs, shard,
 };
 
-use super::{DeviceMap, Emitter, TranslateError};
-use egpu_ebpf::Reg;
+use super::emit::Emitter;
+use super::{DeviceMap, TranslateError};
 
 /// How many times a device insert re-reads a slot that another writer holds before passing it.
 const SPIN_LIMIT: u32 = 1 << 20;
@@ -50,12 +53,30 @@ pub(super) fn ring_bytes(max_size: Option<u64>, record: u32) -> u32 {
     max_size.map_or(record, |m| m.min(u64::from(record)) as u32)
 }
 
-impl Emitter<'_> {
-    pub(super) fn unsupported(&self, pc: usize, id: u32) -> Result<(), TranslateError> {
-        let name = egpu_ebpf::helpers::helper(id).map_or("unknown", |h| h.name);
-        Err(TranslateError::Helper { pc, id, name })
+/// The maps (indices into the program's map table) whose entries the program looks up by
+/// `bpf_map_lookup_elem`, and those it removes entries from by `bpf_map_delete_elem` (`None`
+/// when a removal's map is not the same on every path).
+pub fn lookups_and_removals(verified: &Verified) -> (BTreeSet<u32>, Option<BTreeSet<u32>>) {
+    let mut lookups = BTreeSet::new();
+    let mut removals = Some(BTreeSet::new());
+    for d in verified.program().decoded() {
+        let Instruction::Call(CallTarget::Helper(id)) = d.insn else { continue };
+        let map = verified.call(d.pc).and_then(|c| c.map);
+        match id {
+            helper_id::MAP_LOOKUP_ELEM => lookups.extend(map),
+            helper_id::MAP_DELETE_ELEM => match (map, removals.as_mut()) {
+                (Some(m), Some(r)) => {
+                    r.insert(m);
+                }
+                _ => removals = None,
+            },
+            _ => {}
+        }
     }
+    (lookups, removals)
+}
 
+impl Emitter<'_> {
     /// The device binding of map `m` (`None`: the paths disagree on the map).
     pub(super) fn map(&self, pc: usize, m: Option<u32>) -> Result<DeviceMap, TranslateError> {
         let m = m.ok_or(TranslateError::MapUse {
@@ -125,8 +146,7 @@ impl Emitter<'_> {
     fn read_words(&mut self, reg: Reg, at: Option<Access>, bytes: u32, first: u32) -> Vec<String> {
         let n = bytes.div_ceil(8);
         self.words = self.words.max(first + n);
-        let names: Vec<String> =
-            (first..first + n).map(|i| format!("%{}_k{i}", self.prefix())).collect();
+        let names: Vec<String> = (first..first + n).map(|i| self.map_word(i)).collect();
         let tail = bytes % 8;
         if let Some((slot, byte)) = self.frame_slot(at)
             && at.is_some_and(|a| words_direct(a, bytes))
@@ -134,11 +154,8 @@ impl Emitter<'_> {
             let at = at.and_then(|a| a.offset).unwrap_or(0) + i64::from(self.frame);
             for (w, name) in names.iter().enumerate() {
                 let len = if w as u32 == n - 1 && tail != 0 { tail } else { 8 };
-                let slot_name = if w == 0 {
-                    slot.clone()
-                } else {
-                    format!("%{}_s{}", self.prefix(), at / 8 + w as i64)
-                };
+                let slot_name =
+                    if w == 0 { slot.clone() } else { self.slot_reg(at / 8 + w as i64) };
                 if len == 8 && byte == 0 {
                     self.line(format!("mov.b64 {name}, {slot_name};"));
                 } else {
@@ -244,11 +261,11 @@ impl Emitter<'_> {
             return Err(self.too_big(pc, m));
         }
         let (r0, w0, t5) = (self.reg(Reg::R0), self.tmp32(0), self.tmp64(5));
-        let (q0, p, r4) = (self.pred(0), self.prefix().to_owned(), self.reg(Reg::R4));
+        let (q0, r4) = (self.pred(0), self.reg(Reg::R4));
         self.read_u32(Reg::R2, args[1], &w0);
         let value = self.read_words(Reg::R3, args[2], g.value_size, 0);
         self.array_slot(pc, m.unwrap_or(0), map, &w0, &t5)?;
-        let done = format!("${p}_U{pc}");
+        let done = self.local_label('U', pc);
         // As the CPU checks: the flags first (all 64 bits), then the index, then BPF_NOEXIST.
         self.line(format!("mov.b64 {r0}, -22;"));
         self.line(format!("setp.gt.u64 {q0}, {r4}, 2;"));
@@ -263,7 +280,7 @@ impl Emitter<'_> {
             self.line(format!("st.global.u64 [{t5}+{}], {v};", w * 8));
         }
         self.line(format!("mov.b64 {r0}, 0;"));
-        self.out.push_str(&format!("{done}:\n"));
+        self.place(&done);
         Ok(())
     }
 
@@ -288,7 +305,7 @@ impl Emitter<'_> {
         if g.key_size.div_ceil(8) > MAX_WORDS || g.value_size.div_ceil(8) > MAX_WORDS {
             return Err(self.too_big(pc, m));
         }
-        let p = self.prefix().to_owned();
+        let hash = self.local_label('H', pc);
         let r0 = self.reg(Reg::R0);
         // A map read live by the host (mapped memory) orders its entries at system scope.
         let scope = if map.live { "sys" } else { "gpu" };
@@ -314,7 +331,7 @@ impl Emitter<'_> {
             self.line(format!("setp.eq.u64 {q0}, {}, {ck};", key[0]));
             self.line(format!("setp.ne.and.u64 {q0}, {cp}, 0, {q0};"));
             self.line(format!("mov.b64 {r0}, {cp};"));
-            self.line(format!("@{q0} bra ${p}_H{pc}_done;"));
+            self.line(format!("@{q0} bra {hash}_done;"));
         }
         // The hash, as egpu_maps::layout::hash_key computes it: a folded multiply per word.
         let seed = HASH_SEED ^ u64::from(g.key_size);
@@ -338,7 +355,7 @@ impl Emitter<'_> {
             let r4 = self.reg(Reg::R4);
             self.line(format!("cvt.u32.u64 {w6}, {r4};"));
         }
-        let l = |what: &str| format!("${p}_H{pc}_{what}");
+        let l = |what: &str| format!("{hash}_{what}");
         if id == helper_id::MAP_UPDATE_ELEM {
             // Flags other than 0, 1 and 2 (all 64 bits) are refused first, as on the CPU.
             let r4 = self.reg(Reg::R4);
@@ -362,7 +379,7 @@ impl Emitter<'_> {
         if lookup {
             self.line(format!("or.b64 {t0}, {t1}, {};", full_word as i64));
         }
-        self.out.push_str(&format!("{lp}:\n"));
+        self.place(&lp);
         self.line(format!("mul.wide.u32 {t4}, {w4}, {};", g.slot_stride));
         self.line(format!("add.s64 {t4}, {t4}, {t7};"));
         self.line(format!("ld.global.acquire.{scope}.u64 {t5}, [{t4}];"));
@@ -398,7 +415,7 @@ impl Emitter<'_> {
         }
         self.line(format!("@{q0} bra {next};"));
         if lookup {
-            self.out.push_str(&format!("{}:\n", l("key")));
+            self.place(&l("key"));
         }
         self.compare_key(&t4, &key, g.key_size, &next);
         // Found: the entry is at slot t4, its state word is t5.
@@ -440,12 +457,12 @@ impl Emitter<'_> {
             }
         }
         if id != helper_id::MAP_LOOKUP_ELEM {
-            self.out.push_str(&format!("{}:\n", l("held")));
+            self.place(&l("held"));
             self.line(format!("add.u32 {w7}, {w7}, 1;"));
             self.line(format!("setp.lt.u32 {q0}, {w7}, {SPIN_LIMIT};"));
             self.line(format!("@{q0} bra {lp};"));
         }
-        self.out.push_str(&format!("{next}:\n"));
+        self.place(&next);
         self.line(format!("add.u32 {w4}, {w4}, 1;"));
         self.line(format!("and.b32 {w4}, {w4}, {mask};"));
         self.line(format!("add.u32 {w5}, {w5}, 1;"));
@@ -460,7 +477,7 @@ impl Emitter<'_> {
                 self.line(format!("@{q0} bra {done};"));
                 self.line(format!("red.global.add.u64 [{t6}+{}], 1;", shard::REFUSED));
                 result(self, -7);
-                self.out.push_str(&format!("{}:\n", l("empty")));
+                self.place(&l("empty"));
                 self.line(format!("setp.eq.u32 {q0}, {w6}, 2;"));
                 self.line(format!("@{q0} mov.b64 {r0}, -2;"));
                 self.line(format!("@{q0} bra {done};"));
@@ -489,7 +506,7 @@ impl Emitter<'_> {
                 self.line(format!("or.b64 {t3}, {t1}, {};", full as i64));
                 self.line(format!("st.global.release.{scope}.u64 [{t4}], {t3};"));
                 result(self, 0);
-                self.out.push_str(&format!("{refused}:\n"));
+                self.place(&refused);
                 self.line(format!("red.global.add.u64 [{t6}+{}], -1;", shard::LEN_OR_HEAD));
                 let tomb = hs::TOMB << hs::SHIFT;
                 self.line(format!("or.b64 {t3}, {t1}, {};", tomb as i64));
@@ -498,11 +515,11 @@ impl Emitter<'_> {
                 result(self, -7);
             }
             _ => {
-                self.out.push_str(&format!("{}:\n", l("absent")));
+                self.place(&l("absent"));
                 result(self, -2);
             }
         }
-        self.out.push_str(&format!("{done}:\n"));
+        self.place(&done);
         Ok(())
     }
 
@@ -538,12 +555,12 @@ impl Emitter<'_> {
             return Err(self.too_big(pc, m));
         }
         let args = facts.map(|f| f.args).unwrap_or_default();
-        let p = self.prefix().to_owned();
+        let ring = self.local_label('R', pc);
         let (r0, r3) = (self.reg(Reg::R0), self.reg(Reg::R3));
         let [t0, t1, t2, _, t4, _, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.tmp64(i));
         let [w0, w1, w2, w3, w4, w5, w6] = [0, 1, 2, 3, 4, 5, 6].map(|i| self.tmp32(i));
         let q0 = self.pred(0);
-        let l = |what: &str| format!("${p}_R{pc}_{what}");
+        let l = |what: &str| format!("{ring}_{what}");
         let (drop, done) = (l("drop"), l("done"));
         self.line(format!("mov.b64 {r0}, -7;"));
         self.line(format!("setp.gt.u64 {q0}, {r3}, {};", g.value_size));
@@ -622,11 +639,11 @@ impl Emitter<'_> {
         }
         self.line(format!("mov.b64 {r0}, 0;"));
         self.line(format!("bra {done};"));
-        self.out.push_str(&format!("{drop}:\n"));
+        self.place(&drop);
         self.line(format!("red.global.add.u64 [{t6}+{}], 1;", shard::REFUSED));
         self.line(format!("red.global.min.u64 [{t6}+{head}], {t1};"));
         self.line(format!("mov.b64 {r0}, -11;"));
-        self.out.push_str(&format!("{done}:\n"));
+        self.place(&done);
         Ok(())
     }
 

@@ -1,0 +1,306 @@
+//! Atomic instructions. An atomic on the stack (which only its thread sees) is a plain
+//! read-modify-write, of a slot register's bits when the frame lives in registers; one on a map
+//! value is a PTX `atom`, or a `red` when the old value is not read; one whose region differs
+//! between paths decides at run time. A 64-bit add to a map value whose old value is not read
+//! is aggregated across the warp ([`warp_add`]), or combined per thread in the kernel's
+//! registers when the value is an array's ([`combines`]).
+
+use egpu_ebpf::MapKind;
+use egpu_ebpf::verifier::{Access, AccessRegion, Verified};
+use egpu_ebpf::{AluOp, AtomicOp, Instruction, Operand, Program, Reg, Size, Width};
+
+use super::emit::Emitter;
+use super::memory::ptx_bits;
+
+/// PTX that adds the `u64` in `val` to the `u64` at `addr`, aggregated
+/// across the warp: the lanes that add to the same address (`match.any.sync`) make one atomic,
+/// from their lowest lane, with their sum (`redux.sync`), when every value of the group is below
+/// 2^26 (so the 32-bit sum is exact); otherwise each lane adds its own. `space` is the address's
+/// state space (`.global`, or empty for a generic address: measured, the per-thread flush takes 6
+/// more registers with `.global`, the hash map's adds are faster with it). `tmp32` are four
+/// 32-bit registers, `pred` a predicate, `tmp64` a 64-bit register, all free; `label` is a unique
+/// label stem.
+/// When `known` holds the value every lane adds (a constant), the group's sum is its size times
+/// that value, with no vote and no `redux.sync`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn warp_add(
+    addr: &str,
+    val: &str,
+    known: Option<i64>,
+    space: &str,
+    tmp32: [&str; 4],
+    pred: &str,
+    tmp64: &str,
+    label: &str,
+) -> String {
+    let [w0, w1, w2, w3] = tmp32;
+    let group = format!(
+        "\tactivemask.b32 {w0};\n\
+         \tmatch.any.sync.b64 {w1}, {addr}, {w0};\n"
+    );
+    let leader = format!(
+        "\tmov.u32 {w0}, %lanemask_lt;\n\
+         \tand.b32 {w3}, {w0}, {w1};\n\
+         \tsetp.ne.u32 {pred}, {w3}, 0;\n\
+         \t@{pred} bra {label}_done;\n"
+    );
+    if let Some(c) = known {
+        let times =
+            if c == 1 { String::new() } else { format!("\tmul.lo.u64 {tmp64}, {tmp64}, {c};\n") };
+        return format!(
+            "{group}{leader}\
+             \tpopc.b32 {w2}, {w1};\n\
+             \tcvt.u64.u32 {tmp64}, {w2};\n\
+             {times}\
+             \tred{space}.add.u64 [{addr}], {tmp64};\n\
+             {label}_done:\n"
+        );
+    }
+    format!(
+        "{group}\
+         \tsetp.lt.u64 {pred}, {val}, 67108864;\n\
+         \tvote.sync.all.pred {pred}, {pred}, {w1};\n\
+         \t@!{pred} bra {label}_single;\n\
+         \tcvt.u32.u64 {w2}, {val};\n\
+         \tredux.sync.add.u32 {w2}, {w2}, {w1};\n\
+         {leader}\
+         \tcvt.u64.u32 {tmp64}, {w2};\n\
+         \tred{space}.add.u64 [{addr}], {tmp64};\n\
+         \tbra {label}_done;\n\
+         {label}_single:\n\
+         \tred{space}.add.u64 [{addr}], {val};\n\
+         {label}_done:\n"
+    )
+}
+
+/// Whether the program makes 64-bit atomic adds to map values whose old value it does not read,
+/// which a kernel can combine per thread ([`Options::combine`](super::Options::combine)):
+/// successive adds to one address become one register add, and the sum reaches memory once, when
+/// the address changes or the kernel exits. Device updates are then all visible when the kernel completes, as the map
+/// contract requires, but not to the probe itself before that.
+pub fn combines(verified: &Verified) -> bool {
+    verified.program().decoded().iter().any(|d| {
+        matches!(
+            d.insn,
+            Instruction::Atomic { op: AtomicOp::Add, fetch: false, size: Size::DW, .. }
+        ) && combinable(verified.program(), verified.access(d.pc))
+    })
+}
+
+/// Whether an access reaches a value that a thread's successive adds tend to hit again: an
+/// element of an array or per-CPU array (a counter by index, by SM). Adds to hash map values go
+/// straight to memory, aggregated across the warp: their addresses follow the keys, which change
+/// from access to access, and holding a sum would only cost the kernel registers.
+fn combinable(program: &Program, access: Option<Access>) -> bool {
+    match access {
+        Some(Access { region: AccessRegion::MapValue(m), .. }) => program
+            .maps()
+            .get(m as usize)
+            .is_some_and(|d| matches!(d.kind, MapKind::Array | MapKind::PerCpuArray)),
+        _ => false,
+    }
+}
+
+impl Emitter<'_> {
+    /// The constant `reg` holds at `pc`, when the instruction just before, with no jump or call
+    /// landing in between, loads it (`mov rX, imm`, as a count's `+= 1` compiles).
+    fn constant_before(&self, pc: usize, reg: Reg) -> Option<i64> {
+        let decoded = self.program.decoded();
+        let i = decoded.iter().position(|d| d.pc == pc)?;
+        let before = decoded.get(i.checked_sub(1)?)?;
+        let lands = decoded.iter().any(|d| d.insn.jump_target(d.pc) == Some(pc as i64))
+            || self.program.functions().iter().any(|f| f.start == pc);
+        match before.insn {
+            Instruction::Alu { op: AluOp::Mov, width: Width::W64, dst, src: Operand::Imm(c) }
+                if dst == reg && !lands =>
+            {
+                Some(i64::from(c))
+            }
+            _ => None,
+        }
+    }
+
+    /// An atomic `op` of `src` on the `size` bytes at `base + off`. The old value goes back into
+    /// `src` when `fetch` (always for `xchg`), into `r0` for `cmpxchg` (which compares with it).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn atomic(
+        &mut self,
+        pc: usize,
+        op: AtomicOp,
+        fetch: bool,
+        size: Size,
+        base: Reg,
+        off: i16,
+        src: Reg,
+    ) {
+        let region = self.verified.access(pc).map(|a| a.region);
+        let on_stack = matches!(region, Some(AccessRegion::OwnStack | AccessRegion::CallerStack));
+        let bits = ptx_bits(size);
+        if let Some((slot, byte)) = self.frame_slot(self.verified.access(pc)) {
+            self.slot_atomic(op, fetch, bits, &slot, byte * 8, src);
+            return;
+        }
+        let s = self.reg(src);
+        let r0 = self.reg(Reg::R0);
+        let (old, new, cmp) = if bits == 64 {
+            (self.tmp64(0), s.clone(), r0.clone())
+        } else {
+            let [w0, w1, w2] = [self.tmp32(0), self.tmp32(1), self.tmp32(2)];
+            self.line(format!("cvt.u32.u64 {w1}, {s};"));
+            if op == AtomicOp::CmpXchg {
+                self.line(format!("cvt.u32.u64 {w2}, {r0};"));
+            }
+            (w0, w1, w2)
+        };
+        let b = self.reg(base);
+        let (u, bt) = (format!("u{bits}"), format!("b{bits}"));
+        let name = match op {
+            AtomicOp::Add => "add",
+            AtomicOp::Or => "or",
+            AtomicOp::And => "and",
+            AtomicOp::Xor => "xor",
+            AtomicOp::Xchg => "exch",
+            AtomicOp::CmpXchg => "cas",
+        };
+        let ty = if op == AtomicOp::Add { &u } else { &bt };
+        let plain = |e: &mut Self| {
+            // The thread's own memory: a read-modify-write nobody else can see in between.
+            e.line(format!("ld.{u} {old}, [{b}+{off}];"));
+            let t1 = if bits == 64 { e.tmp64(1) } else { e.tmp32(3) };
+            match op {
+                AtomicOp::Xchg => e.line(format!("mov.{bt} {t1}, {new};")),
+                AtomicOp::CmpXchg => {
+                    let q0 = e.pred(0);
+                    e.line(format!("setp.eq.{u} {q0}, {old}, {cmp};"));
+                    e.line(format!("selp.{bt} {t1}, {new}, {old}, {q0};"));
+                }
+                _ => e.line(format!("{name}.{ty} {t1}, {old}, {new};")),
+            }
+            e.line(format!("st.{u} [{b}+{off}], {t1};"));
+        };
+        let space = if matches!(region, Some(AccessRegion::MapValue(_))) { ".global" } else { "" };
+        let atom = |e: &mut Self| {
+            if op == AtomicOp::CmpXchg {
+                e.line(format!("atom{space}.cas.{bt} {old}, [{b}+{off}], {cmp}, {new};"));
+            } else if fetch || op == AtomicOp::Xchg {
+                e.line(format!("atom{space}.{name}.{ty} {old}, [{b}+{off}], {new};"));
+            } else {
+                e.line(format!("red{space}.{name}.{ty} [{b}+{off}], {new};"));
+            }
+        };
+        let add = op == AtomicOp::Add && !fetch && bits == 64;
+        if let (Some([ca, cv]), true, true) =
+            (&self.options.combine, add, combinable(self.program, self.verified.access(pc)))
+        {
+            self.combined_add(pc, &b, off, &s, ca, cv);
+            return;
+        }
+        match region {
+            _ if on_stack => plain(self),
+            Some(AccessRegion::MapValue(_)) if add && self.options.sm >= 80 => {
+                // One atomic per group of lanes adding to the same value.
+                let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.tmp32(i));
+                let (t3, q2, t2) = (self.tmp64(3), self.pred(2), self.tmp64(2));
+                self.line(format!("add.s64 {t3}, {b}, {off};"));
+                let label = self.local_label('W', pc);
+                let known = self.constant_before(pc, src);
+                let w = [&*w0, &w1, &w2, &w3];
+                let code = warp_add(&t3, &s, known, ".global", w, &q2, &t2, &label);
+                self.out.push_str(&code);
+            }
+            Some(AccessRegion::Context | AccessRegion::MapValue(_)) => atom(self),
+            _ => {
+                // Different regions on different paths: the stack is local memory, where PTX
+                // has no atomics, so decide at run time.
+                let (t3, q0) = (self.tmp64(3), self.pred(0));
+                self.line(format!("add.s64 {t3}, {b}, {off};"));
+                self.line(format!("isspacep.local {q0}, {t3};"));
+                let (atomic, after) = (self.local_label('A', pc), self.local_label('B', pc));
+                self.line(format!("@!{q0} bra {atomic};"));
+                plain(self);
+                self.line(format!("bra {after};"));
+                self.place(&atomic);
+                atom(self);
+                self.place(&after);
+            }
+        }
+        let fetches = fetch || matches!(op, AtomicOp::Xchg | AtomicOp::CmpXchg);
+        if fetches {
+            let into = if op == AtomicOp::CmpXchg { r0 } else { s };
+            if bits == 64 {
+                self.line(format!("mov.b64 {into}, {old};"));
+            } else {
+                self.line(format!("cvt.u64.u32 {into}, {old};"));
+            }
+        }
+    }
+
+    /// A 64-bit add of `src` to the address `base + off`, combined per thread in the kernel's
+    /// registers `ca` (the address) and `cv` (the sum, not yet in memory): the same address
+    /// again adds to the sum; another one flushes the sum to the old address first (aggregated
+    /// across the warp on sm_80 and later) and starts a new one.
+    fn combined_add(&mut self, pc: usize, base: &str, off: i16, src: &str, ca: &str, cv: &str) {
+        let (t3, q0, q1) = (self.tmp64(3), self.pred(0), self.pred(1));
+        let (same, flush) = (self.local_label('C', pc), self.local_label('F', pc));
+        self.line(format!("add.s64 {t3}, {base}, {off};"));
+        self.line(format!("setp.eq.u64 {q0}, {t3}, {ca};"));
+        self.line(format!("@{q0} bra {same};"));
+        self.line(format!("setp.eq.u64 {q1}, {ca}, 0;"));
+        self.line(format!("@{q1} bra {flush}_done;"));
+        if self.options.sm >= 80 {
+            let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.tmp32(i));
+            let (q2, t2) = (self.pred(2), self.tmp64(2));
+            let code = warp_add(ca, cv, None, "", [&w0, &w1, &w2, &w3], &q2, &t2, &flush);
+            self.out.push_str(&code);
+        } else {
+            self.line(format!("red.add.u64 [{ca}], {cv};"));
+            self.place(&format!("{flush}_done"));
+        }
+        self.line(format!("mov.b64 {ca}, {t3};"));
+        self.line(format!("mov.b64 {cv}, 0;"));
+        self.place(&same);
+        self.line(format!("add.s64 {cv}, {cv}, {src};"));
+    }
+
+    /// An atomic on a frame slot held in a register: only this thread sees it, so it is a plain
+    /// read-modify-write of the slot's bits.
+    fn slot_atomic(&mut self, op: AtomicOp, fetch: bool, bits: u32, slot: &str, at: u32, src: Reg) {
+        let [t0, t1, t2] = [self.tmp64(0), self.tmp64(1), self.tmp64(2)];
+        let (s, r0, q0) = (self.reg(src), self.reg(Reg::R0), self.pred(0));
+        let field = |e: &mut Self, into: &str, from: &str| {
+            if bits == 64 {
+                e.line(format!("mov.b64 {into}, {from};"));
+            } else {
+                e.line(format!("bfe.u64 {into}, {from}, {at}, {bits};"));
+            }
+        };
+        field(self, &t0, slot);
+        match op {
+            AtomicOp::Add => self.line(format!("add.s64 {t1}, {t0}, {s};")),
+            AtomicOp::Or => self.line(format!("or.b64 {t1}, {t0}, {s};")),
+            AtomicOp::And => self.line(format!("and.b64 {t1}, {t0}, {s};")),
+            AtomicOp::Xor => self.line(format!("xor.b64 {t1}, {t0}, {s};")),
+            AtomicOp::Xchg => self.line(format!("mov.b64 {t1}, {s};")),
+            AtomicOp::CmpXchg => {
+                if bits == 64 {
+                    self.line(format!("mov.b64 {t2}, {r0};"));
+                } else {
+                    self.line(format!("bfe.u64 {t2}, {r0}, 0, {bits};"));
+                }
+                self.line(format!("setp.eq.u64 {q0}, {t0}, {t2};"));
+                self.line(format!("selp.b64 {t1}, {s}, {t0}, {q0};"));
+            }
+        }
+        if bits == 64 {
+            self.line(format!("mov.b64 {slot}, {t1};"));
+        } else {
+            self.line(format!("bfi.b64 {slot}, {t1}, {slot}, {at}, {bits};"));
+        }
+        match op {
+            AtomicOp::CmpXchg => self.line(format!("mov.b64 {r0}, {t0};")),
+            AtomicOp::Xchg => self.line(format!("mov.b64 {s}, {t0};")),
+            _ if fetch => self.line(format!("mov.b64 {s}, {t0};")),
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,260 @@
+//! Loads and stores. An access to a frame that lives in registers reads or writes its slot's
+//! bits; one the verifier proved naturally aligned is a `ld`/`st` (`.local` for the own frame at
+//! a constant offset, `.global` for map values, generic otherwise); any other goes byte by byte,
+//! since the GPU faults on misaligned accesses. A load from a device context at a constant
+//! offset reads the special register or site value that holds the field.
+
+use std::mem::offset_of;
+
+use egpu_ebpf::verifier::{Access, AccessRegion};
+use egpu_ebpf::{KernelCtx, MemAccessCtx, Operand, Reg, Size};
+
+use super::Context;
+use super::emit::Emitter;
+
+/// The bits of an access of `size`.
+pub(super) const fn ptx_bits(size: Size) -> u32 {
+    size.bytes() * 8
+}
+
+/// Where a word of a device context comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Word {
+    /// A value known when translating (kernel id, access size and site, …; 0 for padding).
+    Const(u32),
+    /// A special register (`%tid.x`, `%smid`, …).
+    Special(&'static str),
+    /// The low half of the address accessed.
+    AddrLo,
+    /// Its high half.
+    AddrHi,
+    /// The warp's index in its block, computed from the thread's.
+    Warp,
+}
+
+/// The 4-byte words of a device context, by offset. The offsets come from the context structs
+/// themselves, so the translation cannot drift from the one definition.
+fn context_word(context: &Context, offset: usize) -> Word {
+    let half = |v: u64, at: usize| Word::Const((v >> (8 * at)) as u32);
+    let dims = |o: usize, base: usize, reg: [&'static str; 3]| {
+        (base..base + 12).contains(&o).then(|| Word::Special(reg[(o - base) / 4]))
+    };
+    const TID: [&str; 3] = ["%tid.x", "%tid.y", "%tid.z"];
+    const CTAID: [&str; 3] = ["%ctaid.x", "%ctaid.y", "%ctaid.z"];
+    const NTID: [&str; 3] = ["%ntid.x", "%ntid.y", "%ntid.z"];
+    const NCTAID: [&str; 3] = ["%nctaid.x", "%nctaid.y", "%nctaid.z"];
+    match *context {
+        Context::Kernel { kernel_id } => {
+            type C = KernelCtx;
+            match offset {
+                o if o == offset_of!(C, kernel_id) => half(kernel_id, 0),
+                o if o == offset_of!(C, kernel_id) + 4 => half(kernel_id, 4),
+                o if o == offset_of!(C, warp) => Word::Warp,
+                o if o == offset_of!(C, lane) => Word::Special("%laneid"),
+                o if o == offset_of!(C, sm) => Word::Special("%smid"),
+                o => dims(o, offset_of!(C, thread), TID)
+                    .or_else(|| dims(o, offset_of!(C, block), CTAID))
+                    .or_else(|| dims(o, offset_of!(C, block_dim), NTID))
+                    .or_else(|| dims(o, offset_of!(C, grid_dim), NCTAID))
+                    .unwrap_or(Word::Const(0)),
+            }
+        }
+        Context::Access { kernel_id, size, site, is_store, .. } => {
+            type C = MemAccessCtx;
+            match offset {
+                o if o == offset_of!(C, addr) => Word::AddrLo,
+                o if o == offset_of!(C, addr) + 4 => Word::AddrHi,
+                o if o == offset_of!(C, kernel_id) => half(kernel_id, 0),
+                o if o == offset_of!(C, kernel_id) + 4 => half(kernel_id, 4),
+                o if o == offset_of!(C, size) => Word::Const(size),
+                o if o == offset_of!(C, site) => Word::Const(site),
+                o if o == offset_of!(C, warp) => Word::Warp,
+                o if o == offset_of!(C, lane) => Word::Special("%laneid"),
+                o if o == offset_of!(C, sm) => Word::Special("%smid"),
+                o if o == offset_of!(C, is_store) => Word::Const(u32::from(is_store)),
+                o => dims(o, offset_of!(C, thread), TID)
+                    .or_else(|| dims(o, offset_of!(C, block), CTAID))
+                    .unwrap_or(Word::Const(0)),
+            }
+        }
+        Context::Memory(_) => Word::Const(0),
+    }
+}
+
+impl Emitter<'_> {
+    /// The address operand and state space of an access, or `None` when it must go byte by byte
+    /// (the generic address is then in `t2`).
+    fn address(&mut self, pc: usize, base: Reg, off: i16) -> (String, &'static str, bool) {
+        let access = self.verified.access(pc);
+        if let Some(Access { region: AccessRegion::OwnStack, offset: Some(o), aligned: true }) =
+            access
+        {
+            let at = i64::from(self.frame) + o;
+            return (format!("[{}+{at}]", self.local_frame()), ".local", true);
+        }
+        let aligned = access.is_some_and(|a| a.aligned);
+        let b = self.reg(base);
+        // Map memory is global memory: GPU memory, or host memory mapped into the GPU.
+        let global = matches!(access, Some(Access { region: AccessRegion::MapValue(_), .. }));
+        if aligned {
+            (format!("[{b}+{off}]"), if global { ".global" } else { "" }, true)
+        } else {
+            let t2 = self.tmp64(2);
+            self.line(format!("add.s64 {t2}, {b}, {off};"));
+            (t2, "", false)
+        }
+    }
+
+    /// `dst = *(base + off)`, of `size` bytes, zero- or sign-extended.
+    pub(super) fn load(
+        &mut self,
+        pc: usize,
+        size: Size,
+        signed: bool,
+        dst: Reg,
+        base: Reg,
+        off: i16,
+    ) {
+        let d = self.reg(dst);
+        let bits = ptx_bits(size);
+        if let (Context::Kernel { .. } | Context::Access { .. }, Some(a)) =
+            (&self.options.context, self.verified.access(pc))
+            && let (AccessRegion::Context, Some(o)) = (a.region, a.offset)
+        {
+            self.context_load(o as usize, size, signed, &d);
+            return;
+        }
+        if let Some((slot, byte)) = self.frame_slot(self.verified.access(pc)) {
+            match (size, signed) {
+                (Size::DW, _) => self.line(format!("mov.b64 {d}, {slot};")),
+                (_, false) => self.line(format!("bfe.u64 {d}, {slot}, {}, {bits};", byte * 8)),
+                (_, true) => self.line(format!("bfe.s64 {d}, {slot}, {}, {bits};", byte * 8)),
+            }
+            return;
+        }
+        let (addr, space, aligned) = self.address(pc, base, off);
+        let w0 = self.tmp32(0);
+        if !aligned {
+            let (t0, t1) = (self.tmp64(0), self.tmp64(1));
+            self.line(format!("mov.b64 {t1}, 0;"));
+            for i in (0..size.bytes()).rev() {
+                self.line(format!("ld.u8 {w0}, [{addr}+{i}];"));
+                self.line(format!("cvt.u64.u32 {t0}, {w0};"));
+                self.line(format!("shl.b64 {t1}, {t1}, 8;"));
+                self.line(format!("or.b64 {t1}, {t1}, {t0};"));
+            }
+            if signed && bits < 64 {
+                let shift = 64 - bits;
+                self.line(format!("shl.b64 {t1}, {t1}, {shift};"));
+                self.line(format!("shr.s64 {t1}, {t1}, {shift};"));
+            }
+            self.line(format!("mov.b64 {d}, {t1};"));
+            return;
+        }
+        match (size, signed) {
+            (Size::DW, _) => self.line(format!("ld{space}.u64 {d}, {addr};")),
+            (_, false) => {
+                self.line(format!("ld{space}.u{bits} {w0}, {addr};"));
+                self.line(format!("cvt.u64.u32 {d}, {w0};"));
+            }
+            (_, true) => {
+                self.line(format!("ld{space}.s{bits} {w0}, {addr};"));
+                self.line(format!("cvt.s64.s32 {d}, {w0};"));
+            }
+        }
+    }
+
+    /// A load from a device context: the value comes from the words that hold the field.
+    fn context_load(&mut self, offset: usize, size: Size, signed: bool, d: &str) {
+        let context = self.options.context.clone();
+        let [w0, w1] = [self.tmp32(0), self.tmp32(1)];
+        if size == Size::DW {
+            if let Context::Access { addr, .. } = &context
+                && offset == offset_of!(MemAccessCtx, addr)
+            {
+                self.line(format!("mov.b64 {d}, {addr};"));
+                return;
+            }
+            self.read_context_word(&context, offset, &w0);
+            self.read_context_word(&context, offset + 4, &w1);
+            self.line(format!("mov.b64 {d}, {{{w0}, {w1}}};"));
+            return;
+        }
+        self.read_context_word(&context, offset & !3, &w0);
+        let bits = ptx_bits(size);
+        if bits < 32 {
+            let at = (offset & 3) * 8;
+            let ty = if signed { "s32" } else { "u32" };
+            self.line(format!("bfe.{ty} {w0}, {w0}, {at}, {bits};"));
+        }
+        let ty = if signed { "s" } else { "u" };
+        self.line(format!("cvt.{ty}64.{ty}32 {d}, {w0};"));
+    }
+
+    /// Reads the device context's 4-byte word at `offset` into the 32-bit register `into`.
+    fn read_context_word(&mut self, context: &Context, offset: usize, into: &str) {
+        match context_word(context, offset) {
+            Word::Const(v) => self.line(format!("mov.b32 {into}, {v};")),
+            Word::Special(reg) => {
+                let reg = if reg == "%smid" { self.smid() } else { reg.to_owned() };
+                self.line(format!("mov.u32 {into}, {reg};"));
+            }
+            word @ (Word::AddrLo | Word::AddrHi) => {
+                let Context::Access { addr, .. } = context else { unreachable!("access words") };
+                let t0 = self.tmp64(0);
+                let shift = if word == Word::AddrHi { 32 } else { 0 };
+                self.line(format!("shr.u64 {t0}, {addr}, {shift};"));
+                self.line(format!("cvt.u32.u64 {into}, {t0};"));
+            }
+            Word::Warp => {
+                // (tid.z * ntid.y + tid.y) * ntid.x + tid.x, over 32.
+                let [w2, w3] = [self.tmp32(2), self.tmp32(3)];
+                self.line(format!("mov.u32 {w2}, %tid.z;"));
+                self.line(format!("mov.u32 {w3}, %ntid.y;"));
+                self.line(format!("mov.u32 {into}, %tid.y;"));
+                self.line(format!("mad.lo.u32 {w2}, {w2}, {w3}, {into};"));
+                self.line(format!("mov.u32 {w3}, %ntid.x;"));
+                self.line(format!("mov.u32 {into}, %tid.x;"));
+                self.line(format!("mad.lo.u32 {w2}, {w2}, {w3}, {into};"));
+                self.line(format!("shr.u32 {into}, {w2}, 5;"));
+            }
+        }
+    }
+
+    /// `*(base + off) = src`, its low `size` bytes.
+    pub(super) fn store(&mut self, pc: usize, size: Size, base: Reg, off: i16, src: Operand) {
+        let value = match src {
+            Operand::Reg(r) => self.reg(r),
+            Operand::Imm(i) => {
+                let t3 = self.tmp64(3);
+                self.line(format!("mov.b64 {t3}, {};", i as i64));
+                t3
+            }
+        };
+        let bits = ptx_bits(size);
+        if let Some((slot, byte)) = self.frame_slot(self.verified.access(pc)) {
+            if size == Size::DW {
+                self.line(format!("mov.b64 {slot}, {value};"));
+            } else {
+                self.line(format!("bfi.b64 {slot}, {value}, {slot}, {}, {bits};", byte * 8));
+            }
+            return;
+        }
+        let (addr, space, aligned) = self.address(pc, base, off);
+        let [t0, w0] = [self.tmp64(0), self.tmp32(0)];
+        if !aligned {
+            for i in 0..size.bytes() {
+                self.line(format!("shr.u64 {t0}, {value}, {};", 8 * i));
+                self.line(format!("cvt.u32.u64 {w0}, {t0};"));
+                self.line(format!("st.u8 [{addr}+{i}], {w0};"));
+            }
+            return;
+        }
+        if size == Size::DW {
+            self.line(format!("st{space}.u64 {addr}, {value};"));
+        } else {
+            self.line(format!("cvt.u32.u64 {w0}, {value};"));
+            self.line(format!("st{space}.u{bits} {addr}, {w0};"));
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! What the translation is given, and what it gives back.
+
+use egpu_maps::layout::Geometry;
+
+/// Where the probe's context comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Context {
+    /// The context is memory at a generic address, held by this 64-bit PTX operand (for user
+    /// attach points, and for the conformance kernels).
+    Memory(String),
+    /// Kernel entry or exit ([`KernelCtx`](egpu_ebpf::KernelCtx)): every field comes from a
+    /// special register.
+    Kernel {
+        /// The kernel's id (64-bit hash of its mangled name).
+        kernel_id: u64,
+    },
+    /// A global load or store ([`MemAccessCtx`](egpu_ebpf::MemAccessCtx)).
+    Access {
+        /// The kernel's id.
+        kernel_id: u64,
+        /// The 64-bit PTX register holding the address accessed.
+        addr: String,
+        /// Bytes accessed.
+        size: u32,
+        /// The access's index among the kernel's observed accesses.
+        site: u32,
+        /// A store rather than a load.
+        is_store: bool,
+    },
+}
+
+/// How to translate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// Starts every register, label and function name the translation declares; must be unique
+    /// in the module the code goes into (for example one per injection site).
+    pub prefix: String,
+    /// Where the context comes from.
+    pub context: Context,
+    /// A 64-bit register, declared by the caller, that receives `r0` when the program exits.
+    pub result: Option<String>,
+    /// The host process id, for `bpf_get_current_pid_tgid`.
+    pub pid: u32,
+    /// The device side of each map of the program's map table, in its order.
+    pub maps: Vec<DeviceMap>,
+    /// Two 64-bit registers of the kernel, an address and a sum, through which atomic adds to
+    /// map values are combined per thread (see [`combines`](super::combines)); the kernel
+    /// starts them at 0 and flushes the sum (`red.add`) when it exits. `None`: every add is its
+    /// own atomic.
+    pub combine: Option<[String; 2]>,
+    /// The SM version the code will run on, from the module's `.target` (`sm_90`: 90). Below
+    /// 80, adds are not aggregated across a warp (`redux.sync` needs sm_80).
+    pub sm: u32,
+    /// A 32-bit register of the kernel that holds `%smid`, read once when the kernel starts (a
+    /// thread never moves to another SM); `None`: read `%smid` where needed.
+    pub smid: Option<String>,
+    /// Per map (in [`maps`](Options::maps) order): two 64-bit registers of the kernel, a key and
+    /// a value address, through which a thread remembers its last hit in that hash map (keys of
+    /// at most 8 bytes): a lookup of the same key again finds the value without probing. The
+    /// kernel starts the address at 0. Only for maps whose entries stay where they are while
+    /// the kernel runs: in GPU memory (nobody else writes them) and removed from by no probe of
+    /// the kernel (device inserts never reuse a removed entry's slot). `None` or missing: no
+    /// cache.
+    pub lookup_cache: Vec<Option<[String; 2]>>,
+}
+
+/// A map as the GPU sees it: the device address of its memory (header included) and its
+/// geometry, which the translation bakes into the code as constants.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceMap {
+    /// Device address of the map's first byte.
+    pub addr: u64,
+    /// Its layout.
+    pub geometry: Geometry,
+    /// Whether others read the map while kernels write it (pinned host memory that host code
+    /// or another process reads live): ring records are then published with release ordering,
+    /// at a fence per record. A map in GPU memory is read after the kernel completes, which
+    /// orders everything, so its records are published without one.
+    pub live: bool,
+}
+
+impl Options {
+    /// Options with the given prefix and context, no result register and pid 0.
+    pub fn new(prefix: impl Into<String>, context: Context) -> Options {
+        Options {
+            prefix: prefix.into(),
+            context,
+            result: None,
+            pid: 0,
+            maps: Vec::new(),
+            combine: None,
+            sm: 90,
+            smid: None,
+            lookup_cache: Vec::new(),
+        }
+    }
+}
+
+/// A translated program.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Translation {
+    /// Module-level definitions (the local functions), to place before the function that holds
+    /// [`body`](Translation::body). Empty for programs without local calls.
+    pub functions: String,
+    /// The main function: one `{ … }` block, to place where the probe runs.
+    pub body: String,
+}
