@@ -1,18 +1,20 @@
 //! egpu: eBPF-style programmability for NVIDIA GPUs.
 //!
 //! Probes are eBPF programs. The same bytecode runs on the CPU, in an eBPF VM, for host events
-//! such as CUDA kernel launches, and (in a later step) inside CUDA kernels, translated to PTX.
-//! This crate is the facade users depend on.
+//! such as CUDA kernel launches, and inside CUDA kernels, translated to PTX, for device events.
+//! Every program is verified once, into a [`Verified`](ebpf::verifier::Verified), which every
+//! engine takes. This crate is the facade users depend on: each module is one of egpu's crates.
 //!
-//! | module | what it holds |
-//! |---|---|
-//! | [`ebpf`] | the eBPF core: instructions, programs, helpers, contexts, assembler |
-//! | [`maps`] | typed maps with one memory layout for host, VM, GPU and other processes |
-//! | [`probe`](mod@probe) | Probe Rust: [`#[egpu::probe]`](macro@probe) and [`#[egpu::helper]`](macro@helper), the IR, the code generator, [`print!`] |
-//! | [`vm`] | the CPU VM around rbpf: legalisation, engine choice, map binding, runs |
-//! | [`host`] | host attach points: probes on CUDA API calls, attached to a set and fired by whoever sees the call |
-//! | [`device`] | the GPU side: the CUDA driver layer (more to come) |
-//! | [`testing`] | helpers for tests that need a GPU |
+//! | module | crate | what it holds |
+//! |---|---|---|
+//! | [`ebpf`] | `egpu-ebpf` | the eBPF core: instructions, programs, helpers, contexts, the verifier, the assembler |
+//! | [`maps`] | `egpu-maps` | typed maps with one memory layout for host, VM, GPU and other processes |
+//! | [`probe`](mod@probe) | `egpu-probe` | Probe Rust's back end: the IR, the code generator, [`Probe`](probe::Probe); the language is [`#[egpu::probe]`](macro@probe) and [`#[egpu::helper]`](macro@helper), [`print!`] |
+//! | [`vm`] | `egpu-vm` | the CPU VM around rbpf: legalisation, engine choice, map binding, runs |
+//! | [`host`] | `egpu-host` | host attach points: probes on CUDA API calls, attached to a set and fired by whoever sees the call; the built-in probes and their exporters |
+//! | [`pack`] | `egpu-host` | probe packs, carried into the preloaded library; [`export_probes!`] |
+//! | [`device`] | `egpu-device` (with `egpu-ptx`) | the GPU side: the driver, device maps, the instrumenter, and the PTX reader, translator and injector |
+//! | [`testing`] | `egpu-device` | helpers for tests that need a GPU |
 #![deny(missing_docs)]
 
 pub use egpu_device as device;
