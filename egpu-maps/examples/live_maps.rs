@@ -29,6 +29,8 @@ use std::time::{Duration, Instant};
 
 use bytemuck::{Pod, Zeroable};
 use egpu_maps::{Array, HashMap, MapError, PerCpuArray, Placement, RingBuf, Shards};
+// SplitMix64, the workspace tests' generator, for made-up launches.
+use egpu_test_support::splitmix64;
 
 /// One record of the ring: a kernel launch.
 #[repr(C)]
@@ -190,15 +192,6 @@ impl Totals {
     }
 }
 
-/// SplitMix64, for made-up launches.
-fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// One writer thread: launches until `STOP`, as a tracer's probes would record them.
 fn write_launches(maps: &Maps, thread: u64) -> Result<Totals, MapError> {
     let mut rng = 0x5eed_0000 + thread;
@@ -206,8 +199,8 @@ fn write_launches(maps: &Maps, thread: u64) -> Result<Totals, MapError> {
     let mut n = 0u64;
     while !STOP.load(Ordering::SeqCst) {
         for _ in 0..LAUNCHES_PER_MS {
-            let kernel = pick_kernel(splitmix(&mut rng));
-            let threads = (1 + splitmix(&mut rng) % 1024) * 128;
+            let kernel = pick_kernel(splitmix64(&mut rng));
+            let threads = (1 + splitmix64(&mut rng) % 1024) * 128;
             maps.counts.fetch_add(&kernel.0, 1)?;
             maps.events.fetch_add(EV_LAUNCHES, 1)?;
             maps.events.fetch_add(EV_THREADS, threads)?;
@@ -215,7 +208,7 @@ fn write_launches(maps: &Maps, thread: u64) -> Result<Totals, MapError> {
                 kernel: kernel.0,
                 seq: thread << 48 | n,
                 threads,
-                duration_ns: 1000 + splitmix(&mut rng) % 50_000,
+                duration_ns: 1000 + splitmix64(&mut rng) % 50_000,
             };
             match maps.launches.output(&launch) {
                 Ok(()) => totals.records += 1,

@@ -34,6 +34,9 @@ use std::time::{Duration, Instant};
 
 use dashmap::DashMap;
 use egpu_maps::{HashMap, PerCpuHashMap, Placement, Shards};
+// SplitMix64, the workspace tests' generator: a fixed pseudo-random sequence, the same on every
+// run.
+use egpu_test_support::splitmix64;
 
 /// Distinct keys of the update benchmark.
 const KEYS: usize = 4096;
@@ -50,22 +53,13 @@ const PROCESS_WINDOW: Duration = Duration::from_millis(200);
 /// The key of the counter the second process reads.
 const COUNTER_KEY: u64 = 0xc0de;
 
-/// SplitMix64: a fixed pseudo-random sequence, the same on every run.
-fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// The 4096 keys (random-looking 64-bit ids, like kernel ids) and the sequence of them the
 /// threads update.
 fn key_sequence() -> (Vec<u64>, Vec<u64>) {
     let mut state = 0x5eed;
-    let keys: Vec<u64> = (0..KEYS).map(|_| splitmix(&mut state)).collect();
+    let keys: Vec<u64> = (0..KEYS).map(|_| splitmix64(&mut state)).collect();
     let sequence =
-        (0..SEQUENCE).map(|_| keys[(splitmix(&mut state) % KEYS as u64) as usize]).collect();
+        (0..SEQUENCE).map(|_| keys[(splitmix64(&mut state) % KEYS as u64) as usize]).collect();
     (keys, sequence)
 }
 

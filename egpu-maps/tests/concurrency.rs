@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 
 use bytemuck::{Pod, Zeroable};
-use common::Rng;
 use egpu_maps::{
     Array, HashMap, MapError, PerCpuArray, PerCpuHashMap, Placement, Shards, UpdateFlags, cpu_count,
 };
+use egpu_test_support::Rng;
 
 const THREADS: usize = 8;
 const UPDATES: u64 = 20_000;
@@ -267,7 +267,7 @@ fn per_cpu_hash_sums_are_exact() {
 /// The keys of round `round`: fresh, distinct, spread over the whole key space.
 fn round_keys(round: u64, n: u64) -> Vec<u64> {
     let mut rng = Rng::from_env("round keys", 0x5eed_0000 + round);
-    let keys: Vec<u64> = (0..n).map(|_| rng.next()).collect();
+    let keys: Vec<u64> = (0..n).map(|_| rng.next_u64()).collect();
     assert_eq!(keys.iter().collect::<HashSet<_>>().len(), keys.len());
     keys
 }

@@ -6,12 +6,13 @@ mod common;
 use std::io::ErrorKind;
 use std::ptr::NonNull;
 
-use common::{Rng, ShmFile, shm_path, unique_name};
+use common::{ShmFile, shm_path, unique_name};
 use egpu_maps::layout::{self, Geometry, HEADER_BYTES, MAX_CAPACITY, header};
 use egpu_maps::{
     Array, HashMap, MapError, MapKind, PerCpuArray, PerCpuHashMap, Placement, RawMap, RingBuf,
     Shards, UpdateFlags, unlink_shared,
 };
+use egpu_test_support::Rng;
 
 /// 8-byte aligned memory for a map.
 struct Buf(Vec<u64>);

@@ -11,8 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{Rng, shm_path, unique_name, within};
+use common::{shm_path, unique_name, within};
 use egpu_maps::{Array, HashMap, MapError, PerCpuArray, PerCpuHashMap, Placement, RingBuf, Shards};
+use egpu_test_support::Rng;
 
 const CHILD_ENV: &str = "EGPU_MAPS_CHILD";
 

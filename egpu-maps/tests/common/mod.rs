@@ -5,12 +5,6 @@ use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// The seeded generator of the workspace's top-level tests (`EGPU_SEED` reproduces a run).
-#[path = "../../../tests/rng.rs"]
-mod rng;
-#[allow(unused_imports, reason = "not every test binary draws random numbers")]
-pub(crate) use rng::Rng;
-
 /// A shared-memory name unique to this test process and test.
 pub(crate) fn unique_name(test: &str) -> String {
     format!("egpu-maps-test-{}-{test}", std::process::id())
