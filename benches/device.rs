@@ -54,11 +54,7 @@ fn main() {
     unsafe { std::env::set_var("CUDA_CACHE_DISABLE", "1") };
     let Some(info) = egpu_device::testing::require_gpu() else { return };
     let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
-    let root = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into())
-        .join("..");
-    let ptx = std::fs::read_to_string(root.join("tests/ptx/saxpy.ptx")).expect("saxpy.ptx");
+    let ptx = egpu_test_support::read_workspace_file("tests/ptx/saxpy.ptx");
 
     let geometry = |kind, sm| match kind {
         MapKind::PerCpuArray => Geometry::new(kind, 4, 8, 1, 0, sm),

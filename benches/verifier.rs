@@ -6,11 +6,11 @@
 //! branches on it (so every block doubles the paths, which joins must undo), spills to and
 //! reloads from a stack slot, and adds into a running total.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use egpu::ebpf::verifier::verify;
 use egpu::ebpf::{AttachPoint, HostEvent, MapDef, MapKind, Phase, Program, assemble};
+use egpu_test_support::{files_with_extension, workspace_path};
 
 fn probe_of_1000() -> Program {
     let mut text = String::from("mov %r6, 0\nmov %r7, 0\n");
@@ -36,26 +36,10 @@ fn probe_of_1000() -> Program {
     Program::new(slots, vec![], AttachPoint::Host(HostEvent::Launch, Phase::Enter)).expect("valid")
 }
 
-/// The suite's folder: from `CARGO_MANIFEST_DIR` at run time (the GPU bundle sets it), else
-/// where the bench was built.
-fn suite_dir() -> PathBuf {
-    std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
-        .join("../tests/verifier")
-}
-
 /// The suite's programs, with their maps and attach points (the headers `tests/verifier.rs`
 /// documents).
 fn suite() -> Vec<(String, Program)> {
-    let dir = suite_dir();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|e| e == "s"))
-        .collect();
-    files.sort();
-    files
+    files_with_extension(&workspace_path("tests/verifier"), "s")
         .iter()
         .filter_map(|path| {
             let text = std::fs::read_to_string(path).expect("readable");

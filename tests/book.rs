@@ -4,10 +4,7 @@
 use std::path::{Path, PathBuf};
 
 fn book_src() -> PathBuf {
-    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    manifest.join("../book/src")
+    egpu_test_support::workspace_path("book/src")
 }
 
 fn chapters(src: &Path) -> Vec<PathBuf> {

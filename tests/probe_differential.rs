@@ -11,8 +11,7 @@ use egpu::maps::{Array, HashMap, PerCpuArray, PerCpuHashMap, RawMap, RingBuf, Sh
 use egpu::probe::Probe;
 use egpu::vm::EngineChoice;
 
-mod rng;
-use rng::Rng;
+use egpu_test_support::Rng;
 
 /// The context every probe of the corpus takes.
 #[repr(C)]
@@ -701,18 +700,18 @@ fn restore(maps: &[RawMap], bytes: &[Vec<u8>]) {
 fn random_ctx(rng: &mut Rng) -> Ctx {
     let mut ctx = Ctx::zeroed();
     for byte in bytemuck::bytes_of_mut(&mut ctx) {
-        *byte = rng.next() as u8;
+        *byte = rng.next_u64() as u8;
     }
-    if rng.chance(4) {
+    if rng.one_in(4) {
         ctx.b = 0;
     }
-    if rng.chance(4) {
+    if rng.one_in(4) {
         ctx.c = i64::MIN;
     }
-    if rng.chance(4) {
+    if rng.one_in(4) {
         ctx.e = -1;
     }
-    if rng.chance(8) {
+    if rng.one_in(8) {
         ctx.g = 0;
     }
     ctx

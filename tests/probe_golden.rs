@@ -4,19 +4,11 @@
 #[allow(dead_code)]
 mod probe_pairs;
 
-use std::path::PathBuf;
-
-fn golden_dir() -> PathBuf {
-    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    manifest.join("../tests/golden")
-}
+use egpu_test_support::{Golden, workspace_path};
 
 #[test]
 fn generated_code_matches_the_golden_files() {
-    let bless = std::env::var_os("EGPU_BLESS").is_some_and(|v| v == "1");
-    let mut changed = Vec::new();
+    let mut golden = Golden::new(workspace_path("tests/golden"));
     for pair in probe_pairs::pairs() {
         let program = (pair.probe)().program().unwrap_or_else(|e| panic!("{}: {e}", pair.name));
         let text = format!(
@@ -25,20 +17,7 @@ fn generated_code_matches_the_golden_files() {
             program.insns().len(),
             program.disassemble()
         );
-        let path = golden_dir().join(format!("{}.txt", pair.name));
-        if bless {
-            std::fs::write(&path, &text).expect("write the golden file");
-            continue;
-        }
-        let want = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e} (EGPU_BLESS=1 writes it)", path.display()));
-        if want != text {
-            changed.push(format!("{}:\n--- golden\n{want}\n+++ generated\n{text}", pair.name));
-        }
+        golden.check(&format!("{}.txt", pair.name), &text);
     }
-    assert!(
-        changed.is_empty(),
-        "generated code changed (EGPU_BLESS=1 accepts it):\n{}",
-        changed.join("\n")
-    );
+    golden.finish();
 }
