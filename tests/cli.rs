@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use egpu::ebpf::{AttachPoint, DeviceEvent, Program, assemble};
 use egpu_device::ptx::Module;
 use egpu_device::testing::require_ptxas;
+use egpu_test_support::workspace_path;
 
 /// The GPU machine's target (an H200).
 const ARCH: &str = "sm_90";
@@ -41,15 +42,6 @@ fn egpu() -> PathBuf {
         looked.push(candidate.display().to_string());
     }
     panic!("the `egpu` binary is not where this test looks for it: {}", looked.join(", "));
-}
-
-/// The repository's root (for tests/ptx).
-fn repo_root() -> PathBuf {
-    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    let root = manifest.join("..");
-    root.canonicalize().unwrap_or(root)
 }
 
 /// A temporary folder of this test, removed when dropped.
@@ -135,7 +127,7 @@ fn check_ptx(what: &str, ptx: &str) {
 }
 
 fn saxpy() -> PathBuf {
-    repo_root().join("tests/ptx/saxpy.ptx")
+    workspace_path("tests/ptx/saxpy.ptx")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -263,7 +255,7 @@ fn inject_writes_the_module_and_lists_the_sites() {
 
 #[test]
 fn maps_are_declared_on_the_command_line() {
-    let probes = repo_root().join("tests/probes");
+    let probes = workspace_path("tests/probes");
     let pages = probes.join("page_count.s");
     let saxpy = saxpy();
     // A hash map at a given address: its header's address is a constant of the code.
