@@ -17,7 +17,6 @@
 //! fails is written to the temporary folder with its number.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -31,6 +30,7 @@ use egpu_ebpf::{
     assemble,
 };
 use egpu_maps::layout::Geometry;
+use egpu_test_support::{Algorithm, Rng, files_with_extension, seed_from_env, workspace_path};
 
 /// The GPU machine's target (an H200).
 const ARCH: &str = "sm_90";
@@ -45,63 +45,24 @@ const PTXAS_SAMPLE: usize = 40;
 // Fixtures, probes, the generator
 // ---------------------------------------------------------------------------------------------
 
-fn repo_root() -> PathBuf {
-    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    let root = manifest.join("..");
-    root.canonicalize().unwrap_or(root)
-}
-
 /// Every `tests/ptx/*.ptx`, as (file name, text), sorted by name.
 fn fixtures() -> Vec<(String, String)> {
-    let dir = repo_root().join("tests/ptx");
-    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let mut files: Vec<(String, String)> = entries
-        .map(|e| e.unwrap_or_else(|e| panic!("{}: {e}", dir.display())).path())
-        .filter(|p| p.extension().is_some_and(|x| x == "ptx"))
+    let dir = workspace_path("tests/ptx");
+    let files: Vec<(String, String)> = files_with_extension(&dir, "ptx")
+        .into_iter()
         .map(|p| {
             let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
             (p.file_name().unwrap_or_default().to_string_lossy().into_owned(), text)
         })
         .collect();
-    files.sort();
     assert!(files.len() >= 5, "expected the PTX fixtures in {}", dir.display());
     files
 }
 
-/// xorshift64*, seeded from `EGPU_SEED` or `default` (the seed is printed).
-struct Rng(u64);
-
-impl Rng {
-    fn from_env(test: &str, default: u64) -> Rng {
-        let seed = std::env::var("EGPU_SEED")
-            .ok()
-            .and_then(|s| match s.strip_prefix("0x") {
-                Some(h) => u64::from_str_radix(h, 16).ok(),
-                None => s.parse().ok(),
-            })
-            .unwrap_or(default);
-        println!("{test}: EGPU_SEED={seed:#x}");
-        Rng(seed | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 { 0 } else { (self.next() % n as u64) as usize }
-    }
-
-    fn pick<'t>(&mut self, items: &[&'t str]) -> &'t str {
-        items[self.below(items.len())]
-    }
+/// xorshift64*, seeded from `EGPU_SEED` or `default` (the seed is printed), made odd so that it
+/// is never 0.
+fn rng_for(test: &str, default: u64) -> Rng {
+    Rng::with_algorithm(Algorithm::XorShift64Star, seed_from_env(test, default) | 1)
 }
 
 /// Short texts that matter to the reader: its delimiters, and UTF-8 of two, three and four bytes.
@@ -188,7 +149,7 @@ fn mutate_once(rng: &mut Rng, chars: &mut Vec<char>) {
         // Truncate.
         6 => chars.truncate(at),
         // A random byte value as a character (ASCII and Latin-1).
-        7 if len > 0 => chars[at.min(len - 1)] = char::from(rng.next() as u8),
+        7 if len > 0 => chars[at.min(len - 1)] = char::from(rng.next_u64() as u8),
         _ => mutate_lines(rng, chars),
     }
 }
@@ -375,7 +336,7 @@ fn mutated_fixtures_never_panic() {
     let programs = fuzz_programs();
     let bindings = counter_bindings();
     let probes = probes(&programs, &bindings);
-    let mut rng = Rng::from_env("mutated_fixtures_never_panic", 0x5eed_f00d_b00c);
+    let mut rng = rng_for("mutated_fixtures_never_panic", 0x5eed_f00d_b00c);
     let (mut ok, mut refused, mut sites) = (0usize, 0usize, 0usize);
     let mut failures = Vec::new();
     // The panic message goes to stderr as usual; the case is saved for the report.
@@ -452,7 +413,7 @@ fn injection_keeps_ptxas_valid_mutants_valid() {
     let programs = fuzz_programs();
     let bindings = counter_bindings();
     let probes = probes(&programs, &bindings);
-    let mut rng = Rng::from_env("injection_keeps_ptxas_valid_mutants_valid", 0xface_5eed);
+    let mut rng = rng_for("injection_keeps_ptxas_valid_mutants_valid", 0xface_5eed);
     // Gentle mutations (by line), which ptxas accepts often enough; each injected without error.
     let fixtures = fixtures();
     let mut candidates = Vec::new();

@@ -17,8 +17,6 @@
 //! | `saxpy_array_count.ptx` | `tests/ptx/saxpy.ptx` with the counting probe at every global load (combined adds) |
 //! | `saxpy_array_count.sites.txt` | the sites of that injection |
 
-use std::path::PathBuf;
-
 use egpu_device::inject::{DeviceProbe, Kernels, inject};
 use egpu_device::ptx::Module;
 use egpu_device::testing::require_ptxas;
@@ -26,17 +24,10 @@ use egpu_device::translate::{DeviceMap, kernel_module, kernel_module_with};
 use egpu_ebpf::verifier::{Verified, verify};
 use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
 use egpu_maps::layout::Geometry;
+use egpu_test_support::{Golden, read_workspace_file, workspace_path};
 
 /// The GPU machine's target (an H200).
 const ARCH: &str = "sm_90";
-
-fn repo_root() -> PathBuf {
-    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    let root = manifest.join("..");
-    root.canonicalize().unwrap_or(root)
-}
 
 fn program(text: &str, maps: Vec<MapDef>, attach: AttachPoint) -> Verified {
     let slots = assemble(text).unwrap_or_else(|e| panic!("assembling {text:?}: {e}"));
@@ -117,9 +108,7 @@ fn generated() -> Vec<(&'static str, String, bool)> {
     let module = |r: Result<String, _>, what: &str| {
         r.unwrap_or_else(|e: egpu_device::translate::TranslateError| panic!("{what}: {e}"))
     };
-    let saxpy_path = repo_root().join("tests/ptx/saxpy.ptx");
-    let saxpy = std::fs::read_to_string(&saxpy_path)
-        .unwrap_or_else(|e| panic!("{}: {e}", saxpy_path.display()));
+    let saxpy = read_workspace_file("tests/ptx/saxpy.ptx");
     let bindings = [count_binding()];
     let probes = [DeviceProbe { program: &count, kernels: Kernels::All, maps: &bindings }];
     let injected = inject(&saxpy, &probes).unwrap_or_else(|e| panic!("saxpy: {e}"));
@@ -151,29 +140,10 @@ fn generated() -> Vec<(&'static str, String, bool)> {
     ]
 }
 
-/// The first line where `want` and `got` differ, both shown.
-fn first_difference(want: &str, got: &str) -> String {
-    let (w, g): (Vec<&str>, Vec<&str>) = (want.lines().collect(), got.lines().collect());
-    for i in 0..w.len().max(g.len()) {
-        let (a, b) = (w.get(i), g.get(i));
-        if a != b {
-            return format!(
-                "first difference at line {}:\n  golden:    {}\n  generated: {}",
-                i + 1,
-                a.copied().unwrap_or("(end of file)"),
-                b.copied().unwrap_or("(end of file)")
-            );
-        }
-    }
-    "the files differ only in their line endings".into()
-}
-
 #[test]
 fn generated_ptx_matches_the_golden_files() {
-    let bless = std::env::var_os("EGPU_BLESS").is_some_and(|v| v == "1");
-    let dir = repo_root().join("tests/golden/ptx");
     let ptxas = require_ptxas();
-    let mut changed = Vec::new();
+    let mut golden = Golden::new(workspace_path("tests/golden/ptx"));
     for (name, text, is_ptx) in generated() {
         // What must hold whatever the code looks like.
         if is_ptx {
@@ -192,27 +162,7 @@ fn generated_ptx_matches_the_golden_files() {
                 println!("{name}: ptxas {ARCH}: {}", regs.join(", "));
             }
         }
-        let path = dir.join(name);
-        if bless {
-            std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-            std::fs::write(&path, &text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            println!("EGPU_BLESS=1: wrote {}", path.display());
-            continue;
-        }
-        let want = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{}: {e} (EGPU_BLESS=1 writes it)", path.display()));
-        if want != text {
-            let at = std::env::temp_dir().join(format!("egpu-golden-{name}"));
-            let saved = match std::fs::write(&at, &text) {
-                Ok(()) => format!("generated text in {}", at.display()),
-                Err(e) => format!("generated text not saved: {e}"),
-            };
-            changed.push(format!("{name} ({saved}): {}", first_difference(&want, &text)));
-        }
+        golden.check(name, &text);
     }
-    assert!(
-        changed.is_empty(),
-        "the generated PTX changed; if the change is meant, review it and run with EGPU_BLESS=1:\n{}",
-        changed.join("\n")
-    );
+    golden.finish();
 }

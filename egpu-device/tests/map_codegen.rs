@@ -6,23 +6,18 @@
 //! - an add of a constant makes no vote and no `redux.sync`;
 //! - a ring record is stored alone, in pairs of words, with no sequence word.
 
-use std::path::PathBuf;
-
 use egpu_device::inject::{DeviceProbe, Kernels, inject};
 use egpu_device::translate::DeviceMap;
 use egpu_ebpf::verifier::{Verified, verify};
 use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
 use egpu_maps::layout::Geometry;
+use egpu_test_support::read_workspace_file;
 
 const PAGE_COUNT: &str = include_str!("../../tests/probes/page_count.s");
 const TRACE: &str = include_str!("../../tests/probes/trace.s");
 
 fn saxpy() -> String {
-    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    let path = manifest.join("../tests/ptx/saxpy.ptx");
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    read_workspace_file("tests/ptx/saxpy.ptx")
 }
 
 fn program(text: &str, maps: Vec<MapDef>, event: DeviceEvent) -> Verified {

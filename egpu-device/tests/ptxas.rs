@@ -10,37 +10,23 @@ use std::path::{Path, PathBuf};
 use egpu_device::ptx::{FunctionKind, Module};
 use egpu_device::testing::{require_nvcc, require_ptxas};
 use egpu_device::toolchain::{Ptxas, PtxasReport, ToolError};
+use egpu_test_support::{files_with_extension, workspace_path, workspace_root};
 
 /// The GPU machine's target (an H200).
 const ARCH: &str = "sm_90";
 
-/// The repository's root: from `CARGO_MANIFEST_DIR` at run time when set (`cargo test`, or the GPU
-/// bundle's `run.sh`, where the binary runs on another machine), else where it was built.
-fn repo_root() -> PathBuf {
-    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    let root = manifest.join("..");
-    root.canonicalize().unwrap_or(root)
-}
-
 /// The files of folder `dir` (relative to the repository's root) whose names end in `.ext`,
 /// sorted. Panics if there are none: a missing corpus must not pass as an empty one.
 fn corpus(dir: &str, ext: &str) -> Vec<PathBuf> {
-    let dir = repo_root().join(dir);
-    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    let mut files: Vec<PathBuf> = entries
-        .map(|e| e.unwrap_or_else(|e| panic!("{}: {e}", dir.display())).path())
-        .filter(|p| p.extension().is_some_and(|x| x == ext))
-        .collect();
-    files.sort();
+    let dir = workspace_path(dir);
+    let files = files_with_extension(&dir, ext);
     assert!(!files.is_empty(), "no .{ext} files in {}", dir.display());
     files
 }
 
 /// `path` relative to the repository's root, for messages.
 fn shown(path: &Path) -> String {
-    let root = repo_root();
+    let root = workspace_root();
     path.strip_prefix(&root).unwrap_or(path).display().to_string()
 }
 
@@ -125,7 +111,7 @@ fn corpus_kernels_compile() {
         let result = nvcc.compile_ptx(&cu, ARCH).map_err(|e| e.to_string()).and_then(|ptx| {
             let line = read_and_check(&ptxas, &ptx)?;
             let stem = cu.file_stem().unwrap_or_default().to_string_lossy();
-            let fixture = repo_root().join("tests/ptx").join(format!("{stem}.ptx"));
+            let fixture = workspace_path("tests/ptx").join(format!("{stem}.ptx"));
             let same = match std::fs::read_to_string(&fixture) {
                 Ok(text) if text == ptx => format!("same as {}", shown(&fixture)),
                 Ok(_) => format!("differs from {}", shown(&fixture)),
@@ -141,7 +127,7 @@ fn corpus_kernels_compile() {
             .and_then(|ptx| read_and_check(&ptxas, &ptx));
         report_line(&file, result, &mut failures);
     }
-    let broken = std::fs::read_to_string(repo_root().join("tests/ptx/saxpy.ptx"))
+    let broken = std::fs::read_to_string(workspace_path("tests/ptx/saxpy.ptx"))
         .expect("tests/ptx/saxpy.ptx")
         .replacen("\tret;", "\trett;", 1);
     let result = match ptxas.check(&broken, ARCH) {
@@ -183,7 +169,7 @@ fn conformance_translates_for_ptxas() {
     use egpu_ebpf::verifier::verify;
 
     let Some(ptxas) = require_ptxas() else { return };
-    let Some(cases) = suite(&repo_root()) else { return };
+    let Some(cases) = suite(&workspace_root()) else { return };
     let cases = cases.expect("a readable suite");
     let mut failed = Failures::new();
     for case in &cases {
@@ -203,7 +189,7 @@ fn conformance_translates_for_ptxas() {
     for ((_, file), why) in &failed {
         println!("  failed {file}: {why}");
     }
-    if let Err(e) = check_listed(&repo_root(), &["ptxas"], &failed) {
+    if let Err(e) = check_listed(&workspace_root(), &["ptxas"], &failed) {
         panic!("{e}");
     }
 }
