@@ -83,6 +83,7 @@ impl Golden {
     }
 
     /// Panics when a file checked differs from its generated text, with every difference.
+    #[track_caller]
     pub fn finish(mut self) {
         self.finished = true;
         let changed = std::mem::take(&mut self.changed);
