@@ -1,0 +1,238 @@
+//! Register allocation: which IR values live in which registers.
+//!
+//! `r6`–`r9` survive helper calls: the context pointer, when the probe reads the context and
+//! cannot keep it in `r1` (a helper call clobbers `r1`, or expressions need it), takes `r9`, and
+//! the variables and map value pointers used most (uses inside loops weigh 8 times) take the
+//! rest. Other variables and pointers live in
+//! 8-byte stack slots (their homes). Expressions are evaluated in the temporaries `r0`–`r5`,
+//! operands needing more registers first when neither side calls a helper (else left to right,
+//! as Rust evaluates).
+
+use std::collections::BTreeMap;
+
+use egpu_ebpf::{AluOp, Instruction, Operand, Reg, Size};
+
+use super::{CompileError, Gen, alu};
+use crate::ir::{Arg, Expr, Place, Ptr, Stmt, Ty, Var};
+
+/// Where a variable or pointer lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Home {
+    Reg(Reg),
+    /// A stack slot at this offset from `r10`.
+    Stack(i16),
+}
+
+/// Temporaries, in the order they are handed out.
+pub(super) const TEMPS: [Reg; 6] = [Reg::R0, Reg::R1, Reg::R2, Reg::R3, Reg::R4, Reg::R5];
+/// Registers that survive helper calls.
+const SAVED: [Reg; 4] = [Reg::R6, Reg::R7, Reg::R8, Reg::R9];
+/// The context pointer's register.
+pub(super) const CTX: Reg = Reg::R9;
+
+/// What competes for the saved registers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Contender {
+    Var(u32),
+    Ptr(u32),
+}
+
+/// Registers an expression needs (Sethi–Ullman), and whether it calls a helper.
+pub(super) fn need(e: &Expr) -> (u32, bool) {
+    match e {
+        Expr::Const(..) | Expr::Var(_) | Expr::Load(..) => (1, false),
+        Expr::Unary(_, _, a) | Expr::Cast { arg: a, .. } => need(a),
+        Expr::Binary(_, _, a, b) | Expr::Cmp(_, _, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
+            let ((na, ca), (nb, cb)) = (need(a), need(b));
+            (if na == nb { na + 1 } else { na.max(nb) }, ca || cb)
+        }
+        Expr::Call(..) => (1, true),
+    }
+}
+
+impl Gen<'_> {
+    /// Puts the context pointer and the busiest variables and pointers in the saved registers,
+    /// the rest in stack slots; moves the context pointer to its register if it needs one.
+    pub(super) fn assign_homes(&mut self, ctx_in_r1: bool) -> Result<(), CompileError> {
+        let ir = self.ir;
+        let mut weight: BTreeMap<Contender, u64> = BTreeMap::new();
+        let mut uses_ctx = false;
+        count_uses(&ir.body, 1, &mut weight, &mut uses_ctx);
+        // The context pointer stays in r1 when no helper call clobbers it (r1 is then no
+        // temporary); otherwise it moves to r9, which calls preserve.
+        self.ctx = if ctx_in_r1 && !calls_helpers(&ir.body) { Reg::R1 } else { CTX };
+        if self.ctx == Reg::R1 {
+            self.busy[1] = true;
+        }
+        let mut free_regs: Vec<Reg> =
+            SAVED.into_iter().filter(|&r| !(uses_ctx && r == self.ctx)).collect();
+        let mut ranked: Vec<(Contender, u64)> = weight.into_iter().collect();
+        ranked.sort_by_key(|&(h, w)| (std::cmp::Reverse(w), h));
+        let mut regs: BTreeMap<Contender, Reg> = BTreeMap::new();
+        for (h, _) in ranked {
+            if free_regs.is_empty() {
+                break;
+            }
+            regs.insert(h, free_regs.remove(0));
+        }
+        for v in 0..ir.vars.len() {
+            let home = match regs.get(&Contender::Var(v as u32)) {
+                Some(&r) => Home::Reg(r),
+                None => Home::Stack(self.slot()?),
+            };
+            self.vars.push(home);
+        }
+        for p in 0..ir.ptrs {
+            let home = match regs.get(&Contender::Ptr(p)) {
+                Some(&r) => Home::Reg(r),
+                None => Home::Stack(self.slot()?),
+            };
+            self.ptrs.push(home);
+        }
+        if uses_ctx && self.ctx != Reg::R1 {
+            self.insn(alu(AluOp::Mov, self.ctx, Operand::Reg(Reg::R1)));
+        }
+        Ok(())
+    }
+
+    /// A free temporary, the first in `TEMPS` order.
+    pub(super) fn temp(&mut self) -> Result<Reg, CompileError> {
+        let i = self.busy.iter().position(|b| !b).ok_or(CompileError::TooDeep)?;
+        self.busy[i] = true;
+        Ok(TEMPS[i])
+    }
+
+    /// Marks the temporary `r` (free) as in use.
+    pub(super) fn take(&mut self, r: Reg) {
+        let i = TEMPS.iter().position(|&t| t == r).expect("a temporary");
+        debug_assert!(!self.busy[i], "{r} is busy");
+        self.busy[i] = true;
+    }
+
+    /// Frees `r` if it is a temporary.
+    pub(super) fn free(&mut self, r: Reg) {
+        if let Some(i) = TEMPS.iter().position(|&t| t == r) {
+            self.busy[i] = false;
+        }
+    }
+
+    pub(super) fn var(&self, v: Var) -> Result<Home, CompileError> {
+        self.vars.get(v.0 as usize).copied().ok_or(CompileError::Malformed(format!("{v:?}")))
+    }
+
+    pub(super) fn var_ty(&self, v: Var) -> Result<Ty, CompileError> {
+        self.ir.vars.get(v.0 as usize).copied().ok_or(CompileError::Malformed(format!("{v:?}")))
+    }
+
+    pub(super) fn ptr(&self, p: Ptr) -> Result<Home, CompileError> {
+        self.ptrs.get(p.0 as usize).copied().ok_or(CompileError::Malformed(format!("{p:?}")))
+    }
+
+    /// `dst = home`.
+    pub(super) fn load_home(&mut self, dst: Reg, home: Home) {
+        match home {
+            Home::Reg(r) => self.insn(alu(AluOp::Mov, dst, Operand::Reg(r))),
+            Home::Stack(off) => self.insn(Instruction::Load {
+                size: Size::DW,
+                signed: false,
+                dst,
+                base: Reg::FP,
+                off,
+            }),
+        }
+    }
+
+    /// `home = src`.
+    pub(super) fn store_home(&mut self, home: Home, src: Reg) {
+        match home {
+            Home::Reg(r) if r == src => {}
+            Home::Reg(r) => self.insn(alu(AluOp::Mov, r, Operand::Reg(src))),
+            Home::Stack(off) => self.insn(Instruction::Store {
+                size: Size::DW,
+                base: Reg::FP,
+                off,
+                src: Operand::Reg(src),
+            }),
+        }
+    }
+}
+
+/// Whether the statements call a helper (a lookup or a call expression) anywhere.
+fn calls_helpers(stmts: &[Stmt]) -> bool {
+    fn expr(e: &Expr) -> bool {
+        need(e).1
+    }
+    stmts.iter().any(|s| match s {
+        Stmt::Set(_, e) | Stmt::Eval(e) | Stmt::Return(e) => expr(e),
+        Stmt::Store(_, _, e) | Stmt::AtomicAdd(_, _, e) => expr(e),
+        Stmt::If(c, a, b) => expr(c) || calls_helpers(a) || calls_helpers(b),
+        Stmt::Repeat(_, _, body) => calls_helpers(body),
+        Stmt::Lookup { .. } => true,
+        Stmt::Break | Stmt::Continue => false,
+    })
+}
+
+/// Counts the uses of variables and pointers (weighted by loop depth), and whether the context
+/// is read.
+fn count_uses(stmts: &[Stmt], weight: u64, out: &mut BTreeMap<Contender, u64>, ctx: &mut bool) {
+    let add =
+        |h: Contender, out: &mut BTreeMap<Contender, u64>| *out.entry(h).or_default() += weight;
+    fn place(p: &Place, weight: u64, out: &mut BTreeMap<Contender, u64>, ctx: &mut bool) {
+        match p {
+            Place::Ctx(_) => *ctx = true,
+            Place::Value(ptr, _) => *out.entry(Contender::Ptr(ptr.0)).or_default() += weight,
+            Place::Buf(..) => {}
+        }
+    }
+    fn expr(e: &Expr, weight: u64, out: &mut BTreeMap<Contender, u64>, ctx: &mut bool) {
+        match e {
+            Expr::Const(..) => {}
+            Expr::Var(v) => *out.entry(Contender::Var(v.0)).or_default() += weight,
+            Expr::Load(_, p) => place(p, weight, out, ctx),
+            Expr::Unary(_, _, a) | Expr::Cast { arg: a, .. } => expr(a, weight, out, ctx),
+            Expr::Binary(_, _, a, b) | Expr::Cmp(_, _, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
+                expr(a, weight, out, ctx);
+                expr(b, weight, out, ctx);
+            }
+            Expr::Call(_, _, args) => {
+                for a in args {
+                    match a {
+                        Arg::Value(e) => expr(e, weight, out, ctx),
+                        Arg::Addr(p) => place(p, weight, out, ctx),
+                        Arg::Map(_) => {}
+                    }
+                }
+            }
+        }
+    }
+    for s in stmts {
+        match s {
+            Stmt::Set(v, e) => {
+                add(Contender::Var(v.0), out);
+                expr(e, weight, out, ctx);
+            }
+            Stmt::Store(_, p, e) | Stmt::AtomicAdd(_, p, e) => {
+                place(p, weight, out, ctx);
+                expr(e, weight, out, ctx);
+            }
+            Stmt::Eval(e) | Stmt::Return(e) => expr(e, weight, out, ctx),
+            Stmt::If(c, a, b) => {
+                expr(c, weight, out, ctx);
+                count_uses(a, weight, out, ctx);
+                count_uses(b, weight, out, ctx);
+            }
+            Stmt::Repeat(v, _, body) => {
+                // The counter is read, incremented and compared on every iteration.
+                *out.entry(Contender::Var(v.0)).or_default() += weight.saturating_mul(24);
+                count_uses(body, weight.saturating_mul(8), out, ctx);
+            }
+            Stmt::Break | Stmt::Continue => {}
+            Stmt::Lookup { key, ptr, found, missing, .. } => {
+                place(key, weight, out, ctx);
+                add(Contender::Ptr(ptr.0), out);
+                count_uses(found, weight, out, ctx);
+                count_uses(missing, weight, out, ctx);
+            }
+        }
+    }
+}
