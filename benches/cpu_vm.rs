@@ -168,7 +168,7 @@ fn map_probe(rounds: usize) {
         kind: MapKind::Hash,
         key_size: 8,
         value_size: 8,
-        max_entries: 1024,
+        capacity: 1024,
     };
     let attach = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
     let program =

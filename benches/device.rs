@@ -41,7 +41,7 @@ fn program(text: &str, maps: Vec<MapDef>, event: DeviceEvent) -> Verified {
 }
 
 fn counts(kind: MapKind) -> Vec<MapDef> {
-    vec![MapDef { name: "counts".into(), kind, key_size: 4, value_size: 8, max_entries: 1 }]
+    vec![MapDef { name: "counts".into(), kind, key_size: 4, value_size: 8, capacity: 1 }]
 }
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -89,7 +89,7 @@ fn main() {
         kind: MapKind::Hash,
         key_size: 8,
         value_size: 8,
-        max_entries: PAGE_CAPACITY,
+        capacity: PAGE_CAPACITY,
     }];
     let count_pages = [
         program(PAGES, page_def.clone(), DeviceEvent::GlobalLoad),
@@ -106,7 +106,7 @@ fn main() {
         kind: MapKind::RingBuf,
         key_size: 0,
         value_size: 16,
-        max_entries: per_sm_records,
+        capacity: per_sm_records,
     }];
     let trace = [
         program(TRACE, ring_def.clone(), DeviceEvent::GlobalLoad),

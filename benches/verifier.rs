@@ -56,7 +56,7 @@ fn suite() -> Vec<(String, Program)> {
                         kind: MapKind::from_name(f[1]).expect("a map kind"),
                         key_size: n(2),
                         value_size: n(3),
-                        max_entries: n(4),
+                        capacity: n(4),
                     });
                 }
             }

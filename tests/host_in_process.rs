@@ -22,7 +22,7 @@ fn egpu_s_own_launches_fire_the_host_probes() {
         kind: MapKind::Hash,
         key_size: 8,
         value_size: 8,
-        max_entries: 64,
+        capacity: 64,
     };
     let enter = Program::new(
         assemble(COUNT).expect("assembles"),
@@ -35,7 +35,7 @@ fn egpu_s_own_launches_fire_the_host_probes() {
         kind: MapKind::Array,
         key_size: 4,
         value_size: 8,
-        max_entries: 2,
+        capacity: 2,
     };
     let exit_text = "
         mov %r6, %r1

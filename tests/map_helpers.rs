@@ -11,8 +11,8 @@ use egpu::vm::{EngineChoice, Vm};
 
 const ENGINES: [EngineChoice; 2] = [EngineChoice::Interpreter, EngineChoice::Auto];
 
-fn def(name: &str, kind: MapKind, key_size: u32, value_size: u32, max_entries: u32) -> MapDef {
-    MapDef { name: name.into(), kind, key_size, value_size, max_entries }
+fn def(name: &str, kind: MapKind, key_size: u32, value_size: u32, capacity: u32) -> MapDef {
+    MapDef { name: name.into(), kind, key_size, value_size, capacity }
 }
 
 fn program(text: &str, maps: Vec<MapDef>, ctx_size: u32) -> Verified {

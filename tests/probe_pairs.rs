@@ -93,7 +93,7 @@ pub(crate) struct Pair {
 }
 
 fn def(name: &str, kind: MapKind, key: u32, value: u32, entries: u32) -> MapDef {
-    MapDef { name: name.into(), kind, key_size: key, value_size: value, max_entries: entries }
+    MapDef { name: name.into(), kind, key_size: key, value_size: value, capacity: entries }
 }
 
 /// The five pairs.

@@ -67,7 +67,7 @@ fn load_case(path: &Path) -> Case {
                 kind: MapKind::from_name(kind).unwrap_or_else(|| panic!("{name}: kind {kind}")),
                 key_size: n(key),
                 value_size: n(value),
-                max_entries: n(entries),
+                capacity: n(entries),
             });
         }
     }
@@ -210,13 +210,8 @@ fn verifier_suite() {
 // The property: accepted programs never fault.
 
 /// The map of the random programs: an array of 4 values of 16 bytes.
-static VALUES: MapDef = MapDef {
-    name: String::new(),
-    kind: MapKind::Array,
-    key_size: 4,
-    value_size: 16,
-    max_entries: 4,
-};
+static VALUES: MapDef =
+    MapDef { name: String::new(), kind: MapKind::Array, key_size: 4, value_size: 16, capacity: 4 };
 
 /// A random program shaped like a probe. `r6` starts as the context pointer, `r7` as a stack
 /// pointer and `r8` as a pointer to a value of the map [`VALUES`] (the program looks up a small
@@ -254,7 +249,7 @@ fn probe_like(rng: &mut Rng, ctx_size: usize) -> Vec<Instruction> {
     };
     p.push(mov(Reg::R6, Operand::Reg(Reg::R1)));
     // r8 = lookup(values, &index), or the program ends.
-    let index = rng.below(VALUES.max_entries as usize + 2) as i32;
+    let index = rng.below(VALUES.capacity as usize + 2) as i32;
     p.push(Instruction::Store { size: Size::W, base: Reg::FP, off: -4, src: Operand::Imm(index) });
     p.push(Instruction::LoadImm64 { dst: Reg::R1, imm: Imm64::Map(0) });
     p.push(mov(Reg::R2, Operand::Reg(Reg::FP)));

@@ -162,13 +162,13 @@ fn map_flag(flag: &str) -> Result<(MapDef, DeviceMap), Error> {
         .map_err(|_| bad("sizes, entries and shards are numbers"))?;
     let per_cpu = matches!(kind, MapKind::PerCpuHash | MapKind::PerCpuArray);
     let sm_shards = numbers.get(3).copied().unwrap_or(if per_cpu { 132 } else { 0 });
-    let (key_size, value_size, max_entries) = (numbers[0], numbers[1], numbers[2]);
+    let (key_size, value_size, capacity) = (numbers[0], numbers[1], numbers[2]);
     // Per-CPU kinds: a host shard and the SM shards. Others: one host shard, or SM shards only
     // (a ring per SM).
     let cpu_shards = if per_cpu || sm_shards == 0 { 1 } else { 0 };
-    let geometry = Geometry::new(kind, key_size, value_size, max_entries, cpu_shards, sm_shards)
+    let geometry = Geometry::new(kind, key_size, value_size, capacity, cpu_shards, sm_shards)
         .map_err(|e| bad(&e.to_string()))?;
-    let def = MapDef { name: name.to_owned(), kind, key_size, value_size, max_entries };
+    let def = MapDef { name: name.to_owned(), kind, key_size, value_size, capacity };
     Ok((def, DeviceMap { addr, geometry, live: false }))
 }
 

@@ -240,14 +240,14 @@ fn counter_maps() -> Vec<MapDef> {
             kind: MapKind::Array,
             key_size: 4,
             value_size: 8,
-            max_entries: 1,
+            capacity: 1,
         },
         MapDef {
             name: "per_sm".into(),
             kind: MapKind::PerCpuArray,
             key_size: 4,
             value_size: 8,
-            max_entries: 1,
+            capacity: 1,
         },
     ]
 }
@@ -540,7 +540,7 @@ fn helpers_run_on_the_gpu_and_a_live_ring_is_refused() {
         kind: MapKind::RingBuf,
         key_size: 0,
         value_size: 8,
-        max_entries: 64,
+        capacity: 64,
     };
     let ring_binding = |live| DeviceMap {
         addr: 0x7f00_0000_0000,
@@ -707,7 +707,7 @@ fn a_binding_that_disagrees_with_its_map_is_refused() {
         kind: MapKind::Array,
         key_size: 4,
         value_size: 64,
-        max_entries: 1,
+        capacity: 1,
     };
     let p = program(
         "stw [%r10-4], 0\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -4\ncall 1\njeq %r0, 0, +1\n\

@@ -81,13 +81,7 @@ exit
 ";
 
 fn count_map() -> MapDef {
-    MapDef {
-        name: "counts".into(),
-        kind: MapKind::Array,
-        key_size: 4,
-        value_size: 8,
-        max_entries: 4,
-    }
+    MapDef { name: "counts".into(), kind: MapKind::Array, key_size: 4, value_size: 8, capacity: 4 }
 }
 
 /// A made-up device address: ptxas only checks the code.

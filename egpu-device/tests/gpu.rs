@@ -95,7 +95,7 @@ fn device_maps_count_the_accesses_of_saxpy() {
     let ptx = read_workspace_file("tests/ptx/saxpy.ptx");
     let count = include_str!("../../tests/probes/count.s");
     let def =
-        |kind| MapDef { name: "counts".into(), kind, key_size: 4, value_size: 8, max_entries: 1 };
+        |kind| MapDef { name: "counts".into(), kind, key_size: 4, value_size: 8, capacity: 1 };
     let probe = |kind, event| {
         let program =
             Program::new(assemble(count).unwrap(), vec![def(kind)], AttachPoint::Device(event))
@@ -190,13 +190,8 @@ fn instrumenter_samples_detaches_caches_and_refuses_what_cannot_run() {
     let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
     let ptx = read_workspace_file("tests/ptx/saxpy.ptx");
     let count = include_str!("../../tests/probes/count.s");
-    let def = MapDef {
-        name: "n".into(),
-        kind: MapKind::Array,
-        key_size: 4,
-        value_size: 8,
-        max_entries: 1,
-    };
+    let def =
+        MapDef { name: "n".into(), kind: MapKind::Array, key_size: 4, value_size: 8, capacity: 1 };
     let program = |text: &str, maps: Vec<MapDef>| {
         let slots = assemble(text).expect("assembles");
         let p = Program::new(slots, maps, AttachPoint::Device(DeviceEvent::GlobalStore)).unwrap();
@@ -244,7 +239,7 @@ fn instrumenter_samples_detaches_caches_and_refuses_what_cannot_run() {
         kind: MapKind::RingBuf,
         key_size: 0,
         value_size: 8,
-        max_entries: 64,
+        capacity: 64,
     };
     let output = "stdw [%r10-8], 7\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -8\nmov %r3, 8\n\
                   mov %r4, 0\ncall 130\nmov %r0, 0\nexit";
@@ -279,7 +274,7 @@ fn device_hash_map_counts_pages_exactly() {
         kind: MapKind::Hash,
         key_size: 8,
         value_size: 8,
-        max_entries: 8192,
+        capacity: 8192,
     };
     let def_clone = || def.clone();
     let program = Program::new(
@@ -395,7 +390,7 @@ fn a_launch_out_of_resources_falls_back_to_the_original_kernel() {
         kind: MapKind::Hash,
         key_size: 64,
         value_size: 256,
-        max_entries: 4096,
+        capacity: 4096,
     };
     let program = Program::new(
         assemble(&text).expect("assembles"),

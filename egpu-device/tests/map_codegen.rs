@@ -32,7 +32,7 @@ fn hash_def(key_size: u32) -> Vec<MapDef> {
         kind: MapKind::Hash,
         key_size,
         value_size: 8,
-        max_entries: 1024,
+        capacity: 1024,
     }]
 }
 
@@ -123,7 +123,7 @@ fn a_ring_record_is_stored_alone_in_pairs_of_words() {
         kind: MapKind::RingBuf,
         key_size: 0,
         value_size: 16,
-        max_entries: 1024,
+        capacity: 1024,
     }];
     let geometry = Geometry::new(MapKind::RingBuf, 0, 16, 1024, 0, 132).expect("geometry");
     let maps = [DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false }];

@@ -76,8 +76,10 @@ pub struct MapDef {
     /// Value size in bytes; for a ring buffer, the size of its records (egpu's rings hold
     /// fixed-size records).
     pub value_size: u32,
-    /// Capacity: entries (per shard, for per-CPU kinds), or records of a ring buffer.
-    pub max_entries: u32,
+    /// Capacity: entries (per shard, for per-CPU kinds), or records of a ring buffer. Linux
+    /// and aya call it `max_entries`; `egpu_maps::layout::Geometry` calls it `capacity` too.
+    #[doc(alias = "max_entries")]
+    pub capacity: u32,
 }
 
 impl fmt::Display for MapDef {
@@ -85,7 +87,7 @@ impl fmt::Display for MapDef {
         write!(
             f,
             "{} ({:?}, key {} B, value {} B, {} entries)",
-            self.name, self.kind, self.key_size, self.value_size, self.max_entries
+            self.name, self.kind, self.key_size, self.value_size, self.capacity
         )
     }
 }

@@ -617,7 +617,7 @@ fn unknown_map() {
         kind: MapKind::Array,
         key_size: 4,
         value_size: 8,
-        max_entries: 1,
+        capacity: 1,
     };
     let maps = vec![map("a"), map("b")];
     let ok = assemble("lddw %r1, map[0]\nlddw %r2, map[1]\nexit").unwrap();

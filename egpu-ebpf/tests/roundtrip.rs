@@ -337,7 +337,7 @@ fn valid_instructions_round_trip() {
                 kind: MapKind::Hash,
                 key_size: 4,
                 value_size: 4,
-                max_entries: 1,
+                capacity: 1,
             };
             4
         ];

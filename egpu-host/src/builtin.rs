@@ -342,8 +342,8 @@ pub struct Builtin {
     names: RawMap,
 }
 
-fn def(name: &str, kind: MapKind, key_size: u32, value_size: u32, max_entries: u32) -> MapDef {
-    MapDef { name: name.into(), kind, key_size, value_size, max_entries }
+fn def(name: &str, kind: MapKind, key_size: u32, value_size: u32, capacity: u32) -> MapDef {
+    MapDef { name: name.into(), kind, key_size, value_size, capacity }
 }
 
 fn maps() -> Vec<MapDef> {
@@ -363,7 +363,7 @@ impl Builtin {
     /// memory when shared memory cannot be had), else in process memory.
     pub fn create(pid: u32, shared: bool) -> Result<Builtin, MapError> {
         let make = |d: &MapDef| -> Result<RawMap, MapError> {
-            let g = Geometry::new(d.kind, d.key_size, d.value_size, d.max_entries, 1, 0)?;
+            let g = Geometry::new(d.kind, d.key_size, d.value_size, d.capacity, 1, 0)?;
             if shared {
                 let name = shared_name(pid, &d.name);
                 // A stale object of a dead process of the same id goes first.

@@ -249,7 +249,7 @@ impl Pack {
                         kind,
                         key_size: n[0],
                         value_size: n[1],
-                        max_entries: n[2],
+                        capacity: n[2],
                     });
                     r.maps.push(g);
                 }
@@ -373,7 +373,7 @@ mod tests {
             kind: MapKind::Hash,
             key_size: 8,
             value_size: 8,
-            max_entries: 64,
+            capacity: 64,
         };
         let attach = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
         let program =

@@ -14,7 +14,7 @@ fn counts_def() -> Vec<MapDef> {
         kind: MapKind::Hash,
         key_size: 8,
         value_size: 8,
-        max_entries: 64,
+        capacity: 64,
     }]
 }
 
@@ -119,7 +119,7 @@ fn exit_probes_see_the_result_and_the_time_spent() {
         kind: MapKind::Array,
         key_size: 4,
         value_size: 16,
-        max_entries: 1,
+        capacity: 1,
     }];
     let probes = HostProbes::new();
     static TOTALS: Array<[u64; 2]> = Array::with_len(1);

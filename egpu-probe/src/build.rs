@@ -539,7 +539,7 @@ fn map_ref(addr: usize, name: &str, raw: Result<&RawMap, MapError>) -> Option<Ma
             kind: g.kind,
             key_size: g.key_size,
             value_size: g.value_size,
-            max_entries: g.capacity,
+            capacity: g.capacity,
         };
         s.maps.push((def, raw));
         let i = s.maps.len() as u32 - 1;

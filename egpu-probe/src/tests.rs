@@ -392,7 +392,7 @@ fn random_probe(rng: &mut Rng) -> ProbeIr {
             kind: MapKind::Array,
             key_size: 4,
             value_size: VALUE_SIZE,
-            max_entries: 2,
+            capacity: 2,
         }],
         body,
     }

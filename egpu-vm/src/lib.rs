@@ -276,7 +276,7 @@ impl Vm {
     ///         kind: MapKind::Hash,
     ///         key_size: 4,
     ///         value_size: 8,
-    ///         max_entries: 64,
+    ///         capacity: 64,
     ///     }],
     ///     AttachPoint::User { ctx_size: 4 },
     /// )?;
@@ -506,7 +506,7 @@ fn new_map(def: &MapDef) -> Result<RawMap, egpu_maps::MapError> {
         _ => 1,
     };
     let geometry =
-        Geometry::new(def.kind, def.key_size, def.value_size, def.max_entries, cpu_shards, 0)?;
+        Geometry::new(def.kind, def.key_size, def.value_size, def.capacity, cpu_shards, 0)?;
     RawMap::create(geometry, &Placement::Process)
 }
 

@@ -233,7 +233,7 @@ fn array_def(value_size: u32) -> egpu_ebpf::MapDef {
         kind: egpu_ebpf::MapKind::Array,
         key_size: 4,
         value_size,
-        max_entries: 2,
+        capacity: 2,
     }
 }
 
@@ -265,7 +265,9 @@ fn maps_are_bound_and_shared_by_both_engines() {
     let p = array_adder();
     let mut interp = Vm::with_engine(&verify(&p).unwrap(), EngineChoice::Interpreter).unwrap();
     let map = interp.maps()[0].clone();
-    let mut jit = Vm::with_maps(&verify(&p).unwrap(), std::slice::from_ref(&map), EngineChoice::Auto).unwrap();
+    let mut jit =
+        Vm::with_maps(&verify(&p).unwrap(), std::slice::from_ref(&map), EngineChoice::Auto)
+            .unwrap();
     assert_eq!(interp.run(&mut []).unwrap(), 0);
     assert_eq!(jit.run(&mut []).unwrap(), 5);
     assert_eq!(interp.run(&mut []).unwrap(), 10);
