@@ -22,6 +22,7 @@ use egpu::ebpf::verifier::verify;
 use egpu::ebpf::{AttachPoint, HostEvent, LaunchCtx, MapDef, MapKind, Phase, Program, assemble};
 use egpu::maps::HashMap;
 use egpu::vm::{EngineChoice, Vm};
+use egpu_test_support::xorshift64star;
 
 const PROBE: &str = "
     ldxw %r2, [%r1+40]
@@ -45,14 +46,13 @@ thread_local! {
     static RNG: Cell<u64> = const { Cell::new(0x9e37_79b9_7f4a_7c15) };
 }
 
+/// The high 32 bits of xorshift64*, the kind of generator `bpf_get_prandom_u32` is.
 fn prandom() -> u64 {
     RNG.with(|s| {
         let mut x = s.get();
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
+        let r = xorshift64star(&mut x);
         s.set(x);
-        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 32) as u32 as u64
+        r >> 32
     })
 }
 
