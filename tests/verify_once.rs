@@ -87,13 +87,13 @@ fn each_probe_is_verified_once_whatever_runs_it() {
     // A pack carries the `Verified` it was given; the process that reads it back verifies once.
     let pack = verifications(|| {
         let mut pack = Pack::new();
-        pack.add(&on_host::probe()).expect("added");
+        pack.add(on_host::probe()).expect("added");
         assert_eq!(pack.probes().len(), 1);
     });
     let read_back = verifications(|| {
         let text = {
             let mut pack = Pack::new();
-            pack.add(&on_vm::probe()).expect("added");
+            pack.add(on_vm::probe()).expect("added");
             pack.to_text()
         };
         Pack::parse(&text).expect("parses");
