@@ -518,21 +518,9 @@ fn line_of_error(e: &PtxError) -> usize {
 
 // ----- robustness -------------------------------------------------------------------------------
 
-/// xorshift64*: a small, seeded generator, so that every run mutates the same way.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 { 0 } else { (self.next() % n as u64) as usize }
-    }
-}
+// The tests' seeded generator (xorshift64*, as this file always used), so that every run mutates
+// the same way.
+use egpu_test_support::{Algorithm, Rng};
 
 /// What the mutations insert: the reader's delimiters, directives that change how statements
 /// end, and characters of 2, 3 and 4 bytes.
@@ -602,7 +590,7 @@ fn mutate(text: &str, rng: &mut Rng) -> String {
 #[test]
 fn mutated_modules_never_panic_and_keep_the_invariants() {
     let fixtures = fixtures();
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::with_algorithm(Algorithm::XorShift64Star, 0x9e37_79b9_7f4a_7c15);
     let (mut ok, mut errors) = (0, 0);
     for case in 0..3000 {
         let (name, text) = &fixtures[case % fixtures.len()];
