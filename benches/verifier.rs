@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use egpu::ebpf::verifier::verify;
-use egpu::ebpf::{AttachPoint, HostEvent, MapDef, MapKind, Phase, Program, assemble};
+use egpu::ebpf::{AttachPoint, HostEvent, MapDef, Phase, Program, assemble};
 use egpu_test_support::{files_with_extension, workspace_path};
 
 fn probe_of_1000() -> Program {
@@ -49,15 +49,7 @@ fn suite() -> Vec<(String, Program)> {
                 if let Some(a) = line.strip_prefix("# attach:") {
                     attach = a.trim().parse().expect("an attach point");
                 } else if let Some(m) = line.strip_prefix("# map:") {
-                    let f: Vec<&str> = m.split_whitespace().collect();
-                    let n = |i: usize| f[i].parse::<u32>().expect("a number");
-                    maps.push(MapDef {
-                        name: f[0].to_string(),
-                        kind: MapKind::from_name(f[1]).expect("a map kind"),
-                        key_size: n(2),
-                        value_size: n(3),
-                        capacity: n(4),
-                    });
+                    maps.push(m.trim().parse::<MapDef>().expect("NAME=KIND:KEY:VALUE:CAPACITY"));
                 }
             }
             let name = path.file_stem().expect("a name").to_string_lossy().into_owned();

@@ -293,10 +293,11 @@ fn maps_are_declared_on_the_command_line() {
     );
     for (bad, why) in [
         ("pages", "expected NAME=KIND"),
-        ("pages=hash:8:8", "expected KIND:KEY:VALUE:ENTRIES"),
+        ("pages=hash:8:8", "expected KIND:KEY:VALUE:CAPACITY"),
         ("pages=lru:8:8:16", "the kind is one of"),
         ("pages=hash:8:x:16", "are numbers"),
         ("pages=hash:8:8:0", "capacity"),
+        ("pages=hash:8:8:16:x", "SM_SHARDS `x` is not a number"),
         ("pages=hash:8:8:16@zz", "hexadecimal"),
         ("pages=array:8:8:16", "u32 index"),
     ] {

@@ -57,18 +57,10 @@ fn load_case(path: &Path) -> Case {
             attach =
                 Some(a.trim().parse::<AttachPoint>().unwrap_or_else(|e| panic!("{name}: {e}")));
         } else if let Some(m) = header.strip_prefix("map:") {
-            let f: Vec<&str> = m.split_whitespace().collect();
-            let [map_name, kind, key, value, entries] = f[..] else {
-                panic!("{name}: `# map: NAME KIND KEY VALUE ENTRIES`, not `{m}`")
-            };
-            let n = |s: &str| s.parse::<u32>().unwrap_or_else(|_| panic!("{name}: bad size {s}"));
-            maps.push(MapDef {
-                name: map_name.to_string(),
-                kind: MapKind::from_name(kind).unwrap_or_else(|| panic!("{name}: kind {kind}")),
-                key_size: n(key),
-                value_size: n(value),
-                capacity: n(entries),
+            let def = m.trim().parse::<MapDef>().unwrap_or_else(|e| {
+                panic!("{name}: `# map: NAME=KIND:KEY:VALUE:CAPACITY`, not `{m}`: {e}")
             });
+            maps.push(def);
         }
     }
     let expect = expect.unwrap_or_else(|| panic!("{name}: no `# expect:` line"));

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use egpu::ebpf::verifier::{Verified, verify};
-use egpu::ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
+use egpu::ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, ParseMapDefError, Program, assemble};
 use egpu_device::inject::{DeviceProbe, Kernels, inject};
 use egpu_device::translate::{DeviceMap, kernel_module_with};
 use egpu_maps::layout::Geometry;
@@ -53,11 +53,12 @@ usage:
 
 PROGRAM is eBPF assembly text or bytecode (little-endian 8-byte instructions).
 MAP declares the next entry of every program's map table (map[0], map[1], ...):
-  NAME=KIND:KEY:VALUE:ENTRIES[:SM_SHARDS][@ADDRESS]
+  NAME=KIND:KEY:VALUE:CAPACITY[:SM_SHARDS][@ADDRESS]
   KIND is hash, array, percpu_hash, percpu_array or ringbuf; KEY and VALUE are sizes in bytes
-  (KEY 4 for arrays, 0 for ring buffers); SM_SHARDS (default 0, or 132 for per-CPU kinds) gives
-  per-SM shards; ADDRESS (hexadecimal, default 0) is where the map lies in GPU memory, which the
-  code uses as a constant: with the default, the PTX is for reading, not for loading.";
+  (KEY 4 for arrays, 0 for ring buffers); CAPACITY is the entries (per shard), or the records
+  of a ring buffer; SM_SHARDS (default 0, or 132 for per-CPU kinds) gives per-SM shards;
+  ADDRESS (hexadecimal, default 0) is where the map lies in GPU memory, which the code uses as
+  a constant: with the default, the PTX is for reading, not for loading.";
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -134,41 +135,41 @@ fn load(path: &Path, attach: AttachPoint, maps: &[(MapDef, DeviceMap)]) -> Resul
         .map_err(|e| failed(format!("{}: the verifier refused it: {e}", path.display())))
 }
 
-/// A `--map NAME=KIND:KEY:VALUE:ENTRIES[:SM_SHARDS][@ADDRESS]` flag: the map's definition and
-/// where the GPU finds it.
+/// A `--map NAME=KIND:KEY:VALUE:CAPACITY[:SM_SHARDS][@ADDRESS]` flag: the map's definition (a
+/// `MapDef` in its text form) and where the GPU finds it.
 fn map_flag(flag: &str) -> Result<(MapDef, DeviceMap), Error> {
     let bad = |why: &str| Error::Usage(format!("`--map {flag}`: {why}"));
-    let (name, rest) = flag.split_once('=').ok_or_else(|| bad("expected NAME=KIND:..."))?;
-    let (spec, addr) = match rest.split_once('@') {
-        Some((spec, addr)) => {
+    // The placement comes off first: `@ADDRESS`, then SM_SHARDS, a fifth field after `NAME=`.
+    let (def, addr) = match flag.split_once('@') {
+        Some((def, addr)) => {
             let digits = addr.trim_start_matches("0x");
             let addr = u64::from_str_radix(digits, 16)
                 .map_err(|_| bad("the address is a hexadecimal number"))?;
-            (spec, addr)
+            (def, addr)
         }
-        None => (rest, 0),
+        None => (flag, 0),
     };
-    let fields: Vec<&str> = spec.split(':').collect();
-    let (kind, numbers) = match fields.as_slice() {
-        [kind, numbers @ ..] if (3..=4).contains(&numbers.len()) => (kind, numbers),
-        _ => return Err(bad("expected KIND:KEY:VALUE:ENTRIES[:SM_SHARDS]")),
+    let four_fields =
+        |def: &str| def.split_once('=').is_some_and(|(_, f)| f.split(':').count() == 4);
+    let (def, sm_shards) = match def.rsplit_once(':') {
+        Some((def, shards)) if four_fields(def) => {
+            let shards = shards
+                .parse::<u32>()
+                .map_err(|_| bad(&format!("SM_SHARDS `{shards}` is not a number")))?;
+            (def, Some(shards))
+        }
+        _ => (def, None),
     };
-    let kind = MapKind::from_name(kind)
-        .ok_or_else(|| bad("the kind is one of hash, array, percpu_hash, percpu_array, ringbuf"))?;
-    let numbers = numbers
-        .iter()
-        .map(|n| n.parse::<u32>())
-        .collect::<Result<Vec<u32>, _>>()
-        .map_err(|_| bad("sizes, entries and shards are numbers"))?;
+    let def: MapDef = def.parse().map_err(|e: ParseMapDefError| bad(&e.to_string()))?;
+    let kind = def.kind;
     let per_cpu = matches!(kind, MapKind::PerCpuHash | MapKind::PerCpuArray);
-    let sm_shards = numbers.get(3).copied().unwrap_or(if per_cpu { 132 } else { 0 });
-    let (key_size, value_size, capacity) = (numbers[0], numbers[1], numbers[2]);
+    let sm_shards = sm_shards.unwrap_or(if per_cpu { 132 } else { 0 });
     // Per-CPU kinds: a host shard and the SM shards. Others: one host shard, or SM shards only
     // (a ring per SM).
     let cpu_shards = if per_cpu || sm_shards == 0 { 1 } else { 0 };
-    let geometry = Geometry::new(kind, key_size, value_size, capacity, cpu_shards, sm_shards)
-        .map_err(|e| bad(&e.to_string()))?;
-    let def = MapDef { name: name.to_owned(), kind, key_size, value_size, capacity };
+    let geometry =
+        Geometry::new(kind, def.key_size, def.value_size, def.capacity, cpu_shards, sm_shards)
+            .map_err(|e| bad(&e.to_string()))?;
     Ok((def, DeviceMap { addr, geometry, live: false }))
 }
 

@@ -52,5 +52,5 @@ pub use instruction::{
     AluOp, AtomicOp, ByteOrder, CallTarget, Decoded, Imm64, Instruction, JmpCond, Operand, Size,
     Width, decode,
 };
-pub use map::{MapDef, MapKind};
+pub use map::{MapDef, MapKind, ParseMapDefError};
 pub use program::{Function, Program};

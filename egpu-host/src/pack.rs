@@ -7,22 +7,23 @@
 //! ```text
 //! egpu-probes 1
 //! probe threads device::kernel_entry
-//! map THREADS hash 8 8 4096 1 0
+//! map THREADS=hash:8:8:4096 1 0
 //! code b7000000000000009500000000000000
 //! end
 //! ```
 //!
-//! `map` lines give the kind, key and value sizes, capacity, CPU shards and SM shards; `code` lines
-//! the program's instructions in hexadecimal (several lines are joined). A pack is made from
-//! `#[egpu::probe]` functions with [`Pack::add`], written with [`Pack::to_text`], and read back
-//! with [`Pack::parse`], which checks everything and verifies each probe's program, once. A crate of probes becomes a shared library that exports its pack with
-//! [`export_probes!`](crate::export_probes); [`Pack::load`] reads either form.
+//! `map` lines give the map as a [`MapDef`] in its text form, `NAME=KIND:KEY:VALUE:CAPACITY`, then
+//! its CPU shards and SM shards; `code` lines the program's instructions in hexadecimal (several
+//! lines are joined). A pack is made from `#[egpu::probe]` functions with [`Pack::add`], written
+//! with [`Pack::to_text`], and read back with [`Pack::parse`], which checks everything and
+//! verifies each probe's program, once. A crate of probes becomes a shared library that exports
+//! its pack with [`export_probes!`](crate::export_probes); [`Pack::load`] reads either form.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
 use egpu_ebpf::verifier::{Verified, VerifyError, verify};
-use egpu_ebpf::{AttachPoint, MapDef, MapKind, Program};
+use egpu_ebpf::{AttachPoint, MapDef, Program};
 use egpu_maps::layout::Geometry;
 
 use egpu_probe::{BuildError, Probe};
@@ -151,8 +152,8 @@ impl Pack {
             )));
         }
         for (def, g) in program.maps().iter().zip(&maps) {
-            if def.name.is_empty() || def.name.contains(char::is_whitespace) {
-                return Err(syntax(format!("probe {name}: a map's name is one word")));
+            if def.name.is_empty() || def.name.contains(|c: char| c.is_whitespace() || c == '=') {
+                return Err(syntax(format!("probe {name}: a map's name is one word without `=`")));
             }
             if (def.kind, def.key_size, def.value_size) != (g.kind, g.key_size, g.value_size) {
                 return Err(syntax(format!(
@@ -177,17 +178,15 @@ impl Pack {
             let program = p.program.program();
             let _ = writeln!(text, "probe {} {}", p.name, program.attach());
             for (def, g) in program.maps().iter().zip(&p.maps) {
-                let _ = writeln!(
-                    text,
-                    "map {} {} {} {} {} {} {}",
-                    def.name,
-                    g.kind.name(),
-                    g.key_size,
-                    g.value_size,
-                    g.capacity,
-                    g.cpu_shards,
-                    g.sm_shards
-                );
+                // The layout's numbers, as `parse` makes the definition from them.
+                let def = MapDef {
+                    name: def.name.clone(),
+                    kind: g.kind,
+                    key_size: g.key_size,
+                    value_size: g.value_size,
+                    capacity: g.capacity,
+                };
+                let _ = writeln!(text, "map {def} {} {}", g.cpu_shards, g.sm_shards);
             }
             for chunk in program.to_bytes().chunks(64) {
                 text.push_str("code ");
@@ -231,26 +230,22 @@ impl Pack {
                         code: vec![],
                     });
                 }
-                (["map", name, kind, numbers @ ..], Some(r))
-                    if numbers.len() == 5 && r.code.is_empty() =>
-                {
-                    let kind = MapKind::from_name(kind)
-                        .ok_or_else(|| bad(line, &format!("no map kind {kind}")))?;
-                    let n = numbers
-                        .iter()
-                        .map(|n| n.parse::<u32>())
-                        .collect::<Result<Vec<u32>, _>>()
-                        .map_err(|_| bad(line, "sizes, capacity and shards are numbers"))?;
-                    let g = Geometry::new(kind, n[0], n[1], n[2], n[3], n[4]).map_err(|error| {
-                        PackError::Map { probe: r.name.clone(), map: (*name).into(), error }
-                    })?;
-                    r.defs.push(MapDef {
-                        name: (*name).into(),
-                        kind,
-                        key_size: n[0],
-                        value_size: n[1],
-                        capacity: n[2],
-                    });
+                (["map", def, cpu_shards, sm_shards], Some(r)) if r.code.is_empty() => {
+                    let def = def.parse::<MapDef>().map_err(|e| bad(line, &e.to_string()))?;
+                    let shards = |n: &str| {
+                        let why = format!("map {}: shards are numbers, not `{n}`", def.name);
+                        n.parse::<u32>().map_err(|_| bad(line, &why))
+                    };
+                    let (cpu_shards, sm_shards) = (shards(cpu_shards)?, shards(sm_shards)?);
+                    let MapDef { kind, key_size, value_size, capacity, .. } = def;
+                    let g =
+                        Geometry::new(kind, key_size, value_size, capacity, cpu_shards, sm_shards)
+                            .map_err(|error| PackError::Map {
+                                probe: r.name.clone(),
+                                map: def.name.clone(),
+                                error,
+                            })?;
+                    r.defs.push(def);
                     r.maps.push(g);
                 }
                 (["code", hex], Some(r)) => {
@@ -363,7 +358,7 @@ macro_rules! export_probes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use egpu_ebpf::{HostEvent, Phase, assemble};
+    use egpu_ebpf::{HostEvent, MapKind, Phase, assemble};
 
     fn counting() -> (Verified, Vec<Geometry>) {
         let text = "ldxdw %r6, [%r1+0]\nstxdw [%r10-8], %r6\nlddw %r1, map[0]\nmov %r2, %r10\n\
@@ -389,7 +384,7 @@ mod tests {
         pack.push("counts", program.clone(), maps.clone()).expect("push");
         let text = pack.to_text();
         assert!(text.starts_with("egpu-probes 1\nprobe counts host::launch::enter\n"), "{text}");
-        assert!(text.contains("\nmap COUNTS hash 8 8 64 1 0\n"), "{text}");
+        assert!(text.contains("\nmap COUNTS=hash:8:8:64 1 0\n"), "{text}");
         let back = Pack::parse(&text).expect("parses");
         assert_eq!(back.probes().len(), 1);
         let p = &back.probes()[0];
@@ -411,14 +406,21 @@ mod tests {
             (String::new(), "not an egpu probe pack"),
             ("egpu-probes 2\n".into(), "not an egpu probe pack"),
             (good.replace("host::launch::enter", "host::nothing"), "attach point"),
-            (good.replace("map COUNTS hash", "map COUNTS tree"), "no map kind tree"),
-            (good.replace(" 64 1 0", " x 1 0"), "numbers"),
-            (good.replace(" 64 1 0", " 0 1 0"), "map COUNTS"),
+            (good.replace("map COUNTS=hash", "map COUNTS=tree"), "line 3: no map kind `tree`"),
+            (good.replace(":64 1 0", ":x 1 0"), "line 3: the capacity `x` is not a number"),
+            (good.replace("COUNTS=hash:8:8:64", "COUNTS=hash:8:8"), "expected KIND:KEY:VALUE:CAPA"),
+            (good.replace("COUNTS=hash", "COUNTS hash"), "unexpected `map COUNTS hash"),
+            (good.replace("COUNTS=", "="), "line 3: a map's name is one word, not ``"),
+            (good.replace(":64 1 0", ":64 y 0"), "line 3: map COUNTS: shards are numbers, not `y`"),
+            (good.replace(":64 1 0", ":64 1 -1"), "map COUNTS: shards are numbers, not `-1`"),
+            (good.replace(":64 1 0", ":64 1"), "unexpected `map COUNTS=hash:8:8:64 1`"),
+            (good.replace(":64 1 0", ":64 1 0 0"), "unexpected `map"),
+            (good.replace(":64 1 0", ":0 1 0"), "map COUNTS"),
             (good.replace("code ", "code 0"), "pairs of hexadecimal"),
             (good.replace("code ", "code zz"), "pairs of hexadecimal"),
             (good.replace("end\n", ""), "has no `end`"),
             (good.replace("end\n", "end\nend\n"), "unexpected `end`"),
-            (good.replace("map COUNTS hash 8 8 64 1 0\n", ""), "map"),
+            (good.replace("map COUNTS=hash:8:8:64 1 0\n", ""), "map"),
             (good.replace("code 79", "code ff"), "probe counts"),
             ("error the probe did not build\n".into(), "the probe did not build"),
             // Reads a context byte past the launch context: the verifier's refusal, named.

@@ -1,6 +1,6 @@
 # expect: reject stack-bounds
 # attach: user(8)
-# map: by_id hash 8 8 64
+# map: by_id=hash:8:8:64
 # The key pointer is r10-4, so only 4 of the map's 8 key bytes are inside the stack (all 4
 # written): the key argument does not cover key_size bytes in bounds.
     stw [%r10-4], 7

@@ -1,6 +1,6 @@
 # expect: reject helper-arg
 # attach: user(8)
-# map: counts hash 8 8 64
+# map: counts=hash:8:8:64
 # map_update_elem with r4 (flags, a scalar) set to a stack pointer; map, key and value are fine.
     mov %r2, 1
     stxdw [%r10-8], %r2

@@ -1,6 +1,6 @@
 # expect: reject helper-arg
 # attach: host::launch::enter
-# map: launches hash 8 8 1024
+# map: launches=hash:8:8:1024
 # ringbuf_output with a hash map as its first argument; the 16-byte stack record, the constant
 # size and the flags are correct.
     ldxdw %r2, [%r1+0]

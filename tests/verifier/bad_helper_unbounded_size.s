@@ -1,6 +1,6 @@
 # expect: reject helper-arg
 # attach: host::memcpy::enter
-# map: events ringbuf 0 32 128
+# map: events=ringbuf:0:32:128
 # ringbuf_output with size = MemcpyCtx.bytes (u64 at 16), an unbounded scalar; the record
 # [r10-16, r10) itself is fully written.
     ldxdw %r6, [%r1+16]

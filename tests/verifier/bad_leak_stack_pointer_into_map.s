@@ -1,6 +1,6 @@
 # expect: reject pointer-leak
 # attach: user(8)
-# map: slots array 4 8 1
+# map: slots=array:4:8:1
 # Stores a stack address (r10 - 8) into a checked, non-null map value at offset 0.
     stw [%r10-4], 0
     lddw %r1, map[0]

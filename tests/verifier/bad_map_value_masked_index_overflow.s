@@ -1,6 +1,6 @@
 # expect: reject map-value-bounds
 # attach: user(8)
-# map: buckets array 4 16 1
+# map: buckets=array:4:16:1
 # The index is masked (bounded, 0..15) but not scaled to fit: value + [0, 15] with an 8-byte load
 # reaches byte 23 of a 16-byte value.
     ldxb %r6, [%r1+0]

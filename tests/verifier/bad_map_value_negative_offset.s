@@ -1,6 +1,6 @@
 # expect: reject map-value-bounds
 # attach: host::launch::enter
-# map: per_kernel hash 8 16 1024
+# map: per_kernel=hash:8:16:1024
 # Stores a u32 at offset -4 of a checked, non-null 16-byte map value: before its start.
     ldxdw %r2, [%r1+0]
     stxdw [%r10-8], %r2

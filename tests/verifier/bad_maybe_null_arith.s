@@ -1,6 +1,6 @@
 # expect: reject maybe-null
 # attach: user(8)
-# map: pairs hash 8 16 64
+# map: pairs=hash:8:16:64
 # Adds 8 to the lookup result before the null check; the later check and the load at offset 8 of
 # the 16-byte value would otherwise be fine.
     ldxdw %r2, [%r1+0]

@@ -1,6 +1,6 @@
 # expect: reject maybe-null
 # attach: host::launch::enter
-# map: launches hash 8 8 1024
+# map: launches=hash:8:8:1024
 # Reads the map value without checking the lookup result against 0 first.
     ldxdw %r2, [%r1+0]
     stxdw [%r10-8], %r2

@@ -1,6 +1,6 @@
 # expect: reject maybe-null
 # attach: user(8)
-# map: values hash 8 16 64
+# map: values=hash:8:16:64
 # Passes the unchecked lookup result as the value pointer of map_update_elem (same map, so its
 # size would match); every other argument is correct.
     ldxdw %r2, [%r1+0]

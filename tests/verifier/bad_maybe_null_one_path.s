@@ -1,6 +1,6 @@
 # expect: reject maybe-null
 # attach: user(8)
-# map: values hash 8 8 64
+# map: values=hash:8:8:64
 # The null check is skipped when a random number is 0: on that path the load at `use` goes
 # through a lookup result that may be null.
     ldxdw %r2, [%r1+0]

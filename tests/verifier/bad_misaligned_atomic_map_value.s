@@ -1,6 +1,6 @@
 # expect: reject misaligned
 # attach: user(8)
-# map: counters array 4 16 1
+# map: counters=array:4:16:1
 # A 64-bit atomic add at offset 4 of a checked 16-byte map value: in bounds ([4, 12)) but not
 # 8-byte aligned.
     stw [%r10-4], 0

@@ -1,6 +1,6 @@
 # expect: reject misaligned
 # attach: user(8)
-# map: buckets array 4 64 1
+# map: buckets=array:4:64:1
 # An 8-byte atomic add at offset (ctx.u8[0] & 7) * 4 of a 64-byte map value: in bounds, but the
 # offset may be 4 (mod 8), and atomics must be aligned.
     ldxb %r6, [%r1+0]

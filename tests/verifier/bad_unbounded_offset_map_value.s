@@ -1,6 +1,6 @@
 # expect: reject unbounded-offset
 # attach: host::launch::exit
-# map: duration_hist array 4 64 1
+# map: duration_hist=array:4:64:1
 # A histogram whose bucket offset is duration_ns (u64 at 32) with no mask: the map value pointer
 # plus an unbounded scalar (the `and %r6, 7` and scaling of ok_map_value_masked_index are missing).
     ldxdw %r6, [%r1+32]

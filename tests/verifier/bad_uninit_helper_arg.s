@@ -1,6 +1,6 @@
 # expect: reject uninit-register
 # attach: user(8)
-# map: counts hash 8 8 64
+# map: counts=hash:8:8:64
 # map_update_elem takes four arguments, but r4 (flags) is never written; map, key and value
 # (both 8 initialised stack bytes) are all correct.
     mov %r2, 0

@@ -1,6 +1,6 @@
 # expect: reject uninit-stack
 # attach: host::launch::enter
-# map: by_kernel hash 8 8 256
+# map: by_kernel=hash:8:8:256
 # The hash map's key is 8 bytes, but only 4 of them ([r10-8, r10-4), the u32 grid.x) are written
 # before map_lookup_elem reads the key at [r10-8].
     ldxw %r2, [%r1+40]

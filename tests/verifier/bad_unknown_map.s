@@ -1,6 +1,6 @@
 # expect: reject unknown-map
 # attach: user(8)
-# map: counts hash 8 8 64
+# map: counts=hash:8:8:64
 # Only map 0 is declared, but the lookup uses map[1].
     ldxdw %r2, [%r1+0]
     stxdw [%r10-8], %r2

@@ -1,6 +1,6 @@
 # expect: accept
 # attach: host::memcpy::enter
-# map: bytes_by_kind array 4 16 8
+# map: bytes_by_kind=array:4:16:8
 # Per copy direction totals in an array map: the 4-byte key is the u32 `kind` field (offset 48)
 # stored to [r10-4]; after the null check it atomically adds `bytes` (offset 16) to value[0..8]
 # and 1 to value[8..16]. The context pointer is kept in r6 across the helper call.

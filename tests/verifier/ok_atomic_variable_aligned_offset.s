@@ -1,6 +1,6 @@
 # expect: accept
 # attach: user(8)
-# map: buckets array 4 64 1
+# map: buckets=array:4:64:1
 # An atomic add into bucket (ctx.u8[0] & 7) * 8 of a 64-byte map value: the offset is variable,
 # but its low three bits are known to be zero, so the 8-byte atomic is aligned.
     ldxb %r6, [%r1+0]

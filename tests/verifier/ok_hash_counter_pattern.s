@@ -1,6 +1,6 @@
 # expect: accept
 # attach: host::launch::enter
-# map: launches hash 8 8 1024
+# map: launches=hash:8:8:1024
 # The classic counter: key = kernel_id on the stack, lookup; when absent insert an initial value
 # of 1 with map_update_elem (key and value on the stack, all 8 bytes written); when present
 # atomically add 1 to the value at offset 0 (8-byte aligned, inside the 8-byte value).

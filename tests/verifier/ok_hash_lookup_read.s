@@ -1,6 +1,6 @@
 # expect: accept
 # attach: host::launch::exit
-# map: kernel_stats hash 8 16 1024
+# map: kernel_stats=hash:8:16:1024
 # Looks up the launched kernel (key = kernel_id copied to an 8-byte stack slot), checks the result
 # against null, and reads both u64 fields of the 16-byte value at constant offsets 0 and 8.
     ldxdw %r2, [%r1+0]

@@ -1,6 +1,6 @@
 # expect: accept
 # attach: host::launch::exit
-# map: duration_hist array 4 64 1
+# map: duration_hist=array:4:64:1
 # A histogram of launch durations in one 64-byte array value (8 u64 buckets): bucket =
 # (duration_ns >> 10) & 7, scaled by 8 to a byte offset in [0, 56]; the map value pointer plus
 # this bounded scalar is read and written with 8-byte accesses that stay inside [0, 64).

@@ -1,6 +1,6 @@
 # expect: accept
 # attach: device::global_load
-# map: size_counts percpu_array 4 8 16
+# map: size_counts=percpu_array:4:8:16
 # A device probe counting global loads per access size: key = size (u32 at the aligned offset 16)
 # masked to 0..15, stored with an aligned stxw at [r10-4]; after the null check an aligned 64-bit
 # `lock fetch add` returns the previous count, which becomes the (scalar) result.

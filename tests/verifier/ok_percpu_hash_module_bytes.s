@@ -1,6 +1,6 @@
 # expect: accept
 # attach: host::module_load::enter
-# map: image_bytes percpu_hash 4 16 64
+# map: image_bytes=percpu_hash:4:16:64
 # Per-device module statistics in a per-CPU hash map keyed by the u32 `device` field (ModuleLoadCtx
 # offset 40): when the entry exists add image_bytes (offset 8) and 1 with atomics at offsets 0
 # and 8; otherwise insert {image_bytes, 1} built in a 16-byte stack record.

@@ -1,6 +1,6 @@
 # expect: accept
 # attach: host::alloc::enter
-# map: events ringbuf 0 32 128
+# map: events=ringbuf:0:32:128
 # Sends a record whose size is not constant but bounded: 8 + (kind & 8), so 8 or 16 bytes, and
 # all 16 bytes at [r10-16, r10) are written. AllocCtx: ptr@0, bytes@8, kind@32.
     ldxdw %r2, [%r1+0]

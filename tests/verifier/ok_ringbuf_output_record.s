@@ -1,6 +1,6 @@
 # expect: accept
 # attach: host::launch::enter
-# map: events ringbuf 0 32 128
+# map: events=ringbuf:0:32:128
 # Builds a 24-byte record {kernel_id, grid.x * block.x, now} at [r10-24, r10) and sends it with
 # ringbuf_output(ring, r10-24, 24, 0): a constant size over fully initialised stack bytes. The
 # helper's scalar result is returned.

@@ -1,6 +1,6 @@
 # expect: accept
 # attach: host::sync::exit
-# map: sync_times array 4 16 4
+# map: sync_times=array:4:16:4
 # Looks up slot (kind & 3) (SyncCtx kind at offset 24), checks for null, spills the non-null map
 # value pointer to [r10-16], calls ktime_get_ns (clobbering r1-r5), reloads the pointer and
 # stores the time at value offset 0 and atomically adds duration_ns (offset 16) at offset 8.
