@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use egpu::ebpf::{AttachPoint, DeviceEvent, Program, assemble};
-use egpu_device::ptx::Module;
+use egpu_device::ptx::PtxModule;
 use egpu_device::testing::require_ptxas;
 use egpu_test_support::workspace_path;
 
@@ -120,7 +120,7 @@ fn succeeds<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Run {
 /// ptxas accepts `ptx` (when ptxas is installed) and egpu's reader reads it.
 #[track_caller]
 fn check_ptx(what: &str, ptx: &str) {
-    Module::parse(ptx).unwrap_or_else(|e| panic!("{what}: the PTX reader refused it: {e}"));
+    PtxModule::parse(ptx).unwrap_or_else(|e| panic!("{what}: the PTX reader refused it: {e}"));
     if let Some(ptxas) = require_ptxas() {
         ptxas.check(ptx, ARCH).unwrap_or_else(|e| panic!("{what}: {e}\n{ptx}"));
     }

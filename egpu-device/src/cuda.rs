@@ -46,19 +46,19 @@ unsafe impl Send for Gpu {}
 // SAFETY: as above; the driver's context functions are thread-safe.
 unsafe impl Sync for Gpu {}
 
-/// A PTX module that the driver failed to load, with the JIT's log.
+/// The driver's JIT refused a PTX module: the driver's error, with the JIT's log.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{error}{}", if log.is_empty() { String::new() } else { format!("\n{log}") })]
-pub struct LoadError {
+pub struct JitError {
     /// The driver's error.
     pub error: DriverError,
     /// The JIT's error log (ptxas's messages, with the offending line numbers).
     pub log: String,
 }
 
-impl From<DriverError> for LoadError {
-    fn from(error: DriverError) -> LoadError {
-        LoadError { error, log: String::new() }
+impl From<DriverError> for JitError {
+    fn from(error: DriverError) -> JitError {
+        JitError { error, log: String::new() }
     }
 }
 
@@ -169,8 +169,8 @@ impl Gpu {
     }
 
     /// Loads a PTX module through `cuModuleLoadDataEx`, with the JIT's logs captured.
-    pub fn load_ptx(&self, ptx: &str) -> Result<Module<'_>, LoadError> {
-        let image = CString::new(ptx).map_err(|_| LoadError {
+    pub fn load_ptx(&self, ptx: &str) -> Result<Module<'_>, JitError> {
+        let image = CString::new(ptx).map_err(|_| JitError {
             error: DriverError::Call {
                 call: "cuModuleLoadDataEx",
                 code: 218,
@@ -216,7 +216,7 @@ impl Gpu {
             };
             match check("cuModuleLoadDataEx", result) {
                 Ok(()) => Ok(Ok(Module { gpu: self, module, info_log: text(&info) })),
-                Err(e) => Ok(Err(LoadError { error: e, log: text(&error) })),
+                Err(e) => Ok(Err(JitError { error: e, log: text(&error) })),
             }
         })?
     }

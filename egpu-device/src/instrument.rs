@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use egpu_ebpf::verifier::Verified;
 
-use crate::cuda::{Arg, Gpu, LoadError, Module};
+use crate::cuda::{Arg, Gpu, JitError, Module};
 use crate::driver::DriverError;
 use crate::inject::{DeviceProbe, InjectError, Kernels, inject};
 use crate::translate::{Context, DeviceMap, Options, translate};
@@ -59,7 +59,7 @@ pub enum Fallback {
     Inject(String),
     /// The driver's JIT refused the instrumented module.
     #[error("the instrumented module did not load: {0}")]
-    Load(LoadError),
+    Load(JitError),
     /// A launch of the instrumented kernel failed for lack of resources.
     #[error("kernel `{kernel}` could not launch instrumented: {error}")]
     Launch {
@@ -230,7 +230,7 @@ impl<'g> Instrumenter<'g> {
     }
 
     /// Loads `ptx`, as it is and instrumented. Fails only when the original does not load.
-    pub fn load<'i>(&'i self, ptx: &str) -> Result<ProbedModule<'i, 'g>, LoadError> {
+    pub fn load<'i>(&'i self, ptx: &str) -> Result<ProbedModule<'i, 'g>, JitError> {
         let original = self.gpu.load_ptx(ptx)?;
         let key = self.key(ptx);
         let cached = self.cache.lock().unwrap_or_else(PoisonError::into_inner).get(&key).cloned();

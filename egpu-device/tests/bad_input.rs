@@ -21,7 +21,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use egpu_device::inject::{DeviceProbe, InjectError, Kernels, inject};
-use egpu_device::ptx::Module;
+use egpu_device::ptx::PtxModule;
 use egpu_device::testing::require_ptxas;
 use egpu_device::translate::{Context, DeviceMap, Options, TranslateError, translate};
 use egpu_ebpf::verifier::{Verified, verify};
@@ -306,12 +306,13 @@ fn check_injection(
     ptx: &str,
     sites: &[egpu_device::inject::Site],
 ) -> Result<(), String> {
-    let out = Module::parse(ptx).map_err(|e| format!("the injected output does not read: {e}"))?;
+    let out =
+        PtxModule::parse(ptx).map_err(|e| format!("the injected output does not read: {e}"))?;
     let joined: String = (0..out.pieces().len()).map(|i| out.piece_text(i)).collect();
     if joined != ptx {
         return Err("the output's pieces do not give its text back".into());
     }
-    let original = Module::parse(input).map_err(|e| format!("input re-read: {e}"))?;
+    let original = PtxModule::parse(input).map_err(|e| format!("input re-read: {e}"))?;
     let mut from = 0;
     for i in 0..original.pieces().len() {
         let piece = original.piece_text(i);
@@ -345,7 +346,7 @@ fn mutated_fixtures_never_panic() {
             let mutant = mutate(&mut rng, &text);
             let result = catch_unwind(AssertUnwindSafe(|| {
                 // The reader on its own, then the injector.
-                let _ = Module::parse(&mutant);
+                let _ = PtxModule::parse(&mutant);
                 inject(&mutant, &probes)
             }));
             let outcome = match result {
@@ -398,7 +399,7 @@ fn every_prefix_reads_or_fails_cleanly() {
     for lone in ["{", "}", ";", "[", "]", "@", "%", ".", "\"", "/*", "*/", "é", "@!", ".entry", ""]
     {
         let _ = inject(lone, &probes);
-        let _ = Module::parse(lone);
+        let _ = PtxModule::parse(lone);
     }
     println!("{cut} prefixes");
 }

@@ -18,7 +18,7 @@
 //! | `saxpy_array_count.sites.txt` | the sites of that injection |
 
 use egpu_device::inject::{DeviceProbe, Kernels, inject};
-use egpu_device::ptx::Module;
+use egpu_device::ptx::PtxModule;
 use egpu_device::testing::require_ptxas;
 use egpu_device::translate::{DeviceMap, kernel_module, kernel_module_with};
 use egpu_ebpf::verifier::{Verified, verify};
@@ -141,7 +141,7 @@ fn generated_ptx_matches_the_golden_files() {
     for (name, text, is_ptx) in generated() {
         // What must hold whatever the code looks like.
         if is_ptx {
-            let module = Module::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let module = PtxModule::parse(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
             assert!(module.entries().count() >= 1, "{name}: no kernel");
             if let Some(ptxas) = &ptxas {
                 let report = ptxas.check(&text, ARCH).unwrap_or_else(|e| panic!("{name}: {e}"));

@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
-use egpu_device::ptx::{FunctionKind, Module};
+use egpu_device::ptx::{FunctionKind, PtxModule};
 use egpu_device::testing::{require_nvcc, require_ptxas};
 use egpu_device::toolchain::{Ptxas, PtxasReport, ToolError};
 use egpu_test_support::{files_with_extension, workspace_path, workspace_root};
@@ -31,8 +31,8 @@ fn shown(path: &Path) -> String {
 }
 
 /// Reads `ptx` with egpu's reader, checking that its pieces give the text back exactly.
-fn read(ptx: &str) -> Result<Module, String> {
-    let module = Module::parse(ptx).map_err(|e| format!("the PTX reader refused it: {e}"))?;
+fn read(ptx: &str) -> Result<PtxModule, String> {
+    let module = PtxModule::parse(ptx).map_err(|e| format!("the PTX reader refused it: {e}"))?;
     let joined: String = (0..module.pieces().len()).map(|i| module.piece_text(i)).collect();
     if joined != ptx {
         return Err("the reader's pieces do not give the text back".into());
@@ -41,7 +41,7 @@ fn read(ptx: &str) -> Result<Module, String> {
 }
 
 /// What the reader found, in a few words: `2 functions (kernel reduce, func _Z3mixj)`.
-fn functions(module: &Module) -> String {
+fn functions(module: &PtxModule) -> String {
     let names: Vec<String> = module
         .functions()
         .iter()

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use egpu_ebpf::verifier::Verified;
 use egpu_ebpf::{AttachPoint, DeviceEvent, MapKind, kernel_id};
 
-use crate::ptx::{FunctionKind, Instruction, Module, PieceKind, PtxError};
+use crate::ptx::{FunctionKind, PieceKind, PtxError, PtxInstruction, PtxModule};
 use crate::translate::{
     Context, DeviceMap, Options, TranslateError, combines, lookups_and_removals, translate,
     warp_add,
@@ -185,7 +185,7 @@ fn address_code(operand: &str, global: bool, into: &str) -> Option<String> {
 }
 
 /// Bytes accessed by a load or store: its type's size times its vector width.
-fn access_size(insn: &Instruction<'_>) -> Option<u32> {
+fn access_size(insn: &PtxInstruction<'_>) -> Option<u32> {
     let mut size = None;
     let mut lanes = 1;
     for q in insn.parts().skip(1) {
@@ -280,13 +280,13 @@ fn lookup_caches(selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)]) -> BTreeMa
 }
 
 /// Whether an instruction ends a path for good: `ret`, `exit`, or a jump, unguarded.
-fn ends_path(insn: &Instruction<'_>) -> bool {
+fn ends_path(insn: &PtxInstruction<'_>) -> bool {
     insn.guard.is_none() && matches!(insn.base(), "ret" | "exit" | "bra" | "trap")
 }
 
 /// Instruments `ptx` with `probes`.
 pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, InjectError> {
-    let module = Module::parse(ptx)?;
+    let module = PtxModule::parse(ptx)?;
     if let Some(size) = module.directive(".address_size")
         && size != "64"
     {
@@ -521,7 +521,7 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
 /// For a load or store: the code that computes its address into a fresh register, its size,
 /// whether it is generic (so global only at run time), and the register's name. `None` when the
 /// access cannot be observed (its address is a number, or a variable of a generic access).
-fn access_code(insn: &Instruction<'_>, addr: &str) -> Option<(String, u32, bool, String)> {
+fn access_code(insn: &PtxInstruction<'_>, addr: &str) -> Option<(String, u32, bool, String)> {
     let size = access_size(insn)?;
     let operand = insn.operands.iter().find(|o| o.starts_with('['))?;
     let generic = insn.is_generic_access();

@@ -117,7 +117,7 @@ pub struct Guard {
 
 /// An instruction statement, split into its parts (text slices of the module).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Instruction<'a> {
+pub struct PtxInstruction<'a> {
     /// The guard, if any.
     pub guard: Option<Guard>,
     /// The opcode with its qualifiers: `ld.global.nc.v4.f32`.
@@ -130,7 +130,7 @@ pub struct Instruction<'a> {
     pub line: usize,
 }
 
-impl Instruction<'_> {
+impl PtxInstruction<'_> {
     /// The opcode's base name and qualifiers: `["ld", "global", "nc", "v4", "f32"]`.
     pub fn parts(&self) -> impl Iterator<Item = &str> {
         self.opcode.split('.')
@@ -175,7 +175,7 @@ impl Instruction<'_> {
 
 /// A PTX module, read into pieces.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Module {
+pub struct PtxModule {
     text: String,
     pieces: Vec<Piece>,
     functions: Vec<Function>,
@@ -441,14 +441,14 @@ struct Open {
     body_start: usize,
 }
 
-impl Module {
+impl PtxModule {
     /// Reads `text`.
     ///
     /// # Errors
     ///
     /// A [`PtxError`] naming the line, for an unterminated comment, string or statement, braces
     /// that do not balance, or a function header without body.
-    pub fn parse(text: &str) -> Result<Module, PtxError> {
+    pub fn parse(text: &str) -> Result<PtxModule, PtxError> {
         let mut lx = Lexer { bytes: text.as_bytes(), at: 0, line: 1 };
         let mut pieces: Vec<Piece> = Vec::new();
         let mut functions: Vec<Function> = Vec::new();
@@ -521,7 +521,7 @@ impl Module {
         if let Some(&line) = depth.last() {
             return Err(PtxError::UnclosedBrace { line });
         }
-        Ok(Module { text: text.to_owned(), pieces, functions })
+        Ok(PtxModule { text: text.to_owned(), pieces, functions })
     }
 
     /// The module's text, exactly as it was read.
@@ -567,7 +567,7 @@ impl Module {
 
     /// The instructions of function `f`, nested blocks included, with the index of the piece
     /// each is.
-    pub fn instructions(&self, f: &Function) -> Vec<(usize, Instruction<'_>)> {
+    pub fn instructions(&self, f: &Function) -> Vec<(usize, PtxInstruction<'_>)> {
         f.body
             .clone()
             .filter_map(|i| Some((i, self.pieces.get(i)?)))
@@ -638,7 +638,7 @@ fn function_name(header: &str) -> String {
 
 /// `text` (one statement) as an instruction, or `None` for a directive or text that does not
 /// start with an opcode.
-fn instruction(text: &str, line: usize) -> Option<Instruction<'_>> {
+fn instruction(text: &str, line: usize) -> Option<PtxInstruction<'_>> {
     let s = text.as_bytes();
     let end = if s.last() == Some(&b';') { s.len() - 1 } else { s.len() };
     let mut at = skip_trivia(s, 0);
@@ -667,7 +667,7 @@ fn instruction(text: &str, line: usize) -> Option<Instruction<'_>> {
     }
     let opcode = slice(text, from..at);
     let operands = operands(text, at, end);
-    Some(Instruction { guard, opcode, operands, line })
+    Some(PtxInstruction { guard, opcode, operands, line })
 }
 
 /// The operands in `text[from..end]`: split at commas outside brackets, parentheses, braces,

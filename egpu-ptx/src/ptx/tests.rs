@@ -32,14 +32,14 @@ fn fixtures() -> Vec<(&'static str, String)> {
     ]
 }
 
-fn parse(text: &str) -> Module {
-    Module::parse(text).unwrap_or_else(|e| panic!("{e}"))
+fn parse(text: &str) -> PtxModule {
+    PtxModule::parse(text).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Checks what every successful parse promises: the pieces cover the text exactly, in order,
 /// none empty, each on the line it says; every function has a header followed (after trivia) by
 /// a body that opens with `{`, closes with its matching `}`, and nests properly.
-fn check_invariants(m: &Module, text: &str) -> Result<(), String> {
+fn check_invariants(m: &PtxModule, text: &str) -> Result<(), String> {
     if m.text() != text {
         return Err("the module's text is not the input".into());
     }
@@ -113,20 +113,20 @@ fn check_invariants(m: &Module, text: &str) -> Result<(), String> {
 }
 
 /// The instructions of function `name` whose opcode is `opcode`.
-fn find<'m>(m: &'m Module, name: &str, opcode: &str) -> Vec<Instruction<'m>> {
+fn find<'m>(m: &'m PtxModule, name: &str, opcode: &str) -> Vec<PtxInstruction<'m>> {
     let f = m.function(name).unwrap_or_else(|| panic!("no function {name}"));
     m.instructions(f).into_iter().map(|(_, i)| i).filter(|i| i.opcode == opcode).collect()
 }
 
 /// The (only) instruction of function `name` whose opcode is `opcode`.
-fn one<'m>(m: &'m Module, name: &str, opcode: &str) -> Instruction<'m> {
+fn one<'m>(m: &'m PtxModule, name: &str, opcode: &str) -> PtxInstruction<'m> {
     let mut found = find(m, name, opcode);
     assert_eq!(found.len(), 1, "{name}: {opcode}: {found:?}");
     found.remove(0)
 }
 
 /// The texts of the statements of `m` (outside and inside functions) that start with `prefix`.
-fn statements<'m>(m: &'m Module, prefix: &str) -> Vec<&'m str> {
+fn statements<'m>(m: &'m PtxModule, prefix: &str) -> Vec<&'m str> {
     (0..m.pieces().len())
         .filter(|&i| m.pieces()[i].kind == PieceKind::Statement)
         .map(|i| m.piece_text(i))
@@ -498,7 +498,7 @@ fn malformed_modules_are_typed_errors_with_their_line() {
         ),
     ];
     for (text, expected) in cases {
-        let got = Module::parse(&text);
+        let got = PtxModule::parse(&text);
         assert_eq!(got.as_ref().err(), Some(&expected), "for:\n{text}");
         let message = expected.to_string();
         assert!(message.starts_with(&format!("line {}: ", line_of_error(&expected))), "{message}");
@@ -595,7 +595,7 @@ fn mutated_modules_never_panic_and_keep_the_invariants() {
     for case in 0..3000 {
         let (name, text) = &fixtures[case % fixtures.len()];
         let text = mutate(text, &mut rng);
-        let result = std::panic::catch_unwind(|| Module::parse(&text));
+        let result = std::panic::catch_unwind(|| PtxModule::parse(&text));
         let Ok(result) = result else {
             panic!("case {case} ({name}): the reader panicked on:\n{text}");
         };
@@ -642,7 +642,7 @@ fn every_prefix_of_a_fixture_reads_or_fails_cleanly() {
     for (name, text) in fixtures() {
         for end in (0..=text.len()).filter(|&e| text.is_char_boundary(e)) {
             let prefix = &text[..end];
-            match Module::parse(prefix) {
+            match PtxModule::parse(prefix) {
                 Ok(m) => {
                     check_invariants(&m, prefix).unwrap_or_else(|e| panic!("{name}[..{end}]: {e}"))
                 }
