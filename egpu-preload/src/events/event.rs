@@ -43,6 +43,10 @@ event!(LaunchCtx, MemcpyCtx, AllocCtx, SyncCtx, ModuleLoadCtx);
 /// cold as well as the caches, and a cold predictor takes each branch as not taken. So in the
 /// common case (probes at the entry only, reading neither clock nor thread id) no branch here
 /// is taken; the rest is out of line.
+///
+/// Inlined into the entry points that call it (the runtime's, module loads), which live in other
+/// modules and so other codegen units; the trampolines' fallback calls [`observe_apart`].
+#[inline]
 pub(crate) fn observe<C: Event>(
     build: impl FnOnce(u16, &crate::Local) -> C,
     call: impl FnOnce() -> CuResult,
@@ -69,6 +73,18 @@ pub(crate) fn observe<C: Event>(
     }
     local.inside.set(false);
     result
+}
+
+/// [`observe`], out of line: what the trampolines' fallback (`full`) calls, rather than carry the
+/// event's code itself.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+#[inline(never)]
+pub(crate) fn observe_apart<C: Event>(
+    build: impl FnOnce(u16, &crate::Local) -> C,
+    call: impl FnOnce() -> CuResult,
+    after: impl FnOnce(&mut C, CuResult),
+) -> CuResult {
+    observe(build, call, after)
 }
 
 /// The first half of an event, before the call (the thread is inside it): the context `build`

@@ -1,14 +1,13 @@
-//! Every interposed entry point but the lookups: one event per call, built by
-//! [`observe`](event::observe).
+//! Every interposed entry point but the lookups: one event per call, built by [`observe`].
 //!
-//! One table lists them all, [`entry_points!`]'s invocation below. A row is an entry point: the
+//! One table lists them all, `entry_points!`'s invocation below. A row is an entry point: the
 //! name of its [`Hook`] (for the driver's own function), its name and signature, the
 //! per-thread-default-stream flavour it has, if any (`+ptsz` or `+ptds`: an entry point of its
 //! own, with the same signature, named with that suffix), and its kind, which says what it does:
 //!
 //! - `driver(build, after)`: the driver's own, one event of each call, whose context `build`
-//!   makes and `after` completes with what the call produced ([`observe`](event::observe)); on
-//!   x86-64 Linux entered through a trampoline ([`trampoline`]);
+//!   makes and `after` completes with what the call produced ([`observe`]); on x86-64 Linux
+//!   entered through a trampoline ([`trampoline`]);
 //! - `runtime(build, after)`: the CUDA runtime's, which call the driver's: as `driver`, without
 //!   the trampoline;
 //! - `capture(begin)`, `capture(end)`: a stream capture begun or ended, counted, no event
@@ -45,7 +44,7 @@ use trampoline::driver;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 use crate::defaults;
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-use event::rare;
+use event::{observe_apart, rare};
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 use trampoline::{Saved, enter_only, trampolined};
 
@@ -99,7 +98,7 @@ macro_rules! interposed {
 }
 
 /// Defines an interposed entry point that makes one event of each call
-/// ([`observe`](event::observe)), whose context `$build` makes and `$after` completes: the CUDA
+/// ([`observe`]), whose context `$build` makes and `$after` completes: the CUDA
 /// runtime's, which call the driver's (and the driver's where there are no trampolines,
 /// [`driver`]).
 macro_rules! runtime {

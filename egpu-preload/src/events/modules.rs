@@ -44,7 +44,8 @@ pub(super) fn loaded(out: *mut Handle) -> impl FnOnce(&mut ModuleLoadCtx, CuResu
 
 /// A module load through `load` (the driver's, given an image): with the user's device probes,
 /// the image's PTX instrumented is loaded in its place (the original when the driver refuses
-/// it), as one event.
+/// it), as one event. (Inlined into the two entry points that call it, in another module.)
+#[inline]
 pub(super) fn load_module(
     out: *mut Handle,
     image: *const c_void,

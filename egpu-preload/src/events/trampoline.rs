@@ -1,6 +1,6 @@
 //! The driver's entry points ([`driver`]): on x86-64 Linux each is entered through a trampoline
 //! ([`trampolined`]) that hands the call on to the driver with the caller's registers and stack
-//! untouched; elsewhere each is an entry point as the runtime's are ([`runtime`]), the fallback.
+//! untouched; elsewhere (the fallback) each is an entry point as the runtime's are (`runtime!`).
 //!
 //! Only the driver's own entry points are trampolined: they call no other interposed function,
 //! and a call the driver makes to itself is known by its return address.
@@ -14,8 +14,8 @@ use super::event::{Event, rare};
 use crate::defaults;
 
 /// Defines an interposed entry point of the driver that makes one event of each call
-/// ([`observe`](super::event::observe)), from `$build` and `$after` as [`runtime`] takes them:
-/// on x86-64 Linux entered through a trampoline ([`trampolined`]), elsewhere as the runtime's.
+/// ([`observe`](super::event::observe)), from `$build` and `$after` as `runtime!` takes them: on
+/// x86-64 Linux entered through a trampoline ([`trampolined`]), elsewhere as the runtime's.
 macro_rules! driver {
     ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $build:expr, $after:expr) => {
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
@@ -62,7 +62,7 @@ pub(super) fn enter_only<C: Event>(build: impl FnOnce(u16, &crate::Local) -> C) 
 /// driver's own code through and posts the event to the probes at its entry ([`enter_only`]),
 /// and restores them. What it does not handle (the probes not set up yet, a fork, probes at the
 /// call's exit, a real function not found yet) it leaves to `$name::full`, the entry point as
-/// [`runtime`] makes it, to which it jumps instead. The exported function is named `$symbol`.
+/// `runtime!` makes it, to which it jumps instead. The exported function is named `$symbol`.
 ///
 /// What a call costs here is mostly cache lines, cold after the driver's previous call: so the
 /// trampoline is one line of code (its way to the driver, up to `jmp rax`, within 64 bytes, and
@@ -93,7 +93,7 @@ macro_rules! trampolined {
                 let Some(real) = $hook.get() else { return NOT_FOUND };
                 // SAFETY: the driver's function, with the caller's arguments unchanged.
                 let call = move || unsafe { real($($arg),*) };
-                observe($build, call, $after)
+                observe_apart($build, call, $after)
             }
 
             /// The event posted before the call ([`enter_only`]), from the arguments as the
