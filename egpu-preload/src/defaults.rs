@@ -43,7 +43,7 @@ static REGISTERED: AtomicBool = AtomicBool::new(false);
 pub(crate) struct Hot {
     /// [`READY`], [`FORKED`] and [`PAUSED`]: events are observed when it is `READY` alone.
     gate: AtomicU8,
-    /// Stream captures begun and not yet ended in this process (see `events::captured`).
+    /// Stream captures begun and not yet ended in this process (see `events::launch`).
     pub(crate) captures: AtomicI64,
     /// `egpu::host::global()`, once set up (stored before `READY`).
     probes: AtomicPtr<HostProbes>,
@@ -58,7 +58,7 @@ pub(crate) const PAUSED: u8 = 4;
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 impl Hot {
-    /// Where [`Hot::gate`] is, for the trampolines (`events::trampolined`).
+    /// Where [`Hot::gate`] is, for the trampolines (`events::trampoline`).
     pub(crate) const GATE: usize = std::mem::offset_of!(Hot, gate);
 }
 

@@ -14,7 +14,7 @@
 //!
 //! One launch is one event: a thread inside an interposed runtime call does not fire again for
 //! the driver calls it makes, nor does a call the driver makes to itself (on x86-64 Linux, known
-//! by its return address, in the driver's code: see `events::trampolined`).
+//! by its return address, in the driver's code: see `events::trampoline`).
 //!
 //! The probes are the built-in set (the `defaults` module): launches counted per kernel, in a hash map
 //! keyed by the kernel's id (the 64-bit hash of its mangled name, [`egpu::ebpf::kernel_id`]),
