@@ -38,7 +38,7 @@ use egpu_ebpf::{AttachPoint, DeviceEvent};
 /// A probe attached to kernels, owned by an [`Instrumenter`].
 #[derive(Clone, Debug)]
 struct Attached {
-    id: ProbeId,
+    id: DeviceProbeId,
     /// The verified program; its attach point says where it runs.
     program: Verified,
     /// The kernels it attaches to, by mangled name; empty for all kernels.
@@ -49,7 +49,7 @@ struct Attached {
 
 /// Names a probe attached to an [`Instrumenter`], for [`Instrumenter::detach`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ProbeId(u64);
+pub struct DeviceProbeId(u64);
 
 /// Why an instrumented module or kernel is not used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -159,7 +159,7 @@ impl<'g> Instrumenter<'g> {
         verified: &Verified,
         maps: &[DeviceMap],
         kernels: &[&str],
-    ) -> Result<ProbeId, InjectError> {
+    ) -> Result<DeviceProbeId, InjectError> {
         let probe = self.probes.len();
         let context = match verified.program().attach() {
             AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => {
@@ -177,7 +177,7 @@ impl<'g> Instrumenter<'g> {
         let mut options = Options::new("egpu", context);
         options.maps = maps.to_vec();
         translate(verified, &options).map_err(|error| InjectError::Translate { probe, error })?;
-        let id = ProbeId(self.next_id);
+        let id = DeviceProbeId(self.next_id);
         self.next_id += 1;
         self.probes.push(Attached {
             id,
@@ -189,7 +189,7 @@ impl<'g> Instrumenter<'g> {
     }
 
     /// Detaches a probe from the modules loaded from now on. False when it was not attached.
-    pub fn detach(&mut self, id: ProbeId) -> bool {
+    pub fn detach(&mut self, id: DeviceProbeId) -> bool {
         let before = self.probes.len();
         self.probes.retain(|p| p.id != id);
         self.probes.len() != before

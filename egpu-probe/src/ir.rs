@@ -212,7 +212,7 @@ pub enum UnOp {
 
 /// An argument of a helper call.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub enum Arg {
+pub enum CallArg {
     /// A scalar.
     Value(Expr),
     /// A map of the table.
@@ -250,7 +250,7 @@ pub enum Expr {
     /// `lhs || rhs`, short-circuit.
     Or(Box<Expr>, Box<Expr>),
     /// A helper call whose result has type `Ty`.
-    Call(Ty, u32, Vec<Arg>),
+    Call(Ty, u32, Vec<CallArg>),
 }
 
 impl Expr {

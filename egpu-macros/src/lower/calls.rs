@@ -54,7 +54,7 @@ impl Lower {
 
     /// A map operation on a `static` map, as a statement.
     pub(super) fn map_call(&mut self, m: &syn::ExprMethodCall) -> TokenStream {
-        let p = self.p();
+        let p = self.builder();
         let Some(map) = self.static_receiver(m) else {
             return self.error(
                 m.span(),
@@ -137,7 +137,7 @@ impl Lower {
     /// A call: one of egpu's helpers (`egpu::helpers::ktime_ns()`), or a function marked
     /// `#[egpu::helper]`, inlined.
     pub(super) fn call(&mut self, call: &syn::ExprCall) -> TokenStream {
-        let p = self.p();
+        let p = self.builder();
         let span = call.span();
         let Expr::Path(path) = &*call.func else {
             return self.error(span, "only egpu's helpers can be called");

@@ -10,7 +10,7 @@ use super::{Kind, Lower};
 
 impl Lower {
     pub(super) fn if_stmt(&mut self, i: &syn::ExprIf) -> TokenStream {
-        let p = self.p();
+        let p = self.builder();
         if let Expr::Let(lt) = &*i.cond {
             return self.if_let_get(i, lt, false);
         }
@@ -43,7 +43,7 @@ impl Lower {
         lt: &syn::ExprLet,
         value: bool,
     ) -> TokenStream {
-        let p = self.p();
+        let p = self.builder();
         let shape = "`if let` takes a map lookup: `if let Some(value) = MAP.get(&key) { .. }`";
         let Pat::TupleStruct(ts) = &*lt.pat else { return self.error(lt.pat.span(), shape) };
         let binding =
@@ -96,7 +96,7 @@ impl Lower {
     }
 
     pub(super) fn for_loop(&mut self, f: &syn::ExprForLoop) -> TokenStream {
-        let p = self.p();
+        let p = self.builder();
         let ident = match &*f.pat {
             Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => pi.ident.clone(),
             Pat::Wild(w) => Ident::new("_", w.span()),
@@ -132,7 +132,7 @@ impl Lower {
 
     /// `#[bound(N)] while cond { .. }`: at most `N` iterations, each first testing `cond`.
     pub(super) fn while_loop(&mut self, w: &syn::ExprWhile) -> TokenStream {
-        let p = self.p();
+        let p = self.builder();
         let span = w.span();
         match bound(&w.attrs) {
             Some(Ok(n)) if !self.is_constant(&n) => {
@@ -156,7 +156,7 @@ impl Lower {
 
     /// `#[bound(N)] loop { .. }`: at most `N` iterations.
     pub(super) fn bounded_loop(&mut self, l: &syn::ExprLoop) -> TokenStream {
-        let p = self.p();
+        let p = self.builder();
         let span = l.span();
         match bound(&l.attrs) {
             Some(Ok(n)) if !self.is_constant(&n) => {
@@ -179,7 +179,7 @@ impl Lower {
     /// (rustc checks, on the twin, that the arms cover every value). As a value, every arm sets
     /// one variable.
     pub(super) fn match_expr(&mut self, m: &syn::ExprMatch, value: bool) -> TokenStream {
-        let p = self.p();
+        let p = self.builder();
         let scrutinee = self.expr(&m.expr);
         let mut chain = TokenStream::new();
         for arm in m.arms.iter().rev() {
@@ -226,7 +226,7 @@ impl Lower {
     /// The condition a `match` pattern tests on `__m`: `None` for `_` (always), or `Some`
     /// builder code; an unsupported pattern is an error (`Option::None` returned).
     fn pattern(&mut self, pat: &Pat) -> Option<Option<TokenStream>> {
-        let p = self.p();
+        let p = self.builder();
         let value = |l: &mut Lower, e: &Expr| -> Option<TokenStream> {
             if !l.is_constant(e)
                 && !matches!(e, Expr::Unary(u) if matches!(u.op, UnOp::Neg(_)) && l.is_constant(&u.expr))

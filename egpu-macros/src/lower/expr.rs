@@ -11,7 +11,7 @@ use super::{Kind, Lower};
 impl Lower {
     /// An expression, as builder code giving a `Val<T>`.
     pub(crate) fn expr(&mut self, e: &Expr) -> TokenStream {
-        let p = self.p();
+        let p = self.builder();
         let span = e.span();
         match e {
             Expr::Lit(l) => match &l.lit {

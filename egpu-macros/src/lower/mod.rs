@@ -79,7 +79,7 @@ impl Lower {
     }
 
     /// The probe builder's path, which the lowered code calls.
-    fn p(&self) -> TokenStream {
+    fn builder(&self) -> TokenStream {
         self.builder.clone()
     }
 
@@ -136,7 +136,7 @@ impl Lower {
             out.extend(match stmt {
                 Stmt::Expr(e, None) if last && tail_returns => {
                     let v = self.expr(e);
-                    let p = self.p();
+                    let p = self.builder();
                     quote_spanned!(e.span()=> #p::ret(#v);)
                 }
                 other => self.stmt(other),

@@ -12,7 +12,7 @@ impl Lower {
     /// A struct literal, built in a new stack buffer: every field given, nested struct and
     /// array literals stored field by field.
     pub(super) fn struct_lit(&mut self, lit: &syn::ExprStruct, name: &str) -> TokenStream {
-        let p = self.p();
+        let p = self.builder();
         if let Some(rest) = &lit.rest {
             return self.error(rest.span(), "give every field: `..` is not supported in probes");
         }
@@ -32,7 +32,7 @@ impl Lower {
     /// An array literal (`[a, b, c]` or `[x; N]` with a literal `N`), built in a new stack
     /// buffer of type `[_; N]` whose element type rustc infers.
     pub(super) fn array_lit(&mut self, e: &Expr, name: &str) -> TokenStream {
-        let p = self.p();
+        let p = self.builder();
         let len = match e {
             Expr::Array(a) => Some(a.elems.len()),
             Expr::Repeat(r) => match &*r.len {
@@ -55,7 +55,7 @@ impl Lower {
     }
 
     fn field_init(&mut self, at: TokenStream, value: &Expr, stores: &mut TokenStream) {
-        let p = self.p();
+        let p = self.builder();
         match value {
             Expr::Struct(inner) => {
                 if let Some(rest) = &inner.rest {

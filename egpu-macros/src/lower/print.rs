@@ -11,7 +11,7 @@ impl Lower {
     /// `egpu::print!("format", args..)`: the only macro of probes. The format's placeholders
     /// (`{}`, `{:x}`, `{:#x}`) must match the arguments, six at most.
     pub(super) fn print(&mut self, mac: &syn::Macro) -> TokenStream {
-        let p = self.p();
+        let p = self.builder();
         let is_print = mac.path.segments.len() == 2
             && mac.path.segments[0].ident == "egpu"
             && mac.path.segments[1].ident == "print";

@@ -24,7 +24,7 @@ impl Lower {
     /// `let x = v;`, `let x: T;`, `let s = S { .. };` (a struct or array local), or
     /// `let x = if c { a } else { b };` (each branch setting `x`).
     fn let_stmt(&mut self, local: &syn::Local) -> TokenStream {
-        let p = self.p();
+        let p = self.builder();
         let (ident, ty) = match &local.pat {
             Pat::Ident(pi) if pi.by_ref.is_none() && pi.subpat.is_none() => {
                 (pi.ident.clone(), None)
@@ -94,7 +94,7 @@ impl Lower {
 
     /// An expression in statement position.
     pub(super) fn expr_stmt(&mut self, e: &Expr) -> TokenStream {
-        let p = self.p();
+        let p = self.builder();
         let span = e.span();
         match e {
             Expr::Assign(a) => self.assign(&a.left, None, &a.right, span),
@@ -157,7 +157,7 @@ impl Lower {
         right: &Expr,
         span: Span,
     ) -> TokenStream {
-        let p = self.p();
+        let p = self.builder();
         let value = self.expr(right);
         match left {
             Expr::Path(path) if path.path.get_ident().is_some() => {
@@ -224,7 +224,7 @@ impl Lower {
     /// Builder code setting variable `dst` to the value of `e`, with an `if` (or a block) setting
     /// it in each branch rather than through a temporary.
     fn set_into(&mut self, dst: &Ident, e: &Expr) -> TokenStream {
-        let p = self.p();
+        let p = self.builder();
         match e {
             Expr::If(i) if !matches!(&*i.cond, Expr::Let(_)) => {
                 let Some((_, otherwise)) = &i.else_branch else {

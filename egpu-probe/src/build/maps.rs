@@ -9,7 +9,7 @@ use super::ops::cast;
 use super::places::{AsPlace, buffer, new_buffer, offset_in, spill, store_field, zero_stores};
 use super::values::{Int, Loc, Scalar, Val, lit};
 use super::{BuildError, block, expr, fail, push, with};
-use crate::ir::{Arg, Expr, MapRef, Place, Ptr, Stmt, Ty};
+use crate::ir::{CallArg, Expr, MapRef, Place, Ptr, Stmt, Ty};
 
 /// Enters `raw` in the probe's map table (once per map) and returns its reference.
 fn map_ref(addr: usize, name: &str, raw: Result<&RawMap, MapError>) -> Option<MapRef> {
@@ -138,7 +138,7 @@ pub fn hash_fetch_add_field<M: KeyedMap, W: Int>(
     let insert = Expr::Call(
         Ty::I64,
         id::MAP_UPDATE_ELEM,
-        vec![Arg::Map(m), Arg::Addr(key), Arg::Addr(zero), Arg::Value(Expr::Const(Ty::U64, 1))],
+        vec![CallArg::Map(m), CallArg::Addr(key), CallArg::Addr(zero), CallArg::Value(Expr::Const(Ty::U64, 1))],
     );
     let retry = Stmt::Lookup { map: m, key, ptr, found: add.clone(), missing: vec![] };
     zeroing.extend([Stmt::Eval(insert), retry]);
@@ -188,7 +188,7 @@ pub fn hash_insert<M: KeyedMap>(
     push(Stmt::Eval(Expr::Call(
         Ty::I64,
         id::MAP_UPDATE_ELEM,
-        vec![Arg::Map(m), Arg::Addr(key), Arg::Addr(value), Arg::Value(Expr::Const(Ty::U64, 0))],
+        vec![CallArg::Map(m), CallArg::Addr(key), CallArg::Addr(value), CallArg::Value(Expr::Const(Ty::U64, 0))],
     )));
 }
 
@@ -196,7 +196,7 @@ pub fn hash_insert<M: KeyedMap>(
 pub fn hash_remove<M: KeyedMap>(map: &'static M, name: &str, key: impl AsPlace<M::Key>) {
     let Some(m) = map_ref(map as *const M as usize, name, map.raw_map()) else { return };
     let key = key.place("key");
-    push(Stmt::Eval(Expr::Call(Ty::I64, id::MAP_DELETE_ELEM, vec![Arg::Map(m), Arg::Addr(key)])));
+    push(Stmt::Eval(Expr::Call(Ty::I64, id::MAP_DELETE_ELEM, vec![CallArg::Map(m), CallArg::Addr(key)])));
 }
 
 /// `if let Some(v) = map.get(&key) { found(v) } else { missing() }`: the value in place, read
@@ -224,10 +224,10 @@ pub fn ring_output<T: Pod>(ring: &'static RingBuf<T>, name: &str, record: impl A
         Ty::I64,
         id::RINGBUF_OUTPUT,
         vec![
-            Arg::Map(m),
-            Arg::Addr(record),
-            Arg::Value(Expr::Const(Ty::U64, size_of::<T>() as u64)),
-            Arg::Value(Expr::Const(Ty::U64, 0)),
+            CallArg::Map(m),
+            CallArg::Addr(record),
+            CallArg::Value(Expr::Const(Ty::U64, size_of::<T>() as u64)),
+            CallArg::Value(Expr::Const(Ty::U64, 0)),
         ],
     )));
 }

@@ -8,11 +8,11 @@ use egpu_ebpf::{AluOp, CallTarget, Imm64, Instruction, Operand, Reg};
 
 use super::regalloc::{Home, TEMPS};
 use super::{CompileError, Gen, alu};
-use crate::ir::{Arg, Expr};
+use crate::ir::{CallArg, Expr};
 
 impl Gen<'_> {
     /// Calls helper `id` with `args`, its result in `dst`.
-    pub(super) fn call(&mut self, id: u32, args: &[Arg], dst: Reg) -> Result<(), CompileError> {
+    pub(super) fn call(&mut self, id: u32, args: &[CallArg], dst: Reg) -> Result<(), CompileError> {
         if args.len() > 5 {
             return Err(CompileError::Malformed(format!(
                 "helper {id} with {} arguments",
@@ -38,7 +38,7 @@ impl Gen<'_> {
         let mut staged: Vec<Option<i16>> = Vec::new();
         for a in args {
             match a {
-                Arg::Value(e) if !matches!(e, Expr::Const(..) | Expr::Var(_)) => {
+                CallArg::Value(e) if !matches!(e, Expr::Const(..) | Expr::Var(_)) => {
                     let t = self.temp()?;
                     self.expr(e, t)?;
                     let s = self.scratch()?;
@@ -54,11 +54,11 @@ impl Gen<'_> {
             let r = TEMPS[i + 1];
             match (a, s) {
                 (_, Some(s)) => self.load_home(r, Home::Stack(*s)),
-                (Arg::Value(e), None) => self.expr(e, r)?,
-                (Arg::Map(m), None) => {
+                (CallArg::Value(e), None) => self.expr(e, r)?,
+                (CallArg::Map(m), None) => {
                     self.insn(Instruction::LoadImm64 { dst: r, imm: Imm64::Map(m.0) })
                 }
-                (Arg::Addr(place), None) => {
+                (CallArg::Addr(place), None) => {
                     let (base, off) = self.address(*place, r)?;
                     if base != r {
                         self.insn(alu(AluOp::Mov, r, Operand::Reg(base)));

@@ -8,7 +8,7 @@ use egpu_ebpf::{AluOp, AtomicOp, Instruction, JmpCond, Operand, Reg, Size};
 use super::regalloc::{Home, need};
 use super::stmt::reads_var;
 use super::{CompileError, Gen, Label, alu};
-use crate::ir::{Arg, CmpOp, Expr, MapRef, Place, Ptr, Stmt, Ty, UnOp, Var};
+use crate::ir::{CallArg, CmpOp, Expr, MapRef, Place, Ptr, Stmt, Ty, UnOp, Var};
 
 fn jmp_cond(op: CmpOp, signed: bool) -> JmpCond {
     match (op, signed) {
@@ -168,7 +168,7 @@ impl Gen<'_> {
         let home = self.ptr(ptr)?;
         let r0 = Reg::R0;
         self.take(r0);
-        self.call(1, &[Arg::Map(map), Arg::Addr(key)], r0)?;
+        self.call(1, &[CallArg::Map(map), CallArg::Addr(key)], r0)?;
         let (no, end) = (self.label(), self.label());
         self.jump(Some((JmpCond::Eq, r0, Operand::Imm(0))), no);
         match found {

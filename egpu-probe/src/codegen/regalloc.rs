@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use egpu_ebpf::{AluOp, Instruction, Operand, Reg, Size};
 
 use super::{CompileError, Gen, alu};
-use crate::ir::{Arg, Expr, Place, Ptr, Stmt, Ty, Var};
+use crate::ir::{CallArg, Expr, Place, Ptr, Stmt, Ty, Var};
 
 /// Where a variable or pointer lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -197,9 +197,9 @@ fn count_uses(stmts: &[Stmt], weight: u64, out: &mut BTreeMap<Contender, u64>, c
             Expr::Call(_, _, args) => {
                 for a in args {
                     match a {
-                        Arg::Value(e) => expr(e, weight, out, ctx),
-                        Arg::Addr(p) => place(p, weight, out, ctx),
-                        Arg::Map(_) => {}
+                        CallArg::Value(e) => expr(e, weight, out, ctx),
+                        CallArg::Addr(p) => place(p, weight, out, ctx),
+                        CallArg::Map(_) => {}
                     }
                 }
             }

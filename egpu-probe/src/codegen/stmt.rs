@@ -6,7 +6,7 @@ use egpu_ebpf::{AtomicOp, Instruction, Reg, Size};
 use super::expr::{imm, size_of_ty};
 use super::regalloc::{Home, need};
 use super::{CompileError, Gen, mov_imm};
-use crate::ir::{Arg, Expr, Stmt, Ty, Var};
+use crate::ir::{CallArg, Expr, Stmt, Ty, Var};
 
 impl Gen<'_> {
     pub(super) fn stmts(&mut self, stmts: &[Stmt]) -> Result<(), CompileError> {
@@ -109,7 +109,7 @@ pub(super) fn reads_var(e: &Expr, v: Var) -> bool {
             reads_var(a, v) || reads_var(b, v)
         }
         Expr::Call(_, _, args) => {
-            args.iter().any(|a| matches!(a, Arg::Value(e) if reads_var(e, v)))
+            args.iter().any(|a| matches!(a, CallArg::Value(e) if reads_var(e, v)))
         }
     }
 }
