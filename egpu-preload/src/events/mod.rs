@@ -97,10 +97,9 @@ macro_rules! interposed {
     };
 }
 
-/// Defines an interposed entry point that makes one event of each call
-/// ([`observe`]), whose context `$build` makes and `$after` completes: the CUDA
-/// runtime's, which call the driver's (and the driver's where there are no trampolines,
-/// [`driver`]).
+/// Defines an interposed entry point that makes one event of each call ([`observe`]), whose
+/// context `$build` makes and `$after` completes: the CUDA runtime's, which call the driver's
+/// (and the driver's where there are no trampolines, [`driver`]).
 macro_rules! runtime {
     ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $build:expr, $after:expr) => {
         interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
