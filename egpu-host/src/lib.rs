@@ -29,10 +29,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use bytemuck::Pod;
+use egpu_ebpf::verifier::Verified;
 use egpu_ebpf::{
     AllocCtx, AttachPoint, HostEvent, LaunchCtx, MemcpyCtx, ModuleLoadCtx, Phase, SyncCtx,
 };
-use egpu_ebpf::verifier::Verified;
 use egpu_maps::RawMap;
 
 use egpu_vm::{EngineChoice, LoadError, Vm};
@@ -474,9 +474,21 @@ pub fn thread_id() -> u32 {
 
 pub mod builtin;
 mod deferred;
-pub mod pack;
+/// egpu's surface as the probes of this crate name it (`#[egpu_macros::probe(..,
+/// crate = crate::egpu_root)]`): this crate sits beneath the facade `egpu`, so it builds the paths
+/// the generated code uses from the crates beneath the facade.
+mod egpu_root {
+    pub(crate) use egpu_ebpf as ebpf;
+    pub(crate) use egpu_probe as probe;
+
+    pub(crate) mod __private {
+        pub(crate) use egpu_probe::build as probe;
+        pub(crate) use egpu_probe::twin;
+    }
+}
 #[cfg(feature = "otlp")]
 pub mod otlp;
+pub mod pack;
 pub use deferred::Poster;
 #[cfg(test)]
 mod tests;

@@ -5,17 +5,25 @@ use egpu_maps::HashMap;
 use egpu_maps::layout::Geometry;
 use egpu_maps::{Array, Placement};
 
-/// Counts launches per kernel id (`LaunchCtx::kernel_id`, at byte 0) in map 0.
-const COUNT_BY_KERNEL: &str = builtin::COUNT_BY_FIRST_WORD;
+/// The counts of the probes below, as their map tables describe them (the tests bind maps of
+/// their own: `counts_map`).
+static COUNTS: HashMap<u64, u64> = HashMap::with_capacity(64);
 
-fn counts_def() -> Vec<MapDef> {
-    vec![MapDef {
-        name: "launches".into(),
-        kind: MapKind::Hash,
-        key_size: 8,
-        value_size: 8,
-        capacity: 64,
-    }]
+/// Counts launches per kernel id (`LaunchCtx::kernel_id`: the context's first 8 bytes).
+#[egpu_macros::probe(host::launch, crate = crate::egpu_root)]
+fn count_by_kernel(ctx: &LaunchCtx) {
+    COUNTS.fetch_add(&ctx.kernel_id, 1);
+}
+
+/// Counts synchronisations per handle (`SyncCtx::handle`), as [`count_by_kernel`] counts kernels.
+#[egpu_macros::probe(host::sync, crate = crate::egpu_root)]
+fn count_by_handle(ctx: &SyncCtx) {
+    COUNTS.fetch_add(&ctx.handle, 1);
+}
+
+/// The launch counter, verified (built once).
+fn by_kernel() -> Verified {
+    count_by_kernel::probe().verified().expect("builds").clone()
 }
 
 fn counts_map() -> RawMap {
@@ -39,10 +47,7 @@ fn launch(kernel_id: u64) -> LaunchCtx {
 fn launches_from_many_threads_are_counted_exactly() {
     let probes = HostProbes::new();
     let map = counts_map();
-    let enter = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
-    probes
-        .attach(&program(COUNT_BY_KERNEL, counts_def(), enter), std::slice::from_ref(&map))
-        .expect("attach");
+    probes.attach(&by_kernel(), std::slice::from_ref(&map)).expect("attach");
     assert!(probes.armed(HostEvent::Launch, Phase::Enter));
     assert!(!probes.armed(HostEvent::Launch, Phase::Exit));
     assert!(!probes.armed(HostEvent::Memcpy, Phase::Enter));
@@ -76,8 +81,7 @@ fn launches_from_many_threads_are_counted_exactly() {
 fn detached_probes_stop_and_others_go_on() {
     let probes = HostProbes::new();
     let (first, second) = (counts_map(), counts_map());
-    let enter = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
-    let p = program(COUNT_BY_KERNEL, counts_def(), enter);
+    let p = by_kernel();
     let a = probes.attach(&p, std::slice::from_ref(&first)).expect("attach");
     let b = probes.attach(&p, std::slice::from_ref(&second)).expect("attach");
     probes.fire(Phase::Enter, &mut launch(7));
@@ -156,9 +160,7 @@ fn programs_that_cannot_run_are_refused_and_counted() {
     assert!(verify(&unverified("ldxdw %r0, [%r1+88]\nexit", vec![], enter)).is_err());
     // A map of the wrong kind for the table's entry.
     let wrong = Array::<u64>::with_len(64);
-    let e = probes
-        .attach(&program(COUNT_BY_KERNEL, counts_def(), enter), &[wrong.raw().clone()])
-        .expect_err("refused");
+    let e = probes.attach(&by_kernel(), &[wrong.raw().clone()]).expect_err("refused");
     assert!(matches!(e, AttachError::Load(_)), "{e}");
     assert_eq!(probes.health().rejected, 2);
     assert!(!probes.armed(HostEvent::Launch, Phase::Enter));
@@ -192,10 +194,7 @@ fn each_context_belongs_to_its_event() {
 fn posted_events_run_on_the_worker_or_at_a_flush_exactly_once() {
     let probes: &'static HostProbes = Box::leak(Box::new(HostProbes::new()));
     let map = counts_map();
-    let enter = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
-    probes
-        .attach(&program(COUNT_BY_KERNEL, counts_def(), enter), std::slice::from_ref(&map))
-        .expect("attach");
+    probes.attach(&by_kernel(), std::slice::from_ref(&map)).expect("attach");
     // More than a queue holds, from each of several threads: some run on the worker, some at
     // the posters when their queue is full, the rest at the flush; each exactly once.
     const THREADS: u64 = 3;
@@ -251,8 +250,9 @@ fn the_words_a_probe_reads_are_known() {
     let probes = HostProbes::new();
     let enter = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
     // kernel_id (word 0) only.
-    probes.attach(&program(COUNT_BY_KERNEL, counts_def(), enter), &[counts_map()]).expect("attach");
+    probes.attach(&by_kernel(), &[counts_map()]).expect("attach");
     assert_eq!(probes.context_words(HostEvent::Launch, Phase::Enter), 0b1);
+    assert_eq!(probes.context_needed(HostEvent::Launch, Phase::Enter), 8);
     // grid[0] and grid[1] (bytes 40..48: word 5) and block[2] (bytes 60..64: word 7).
     let grid = "ldxw %r0, [%r1+40]\nldxw %r2, [%r1+44]\nldxw %r3, [%r1+60]\nexit";
     probes.attach(&program(grid, vec![], enter), &[]).expect("attach");
@@ -268,11 +268,9 @@ fn a_child_forked_while_threads_post_can_use_the_set() {
     let g = Geometry::new(MapKind::Array, 4, 8, 4, 1, 0).expect("geometry");
     probes.mirror_health(RawMap::create(g, &Placement::Process).expect("a map"));
     let map = counts_map();
-    let enter = AttachPoint::Host(HostEvent::Sync, Phase::Enter);
     // Counts syncs by handle (SyncCtx::handle, byte 0), as the launch probe counts kernels.
-    let id = probes
-        .attach(&program(COUNT_BY_KERNEL, counts_def(), enter), std::slice::from_ref(&map))
-        .expect("attach");
+    let by_handle = count_by_handle::probe().verified().expect("builds");
+    let id = probes.attach(by_handle, std::slice::from_ref(&map)).expect("attach");
     let stop = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         // Attaching and detaching changes the set's generation, so the other threads reload their
@@ -280,8 +278,7 @@ fn a_child_forked_while_threads_post_can_use_the_set() {
         let churn = &stop;
         s.spawn(move || {
             while !churn.load(Ordering::Relaxed) {
-                let p = program(COUNT_BY_KERNEL, counts_def(), enter);
-                if let Ok(id) = probes.attach(&p, &[counts_map()]) {
+                if let Ok(id) = probes.attach(by_handle, &[counts_map()]) {
                     probes.detach(id);
                 }
             }
@@ -301,10 +298,7 @@ fn a_child_forked_while_threads_post_can_use_the_set() {
             let pid = unsafe { libc::fork() };
             if pid == 0 {
                 // Would hang on a lock some parent thread held at the fork.
-                let again = probes.attach(
-                    &program(COUNT_BY_KERNEL, counts_def(), enter),
-                    std::slice::from_ref(&counts_map()),
-                );
+                let again = probes.attach(by_handle, std::slice::from_ref(&counts_map()));
                 probes.post(Phase::Enter, &SyncCtx { handle: 9, ..Default::default() });
                 probes.flush();
                 let ok = again.is_ok() && probes.detach(again.unwrap());

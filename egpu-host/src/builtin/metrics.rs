@@ -6,7 +6,37 @@ use std::fmt::Write as _;
 
 use egpu_maps::HashMap;
 
-use super::{BUCKETS, Builtin, CAPTURED, COPY_KIND_NAMES, MetricsOptions, RENDERED_BUCKETS, label};
+use super::{BUCKETS, Builtin, CAPTURED, Tally};
+
+/// What the Prometheus rendering includes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MetricsOptions {
+    /// A `cuda_kernel_name` label on `gpu_cuda_kernel_launch_calls_total`, one series per
+    /// kernel: off by default, since a program may launch thousands of kernels.
+    pub kernel_names: bool,
+}
+
+impl MetricsOptions {
+    /// With or without the kernel-name label.
+    pub fn with_kernel_names(mut self, on: bool) -> MetricsOptions {
+        self.kernel_names = on;
+        self
+    }
+}
+
+/// Histogram buckets rendered: `b` significant bits up to this many (larger values count in
+/// `+Inf` only).
+const RENDERED_BUCKETS: u32 = 41;
+
+/// The `cuda.memcpy.kind` values, by `MemcpyCtx` kind.
+const COPY_KIND_NAMES: [&str; 6] =
+    ["Default", "HostToDevice", "DeviceToHost", "DeviceToDevice", "Peer", "HostToHost"];
+
+/// A Prometheus label value, escaped.
+fn label(value: &str) -> String {
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
 
 /// A histogram's points: per-bucket counts (bucket `b` holds values of `b` significant bits,
 /// up to [`RENDERED_BUCKETS`]), the sum and the count (values past the last bucket count in
@@ -142,13 +172,13 @@ fn collect(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
         "By",
         "gpu_cuda_memory_allocations_bytes_total",
         "Bytes of CUDA memory allocated.",
-        &|b| (0..3).map(|k| b.total(1, k)[1]).sum(),
+        &|b| (0..3).map(|k| b.total(&b.allocations, k).bytes).sum(),
     ));
     let mut copies = Vec::new();
     for b in processes {
         for (kind, kind_name) in COPY_KIND_NAMES.iter().enumerate() {
             let kind = kind as u32;
-            let [count, sum] = b.total(0, kind);
+            let Tally { count, bytes: sum } = b.total(&b.copies, kind);
             if count == 0 {
                 continue;
             }
@@ -178,7 +208,7 @@ fn collect(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
         "By",
         "gpu_cuda_memset_bytes_total",
         "Bytes set by CUDA memory sets.",
-        &|b| (8..16).map(|k| b.total(0, k)[1]).sum(),
+        &|b| (8..16).map(|k| b.total(&b.copies, k).bytes).sum(),
     ));
     let syncs: [(_, _, &[u32], _); 3] = [
         (
@@ -202,7 +232,7 @@ fn collect(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
     ];
     for (otel, prometheus, kinds, help) in syncs {
         metrics.push(counter(otel, "{call}", prometheus, help, &|b| {
-            kinds.iter().map(|&k| b.total(2, k)[0]).sum()
+            kinds.iter().map(|&k| b.total(&b.syncs, k).count).sum()
         }));
     }
     type Health = fn(&Builtin) -> u64;
@@ -232,7 +262,7 @@ fn collect(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
             "egpu.modules.not_instrumentable",
             "egpu_modules_not_instrumentable_total",
             "Modules loaded without PTX, which egpu cannot instrument.",
-            |b| b.total(3, 0)[0],
+            |b| b.total(&b.modules, 0).count,
         ),
     ];
     for (otel, prometheus, help, value) in health {

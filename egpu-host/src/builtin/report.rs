@@ -1,0 +1,163 @@
+//! What the built-in maps hold, as text: the report the summary and `egpu maps PID` print, and
+//! the lines of a process's user maps.
+
+use std::fmt::Write as _;
+
+use egpu_ebpf::MapKind;
+use egpu_maps::{Array, HashMap, RawMap};
+
+use super::{BUCKETS, Builtin, CAPTURED, Tally, user_map_name, user_objects};
+use crate::Health;
+
+impl Builtin {
+    /// What the maps hold, as lines (counts that are 0 left out; `shapes`: the blocks of the
+    /// launched grids and the threads of their blocks, summed); with `health`, a last line of
+    /// the probes' runs, faults and refusals:
+    ///
+    /// ```text
+    /// pid 711
+    /// launches 17
+    /// shapes blocks 17408 threads 4352
+    /// kernel 0x84d0c88d2e5ac11e 3 _Z5shiftPffi
+    /// copies dtoh 1 4
+    /// sets 1 4194304
+    /// allocations device 1 4194304
+    /// frees device 1 0
+    /// syncs context 1
+    /// modules ptx 1 2011
+    /// probes runs=21 faults=0 rejected=0
+    /// ```
+    pub fn report(&self, health: Option<Health>) -> String {
+        let mut text = format!("pid {}\n", self.pid);
+        let mut kernels: Vec<(u64, u64)> = HashMap::<u64, u64>::from_raw(self.launches.clone())
+            .map(|m| m.iter().collect())
+            .unwrap_or_default();
+        kernels.sort();
+        let run: u64 = kernels.iter().filter(|(id, _)| *id < CAPTURED).map(|(_, n)| n).sum();
+        let _ = writeln!(text, "launches {run}");
+        if run > 0 {
+            let (blocks, threads) =
+                (self.array(&self.shapes, BUCKETS), self.array(&self.shapes, 2 * BUCKETS + 1));
+            let _ = writeln!(text, "shapes blocks {blocks} threads {threads}");
+        }
+        for (id, n) in kernels {
+            let _ = writeln!(text, "kernel {id:#018x} {n} {}", self.name(id));
+        }
+        for (i, kind) in ["default", "htod", "dtoh", "dtod", "peer", "htoh"].iter().enumerate() {
+            let Tally { count, bytes } = self.total(&self.copies, i as u32);
+            if count > 0 {
+                let _ = writeln!(text, "copies {kind} {count} {bytes}");
+            }
+        }
+        let sets = (8..16).map(|i| self.total(&self.copies, i)).fold(Tally::default(), |a, e| {
+            Tally { count: a.count + e.count, bytes: a.bytes + e.bytes }
+        });
+        if sets.count > 0 {
+            let _ = writeln!(text, "sets {} {}", sets.count, sets.bytes);
+        }
+        for (op, name) in [(0, "allocations"), (1, "frees")] {
+            for (k, kind) in ["device", "pinned", "managed"].iter().enumerate() {
+                let Tally { count, bytes } = self.total(&self.allocations, op * 4 + k as u32);
+                if count > 0 {
+                    let _ = writeln!(text, "{name} {kind} {count} {bytes}");
+                }
+            }
+        }
+        let freed = self.array(&self.freed, 0);
+        if freed > 0 {
+            let _ = writeln!(text, "freed {freed}");
+        }
+        for (k, kind) in ["stream", "event", "context", "device"].iter().enumerate() {
+            let count = self.total(&self.syncs, k as u32).count;
+            if count > 0 {
+                let _ = writeln!(text, "syncs {kind} {count}");
+            }
+        }
+        for (k, kind) in ["other", "ptx"].iter().enumerate() {
+            let Tally { count, bytes } = self.total(&self.modules, k as u32);
+            if count > 0 {
+                let _ = writeln!(text, "modules {kind} {count} {bytes}");
+            }
+        }
+        if let Some(h) = health {
+            let _ = writeln!(
+                text,
+                "probes runs={} faults={} rejected={}",
+                h.runs, h.faults, h.rejected
+            );
+        }
+        text
+    }
+
+    /// Process `pid`'s user maps in shared memory, by name.
+    pub fn user_maps(&self) -> Vec<(String, RawMap)> {
+        let prefix = user_map_name(self.pid, "");
+        user_objects(self.pid)
+            .into_iter()
+            .filter_map(|object| {
+                let raw = RawMap::open_shared(&object).ok()?;
+                Some((object[prefix.len()..].to_owned(), raw))
+            })
+            .collect()
+    }
+
+    /// What `maps` hold, a line per entry: `map NAME KEY VALUE`, keys that are known kernel ids
+    /// by the kernel's name, per-CPU values summed; maps of other shapes by their kind only.
+    pub fn render_maps(&self, maps: &[(String, RawMap)]) -> String {
+        let mut text = String::new();
+        let key = |k: u64| -> String {
+            let name = self.name(k);
+            if k != 0 && !name.starts_with('(') { name } else { k.to_string() }
+        };
+        for (name, raw) in maps {
+            let g = *raw.geometry();
+            let mut lines: Vec<(String, u64)> = Vec::new();
+            let shown = match (g.kind, g.key_size, g.value_size) {
+                (MapKind::Hash, 8, 8) => HashMap::<u64, u64>::from_raw(raw.clone())
+                    .map(|m| lines.extend(m.iter().map(|(k, v)| (key(k), v))))
+                    .is_ok(),
+                (MapKind::PerCpuHash, 8, 8) => {
+                    egpu_maps::PerCpuHashMap::<u64, u64>::from_raw(raw.clone())
+                        .map(|m| {
+                            lines.extend(
+                                m.keys().into_iter().filter_map(|k| Some((key(k), m.sum(&k)?))),
+                            )
+                        })
+                        .is_ok()
+                }
+                (MapKind::Array, 4, 8) => Array::<u64>::from_raw(raw.clone())
+                    .map(|a| {
+                        lines.extend((0..g.capacity).filter_map(|i| {
+                            a.get(i).ok().filter(|&v| v != 0).map(|v| (i.to_string(), v))
+                        }))
+                    })
+                    .is_ok(),
+                (MapKind::PerCpuArray, 4, 8) => {
+                    egpu_maps::PerCpuArray::<u64>::from_raw(raw.clone())
+                        .map(|a| {
+                            lines.extend((0..g.capacity).filter_map(|i| {
+                                a.sum(i).ok().filter(|&v| v != 0).map(|v| (i.to_string(), v))
+                            }))
+                        })
+                        .is_ok()
+                }
+                _ => false,
+            };
+            if !shown {
+                let _ = writeln!(
+                    text,
+                    "map {name} {} ({} B keys, {} B values: not shown)",
+                    g.kind.name(),
+                    g.key_size,
+                    g.value_size
+                );
+                continue;
+            }
+            lines.sort();
+            for (k, v) in lines {
+                let _ = writeln!(text, "map {name} {k} {v}");
+            }
+        }
+        text
+    }
+}
