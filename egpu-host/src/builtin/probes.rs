@@ -206,3 +206,220 @@ missing:
 out:
     mov %r0, 0
     exit";
+
+#[cfg(test)]
+mod tests {
+    use egpu_ebpf::verifier::verify;
+    use egpu_ebpf::{AttachPoint, HostEvent, MapDef, MapKind, Phase, Program, assemble};
+    use egpu_maps::RawMap;
+    use egpu_vm::{EngineChoice, Vm};
+
+    use super::*;
+    use crate::HostProbes;
+    use crate::builtin::{Builtin, BuiltinError};
+
+    /// What a map holds, comparable across maps of one shape: a hash's entries in key order, an
+    /// array's elements as `u64` words.
+    fn contents(raw: &RawMap) -> Vec<(u64, u64)> {
+        let g = raw.geometry();
+        if g.kind == MapKind::Hash {
+            let mut entries: Vec<_> =
+                HashMap::<u64, u64>::from_raw(raw.clone()).expect("a hash").iter().collect();
+            entries.sort();
+            return entries;
+        }
+        let words = u64::from(g.value_size / 8);
+        let array = Array::<u64>::from_raw(raw.clone());
+        let tallies = Array::<Tally>::from_raw(raw.clone());
+        (0..g.capacity)
+            .flat_map(|i| match (&array, &tallies) {
+                (Ok(a), _) => vec![a.get(i).expect("in range")],
+                (_, Ok(t)) => {
+                    let t = t.get(i).expect("in range");
+                    vec![t.count, t.bytes]
+                }
+                _ => panic!("an array of u64 or of tallies, not {words} words"),
+            })
+            .enumerate()
+            .map(|(i, v)| (i as u64, v))
+            .collect()
+    }
+
+    #[test]
+    fn the_programs_and_their_twins_fill_the_maps_alike() {
+        let probes = HostProbes::new();
+        let b = Builtin::create(4343, false).expect("maps in process memory");
+        for (program, maps) in b.programs().expect("the programs") {
+            probes.attach(&program, &maps).expect("attach");
+        }
+        let launches = [
+            LaunchCtx { kernel_id: 7, grid: [4, 2, 1], block: [32, 1, 1], ..Default::default() },
+            LaunchCtx {
+                kernel_id: 7,
+                grid: [1 << 20, 1 << 12, 3],
+                block: [1024, 1, 1],
+                ..Default::default()
+            },
+            LaunchCtx { kernel_id: 9, flags: LaunchCtx::CAPTURED, ..Default::default() },
+            LaunchCtx { kernel_id: u64::MAX, flags: LaunchCtx::GRAPH, ..Default::default() },
+            LaunchCtx::default(),
+        ];
+        for mut ctx in launches {
+            probes.fire(Phase::Enter, &mut ctx);
+            count_launches(&ctx);
+            launch_shapes(&ctx);
+        }
+        let copies = [
+            (1, 4096, 0),
+            (1, 5000, MemcpyCtx::ASYNC),
+            (2, 0, 0),
+            (5, u64::MAX, 0),
+            (0, 100, MemcpyCtx::MEMSET),
+        ];
+        for (kind, bytes, flags) in copies {
+            let mut ctx = MemcpyCtx { kind, bytes, flags, ..Default::default() };
+            probes.fire(Phase::Enter, &mut ctx);
+            count_copies(&ctx);
+            copy_sizes(&ctx);
+        }
+        let allocs = [
+            (0x7000, 1 << 20, AllocCtx::ALLOC, AllocCtx::DEVICE, 0),
+            (0x8000, 64, AllocCtx::ALLOC, AllocCtx::MANAGED, 0),
+            (0x9000, 64, AllocCtx::ALLOC, AllocCtx::HOST_PINNED, 2),
+            (0x7000, 0, AllocCtx::FREE, AllocCtx::DEVICE, 0),
+            (0x7000, 0, AllocCtx::FREE, AllocCtx::DEVICE, 0),
+            (0xa000, 0, AllocCtx::FREE, AllocCtx::HOST_PINNED, 0),
+        ];
+        for (ptr, bytes, op, kind, result) in allocs {
+            let mut ctx = AllocCtx { ptr, bytes, op, kind, result, ..Default::default() };
+            probes.fire(Phase::Exit, &mut ctx);
+            count_allocations(&ctx);
+            track_frees(&ctx);
+        }
+        for kind in [SyncCtx::STREAM, SyncCtx::DEVICE, SyncCtx::DEVICE] {
+            let mut ctx = SyncCtx { kind, ..Default::default() };
+            probes.fire(Phase::Enter, &mut ctx);
+            count_syncs(&ctx);
+        }
+        for (has_ptx, image_bytes, result) in [(1, 2011, 0), (0, 9, 0), (1, 5, 1)] {
+            let mut ctx = ModuleLoadCtx { has_ptx, image_bytes, result, ..Default::default() };
+            probes.fire(Phase::Exit, &mut ctx);
+            count_modules(&ctx);
+        }
+        assert_eq!(probes.health().faults, 0);
+        let statics: [(&str, &RawMap); 9] = [
+            ("launches", LAUNCHES.raw()),
+            ("copies", COPIES.raw()),
+            ("allocations", ALLOCATIONS.raw()),
+            ("syncs", SYNCS.raw()),
+            ("modules", MODULES.raw()),
+            ("shapes", SHAPES.raw()),
+            ("copy_sizes", COPY_SIZES.raw()),
+            ("sizes", SIZES.raw()),
+            ("freed", FREED.raw()),
+        ];
+        for (name, twin) in statics {
+            let map = b.map(name).expect("a built-in map");
+            assert_eq!(contents(map), contents(twin), "{name}");
+        }
+        assert_eq!(contents(FREED.raw()), [(0, 1 << 20)], "one free of an allocation seen");
+    }
+
+    /// The context bytes and words the probes read, as the verifier found them: what the
+    /// preloaded library fills (no clock, no thread id), as the hand-written probes read.
+    #[test]
+    fn the_probes_read_only_the_fields_they_use() {
+        let probes = HostProbes::new();
+        let b = Builtin::create(4344, false).expect("maps in process memory");
+        for (program, maps) in b.programs().expect("the programs") {
+            probes.attach(&program, &maps).expect("attach");
+        }
+        for (event, phase, bytes, words) in [
+            // kernel_id, flags, grid, block
+            (HostEvent::Launch, Phase::Enter, 64, 0b1111_0001),
+            // bytes, kind, flags
+            (HostEvent::Memcpy, Phase::Enter, 68, 0b1_0100_0100),
+            // ptr, bytes, kind and op, result
+            (HostEvent::Alloc, Phase::Exit, 52, 0b101_0011),
+            // kind
+            (HostEvent::Sync, Phase::Enter, 28, 0b1000),
+            // image_bytes, has_ptx, result
+            (HostEvent::ModuleLoad, Phase::Exit, 52, 0b101_0010),
+        ] {
+            assert_eq!(probes.context_needed(event, phase), bytes, "{event:?} {phase:?}");
+            let read = probes.context_words(event, phase);
+            assert_eq!(read, words, "{event:?} {phase:?}: {read:#b}");
+        }
+        let other = [(HostEvent::Launch, Phase::Exit), (HostEvent::Memcpy, Phase::Exit)];
+        assert!(other.iter().all(|&(e, p)| !probes.armed(e, p)));
+    }
+
+    static NOWHERE: HashMap<u64, u64> = HashMap::with_capacity(8);
+
+    /// Counts into a map no process has.
+    #[probe(host::launch, crate = crate::egpu_root)]
+    fn count_nowhere(ctx: &LaunchCtx) {
+        NOWHERE.fetch_add(&ctx.kernel_id, 1);
+    }
+
+    mod other {
+        /// A `shapes` one element short of the process's.
+        pub(super) static SHAPES: super::Array<u64> =
+            super::Array::with_len(super::SHAPE_SLOTS - 1);
+    }
+
+    /// Counts into a `shapes` of another size than the process's.
+    #[probe(host::launch, crate = crate::egpu_root)]
+    fn misshapen(ctx: &LaunchCtx) {
+        other::SHAPES.fetch_add(0, ctx.kernel_id);
+    }
+
+    #[test]
+    fn a_map_table_binds_by_name_and_shape_or_not_at_all() {
+        let b = Builtin::create(4345, false).expect("maps in process memory");
+        let (_, maps) = b.bind(launch_shapes::probe()).expect("bound");
+        assert!(std::ptr::eq(maps[0].memory().0.as_ptr(), b.shapes.memory().0.as_ptr()));
+        for probe in [count_nowhere::probe(), misshapen::probe()] {
+            let e = b.bind(probe).expect_err("no map of that name and shape");
+            assert!(matches!(e, BuiltinError::Unbound { .. }), "{e}");
+        }
+        let e = b.bind(count_nowhere::probe()).expect_err("unbound").to_string();
+        assert_eq!(e, "probe `count_nowhere`: no built-in map matches its map `NOWHERE`");
+    }
+
+    /// The Probe Rust launch counter against the hand-written one it replaced: the same counts,
+    /// the same context read (the kernel id and the flags), and about as many instructions.
+    #[test]
+    fn the_launch_counter_counts_as_the_hand_written_one() {
+        let def = MapDef {
+            name: "launches".into(),
+            kind: MapKind::Hash,
+            key_size: 8,
+            value_size: 8,
+            capacity: KERNELS,
+        };
+        let attach = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
+        let text = assemble(COUNT_LAUNCHES).expect("assembles");
+        let hand =
+            verify(&Program::new(text, vec![def], attach).expect("a program")).expect("verifies");
+        let probe = count_launches::probe().verified().expect("builds");
+        let made = || RawMap::create(*LAUNCHES.raw().geometry(), &egpu_maps::Placement::Process);
+        let (a, b) = (made().expect("a map"), made().expect("a map"));
+        let mut vms = [
+            Vm::with_maps(probe, std::slice::from_ref(&a), EngineChoice::Auto).expect("loads"),
+            Vm::with_maps(&hand, std::slice::from_ref(&b), EngineChoice::Auto).expect("loads"),
+        ];
+        for i in 0..300u64 {
+            let flags = if i % 7 == 0 { LaunchCtx::CAPTURED } else { (i % 3) as u32 * 2 };
+            let mut ctx = LaunchCtx { kernel_id: i % 11, flags, ..Default::default() };
+            for vm in &mut vms {
+                assert_eq!(vm.run_ctx(&mut ctx).expect("runs"), 0);
+            }
+        }
+        assert_eq!(contents(&a), contents(&b));
+        assert_eq!(HashMap::<u64, u64>::from_raw(a).expect("a hash").get(&CAPTURED), Some(43));
+        assert_eq!(vms[0].context_needed(), vms[1].context_needed());
+        let (new, old) = (probe.program().decoded().len(), hand.program().decoded().len());
+        assert!(new * 10 <= old * 13, "{new} instructions, by hand {old}");
+    }
+}
