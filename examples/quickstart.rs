@@ -100,9 +100,9 @@ fn run() -> Result<(), Box<dyn Error>> {
         Program::new(assemble(PROBE)?, vec![], AttachPoint::Host(HostEvent::Launch, Phase::Enter))?;
     println!(
         "probe for {} ({} instructions, context {} bytes):",
-        program.attach(),
+        program.attach_point(),
         program.insns().len(),
-        program.attach().context_size()
+        program.attach_point().context_size()
     );
     print!("{}", program.disassemble());
 
@@ -117,7 +117,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     // The same probe, but it stores the class into the launch context, which is read-only.
     let unsafe_text =
         PROBE.replace("    or %r0, %r4\n", "    or %r0, %r4\n    stxdw [%r1+32], %r0\n");
-    let unsafe_probe = Program::new(assemble(&unsafe_text)?, vec![], program.attach())?;
+    let unsafe_probe = Program::new(assemble(&unsafe_text)?, vec![], program.attach_point())?;
     match verify(&unsafe_probe) {
         Err(e) => println!("a variant that writes the context is refused:\n  {e}"),
         Ok(_) => return Err("the verifier accepted a probe that writes its context".into()),

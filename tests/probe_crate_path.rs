@@ -67,7 +67,7 @@ fn count_launches(ctx: &LaunchCtx) -> u64 {
 fn a_probe_names_egpu_by_its_crate_path() {
     let before = egpu_root::__private::counts();
     let probe = count_launches::probe();
-    let attach = probe.program().unwrap_or_else(|e| panic!("{e}")).attach();
+    let attach = probe.program().unwrap_or_else(|e| panic!("{e}")).attach_point();
     assert_eq!(attach, AttachPoint::Host(HostEvent::Launch, Phase::Enter));
     let mut vm = probe.vm().unwrap();
     let mut ctx =

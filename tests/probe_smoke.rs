@@ -126,7 +126,7 @@ fn blocks_per_sm(ctx: &egpu::ebpf::KernelCtx) {
 #[test]
 fn device_probes_read_thread_ids_and_run_on_the_cpu_too() {
     let probe = blocks_per_sm::probe();
-    assert_eq!(probe.program().unwrap().attach().to_string(), "device::kernel_entry");
+    assert_eq!(probe.program().unwrap().attach_point().to_string(), "device::kernel_entry");
     let mut vm = probe.vm().unwrap();
     for (sm, thread) in [(3, [0, 0, 0]), (3, [1, 0, 0]), (7, [0, 0, 0]), (3, [0, 0, 0])] {
         let mut ctx = egpu::ebpf::KernelCtx { sm, thread, ..Default::default() };

@@ -78,7 +78,7 @@ fn suite_files() -> Vec<PathBuf> {
 /// results, the contexts and the maps' memory must agree.
 fn run_both(case: &str, verified: &Verified, rng: &mut Rng) -> Result<(), String> {
     let program = verified.program();
-    let size = program.attach().context_size();
+    let size = program.attach_point().context_size();
     let mut contexts = vec![vec![0u8; size], vec![0xff; size]];
     for _ in 0..8 {
         contexts.push((0..size).map(|_| rng.next_u64() as u8).collect());

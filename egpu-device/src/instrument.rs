@@ -161,7 +161,7 @@ impl<'g> Instrumenter<'g> {
         kernels: &[&str],
     ) -> Result<DeviceProbeId, InjectError> {
         let probe = self.probes.len();
-        let context = match verified.program().attach() {
+        let context = match verified.program().attach_point() {
             AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => {
                 Context::Kernel { kernel_id: 0 }
             }
@@ -220,7 +220,7 @@ impl<'g> Instrumenter<'g> {
         let mut parts: Vec<Vec<u8>> = vec![ptx.as_bytes().to_vec()];
         for p in &self.probes {
             parts.push(p.program.program().to_bytes());
-            parts.push(p.program.program().attach().to_string().into_bytes());
+            parts.push(p.program.program().attach_point().to_string().into_bytes());
             parts.push(p.kernels.join("\n").into_bytes());
             for m in &p.maps {
                 parts.push(format!("{:x} {:?} {}", m.addr, m.geometry, m.live).into_bytes());

@@ -87,7 +87,7 @@ impl Program {
     }
 
     /// The attach point.
-    pub fn attach(&self) -> AttachPoint {
+    pub fn attach_point(&self) -> AttachPoint {
         self.attach
     }
 

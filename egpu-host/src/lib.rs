@@ -209,8 +209,8 @@ impl HostProbes {
             self.rejected.fetch_add(1, Ordering::Relaxed);
             Err(e)
         };
-        let AttachPoint::Host(event, phase) = program.attach() else {
-            return refuse(AttachError::NotHost(program.attach()));
+        let AttachPoint::Host(event, phase) = program.attach_point() else {
+            return refuse(AttachError::NotHost(program.attach_point()));
         };
         let needed = match Vm::with_maps(verified, maps, EngineChoice::Auto) {
             Ok(vm) => vm.context_needed(),

@@ -176,7 +176,7 @@ impl Pack {
         let mut text = format!("{MAGIC}\n");
         for p in &self.probes {
             let program = p.program.program();
-            let _ = writeln!(text, "probe {} {}", p.name, program.attach());
+            let _ = writeln!(text, "probe {} {}", p.name, program.attach_point());
             for (def, g) in program.maps().iter().zip(&p.maps) {
                 // The layout's numbers, as `parse` makes the definition from them.
                 let def = MapDef {
@@ -392,7 +392,7 @@ mod tests {
         let (p, program) = (p.program.program(), program.program());
         assert_eq!(p.to_bytes(), program.to_bytes());
         assert_eq!(p.maps(), program.maps());
-        assert_eq!(p.attach(), program.attach());
+        assert_eq!(p.attach_point(), program.attach_point());
         assert_eq!(back.to_text(), text);
     }
 

@@ -186,7 +186,7 @@ fn expand_fn(
             #[allow(dead_code, clippy::all)]
             #vis fn probe() -> &'static #egpu::probe::Probe {
                 fn __egpu_attach() -> ::core::result::Result<#egpu::ebpf::AttachPoint, #egpu::probe::BuildError> {
-                    #p::attach::<#ctx_ty>(#attach)
+                    #p::attach_point::<#ctx_ty>(#attach)
                 }
                 #[allow(unused_variables, unused_mut, unused_parens, unreachable_code, clippy::all)]
                 fn #build_fn() {

@@ -108,7 +108,7 @@ impl UserProbes {
                 continue;
             }
             // Verified once, when the pack was read.
-            match probe.program.program().attach() {
+            match probe.program.program().attach_point() {
                 AttachPoint::Device(_) => device.push((probe.program.clone(), indices)),
                 _ => {
                     let bound = indices.iter().map(|&i| maps[i].1.clone()).collect();

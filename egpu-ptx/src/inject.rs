@@ -299,7 +299,7 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
         .and_then(|v| v.trim_end_matches(|c: char| c.is_ascii_alphabetic()).parse::<u32>().ok())
         .unwrap_or(90);
     for (i, p) in probes.iter().enumerate() {
-        let attach = p.program.program().attach();
+        let attach = p.program.program().attach_point();
         if !attach.is_device() {
             return Err(InjectError::NotDevice { probe: i, attach });
         }
@@ -318,7 +318,7 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
             .iter()
             .enumerate()
             .filter(|(_, p)| p.kernels.selects(&f.name))
-            .filter_map(|(i, p)| match p.program.program().attach() {
+            .filter_map(|(i, p)| match p.program.program().attach_point() {
                 AttachPoint::Device(e) => Some((i, p, e)),
                 _ => None,
             })

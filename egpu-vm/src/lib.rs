@@ -335,7 +335,7 @@ impl Vm {
             &helpers::callable(),
             &map_addrs,
         )?;
-        let ctx_size = program.attach().context_size();
+        let ctx_size = program.attach_point().context_size();
 
         let (mut engine, mut jit_refusal) = match (choice, jit_verdict(&legal.insns)) {
             (EngineChoice::Interpreter, verdict) => (Engine::Interpreter, verdict.err()),

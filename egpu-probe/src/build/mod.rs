@@ -11,7 +11,7 @@
 //! Its parts: `values` (the typed handles and [`Scalar`] types, constants and variables), `ops`
 //! (operators), `places` (buffers, fields, the context), `control` (`if`, loops, `return`,
 //! inlining), `maps` (map operations and `print!`), [`helpers`], and `probe` ([`Probe`], the
-//! errors, [`attach`]). This module holds the thread-local builder state they record into.
+//! errors, [`attach_point`]). This module holds the thread-local builder state they record into.
 
 mod control;
 mod maps;
@@ -40,7 +40,7 @@ pub use ops::{
     or, rem, shl, shr, sub,
 };
 pub use places::{AsPlace, buffer, ctx_field, ctx_store, field, load, store_field};
-pub use probe::{BuildError, Probe, ProbeError, attach};
+pub use probe::{BuildError, Probe, ProbeError, attach_point};
 pub use values::{Int, Loc, Local, Scalar, Val, get, lit, local, local_uninit, set};
 
 /// What the builder has recorded so far.

@@ -1,5 +1,5 @@
 //! [`Probe`], the handle `#[egpu::probe]` gives users, which builds, compiles and verifies its
-//! probe once; [`BuildError`] and [`ProbeError`]; and [`attach`], the attach point a probe names.
+//! probe once; [`BuildError`] and [`ProbeError`]; and [`attach_point`], the attach point a probe names.
 
 use std::fmt;
 use std::sync::OnceLock;
@@ -145,7 +145,7 @@ pub enum ProbeError {
 
 /// The attach point named `spec` in `#[egpu::probe(spec)]`, with a context of type `C`: `user`
 /// takes the size of `C`, `host::EVENT` means `host::EVENT::enter`.
-pub fn attach<C>(spec: &str) -> Result<AttachPoint, BuildError> {
+pub fn attach_point<C>(spec: &str) -> Result<AttachPoint, BuildError> {
     let spec = spec.replace(' ', "");
     let parsed = match spec.as_str() {
         "user" => Ok(AttachPoint::User { ctx_size: size_of::<C>() as u32 }),

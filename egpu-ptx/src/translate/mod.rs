@@ -128,7 +128,7 @@ fn check(program: &Program, options: &Options) -> Result<(), TranslateError> {
     {
         return Err(TranslateError::Prefix(p.clone()));
     }
-    let attach = program.attach();
+    let attach = program.attach_point();
     let fits = match (&options.context, attach) {
         (Context::Memory(_), AttachPoint::User { .. }) => true,
         (Context::Memory(_), _) => false,
@@ -197,7 +197,7 @@ pub fn kernel_module_with(
         return Err(TranslateError::KernelName(name.to_owned()));
     }
     let (id, arg) = (egpu_ebpf::kernel_id(name), "%egpu_arg".to_string());
-    let context = match verified.program().attach() {
+    let context = match verified.program().attach_point() {
         AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => {
             Context::Kernel { kernel_id: id }
         }

@@ -42,7 +42,7 @@ impl Explorer<'_> {
                 );
             }
         };
-        let attach = self.program.attach();
+        let attach = self.program.attach_point();
         if (align || attach.is_device()) && !start.aligned(u64::from(size)) {
             return fail(
                 Violation::Misaligned,
@@ -95,7 +95,7 @@ impl Explorer<'_> {
         start: Scalar,
         len: u64,
     ) -> Result<(), Fail> {
-        let attach = self.program.attach();
+        let attach = self.program.attach_point();
         let (lo, hi) = (start.smin, start.smax.saturating_add(len as i64));
         let (min, max, violation, name) = match region {
             Region::Context => (
