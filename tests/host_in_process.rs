@@ -10,7 +10,9 @@ use egpu::maps::{Array, HashMap};
 
 /// Counts launches per kernel id (map 0), as the preloaded library's built-in probe does; a
 /// sibling on exit sums the time spent and counts failures.
-const COUNT: &str = egpu::host::builtin::COUNT_LAUNCHES;
+fn count() -> String {
+    egpu_test_support::read_workspace_file("tests/probes/count_launches.s")
+}
 
 #[test]
 fn egpu_s_own_launches_fire_the_host_probes() {
@@ -25,7 +27,7 @@ fn egpu_s_own_launches_fire_the_host_probes() {
         capacity: 64,
     };
     let enter = Program::new(
-        assemble(COUNT).expect("assembles"),
+        assemble(&count()).expect("assembles"),
         vec![counts_def],
         AttachPoint::Host(HostEvent::Launch, Phase::Enter),
     )

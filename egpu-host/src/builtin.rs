@@ -37,7 +37,6 @@ mod metrics;
 mod probes;
 mod report;
 pub use metrics::{MetricsOptions, otlp_json, prometheus};
-pub use probes::COUNT_LAUNCHES;
 use probes::Tally;
 
 /// The key under which the launch counts keep launches captured into graphs (which run only when

@@ -165,47 +165,6 @@ pub(super) fn all() -> [&'static Probe; 8] {
     ]
 }
 
-/// The built-in launch counter (the probe `count_launches`, in Probe Rust) as the hand-written
-/// eBPF assembly it replaced, for programs that assemble their own: counts in map 0, a hash of
-/// `u64` counts by kernel id (launches captured into graphs under [`CAPTURED`]): look up and
-/// add; when missing, insert 1 (unless another thread just did: then look up again and add).
-/// The tests check that it counts as the probe does.
-pub const COUNT_LAUNCHES: &str = "
-    ldxdw %r6, [%r1+0]
-    ldxw %r7, [%r1+32]
-    and %r7, 1
-    jeq %r7, 0, keyed
-    mov %r6, -2
-keyed:
-    stxdw [%r10-8], %r6
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -8
-    call 1
-    jeq %r0, 0, missing
-    mov %r1, 1
-    lock add [%r0+0], %r1
-    ja out
-missing:
-    stdw [%r10-16], 1
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -8
-    mov %r3, %r10
-    add %r3, -16
-    mov %r4, 1
-    call 2
-    jeq %r0, 0, out
-    lddw %r1, map[0]
-    mov %r2, %r10
-    add %r2, -8
-    call 1
-    jeq %r0, 0, out
-    mov %r1, 1
-    lock add [%r0+0], %r1
-out:
-    mov %r0, 0
-    exit";
 
 #[cfg(test)]
 mod tests {
@@ -399,7 +358,8 @@ mod tests {
             capacity: KERNELS,
         };
         let attach = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
-        let text = assemble(COUNT_LAUNCHES).expect("assembles");
+        let text = egpu_test_support::read_workspace_file("tests/probes/count_launches.s");
+        let text = assemble(&text).expect("assembles");
         let hand =
             verify(&Program::new(text, vec![def], attach).expect("a program")).expect("verifies");
         let probe = count_launches::probe().verified().expect("builds");
