@@ -2,12 +2,13 @@
 //! assembles, lists back into the same slots, and is a well-formed [`Program`].
 //!
 //! The suite is found at `$EGPU_CONFORMANCE_DIR`, else at `../shared/conformance` from the
-//! workspace root (`egpu_test_support::conformance_dir`). Where it is missing the test says so and
+//! workspace root (`egpu_ebpf::conformance::suite_dir`). Where it is missing the test says so and
 //! passes, unless `EGPU_REQUIRE_CONFORMANCE=1`.
 
 use egpu_ebpf::insn::slots_to_bytes;
 use egpu_ebpf::{AttachPoint, Insn, Program, assemble, disassemble};
-use egpu_test_support::{conformance_dir, files_with_extension};
+use egpu_ebpf::conformance::suite_dir;
+use egpu_test_support::{files_with_extension, workspace_root};
 
 /// Fewer files than this means the folder is not the suite (or lost most of it).
 const MIN_FILES: usize = 300;
@@ -66,7 +67,7 @@ fn check(data: &str) -> Result<(), String> {
 
 #[test]
 fn conformance_programs_round_trip_and_are_well_formed() {
-    let Some(dir) = conformance_dir() else { return };
+    let Some(dir) = suite_dir(&workspace_root()) else { return };
     let files = files_with_extension(&dir, "data");
     assert!(
         files.len() >= MIN_FILES,

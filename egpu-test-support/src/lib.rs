@@ -6,7 +6,8 @@
 //!   programs. [`splitmix64`] and [`xorshift64star`] are its two sequences, one step at a time.
 //! - [`Golden`] and [`compare_golden`]: generated text compared with a file kept in the
 //!   repository, rewritten under `EGPU_BLESS=1`, and a line diff when they differ.
-//! - Paths found at run time ([`workspace_root`], [`workspace_path`], [`conformance_dir`]): test
+//! - Paths found at run time ([`workspace_root`], [`workspace_path`]; the conformance suite through
+//!   `egpu_ebpf::conformance::suite_dir(&workspace_root())`): test
 //!   binaries also run on another machine, from a copy of the working tree, where the folders
 //!   compiled in with `env!("CARGO_MANIFEST_DIR")` do not exist.
 //!
@@ -18,7 +19,5 @@ mod paths;
 mod rng;
 
 pub use golden::{Golden, blessing, compare_golden, line_diff};
-pub use paths::{
-    conformance_dir, files_with_extension, read_workspace_file, workspace_path, workspace_root,
-};
+pub use paths::{files_with_extension, read_workspace_file, workspace_path, workspace_root};
 pub use rng::{Algorithm, Rng, seed_from_env, splitmix64, xorshift64star};

@@ -48,33 +48,6 @@ pub fn files_with_extension(dir: &Path, ext: &str) -> Vec<PathBuf> {
     files
 }
 
-/// The bpf_conformance suite's folder (the `tests` folder of
-/// github.com/Alan-Jowett/bpf_conformance): `$EGPU_CONFORMANCE_DIR` when set, else
-/// `../shared/conformance` from the [`workspace_root`].
-///
-/// `None`, after printing why, when it is missing; a panic instead under
-/// `EGPU_REQUIRE_CONFORMANCE=1` (`scripts/test` sets it), so that a run that needs the suite
-/// cannot pass without it. The same rule as `egpu_ebpf::conformance::suite_dir`.
-pub fn conformance_dir() -> Option<PathBuf> {
-    let dir = match std::env::var_os("EGPU_CONFORMANCE_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => workspace_root().join("../shared/conformance"),
-    };
-    if dir.is_dir() {
-        return Some(dir);
-    }
-    let why = format!(
-        "the conformance suite is not at {} (set EGPU_CONFORMANCE_DIR to the `tests` folder of \
-         github.com/Alan-Jowett/bpf_conformance)",
-        dir.display()
-    );
-    if std::env::var("EGPU_REQUIRE_CONFORMANCE").as_deref() == Ok("1") {
-        panic!("{why}; EGPU_REQUIRE_CONFORMANCE=1 is set");
-    }
-    eprintln!("egpu: skipping conformance: {why}");
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
