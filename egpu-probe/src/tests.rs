@@ -11,27 +11,7 @@ use super::*;
 use egpu_ebpf::verifier::verify;
 use egpu_vm::{EngineChoice, Vm};
 
-/// splitmix64.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-    fn chance(&mut self, one_in: usize) -> bool {
-        self.below(one_in) == 0
-    }
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len())]
-    }
-}
+use egpu_test_support::Rng;
 
 const CTX_SIZE: u32 = 32;
 const BUF_SIZE: u32 = 16;
@@ -183,7 +163,7 @@ impl Gen<'_> {
             0 => 0,
             1 => 1,
             2 => u64::MAX,
-            _ => self.rng.next() >> self.rng.below(64),
+            _ => self.rng.next_u64() >> self.rng.below(64),
         };
         Expr::Const(ty, if ty == Ty::Bool { v & 1 } else { ty.canonical(v) })
     }
@@ -200,7 +180,7 @@ impl Gen<'_> {
     }
 
     fn expr(&mut self, ty: Ty, depth: u32) -> Expr {
-        let leaf = depth == 0 || self.rng.chance(3);
+        let leaf = depth == 0 || self.rng.one_in(3);
         if ty == Ty::Bool {
             return match (leaf, self.rng.below(4)) {
                 (true, _) => self.constant(Ty::Bool),
@@ -272,7 +252,7 @@ impl Gen<'_> {
     }
 
     fn stmt(&mut self, depth: u32) -> Stmt {
-        let nested = depth > 0 && self.rng.chance(3);
+        let nested = depth > 0 && self.rng.one_in(3);
         match (nested, self.rng.below(5)) {
             (true, 0) if !self.in_found => {
                 let key = self.rng.below(3) as u64; // index 2 is past the end: missing
@@ -327,20 +307,20 @@ impl Gen<'_> {
                 };
                 Stmt::If(c, then, otherwise)
             }
-            (false, 0) if self.rng.chance(4) => {
+            (false, 0) if self.rng.one_in(4) => {
                 let ty = self.rng.pick(&INTS);
                 Stmt::Return(self.expr(ty, 3))
             }
-            (false, 2) if !self.in_scope.is_empty() && self.rng.chance(3) => {
+            (false, 2) if !self.in_scope.is_empty() && self.rng.one_in(3) => {
                 let c = self.expr(Ty::Bool, 2);
-                let jump = if self.rng.chance(2) { Stmt::Break } else { Stmt::Continue };
+                let jump = if self.rng.one_in(2) { Stmt::Break } else { Stmt::Continue };
                 Stmt::If(c, vec![jump], vec![])
             }
             (false, 1) => {
                 let ty = self.rng.pick(&INTS);
                 let place = self.place(ty);
                 let value = self.expr(ty, 3);
-                if matches!(ty, Ty::U32 | Ty::U64) && self.rng.chance(2) {
+                if matches!(ty, Ty::U32 | Ty::U64) && self.rng.one_in(2) {
                     Stmt::AtomicAdd(ty, place, value)
                 } else {
                     Stmt::Store(ty, place, value)
@@ -406,11 +386,7 @@ fn map_bytes(map: &RawMap) -> Vec<u8> {
 
 #[test]
 fn random_probes_compile_verify_and_match_the_evaluator_on_both_engines() {
-    let seed = std::env::var("EGPU_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x9e0b_e5ee_d000_0001);
-    let mut rng = Rng(seed);
+    let mut rng = Rng::from_env("random probes", 0x9e0b_e5ee_d000_0001);
     let rounds = 400;
     let mut insns = 0;
     for round in 0..rounds {
@@ -431,7 +407,7 @@ fn random_probes_compile_verify_and_match_the_evaluator_on_both_engines() {
             let reference =
                 RawMap::create(*vm.maps()[0].geometry(), &egpu_maps::Placement::Process).unwrap();
             for _ in 0..3 {
-                let ctx: Vec<u8> = (0..CTX_SIZE).map(|_| rng.next() as u8).collect();
+                let ctx: Vec<u8> = (0..CTX_SIZE).map(|_| rng.next_u64() as u8).collect();
                 let (mut a, mut want_ctx) = (ctx.clone(), ctx);
                 let got = vm
                     .run(&mut a)
