@@ -14,14 +14,11 @@
 #[allow(dead_code)]
 mod support;
 
-use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
     let Some(_gpu) = egpu::testing::require_gpu() else { return };
-    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    let benches = egpu_test_support::workspace_path("egpu-preload/benches");
     let library = support::preload_library();
     let dir = std::env::temp_dir().join(format!("egpu-launch-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
@@ -29,7 +26,7 @@ fn main() {
         let built = Command::new("cc")
             .args(["-O2", "-o"])
             .arg(out)
-            .arg(manifest.join("benches").join(source))
+            .arg(benches.join(source))
             .args(extra)
             .output()
             .expect("running cc");

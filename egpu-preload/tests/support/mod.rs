@@ -45,19 +45,10 @@ fn built(variable: &str, args: &[&str], artifact: &str) -> PathBuf {
     lib
 }
 
-/// A fixture file, found from the including package's folder (egpu-preload's, or a sibling's);
-/// `../benches/NAME` for one of egpu-preload's benchmark programs.
+/// A fixture file of egpu-preload's tests, found from the workspace at run time;
+/// `../../benches/NAME` for one of egpu-preload's benchmark programs.
 pub(crate) fn fixture(name: &str) -> PathBuf {
-    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
-    let own = manifest.join("tests/fixture");
-    let dir = if own.join("fake_cuda.c").exists() {
-        own
-    } else {
-        manifest.join("../egpu-preload/tests/fixture")
-    };
-    dir.join(name)
+    egpu_test_support::workspace_path("egpu-preload/tests/fixture").join(name)
 }
 
 pub(crate) fn cc(args: &[&str]) {
