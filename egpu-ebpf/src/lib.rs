@@ -42,8 +42,9 @@ pub mod verifier;
 
 pub use asm::assemble;
 pub use context::{
-    AllocCtx, CONTEXT_REVISION, AttachPoint, DeviceEvent, HostEvent, KernelCtx, LaunchCtx, MemAccessCtx, MemcpyCtx,
-    ModuleLoadCtx, ParseAttachError, Phase, SyncCtx, context_tag, kernel_id,
+    AllocCtx, AttachPoint, CONTEXT_REVISION, DeviceEvent, HostEvent, KernelCtx, LaunchCtx,
+    MemAccessCtx, MemcpyCtx, ModuleLoadCtx, ParseAttachError, Phase, SyncCtx, context_tag,
+    kernel_id,
 };
 pub use disasm::disassemble;
 pub use error::{AsmError, DecodeError, ProgramError};

@@ -5,9 +5,9 @@
 //! workspace root (`egpu_ebpf::conformance::suite_dir`). Where it is missing the test says so and
 //! passes, unless `EGPU_REQUIRE_CONFORMANCE=1`.
 
+use egpu_ebpf::conformance::suite_dir;
 use egpu_ebpf::insn::slots_to_bytes;
 use egpu_ebpf::{AttachPoint, Insn, Program, assemble, disassemble};
-use egpu_ebpf::conformance::suite_dir;
 use egpu_test_support::{files_with_extension, workspace_root};
 
 /// Fewer files than this means the folder is not the suite (or lost most of it).

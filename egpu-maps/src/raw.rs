@@ -182,10 +182,9 @@ impl RawMap {
     }
 
     fn array_index(&self, key: &[u8]) -> Result<u32, MapError> {
-        let bytes: [u8; 4] =
-            key.get(..4).and_then(|k| k.try_into().ok()).ok_or_else(|| MapError::Geometry {
-                reason: format!("an array key is 4 bytes, not {}", key.len()),
-            })?;
+        let bytes: [u8; 4] = key.get(..4).and_then(|k| k.try_into().ok()).ok_or_else(|| {
+            MapError::Geometry { reason: format!("an array key is 4 bytes, not {}", key.len()) }
+        })?;
         Ok(u32::from_le_bytes(bytes))
     }
 

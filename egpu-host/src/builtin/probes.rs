@@ -165,7 +165,6 @@ pub(super) fn all() -> [&'static Probe; 8] {
     ]
 }
 
-
 #[cfg(test)]
 mod tests {
     use egpu_ebpf::verifier::verify;

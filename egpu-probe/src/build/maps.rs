@@ -138,7 +138,12 @@ pub fn hash_fetch_add_field<M: KeyedMap, W: Int>(
     let insert = Expr::Call(
         Ty::I64,
         id::MAP_UPDATE_ELEM,
-        vec![CallArg::Map(m), CallArg::Addr(key), CallArg::Addr(zero), CallArg::Value(Expr::Const(Ty::U64, 1))],
+        vec![
+            CallArg::Map(m),
+            CallArg::Addr(key),
+            CallArg::Addr(zero),
+            CallArg::Value(Expr::Const(Ty::U64, 1)),
+        ],
     );
     let retry = Stmt::Lookup { map: m, key, ptr, found: add.clone(), missing: vec![] };
     zeroing.extend([Stmt::Eval(insert), retry]);
@@ -188,7 +193,12 @@ pub fn hash_insert<M: KeyedMap>(
     push(Stmt::Eval(Expr::Call(
         Ty::I64,
         id::MAP_UPDATE_ELEM,
-        vec![CallArg::Map(m), CallArg::Addr(key), CallArg::Addr(value), CallArg::Value(Expr::Const(Ty::U64, 0))],
+        vec![
+            CallArg::Map(m),
+            CallArg::Addr(key),
+            CallArg::Addr(value),
+            CallArg::Value(Expr::Const(Ty::U64, 0)),
+        ],
     )));
 }
 
@@ -196,7 +206,11 @@ pub fn hash_insert<M: KeyedMap>(
 pub fn hash_remove<M: KeyedMap>(map: &'static M, name: &str, key: impl AsPlace<M::Key>) {
     let Some(m) = map_ref(map as *const M as usize, name, map.raw_map()) else { return };
     let key = key.place("key");
-    push(Stmt::Eval(Expr::Call(Ty::I64, id::MAP_DELETE_ELEM, vec![CallArg::Map(m), CallArg::Addr(key)])));
+    push(Stmt::Eval(Expr::Call(
+        Ty::I64,
+        id::MAP_DELETE_ELEM,
+        vec![CallArg::Map(m), CallArg::Addr(key)],
+    )));
 }
 
 /// `if let Some(v) = map.get(&key) { found(v) } else { missing() }`: the value in place, read
