@@ -346,7 +346,7 @@ fn run_starts_a_program_under_the_library_and_maps_reads_it_live() {
     assert_eq!(run(&failing).code, 3, "the command's exit status");
     // A probe pack that cannot be read stops `egpu run` before the command starts.
     let bad_pack = dir.join("bad.pack");
-    std::fs::write(&bad_pack, "egpu-probes 1\nprobe p host::nothing\nend\n").expect("write");
+    std::fs::write(&bad_pack, "egpu-probes 2\nprobe p host::nothing\nend\n").expect("write");
     let marker = dir.join("ran");
     let touch = format!("touch {}", marker.display());
     let refused = run(&[

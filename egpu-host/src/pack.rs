@@ -5,7 +5,7 @@
 //! bytecode, as text:
 //!
 //! ```text
-//! egpu-probes 1
+//! egpu-probes 2
 //! probe threads device::kernel_entry
 //! map THREADS=hash:8:8:4096 1 0
 //! code b7000000000000009500000000000000
@@ -18,6 +18,10 @@
 //! with [`Pack::to_text`], and read back with [`Pack::parse`], which checks everything and
 //! verifies each probe's program, once. A crate of probes becomes a shared library that exports
 //! its pack with [`export_probes!`](crate::export_probes); [`Pack::load`] reads either form.
+//!
+//! The first line names the format: `egpu-probes 2` since `map` lines took the one map syntax
+//! (version 1 listed the sizes as separate words); a pack of another version is refused with a
+//! message that says so, and the library that made it is rebuilt against this egpu.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -29,7 +33,7 @@ use egpu_maps::layout::Geometry;
 use egpu_probe::{BuildError, Probe};
 
 /// The first line of every pack.
-const MAGIC: &str = "egpu-probes 1";
+const MAGIC: &str = "egpu-probes 2";
 /// The symbol a shared library of probes exports (see [`export_probes!`](crate::export_probes)).
 pub const SYMBOL: &str = "egpu_probe_pack";
 
@@ -209,7 +213,13 @@ impl Pack {
             Some((line, l)) if l.starts_with("error ") => {
                 return Err(PackError::Syntax { line, reason: l["error ".len()..].into() });
             }
-            _ => return Err(bad(1, "not an egpu probe pack (it starts with `egpu-probes 1`)")),
+            Some((line, l)) if l.starts_with("egpu-probes ") => {
+                return Err(bad(
+                    line,
+                    &format!("`{l}`: this egpu reads `{MAGIC}` packs; rebuild it"),
+                ));
+            }
+            _ => return Err(bad(1, &format!("not an egpu probe pack (it starts with `{MAGIC}`)"))),
         }
         let mut pack = Pack::new();
         let mut current: Option<Reading> = None;
@@ -383,7 +393,7 @@ mod tests {
         let mut pack = Pack::new();
         pack.push("counts", program.clone(), maps.clone()).expect("push");
         let text = pack.to_text();
-        assert!(text.starts_with("egpu-probes 1\nprobe counts host::launch::enter\n"), "{text}");
+        assert!(text.starts_with("egpu-probes 2\nprobe counts host::launch::enter\n"), "{text}");
         assert!(text.contains("\nmap COUNTS=hash:8:8:64 1 0\n"), "{text}");
         let back = Pack::parse(&text).expect("parses");
         assert_eq!(back.probes().len(), 1);
@@ -404,7 +414,8 @@ mod tests {
         let good = pack.to_text();
         let cases: Vec<(String, &str)> = vec![
             (String::new(), "not an egpu probe pack"),
-            ("egpu-probes 2\n".into(), "not an egpu probe pack"),
+            ("egpu-probes 1\nprobe p host::launch::enter\n".into(), "reads `egpu-probes 2`"),
+            ("egpu-probes\n".into(), "not an egpu probe pack"),
             (good.replace("host::launch::enter", "host::nothing"), "attach point"),
             (good.replace("map COUNTS=hash", "map COUNTS=tree"), "line 3: no map kind `tree`"),
             (good.replace(":64 1 0", ":x 1 0"), "line 3: the capacity `x` is not a number"),
