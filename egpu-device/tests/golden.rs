@@ -2,10 +2,10 @@
 //! review: the translation ([`kernel_module`]) of three small probes, and the injection of one of
 //! them into `tests/ptx/saxpy.ptx`. The comparison is exact; `EGPU_BLESS=1` rewrites the files.
 //!
-//! **Expect to re-bless.** The translator and the injector (`egpu-ptx`: `translate/`, `inject.rs`) are being
-//! worked on: register allocation, stack frames, the combining of atomic adds. A change to the code
-//! they generate fails this test by design, and is accepted by reviewing the diff and running
-//! `EGPU_BLESS=1 cargo test -p egpu-device --test golden`. A failure here means "look at the
+//! **Expect to re-bless.** The translator and the injector (`egpu-ptx`: `translate/`,
+//! `inject.rs`) are being worked on: register allocation, stack frames, the combining of atomic
+//! adds. A change to the code they generate fails this test by design, and is accepted by
+//! reviewing the diff and running `EGPU_BLESS=1 cargo test -p egpu-device --test golden`. A failure here means "look at the
 //! generated code", not that the code is wrong; what must hold whatever the code looks like (ptxas
 //! accepts it) is checked here too, before the comparison.
 //!
