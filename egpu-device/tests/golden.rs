@@ -5,9 +5,9 @@
 //! **Expect to re-bless.** The translator and the injector (`egpu-ptx`: `translate/`,
 //! `inject.rs`) are being worked on: register allocation, stack frames, the combining of atomic
 //! adds. A change to the code they generate fails this test by design, and is accepted by
-//! reviewing the diff and running `EGPU_BLESS=1 cargo test -p egpu-device --test golden`. A failure here means "look at the
-//! generated code", not that the code is wrong; what must hold whatever the code looks like (ptxas
-//! accepts it) is checked here too, before the comparison.
+//! reviewing the diff and running `EGPU_BLESS=1 cargo test -p egpu-device --test golden`. A
+//! failure here means "look at the generated code", not that the code is wrong; what must hold
+//! whatever the code looks like (ptxas accepts it) is checked here too, before the comparison.
 //!
 //! | file | what |
 //! |---|---|
