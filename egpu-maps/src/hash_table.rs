@@ -68,7 +68,7 @@ struct Probe {
     tag: u64,
 }
 
-fn state_of(word: u64) -> u64 {
+pub(crate) fn state_of(word: u64) -> u64 {
     word >> st::SHIFT
 }
 
@@ -76,7 +76,7 @@ fn owner_of(word: u64) -> u32 {
     ((word >> st::OWNER_SHIFT) & st::OWNER_MASK) as u32
 }
 
-fn tag_of(word: u64) -> u64 {
+pub(crate) fn tag_of(word: u64) -> u64 {
     word & 0xffff_ffff
 }
 
@@ -85,7 +85,7 @@ fn make(state: u64, owner: u32, tag: u64) -> u64 {
 }
 
 /// Whether a slot in state `word` holds an entry.
-fn live(word: u64) -> bool {
+pub(crate) fn live(word: u64) -> bool {
     matches!(state_of(word), st::FULL | st::WRITING)
 }
 

@@ -81,6 +81,9 @@ pub mod header {
     pub const TOTAL_BYTES: usize = 56;
     /// `u32`: process id of the creator (informational).
     pub const CREATOR_PID: usize = 64;
+    /// `u64`: when a device part was last merged into the map, in nanoseconds since the Unix
+    /// epoch; 0 when none has been ([`crate::merge`]; informational).
+    pub const DEVICE_MERGED_NS: usize = 72;
 }
 
 /// Byte offsets of a shard header's counters (each a `u64`).

@@ -52,6 +52,7 @@ mod error;
 mod hash_map;
 mod hash_table;
 pub mod layout;
+pub mod merge;
 mod raw;
 mod region;
 mod ring;

@@ -1,0 +1,229 @@
+//! A map's device part: a copy of the map in GPU memory that device probes update at GPU speed,
+//! merged into the map (in shared memory, say) by the host, while device threads still write.
+//!
+//! A [`DevicePart`] starts as an empty map of the map's geometry ([`DevicePart::image`], what the
+//! caller uploads). The caller copies the part's device-written bytes ([`DevicePart::range`]: the
+//! SM shards of a per-CPU kind, the one shard of a hash map or an array) out of the GPU now and
+//! then, a snapshot, and hands it to [`DevicePart::merge`], which adds to the map what changed
+//! since the last merge:
+//!
+//! - **Words add.** Each 8-byte word of a value grows in the map by what it grew in the part
+//!   since the last merge (wrapping). Several parts (one per GPU context) and host writers of
+//!   the same word therefore sum, as counters must; and a word only this part writes equals, in
+//!   the map, what the part held at the last merge, whatever it holds (a stored gauge too).
+//!   The differences telescope: after a merge of a snapshot taken when no device thread writes
+//!   any more, the map holds exactly what the device did, however torn the earlier snapshots
+//!   were (a copy engine reads 8-byte words whole, not a value's words together).
+//! - **Entries are published whole.** A hash entry reaches the map when it is live in two
+//!   snapshots in a row under the same tag and key (the key bytes of the second were read after
+//!   the first had seen the entry published, so they are written), or in a snapshot the caller
+//!   says is settled (no device writer left). Inserts under way are left for a later merge; an
+//!   entry the device removed is removed from the map. Its value words then add as above.
+//! - The device's refused inserts add to the map shard's count of refused inserts.
+//!
+//! Ring buffers have no device part yet: their records would need the producers' commits.
+
+use std::ops::Range;
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::hash_table::{live, state_of, tag_of};
+use crate::layout::{Geometry, HEADER_BYTES, hash_state as st, header, pad8, shard};
+use crate::region::current_pid;
+use crate::{MapError, MapKind, RawMap};
+
+/// What one merge did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Merged {
+    /// Value words that changed and were added to the map.
+    pub words: u64,
+    /// Hash entries published in the map.
+    pub published: u64,
+    /// Hash entries removed from the map, the device having removed them.
+    pub removed: u64,
+    /// Hash slots left for a later merge: inserts or replacements under way, entries seen once.
+    pub deferred: u64,
+    /// Entries the map refused (it was full): their updates are lost.
+    pub refused: u64,
+}
+
+/// The host's side of a map's device part: what it merged last, and the last snapshot.
+#[derive(Clone, Debug)]
+pub struct DevicePart {
+    geometry: Geometry,
+    range: Range<usize>,
+    /// The device range as merged into the map (the value words added, the entries published).
+    applied: Vec<u8>,
+    /// The last snapshot, for entries seen twice.
+    seen: Vec<u8>,
+}
+
+impl DevicePart {
+    /// The host's side of a device part of a map of `geometry`, which starts empty.
+    pub fn new(geometry: &Geometry) -> Result<DevicePart, MapError> {
+        let shards = match geometry.kind {
+            MapKind::PerCpuArray | MapKind::PerCpuHash => geometry.cpu_shards..geometry.shards(),
+            MapKind::Array | MapKind::Hash => 0..1,
+            kind => return Err(MapError::Unsupported { op: "a device part", kind }),
+        };
+        if shards.is_empty() {
+            return Err(MapError::Geometry { reason: "the map has no SM shards".into() });
+        }
+        let start = geometry.shard_offset(shards.start);
+        let end = geometry.shard_offset(shards.end);
+        let empty = vec![0; end - start];
+        Ok(DevicePart { geometry: *geometry, range: start..end, applied: empty.clone(), seen: empty })
+    }
+
+    /// The bytes of the map the device writes: what each snapshot holds.
+    pub fn range(&self) -> Range<usize> {
+        self.range.clone()
+    }
+
+    /// The part's first contents: an empty map (header, then zeros), `geometry.total_bytes` long.
+    pub fn image(&self) -> Vec<u8> {
+        let mut image = vec![0; self.geometry.total_bytes as usize];
+        image[..HEADER_BYTES].copy_from_slice(&self.geometry.header_bytes(current_pid()));
+        image
+    }
+
+    /// Merges `snapshot` (the part's bytes in [`range`](Self::range), copied from the GPU) into
+    /// `map`, a map of the same geometry, as the module's documentation says. `settled`: no
+    /// device thread wrote the part while the snapshot was taken, so entries are published at
+    /// once. Records the time of the merge in the map's header.
+    pub fn merge(
+        &mut self,
+        snapshot: &[u8],
+        map: &RawMap,
+        settled: bool,
+    ) -> Result<Merged, MapError> {
+        if snapshot.len() != self.range.len() {
+            return Err(MapError::Geometry {
+                reason: format!("a snapshot of {} bytes, not {}", snapshot.len(), self.range.len()),
+            });
+        }
+        if map.geometry() != &self.geometry {
+            return Err(MapError::Geometry { reason: "the map's geometry is not the part's".into() });
+        }
+        let g = self.geometry;
+        let mut merged = Merged::default();
+        for s in self.shards() {
+            match g.kind {
+                MapKind::Hash | MapKind::PerCpuHash => {
+                    self.merge_table(s, snapshot, map, settled, &mut merged);
+                }
+                _ => {
+                    for i in 0..g.capacity {
+                        let at = g.slot_offset(s, i);
+                        self.add_words(at, pad8(g.value_size) as usize, snapshot, map, at, &mut merged);
+                    }
+                }
+            }
+        }
+        self.seen.copy_from_slice(snapshot);
+        map.region().word(header::DEVICE_MERGED_NS).store(wall_clock_ns(), Relaxed);
+        Ok(merged)
+    }
+
+    /// The shards the device writes.
+    fn shards(&self) -> Range<u32> {
+        let stride = self.geometry.shard_stride as usize;
+        let first = (self.range.start - HEADER_BYTES) / stride;
+        first as u32..(first + self.range.len() / stride) as u32
+    }
+
+    /// Adds the growth of the `len` bytes of words at `at` (in the part) to the words at `to` in
+    /// `map`, and records them as applied.
+    fn add_words(
+        &mut self,
+        at: usize,
+        len: usize,
+        snapshot: &[u8],
+        map: &RawMap,
+        to: usize,
+        merged: &mut Merged,
+    ) {
+        let base = at - self.range.start;
+        for w in (0..len).step_by(8) {
+            let now = word(snapshot, base + w);
+            let before = word(&self.applied, base + w);
+            if now != before {
+                map.region().word(to + w).fetch_add(now.wrapping_sub(before), Relaxed);
+                self.applied[base + w..base + w + 8].copy_from_slice(&now.to_le_bytes());
+                merged.words += 1;
+            }
+        }
+    }
+
+    /// Merges hash shard `s`: first the entries the device removed (a key removed and inserted
+    /// again elsewhere is then published again), then the rest.
+    fn merge_table(
+        &mut self,
+        s: u32,
+        snapshot: &[u8],
+        map: &RawMap,
+        settled: bool,
+        merged: &mut Merged,
+    ) {
+        let g = self.geometry;
+        let refused = g.shard_offset(s) + shard::REFUSED;
+        self.add_words(refused, 8, snapshot, map, refused, &mut Merged::default());
+        let table = map.table(s);
+        let (key_len, value_len) = (g.key_size as usize, pad8(g.value_size) as usize);
+        let slot_of = |i: u32| g.slot_offset(s, i);
+        let same = |a: &[u8], b: &[u8], at: usize| {
+            let (x, y) = (word(a, at), word(b, at));
+            live(x) && live(y) && tag_of(x) == tag_of(y) && a[at + 8..][..key_len] == b[at + 8..][..key_len]
+        };
+        for i in 0..g.slots {
+            let at = slot_of(i) - self.range.start;
+            if live(word(&self.applied, at)) && !same(snapshot, &self.applied, at) {
+                if table.remove(&self.applied[at + 8..][..key_len]) {
+                    merged.removed += 1;
+                }
+                self.applied[at..at + g.slot_stride as usize].fill(0);
+            }
+        }
+        for i in 0..g.slots {
+            let slot = slot_of(i);
+            let at = slot - self.range.start;
+            let now = word(snapshot, at);
+            let known = live(word(&self.applied, at));
+            if !known && live(now) && !settled && !same(snapshot, &self.seen, at) {
+                merged.deferred += 1;
+                continue;
+            }
+            if !live(now) {
+                if matches!(state_of(now), st::BUSY | st::KEYED | st::COUNTED) {
+                    merged.deferred += 1;
+                }
+                continue;
+            }
+            let Ok((j, _)) = table.entry(&snapshot[at + 8..][..key_len]) else {
+                merged.refused += 1;
+                continue;
+            };
+            if !known {
+                self.applied[at..at + 8 + key_len].copy_from_slice(&snapshot[at..at + 8 + key_len]);
+                merged.published += 1;
+            }
+            let value = slot + g.value_offset as usize;
+            self.add_words(value, value_len, snapshot, map, table.value_offset(j), merged);
+        }
+    }
+}
+
+fn word(bytes: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(w)
+}
+
+/// Nanoseconds since the Unix epoch, by the wall clock (another process reads it).
+pub(crate) fn wall_clock_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+#[cfg(test)]
+mod tests;
