@@ -80,7 +80,8 @@ thread_local! {
 extern "C" fn before_fork() {
     let state: Box<dyn std::any::Any> = Box::new(STATE.lock().unwrap_or_else(|p| p.into_inner()));
     let names: Box<dyn std::any::Any> = Box::new(NAMES.write().unwrap_or_else(|p| p.into_inner()));
-    let _ = FORK_GUARDS.try_with(|g| *g.borrow_mut() = vec![state, names]);
+    let parts = crate::device::fork_guard();
+    let _ = FORK_GUARDS.try_with(|g| *g.borrow_mut() = vec![state, names, parts]);
 }
 
 fn release_fork_guards() {
@@ -102,6 +103,8 @@ extern "C" fn forked_child() {
 }
 
 extern "C" fn exiting() {
+    // The device parts of the maps merged, after the GPU's work, before anything is reported.
+    crate::device::finish();
     write_summary();
 }
 

@@ -350,11 +350,11 @@ fn modules_are_instrumented_with_the_users_device_probes() {
         write("narrow.ptx", saxpy.replace(".address_size 64", ".address_size 32").as_bytes());
 
     // PTX text, and a cubin that keeps its PTX: the driver is given the PTX with the probe (the
-    // example's `threads`, at kernel entry) injected, its maps mapped into the "GPU" (both maps
+    // example's `threads`, at kernel entry) injected, the map its device probe uses in "device memory" (one map
     // of the pack, once).
     for image in [&ptx, &cubin] {
         let (stdout, loaded, summary) = load_module(&dir, image, &[]);
-        assert!(stdout.contains("module result 0 registered 2"), "{stdout}");
+        assert!(stdout.contains("module result 0 device maps 1"), "{stdout}");
         assert!(loaded.contains(".entry saxpy") && loaded.contains("egpu"), "{loaded}");
         assert_ne!(loaded, saxpy);
         assert!(summary.contains("instrumented modules 1 not 0\n"), "{summary}");

@@ -10,6 +10,10 @@ use crate::{CuResult, defaults};
 
 /// A host event's context: where its common fields are.
 pub(crate) trait Event: HostContext {
+    /// Whether a call of this kind may be one of the program's synchronisations with the GPU
+    /// (a synchronisation, a copy): after it the maps' device parts are merged soon
+    /// ([`crate::device::synced`]).
+    const SYNC_POINT: bool;
     const TIMESTAMP: usize;
     const DURATION: usize;
     const TID: usize;
@@ -20,8 +24,9 @@ pub(crate) trait Event: HostContext {
 }
 
 macro_rules! event {
-    ($($t:ty),*) => {$(
+    ($($t:ty: $sync:expr),*) => {$(
         impl Event for $t {
+            const SYNC_POINT: bool = $sync;
             const TIMESTAMP: usize = offset_of!($t, timestamp_ns);
             const DURATION: usize = offset_of!($t, duration_ns);
             const TID: usize = offset_of!($t, host_tid);
@@ -32,7 +37,7 @@ macro_rules! event {
         }
     )*};
 }
-event!(LaunchCtx, MemcpyCtx, AllocCtx, SyncCtx, ModuleLoadCtx);
+event!(LaunchCtx: false, MemcpyCtx: true, AllocCtx: false, SyncCtx: true, ModuleLoadCtx: false);
 
 /// Runs `call` as one event: the context `build` makes (given the context words the probes
 /// read, [`egpu::host::HostProbes::context_words`]), posted before the call; `after` fills what
@@ -48,6 +53,20 @@ event!(LaunchCtx, MemcpyCtx, AllocCtx, SyncCtx, ModuleLoadCtx);
 /// modules and so other codegen units; the trampolines' fallback calls [`observe_apart`].
 #[inline]
 pub(crate) fn observe<C: Event>(
+    build: impl FnOnce(u16, &crate::Local) -> C,
+    call: impl FnOnce() -> CuResult,
+    after: impl FnOnce(&mut C, CuResult),
+) -> CuResult {
+    let result = observe_call(build, call, after);
+    if C::SYNC_POINT {
+        crate::device::synced();
+    }
+    result
+}
+
+/// [`observe`] but for the merge after a synchronisation.
+#[inline(always)]
+fn observe_call<C: Event>(
     build: impl FnOnce(u16, &crate::Local) -> C,
     call: impl FnOnce() -> CuResult,
     after: impl FnOnce(&mut C, CuResult),

@@ -13,7 +13,10 @@
 //! - `capture(begin)`, `capture(end)`: a stream capture begun or ended, counted, no event
 //!   ([`launch`]);
 //! - `load(out, image)`: a module load, whose image the user's device probes instrument
-//!   ([`modules`]).
+//!   ([`modules`]);
+//! - `teardown(what)`: a context destroyed, a primary context released or reset, a module
+//!   unloaded: no event, but the maps' device parts merged before it
+//!   ([`crate::device::before_teardown`]).
 //!
 //! The contexts are built by [`launch`] (launches), [`memory`] (copies, sets, allocations and
 //! frees) and [`modules`] (module loads). From the table come the exported functions (a flavour's
@@ -31,6 +34,7 @@ use std::ffi::{CStr, c_int, c_uint, c_void};
 
 use egpu::ebpf::{AllocCtx, MemcpyCtx, SyncCtx};
 
+use crate::device::Teardown;
 use crate::real::{Hook, Keep};
 use crate::{CuResult, Handle};
 use event::{nothing, observe};
@@ -106,6 +110,28 @@ macro_rules! runtime {
             // SAFETY: the driver's function, with the caller's arguments unchanged.
             let call = move || unsafe { real($($arg),*) };
             observe($build, call, $after)
+        });
+    };
+}
+
+/// Defines an interposed entry point that takes down what `$what` says
+/// ([`crate::device::Teardown`], or `None` for a module unload): the device parts of the maps in
+/// it are merged before the call (for a module, the merger is woken after it), and forgotten
+/// after it when they are gone.
+macro_rules! teardown {
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $what:expr) => {
+        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            let what: Option<crate::device::Teardown> = $what;
+            if let Some(what) = what {
+                crate::device::before_teardown(what);
+            }
+            // SAFETY: the driver's function, with the caller's arguments unchanged.
+            let result = unsafe { real($($arg),*) };
+            match what {
+                Some(what) => crate::device::after_teardown(what),
+                None => crate::device::synced(),
+            }
+            result
         });
     };
 }
@@ -282,6 +308,16 @@ entry_points! {
         => driver(|_, _| module(image), loaded(out));
     LIBRARY_LOAD_DATA cuLibraryLoadData (out: *mut Handle, code: *const c_void, jit_options: *mut c_int, jit_values: *mut *mut c_void, jit_n: c_uint, library_options: *mut c_int, library_values: *mut *mut c_void, library_n: c_uint)
         => driver(|_, _| module(code), loaded(out));
+
+    // Teardowns: the maps' device parts merged before them.
+    CTX_DESTROY cuCtxDestroy_v2 (context: Handle)
+        => teardown(Some(Teardown::Context(context)));
+    PRIMARY_RELEASE cuDevicePrimaryCtxRelease_v2 (device: c_int)
+        => teardown(Some(Teardown::Release(device)));
+    PRIMARY_RESET cuDevicePrimaryCtxReset_v2 (device: c_int)
+        => teardown(Some(Teardown::Reset(device)));
+    MODULE_UNLOAD cuModuleUnload (module: Handle) => teardown(None);
+    LIBRARY_UNLOAD cuLibraryUnload (library: Handle) => teardown(None);
 
     // The CUDA runtime's copies, sets and allocations (`libcudart.so`, the shared runtime): it
     // reaches the driver through private entry points, not the public ones above, so these are

@@ -29,12 +29,18 @@ pub(super) use driver;
 /// The probes' part of a call entered through a trampoline ([`trampolined`]), before the
 /// driver's function, to which the trampoline then jumps: the event posted to the probes at its
 /// entry, in the common case. `false` leaves the whole call to
-/// [`observe`](super::event::observe), having done nothing: when probes are attached to its exit
+/// [`observe`](super::event::observe), having done nothing: when the call may synchronise and
+/// the maps have device parts to merge after it, when probes are attached to its exit
 /// (they wait for the call's result), read the clock or the thread id, or the thread has no
 /// poster of its own or no room in its queue.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
 pub(super) fn enter_only<C: Event>(build: impl FnOnce(u16, &crate::Local) -> C) -> bool {
+    // A synchronisation, when the maps have device parts: the whole way, which merges after it.
+    if C::SYNC_POINT && crate::device::merging() {
+        rare();
+        return false;
+    }
     let Some(probes) = defaults::active() else { return true };
     let (enter, exit) = (probes.armed(C::EVENT, Phase::Enter), probes.armed(C::EVENT, Phase::Exit));
     let local = crate::local();

@@ -5,14 +5,17 @@
 //! probes are injected into every module the program loads that carries PTX (PTX text, or a
 //! cubin that keeps its PTX, as Triton's do), which is then loaded in the module's place, so the
 //! program launches instrumented kernels without knowing. The maps live in shared memory as
-//! `egpu-<pid>-u-<MAP>`, mapped into the GPU once per process (`cuMemHostRegister`, portable):
-//! device probes update them in place, live for `egpu maps PID`.
+//! `egpu-<pid>-u-<MAP>`, live for `egpu maps PID`; the maps device probes use have a part in GPU
+//! memory in each context ([`parts`]), which the probes update at GPU speed and egpu merges into
+//! the shared map while they run.
 //!
 //! Nothing here may take the program down: a pack that cannot be read is reported once and
 //! left out; a module that cannot be instrumented, or whose instrumented form the driver
 //! refuses, is loaded as it came (and counted, with the reason, in the summary).
 
-use std::ffi::{CStr, CString, c_uint, c_void};
+mod parts;
+
+use std::ffi::{CStr, CString, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -26,7 +29,8 @@ use egpu::maps::{Placement, RawMap};
 use egpu::pack::Pack;
 
 use crate::CuResult;
-use crate::real::Hook;
+pub(crate) use parts::synced;
+pub(crate) use parts::{Teardown, after_teardown, before_teardown, finish, fork_guard, merging};
 
 /// The pack `EGPU_PROBES` names, read once per program image (a forked child keeps it).
 fn pack() -> Option<&'static Pack> {
@@ -52,9 +56,8 @@ pub(crate) struct UserProbes {
     pub(crate) host: Vec<(Verified, Vec<RawMap>)>,
     /// Device probes: each verified, with the indices of its maps in `maps`.
     device: Vec<(Verified, Vec<usize>)>,
-    /// The maps' device addresses, once mapped into the GPU (`None` until a module is loaded;
-    /// `Some(Err)` when mapping failed).
-    mapped: Mutex<Option<Result<Vec<u64>, String>>>,
+    /// The indices of the maps device probes use, each once.
+    on_device: Vec<usize>,
 }
 
 /// Modules instrumented, and modules that carried PTX but were loaded as they came.
@@ -116,7 +119,11 @@ impl UserProbes {
                 }
             }
         }
-        Some(UserProbes { maps, host, device, mapped: Mutex::new(None) })
+        let mut on_device: Vec<usize> =
+            device.iter().flat_map(|(_, i)| i.iter().copied()).collect();
+        on_device.sort_unstable();
+        on_device.dedup();
+        Some(UserProbes { maps, host, device, on_device })
     }
 
     /// Whether there are device probes to inject.
@@ -125,13 +132,13 @@ impl UserProbes {
     }
 
     /// The PTX to load instead of a module whose PTX is `ptx`, instrumented with the device
-    /// probes; `None` when there are none, or it could not be instrumented (counted, with the
-    /// reason).
+    /// probes bound to their maps' parts in the current context; `None` when there are none, or
+    /// it could not be instrumented (counted, with the reason).
     pub(crate) fn instrument(&self, ptx: &str) -> Option<CString> {
         if self.device.is_empty() {
             return None;
         }
-        let addresses = match self.mapped() {
+        let addresses = match parts::addresses(&self.maps, &self.on_device) {
             Ok(a) => a,
             Err(reason) => {
                 refused(reason);
@@ -147,7 +154,7 @@ impl UserProbes {
                     .map(|&i| DeviceMap {
                         addr: addresses[i],
                         geometry: *self.maps[i].1.geometry(),
-                        live: true,
+                        live: false,
                     })
                     .collect()
             })
@@ -175,15 +182,6 @@ impl UserProbes {
                 None
             }
         }
-    }
-
-    /// The maps' device addresses, mapping them into the GPU the first time (in the caller's
-    /// current context; portable, so every context sees them).
-    fn mapped(&self) -> Result<Vec<u64>, String> {
-        let mut mapped = self.mapped.lock().unwrap_or_else(|p| p.into_inner());
-        mapped
-            .get_or_insert_with(|| self.maps.iter().map(|(_, raw)| map_into_gpu(raw)).collect())
-            .clone()
     }
 
     /// Counts the driver's answer to a load of instrumented PTX: loaded, or refused (the caller
@@ -229,42 +227,6 @@ fn create(
         }
     }
     RawMap::create(geometry, &Placement::Process).ok()
-}
-
-/// `cuMemHostRegister_v2`'s and `cuMemHostGetDevicePointer_v2`'s signatures.
-type RegisterFn = unsafe extern "C" fn(*mut c_void, usize, c_uint) -> CuResult;
-type DevicePointerFn = unsafe extern "C" fn(*mut u64, *mut c_void, c_uint) -> CuResult;
-static REGISTER: Hook<RegisterFn> = Hook::new(c"cuMemHostRegister_v2", std::ptr::null_mut);
-static DEVICE_POINTER: Hook<DevicePointerFn> =
-    Hook::new(c"cuMemHostGetDevicePointer_v2", std::ptr::null_mut);
-
-/// Maps `raw`'s pages into the GPU: the device address of its first byte.
-fn map_into_gpu(raw: &RawMap) -> Result<u64, String> {
-    /// `CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP`.
-    const FLAGS: c_uint = 1 | 2;
-    let (register, pointer) = match (REGISTER.get_or_ask(), DEVICE_POINTER.get_or_ask()) {
-        (Some(r), Some(p)) => (r, p),
-        _ => return Err("the driver lacks cuMemHostRegister".into()),
-    };
-    let (ptr, len) = raw.memory();
-    // SAFETY: sysconf has no preconditions.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
-    let start = ptr.as_ptr() as usize;
-    let first = start - start % page;
-    let end = (start + len).next_multiple_of(page);
-    // SAFETY: the map's pages, mapped for as long as the process keeps the map (it never drops
-    // a user map while it runs).
-    let result = unsafe { register(first as *mut c_void, end - first, FLAGS) };
-    if result != 0 {
-        return Err(format!("mapping a map into the GPU: cuMemHostRegister returned {result}"));
-    }
-    let mut device = 0u64;
-    // SAFETY: registered just above; the driver writes one address.
-    let result = unsafe { pointer(&mut device, first as *mut c_void, 0) };
-    if result != 0 {
-        return Err(format!("cuMemHostGetDevicePointer returned {result}"));
-    }
-    Ok(device + (start - first) as u64)
 }
 
 /// The PTX `image` carries: its text, or a cubin's `.nv_debug_ptx_txt`; `None` for other images
@@ -314,6 +276,7 @@ pub(crate) fn summary(user: &UserProbes, names: &builtin::Builtin) -> String {
     for reason in REASONS.lock().unwrap_or_else(|p| p.into_inner()).iter() {
         text.push_str(&format!("not instrumented: {reason}\n"));
     }
+    text.push_str(&parts::summary());
     text.push_str(&names.render_maps(&user.maps));
     text
 }

@@ -1,0 +1,383 @@
+//! The device parts of the user's maps: each map a device probe uses has a copy in GPU memory in
+//! every context that loads instrumented modules, which the probes update at GPU speed, merged
+//! into the map in shared memory ([`egpu::maps::merge`]) by a thread of egpu's own:
+//!
+//! - every [`period`] (`EGPU_MERGE_MS`, 100 ms by default): the staleness of what `egpu maps`,
+//!   the metrics and host probes see, while kernels run;
+//! - soon after each of the program's synchronisations and copies ([`synced`], which wakes the
+//!   thread, at most once a millisecond), and at module unloads;
+//! - before a context is destroyed or its device's primary context released or reset
+//!   ([`before_teardown`]), and at exit ([`finish`]), after waiting for the context's work: those
+//!   merges are settled, and leave the exact counts.
+//!
+//! The copies go through a stream of egpu's own per context (non-blocking, so it never waits for
+//! the program's streams nor they for it) into pinned memory; the driver's functions are called
+//! directly, so they are no events. Nothing here may fail the program: a part that cannot be
+//! made leaves the module uninstrumented (with the reason), a merge that fails is counted.
+
+use std::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::thread::Thread;
+use std::time::Duration;
+
+use egpu::maps::RawMap;
+use egpu::maps::merge::{DevicePart, Merged};
+
+use crate::events::{ALLOC, CTX_SYNC, DTOH_ASYNC, HTOD, STREAM_SYNC};
+use crate::real::Hook;
+use crate::{CuResult, Handle};
+
+type CtxFn = unsafe extern "C" fn(*mut Handle) -> CuResult;
+type PushFn = unsafe extern "C" fn(Handle) -> CuResult;
+type StreamCreateFn = unsafe extern "C" fn(*mut Handle, c_uint) -> CuResult;
+type AllocHostFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> CuResult;
+type DeviceFn = unsafe extern "C" fn(*mut c_int) -> CuResult;
+type StateFn = unsafe extern "C" fn(c_int, *mut c_uint, *mut c_int) -> CuResult;
+static CTX_GET_CURRENT: Hook<CtxFn> = Hook::new(c"cuCtxGetCurrent", std::ptr::null_mut);
+static CTX_PUSH: Hook<PushFn> = Hook::new(c"cuCtxPushCurrent_v2", std::ptr::null_mut);
+static CTX_POP: Hook<CtxFn> = Hook::new(c"cuCtxPopCurrent_v2", std::ptr::null_mut);
+static STREAM_CREATE: Hook<StreamCreateFn> = Hook::new(c"cuStreamCreate", std::ptr::null_mut);
+static ALLOC_HOST: Hook<AllocHostFn> = Hook::new(c"cuMemAllocHost_v2", std::ptr::null_mut);
+static CTX_GET_DEVICE: Hook<DeviceFn> = Hook::new(c"cuCtxGetDevice", std::ptr::null_mut);
+static PRIMARY_STATE: Hook<StateFn> = Hook::new(c"cuDevicePrimaryCtxGetState", std::ptr::null_mut);
+
+/// `CU_STREAM_NON_BLOCKING`: a stream that does not wait for the legacy default stream.
+const NON_BLOCKING: c_uint = 1;
+
+/// One map's part in one context.
+struct Part {
+    /// Index of the map among the user's maps.
+    map: usize,
+    raw: RawMap,
+    /// The part's address on the device.
+    device: u64,
+    /// Where its snapshot goes in the context's staging memory.
+    staging: usize,
+    merge: DevicePart,
+}
+
+/// The parts of one context, its stream and staging memory.
+struct Context {
+    pid: u32,
+    context: usize,
+    /// The context's device (its ordinal's `CUdevice`), -1 when the driver did not say.
+    device: c_int,
+    stream: usize,
+    /// Pinned host memory, `staging_len` bytes.
+    staging: usize,
+    staging_len: usize,
+    parts: Vec<Part>,
+}
+
+// SAFETY: the handles and the pinned memory are the driver's, usable from any thread; only the
+// merge (under the lock) touches the staging memory.
+unsafe impl Send for Context {}
+
+static CONTEXTS: Mutex<Vec<Context>> = Mutex::new(Vec::new());
+static MERGER: OnceLock<Thread> = OnceLock::new();
+/// Whether any part exists: what [`synced`] checks first.
+static ANY: AtomicBool = AtomicBool::new(false);
+/// Set at exit: the merger merges no more.
+static STOPPED: AtomicBool = AtomicBool::new(false);
+/// Nanoseconds (egpu's clock) of the last wake-up [`synced`] gave.
+static WOKEN_AT: AtomicU64 = AtomicU64::new(0);
+
+/// What the merges did, for the summary.
+static MERGES: AtomicU64 = AtomicU64::new(0);
+static FAILED: AtomicU64 = AtomicU64::new(0);
+static PUBLISHED: AtomicU64 = AtomicU64::new(0);
+static REFUSED: AtomicU64 = AtomicU64::new(0);
+
+fn lock() -> MutexGuard<'static, Vec<Context>> {
+    CONTEXTS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The lock on the parts, for `fork` (held across it, as the library's other locks).
+pub(crate) fn fork_guard() -> Box<dyn std::any::Any> {
+    Box::new(lock())
+}
+
+/// Whether there are parts: synchronisations then wake the merger ([`synced`]).
+#[inline(always)]
+pub(crate) fn merging() -> bool {
+    ANY.load(Ordering::Relaxed)
+}
+
+/// How often the merger merges while nothing wakes it: `EGPU_MERGE_MS` (milliseconds, at least
+/// 1), 100 by default.
+pub(crate) fn period() -> Duration {
+    let ms = std::env::var("EGPU_MERGE_MS").ok().and_then(|v| v.parse::<u64>().ok());
+    Duration::from_millis(ms.unwrap_or(100).max(1))
+}
+
+/// Checks a driver call's result.
+fn cu(result: CuResult, what: &str) -> Result<(), String> {
+    if result == 0 { Ok(()) } else { Err(format!("{what} returned {result}")) }
+}
+
+/// The device addresses of the parts of `maps[i]` for each `i` in `used`, in the caller's
+/// current context, made the first time (uploaded empty), with the merger started; the other
+/// entries are 0.
+pub(crate) fn addresses(maps: &[(String, RawMap)], used: &[usize]) -> Result<Vec<u64>, String> {
+    let get_current = CTX_GET_CURRENT.get_or_ask().ok_or("the driver lacks cuCtxGetCurrent")?;
+    let mut context: Handle = std::ptr::null_mut();
+    // SAFETY: the driver writes one handle.
+    cu(unsafe { get_current(&mut context) }, "cuCtxGetCurrent")?;
+    if context.is_null() {
+        return Err("no current context to put the maps in".into());
+    }
+    let pid = std::process::id();
+    let mut contexts = lock();
+    let index = match contexts.iter().position(|c| c.pid == pid && c.context == context as usize) {
+        Some(i) => i,
+        None => {
+            contexts.push(make(context, maps, used)?);
+            ANY.store(true, Ordering::Release);
+            start_merger();
+            contexts.len() - 1
+        }
+    };
+    let mut out = vec![0; maps.len()];
+    for part in &contexts[index].parts {
+        out[part.map] = part.device;
+    }
+    if used.iter().any(|&i| out[i] == 0) {
+        return Err("a map was added after the context's parts were made".into());
+    }
+    Ok(out)
+}
+
+/// Makes the parts of `maps[used]` in `context` (the current one): device memory holding an
+/// empty map each, a stream, and pinned staging memory.
+fn make(context: Handle, maps: &[(String, RawMap)], used: &[usize]) -> Result<Context, String> {
+    let missing = |name: &str| format!("the driver lacks {name}");
+    let alloc = ALLOC.get_or_ask().ok_or_else(|| missing("cuMemAlloc"))?;
+    let upload = HTOD.get_or_ask().ok_or_else(|| missing("cuMemcpyHtoD"))?;
+    let alloc_host = ALLOC_HOST.get_or_ask().ok_or_else(|| missing("cuMemAllocHost"))?;
+    let create = STREAM_CREATE.get_or_ask().ok_or_else(|| missing("cuStreamCreate"))?;
+    let mut parts = Vec::new();
+    let mut staging_len = 0;
+    for &map in used {
+        let raw = maps[map].1.clone();
+        let merge = DevicePart::new(raw.geometry())
+            .map_err(|e| format!("map {} on the GPU: {e}", maps[map].0))?;
+        let image = merge.image();
+        let mut device = 0u64;
+        // SAFETY: the driver writes one address.
+        cu(unsafe { alloc(&mut device, image.len()) }, "cuMemAlloc")?;
+        // SAFETY: `image.len()` bytes from `image` to the memory just allocated, of that size.
+        cu(unsafe { upload(device, image.as_ptr().cast(), image.len()) }, "cuMemcpyHtoD")?;
+        parts.push(Part { map, raw, device, staging: staging_len, merge: merge.clone() });
+        staging_len += merge.range().len();
+    }
+    let mut stream: Handle = std::ptr::null_mut();
+    // SAFETY: the driver writes one handle.
+    cu(unsafe { create(&mut stream, NON_BLOCKING) }, "cuStreamCreate")?;
+    let mut device: c_int = -1;
+    if let Some(get_device) = CTX_GET_DEVICE.get_or_ask() {
+        // SAFETY: the driver writes one device.
+        if unsafe { get_device(&mut device) } != 0 {
+            device = -1;
+        }
+    }
+    let mut staging: *mut c_void = std::ptr::null_mut();
+    // SAFETY: the driver writes one pointer to `staging_len` bytes (at least 8).
+    cu(unsafe { alloc_host(&mut staging, staging_len.max(8)) }, "cuMemAllocHost")?;
+    Ok(Context {
+        pid: std::process::id(),
+        context: context as usize,
+        device,
+        stream: stream as usize,
+        staging: staging as usize,
+        staging_len,
+        parts,
+    })
+}
+
+/// Starts the merger thread, once per process image.
+fn start_merger() {
+    MERGER.get_or_init(|| {
+        let period = period();
+        let spawned = std::thread::Builder::new().name("egpu-merge".into()).spawn(move || {
+            while !STOPPED.load(Ordering::Relaxed) {
+                std::thread::park_timeout(period);
+                merge_all(false, |_| true);
+            }
+        });
+        match spawned {
+            Ok(handle) => handle.thread().clone(),
+            Err(_) => std::thread::current(),
+        }
+    });
+}
+
+/// After one of the program's synchronisations or copies: wakes the merger, at most once a
+/// millisecond (a few loads when there are no parts).
+#[inline]
+pub(crate) fn synced() {
+    if !ANY.load(Ordering::Relaxed) {
+        return;
+    }
+    wake();
+}
+
+#[cold]
+#[inline(never)]
+fn wake() {
+    let now = egpu::host::now_ns();
+    let last = WOKEN_AT.load(Ordering::Relaxed);
+    if now.saturating_sub(last) < 1_000_000
+        || WOKEN_AT.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
+    {
+        return;
+    }
+    if let Some(merger) = MERGER.get() {
+        merger.unpark();
+    }
+}
+
+/// What goes in a teardown: a context, or a device's primary context.
+#[derive(Clone, Copy)]
+pub(crate) enum Teardown {
+    /// `cuCtxDestroy`.
+    Context(Handle),
+    /// `cuDevicePrimaryCtxRelease` (the context goes when its last user releases it).
+    Release(c_int),
+    /// `cuDevicePrimaryCtxReset`.
+    Reset(c_int),
+}
+
+impl Teardown {
+    fn covers(self, c: &Context) -> bool {
+        match self {
+            Teardown::Context(h) => c.context == h as usize,
+            Teardown::Release(d) | Teardown::Reset(d) => c.device == d || c.device < 0,
+        }
+    }
+}
+
+/// Before a teardown: a settled merge of the parts it may take.
+pub(crate) fn before_teardown(what: Teardown) {
+    if merging() {
+        merge_all(true, |c| what.covers(c));
+    }
+}
+
+/// After a teardown: the parts of contexts that are gone are forgotten (their memory went with
+/// the context; a context made later, even under the same handle, gets parts of its own).
+pub(crate) fn after_teardown(what: Teardown) {
+    if !merging() {
+        return;
+    }
+    let gone = match what {
+        Teardown::Release(device) => {
+            let (mut flags, mut active) = (0, 1);
+            // SAFETY: the driver writes a flags word and a flag.
+            PRIMARY_STATE.get_or_ask().is_none_or(|state| unsafe {
+                state(device, &mut flags, &mut active) != 0 || active == 0
+            })
+        }
+        _ => true,
+    };
+    if gone {
+        lock().retain(|c| !what.covers(c));
+    }
+}
+
+/// At exit: a settled merge of every part, after each context's work; the merger stops.
+pub(crate) fn finish() {
+    STOPPED.store(true, Ordering::Relaxed);
+    if merging() {
+        merge_all(true, |_| true);
+    }
+}
+
+/// Merges the parts of every context of this process that `which` picks: `settled` after
+/// waiting for the context's work. Once stopped, only settled merges run.
+fn merge_all(settled: bool, which: impl Fn(&Context) -> bool) {
+    if STOPPED.load(Ordering::Relaxed) && !settled {
+        return;
+    }
+    let pid = std::process::id();
+    let mut contexts = lock();
+    for c in contexts.iter_mut().filter(|c| c.pid == pid && which(c)) {
+        match snapshot(c, settled) {
+            Ok(()) => {
+                // SAFETY: the staging memory is `staging_len` bytes, written by the copies just
+                // finished, and only read under the lock.
+                let staging =
+                    unsafe { std::slice::from_raw_parts(c.staging as *const u8, c.staging_len) };
+                for part in &mut c.parts {
+                    let len = part.merge.range().len();
+                    let bytes = &staging[part.staging..part.staging + len];
+                    match part.merge.merge(bytes, &part.raw, settled) {
+                        Ok(m) => count(&m),
+                        Err(_) => {
+                            FAILED.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+                MERGES.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(reason) => {
+                if FAILED.fetch_add(1, Ordering::Relaxed) == 0 && crate::log_enabled("maps") {
+                    eprintln!("egpu: merging the device maps: {reason}");
+                }
+            }
+        }
+    }
+}
+
+fn count(m: &Merged) {
+    PUBLISHED.fetch_add(m.published, Ordering::Relaxed);
+    REFUSED.fetch_add(m.refused, Ordering::Relaxed);
+}
+
+/// Copies every part of `c` into its staging memory, through its stream, and waits for the
+/// copies; first for the context's work when `settled`.
+fn snapshot(c: &Context, settled: bool) -> Result<(), String> {
+    let missing = |name: &str| format!("the driver lacks {name}");
+    let push = CTX_PUSH.get_or_ask().ok_or_else(|| missing("cuCtxPushCurrent"))?;
+    let pop = CTX_POP.get_or_ask().ok_or_else(|| missing("cuCtxPopCurrent"))?;
+    let copy = DTOH_ASYNC.get_or_ask().ok_or_else(|| missing("cuMemcpyDtoHAsync"))?;
+    let wait = STREAM_SYNC.get_or_ask().ok_or_else(|| missing("cuStreamSynchronize"))?;
+    // SAFETY: a context this process made parts in (the driver checks it still exists).
+    cu(unsafe { push(c.context as Handle) }, "cuCtxPushCurrent")?;
+    let copied = (|| {
+        if settled {
+            let sync = CTX_SYNC.get_or_ask().ok_or_else(|| missing("cuCtxSynchronize"))?;
+            // SAFETY: no arguments; waits for the (current) context's work.
+            cu(unsafe { sync() }, "cuCtxSynchronize")?;
+        }
+        for part in &c.parts {
+            let range = part.merge.range();
+            let to = (c.staging + part.staging) as *mut c_void;
+            let from = part.device + range.start as u64;
+            // SAFETY: the part's device memory holds the map's bytes, `range` within them; the
+            // staging memory has room at `part.staging` for them.
+            cu(unsafe { copy(to, from, range.len(), c.stream as Handle) }, "cuMemcpyDtoHAsync")?;
+        }
+        // SAFETY: egpu's own stream.
+        cu(unsafe { wait(c.stream as Handle) }, "cuStreamSynchronize")
+    })();
+    let mut popped: Handle = std::ptr::null_mut();
+    // SAFETY: the context pushed above.
+    unsafe { pop(&mut popped) };
+    copied
+}
+
+/// The summary's line on the device parts, when there are any.
+pub(crate) fn summary() -> String {
+    let contexts = lock().iter().filter(|c| c.pid == std::process::id()).count();
+    if contexts == 0 {
+        return String::new();
+    }
+    format!(
+        "device maps contexts {contexts} merges {} failed {} published {} refused {}\n",
+        MERGES.load(Ordering::Relaxed),
+        FAILED.load(Ordering::Relaxed),
+        PUBLISHED.load(Ordering::Relaxed),
+        REFUSED.load(Ordering::Relaxed),
+    )
+}

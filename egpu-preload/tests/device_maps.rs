@@ -1,0 +1,166 @@
+//! The device parts of the user's maps under the preloaded library, without a GPU: the stand-in
+//! driver (`tests/fixture/fake_cuda.c`) keeps "device memory" in host memory and runs each
+//! launch of an instrumented module as threads that add to the arrays egpu put there, as the
+//! device probe of this file's pack would on a GPU, until the program synchronises. The map in
+//! shared memory must follow: on the merger's clock while the "kernel" runs, after the program's
+//! synchronisation, and exactly at exit.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use egpu::ebpf::KernelCtx;
+use egpu::maps::{Array, RawMap};
+use support::{build, preload_library};
+
+/// Threads started, counted on the device (element 0).
+static COUNTS: Array<u64> = Array::with_len(4);
+
+/// The pack's one probe: what the stand-in driver's writers emulate.
+#[egpu::probe(device::kernel_entry)]
+fn entered(_ctx: &KernelCtx) {
+    COUNTS.fetch_add(0, 1);
+}
+
+/// Writers per "launch", and adds each makes.
+const WRITERS: u64 = 4;
+const ADDS: u64 = 20_000;
+
+/// Writes the pack to `dir` and returns its path.
+fn pack(dir: &Path) -> PathBuf {
+    let mut pack = egpu::pack::Pack::new();
+    pack.add(entered::probe()).expect("the probe packs");
+    let path = dir.join("counts.pack");
+    std::fs::write(&path, pack.to_text()).expect("the pack file");
+    path
+}
+
+/// The launcher in `merge` mode under the library, with the merger's period and the "kernel"'s
+/// length given.
+fn start(dir: &Path, merge_ms: &str, kernel_ms: &str) -> (Child, BufReader<ChildStdout>, u32) {
+    let ptx = dir.join("saxpy.ptx");
+    std::fs::write(&ptx, include_str!("../../tests/ptx/saxpy.ptx")).expect("a module file");
+    let mut child = Command::new(dir.join("launcher"))
+        .args(["merge".as_ref(), ptx.as_os_str()])
+        .env("LD_PRELOAD", preload_library())
+        .env("LD_LIBRARY_PATH", dir)
+        .env("EGPU_PROBES", pack(dir))
+        .env("EGPU_SUMMARY", dir.join(format!("summary-{merge_ms}")))
+        .env("EGPU_MERGE_MS", merge_ms)
+        .env("FAKE_DEVICE_WRITERS", WRITERS.to_string())
+        .env("FAKE_DEVICE_ADDS", ADDS.to_string())
+        .env("FAKE_KERNEL_MS", kernel_ms)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("running the launcher");
+    let mut out = BufReader::new(child.stdout.take().expect("its output"));
+    let line = next_line(&mut out);
+    let pid =
+        line.trim().strip_prefix("launched ").expect("launched <pid>").parse().expect("a pid");
+    (child, out, pid)
+}
+
+fn next_line(out: &mut BufReader<ChildStdout>) -> String {
+    let mut line = String::new();
+    out.read_line(&mut line).expect("a line");
+    line
+}
+
+/// The process's map in shared memory, and its element 0 as it is now.
+fn shared(pid: u32) -> (RawMap, impl Fn() -> u64) {
+    let raw = RawMap::open_shared(&egpu::host::builtin::user_map_name(pid, "COUNTS"))
+        .expect("the map in shared memory");
+    let array = Array::<u64>::from_raw(raw.clone()).expect("an array of u64");
+    (raw, move || array.get(0).expect("element 0"))
+}
+
+/// Waits until `value()` is `want`, for at most `limit`: how long it took.
+fn until(value: &impl Fn() -> u64, want: u64, limit: Duration) -> Option<Duration> {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if value() == want {
+            return Some(start.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    None
+}
+
+fn finish(mut child: Child, out: &mut BufReader<ChildStdout>, dir: &Path, merge_ms: &str) {
+    child.stdin.as_mut().expect("its input").write_all(b"go\n").expect("a line");
+    assert!(child.wait().expect("the launcher").success());
+    let _ = out;
+    let summary = std::fs::read_dir(dir)
+        .expect("the directory")
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().starts_with(&format!("summary-{merge_ms}.")))
+        .map(|e| std::fs::read_to_string(e.path()).expect("the summary"))
+        .expect("a summary");
+    // Exactly what the two "launches" did, merged at exit after their end.
+    let total = 2 * WRITERS * ADDS;
+    assert!(summary.contains(&format!("map COUNTS 0 {total}\n")), "{summary}");
+    assert!(summary.contains("device maps contexts 1 "), "{summary}");
+    assert!(summary.contains(" failed 0 "), "{summary}");
+}
+
+/// With a short period, the map grows while the "kernel" runs, and says how old its device part
+/// is; after the synchronisation it holds the kernel's exact count; at exit, both kernels'.
+#[test]
+fn the_merger_follows_the_device_writers_on_its_clock() {
+    let dir = build("merge-clock");
+    let (mut child, mut out, pid) = start(&dir, "20", "1500");
+    let (raw, value) = shared(pid);
+    let one = WRITERS * ADDS;
+    let start = Instant::now();
+    let mut partial = None;
+    while start.elapsed() < Duration::from_secs(10) {
+        let v = value();
+        if v > 0 && v < one {
+            partial = Some(v);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let partial = partial.expect("a count between 0 and the kernel's, while the kernel runs");
+    let age = egpu_age(&raw);
+    assert!(age < Duration::from_secs(1), "the device part merged {age:?} ago");
+    child.stdin.as_mut().expect("its input").write_all(b"go\n").expect("a line");
+    assert_eq!(next_line(&mut out).trim(), "synced");
+    let took = until(&value, one, Duration::from_secs(10));
+    assert!(took.is_some(), "after the synchronisation: {} of {one}", value());
+    eprintln!("seen mid-kernel: {partial} of {one}; exact {took:?} after the synchronisation");
+    finish(child, &mut out, &dir, "20");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// With the clock as good as stopped, nothing shows while the "kernel" runs, and the count shows
+/// soon after the program's synchronisation: the merge the synchronisation asked for.
+#[test]
+fn a_synchronisation_merges_the_device_parts() {
+    let dir = build("merge-sync");
+    let (mut child, mut out, pid) = start(&dir, "600000", "300");
+    let (_raw, value) = shared(pid);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(value(), 0, "no merge before the synchronisation");
+    child.stdin.as_mut().expect("its input").write_all(b"go\n").expect("a line");
+    assert_eq!(next_line(&mut out).trim(), "synced");
+    let took = until(&value, WRITERS * ADDS, Duration::from_secs(5));
+    let took = took.unwrap_or_else(|| panic!("after the synchronisation: {}", value()));
+    eprintln!("exact {took:?} after the synchronisation");
+    finish(child, &mut out, &dir, "600000");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// How long ago the map's device part was last merged.
+fn egpu_age(raw: &RawMap) -> Duration {
+    let merged = raw.device_merged_ns().expect("a merge happened");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as u64;
+    Duration::from_nanos(now.saturating_sub(merged))
+}
