@@ -462,3 +462,48 @@ fn the_built_in_probes_fill_the_report_and_the_prometheus_metrics() {
     });
     assert_eq!(depth, 0, "balanced");
 }
+
+#[test]
+fn the_age_of_a_maps_device_part_is_reported_and_exported() {
+    use super::builtin::{Builtin, MetricsOptions, otlp_json, prometheus, user_map_name};
+    use egpu_maps::layout::Geometry;
+    use egpu_maps::merge::DevicePart;
+    use egpu_maps::{MapKind, Placement, RawMap};
+    // A process of our own making, with one user map in shared memory.
+    let pid = 0x3fff_0000 + (std::process::id() & 0xffff);
+    let b = Builtin::create(pid, true).expect("maps in shared memory");
+    let g = Geometry::new(MapKind::Array, 4, 8, 2, 1, 0).expect("a geometry");
+    let name = user_map_name(pid, "BYTES");
+    let raw = RawMap::create(g, &Placement::Shared(name.clone().into())).expect("a shared map");
+    let unmerged = b.render_maps(&b.user_maps());
+    assert!(!unmerged.contains("device part"), "{unmerged}");
+    assert!(!prometheus(std::slice::from_ref(&b), MetricsOptions::default()).contains("age"));
+    // A device part merged into it: its age shows.
+    let mut part = DevicePart::new(&g).expect("a part");
+    let mut snapshot = vec![0u8; part.range().len()];
+    snapshot[128..136].copy_from_slice(&7u64.to_le_bytes());
+    part.merge(&snapshot, &raw, true).expect("merged");
+    let report = b.render_maps(&b.user_maps());
+    assert!(report.contains("map BYTES 0 7\ndevice part of BYTES merged "), "{report}");
+    let text = prometheus(std::slice::from_ref(&b), MetricsOptions::default());
+    let line = text
+        .lines()
+        .find(|l| {
+            l.starts_with(&format!(
+                "egpu_map_device_part_age_seconds{{pid=\"{pid}\",map=\"BYTES\"}} "
+            ))
+        })
+        .unwrap_or_else(|| panic!("the age in\n{text}"));
+    let age: f64 = line.rsplit_once(' ').expect("a value").1.parse().expect("seconds");
+    assert!((0.0..60.0).contains(&age), "{line}");
+    assert!(text.contains("# TYPE egpu_map_device_part_age_seconds gauge\n"), "{text}");
+    let json = otlp_json(std::slice::from_ref(&b), MetricsOptions::default(), 1, 2);
+    assert!(json.contains("{\"name\":\"egpu.map.device_part.age\",\"unit\":\"s\","), "{json}");
+    assert!(
+        json.contains("\"gauge\":{\"dataPoints\":[{\"attributes\":[{\"key\":\"map\""),
+        "{json}"
+    );
+    drop(raw);
+    let _ = egpu_maps::unlink_shared(&name);
+    super::builtin::unlink(pid);
+}

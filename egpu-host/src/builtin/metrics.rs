@@ -50,6 +50,15 @@ struct Histogram {
 enum Value {
     Counter(u64),
     Histogram(Histogram),
+    Gauge(f64),
+}
+
+/// The instrument of a metric.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Counter,
+    Histogram,
+    Gauge,
 }
 
 /// One series: its attributes (Prometheus label names; see [`otel_key`]) and value.
@@ -64,7 +73,7 @@ struct Metric {
     unit: &'static str,
     prometheus: &'static str,
     help: &'static str,
-    histogram: bool,
+    kind: Kind,
     points: Vec<Point>,
 }
 
@@ -92,7 +101,7 @@ fn collect(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
         unit,
         prometheus,
         help,
-        histogram: false,
+        kind: Kind::Counter,
         points: processes
             .iter()
             .map(|b| Point { attributes: pid(b), value: Value::Counter(value(b)) })
@@ -165,7 +174,7 @@ fn collect(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
                 Point { attributes: pid(b), value: histogram(b, &b.shapes, offset, sum, count) }
             })
             .collect();
-        metrics.push(Metric { otel, unit, prometheus, help, histogram: true, points });
+        metrics.push(Metric { otel, unit, prometheus, help, kind: Kind::Histogram, points });
     }
     metrics.push(counter(
         "gpu.cuda.memory.allocations",
@@ -193,7 +202,7 @@ fn collect(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
         unit: "By",
         prometheus: "gpu_cuda_memory_copies_bytes",
         help: "Bytes of a CUDA memory copy.",
-        histogram: true,
+        kind: Kind::Histogram,
         points: copies,
     });
     metrics.push(counter(
@@ -268,7 +277,36 @@ fn collect(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
     for (otel, prometheus, help, value) in health {
         metrics.push(counter(otel, "1", prometheus, help, &value));
     }
+    let ages = device_part_ages(processes);
+    if !ages.points.is_empty() {
+        metrics.push(ages);
+    }
     metrics
+}
+
+/// How old the device part (in GPU memory) of each user map is: the time since it was last
+/// merged into the map in shared memory, which `egpu maps` and the metrics read.
+fn device_part_ages(processes: &[Builtin]) -> Metric {
+    let now = egpu_maps::merge::wall_clock_ns();
+    let mut points = Vec::new();
+    for b in processes {
+        for (name, raw) in b.user_maps() {
+            if let Some(merged) = raw.device_merged_ns() {
+                let mut attributes = pid(b);
+                attributes.push(("map", name));
+                let age = now.saturating_sub(merged) as f64 / 1e9;
+                points.push(Point { attributes, value: Value::Gauge(age) });
+            }
+        }
+    }
+    Metric {
+        otel: "egpu.map.device_part.age",
+        unit: "s",
+        prometheus: "egpu_map_device_part_age_seconds",
+        help: "Time since the device part of a user map was last merged into the map.",
+        kind: Kind::Gauge,
+        points,
+    }
 }
 
 /// The upper bound of histogram bucket `b`: `2^b - 1` (0 for the first).
@@ -283,7 +321,11 @@ fn bound(b: u32) -> u64 {
 pub fn prometheus(processes: &[Builtin], options: MetricsOptions) -> String {
     let mut out = String::new();
     for m in collect(processes, options) {
-        let kind = if m.histogram { "histogram" } else { "counter" };
+        let kind = match m.kind {
+            Kind::Counter => "counter",
+            Kind::Histogram => "histogram",
+            Kind::Gauge => "gauge",
+        };
         let _ = writeln!(out, "# HELP {0} {1}\n# TYPE {0} {kind}", m.prometheus, m.help);
         for p in &m.points {
             let labels: Vec<String> =
@@ -292,6 +334,9 @@ pub fn prometheus(processes: &[Builtin], options: MetricsOptions) -> String {
             match &p.value {
                 Value::Counter(n) => {
                     let _ = writeln!(out, "{}{{{labels}}} {n}", m.prometheus);
+                }
+                Value::Gauge(x) => {
+                    let _ = writeln!(out, "{}{{{labels}}} {x}", m.prometheus);
                 }
                 Value::Histogram(h) => {
                     let mut cumulative = 0;
@@ -367,6 +412,9 @@ pub fn otlp_json(
                     Value::Counter(n) => {
                         format!("{{\"attributes\":[{attributes}],{times},\"asInt\":\"{n}\"}}")
                     }
+                    Value::Gauge(x) => {
+                        format!("{{\"attributes\":[{attributes}],{times},\"asDouble\":{x}}}")
+                    }
                     Value::Histogram(h) => {
                         let seen: u64 = h.buckets.iter().sum();
                         let counts: Vec<String> = h
@@ -391,11 +439,13 @@ pub fn otlp_json(
             if points.is_empty() {
                 continue;
             }
-            let data = if m.histogram {
+            let data = if m.kind == Kind::Histogram {
                 format!(
                     "\"histogram\":{{\"aggregationTemporality\":2,\"dataPoints\":[{}]}}",
                     points.join(",")
                 )
+            } else if m.kind == Kind::Gauge {
+                format!("\"gauge\":{{\"dataPoints\":[{}]}}", points.join(","))
             } else {
                 format!(
                     "\"sum\":{{\"aggregationTemporality\":2,\"isMonotonic\":true,\"dataPoints\":[{}]}}",

@@ -102,7 +102,9 @@ impl Builtin {
     }
 
     /// What `maps` hold, a line per entry: `map NAME KEY VALUE`, keys that are known kernel ids
-    /// by the kernel's name, per-CPU values summed; maps of other shapes by their kind only.
+    /// by the kernel's name, per-CPU values summed; maps of other shapes by their kind only; for
+    /// a map with a part in GPU memory, how long ago that was merged into it
+    /// (`device part of NAME merged 12.5 ms ago`).
     pub fn render_maps(&self, maps: &[(String, RawMap)]) -> String {
         let mut text = String::new();
         let key = |k: u64| -> String {
@@ -156,6 +158,10 @@ impl Builtin {
             lines.sort();
             for (k, v) in lines {
                 let _ = writeln!(text, "map {name} {k} {v}");
+            }
+            if let Some(merged) = raw.device_merged_ns() {
+                let ms = egpu_maps::merge::wall_clock_ns().saturating_sub(merged) as f64 / 1e6;
+                let _ = writeln!(text, "device part of {name} merged {ms:.1} ms ago");
             }
         }
         text

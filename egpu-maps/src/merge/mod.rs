@@ -71,7 +71,12 @@ impl DevicePart {
         let start = geometry.shard_offset(shards.start);
         let end = geometry.shard_offset(shards.end);
         let empty = vec![0; end - start];
-        Ok(DevicePart { geometry: *geometry, range: start..end, applied: empty.clone(), seen: empty })
+        Ok(DevicePart {
+            geometry: *geometry,
+            range: start..end,
+            applied: empty.clone(),
+            seen: empty,
+        })
     }
 
     /// The bytes of the map the device writes: what each snapshot holds.
@@ -102,7 +107,9 @@ impl DevicePart {
             });
         }
         if map.geometry() != &self.geometry {
-            return Err(MapError::Geometry { reason: "the map's geometry is not the part's".into() });
+            return Err(MapError::Geometry {
+                reason: "the map's geometry is not the part's".into(),
+            });
         }
         let g = self.geometry;
         let mut merged = Merged::default();
@@ -114,7 +121,14 @@ impl DevicePart {
                 _ => {
                     for i in 0..g.capacity {
                         let at = g.slot_offset(s, i);
-                        self.add_words(at, pad8(g.value_size) as usize, snapshot, map, at, &mut merged);
+                        self.add_words(
+                            at,
+                            pad8(g.value_size) as usize,
+                            snapshot,
+                            map,
+                            at,
+                            &mut merged,
+                        );
                     }
                 }
             }
@@ -172,7 +186,10 @@ impl DevicePart {
         let slot_of = |i: u32| g.slot_offset(s, i);
         let same = |a: &[u8], b: &[u8], at: usize| {
             let (x, y) = (word(a, at), word(b, at));
-            live(x) && live(y) && tag_of(x) == tag_of(y) && a[at + 8..][..key_len] == b[at + 8..][..key_len]
+            live(x)
+                && live(y)
+                && tag_of(x) == tag_of(y)
+                && a[at + 8..][..key_len] == b[at + 8..][..key_len]
         };
         for i in 0..g.slots {
             let at = slot_of(i) - self.range.start;
@@ -218,8 +235,9 @@ fn word(bytes: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
-/// Nanoseconds since the Unix epoch, by the wall clock (another process reads it).
-pub(crate) fn wall_clock_ns() -> u64 {
+/// Nanoseconds since the Unix epoch, by the wall clock: the clock of
+/// [`RawMap::device_merged_ns`] (another process reads it).
+pub fn wall_clock_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64)
