@@ -363,8 +363,13 @@ impl RawMap {
     /// When a device part was last merged into the map ([`crate::merge`]), in nanoseconds since
     /// the Unix epoch; `None` when none has been.
     pub fn device_merged_ns(&self) -> Option<u64> {
-        Some(self.0.region.word(crate::layout::header::DEVICE_MERGED_NS).load(std::sync::atomic::Ordering::Relaxed))
-            .filter(|&t| t != 0)
+        Some(
+            self.0
+                .region
+                .word(crate::layout::header::DEVICE_MERGED_NS)
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
+        .filter(|&t| t != 0)
     }
 
     /// Inserts refused because the map was full (hash maps), or records dropped because the

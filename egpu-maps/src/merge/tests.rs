@@ -55,7 +55,10 @@ fn a_part_starts_empty_and_covers_the_device_shards() {
 
     let plain = map(MapKind::Hash, 8, 8, 64, 1, 0);
     let part = DevicePart::new(plain.geometry()).expect("a part");
-    assert_eq!(part.range(), plain.geometry().shard_offset(0)..plain.geometry().total_bytes as usize);
+    assert_eq!(
+        part.range(),
+        plain.geometry().shard_offset(0)..plain.geometry().total_bytes as usize
+    );
 
     let ring = map(MapKind::RingBuf, 0, 16, 64, 1, 0);
     assert!(matches!(DevicePart::new(ring.geometry()), Err(MapError::Unsupported { .. })));
