@@ -14,9 +14,10 @@
 //!   ([`launch`]);
 //! - `load(out, image)`: a module load, whose image the user's device probes instrument
 //!   ([`modules`]);
-//! - `teardown(what)`: a context destroyed, a primary context released or reset, a module
-//!   unloaded: no event, but the maps' device parts merged before it
-//!   ([`crate::device::before_teardown`]).
+//! - `merge_point(what)`, `runtime_merge_point(what)` (the runtime's): no event, but the maps'
+//!   device parts merged: before a teardown (`what`: a context destroyed, a primary context
+//!   released or reset, [`crate::device::before_teardown`]), or soon after a call that may tell
+//!   the program that the GPU's work is done (`None`: a module unloaded, a query).
 //!
 //! The contexts are built by [`launch`] (launches), [`memory`] (copies, sets, allocations and
 //! frees) and [`modules`] (module loads). From the table come the exported functions (a flavour's
@@ -114,11 +115,11 @@ macro_rules! runtime {
     };
 }
 
-/// Defines an interposed entry point that takes down what `$what` says
-/// ([`crate::device::Teardown`], or `None` for a module unload): the device parts of the maps in
-/// it are merged before the call (for a module, the merger is woken after it), and forgotten
-/// after it when they are gone.
-macro_rules! teardown {
+/// Defines an interposed entry point that makes no event but where the maps' device parts are
+/// merged: one that takes down what `$what` says ([`crate::device::Teardown`]), whose parts are
+/// merged before the call and forgotten after it when they are gone; or (`None`) one after which
+/// the merger is woken ([`crate::device::synced`]).
+macro_rules! merge_point {
     ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $what:expr) => {
         interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
             let what: Option<crate::device::Teardown> = $what;
@@ -134,6 +135,11 @@ macro_rules! teardown {
             result
         });
     };
+}
+
+/// [`merge_point!`] for the runtime's entry points (which `cuGetProcAddress` does not hand out).
+macro_rules! runtime_merge_point {
+    ($($t:tt)*) => { merge_point!($($t)*); };
 }
 
 /// Defines every interposed entry point from the one table (see the module's documentation):
@@ -193,6 +199,9 @@ macro_rules! flavour {
 /// which `dlsym` alone finds.
 macro_rules! by_proc_address {
     (runtime) => {
+        false
+    };
+    (runtime_merge_point) => {
         false
     };
     ($kind:ident) => {
@@ -309,20 +318,32 @@ entry_points! {
     LIBRARY_LOAD_DATA cuLibraryLoadData (out: *mut Handle, code: *const c_void, jit_options: *mut c_int, jit_values: *mut *mut c_void, jit_n: c_uint, library_options: *mut c_int, library_values: *mut *mut c_void, library_n: c_uint)
         => driver(|_, _| module(code), loaded(out));
 
-    // Teardowns: the maps' device parts merged before them.
+    // Teardowns: the maps' device parts merged before them. Module unloads and queries (which
+    // may find the work done): the merger woken after them.
     CTX_DESTROY cuCtxDestroy_v2 (context: Handle)
-        => teardown(Some(Teardown::Context(context)));
+        => merge_point(Some(Teardown::Context(context)));
     PRIMARY_RELEASE cuDevicePrimaryCtxRelease_v2 (device: c_int)
-        => teardown(Some(Teardown::Release(device)));
+        => merge_point(Some(Teardown::Release(device)));
     PRIMARY_RESET cuDevicePrimaryCtxReset_v2 (device: c_int)
-        => teardown(Some(Teardown::Reset(device)));
-    MODULE_UNLOAD cuModuleUnload (module: Handle) => teardown(None);
-    LIBRARY_UNLOAD cuLibraryUnload (library: Handle) => teardown(None);
+        => merge_point(Some(Teardown::Reset(device)));
+    MODULE_UNLOAD cuModuleUnload (module: Handle) => merge_point(None);
+    LIBRARY_UNLOAD cuLibraryUnload (library: Handle) => merge_point(None);
+    STREAM_QUERY cuStreamQuery +ptsz (stream: Handle) => merge_point(None);
+    EVENT_QUERY cuEventQuery (event: Handle) => merge_point(None);
 
-    // The CUDA runtime's copies, sets and allocations (`libcudart.so`, the shared runtime): it
-    // reaches the driver through private entry points, not the public ones above, so these are
-    // interposed by name (a runtime linked statically into a program cannot be). `cudaError_t`
-    // is an `int` as `CUresult` is; `cudaMemcpyKind` too.
+    // The CUDA runtime's synchronisations and queries, copies, sets and allocations
+    // (`libcudart.so`, the shared runtime): it reaches the driver through private entry points,
+    // not the public ones above, so these are interposed by name (a runtime linked statically
+    // into a program cannot be). `cudaError_t` is an `int` as `CUresult` is; `cudaMemcpyKind`
+    // too.
+    RT_DEVICE_SYNC cudaDeviceSynchronize ()
+        => runtime(|_, _| sync(NULL, SyncCtx::CONTEXT), nothing);
+    RT_STREAM_SYNC cudaStreamSynchronize +ptsz (stream: Handle)
+        => runtime(|_, _| sync(stream, SyncCtx::STREAM), nothing);
+    RT_EVENT_SYNC cudaEventSynchronize (event: Handle)
+        => runtime(|_, _| sync(event, SyncCtx::EVENT), nothing);
+    RT_STREAM_QUERY cudaStreamQuery +ptsz (stream: Handle) => runtime_merge_point(None);
+    RT_EVENT_QUERY cudaEventQuery (event: Handle) => runtime_merge_point(None);
     RT_MEMCPY cudaMemcpy +ptds (dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int)
         => runtime(|_, _| runtime_copy(dst, src, bytes, kind, NULL, 0), nothing);
     RT_MEMCPY_ASYNC cudaMemcpyAsync +ptsz (dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int, stream: Handle)
