@@ -94,26 +94,6 @@ fn a_thread_remembers_its_last_hit_where_entries_stay_put() {
 }
 
 #[test]
-fn a_warps_lanes_look_a_one_word_key_up_once() {
-    let ptx = page_counts(false);
-    // Every lookup (two per site, three sites): the lanes with the same key grouped, the lowest
-    // one looking it up, and its answer handed to the group.
-    let groups = ptx.lines().filter(|l| l.contains("match.any.sync.b64") && l.contains("_k0, "));
-    assert_eq!(groups.count(), 6, "{ptx}");
-    assert_eq!(ptx.matches("shfl.sync.idx.b32").count(), 12, "two halves of each answer");
-    // The other lanes skip the lookup: from the group to the answer, straight.
-    let site = &ptx[ptx.find("match.any.sync.b64").expect("a group")..];
-    let skip = site.find("bra $egpu0_H").expect("the others skip");
-    assert!(site[..skip].contains("%lanemask_lt"), "the lowest lane of the group looks it up");
-    // A key of two words is looked up by every lane.
-    let long_key = "ldxdw %r6, [%r1+0]\nstxdw [%r10-16], %r6\nstxdw [%r10-8], %r6\n\
-                    lddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -16\ncall 1\nmov %r0, 0\nexit";
-    let p = program(long_key, hash_def(16), DeviceEvent::GlobalLoad);
-    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(16, false)]);
-    assert!(!ptx.lines().any(|l| l.contains("match.any.sync.b64") && l.contains("_k0, ")));
-}
-
-#[test]
 fn an_add_of_a_constant_needs_no_vote_and_no_redux() {
     let ptx = page_counts(false);
     let body = &ptx[ptx.find("$L__BB0_2:").expect("the loop")..];

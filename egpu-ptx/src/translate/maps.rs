@@ -325,29 +325,13 @@ impl Emitter<'_> {
             }
             _ => None,
         };
-        // A lookup of a one-word key is made once per warp for the lanes that look up the same
-        // key, by the lowest of them, which hands the others its answer (`match.any.sync`,
-        // `shfl.sync`): lanes of a warp mostly look up one key (a kernel's id, a page), and a
-        // lookup's acquiring loads go to the L2 cache, where a whole GPU's threads reading one
-        // slot queue.
-        let together = lookup && key.len() == 1 && self.options.sm >= 70;
-        let out = if together { format!("{hash}_out") } else { format!("{hash}_done") };
         if let Some([ck, cp]) = &cache {
             // This thread's last hit in this map, when it was this key: before the hash, which
             // a hit does not need.
             self.line(format!("setp.eq.u64 {q0}, {}, {ck};", key[0]));
             self.line(format!("setp.ne.and.u64 {q0}, {cp}, 0, {q0};"));
             self.line(format!("mov.b64 {r0}, {cp};"));
-            self.line(format!("@{q0} bra {out};"));
-        }
-        let (g0, g1, q2) = (self.tmp32(0), self.tmp32(1), self.pred(2));
-        if together {
-            self.line(format!("activemask.b32 {g0};"));
-            self.line(format!("match.any.sync.b64 {g1}, {}, {g0};", key[0]));
-            self.line(format!("mov.u32 {g0}, %lanemask_lt;"));
-            self.line(format!("and.b32 {g0}, {g0}, {g1};"));
-            self.line(format!("setp.ne.u32 {q2}, {g0}, 0;"));
-            self.line(format!("@{q2} bra {hash}_done;"));
+            self.line(format!("@{q0} bra {hash}_done;"));
         }
         // The hash, as egpu_maps::layout::hash_key computes it: a folded multiply per word.
         let seed = HASH_SEED ^ u64::from(g.key_size);
@@ -438,8 +422,7 @@ impl Emitter<'_> {
         match id {
             helper_id::MAP_LOOKUP_ELEM => {
                 self.line(format!("add.s64 {r0}, {t4}, {};", g.value_offset));
-                // (A group's lanes remember the answer once it is handed out.)
-                if let Some([ck, cp]) = cache.as_ref().filter(|_| !together) {
+                if let Some([ck, cp]) = &cache {
                     self.line(format!("mov.b64 {ck}, {};", key[0]));
                     self.line(format!("mov.b64 {cp}, {r0};"));
                 }
@@ -537,22 +520,6 @@ impl Emitter<'_> {
             }
         }
         self.place(&done);
-        if together {
-            // The group's answer, from its lowest lane (the lowest bit of the group's mask).
-            let (lo, hi) = (self.tmp32(2), self.tmp32(3));
-            self.line(format!("brev.b32 {g0}, {g1};"));
-            self.line(format!("bfind.shiftamt.u32 {g0}, {g0};"));
-            self.line(format!("mov.b64 {{{lo}, {hi}}}, {r0};"));
-            self.line(format!("shfl.sync.idx.b32 {lo}, {lo}, {g0}, 31, {g1};"));
-            self.line(format!("shfl.sync.idx.b32 {hi}, {hi}, {g0}, 31, {g1};"));
-            self.line(format!("mov.b64 {r0}, {{{lo}, {hi}}};"));
-            if let Some([ck, cp]) = &cache {
-                self.line(format!("setp.ne.u64 {q0}, {r0}, 0;"));
-                self.line(format!("@{q0} mov.b64 {ck}, {};", key[0]));
-                self.line(format!("@{q0} mov.b64 {cp}, {r0};"));
-            }
-            self.place(&out);
-        }
         Ok(())
     }
 
