@@ -65,7 +65,12 @@ fn a_thread_remembers_its_last_hit_where_entries_stay_put() {
     assert!(ptx.contains("mov.b64 %egpu_hp0, 0;"));
     // Two lookups per site (before and after the insert), three sites.
     assert_eq!(ptx.matches(", %egpu_hk0;").count(), 6, "the key compared with the last hit");
-    assert_eq!(ptx.matches("mov.b64 %egpu_hk0, ").count(), 6 + 1, "a hit remembered");
+    // Remembered where it is found: in the key's home slot, read first without ordering, or by
+    // the search.
+    assert_eq!(ptx.matches("mov.b64 %egpu_hk0, ").count(), 2 * 6 + 1, "a hit remembered");
+    let fast = ptx.lines().filter(|l| l.contains("ld.global.u64 %egpu") && l.ends_with("_t4];"));
+    assert_eq!(fast.count(), 6, "the home slot's state word, from L1, before the search");
+    assert_eq!(ptx.matches("ld.global.acquire.gpu.u64").count(), 6 + 3, "the searches");
     // The remembered key is compared before the key is hashed.
     let site = &ptx[ptx.find("setp.eq.u64 %egpu0_q0, %egpu0_k0, %egpu_hk0;").expect("a check")..];
     let hash = site.find("mul.hi.u64").expect("the hash");

@@ -379,6 +379,25 @@ impl Emitter<'_> {
         if lookup {
             self.line(format!("or.b64 {t0}, {t1}, {};", full_word as i64));
         }
+        if let Some([ck, cp]) = &cache {
+            // Where entries stay put (what lets a thread remember its last hit), the key's home
+            // slot is read first without ordering, from the SM's L1 cache: a live entry there
+            // under the key's tag, with the key, is the key's for the kernel's whole run (an
+            // older copy of the line can only lack the entry, and then the search below runs).
+            // Most lookups of a kernel's threads are of a few keys, each in its home slot.
+            self.line(format!("mul.wide.u32 {t4}, {w4}, {};", g.slot_stride));
+            self.line(format!("add.s64 {t4}, {t4}, {t7};"));
+            self.line(format!("ld.global.u64 {t5}, [{t4}];"));
+            self.line(format!("setp.ne.u64 {q0}, {t5}, {t0};"));
+            self.line(format!("@{q0} bra {lp};"));
+            self.line(format!("ld.global.u64 {t2}, [{t4}+8];"));
+            self.line(format!("setp.ne.u64 {q0}, {t2}, {};", key[0]));
+            self.line(format!("@{q0} bra {lp};"));
+            self.line(format!("add.s64 {r0}, {t4}, {};", g.value_offset));
+            self.line(format!("mov.b64 {ck}, {};", key[0]));
+            self.line(format!("mov.b64 {cp}, {r0};"));
+            self.line(format!("bra {done};"));
+        }
         self.place(&lp);
         self.line(format!("mul.wide.u32 {t4}, {w4}, {};", g.slot_stride));
         self.line(format!("add.s64 {t4}, {t4}, {t7};"));
