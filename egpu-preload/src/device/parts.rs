@@ -4,8 +4,9 @@
 //!
 //! - every [`period`] (`EGPU_MERGE_MS`, 100 ms by default): the staleness of what `egpu maps`,
 //!   the metrics and host probes see, while kernels run;
-//! - soon after each of the program's synchronisations and copies ([`synced`], which wakes the
-//!   thread, at most once a millisecond), and at module unloads;
+//! - soon after each of the program's synchronisations, queries and copies ([`synced`], which
+//!   wakes the thread; it pauses a millisecond after each merge, so wakes meanwhile are merged
+//!   then), and at module unloads;
 //! - before a context is destroyed or its device's primary context released or reset
 //!   ([`before_teardown`]), and at exit ([`finish`]), after waiting for the context's work: those
 //!   merges are settled, and leave the exact counts.
@@ -80,8 +81,6 @@ static MERGER: OnceLock<Thread> = OnceLock::new();
 static ANY: AtomicBool = AtomicBool::new(false);
 /// Set at exit: the merger merges no more.
 static STOPPED: AtomicBool = AtomicBool::new(false);
-/// Nanoseconds (egpu's clock) of the last wake-up [`synced`] gave.
-static WOKEN_AT: AtomicU64 = AtomicU64::new(0);
 
 /// What the merges did, for the summary.
 static MERGES: AtomicU64 = AtomicU64::new(0);
@@ -203,6 +202,9 @@ fn start_merger() {
             while !STOPPED.load(Ordering::Relaxed) {
                 std::thread::park_timeout(period);
                 merge_all(false, |_| true);
+                // A wake meanwhile (a synchronisation right after an asynchronous copy, say) is
+                // kept, and merged after this pause: at most a thousand merges a second.
+                std::thread::sleep(Duration::from_millis(1));
             }
         });
         match spawned {
@@ -212,8 +214,8 @@ fn start_merger() {
     });
 }
 
-/// After one of the program's synchronisations or copies: wakes the merger, at most once a
-/// millisecond (a few loads when there are no parts).
+/// After one of the program's synchronisations or copies: wakes the merger (a few loads when
+/// there are no parts; an atomic swap when the merger is not waiting, else a system call).
 #[inline]
 pub(crate) fn synced() {
     if !ANY.load(Ordering::Relaxed) {
@@ -225,14 +227,10 @@ pub(crate) fn synced() {
 #[cold]
 #[inline(never)]
 fn wake() {
-    let now = egpu::host::now_ns();
-    let last = WOKEN_AT.load(Ordering::Relaxed);
-    if now.saturating_sub(last) < 1_000_000
-        || WOKEN_AT.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
-    {
-        return;
-    }
     if let Some(merger) = MERGER.get() {
+        if crate::log_enabled("merges") {
+            eprintln!("egpu: merger woken {}", egpu::maps::merge::wall_clock_ns());
+        }
         merger.unpark();
     }
 }
@@ -308,11 +306,21 @@ fn merge_all(settled: bool, which: impl Fn(&Context) -> bool) {
                 // finished, and only read under the lock.
                 let staging =
                     unsafe { std::slice::from_raw_parts(c.staging as *const u8, c.staging_len) };
+                let log = crate::log_enabled("merges");
                 for part in &mut c.parts {
                     let len = part.merge.range().len();
                     let bytes = &staging[part.staging..part.staging + len];
                     match part.merge.merge(bytes, &part.raw, settled) {
-                        Ok(m) => count(&m),
+                        Ok(m) => {
+                            count(&m);
+                            if log {
+                                eprintln!(
+                                    "egpu: merge {} map {} settled {settled}: {m:?}",
+                                    egpu::maps::merge::wall_clock_ns(),
+                                    part.map
+                                );
+                            }
+                        }
                         Err(_) => {
                             FAILED.fetch_add(1, Ordering::Relaxed);
                         }
