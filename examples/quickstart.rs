@@ -206,6 +206,7 @@ fn run() -> Result<(), Box<dyn Error>> {
                     addr: 0x7f00_0000_0000,
                     geometry: *m.geometry(),
                     live: false,
+                    spread: 0,
                 })
                 .collect();
             let ptx = egpu::device::translate::kernel_module_with(&verified, "page_loads", &maps)?;

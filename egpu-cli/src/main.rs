@@ -170,7 +170,7 @@ fn map_flag(flag: &str) -> Result<(MapDef, DeviceMap), Error> {
     let geometry =
         Geometry::new(kind, def.key_size, def.value_size, def.capacity, cpu_shards, sm_shards)
             .map_err(|e| bad(&e.to_string()))?;
-    Ok((def, DeviceMap { addr, geometry, live: false }))
+    Ok((def, DeviceMap { addr, geometry, live: false, spread: 0 }))
 }
 
 fn attach_point(s: &str) -> Result<AttachPoint, Error> {

@@ -59,7 +59,12 @@ impl<'g> DeviceMapBuffer<'g> {
 
     /// What the translation needs: the device address and the geometry.
     pub fn binding(&self) -> DeviceMap {
-        DeviceMap { addr: self.buffer.device_ptr(), geometry: self.geometry, live: false }
+        DeviceMap {
+            addr: self.buffer.device_ptr(),
+            geometry: self.geometry,
+            live: false,
+            spread: 0,
+        }
     }
 
     /// The 8-byte counter at byte `offset` of shard `shard`'s header (see
@@ -147,6 +152,7 @@ impl<'g> HostMappedMap<'g> {
             addr: self.mapping.device_ptr() + self.offset,
             geometry: *self.raw.geometry(),
             live: true,
+            spread: 0,
         }
     }
 

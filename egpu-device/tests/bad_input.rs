@@ -259,11 +259,13 @@ fn counter_bindings() -> Vec<DeviceMap> {
             addr: 0x7f00_0000_0000,
             geometry: Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).expect("geometry"),
             live: false,
+            spread: 0,
         },
         DeviceMap {
             addr: 0x7f00_0010_0000,
             geometry: Geometry::new(MapKind::PerCpuArray, 4, 8, 1, 2, 132).expect("geometry"),
             live: false,
+            spread: 0,
         },
     ]
 }
@@ -547,6 +549,7 @@ fn helpers_run_on_the_gpu_and_a_live_ring_is_refused() {
         addr: 0x7f00_0000_0000,
         geometry: Geometry::new(MapKind::RingBuf, 0, 8, 64, 1, 0).expect("ring geometry"),
         live,
+        spread: 0,
     };
     // bpf_ringbuf_output into a ring buffer (the call at slot 7).
     let output = program(
@@ -720,6 +723,7 @@ fn a_binding_that_disagrees_with_its_map_is_refused() {
         addr: 0x7f00_0000_0000,
         geometry: Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).expect("geometry"),
         live: false,
+        spread: 0,
     };
     let error = translate_error(&p, &[narrow]);
     assert!(

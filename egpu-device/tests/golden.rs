@@ -90,6 +90,7 @@ fn count_binding() -> DeviceMap {
         addr: 0x7f00_0000_0000,
         geometry: Geometry::new(MapKind::Array, 4, 8, 4, 1, 0).expect("geometry"),
         live: false,
+        spread: 0,
     }
 }
 

@@ -7,7 +7,7 @@
 //! - a ring record is stored alone, in pairs of words, with no sequence word.
 
 use egpu_device::inject::{DeviceProbe, Kernels, inject};
-use egpu_device::translate::DeviceMap;
+use egpu_device::translate::{DeviceMap, adds_only};
 use egpu_ebpf::verifier::{Verified, verify};
 use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
 use egpu_maps::layout::Geometry;
@@ -38,7 +38,7 @@ fn hash_def(key_size: u32) -> Vec<MapDef> {
 
 fn hash_binding(key_size: u32, live: bool) -> DeviceMap {
     let geometry = Geometry::new(MapKind::Hash, key_size, 8, 1024, 1, 0).expect("geometry");
-    DeviceMap { addr: 0x7f00_0000_0000, geometry, live }
+    DeviceMap { addr: 0x7f00_0000_0000, geometry, live, spread: 0 }
 }
 
 /// Saxpy with `probes` (program, event) bound to `maps`.
@@ -131,13 +131,50 @@ fn a_ring_record_is_stored_alone_in_pairs_of_words() {
         capacity: 1024,
     }];
     let geometry = Geometry::new(MapKind::RingBuf, 0, 16, 1024, 0, 132).expect("geometry");
-    let maps = [DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false }];
+    let maps = [DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false, spread: 0 }];
     let p = program(TRACE, def, DeviceEvent::GlobalLoad);
     let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &maps);
     assert_eq!(ptx.matches("st.global.v2.u64").count(), 2, "one pair per record, two loads");
     assert!(!ptx.contains("st.global.relaxed"), "no sequence word is written: {ptx}");
     // A map that does not start 16-byte aligned gets single words.
-    let maps = [DeviceMap { addr: 0x7f00_0000_0008, geometry, live: false }];
+    let maps = [DeviceMap { addr: 0x7f00_0000_0008, geometry, live: false, spread: 0 }];
     let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &maps);
     assert!(!ptx.contains("st.global.v2") && ptx.contains("st.global.u64"));
+}
+
+#[test]
+fn adds_to_a_spread_map_go_to_the_copy_of_the_threads_sm() {
+    // Probe Rust's `fetch_add`: looks up, adds, inserts with BPF_NOEXIST; nothing reads a value.
+    let counter = program(PAGE_COUNT, hash_def(8), DeviceEvent::GlobalLoad);
+    assert_eq!(adds_only(&counter), [true]);
+    let spread = DeviceMap { spread: 16, ..hash_binding(8, false) };
+    let g = spread.geometry;
+    let ptx = instrument(&[(&counter, DeviceEvent::GlobalLoad)], &[spread]);
+    // Each add: the SM's copy (%smid modulo 16), past the map, at the value's place in it.
+    let slots_bytes = u64::from(g.slots) * u64::from(g.slot_stride);
+    let shift = g.total_bytes - g.slot_offset(0, 0) as u64;
+    let copy = format!(", {slots_bytes};");
+    let sites = ptx.lines().filter(|l| l.contains("mul.wide.u32") && l.ends_with(&copy)).count();
+    assert_eq!(sites, 2 * 2, "two adds per site, two loads: {ptx}");
+    assert!(ptx.lines().any(|l| l.contains("add.s64") && l.ends_with(&format!(", {shift};"))));
+    assert!(ptx.contains("%smid"));
+    // Not spread: no copy.
+    let plain = instrument(&[(&counter, DeviceEvent::GlobalLoad)], &[hash_binding(8, false)]);
+    assert!(!plain.contains(&format!(", {slots_bytes};")));
+
+    // A probe that reads a value, or replaces one, does not only add: refused when spread.
+    let reads = "ldxdw %r6, [%r1+0]\nstxdw [%r10-8], %r6\nlddw %r1, map[0]\nmov %r2, %r10\n\
+                 add %r2, -8\ncall 1\njeq %r0, 0, out\nldxdw %r1, [%r0+0]\nout:\nmov %r0, 0\nexit";
+    let replaces = "ldxdw %r6, [%r1+0]\nstxdw [%r10-8], %r6\nlddw %r1, map[0]\nmov %r2, %r10\n\
+                    add %r2, -8\nmov %r3, %r10\nadd %r3, -8\nmov %r4, 0\ncall 2\nmov %r0, 0\nexit";
+    for text in [reads, replaces] {
+        let p = program(text, hash_def(8), DeviceEvent::GlobalLoad);
+        assert_eq!(adds_only(&p), [false], "{text}");
+        let probes = [DeviceProbe { program: &p, kernels: Kernels::All, maps: &[spread] }];
+        assert!(inject(&saxpy(), &probes).is_err(), "{text}");
+    }
+    // A count of copies that is not a power of two is refused.
+    let odd = DeviceMap { spread: 12, ..spread };
+    let probes = [DeviceProbe { program: &counter, kernels: Kernels::All, maps: &[odd] }];
+    assert!(inject(&saxpy(), &probes).is_err());
 }

@@ -272,26 +272,31 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
             addr: 0x7f00_0000_0000,
             geometry: Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).expect("geometry"),
             live: false,
+            spread: 0,
         },
         egpu_device::translate::DeviceMap {
             addr: 0x7f00_0010_0000,
             geometry: Geometry::new(MapKind::PerCpuArray, 4, 8, 1, 2, 132).expect("geometry"),
             live: false,
+            spread: 0,
         },
         egpu_device::translate::DeviceMap {
             addr: 0x7f00_0020_0000,
             geometry: Geometry::new(MapKind::Hash, 8, 8, 4096, 1, 0).expect("geometry"),
             live: false,
+            spread: 0,
         },
         egpu_device::translate::DeviceMap {
             addr: 0x7f00_1000_0000,
             geometry: Geometry::new(MapKind::PerCpuHash, 4, 8, 64, 2, 132).expect("geometry"),
             live: false,
+            spread: 0,
         },
         egpu_device::translate::DeviceMap {
             addr: 0x7f00_2000_0000,
             geometry: Geometry::new(MapKind::RingBuf, 0, 16, 1024, 0, 132).expect("geometry"),
             live: false,
+            spread: 0,
         },
     ];
     let mut programs = Vec::new();

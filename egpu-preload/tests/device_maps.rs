@@ -103,7 +103,11 @@ fn finish(mut child: Child, out: &mut BufReader<ChildStdout>, dir: &Path, merge_
     // Exactly what the two "launches" did, merged at exit after their end.
     let total = 2 * WRITERS * ADDS;
     assert!(summary.contains(&format!("map COUNTS 0 {total}\n")), "{summary}");
-    assert!(summary.contains("device maps contexts 1 "), "{summary}");
+    // One part, its adds spread over per-SM copies (the writers each add to an "SM"'s copy),
+    // unless EGPU_SPREAD=0 says none.
+    let spread = std::env::var("EGPU_SPREAD").map_or(1, |v| u32::from(v != "0"));
+    let parts = format!("device maps contexts 1 parts 1 spread {spread} ");
+    assert!(summary.contains(&parts), "{summary}");
     assert!(summary.contains(" failed 0 "), "{summary}");
 }
 

@@ -50,7 +50,10 @@ pub struct Merged {
 #[derive(Clone, Debug)]
 pub struct DevicePart {
     geometry: Geometry,
+    /// The device-written bytes of the map itself.
     range: Range<usize>,
+    /// Copies of the map's slots after the map, one per group of SMs ([`DevicePart::spread`]).
+    copies: u32,
     /// The device range as merged into the map (the value words added, the entries published).
     applied: Vec<u8>,
     /// The last snapshot, for entries seen twice.
@@ -74,19 +77,47 @@ impl DevicePart {
         Ok(DevicePart {
             geometry: *geometry,
             range: start..end,
+            copies: 0,
             applied: empty.clone(),
             seen: empty,
         })
     }
 
-    /// The bytes of the map the device writes: what each snapshot holds.
-    pub fn range(&self) -> Range<usize> {
-        self.range.clone()
+    /// The host's side of a device part of a hash map or an array of `geometry` whose slots are
+    /// followed by `copies` copies of them (a power of two, at most 1024), where device probes
+    /// that only add to the values add (each SM to copy `%smid % copies`; see
+    /// `egpu_ptx::translate::DeviceMap::spread`): a value is then the value in the map's slot
+    /// plus those at its place in every copy. Entries are inserted in the map's slots only.
+    pub fn spread(geometry: &Geometry, copies: u32) -> Result<DevicePart, MapError> {
+        if !matches!(geometry.kind, MapKind::Hash | MapKind::Array) {
+            return Err(MapError::Unsupported { op: "per-SM copies", kind: geometry.kind });
+        }
+        if !copies.is_power_of_two() || copies > 1024 {
+            return Err(MapError::Geometry {
+                reason: format!("{copies} copies: a power of two up to 1024"),
+            });
+        }
+        Ok(DevicePart { copies, ..DevicePart::new(geometry)? })
     }
 
-    /// The part's first contents: an empty map (header, then zeros), `geometry.total_bytes` long.
+    /// The per-SM copies of the slots ([`DevicePart::spread`]); 0 for none.
+    pub fn copies(&self) -> u32 {
+        self.copies
+    }
+
+    /// Bytes of one copy of the slots (of the map's one shard).
+    fn slots_bytes(&self) -> usize {
+        self.geometry.slots as usize * self.geometry.slot_stride as usize
+    }
+
+    /// The bytes of the part the device writes, the copies included: what each snapshot holds.
+    pub fn range(&self) -> Range<usize> {
+        self.range.start..self.range.end + self.copies as usize * self.slots_bytes()
+    }
+
+    /// The part's first contents: an empty map (header, then zeros), and its copies (zeros).
     pub fn image(&self) -> Vec<u8> {
-        let mut image = vec![0; self.geometry.total_bytes as usize];
+        let mut image = vec![0; self.range().end];
         image[..HEADER_BYTES].copy_from_slice(&self.geometry.header_bytes(current_pid()));
         image
     }
@@ -101,11 +132,22 @@ impl DevicePart {
         map: &RawMap,
         settled: bool,
     ) -> Result<Merged, MapError> {
-        if snapshot.len() != self.range.len() {
+        if snapshot.len() != self.range().len() {
             return Err(MapError::Geometry {
-                reason: format!("a snapshot of {} bytes, not {}", snapshot.len(), self.range.len()),
+                reason: format!(
+                    "a snapshot of {} bytes, not {}",
+                    snapshot.len(),
+                    self.range().len()
+                ),
             });
         }
+        let folded;
+        let snapshot = if self.copies == 0 {
+            snapshot
+        } else {
+            folded = self.fold(snapshot);
+            &folded[..]
+        };
         if map.geometry() != &self.geometry {
             return Err(MapError::Geometry {
                 reason: "the map's geometry is not the part's".into(),
@@ -136,6 +178,33 @@ impl DevicePart {
         self.seen.copy_from_slice(snapshot);
         map.region().word(header::DEVICE_MERGED_NS).store(wall_clock_ns(), Relaxed);
         Ok(merged)
+    }
+
+    /// The map's device-written bytes of `snapshot`, each value word plus the words at its place
+    /// in every copy (wrapping).
+    fn fold(&self, snapshot: &[u8]) -> Vec<u8> {
+        let g = &self.geometry;
+        let mut out = snapshot[..self.range.len()].to_vec();
+        let first = g.slot_offset(0, 0) - self.range.start;
+        let (from, len) = match g.kind {
+            MapKind::Hash => (g.value_offset as usize, pad8(g.value_size) as usize),
+            _ => (0, g.slot_stride as usize),
+        };
+        for copy in 0..self.copies as usize {
+            let base = self.range.len() + copy * self.slots_bytes();
+            for slot in 0..g.slots as usize {
+                let at = slot * g.slot_stride as usize + from;
+                for w in (0..len).step_by(8) {
+                    let add = word(snapshot, base + at + w);
+                    if add != 0 {
+                        let to = first + at + w;
+                        let sum = word(&out, to).wrapping_add(add);
+                        out[to..to + 8].copy_from_slice(&sum.to_le_bytes());
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// The shards the device writes.

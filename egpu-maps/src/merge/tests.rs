@@ -238,3 +238,54 @@ fn concurrent_device_writers_merge_to_exact_counts() {
     assert_eq!(target.len(), KEYS);
     assert!(merges.load(Relaxed) >= 3);
 }
+
+/// A map spread over per-SM copies: each value is the map's own plus the words at its place in
+/// every copy; entries live in the map's slots only; other kinds and counts are refused.
+#[test]
+fn spread_values_sum_the_copies() {
+    const COPIES: u32 = 4;
+    let target = map(MapKind::Hash, 8, 8, 16, 1, 0);
+    let device = map(MapKind::Hash, 8, 8, 16, 1, 0);
+    let mut part = DevicePart::spread(target.geometry(), COPIES).expect("a part");
+    let g = *target.geometry();
+    let slots_bytes = g.slots as usize * g.slot_stride as usize;
+    assert_eq!(part.range().end, g.total_bytes as usize + COPIES as usize * slots_bytes);
+    assert_eq!(part.image().len(), part.range().end);
+    // An entry inserted with 5 (`BPF_NOEXIST`), then adds from four SMs' copies.
+    let table = device.table(0);
+    let (i, _) = table.entry(&7u64.to_le_bytes()).expect("room");
+    device.region().word(table.value_offset(i)).store(5, Relaxed);
+    let mut snap = snapshot(&DevicePart::new(&g).expect("a part"), &device);
+    snap.resize(part.range().len(), 0);
+    let at_value = table.value_offset(i) - g.slot_offset(0, 0);
+    let main_len = snap.len() - COPIES as usize * slots_bytes;
+    for copy in 0..COPIES as usize {
+        let at = main_len + copy * slots_bytes + at_value;
+        snap[at..at + 8].copy_from_slice(&(copy as u64 + 1).to_le_bytes());
+    }
+    part.merge(&snap, &target, true).expect("merged");
+    assert_eq!(entries(&target, 0), BTreeMap::from([(7, 5 + 1 + 2 + 3 + 4)]));
+    // More adds in one copy: the growth only.
+    let at = main_len + at_value;
+    snap[at..at + 8].copy_from_slice(&11u64.to_le_bytes());
+    part.merge(&snap, &target, false).expect("merged");
+    assert_eq!(entries(&target, 0), BTreeMap::from([(7, 25)]));
+
+    // An array: element 2 from the copies alone.
+    let array = map(MapKind::Array, 4, 8, 4, 1, 0);
+    let mut part = DevicePart::spread(array.geometry(), 2).expect("a part");
+    let ga = *array.geometry();
+    let mut snap = vec![0u8; part.range().len()];
+    let main = ga.total_bytes as usize - ga.shard_offset(0);
+    let copy = ga.slots as usize * ga.slot_stride as usize;
+    for (c, v) in [(0, 7u64), (1, 8)] {
+        let at = main + c * copy + 2 * ga.slot_stride as usize;
+        snap[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    part.merge(&snap, &array, false).expect("merged");
+    assert_eq!(array.region().word(ga.slot_offset(0, 2)).load(Relaxed), 15);
+
+    assert!(DevicePart::spread(&ga, 3).is_err(), "a power of two");
+    let per_cpu = map(MapKind::PerCpuHash, 8, 8, 16, 1, 2);
+    assert!(DevicePart::spread(per_cpu.geometry(), 4).is_err(), "already per SM");
+}

@@ -21,7 +21,7 @@ use std::sync::{Mutex, OnceLock};
 
 use egpu::device::cubin::{self, Extent};
 use egpu::device::inject::{DeviceProbe, Kernels, inject};
-use egpu::device::translate::DeviceMap;
+use egpu::device::translate::{DeviceMap, adds_only};
 use egpu::ebpf::AttachPoint;
 use egpu::ebpf::verifier::Verified;
 use egpu::host::builtin;
@@ -56,8 +56,32 @@ pub(crate) struct UserProbes {
     pub(crate) host: Vec<(Verified, Vec<RawMap>)>,
     /// Device probes: each verified, with the indices of its maps in `maps`.
     device: Vec<(Verified, Vec<usize>)>,
-    /// The indices of the maps device probes use, each once.
-    on_device: Vec<usize>,
+    /// The indices of the maps device probes use, each once, with the per-SM copies of its
+    /// slots its device part has (0: none).
+    on_device: Vec<(usize, u32)>,
+}
+
+/// Per-SM copies of the slots of a map that device probes only add to: `EGPU_SPREAD` (a power of
+/// two up to 1024; 0: none), 16 by default. A GPU's adds to one counter then go to 16 addresses,
+/// not one, where they would queue (the add kernel of the zero-code benchmark: 3.8× its time
+/// with one).
+fn copies() -> u32 {
+    static COPIES: OnceLock<u32> = OnceLock::new();
+    *COPIES.get_or_init(|| {
+        let n = std::env::var("EGPU_SPREAD").ok().and_then(|v| v.parse::<u32>().ok());
+        n.unwrap_or(16).min(1024)
+    })
+}
+
+/// The per-SM copies map `m` gets: [`copies`] when every device probe that uses it only adds to
+/// its values ([`adds_only`]), else 0.
+fn spread(device: &[(Verified, Vec<usize>)], m: usize) -> u32 {
+    let n = copies();
+    let only = device.iter().all(|(program, indices)| {
+        let adds = adds_only(program);
+        indices.iter().enumerate().all(|(local, &map)| map != m || adds[local])
+    });
+    if only && n.is_power_of_two() { n } else { 0 }
 }
 
 /// Modules instrumented, and modules that carried PTX but were loaded as they came.
@@ -119,10 +143,10 @@ impl UserProbes {
                 }
             }
         }
-        let mut on_device: Vec<usize> =
-            device.iter().flat_map(|(_, i)| i.iter().copied()).collect();
-        on_device.sort_unstable();
-        on_device.dedup();
+        let mut used: Vec<usize> = device.iter().flat_map(|(_, i)| i.iter().copied()).collect();
+        used.sort_unstable();
+        used.dedup();
+        let on_device = used.into_iter().map(|m| (m, spread(&device, m))).collect();
         Some(UserProbes { maps, host, device, on_device })
     }
 
@@ -155,6 +179,7 @@ impl UserProbes {
                         addr: addresses[i],
                         geometry: *self.maps[i].1.geometry(),
                         live: false,
+                        spread: self.on_device.iter().find(|u| u.0 == i).map_or(0, |u| u.1),
                     })
                     .collect()
             })

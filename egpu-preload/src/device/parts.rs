@@ -115,10 +115,13 @@ fn cu(result: CuResult, what: &str) -> Result<(), String> {
     if result == 0 { Ok(()) } else { Err(format!("{what} returned {result}")) }
 }
 
-/// The device addresses of the parts of `maps[i]` for each `i` in `used`, in the caller's
-/// current context, made the first time (uploaded empty), with the merger started; the other
-/// entries are 0.
-pub(crate) fn addresses(maps: &[(String, RawMap)], used: &[usize]) -> Result<Vec<u64>, String> {
+/// The device addresses of the parts of `maps[i]` for each `(i, copies)` in `used` (with
+/// `copies` per-SM copies of its slots), in the caller's current context, made the first time
+/// (uploaded empty), with the merger started; the other entries are 0.
+pub(crate) fn addresses(
+    maps: &[(String, RawMap)],
+    used: &[(usize, u32)],
+) -> Result<Vec<u64>, String> {
     let get_current = CTX_GET_CURRENT.get_or_ask().ok_or("the driver lacks cuCtxGetCurrent")?;
     let mut context: Handle = std::ptr::null_mut();
     // SAFETY: the driver writes one handle.
@@ -141,7 +144,7 @@ pub(crate) fn addresses(maps: &[(String, RawMap)], used: &[usize]) -> Result<Vec
     for part in &contexts[index].parts {
         out[part.map] = part.device;
     }
-    if used.iter().any(|&i| out[i] == 0) {
+    if used.iter().any(|&(i, _)| out[i] == 0) {
         return Err("a map was added after the context's parts were made".into());
     }
     Ok(out)
@@ -149,7 +152,11 @@ pub(crate) fn addresses(maps: &[(String, RawMap)], used: &[usize]) -> Result<Vec
 
 /// Makes the parts of `maps[used]` in `context` (the current one): device memory holding an
 /// empty map each, a stream, and pinned staging memory.
-fn make(context: Handle, maps: &[(String, RawMap)], used: &[usize]) -> Result<Context, String> {
+fn make(
+    context: Handle,
+    maps: &[(String, RawMap)],
+    used: &[(usize, u32)],
+) -> Result<Context, String> {
     let missing = |name: &str| format!("the driver lacks {name}");
     let alloc = ALLOC.get_or_ask().ok_or_else(|| missing("cuMemAlloc"))?;
     let upload = HTOD.get_or_ask().ok_or_else(|| missing("cuMemcpyHtoD"))?;
@@ -157,10 +164,13 @@ fn make(context: Handle, maps: &[(String, RawMap)], used: &[usize]) -> Result<Co
     let create = STREAM_CREATE.get_or_ask().ok_or_else(|| missing("cuStreamCreate"))?;
     let mut parts = Vec::new();
     let mut staging_len = 0;
-    for &map in used {
+    for &(map, copies) in used {
         let raw = maps[map].1.clone();
-        let merge = DevicePart::new(raw.geometry())
-            .map_err(|e| format!("map {} on the GPU: {e}", maps[map].0))?;
+        let merge = match copies {
+            0 => DevicePart::new(raw.geometry()),
+            n => DevicePart::spread(raw.geometry(), n),
+        }
+        .map_err(|e| format!("map {} on the GPU: {e}", maps[map].0))?;
         let image = merge.image();
         let mut device = 0u64;
         // SAFETY: the driver writes one address.
@@ -377,12 +387,17 @@ fn snapshot(c: &Context, settled: bool) -> Result<(), String> {
 
 /// The summary's line on the device parts, when there are any.
 pub(crate) fn summary() -> String {
-    let contexts = lock().iter().filter(|c| c.pid == std::process::id()).count();
-    if contexts == 0 {
+    let contexts = lock();
+    let ours: Vec<&Context> = contexts.iter().filter(|c| c.pid == std::process::id()).collect();
+    if ours.is_empty() {
         return String::new();
     }
+    let parts = ours.iter().map(|c| c.parts.len()).sum::<usize>();
+    let spread = ours.iter().flat_map(|c| &c.parts).filter(|p| p.merge.copies() > 0).count();
     format!(
-        "device maps contexts {contexts} merges {} failed {} published {} refused {}\n",
+        "device maps contexts {} parts {parts} spread {spread} merges {} failed {} published {} \
+         refused {}\n",
+        ours.len(),
         MERGES.load(Ordering::Relaxed),
         FAILED.load(Ordering::Relaxed),
         PUBLISHED.load(Ordering::Relaxed),

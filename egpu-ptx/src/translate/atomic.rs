@@ -9,6 +9,7 @@ use egpu_ebpf::MapKind;
 use egpu_ebpf::verifier::{Access, AccessRegion, Verified};
 use egpu_ebpf::{AluOp, AtomicOp, Instruction, Operand, Program, Reg, Size, Width};
 
+use super::DeviceMap;
 use super::emit::Emitter;
 use super::memory::ptx_bits;
 
@@ -153,6 +154,16 @@ impl Emitter<'_> {
             (w0, w1, w2)
         };
         let b = self.reg(base);
+        // An add to a map spread over per-SM copies: to the copy of this thread's SM.
+        let (b, off) = match region {
+            Some(AccessRegion::MapValue(m)) if op == AtomicOp::Add && !fetch => {
+                match self.options.maps.get(m as usize).filter(|map| map.spread > 0).copied() {
+                    Some(map) => (self.spread_address(map, &b, off), 0),
+                    None => (b, off),
+                }
+            }
+            _ => (b, off),
+        };
         let (u, bt) = (format!("u{bits}"), format!("b{bits}"));
         let name = match op {
             AtomicOp::Add => "add",
@@ -233,6 +244,23 @@ impl Emitter<'_> {
                 self.line(format!("cvt.u64.u32 {into}, {old};"));
             }
         }
+    }
+
+    /// The address in the copy of this thread's SM ([`DeviceMap::spread`]) of `base + off`, an
+    /// address in `map`'s slots: `base + off + total_bytes - first slot + copy × slots' bytes`,
+    /// in `tmp64(3)` (which the adds take as their address).
+    fn spread_address(&mut self, map: DeviceMap, base: &str, off: i16) -> String {
+        let g = map.geometry;
+        let (w0, t2, t3) = (self.tmp32(0), self.tmp64(2), self.tmp64(3));
+        let smid = self.smid();
+        let slots_bytes = u64::from(g.slots) * u64::from(g.slot_stride);
+        let shift = g.total_bytes - g.slot_offset(0, 0) as u64;
+        self.line(format!("mov.u32 {w0}, {smid};"));
+        self.line(format!("and.b32 {w0}, {w0}, {};", map.spread.next_power_of_two() - 1));
+        self.line(format!("mul.wide.u32 {t2}, {w0}, {slots_bytes};"));
+        self.line(format!("add.s64 {t3}, {base}, {};", i64::from(off) + shift as i64));
+        self.line(format!("add.s64 {t3}, {t3}, {t2};"));
+        t3
     }
 
     /// A 64-bit add of `src` to the address `base + off`, combined per thread in the kernel's

@@ -87,6 +87,7 @@ mod maps;
 mod memory;
 mod options;
 mod regs;
+mod spread;
 
 use egpu_ebpf::verifier::Verified;
 use egpu_ebpf::{AttachPoint, DeviceEvent, Imm64, Instruction, Program};
@@ -96,6 +97,7 @@ pub(crate) use atomic::warp_add;
 pub use error::TranslateError;
 pub use maps::lookups_and_removals;
 pub use options::{Context, DeviceMap, Options, Translation};
+pub use spread::adds_only;
 
 use emit::Emitter;
 
@@ -104,7 +106,7 @@ pub const MODULE_HEADER: &str = ".version 8.0\n.target sm_90\n.address_size 64\n
 
 /// Translates a verified program.
 pub fn translate(verified: &Verified, options: &Options) -> Result<Translation, TranslateError> {
-    check(verified.program(), options)?;
+    check(verified, options)?;
     let mut out = Translation::default();
     // Callees first: PTX wants a function defined (or declared) before it is called.
     for f in callee_order(verified.program()) {
@@ -121,7 +123,8 @@ pub fn translate(verified: &Verified, options: &Options) -> Result<Translation, 
 
 /// Checks the options against the program: a valid prefix, a context that fits the attach point,
 /// and map bindings that agree with the maps the program declares.
-fn check(program: &Program, options: &Options) -> Result<(), TranslateError> {
+fn check(verified: &Verified, options: &Options) -> Result<(), TranslateError> {
+    let program = verified.program();
     let p = &options.prefix;
     if !p.starts_with(|c: char| c.is_ascii_alphabetic())
         || !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -148,9 +151,26 @@ fn check(program: &Program, options: &Options) -> Result<(), TranslateError> {
         };
         return Err(TranslateError::Context { attach, given });
     }
+    let adds = options.maps.iter().any(|b| b.spread > 0).then(|| adds_only(verified));
     for (i, def) in program.maps().iter().enumerate() {
         if let Some(b) = options.maps.get(i) {
             let g = b.geometry;
+            let spread_ok = b.spread == 0
+                || (b.spread.is_power_of_two()
+                    && b.spread <= 1024
+                    && !b.live
+                    && adds.as_ref().is_some_and(|a| a.get(i) == Some(&true)));
+            if !spread_ok {
+                return Err(TranslateError::MapUse {
+                    pc: 0,
+                    name: def.name.clone(),
+                    why: format!(
+                        "bound to {} per-SM copies, which needs a power of two up to 1024, GPU \
+                         memory, and a program that only adds to the map's values",
+                        b.spread
+                    ),
+                });
+            }
             if (g.kind, g.key_size, g.value_size) != (def.kind, def.key_size, def.value_size) {
                 // Named at the first instruction that references the map.
                 let pc = program

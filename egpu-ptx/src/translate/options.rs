@@ -77,6 +77,13 @@ pub struct DeviceMap {
     /// at a fence per record. A map in GPU memory is read after the kernel completes, which
     /// orders everything, so its records are published without one.
     pub live: bool,
+    /// 0, or the number (a power of two, at most 1024) of copies of the map's slots that follow
+    /// its memory, one per group of SMs: the program's atomic adds to the map's values then go
+    /// to the copy of the thread's SM (`%smid % spread`), at the same place in it, so that a
+    /// whole GPU's adds to one counter do not queue at one address. Only for a hash map or an
+    /// array in GPU memory whose values the probes only add to ([`adds_only`](super::adds_only)),
+    /// whose reader sums the copies into the map (`egpu_maps::merge::DevicePart::spread`).
+    pub spread: u32,
 }
 
 impl Options {
