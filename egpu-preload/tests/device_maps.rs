@@ -168,3 +168,39 @@ fn egpu_age(raw: &RawMap) -> Duration {
         .as_nanos() as u64;
     Duration::from_nanos(now.saturating_sub(merged))
 }
+
+/// Parts per context: a module loaded in two contexts gets a part in each, and the map sums
+/// them; a context destroyed is merged before it goes (its work waited for) and forgotten, so a
+/// new context under the same handle gets parts of its own. Exact at exit: three launches.
+#[test]
+fn each_context_has_its_parts_and_a_destroyed_one_is_merged_first() {
+    let dir = build("merge-contexts");
+    let ptx = dir.join("saxpy.ptx");
+    std::fs::write(&ptx, include_str!("../../tests/ptx/saxpy.ptx")).expect("a module file");
+    let out = Command::new(dir.join("launcher"))
+        .args(["contexts".as_ref(), ptx.as_os_str()])
+        .env("LD_PRELOAD", preload_library())
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("EGPU_PROBES", pack(&dir))
+        .env("EGPU_SUMMARY", dir.join("summary-contexts"))
+        .env("EGPU_MERGE_MS", "600000")
+        .env("FAKE_DEVICE_WRITERS", WRITERS.to_string())
+        .env("FAKE_DEVICE_ADDS", ADDS.to_string())
+        .output()
+        .expect("running the launcher");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("contexts done"), "{stdout}");
+    let summary = std::fs::read_dir(&dir)
+        .expect("the directory")
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().starts_with("summary-contexts."))
+        .map(|e| std::fs::read_to_string(e.path()).expect("the summary"))
+        .expect("a summary");
+    let total = 3 * WRITERS * ADDS;
+    assert!(summary.contains(&format!("map COUNTS 0 {total}\n")), "{summary}");
+    // Context 1 and the new context 2: the destroyed one's part is gone.
+    assert!(summary.contains("device maps contexts 2 parts 2 "), "{summary}");
+    assert!(summary.contains(" failed 0 "), "{summary}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
