@@ -175,10 +175,34 @@ fn egpu_age(raw: &RawMap) -> Duration {
 #[test]
 fn each_context_has_its_parts_and_a_destroyed_one_is_merged_first() {
     let dir = build("merge-contexts");
+    let summary = contexts(&dir, None);
+    let total = 3 * WRITERS * ADDS;
+    assert!(summary.contains(&format!("map COUNTS 0 {total}\n")), "{summary}");
+    // Context 1 and the new context 2: the destroyed one's part is gone.
+    assert!(summary.contains("device maps contexts 2 parts 2 "), "{summary}");
+    assert!(summary.contains(" failed 0 "), "{summary}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A module loaded during a stream capture is loaded as it came: making its maps' GPU memory
+/// then (allocations, copies) could invalidate the capture.
+#[test]
+fn no_part_is_made_during_a_stream_capture() {
+    let dir = build("merge-captured");
+    let summary = contexts(&dir, Some("captured"));
+    assert!(summary.contains("instrumented modules 0 not 1\n"), "{summary}");
+    assert!(summary.contains("during a stream capture"), "{summary}");
+    assert!(!summary.contains("device maps contexts"), "{summary}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The launcher's `contexts` mode (with `extra`, its variant) under the library: the summary.
+fn contexts(dir: &Path, extra: Option<&str>) -> String {
     let ptx = dir.join("saxpy.ptx");
     std::fs::write(&ptx, include_str!("../../tests/ptx/saxpy.ptx")).expect("a module file");
     let out = Command::new(dir.join("launcher"))
         .args(["contexts".as_ref(), ptx.as_os_str()])
+        .args(extra)
         .env("LD_PRELOAD", preload_library())
         .env("LD_LIBRARY_PATH", &dir)
         .env("EGPU_PROBES", pack(&dir))
@@ -191,16 +215,10 @@ fn each_context_has_its_parts_and_a_destroyed_one_is_merged_first() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("contexts done"), "{stdout}");
-    let summary = std::fs::read_dir(&dir)
+    std::fs::read_dir(dir)
         .expect("the directory")
         .filter_map(Result::ok)
         .find(|e| e.file_name().to_string_lossy().starts_with("summary-contexts."))
         .map(|e| std::fs::read_to_string(e.path()).expect("the summary"))
-        .expect("a summary");
-    let total = 3 * WRITERS * ADDS;
-    assert!(summary.contains(&format!("map COUNTS 0 {total}\n")), "{summary}");
-    // Context 1 and the new context 2: the destroyed one's part is gone.
-    assert!(summary.contains("device maps contexts 2 parts 2 "), "{summary}");
-    assert!(summary.contains(" failed 0 "), "{summary}");
-    let _ = std::fs::remove_dir_all(&dir);
+        .expect("a summary")
 }

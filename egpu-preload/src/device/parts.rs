@@ -13,7 +13,8 @@
 //!
 //! The copies go through a stream of egpu's own per context (non-blocking, so it never waits for
 //! the program's streams nor they for it) into pinned memory; the driver's functions are called
-//! directly, so they are no events. Nothing here may fail the program: a part that cannot be
+//! directly, so they are no events. While a stream capture is under way (CUDA graphs), nothing
+//! is copied nor made: a call of egpu's could invalidate the capture. Nothing here may fail the program: a part that cannot be
 //! made leaves the module uninstrumented (with the reason), a merge that fails is counted.
 
 use std::ffi::{c_int, c_uint, c_void};
@@ -110,6 +111,13 @@ pub(crate) fn period() -> Duration {
     Duration::from_millis(ms.unwrap_or(100).max(1))
 }
 
+/// Whether a stream capture is under way in the process: a copy or a synchronisation of egpu's
+/// then could invalidate it (a capture in the global mode forbids other threads' unsafe calls),
+/// so the merger waits for its end.
+fn capturing() -> bool {
+    crate::defaults::HOT.captures.load(Ordering::Relaxed) > 0
+}
+
 /// Checks a driver call's result.
 fn cu(result: CuResult, what: &str) -> Result<(), String> {
     if result == 0 { Ok(()) } else { Err(format!("{what} returned {result}")) }
@@ -133,6 +141,12 @@ pub(crate) fn addresses(
     let mut contexts = lock();
     let index = match contexts.iter().position(|c| c.pid == pid && c.context == context as usize) {
         Some(i) => i,
+        None if capturing() => {
+            // Allocating and copying now could invalidate the capture.
+            return Err("a module loaded during a stream capture: its maps' GPU memory is made \
+                        outside captures"
+                .into());
+        }
         None => {
             contexts.push(make(context, maps, used)?);
             ANY.store(true, Ordering::Release);
@@ -304,7 +318,7 @@ pub(crate) fn finish() {
 /// Merges the parts of every context of this process that `which` picks: `settled` after
 /// waiting for the context's work. Once stopped, only settled merges run.
 fn merge_all(settled: bool, which: impl Fn(&Context) -> bool) {
-    if STOPPED.load(Ordering::Relaxed) && !settled {
+    if (STOPPED.load(Ordering::Relaxed) || capturing()) && !settled {
         return;
     }
     let pid = std::process::id();

@@ -142,6 +142,11 @@ macro_rules! runtime_merge_point {
     ($($t:tt)*) => { merge_point!($($t)*); };
 }
 
+/// `capture` for the runtime's entry points.
+macro_rules! runtime_capture {
+    ($($t:tt)*) => { capture!($($t)*); };
+}
+
 /// Defines every interposed entry point from the one table (see the module's documentation):
 /// each row's, as its kind (a macro: `$kind!`) makes it, and its flavour's, as the same kind
 /// makes it under the flavour's name in the module named after the flavour; and [`ENTRIES`].
@@ -202,6 +207,9 @@ macro_rules! by_proc_address {
         false
     };
     (runtime_merge_point) => {
+        false
+    };
+    (runtime_capture) => {
         false
     };
     ($kind:ident) => {
@@ -343,6 +351,10 @@ entry_points! {
     RT_EVENT_SYNC cudaEventSynchronize (event: Handle)
         => runtime(|_, _| sync(event, SyncCtx::EVENT), nothing);
     RT_STREAM_QUERY cudaStreamQuery +ptsz (stream: Handle) => runtime_merge_point(None);
+    RT_BEGIN_CAPTURE cudaStreamBeginCapture +ptsz (stream: Handle, mode: c_int)
+        => runtime_capture(begin);
+    RT_END_CAPTURE cudaStreamEndCapture +ptsz (stream: Handle, graph: *mut Handle)
+        => runtime_capture(end);
     RT_EVENT_QUERY cudaEventQuery (event: Handle) => runtime_merge_point(None);
     RT_MEMCPY cudaMemcpy +ptds (dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int)
         => runtime(|_, _| runtime_copy(dst, src, bytes, kind, NULL, 0), nothing);

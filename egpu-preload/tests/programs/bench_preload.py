@@ -3,9 +3,10 @@ probe pack of examples/kernel_bytes.rs. Run on the GPU machine by target/gpu-bun
 the `bench` set (see scripts/gpu-bundle); it needs PyTorch and Triton there.
 
     python3 bench_preload.py --egpu PATH/TO/egpu --pack PATH/TO/libkernel_bytes.so --work DIR
-        [--rounds 3] [--train-rounds 5] [--train-steps 2000] [--budget 540]
-        [--skip-kernels] [--skip-latency] [--skip-train]
+        [--rounds 3] [--train-rounds 12] [--train-steps 600] [--train-block 50]
+        [--train-warmup 200] [--budget 540] [--skip-kernels] [--skip-latency] [--skip-train]
     python3 bench_preload.py --self-test [--pack PATH/TO/libkernel_bytes.so]
+    python3 bench_preload.py --fake --work DIR [--train-rounds 4 ...]   (no GPU, see below)
 
 1. Kernels: bench_kernels.py (five Triton kernels and a saxpy of 2^28 floats, 20 timed
    launches each after a warm-up) bare and under `egpu run --probes PACK --summary ...`, in
@@ -17,13 +18,26 @@ the `bench` set (see scripts/gpu-bundle); it needs PyTorch and Triton there.
 2. Latency: bench_kernels.py --latency under egpu: from a kernel's end to its count showing in
    the shared-memory map, after `torch.cuda.synchronize()` and after an event's `query()`.
 3. Training: bench_train.py (an eager PyTorch MLP, launch-bound) bare, under `egpu run` and
-   under `egpu run --metrics`, in interleaved rounds: the median steps per second of each, its
-   spread (min-max), and the ratio to bare against the target (>= 0.99x).
+   under `egpu run --metrics`, one process each per round, in rounds that rotate which variant
+   goes first (bare, egpu run, --metrics; then egpu run, --metrics, bare; ...), so that a drift
+   of the machine's speed reaches every variant alike. A run's rate is the median of its blocks
+   of 50 steps (bench_train.py). For each variant beside bare, the ratios of its rate to bare's
+   in the same round (paired): their median against the target (>= 0.99x, PASS or MISS), a 95%
+   interval of that median from order statistics (distribution-free: the k-th smallest and the
+   k-th largest ratio, k from the binomial distribution; its exact coverage is printed), and
+   whether the interval lies above the target (clear pass), below it (clear miss) or across it
+   (within noise). A round starts only when the budget left fits it (the longest round so far,
+   and a margin), so that the budget ends rounds whole.
 
 Exits 1 when a count is not exact, results differ, a check fails or a run fails, after
 printing every table; the timing targets print PASS or MISS and never fail the run. The tables
 are also written to RESULTS/bench-preload.md and the raw figures to RESULTS/bench-preload.json
 (RESULTS: $OUT when set, else --work).
+
+`--fake` checks the harness without a GPU, PyTorch or egpu: it writes into --work a stand-in
+for `torch` (each step spins for about 1/600 s, with a factor per process, a slow drift and
+rare stalls) and for `egpu run` (runs the command; under `--metrics` the steps are 3% slower),
+and runs the training section alone with them.
 """
 
 import argparse
@@ -31,6 +45,7 @@ import collections
 import ctypes
 import glob
 import json
+import math
 import os
 import signal
 import statistics
@@ -42,6 +57,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True  # no __pycache__ in the working tree
 import bench_kernels  # noqa: E402 (the map reader and the kernel ids, shared)
+import bench_train  # noqa: E402 (its self-test)
 
 KERNEL_TARGET = 1.3
 TRAIN_TARGET = 0.99
@@ -51,8 +67,9 @@ PER_LAUNCH = {"ENTERED": "threads_per_launch", "EXITED": "threads_per_launch",
               "LOADED": "bytes_loaded_per_launch", "STORED": "bytes_stored_per_launch",
               "LAUNCHED": "threads_per_launch"}
 PACK_PROBES = 5
-# Seconds kept for the latency and training sections when the kernel rounds run long.
-LATENCY_RESERVE, TRAIN_RESERVE = 45, 150
+# Seconds kept for the latency and training sections when the kernel rounds run long (a
+# training run takes 8 to 12 s on the H200, most of it PyTorch's start: 36 runs for 12 rounds).
+LATENCY_RESERVE, TRAIN_RESERVE = 45, 300
 # Figures bench_kernels.py prints beside a `-` or a 0 that egpu cannot observe today: the map
 # they concern, and how the table says it.
 NOTES = {"bytes_loaded_if_ld_per_launch": ("LOADED", "cp.async, not observed today: "
@@ -323,41 +340,152 @@ def latency_section(r, args, python, failures, report, raw):
     report += lines
 
 
+# --- training: rounds, paired ratios and the interval of their median ---------------------
+
+
+def rotated(variants, i):
+    """Round i's order (i from 0): the variants rotated by i, so that each goes first in turn
+    (ABC, BCA, CAB, ABC, ...)."""
+    k = i % len(variants)
+    return list(variants[k:]) + list(variants[:k])
+
+
+def binomial_below(n, k):
+    """P(Binomial(n, 1/2) < k)."""
+    return sum(math.comb(n, j) for j in range(k)) / 2 ** n
+
+
+def median_interval(xs, confidence=0.95):
+    """(median, lo, hi, coverage), or None for no values: the median of xs and an interval for
+    the median of what they sample from, from order statistics (distribution-free, for
+    independent values): the k-th smallest and the k-th largest of the n values, k the largest
+    with P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2; it covers that median with probability
+    coverage = 1 - 2 P(Binomial(n, 1/2) < k). For 95% and 12 values: the 3rd and 10th, 96.1%.
+    With fewer than 6 values no k reaches 95%: the min and the max, with their lower coverage."""
+    if not xs:
+        return None
+    s, n = sorted(xs), len(xs)
+    k = 1
+    while k < (n + 1) // 2 and binomial_below(n, k + 1) <= (1 - confidence) / 2:
+        k += 1
+    return statistics.median(s), s[k - 1], s[n - k], 1 - 2 * binomial_below(n, k)
+
+
+def judge(med, lo, hi, target=TRAIN_TARGET):
+    """(PASS or MISS on the median, and what the interval says: clear pass, clear miss or
+    within noise)."""
+    mark = "PASS" if med >= target else "MISS"
+    noise = ("clear pass" if lo >= target else "clear miss" if hi < target
+             else "within noise")
+    return mark, noise
+
+
+def run_rate(fields):
+    """A run's rate from bench_train.py's line: the median of its blocks, or (a line without
+    blocks) the whole run's."""
+    return float(fields.get("block_median_steps_per_s", fields["steps_per_s"]))
+
+
+def paired_ratios(rounds, name, base="bare"):
+    """[(round, NAME's rate / BASE's rate)] of the rounds where both ran."""
+    out = []
+    for rd in rounds:
+        runs = rd["runs"]
+        if name in runs and base in runs and runs[base]["rate"] > 0:
+            out.append((rd["round"], runs[name]["rate"] / runs[base]["rate"]))
+    return out
+
+
+def train_table(rounds, names, title):
+    """The training table's lines and, per variant, its figures (for the JSON)."""
+    fmt = lambda x, spec: "-" if x is None else format(x, spec)  # noqa: E731
+    base = median([rd["runs"][names[0]]["rate"] for rd in rounds if names[0] in rd["runs"]])
+    lines = ["", title, "",
+             "| variant | runs | steps/s (median) | spread (min-max) | whole-run steps/s "
+             "(median) | ratio of medians | paired ratio (median) | its 95% interval "
+             "(coverage) | paired spread | target | | |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    summary = {}
+    for name in names:
+        rates = [rd["runs"][name]["rate"] for rd in rounds if name in rd["runs"]]
+        whole = [rd["runs"][name]["overall"] for rd in rounds if name in rd["runs"]]
+        med = median(rates)
+        of_medians = med / base if med is not None and base else None
+        s = {"rates": rates, "overall": whole, "median": med, "ratio_of_medians": of_medians}
+        cells = [name, str(len(rates)), fmt(med, ".1f"),
+                 f"{min(rates):.1f}-{max(rates):.1f}" if rates else "-",
+                 fmt(median(whole), ".1f"),
+                 "-" if of_medians is None else f"{of_medians:.4f}x"]
+        ratios = paired_ratios(rounds, name, names[0]) if name != names[0] else []
+        got = median_interval([x for _, x in ratios])
+        if got is None:
+            cells += ["-", "-", "-", "" if name == names[0] else f">= {TRAIN_TARGET}x", "-", ""]
+        else:
+            pm, lo, hi, cover = got
+            mark, noise = judge(pm, lo, hi)
+            xs = [x for _, x in ratios]
+            cells += [f"{pm:.4f}x", f"{lo:.4f}-{hi:.4f} ({100 * cover:.1f}%)",
+                      f"{min(xs):.4f}-{max(xs):.4f}", f">= {TRAIN_TARGET}x", mark, noise]
+            s.update({"paired": dict(ratios), "paired_median": pm, "interval": [lo, hi],
+                      "coverage": cover, "mark": mark, "noise": noise})
+        lines.append("| " + " | ".join(cells) + " |")
+        summary[name] = s
+    return lines, summary
+
+
 def train_section(r, args, python, failures, report, raw):
-    """Interleaved rounds of bench_train.py: bare, `egpu run`, `egpu run --metrics`."""
+    """Rounds of bench_train.py in rotated order: bare, `egpu run`, `egpu run --metrics`."""
     print("\n=== training: bench_train.py bare, under `egpu run`, under `egpu run --metrics`",
           flush=True)
-    command = [python, os.path.join(HERE, "bench_train.py"), "--steps", str(args.train_steps)]
+    command = [python, os.path.join(HERE, "bench_train.py"), "--steps", str(args.train_steps),
+               "--block", str(args.train_block), "--warmup", str(args.train_warmup)]
     variants = [("bare", command),
                 ("egpu run", r.wrapped(command, probes=False)),
                 ("egpu run --metrics", r.wrapped(command, probes=False, metrics=True))]
-    rates = collections.defaultdict(list)
-    for i in range(1, args.train_rounds + 1):
-        for name, cmd in variants:
-            got = r.run(cmd, f"round {i} {name}")
+    names = [name for name, _ in variants]
+    rounds, longest = [], 0.0
+    for i in range(args.train_rounds):
+        # A round starts only when what is left fits it, so that the budget ends rounds whole.
+        if rounds and r.left() < longest * 1.15 + 5:
+            print(f"  stopped after {len(rounds)} rounds: {r.left():.0f} s left, a round took "
+                  f"up to {longest:.0f} s", flush=True)
+            break
+        start, order = time.monotonic(), rotated(variants, i)
+        rd = {"round": i + 1, "order": [name for name, _ in order], "runs": {}}
+        for name, cmd in order:
+            got = r.run(cmd, f"round {i + 1} {name}")
             if got is None:
                 continue
-            rc, out, _, _ = got
+            rc, out, _, seconds = got
             f = parse_prefixed(out, "train").get("mlp", {})
             if rc != 0 or "steps_per_s" not in f:
-                failures.append(f"train round {i} {name}: exit {rc}")
+                failures.append(f"train round {i + 1} {name}: exit {rc}")
                 continue
-            rates[name].append(float(f["steps_per_s"]))
-    raw["train"] = dict(rates)
-    bare = median(rates["bare"])
-    lines = ["", f"### Eager training steps per second ({args.train_rounds} interleaved rounds)",
-             "", "| variant | median | spread (min-max) | ratio to bare | target | |",
-             "|---|---|---|---|---|---|"]
-    for name, _ in variants:
-        xs = rates[name]
-        med = median(xs)
-        ratio = med / bare if med is not None and bare else None
-        mark = "-" if ratio is None or name == "bare" else (
-            "PASS" if ratio >= TRAIN_TARGET else "MISS")
-        spread = f"{min(xs):.1f}-{max(xs):.1f}" if xs else "-"
-        lines.append(f"| {name} | {'-' if med is None else f'{med:.1f}'} | {spread} | "
-                     f"{'-' if ratio is None else f'{ratio:.4f}x'} | "
-                     f"{'' if name == 'bare' else f'>= {TRAIN_TARGET}x'} | {mark} |")
+            run = {"rate": run_rate(f), "overall": float(f["steps_per_s"]),
+                   "seconds": round(seconds, 2), "line": out.strip().splitlines()[-1]}
+            for key in ("block_min_steps_per_s", "block_max_steps_per_s", "blocks"):
+                if key in f:
+                    run[key] = float(f[key])
+            rd["runs"][name] = run
+            print(f"    {run['rate']:.1f} steps/s (median of blocks), "
+                  f"{run['overall']:.1f} whole run", flush=True)
+        rounds.append(rd)
+        longest = max(longest, time.monotonic() - start)
+    title = (f"### Eager training steps per second ({len(rounds)} rounds of "
+             f"{args.train_steps} steps, order rotated)")
+    lines, summary = train_table(rounds, names, title)
+    lines += ["", f"A run: {args.train_warmup} steps of warm-up, then {args.train_steps} timed "
+              f"in blocks of {args.train_block} (synchronised at each block's end); its rate is "
+              "the median of its blocks'. Paired ratio: a variant's rate over bare's in the same "
+              f"round; PASS when their median is >= {TRAIN_TARGET}. Interval: order statistics "
+              "of the paired ratios (the k-th smallest and k-th largest, k from Binomial(n, 1/2); "
+              "distribution-free, no bootstrap), its coverage in brackets; clear pass when its "
+              f"lower end is >= {TRAIN_TARGET}, clear miss when its upper end is below, else "
+              "within noise."]
+    raw["train"] = {"steps": args.train_steps, "block": args.train_block,
+                    "warmup": args.train_warmup, "target": TRAIN_TARGET,
+                    "interval": "order statistics (binomial), 95%", "rounds": rounds,
+                    "variants": summary}
     report += lines
 
 
@@ -373,6 +501,61 @@ def pack_probes(path):
         return [f"cannot read the pack of {path}: {e}"]
     return [l for l in text.splitlines() if l.startswith(("egpu-probes", "probe ", "map ",
                                                           "error "))]
+
+
+def fabricated_rounds():
+    """Twelve rounds of made-up rates, the same every time: bare drifts from 560 to 640 steps/s
+    over the rounds (each round's runs alike), `egpu run` is bare within 0.4% and `--metrics`
+    3% slower within 0.4%; bare of round 5 failed."""
+    rounds = []
+    for i in range(12):
+        bare = 560 + 80 * ((7 * i) % 12) / 11  # a permutation of 12 levels
+        wobble = ((5 * i) % 12 - 5.5) / 5.5 * 0.004  # within +-0.4%, median 0
+        rates = {"bare": bare, "egpu run": bare * (1 + wobble),
+                 "egpu run --metrics": bare * (0.97 - wobble)}
+        runs = {k: {"rate": v, "overall": v * 0.98} for k, v in rates.items()
+                if not (i == 4 and k == "bare")}
+        rounds.append({"round": i + 1, "order": [], "runs": runs})
+    return rounds
+
+
+def train_self_test():
+    """The training statistics on fabricated numbers (deterministic)."""
+    assert ["".join(rotated("ABC", i)) for i in range(4)] == ["ABC", "BCA", "CAB", "ABC"]
+    assert binomial_below(12, 3) == 79 / 4096
+    xs = [(7 * i) % 12 + 1 for i in range(12)]  # 1..12, shuffled
+    assert median_interval(xs) == (6.5, 3, 10, 1 - 2 * 79 / 4096)
+    assert median_interval(xs[:6]) == (6.5, 1, 12, 1 - 2 / 64)  # 1 3 5 8 10 12: k = 1
+    assert median_interval([3, 1, 2, 5, 4]) == (3, 1, 5, 1 - 2 / 32)  # fewer than 6: 93.8%
+    assert median_interval([2.0]) == (2.0, 2.0, 2.0, 0.0) and median_interval([]) is None
+    assert median_interval(list(range(100)))[1:3] == (39, 60)  # k = 40 for 100 values
+    assert judge(0.995, 0.991, 1.0) == ("PASS", "clear pass")
+    assert judge(0.995, 0.98, 1.01) == ("PASS", "within noise")
+    assert judge(0.985, 0.97, 0.995) == ("MISS", "within noise")
+    assert judge(0.985, 0.97, 0.989) == ("MISS", "clear miss")
+    assert judge(0.99, 0.99, 1.0) == ("PASS", "clear pass")
+    rounds = fabricated_rounds()
+    names = ["bare", "egpu run", "egpu run --metrics"]
+    assert [r for r, _ in paired_ratios(rounds, "egpu run")] == [1, 2, 3, 4] + list(range(6, 13))
+    lines, summary = train_table(rounds, names, "### t")
+    bare, plain, metrics = (summary[n] for n in names)
+    assert len(bare["rates"]) == 11 and len(plain["paired"]) == 11 and "paired" not in bare
+    assert abs(plain["paired_median"] - 1.0) < 0.0005 and plain["noise"] == "clear pass"
+    assert abs(metrics["paired_median"] - 0.97) < 0.0005, metrics
+    assert (metrics["mark"], metrics["noise"]) == ("MISS", "clear miss")
+    assert abs(metrics["coverage"] - (1 - 2 * binomial_below(11, 2))) < 1e-12  # k = 2 of 11
+    assert max(metrics["interval"]) < 0.975 < 0.99 <= min(plain["interval"])
+    assert lines[3].startswith("| variant | runs |") and len(lines) == 8, lines
+    assert lines[5].startswith("| bare | 11 | ") and lines[5].endswith(" |  | - |  |"), lines[5]
+    assert lines[7].endswith("| >= 0.99x | MISS | clear miss |"), lines[7]
+    assert "(98.8%)" in lines[7], lines[7]
+    # A round that lost bare, a variant with no pair at all.
+    lines, summary = train_table([{"round": 1, "order": [], "runs": {"egpu run": {
+        "rate": 1.0, "overall": 1.0}}}], names, "### t")
+    assert "paired" not in summary["egpu run"], summary
+    assert lines[5] == "| bare | 0 | - | - | - | - | - | - | - |  | - |  |", lines[5]
+    assert lines[6] == "| egpu run | 1 | 1.0 | 1.0-1.0 | 1.0 | - | - | - | - | >= 0.99x | - |  |"
+    print("bench_preload training statistics self-test: ok")
 
 
 def self_test(args):
@@ -408,7 +591,11 @@ def self_test(args):
     lat = parse_prefixed("latency sync n 20 median_ms 0.01 max_ms 0.2 timeouts 0\n", "latency")
     assert lat["sync"]["median_ms"] == "0.01"
     train = parse_prefixed("train mlp steps 2000 seconds 4.0 steps_per_s 500.0\n", "train")
-    assert train["mlp"]["steps_per_s"] == "500.0"
+    assert train["mlp"]["steps_per_s"] == "500.0" and run_rate(train["mlp"]) == 500.0
+    bench_train.self_test()
+    line = bench_train.result_line(600, 1.2, 50, [520.0, 505.0, 90.0, 510.0], 0.5, 0.4)
+    assert run_rate(parse_prefixed(line, "train")["mlp"]) == 507.5  # the blocks' median
+    train_self_test()
     if args.pack:
         lines = pack_probes(args.pack)
         print("\n".join(f"  {l}" for l in lines))
@@ -416,6 +603,64 @@ def self_test(args):
         assert {l.split()[1].split("=")[0] for l in lines if l.startswith("map ")} == set(MAPS)
     print("bench_preload self-test: ok")
     return 0
+
+
+# --- a stand-in for PyTorch and egpu (--fake) ----------------------------------------------
+
+FAKE_TORCH = '''"""A stand-in for torch (bench_preload.py --fake): a step spins for 1/600 s times a
+factor of the process (+-1%), a drift of the machine (+-4% over about a minute) and
+EGPU_FAKE_FACTOR (the fake egpu's); one step in 500 stalls for 10 ms."""
+import math, os, random, time
+_rng = random.Random()
+_SPEED = 600 * _rng.gauss(1, 0.01) * float(os.environ.get("EGPU_FAKE_FACTOR", "1"))
+class _T:
+    def __init__(self, *a, **k): pass
+    def __call__(self, *a, **k): return self
+    def cuda(self): return self
+    def parameters(self): return []
+    def detach(self): return self
+    def item(self): return 0.5
+    def zero_grad(self, **k): pass
+    def step(self): pass
+    def backward(self):
+        s = 1 / (_SPEED * (1 + 0.04 * math.sin(time.time() / 10)))
+        end = time.perf_counter() + s + (0.01 if _rng.random() < 0.002 else 0)
+        while time.perf_counter() < end: pass
+class nn:
+    Linear = ReLU = Sequential = _T
+    class functional:
+        mse_loss = _T()
+class optim:
+    SGD = _T
+class cuda:
+    synchronize = staticmethod(lambda: None)
+def manual_seed(seed): pass
+def randn(*a, **k): return _T()
+'''
+
+FAKE_EGPU = '''import os, sys
+args = sys.argv[1:]
+assert args[0] == "run" and "--" in args, args
+os.environ["EGPU_FAKE_FACTOR"] = "0.97" if "--metrics" in args else "1"
+cmd = args[args.index("--") + 1:]
+os.execvp(cmd[0], cmd)
+'''
+
+
+def setup_fake(args):
+    """--fake: writes WORK/fake/torch.py and WORK/fake/egpu (above), points --egpu at the
+    latter, and leaves the training section alone to run; the directory for PYTHONPATH."""
+    fake = os.path.join(os.path.abspath(args.work), "fake")
+    os.makedirs(fake, exist_ok=True)
+    with open(os.path.join(fake, "torch.py"), "w") as f:
+        f.write(FAKE_TORCH)
+    args.egpu, args.pack = os.path.join(fake, "egpu"), os.path.join(fake, "no-pack")
+    with open(args.egpu, "w") as f:
+        f.write(f"#!{sys.executable or '/usr/bin/env python3'}\n" + FAKE_EGPU)
+    os.chmod(args.egpu, 0o755)
+    args.skip_kernels = args.skip_latency = True
+    print(f"=== --fake: a stand-in torch and egpu in {fake}; training only", flush=True)
+    return fake
 
 
 def main():
@@ -427,17 +672,23 @@ def main():
     ap.add_argument("--rounds", type=int, default=3, help="kernel rounds (bare and egpu each)")
     ap.add_argument("--launches", type=int, default=20, help="timed launches per kernel")
     ap.add_argument("--latency-repeats", type=int, default=20)
-    ap.add_argument("--train-rounds", type=int, default=5)
-    ap.add_argument("--train-steps", type=int, default=2000)
+    ap.add_argument("--train-rounds", type=int, default=12,
+                    help="training rounds (a run of each variant each)")
+    ap.add_argument("--train-steps", type=int, default=600, help="timed steps of a run")
+    ap.add_argument("--train-block", type=int, default=50,
+                    help="steps of a timed block (a run's rate: the median of its blocks')")
+    ap.add_argument("--train-warmup", type=int, default=200, help="steps before the timed")
     ap.add_argument("--budget", type=float, default=540, help="seconds for everything")
     ap.add_argument("--timeout", type=float, default=240, help="seconds for one run")
     ap.add_argument("--skip-kernels", action="store_true")
     ap.add_argument("--skip-latency", action="store_true")
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--self-test", action="store_true", help="check the parsing; no GPU")
+    ap.add_argument("--fake", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.self_test:
         return self_test(args)
+    fake = setup_fake(args) if args.fake else None
     if not args.egpu or not args.pack:
         ap.error("--egpu and --pack are needed (or --self-test)")
     os.makedirs(args.work, exist_ok=True)
@@ -447,10 +698,13 @@ def main():
     args.reserve = (0 if args.skip_latency else LATENCY_RESERVE) + (
         0 if args.skip_train else TRAIN_RESERVE)
     r = Runner(args.egpu, args.pack, args.work, args.budget, args.timeout)
-    failures, report = [], ["## egpu zero-code benchmark"]
+    failures, report = [], ["## egpu zero-code benchmark" + (" (--fake)" if fake else "")]
     raw = {"kernel_runs": [], "kernels": {}, "counts": []}
-    print(f"=== the pack {args.pack}:")
-    print("\n".join(f"  {l}" for l in pack_probes(args.pack)), flush=True)
+    if fake:
+        r.env["PYTHONPATH"] = fake
+    else:
+        print(f"=== the pack {args.pack}:")
+        print("\n".join(f"  {l}" for l in pack_probes(args.pack)), flush=True)
     if not args.skip_kernels:
         kernels_section(r, args, python, failures, report, raw)
     if not args.skip_latency:
