@@ -465,7 +465,7 @@ def train_section(r, args, python, failures, report, raw):
                    "seconds": round(seconds, 2), "line": out.strip().splitlines()[-1]}
             for key in ("block_min_steps_per_s", "block_max_steps_per_s", "blocks"):
                 if key in f:
-                    run[key] = float(f[key])
+                    run[key] = int(f[key]) if key == "blocks" else float(f[key])
             rd["runs"][name] = run
             print(f"    {run['rate']:.1f} steps/s (median of blocks), "
                   f"{run['overall']:.1f} whole run", flush=True)

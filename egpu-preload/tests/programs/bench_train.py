@@ -5,6 +5,7 @@ small kernels through the CUDA runtime and waits for none of them, so its rate i
 rate of launching, which is what egpu's interposed entry points can slow down.
 
     python3 bench_train.py [--steps 600] [--warmup 200] [--block 50]
+    python3 bench_train.py --self-test     (the block timing against a made-up clock; no GPU)
 
 After `--warmup` steps that are not timed, the `--steps` timed ones run in blocks of `--block`
 steps, with `torch.cuda.synchronize()` at the end of each block only (the loop never waits for
