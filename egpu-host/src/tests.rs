@@ -503,7 +503,16 @@ fn the_age_of_a_maps_device_part_is_reported_and_exported() {
         json.contains("\"gauge\":{\"dataPoints\":[{\"attributes\":[{\"key\":\"map\""),
         "{json}"
     );
-    drop(raw);
+    // A key that is no known kernel's id prints as its number, not as an empty name.
+    let hg = Geometry::new(MapKind::Hash, 8, 8, 4, 1, 0).expect("a geometry");
+    let hash_name = user_map_name(pid, "BY_KERNEL");
+    let hash = RawMap::create(hg, &Placement::Shared(hash_name.clone().into())).expect("a map");
+    hash.update(&77u64.to_le_bytes(), &3u64.to_le_bytes(), egpu_maps::UpdateFlags::Any)
+        .expect("an entry");
+    let report = b.render_maps(&b.user_maps());
+    assert!(report.contains("map BY_KERNEL 77 3\n"), "{report}");
+    drop((raw, hash));
     let _ = egpu_maps::unlink_shared(&name);
+    let _ = egpu_maps::unlink_shared(&hash_name);
     super::builtin::unlink(pid);
 }

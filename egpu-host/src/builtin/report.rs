@@ -109,7 +109,7 @@ impl Builtin {
         let mut text = String::new();
         let key = |k: u64| -> String {
             let name = self.name(k);
-            if k != 0 && !name.starts_with('(') { name } else { k.to_string() }
+            if k != 0 && !name.is_empty() && !name.starts_with('(') { name } else { k.to_string() }
         };
         for (name, raw) in maps {
             let g = *raw.geometry();
