@@ -557,6 +557,9 @@ struct OtlpPusher {
     start_ns: u64,
     /// The last error said, so that a collector that is down is reported once, not every time.
     said: std::sync::Arc<std::sync::Mutex<String>>,
+    /// Held across each push; true once the last push is made, after which the periodic pushes
+    /// stop (so none taken before it arrives after it).
+    finished: std::sync::Arc<std::sync::Mutex<bool>>,
 }
 
 #[cfg(feature = "otlp")]
@@ -568,12 +571,21 @@ impl OtlpPusher {
         descendants: &Descendants,
     ) -> OtlpPusher {
         eprintln!("egpu: pushing metrics to {endpoint} every {every:?}");
-        let pusher =
-            OtlpPusher { endpoint, options, start_ns: unix_ns(), said: Default::default() };
+        let pusher = OtlpPusher {
+            endpoint,
+            options,
+            start_ns: unix_ns(),
+            said: Default::default(),
+            finished: Default::default(),
+        };
         let (me, descendants) = (pusher.clone_for_thread(), descendants.clone());
         std::thread::spawn(move || {
             loop {
                 std::thread::sleep(every);
+                let finished = me.finished.lock().unwrap_or_else(|p| p.into_inner());
+                if *finished {
+                    return;
+                }
                 me.push(&descendants);
             }
         });
@@ -586,6 +598,7 @@ impl OtlpPusher {
             options: self.options,
             start_ns: self.start_ns,
             said: self.said.clone(),
+            finished: self.finished.clone(),
         }
     }
 
@@ -606,7 +619,10 @@ impl OtlpPusher {
         }
     }
 
+    /// The last push: after any periodic one under way, and none after it.
     fn finish(self, descendants: &Descendants) {
+        let mut finished = self.finished.lock().unwrap_or_else(|p| p.into_inner());
+        *finished = true;
         self.push(descendants);
     }
 }
