@@ -30,7 +30,7 @@ use egpu::pack::Pack;
 
 use crate::CuResult;
 pub(crate) use parts::synced;
-pub(crate) use parts::{Teardown, after_teardown, before_teardown, finish, fork_guard, merging};
+pub(crate) use parts::{Teardown, finish, fork_guard, merging, teardown};
 
 /// The pack `EGPU_PROBES` names, read once per program image (a forked child keeps it).
 fn pack() -> Option<&'static Pack> {

@@ -8,7 +8,7 @@
 //!   wakes the thread; it pauses a millisecond after each merge, so wakes meanwhile are merged
 //!   then), and at module unloads;
 //! - before a context is destroyed or its device's primary context released or reset
-//!   ([`before_teardown`]), and at exit ([`finish`]), after waiting for the context's work: those
+//!   ([`teardown`]), and at exit ([`finish`]), after waiting for the context's work: those
 //!   merges are settled, and leave the exact counts.
 //!
 //! The copies go through a stream of egpu's own per context (non-blocking, so it never waits for
@@ -279,19 +279,17 @@ impl Teardown {
     }
 }
 
-/// Before a teardown: a settled merge of the parts it may take.
-pub(crate) fn before_teardown(what: Teardown) {
-    if merging() {
-        merge_all(true, |c| what.covers(c));
-    }
-}
-
-/// After a teardown: the parts of contexts that are gone are forgotten (their memory went with
-/// the context; a context made later, even under the same handle, gets parts of its own).
-pub(crate) fn after_teardown(what: Teardown) {
+/// A teardown, `call` (the driver's function): first a settled merge of the parts it may take;
+/// after it, the parts of contexts that are gone are forgotten (their memory went with the
+/// context; a context made later, even under the same handle, gets parts of its own). The lock
+/// on the parts is held throughout, so that the merger never copies from a context in between.
+pub(crate) fn teardown(what: Teardown, call: impl FnOnce() -> CuResult) -> CuResult {
     if !merging() {
-        return;
+        return call();
     }
+    let mut contexts = lock();
+    merge_locked(&mut contexts, true, |c| what.covers(c));
+    let result = call();
     let gone = match what {
         Teardown::Release(device) => {
             let (mut flags, mut active) = (0, 1);
@@ -303,8 +301,9 @@ pub(crate) fn after_teardown(what: Teardown) {
         _ => true,
     };
     if gone {
-        lock().retain(|c| !what.covers(c));
+        contexts.retain(|c| !what.covers(c));
     }
+    result
 }
 
 /// At exit: a settled merge of every part, after each context's work; the merger stops.
@@ -321,8 +320,12 @@ fn merge_all(settled: bool, which: impl Fn(&Context) -> bool) {
     if (STOPPED.load(Ordering::Relaxed) || capturing()) && !settled {
         return;
     }
+    merge_locked(&mut lock(), settled, which);
+}
+
+/// [`merge_all`], under the lock the caller holds.
+fn merge_locked(contexts: &mut [Context], settled: bool, which: impl Fn(&Context) -> bool) {
     let pid = std::process::id();
-    let mut contexts = lock();
     for c in contexts.iter_mut().filter(|c| c.pid == pid && which(c)) {
         match snapshot(c, settled) {
             Ok(()) => {

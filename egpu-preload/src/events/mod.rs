@@ -16,7 +16,7 @@
 //!   ([`modules`]);
 //! - `merge_point(what)`, `runtime_merge_point(what)` (the runtime's): no event, but the maps'
 //!   device parts merged: before a teardown (`what`: a context destroyed, a primary context
-//!   released or reset, [`crate::device::before_teardown`]), or soon after a call that may tell
+//!   released or reset, [`crate::device::teardown`]), or soon after a call that may tell
 //!   the program that the GPU's work is done (`None`: a module unloaded, a query).
 //!
 //! The contexts are built by [`launch`] (launches), [`memory`] (copies, sets, allocations and
@@ -123,16 +123,16 @@ macro_rules! merge_point {
     ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $what:expr) => {
         interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
             let what: Option<crate::device::Teardown> = $what;
-            if let Some(what) = what {
-                crate::device::before_teardown(what);
-            }
             // SAFETY: the driver's function, with the caller's arguments unchanged.
-            let result = unsafe { real($($arg),*) };
+            let call = move || unsafe { real($($arg),*) };
             match what {
-                Some(what) => crate::device::after_teardown(what),
-                None => crate::device::synced(),
+                Some(what) => crate::device::teardown(what, call),
+                None => {
+                    let result = call();
+                    crate::device::synced();
+                    result
+                }
             }
-            result
         });
     };
 }
