@@ -14,8 +14,9 @@
 //! The copies go through a stream of egpu's own per context (non-blocking, so it never waits for
 //! the program's streams nor they for it) into pinned memory; the driver's functions are called
 //! directly, so they are no events. While a stream capture is under way (CUDA graphs), nothing
-//! is copied nor made: a call of egpu's could invalidate the capture. Nothing here may fail the program: a part that cannot be
-//! made leaves the module uninstrumented (with the reason), a merge that fails is counted.
+//! is copied nor made: a call of egpu's could invalidate the capture. Nothing here may fail the
+//! program: a part that cannot be made leaves the module uninstrumented (with the reason), a
+//! merge that fails is counted.
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
