@@ -74,11 +74,10 @@ fn copies() -> u32 {
 }
 
 /// The per-SM copies map `m` gets: [`copies`] when every device probe that uses it only adds to
-/// its values ([`adds_only`]), else 0.
-fn spread(device: &[(Verified, Vec<usize>)], m: usize) -> u32 {
+/// its values (`adds`, each probe's [`adds_only`]), else 0.
+fn spread(device: &[(Verified, Vec<usize>)], adds: &[Vec<bool>], m: usize) -> u32 {
     let n = copies();
-    let only = device.iter().all(|(program, indices)| {
-        let adds = adds_only(program);
+    let only = device.iter().zip(adds).all(|((_, indices), adds)| {
         indices.iter().enumerate().all(|(local, &map)| map != m || adds[local])
     });
     if only && n.is_power_of_two() { n } else { 0 }
@@ -146,7 +145,8 @@ impl UserProbes {
         let mut used: Vec<usize> = device.iter().flat_map(|(_, i)| i.iter().copied()).collect();
         used.sort_unstable();
         used.dedup();
-        let on_device = used.into_iter().map(|m| (m, spread(&device, m))).collect();
+        let adds: Vec<Vec<bool>> = device.iter().map(|(program, _)| adds_only(program)).collect();
+        let on_device = used.into_iter().map(|m| (m, spread(&device, &adds, m))).collect();
         Some(UserProbes { maps, host, device, on_device })
     }
 

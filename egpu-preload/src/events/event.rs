@@ -64,7 +64,7 @@ pub(crate) fn observe<C: Event>(
     result
 }
 
-/// [`observe`] but for the merge after a synchronisation.
+/// [`observe`]'s event, without the merger's wake after a synchronisation.
 #[inline(always)]
 fn observe_call<C: Event>(
     build: impl FnOnce(u16, &crate::Local) -> C,

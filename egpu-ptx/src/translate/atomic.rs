@@ -12,6 +12,7 @@ use egpu_ebpf::{AluOp, AtomicOp, Instruction, Operand, Program, Reg, Size, Width
 use super::DeviceMap;
 use super::emit::Emitter;
 use super::memory::ptx_bits;
+use super::spread::lands_at;
 
 /// PTX that adds the `u64` in `val` to the `u64` at `addr`, aggregated
 /// across the warp: the lanes that add to the same address (`match.any.sync`) make one atomic,
@@ -109,8 +110,7 @@ impl Emitter<'_> {
         let decoded = self.program.decoded();
         let i = decoded.iter().position(|d| d.pc == pc)?;
         let before = decoded.get(i.checked_sub(1)?)?;
-        let lands = decoded.iter().any(|d| d.insn.jump_target(d.pc) == Some(pc as i64))
-            || self.program.functions().iter().any(|f| f.start == pc);
+        let lands = lands_at(self.program, pc);
         match before.insn {
             Instruction::Alu { op: AluOp::Mov, width: Width::W64, dst, src: Operand::Imm(c) }
                 if dst == reg && !lands =>
@@ -256,7 +256,8 @@ impl Emitter<'_> {
         let slots_bytes = u64::from(g.slots) * u64::from(g.slot_stride);
         let shift = g.total_bytes - g.slot_offset(0, 0) as u64;
         self.line(format!("mov.u32 {w0}, {smid};"));
-        self.line(format!("and.b32 {w0}, {w0}, {};", map.spread.next_power_of_two() - 1));
+        // A power of two, as the binding's check requires.
+        self.line(format!("and.b32 {w0}, {w0}, {};", map.spread - 1));
         self.line(format!("mul.wide.u32 {t2}, {w0}, {slots_bytes};"));
         self.line(format!("add.s64 {t3}, {base}, {};", i64::from(off) + shift as i64));
         self.line(format!("add.s64 {t3}, {t3}, {t2};"));

@@ -4,7 +4,7 @@
 
 use egpu_ebpf::helpers::id as helper_id;
 use egpu_ebpf::verifier::{AccessRegion, Verified};
-use egpu_ebpf::{AluOp, AtomicOp, CallTarget, Instruction, MapKind, Operand, Reg};
+use egpu_ebpf::{AluOp, AtomicOp, CallTarget, Instruction, MapKind, Operand, Program, Reg};
 
 /// For each map of the program's table: whether the program only adds to its values, so that
 /// the adds may be spread over per-SM copies and summed by the map's reader. True when the map
@@ -68,13 +68,9 @@ fn set(only: &mut [bool], m: u32) {
 fn no_exist_before(verified: &Verified, i: usize) -> bool {
     let program = verified.program();
     let decoded = program.decoded();
-    let lands = |pc: usize| {
-        decoded.iter().any(|d| d.insn.jump_target(d.pc) == Some(pc as i64))
-            || program.functions().iter().any(|f| f.start == pc)
-    };
     let mut j = i;
     while j > 0 {
-        if lands(decoded[j].pc) {
+        if lands_at(program, decoded[j].pc) {
             return false;
         }
         j -= 1;
@@ -90,4 +86,11 @@ fn no_exist_before(verified: &Verified, i: usize) -> bool {
         }
     }
     false
+}
+
+/// Whether a jump lands at `pc`, or a local function starts there: whether an instruction there
+/// may be reached other than from the one before it.
+pub(super) fn lands_at(program: &Program, pc: usize) -> bool {
+    program.decoded().iter().any(|d| d.insn.jump_target(d.pc) == Some(pc as i64))
+        || program.functions().iter().any(|f| f.start == pc)
 }
