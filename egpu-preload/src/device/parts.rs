@@ -4,9 +4,9 @@
 //!
 //! - every [`period`] (`EGPU_MERGE_MS`, 100 ms by default): the staleness of what `egpu maps`,
 //!   the metrics and host probes see, while kernels run;
-//! - soon after each of the program's synchronisations, queries and copies ([`synced`], which
-//!   wakes the thread; it pauses a millisecond after each merge, so wakes meanwhile are merged
-//!   then), and at module unloads;
+//! - soon after each of the program's synchronisations, copies and queries that find the work
+//!   done ([`synced`], which wakes the thread; it pauses a millisecond after each merge, so wakes
+//!   meanwhile are merged then), and at module unloads;
 //! - before a context is destroyed or its device's primary context released or reset
 //!   ([`teardown`]), and at exit ([`finish`]), after waiting for the context's work: those
 //!   merges are settled, and leave the exact counts.
