@@ -4,7 +4,8 @@
 //! - a thread remembers its last hash-map hit only in maps whose entries stay where they are
 //!   while the kernel runs, and looks the remembered key up before hashing;
 //! - an add of a constant makes no vote and no `redux.sync`;
-//! - a ring record is stored alone, in pairs of words, with no sequence word.
+//! - a ring record is stored in pairs of words; a group of lanes claims room, takes tickets and
+//!   publishes its records by one atomic add each and one sequence word.
 
 use egpu_device::inject::{DeviceProbe, Kernels, inject};
 use egpu_device::translate::{DeviceMap, adds_only};
@@ -122,7 +123,7 @@ fn an_add_of_a_constant_needs_no_vote_and_no_redux() {
 }
 
 #[test]
-fn a_ring_record_is_stored_alone_in_pairs_of_words() {
+fn a_ring_group_claims_takes_tickets_and_publishes_once() {
     let def = vec![MapDef {
         name: "trace".into(),
         kind: MapKind::RingBuf,
@@ -135,7 +136,25 @@ fn a_ring_record_is_stored_alone_in_pairs_of_words() {
     let p = program(TRACE, def, DeviceEvent::GlobalLoad);
     let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &maps);
     assert_eq!(ptx.matches("st.global.v2.u64").count(), 2, "one pair per record, two loads");
-    assert!(!ptx.contains("st.global.relaxed"), "no sequence word is written: {ptx}");
+    // Per record site, by the group's leader: a claim and a ticket add (two atomics), the
+    // claim taken back and the drops counted when the ring is full, one sequence word stored
+    // with release ordering after the warp's barrier.
+    use egpu_maps::layout::shard;
+    let on = |off: usize| format!("+{off}]");
+    let claims =
+        ptx.lines().filter(|l| l.contains("atom.global.add") && l.contains(&on(shard::CLAIMED)));
+    assert_eq!(claims.count(), 2, "{ptx}");
+    let tickets = ptx
+        .lines()
+        .filter(|l| l.contains("atom.global.add") && l.contains(&on(shard::LEN_OR_HEAD)));
+    assert_eq!(tickets.count(), 2, "{ptx}");
+    let back =
+        ptx.lines().filter(|l| l.contains("red.global.add") && l.contains(&on(shard::CLAIMED)));
+    assert_eq!(back.count(), 2, "{ptx}");
+    assert_eq!(ptx.matches("bar.warp.sync").count(), 2, "{ptx}");
+    let seq = geometry.seq_offset(0, 0) - geometry.shard_offset(0);
+    assert_eq!(ptx.matches("st.release.gpu.global.u64 [").count(), 2, "{ptx}");
+    assert!(ptx.contains(&format!("+{seq}], ")), "the sequence words' array: {ptx}");
     // A map that does not start 16-byte aligned gets single words.
     let maps = [DeviceMap { addr: 0x7f00_0000_0008, geometry, live: false, spread: 0 }];
     let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &maps);

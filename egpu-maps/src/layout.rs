@@ -27,9 +27,9 @@
 //! A ring shard keeps its records and their sequence words in two arrays: the shard header,
 //! then `capacity` records ([`Geometry::slot_offset`]), then `capacity` 8-byte sequence words
 //! ([`Geometry::seq_offset`]). Consecutive tickets' records are then contiguous, so a GPU warp
-//! writes 32 of them as whole 32-byte sectors. Device producers write no sequence words at all:
-//! the host publishes their records after the kernel
-//! ([`RawMap::commit_written_records`](crate::RawMap::commit_written_records)).
+//! writes 32 of them as whole 32-byte sectors. Device producers claim room in
+//! [`shard::CLAIMED`] before they take tickets, and publish each record by its sequence word as
+//! host producers do (see the `ring` module's documentation).
 
 use egpu_ebpf::MapKind;
 
@@ -92,6 +92,9 @@ pub mod shard {
     pub const LEN_OR_HEAD: usize = 0;
     /// Hash: inserts refused because the shard was full. Ring: records dropped on a full ring.
     pub const REFUSED: usize = 8;
+    /// Ring written on the GPU: records device producers claimed room for (taken back by a
+    /// claim that found the ring full); a claim succeeds while it ends within `TAIL + capacity`.
+    pub const CLAIMED: usize = 16;
     /// Ring: the next ticket the consumer reads.
     pub const TAIL: usize = 64;
     /// Ring: reserved records whose producer died before committing, skipped by the consumer.

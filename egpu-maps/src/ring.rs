@@ -22,13 +22,23 @@
 //! its ticket, records never straddle the end of the ring, and no length word has to be written
 //! before the record it describes.
 //!
-//! - **Device producers** (egpu-device) write a ring only while nobody consumes it (a ring in
-//!   GPU memory, read after the kernel): they take tickets by one atomic add on `head` per group
-//!   of lanes, drop and count the tickets at or past `tail + capacity` and bring `head` back to
-//!   that limit, and write the records only, never a sequence word. Once the shard's bytes are
-//!   back in a host map, [`Ring::commit_written`] marks every record in `[tail, head)` whose
-//!   slot is still free for its lap committed, with [`DEVICE_OWNER`] as its owner, and the
-//!   consumer reads them as any others.
+//! - **Device producers** (translated probes on the GPU) work in groups (a warp's active lanes):
+//!   the group's leader reads `tail`, then claims room for the group's `n` records by adding `n`
+//!   to the shard's [`CLAIMED`](shard::CLAIMED) word. A claim that ends past `tail + capacity`
+//!   is taken back (`CLAIMED` less `n`) and the records are dropped and counted; otherwise the
+//!   leader takes `n` consecutive tickets by adding `n` to `head`. Every claim that succeeded
+//!   ended within `tail + capacity` after all the claims before it, so every ticket handed out
+//!   is below `tail + capacity`: its slot's previous record was consumed, whoever consumes at
+//!   the same time. The lanes write their records; after a warp barrier, the leader stores the
+//!   sequence word of the group's first slot, with release ordering: committed, in the first
+//!   ticket's lap, with the group's size in the owner field. The other slots' sequence words
+//!   are not written.
+//! - **Reading what the device wrote.** A ring in GPU memory is read after the kernel:
+//!   once the shard's bytes are back in a host map, [`Ring::commit_written`] marks every record
+//!   in `[tail, head)` whose slot is still free for its lap committed, with [`DEVICE_OWNER`] as
+//!   its owner, and the consumer reads them as any others. A ring's device part under the
+//!   preloaded library is drained while kernels run, a group at a time
+//!   ([`crate::merge`]).
 
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
@@ -208,12 +218,13 @@ impl<'a> Ring<'a> {
         }
     }
 
-    /// Publishes the records device producers wrote without sequence words: every ticket `t`
-    /// from `tail` up to `head` (at most `tail + capacity`) whose slot is free for lap
-    /// `t / capacity` becomes committed for that lap, owned by [`DEVICE_OWNER`]. Slots a host
-    /// producer reserved, committed or discarded, and slots already committed, are left alone,
-    /// so this can be called again. First brings `head` back to `tail + capacity` if it is past
-    /// it. Returns the records committed.
+    /// Publishes the records device producers wrote (which have a sequence word only at each
+    /// group's first slot): every ticket `t` from `tail` up to `head` (at most
+    /// `tail + capacity`) whose slot is free for lap `t / capacity` becomes committed for that
+    /// lap, owned by [`DEVICE_OWNER`]. Slots a host producer reserved, committed or discarded,
+    /// and slots already committed (a group's first), are left alone, so this can be called
+    /// again. First brings `head` back to `tail + capacity` if it is past it. Returns the
+    /// records committed.
     pub(crate) fn commit_written(&self) -> u64 {
         let tail = self.counter(shard::TAIL).load(Acquire);
         let limit = tail.saturating_add(u64::from(self.g.capacity));

@@ -187,9 +187,10 @@ fn map_word(raw: &RawMap, off: usize) -> &AtomicU64 {
     unsafe { AtomicU64::from_ptr(base.as_ptr().add(off).cast()) }
 }
 
-/// Writes `records` into ring `shard` as device producers do (in GPU memory, before the shard
-/// is copied back): tickets taken by adding to `head`, the ones at or past `tail + capacity`
-/// dropped and counted, with `head` brought back to that limit, and the records written at
+/// Writes `records` into ring `shard` as records reach a host map from the GPU without their
+/// sequence words (a device group publishes its first slot only): tickets taken by adding to
+/// `head`, the ones at or past `tail + capacity` dropped and counted, with `head` brought back
+/// to that limit (which `commit_written_records` also repairs), and the records written at
 /// their slots, every word of them, with no sequence word.
 fn device_output(raw: &RawMap, shard: u32, records: &[Vec<u64>]) {
     let g = *raw.geometry();

@@ -20,14 +20,20 @@
 //!   says is settled (no device writer left). Inserts under way are left for a later merge; an
 //!   entry the device removed is removed from the map. Its value words then add as above.
 //! - The device's refused inserts add to the map shard's count of refused inserts.
-//!
-//! Ring buffers have no device part yet: their records would need the producers' commits.
+//! - **Rings are drained.** The records device producers published in a ring's part (a group of
+//!   records at a time: see the `ring` module) are copied into the map's ring of the same
+//!   shard, as a host producer writes it, in ticket order, a group once its sequence word has
+//!   been seen committed in two snapshots in a row (its records were then written before the
+//!   second copy began), or in a settled one. The caller then writes the new `tail` of each
+//!   shard back into the part ([`DevicePart::tails`]), which gives the producers the room; a
+//!   snapshot taken after that write never shows a record that was drained. Records the map's
+//!   ring has no room for are dropped and counted there; the device's drops add to its count.
 
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::hash_table::{live, state_of, tag_of};
-use crate::layout::{Geometry, HEADER_BYTES, hash_state as st, header, pad8, shard};
+use crate::layout::{Geometry, HEADER_BYTES, hash_state as st, header, pad8, ring_state, shard};
 use crate::region::current_pid;
 use crate::{MapError, MapKind, RawMap};
 
@@ -44,6 +50,8 @@ pub struct Merged {
     pub deferred: u64,
     /// Entries the map refused (it was full): their updates are lost.
     pub refused: u64,
+    /// Ring records copied into the map's ring (or dropped there, the ring being full).
+    pub records: u64,
 }
 
 /// The host's side of a map's device part: what it merged last, and the last snapshot.
@@ -58,6 +66,8 @@ pub struct DevicePart {
     applied: Vec<u8>,
     /// The last snapshot, for entries seen twice.
     seen: Vec<u8>,
+    /// A ring's `tail` of each shard of the part as last handed out by [`DevicePart::tails`].
+    tails: Vec<u64>,
 }
 
 impl DevicePart {
@@ -65,7 +75,8 @@ impl DevicePart {
     pub fn new(geometry: &Geometry) -> Result<DevicePart, MapError> {
         let shards = match geometry.kind {
             MapKind::PerCpuArray | MapKind::PerCpuHash => geometry.cpu_shards..geometry.shards(),
-            MapKind::Array | MapKind::Hash => 0..1,
+            MapKind::RingBuf if geometry.sm_shards > 0 => geometry.cpu_shards..geometry.shards(),
+            MapKind::Array | MapKind::Hash | MapKind::RingBuf => 0..1,
             kind => return Err(MapError::Unsupported { op: "a device part", kind }),
         };
         if shards.is_empty() {
@@ -80,6 +91,7 @@ impl DevicePart {
             copies: 0,
             applied: empty.clone(),
             seen: empty,
+            tails: vec![0; shards.len()],
         })
     }
 
@@ -160,6 +172,7 @@ impl DevicePart {
                 MapKind::Hash | MapKind::PerCpuHash => {
                     self.merge_table(s, snapshot, map, settled, &mut merged);
                 }
+                MapKind::RingBuf => self.drain(s, snapshot, map, settled, &mut merged),
                 _ => {
                     for i in 0..g.capacity {
                         let at = g.slot_offset(s, i);
@@ -295,6 +308,69 @@ impl DevicePart {
             let value = slot + g.value_offset as usize;
             self.add_words(value, value_len, snapshot, map, table.value_offset(j), merged);
         }
+    }
+}
+
+impl DevicePart {
+    /// Drains ring shard `s` of the part into the map's ring `s`: the groups published from the
+    /// drained `tail` on, in ticket order, up to the first that is not (yet) to be taken.
+    fn drain(&mut self, s: u32, snapshot: &[u8], map: &RawMap, settled: bool, m: &mut Merged) {
+        let g = self.geometry;
+        let header = g.shard_offset(s);
+        let refused = header + shard::REFUSED;
+        self.add_words(refused, 8, snapshot, map, refused, &mut Merged::default());
+        let base = self.range.start;
+        let tail_at = header + shard::TAIL - base;
+        let (mut tail, head) = (word(&self.applied, tail_at), word(snapshot, header - base));
+        let capacity = u64::from(g.capacity);
+        let ring = map.ring(s);
+        let size = g.value_size as usize;
+        // At most a lap per merge: a slot's sequence word holds one lap.
+        let stop = head.min(tail.saturating_add(capacity));
+        while tail < stop {
+            let (slot, lap) = ((tail % capacity) as u32, tail / capacity);
+            let at = g.seq_offset(s, slot) - base;
+            let seq = word(snapshot, at);
+            let group = seq & ring_state::OWNER_MASK;
+            let published = seq >> 32 == lap
+                && (seq >> ring_state::SHIFT) & 3 == ring_state::COMMITTED
+                && group > 0
+                && group <= stop - tail;
+            if !published || !(settled || word(&self.seen, at) == seq) {
+                m.deferred += 1;
+                break;
+            }
+            for t in tail..tail + group {
+                let from = g.slot_offset(s, (t % capacity) as u32) - base;
+                if let Some(ticket) = ring.reserve() {
+                    ring.write(ticket, &snapshot[from..from + size]);
+                    ring.commit(ticket);
+                }
+                m.records += 1;
+            }
+            tail += group;
+        }
+        self.applied[tail_at..tail_at + 8].copy_from_slice(&tail.to_le_bytes());
+    }
+
+    /// For a ring: the `tail` of each shard of the part that moved since the last call, to be
+    /// written into the part on the GPU (8 bytes at the offset given, from the map's start)
+    /// before the next snapshot is taken, so that producers reuse the slots drained. Empty for
+    /// the other kinds.
+    pub fn tails(&mut self) -> Vec<(usize, u64)> {
+        if self.geometry.kind != MapKind::RingBuf {
+            return Vec::new();
+        }
+        let mut moved = Vec::new();
+        for (i, s) in self.shards().enumerate() {
+            let at = self.geometry.shard_offset(s) + shard::TAIL;
+            let tail = word(&self.applied, at - self.range.start);
+            if tail != self.tails[i] {
+                self.tails[i] = tail;
+                moved.push((at, tail));
+            }
+        }
+        moved
     }
 }
 

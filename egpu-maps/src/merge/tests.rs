@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use super::{DevicePart, Merged};
 use crate::layout::Geometry;
-use crate::{MapError, MapKind, Placement, RawMap};
+use crate::{MapKind, Placement, RawMap};
 
 fn map(kind: MapKind, key: u32, value: u32, capacity: u32, cpu: u32, sm: u32) -> RawMap {
     let g = Geometry::new(kind, key, value, capacity, cpu, sm).expect("a geometry");
@@ -60,8 +60,9 @@ fn a_part_starts_empty_and_covers_the_device_shards() {
         plain.geometry().shard_offset(0)..plain.geometry().total_bytes as usize
     );
 
-    let ring = map(MapKind::RingBuf, 0, 16, 64, 1, 0);
-    assert!(matches!(DevicePart::new(ring.geometry()), Err(MapError::Unsupported { .. })));
+    let ring = map(MapKind::RingBuf, 0, 16, 64, 2, 3);
+    let part = DevicePart::new(ring.geometry()).expect("a part");
+    assert_eq!(part.range(), ring.geometry().shard_offset(2)..ring.geometry().total_bytes as usize);
     let host_only = map(MapKind::PerCpuArray, 4, 8, 16, 2, 0);
     assert!(DevicePart::new(host_only.geometry()).is_err());
 }
@@ -288,4 +289,169 @@ fn spread_values_sum_the_copies() {
     assert!(DevicePart::spread(&ga, 3).is_err(), "a power of two");
     let per_cpu = map(MapKind::PerCpuHash, 8, 8, 16, 1, 2);
     assert!(DevicePart::spread(per_cpu.geometry(), 4).is_err(), "already per SM");
+}
+
+/// A group of records into ring `s` of `device`, as translated probes write one (see the `ring`
+/// module): `tail` read, room claimed (taken back, and the records counted as dropped, when the
+/// claim ends past `tail + capacity`), tickets taken, records written, then the sequence word of
+/// the group's first slot (release). Whether the group was written.
+fn device_output(device: &RawMap, s: u32, records: &[[u64; 3]]) -> bool {
+    use crate::layout::{ring_state as rs, shard};
+    use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+    let g = *device.geometry();
+    let counter = |off: usize| device.region().word(g.shard_offset(s) + off);
+    let (n, capacity) = (records.len() as u64, u64::from(g.capacity));
+    let tail = counter(shard::TAIL).load(Acquire);
+    let claimed = counter(shard::CLAIMED).fetch_add(n, AcqRel);
+    if claimed + n > tail + capacity {
+        counter(shard::CLAIMED).fetch_sub(n, AcqRel);
+        counter(shard::REFUSED).fetch_add(n, Relaxed);
+        return false;
+    }
+    let first = counter(shard::LEN_OR_HEAD).fetch_add(n, AcqRel);
+    for (t, record) in (first..).zip(records) {
+        let at = g.slot_offset(s, (t % capacity) as u32);
+        for (w, &v) in record.iter().enumerate() {
+            device.region().word(at + 8 * w).store(v, Relaxed);
+        }
+    }
+    let seq = (first / capacity) << 32 | rs::COMMITTED << rs::SHIFT | n;
+    device.region().word(g.seq_offset(s, (first % capacity) as u32)).store(seq, Release);
+    true
+}
+
+/// Writes the part's moved `tail`s into the device's ring, as the preloaded library does.
+fn write_tails(part: &mut DevicePart, device: &RawMap) {
+    for (at, tail) in part.tails() {
+        device.region().word(at).store(tail, std::sync::atomic::Ordering::Release);
+    }
+}
+
+/// A ring's groups are drained once seen published twice (or at once when settled), in ticket
+/// order, into the map's ring of the same shard; the `tail` handed back makes room on the
+/// device; the device's drops, and the map ring's, are counted in the map.
+#[test]
+fn ring_groups_are_drained_once_seen_twice() {
+    use crate::RingBuf;
+    let target = map(MapKind::RingBuf, 0, 24, 4, 0, 2);
+    let device = map(MapKind::RingBuf, 0, 24, 4, 0, 2);
+    let mut part = DevicePart::new(target.geometry()).expect("a part");
+    let ring: RingBuf<[u64; 3]> = RingBuf::from_raw(target.clone()).expect("a ring");
+    let mut consumer = ring.consumer().expect("the consumer");
+    assert!(device_output(&device, 1, &[[1, 1, 1], [2, 2, 2], [3, 3, 3]]));
+    let first = part.merge(&snapshot(&part, &device), &target, false).expect("merged");
+    assert_eq!((first.records, first.deferred), (0, 1), "seen once: not yet");
+    assert_eq!(consumer.poll(), None);
+    assert!(part.tails().is_empty(), "nothing drained: no tail moved");
+    // The ring is full for a group of two until the tail moves.
+    assert!(!device_output(&device, 1, &[[4, 4, 4], [5, 5, 5]]));
+    let second = part.merge(&snapshot(&part, &device), &target, false).expect("merged");
+    assert_eq!(second.records, 3);
+    let got: Vec<[u64; 3]> = consumer.drain().collect();
+    assert_eq!(got, [[1, 1, 1], [2, 2, 2], [3, 3, 3]]);
+    let g = *target.geometry();
+    let tails = part.tails();
+    assert_eq!(tails, [(g.shard_offset(1) + crate::layout::shard::TAIL, 3)]);
+    assert!(part.tails().is_empty(), "handed out once");
+    // Without the tail written back the ring stays full; with it, the group wraps around.
+    assert!(!device_output(&device, 1, &[[4, 4, 4], [5, 5, 5]]));
+    device.region().word(tails[0].0).store(tails[0].1, Relaxed);
+    assert!(device_output(&device, 1, &[[4, 4, 4], [5, 5, 5]]));
+    assert!(device_output(&device, 0, &[[9, 9, 9]]));
+    let settled = part.merge(&snapshot(&part, &device), &target, true).expect("merged");
+    assert_eq!(settled.records, 3);
+    let mut got: Vec<[u64; 3]> = consumer.drain().collect();
+    got.sort_unstable();
+    assert_eq!(got, [[4, 4, 4], [5, 5, 5], [9, 9, 9]]);
+    assert_eq!(ring.drops(), 4, "the device's two refused groups");
+    // A merge of the same snapshot again drains nothing more.
+    let again = part.merge(&snapshot(&part, &device), &target, true).expect("merged");
+    assert_eq!(again.records, 0);
+}
+
+/// The yardstick for rings: device producers write groups into a small ring while a merger
+/// drains snapshots and writes the tails back, and a consumer reads the map's ring, all at once.
+/// A producer whose group was dropped (counted) writes it again. Every record written arrives
+/// whole and once, each producer's in order, unless the map's ring dropped it (counted).
+#[test]
+fn concurrent_device_producers_drain_exactly() {
+    use crate::RingBuf;
+    const PRODUCERS: u64 = 4;
+    const GROUPS: u64 = 500;
+    const CHECK: u64 = 0x5eed_0f1e_55aa;
+    let target = map(MapKind::RingBuf, 0, 24, 64, 1, 0);
+    let device = Arc::new(map(MapKind::RingBuf, 0, 24, 64, 1, 0));
+    let mut part = DevicePart::new(device.geometry()).expect("a part");
+    let done = Arc::new(AtomicU64::new(0));
+    let (written, refused) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    let producers: Vec<_> = (0..PRODUCERS)
+        .map(|p| {
+            let (device, done) = (Arc::clone(&device), Arc::clone(&done));
+            let (written, refused) = (Arc::clone(&written), Arc::clone(&refused));
+            std::thread::spawn(move || {
+                let mut i = 0;
+                for group in 0..GROUPS {
+                    let n = 1 + (group + p) % 5;
+                    let records: Vec<[u64; 3]> =
+                        (i..i + n).map(|i| [p, i, p ^ i ^ CHECK]).collect();
+                    while !device_output(&device, 0, &records) {
+                        refused.fetch_add(n, Relaxed);
+                        std::thread::yield_now();
+                    }
+                    written.fetch_add(n, Relaxed);
+                    i += n;
+                }
+                done.fetch_add(1, Relaxed);
+            })
+        })
+        .collect();
+    let ring: RingBuf<[u64; 3]> = RingBuf::from_raw(target.clone()).expect("a ring");
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopped = Arc::clone(&stop);
+    let consumer_map = target.clone();
+    let consumer = std::thread::spawn(move || {
+        let ring: RingBuf<[u64; 3]> = RingBuf::from_raw(consumer_map).expect("a ring");
+        let mut consumer = ring.consumer().expect("the consumer");
+        let mut received = Vec::new();
+        loop {
+            let last = stopped.load(Relaxed);
+            received.extend(consumer.drain());
+            if last {
+                return received;
+            }
+            std::thread::yield_now();
+        }
+    });
+    let (mut drained, mut merges) = (0, 0);
+    while done.load(Relaxed) < PRODUCERS {
+        drained += part.merge(&snapshot(&part, &device), &target, false).expect("merged").records;
+        write_tails(&mut part, &device);
+        merges += 1;
+    }
+    producers.into_iter().for_each(|p| p.join().expect("a producer"));
+    drained += part.merge(&snapshot(&part, &device), &target, true).expect("merged").records;
+    stop.store(true, Relaxed);
+    let received = consumer.join().expect("the consumer");
+    let mut next = [0u64; PRODUCERS as usize];
+    for &[p, i, check] in &received {
+        assert_eq!(check, p ^ i ^ CHECK, "a whole record");
+        assert!(i >= next[p as usize], "producer {p}: {i} after {}", next[p as usize]);
+        next[p as usize] = i + 1;
+    }
+    let (written, refused) = (written.load(Relaxed), refused.load(Relaxed));
+    assert_eq!(drained, written, "every record written was drained");
+    assert_eq!(device_drops(&device), refused, "the device counted its drops");
+    let host_drops = ring.drops() - refused;
+    assert_eq!(received.len() as u64 + host_drops, written, "received, or dropped by the map");
+    assert!(!received.is_empty());
+    eprintln!(
+        "{} of {written} records received in {merges} merges; the device refused {refused}, \
+         the map {host_drops}",
+        received.len()
+    );
+}
+
+fn device_drops(device: &RawMap) -> u64 {
+    let at = device.geometry().shard_offset(0) + crate::layout::shard::REFUSED;
+    device.region().word(at).load(Relaxed)
 }

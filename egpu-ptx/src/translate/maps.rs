@@ -26,7 +26,8 @@ use egpu_ebpf::helpers::id as helper_id;
 use egpu_ebpf::verifier::{Access, Verified};
 use egpu_ebpf::{CallTarget, Instruction, MapKind, Reg};
 use egpu_maps::layout::{
-    DEVICE_OWNER, HASH_MULTIPLIER, HASH_SEED, SHARD_HEADER_BYTES, hash_state as hs, shard,
+    DEVICE_OWNER, HASH_MULTIPLIER, HASH_SEED, SHARD_HEADER_BYTES, hash_state as hs, ring_state,
+    shard,
 };
 
 use super::emit::Emitter;
@@ -543,12 +544,18 @@ impl Emitter<'_> {
     }
 
     /// `bpf_ringbuf_output(ring, data, size, flags)`: one fixed-size record (the data, zero-padded)
-    /// into the ring's shard of this SM (or its only shard). Tickets are taken by one atomic add
-    /// per warp (its lanes all write the same shard); a ticket beyond the consumer's tail plus the
-    /// capacity is dropped and counted (`-EAGAIN`), never waited for, and `head` is brought back
-    /// to that limit, so the ring stays consistent for its host side. Only the record is written;
-    /// the host commits the records in `[tail, head)` when it reads the ring after the kernel.
-    /// 0, or `-E2BIG` when `size` exceeds the record size.
+    /// into the ring's shard of this SM (or its only shard). A group of lanes (a warp's active
+    /// lanes, which all write the same shard; a lane alone before `sm_70`) claims room for its
+    /// records by one atomic add on the shard's `CLAIMED`, which succeeds when it ends within
+    /// the consumer's `tail` plus the capacity (`tail` read first: an older `tail` only refuses
+    /// more), and is taken back otherwise: the group's records are dropped and counted
+    /// (`-EAGAIN`), never waited for. A claim that succeeded takes the group's tickets by one
+    /// atomic add on `head`; their slots were consumed, so the ring stays sound while a consumer
+    /// reads it at the same time. The group's first lane then publishes the group's records by
+    /// one sequence word at the first ticket's slot, stored with release ordering after the
+    /// lanes' records: committed, in the first ticket's lap, with the group's size as its owner
+    /// field (see `egpu_maps::merge` for the reader). 0, or `-E2BIG` when `size` exceeds the
+    /// record size.
     pub(super) fn ring_output(&mut self, pc: usize) -> Result<(), TranslateError> {
         let facts = self.verified.call(pc).copied();
         let m = facts.and_then(|f| f.map);
@@ -558,9 +565,8 @@ impl Emitter<'_> {
             return self.unsupported(pc, helper_id::RINGBUF_OUTPUT);
         }
         if map.live {
-            // Producers on the GPU take tickets by atomic adds, which is sound while nobody
-            // consumes (a ring in GPU memory, read after the kernel); with a consumer running at
-            // the same time, a full ring could hand a ticket out twice.
+            // The consumer of a ring in mapped host memory frees slots by its own protocol,
+            // which device producers do not follow yet.
             return Err(TranslateError::MapUse {
                 pc,
                 name: self.map_name(m.unwrap_or(0)),
@@ -576,11 +582,11 @@ impl Emitter<'_> {
         let args = facts.map(|f| f.args).unwrap_or_default();
         let ring = self.local_label('R', pc);
         let (r0, r3) = (self.reg(Reg::R0), self.reg(Reg::R3));
-        let [t0, t1, t2, _, t4, _, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.tmp64(i));
+        let [t0, t1, t2, t3, t4, _, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.tmp64(i));
         let [w0, w1, w2, w3, w4, w5, w6] = [0, 1, 2, 3, 4, 5, 6].map(|i| self.tmp32(i));
-        let q0 = self.pred(0);
+        let [q0, q1, q2] = [0, 1, 2].map(|i| self.pred(i));
         let l = |what: &str| format!("{ring}_{what}");
-        let (drop, done) = (l("drop"), l("done"));
+        let (drop, committed, done) = (l("drop"), l("committed"), l("done"));
         self.line(format!("mov.b64 {r0}, -7;"));
         self.line(format!("setp.gt.u64 {q0}, {r3}, {};", g.value_size));
         self.line(format!("@{q0} bra {done};"));
@@ -600,46 +606,59 @@ impl Emitter<'_> {
             self.line(format!("and.b64 {k}, {k}, {t2};"));
         }
         self.shard_base(pc, m.unwrap_or(0), map, &t7, Some(&t6))?;
-        let head = shard::LEN_OR_HEAD;
-        if self.options.sm >= 70 {
-            // One ticket add per warp.
-            self.line(format!("activemask.b32 {w0};"));
+        let (head, tail, claimed) = (shard::LEN_OR_HEAD, shard::TAIL, shard::CLAIMED);
+        let warp = self.options.sm >= 70;
+        // The group: its lanes `w1`, its size `w2`, this lane's rank in it `w3`, its leader `q0`.
+        if warp {
             // Every lane of a warp writes the same shard: the ring's only one, or its SM's (a
             // warp never spans SMs), so the group is the active lanes.
-            self.line(format!("mov.b32 {w1}, {w0};"));
+            self.line(format!("activemask.b32 {w1};"));
             self.line(format!("popc.b32 {w2}, {w1};"));
             self.line(format!("mov.u32 {w3}, %lanemask_lt;"));
             self.line(format!("and.b32 {w3}, {w3}, {w1};"));
             self.line(format!("popc.b32 {w3}, {w3};"));
+        } else {
+            self.line(format!("mov.b32 {w2}, 1;"));
+            self.line(format!("mov.b32 {w3}, 0;"));
+        }
+        self.line(format!("setp.eq.u32 {q0}, {w3}, 0;"));
+        // The leader claims: `tail` first, then the claim; over the limit, it takes the claim
+        // back and counts the drops, and the group's ticket is all ones.
+        self.line(format!("cvt.u64.u32 {t0}, {w2};"));
+        let fresh = if warp { "ld.relaxed.gpu" } else { "ld.volatile" };
+        self.line(format!("@{q0} {fresh}.global.u64 {t1}, [{t6}+{tail}];"));
+        self.line(format!("@{q0} atom.global.add.u64 {t2}, [{t6}+{claimed}], {t0};"));
+        self.line(format!("add.s64 {t1}, {t1}, {};", g.capacity));
+        self.line(format!("add.s64 {t2}, {t2}, {t0};"));
+        self.line(format!("setp.gt.u64 {q1}, {t2}, {t1};"));
+        self.line(format!("and.pred {q2}, {q0}, {q1};"));
+        self.line(format!("not.pred {q1}, {q1};"));
+        self.line(format!("and.pred {q1}, {q1}, {q0};"));
+        self.line(format!("neg.s64 {t4}, {t0};"));
+        self.line(format!("@{q2} red.global.add.u64 [{t6}+{claimed}], {t4};"));
+        self.line(format!("@{q2} red.global.add.u64 [{t6}+{}], {t0};", shard::REFUSED));
+        self.line(format!("@{q2} mov.b64 {t0}, -1;"));
+        self.line(format!("@{q1} atom.global.add.u64 {t0}, [{t6}+{head}], {t0};"));
+        if warp {
+            // The leader's ticket to the group: its lane is the lowest active one.
             self.line(format!("neg.s32 {w4}, {w1};"));
             self.line(format!("and.b32 {w4}, {w4}, {w1};"));
-            self.line(format!("mov.u32 {w5}, %lanemask_eq;"));
-            self.line(format!("setp.eq.u32 {q0}, {w4}, {w5};"));
-            self.line(format!("cvt.u64.u32 {t0}, {w2};"));
-            self.line(format!("@{q0} atom.global.add.u64 {t0}, [{t6}+{head}], {t0};"));
             self.line(format!("sub.u32 {w4}, {w4}, 1;"));
             self.line(format!("popc.b32 {w4}, {w4};"));
             self.line(format!("mov.b64 {{{w5}, {w6}}}, {t0};"));
             self.line(format!("shfl.sync.idx.b32 {w5}, {w5}, {w4}, 31, {w1};"));
             self.line(format!("shfl.sync.idx.b32 {w6}, {w6}, {w4}, 31, {w1};"));
             self.line(format!("mov.b64 {t0}, {{{w5}, {w6}}};"));
-            self.line(format!("cvt.u64.u32 {t1}, {w3};"));
-            self.line(format!("add.s64 {t0}, {t0}, {t1};"));
-        } else {
-            self.line(format!("atom.global.add.u64 {t0}, [{t6}+{head}], 1;"));
         }
-        // The limit: the consumer's tail, plus the capacity.
-        self.line(format!("ld.global.u64 {t1}, [{t6}+{}];", shard::TAIL));
-        self.line(format!("add.s64 {t1}, {t1}, {};", g.capacity));
-        self.line(format!("setp.ge.u64 {q0}, {t0}, {t1};"));
-        self.line(format!("@{q0} bra {drop};"));
+        self.line(format!("setp.eq.s64 {q2}, {t0}, -1;"));
+        self.line(format!("@{q2} bra {drop};"));
+        self.line(format!("cvt.u64.u32 {t1}, {w3};"));
+        self.line(format!("add.s64 {t0}, {t0}, {t1};"));
         self.line(format!("rem.u64 {t2}, {t0}, {};", g.capacity));
         self.line(format!("mul.lo.u64 {t4}, {t2}, {};", g.slot_stride));
         self.line(format!("add.s64 {t4}, {t4}, {t7};"));
-        // The record only: its slot's sequence word is written by the host when it reads the
-        // ring after the kernel (egpu_maps::RawMap::commit_written_records). A warp's records
-        // are consecutive, so its stores fill whole sectors; in pairs of words when every
-        // record starts 16-byte aligned.
+        // The record. A group's records are consecutive, so its stores fill whole sectors; in
+        // pairs of words when every record starts 16-byte aligned.
         let mut words = words;
         words.extend((words.len() as u32..g.value_size.div_ceil(8)).map(|_| "0".to_string()));
         let records = map.addr.wrapping_add(g.slot_offset(0, 0) as u64);
@@ -656,11 +675,30 @@ impl Emitter<'_> {
                 w += 1;
             }
         }
+        // The group's sequence word, by its leader (whose ticket is the group's first), after
+        // every lane's record: the warp barrier orders the lanes' stores before the leader's
+        // release.
+        if warp {
+            self.line(format!("bar.warp.sync {w1};"));
+        }
+        self.line(format!("@!{q0} bra {committed};"));
+        self.line(format!("div.u64 {t1}, {t0}, {};", g.capacity));
+        self.line(format!("shl.b64 {t1}, {t1}, 32;"));
+        self.line(format!("or.b64 {t1}, {t1}, {};", ring_state::COMMITTED << ring_state::SHIFT));
+        self.line(format!("cvt.u64.u32 {t3}, {w2};"));
+        self.line(format!("or.b64 {t1}, {t1}, {t3};"));
+        let seq = g.seq_offset(0, 0) - g.shard_offset(0);
+        self.line(format!("mad.lo.u64 {t3}, {t2}, 8, {t6};"));
+        if warp {
+            self.line(format!("st.release.gpu.global.u64 [{t3}+{seq}], {t1};"));
+        } else {
+            self.line("membar.gl;");
+            self.line(format!("st.volatile.global.u64 [{t3}+{seq}], {t1};"));
+        }
+        self.place(&committed);
         self.line(format!("mov.b64 {r0}, 0;"));
         self.line(format!("bra {done};"));
         self.place(&drop);
-        self.line(format!("red.global.add.u64 [{t6}+{}], 1;", shard::REFUSED));
-        self.line(format!("red.global.min.u64 [{t6}+{head}], {t1};"));
         self.line(format!("mov.b64 {r0}, -11;"));
         self.place(&done);
         Ok(())
