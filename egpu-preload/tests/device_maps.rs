@@ -13,7 +13,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use egpu::ebpf::KernelCtx;
-use egpu::maps::{Array, RawMap};
+use egpu::maps::{Array, RawMap, RingBuf};
 use support::{build, preload_library};
 
 /// Threads started, counted on the device (element 0).
@@ -23,6 +23,16 @@ static COUNTS: Array<u64> = Array::with_len(4);
 #[egpu::probe(device::kernel_entry)]
 fn entered(_ctx: &KernelCtx) {
     COUNTS.fetch_add(0, 1);
+}
+
+/// Records of the ring probe: the launch and the writer, then the writer's count of records.
+static EVENTS: RingBuf<[u64; 2]> = RingBuf::with_capacity(512);
+
+/// The ring pack's one probe: what the stand-in driver's writers emulate for a ring of records
+/// of two `u64`.
+#[egpu::probe(device::kernel_entry)]
+fn traced(ctx: &KernelCtx) {
+    EVENTS.output(&[ctx.kernel_id, 0]);
 }
 
 /// Writers per "launch", and adds each makes.
@@ -41,13 +51,23 @@ fn pack(dir: &Path) -> PathBuf {
 /// The launcher in `merge` mode under the library, with the merger's period and the "kernel"'s
 /// length given.
 fn start(dir: &Path, merge_ms: &str, kernel_ms: &str) -> (Child, BufReader<ChildStdout>, u32) {
+    start_with(dir, &pack(dir), merge_ms, kernel_ms)
+}
+
+/// [`start`] with the pack at `pack`.
+fn start_with(
+    dir: &Path,
+    pack: &Path,
+    merge_ms: &str,
+    kernel_ms: &str,
+) -> (Child, BufReader<ChildStdout>, u32) {
     let ptx = dir.join("saxpy.ptx");
     std::fs::write(&ptx, include_str!("../../tests/ptx/saxpy.ptx")).expect("a module file");
     let mut child = Command::new(dir.join("launcher"))
         .args(["merge".as_ref(), ptx.as_os_str()])
         .env("LD_PRELOAD", preload_library())
         .env("LD_LIBRARY_PATH", dir)
-        .env("EGPU_PROBES", pack(dir))
+        .env("EGPU_PROBES", pack)
         .env("EGPU_SUMMARY", dir.join(format!("summary-{merge_ms}")))
         .env("EGPU_MERGE_MS", merge_ms)
         .env("FAKE_DEVICE_WRITERS", WRITERS.to_string())
@@ -222,4 +242,66 @@ fn contexts(dir: &Path, extra: Option<&str>) -> String {
         .find(|e| e.file_name().to_string_lossy().starts_with("summary-contexts."))
         .map(|e| std::fs::read_to_string(e.path()).expect("the summary"))
         .expect("a summary")
+}
+
+/// A ring written on the "device" while a consumer in another process (this one) reads the
+/// ring in shared memory: the records are drained into it while the "kernel" runs (the ring on
+/// the device is far smaller than what the writers write, so only the tails written back give
+/// them room), each arrives whole and once, each writer's in order, and what did not arrive was
+/// counted as dropped, exactly, after the exit's settled merge.
+#[test]
+fn a_ring_written_on_the_device_is_drained_while_kernels_run() {
+    let dir = build("merge-ring");
+    let mut pack = egpu::pack::Pack::new();
+    pack.add(traced::probe()).expect("the probe packs");
+    let path = dir.join("ring.pack");
+    std::fs::write(&path, pack.to_text()).expect("the pack file");
+    let (mut child, mut out, pid) = start_with(&dir, &path, "5", "1500");
+    let name = egpu::host::builtin::user_map_name(pid, "EVENTS");
+    let ring = RingBuf::<[u64; 2]>::from_raw(RawMap::open_shared(&name).expect("the ring"))
+        .expect("a ring of two u64");
+    let mut consumer = ring.consumer().expect("the consumer's role");
+    let mut received: Vec<[u64; 2]> = Vec::new();
+    let start = Instant::now();
+    while received.len() < 2048 && start.elapsed() < Duration::from_secs(10) {
+        received.extend(consumer.drain());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mid_kernel = received.len();
+    assert!(mid_kernel >= 2048, "more than the device ring holds, while the kernel runs");
+    child.stdin.as_mut().expect("its input").write_all(b"go\n").expect("a line");
+    assert_eq!(next_line(&mut out).trim(), "synced");
+    child.stdin.as_mut().expect("its input").write_all(b"go\n").expect("a line");
+    while child.try_wait().expect("the launcher").is_none() {
+        received.extend(consumer.drain());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    received.extend(consumer.drain());
+    assert!(child.wait().expect("the launcher").success());
+    // Each (launch, writer)'s records in order, each once.
+    let mut last = std::collections::HashMap::new();
+    for &[writer, count] in &received {
+        let launch = writer >> 32;
+        assert!((1..=2).contains(&launch) && (1..=WRITERS).contains(&(writer & 0xffff_ffff)));
+        if let Some(before) = last.insert(writer, count) {
+            assert!(count > before, "writer {writer:#x}: {count} after {before}");
+        }
+    }
+    let per_writer: u64 = (0..ADDS).map(|i| 1 + i % 3).sum();
+    let total = 2 * WRITERS * per_writer;
+    assert_eq!(received.len() as u64 + ring.drops(), total, "received and dropped: all");
+    let summary = std::fs::read_dir(&dir)
+        .expect("the directory")
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().starts_with("summary-5."))
+        .map(|e| std::fs::read_to_string(e.path()).expect("the summary"))
+        .expect("a summary");
+    assert!(summary.contains("device maps contexts 1 parts 1 spread 0 "), "{summary}");
+    assert!(summary.contains(" failed 0 "), "{summary}");
+    eprintln!(
+        "{mid_kernel} records mid-kernel; {} of {total}, {} dropped",
+        received.len(),
+        ring.drops()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -27,7 +27,7 @@ use std::time::Duration;
 use egpu::maps::RawMap;
 use egpu::maps::merge::{DevicePart, Merged};
 
-use crate::events::{ALLOC, CTX_SYNC, DTOH_ASYNC, HTOD, STREAM_SYNC};
+use crate::events::{ALLOC, CTX_SYNC, DTOH_ASYNC, HTOD, HTOD_ASYNC, STREAM_SYNC};
 use crate::real::Hook;
 use crate::{CuResult, Handle};
 
@@ -89,6 +89,7 @@ static MERGES: AtomicU64 = AtomicU64::new(0);
 static FAILED: AtomicU64 = AtomicU64::new(0);
 static PUBLISHED: AtomicU64 = AtomicU64::new(0);
 static REFUSED: AtomicU64 = AtomicU64::new(0);
+static DRAINED: AtomicU64 = AtomicU64::new(0);
 
 fn lock() -> MutexGuard<'static, Vec<Context>> {
     CONTEXTS.lock().unwrap_or_else(|p| p.into_inner())
@@ -355,6 +356,12 @@ fn merge_locked(contexts: &mut [Context], settled: bool, which: impl Fn(&Context
                     }
                 }
                 MERGES.fetch_add(1, Ordering::Relaxed);
+                if let Err(reason) = write_tails(c)
+                    && FAILED.fetch_add(1, Ordering::Relaxed) == 0
+                    && crate::log_enabled("maps")
+                {
+                    eprintln!("egpu: giving the device rings their room: {reason}");
+                }
             }
             Err(reason) => {
                 if FAILED.fetch_add(1, Ordering::Relaxed) == 0 && crate::log_enabled("maps") {
@@ -368,6 +375,41 @@ fn merge_locked(contexts: &mut [Context], settled: bool, which: impl Fn(&Context
 fn count(m: &Merged) {
     PUBLISHED.fetch_add(m.published, Ordering::Relaxed);
     REFUSED.fetch_add(m.refused, Ordering::Relaxed);
+    DRAINED.fetch_add(m.records, Ordering::Relaxed);
+}
+
+/// Writes the `tail`s the merge moved in the rings' parts back to the GPU, through the
+/// context's stream (so before its next snapshot), from the staging memory (which that snapshot
+/// overwrites only after these copies): the device producers' room.
+fn write_tails(c: &mut Context) -> Result<(), String> {
+    let mut moved = Vec::new();
+    for part in &mut c.parts {
+        let start = part.merge.range().start;
+        for (at, tail) in part.merge.tails() {
+            moved.push((part.device + at as u64, c.staging + part.staging + (at - start), tail));
+        }
+    }
+    if moved.is_empty() {
+        return Ok(());
+    }
+    let missing = |name: &str| format!("the driver lacks {name}");
+    let push = CTX_PUSH.get_or_ask().ok_or_else(|| missing("cuCtxPushCurrent"))?;
+    let pop = CTX_POP.get_or_ask().ok_or_else(|| missing("cuCtxPopCurrent"))?;
+    let copy = HTOD_ASYNC.get_or_ask().ok_or_else(|| missing("cuMemcpyHtoDAsync"))?;
+    // SAFETY: a context this process made parts in (the driver checks it still exists).
+    cu(unsafe { push(c.context as Handle) }, "cuCtxPushCurrent")?;
+    let written = moved.into_iter().try_for_each(|(device, staging, tail)| {
+        // SAFETY: `staging` is an 8-byte aligned word of the context's pinned staging memory
+        // (the part's snapshot of its ring header), only touched under the lock.
+        unsafe { (staging as *mut u64).write(tail.to_le()) };
+        // SAFETY: 8 bytes from pinned memory to the ring's `tail` word in the part.
+        let result = unsafe { copy(device, staging as *const c_void, 8, c.stream as Handle) };
+        cu(result, "cuMemcpyHtoDAsync")
+    });
+    let mut popped: Handle = std::ptr::null_mut();
+    // SAFETY: the context pushed above.
+    unsafe { pop(&mut popped) };
+    written
 }
 
 /// Copies every part of `c` into its staging memory, through its stream, and waits for the
@@ -414,11 +456,12 @@ pub(crate) fn summary() -> String {
     let spread = ours.iter().flat_map(|c| &c.parts).filter(|p| p.merge.copies() > 0).count();
     format!(
         "device maps contexts {} parts {parts} spread {spread} merges {} failed {} published {} \
-         refused {}\n",
+         refused {} drained {}\n",
         ours.len(),
         MERGES.load(Ordering::Relaxed),
         FAILED.load(Ordering::Relaxed),
         PUBLISHED.load(Ordering::Relaxed),
         REFUSED.load(Ordering::Relaxed),
+        DRAINED.load(Ordering::Relaxed),
     )
 }
