@@ -64,6 +64,10 @@ def parse_summaries(prefix):
                 for field in words[1:]:
                     key, _, value = field.partition("=")
                     observed[f"probes {key}"] += int(value)
+            elif words[:2] == ["device", "maps"]:
+                # `device maps contexts C parts P ... drained N`: pairs of a name and a count.
+                for key, value in zip(words[2::2], words[3::2]):
+                    observed[f"device {key}"] += int(value)
     return observed, pids
 
 
@@ -186,6 +190,17 @@ def run_program(name, command, egpu, work, compare, metrics=False, env=None, onl
     for key in sorted(observed):
         if key not in expected and not key.startswith("kernel "):
             print(f"  {key:<44} {'':>14} {observed[key]:>14}")
+    traced = sum(v for k, v in observed.items() if k.startswith("map TRACED "))
+    if traced:
+        # Every block the device probes traced reached the ring in shared memory, drained from
+        # the GPU while the program ran: one record each.
+        drained = observed.get("device drained", 0)
+        mark = "" if drained == traced else "   <-- differs"
+        print(f"  {'ring records drained (blocks traced)':<44} {traced:>14} {drained:>14}{mark}")
+        if drained != traced:
+            failures.append(f"{name}: {drained} ring records drained, {traced} blocks traced")
+    if observed.get("device failed", 0):
+        failures.append(f"{name}: {observed['device failed']} device-map merges failed")
     if compare:
         strip = lambda s: [l for l in s.splitlines() if not l.startswith(("egpu:", "  |"))]
         if compare(plain.stdout) != compare(out):
@@ -200,6 +215,8 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--probes", default=os.environ.get("EGPU_EXAMPLE_PROBES"),
                     help="the example probes (libprobes.so), to instrument Triton's kernel")
+    ap.add_argument("--trace-probes", default=os.environ.get("EGPU_TRACE_PROBES"),
+                    help="the block_trace example pack (libblock_trace.so): a ring on the GPU")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     egpu = os.path.abspath(args.egpu)
@@ -225,6 +242,8 @@ def main():
     programs.append(("triton", [python, os.path.join(HERE, "triton_add.py"), "7"], False))
     if args.probes:
         programs.append(("triton-probed", [python, os.path.join(HERE, "triton_add.py"), "7"], False))
+    if args.trace_probes:
+        programs.append(("triton-traced", [python, os.path.join(HERE, "triton_add.py"), "7"], False))
 
     # What the program computed and launched, which the library must not change.
     expected_kernel_lines = lambda s: [l for l in s.splitlines()
@@ -235,7 +254,7 @@ def main():
             continue
         compare = None if name == "pytorch" else expected_kernel_lines
         only = static_only if name == "cuda-c-static" else None
-        probes = args.probes if name.endswith("-probed") else None
+        probes = {"-probed": args.probes, "-traced": args.trace_probes}.get(name[-7:])
         got = run_program(name, command, egpu, args.work, compare, metrics=metrics, only=only,
                           probes=probes)
         results.append((name, "ok" if not got else "FAILED"))

@@ -44,7 +44,12 @@ def main():
             return 1
     print(f"{runs} runs of add_kernel over {n} floats, {grid[0]} blocks: results unchanged")
     print(f"expect kernel add_kernel {runs}")
-    if os.environ.get("EGPU_PROBES"):
+    if "block_trace" in os.environ.get("EGPU_PROBES", ""):
+        # examples/block_trace.rs: each block's start traced into a ring on the GPU (counted
+        # there per kernel), and the blocks launched counted on the host.
+        print(f"expect map TRACED add_kernel {runs * grid[0]}")
+        print(f"expect map BLOCKS add_kernel {runs * grid[0]}")
+    elif os.environ.get("EGPU_PROBES"):
         # The example probes (examples/probes.rs): every thread of every launch counted on the
         # GPU as it starts, every launch on the host.
         print(f"expect map THREADS add_kernel {threads}")
