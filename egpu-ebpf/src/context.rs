@@ -203,8 +203,9 @@ impl fmt::Display for AttachPoint {
 /// An attach point that [`AttachPoint::from_str`](std::str::FromStr::from_str) does not know.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown attach point `{0}` (host::EVENT::enter|exit with EVENT launch, memcpy, alloc, sync \
-     or module_load; device::kernel_entry, kernel_exit, global_load or global_store; user(N))"
+    "unknown attach point `{0}` (host::EVENT, or host::EVENT::exit, with EVENT launch, memcpy, \
+     alloc, sync or module_load; device::kernel_entry, kernel_exit, global_load or global_store; \
+     user(N))"
 )]
 pub struct ParseAttachError(pub String);
 
@@ -212,7 +213,9 @@ impl std::str::FromStr for AttachPoint {
     type Err = ParseAttachError;
 
     /// Parses what [`Display`](fmt::Display) writes (`host::launch::enter`,
-    /// `device::global_load`, `user(16 bytes)`); `user(16)` is accepted too.
+    /// `device::global_load`, `user(16 bytes)`), and the spellings of `#[egpu::probe]`:
+    /// `host::launch` (the call's entry, `host::launch::enter`), `user(16)`. (The macro's bare
+    /// `user` takes its size from the probe's context type, which a string does not have.)
     fn from_str(s: &str) -> Result<AttachPoint, ParseAttachError> {
         let err = || ParseAttachError(s.to_string());
         let t = s.trim();
@@ -222,6 +225,7 @@ impl std::str::FromStr for AttachPoint {
         }
         let parts: Vec<&str> = t.split("::").collect();
         Ok(match parts.as_slice() {
+            ["host", event] => return format!("host::{event}::enter").parse().map_err(|_| err()),
             ["host", event, phase] => {
                 let event = match *event {
                     "launch" => HostEvent::Launch,
@@ -601,5 +605,29 @@ mod tests {
         distinct.dedup();
         assert_eq!(distinct.len(), 5);
         assert_eq!(LaunchCtx { tag: 0, ..Default::default() }, Zeroable::zeroed());
+    }
+
+    /// Item 5 of issue 18: the macro's spellings are the CLI's and the packs'.
+    #[test]
+    fn item5_attach_points_read_the_macros_spellings() {
+        let launch = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
+        assert_eq!("host::launch".parse(), Ok(launch));
+        assert_eq!("host::launch::enter".parse(), Ok(launch));
+        assert_eq!(
+            "host::module_load::exit".parse(),
+            Ok(AttachPoint::Host(HostEvent::ModuleLoad, Phase::Exit))
+        );
+        assert_eq!("user(16)".parse(), Ok(AttachPoint::User { ctx_size: 16 }));
+        for every in [
+            launch,
+            AttachPoint::Device(DeviceEvent::GlobalStore),
+            AttachPoint::User { ctx_size: 8 },
+        ] {
+            assert_eq!(every.to_string().parse(), Ok(every), "{every}");
+        }
+        for bad in ["host::nothing", "host::launch::during", "host", "device::launch", "user"] {
+            let err = bad.parse::<AttachPoint>().expect_err(bad);
+            assert!(err.to_string().contains(&format!("`{bad}`")), "{err}");
+        }
     }
 }
