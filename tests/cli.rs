@@ -7,8 +7,10 @@
 //! or one folder up, is used instead.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::process::Command;
+
+mod cli_support;
+use cli_support::{TempDir, egpu, fails, run, succeeds};
 
 use egpu::ebpf::{AttachPoint, DeviceEvent, Program, assemble};
 use egpu_device::ptx::PtxModule;
@@ -24,98 +26,6 @@ const LOAD_PROBE: &str = "ldxdw %r0, [%r1+0]\nldxw %r2, [%r1+16]\nadd %r0, %r2\n
 
 /// Reads the kernel id, a thread index and the SM of a `KernelCtx`.
 const EXIT_PROBE: &str = "ldxdw %r0, [%r1+0]\nldxw %r2, [%r1+8]\nadd %r0, %r2\nexit\n";
-
-/// The `egpu` binary: cargo's, else one next to this test binary or a folder above it.
-fn egpu() -> PathBuf {
-    let built = PathBuf::from(env!("CARGO_BIN_EXE_egpu"));
-    if built.is_file() {
-        return built;
-    }
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let mut looked = vec![built.display().to_string()];
-    let dirs = [exe.parent(), exe.parent().and_then(Path::parent)];
-    for dir in dirs.into_iter().flatten() {
-        let candidate = dir.join("egpu");
-        if candidate.is_file() {
-            return candidate;
-        }
-        looked.push(candidate.display().to_string());
-    }
-    panic!("the `egpu` binary is not where this test looks for it: {}", looked.join(", "));
-}
-
-/// A temporary folder of this test, removed when dropped.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(test: &str) -> TempDir {
-        static NEXT: AtomicUsize = AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("egpu-cli-{}-{test}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-        TempDir(dir)
-    }
-
-    /// Writes `bytes` to `name` in the folder; returns its path.
-    fn file(&self, name: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
-        let path = self.0.join(name);
-        std::fs::write(&path, bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// What a run gave: exit code, stdout, stderr.
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-fn run<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Run {
-    let output: Output = Command::new(egpu())
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", egpu().display()));
-    Run {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-    }
-}
-
-/// Runs `args`, which must exit with `code` and say each of `needles` on stderr.
-#[track_caller]
-fn fails<S: AsRef<std::ffi::OsStr>>(args: &[S], code: i32, needles: &[&str]) -> Run {
-    let r = run(args);
-    let shown: Vec<String> =
-        args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
-    assert_eq!(r.code, code, "egpu {}: exit code; stderr:\n{}", shown.join(" "), r.stderr);
-    for needle in needles {
-        assert!(
-            r.stderr.contains(needle),
-            "egpu {}: stderr lacks {needle:?}:\n{}",
-            shown.join(" "),
-            r.stderr
-        );
-    }
-    r
-}
-
-/// Runs `args`, which must succeed; returns the run.
-#[track_caller]
-fn succeeds<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Run {
-    let r = run(args);
-    let shown: Vec<String> =
-        args.iter().map(|a| a.as_ref().to_string_lossy().into_owned()).collect();
-    assert_eq!(r.code, 0, "egpu {} failed:\n{}", shown.join(" "), r.stderr);
-    r
-}
 
 /// ptxas accepts `ptx` (when ptxas is installed) and egpu's reader reads it.
 #[track_caller]
@@ -205,7 +115,7 @@ fn inject_writes_the_module_and_lists_the_sites() {
         "inject".into(),
         saxpy().into_os_string(),
         "--probe".into(),
-        probe_load.clone(),
+        probe_load,
         "--probe".into(),
         probe_exit.clone(),
         "-o".into(),
@@ -240,17 +150,7 @@ fn inject_writes_the_module_and_lists_the_sites() {
     assert!(r.stdout.contains(".entry saxpy("), "{}", r.stdout);
     check_ptx("egpu inject saxpy.ptx --kernel saxpy", &r.stdout);
 
-    // A kernel the module does not have: nothing instrumented, the module unchanged.
-    let r = succeeds(&[
-        "inject".into(),
-        saxpy().into_os_string(),
-        "--probe".into(),
-        probe_load,
-        "--kernel".into(),
-        "no_such_kernel".into(),
-    ]);
-    assert_eq!(r.stderr, "0 sites\n");
-    assert_eq!(r.stdout, original);
+    // A kernel the module does not have is refused: see item 8 of issue 18, below.
 }
 
 #[test]
@@ -302,7 +202,7 @@ fn maps_are_declared_on_the_command_line() {
         ("pages=array:8:8:16", "u32 index"),
     ] {
         let page = pages.to_str().expect("a UTF-8 path");
-        fails(&["translate", page, "--map", bad], 2, &[why, "usage:"]);
+        fails(&["translate", page, "--map", bad], 2, &[why, "--map <MAP>", "try '--help'"]);
     }
 }
 
@@ -430,14 +330,14 @@ fn run_starts_a_program_under_the_library_and_maps_reads_it_live() {
 
 #[test]
 fn run_and_maps_refuse_what_they_cannot_do() {
-    fails(&["run"], 2, &["`run` takes `-- COMMAND"]);
-    fails(&["run", "--summary", "x"], 2, &["`run` takes `-- COMMAND"]);
+    fails(&["run"], 2, &["required arguments were not provided", "<COMMAND>"]);
+    fails(&["run", "--summary", "x"], 2, &["required arguments were not provided", "<COMMAND>"]);
     fails(&["run", "--library", "/no/such/library.so", "--", "true"], 1, &["does not exist"]);
     fails(&["run", "--metrics", "0.0.0.0:9400", "--", "true"], 2, &["a loopback address"]);
     fails(&["run", "--metrics", "localhost", "--", "true"], 2, &["an address and port"]);
-    fails(&["run", "--kernel-names", "--", "true"], 2, &["goes with `--metrics`"]);
+    fails(&["run", "--kernel-names", "--", "true"], 2, &["not provided", "--metrics <ADDRESS>"]);
     fails(&["maps", "nope"], 2, &["not a process id"]);
-    fails(&["maps", "1", "2"], 2, &["at most one process id"]);
+    fails(&["maps", "1", "2"], 2, &["unexpected argument '2'"]);
     fails(&["maps", "1", "--watch", "0"], 2, &["a number of seconds"]);
 }
 
@@ -451,18 +351,19 @@ fn usage_errors_exit_with_2() {
     let load = dir.file("load.s", LOAD_PROBE);
     let load = load.to_str().expect("a UTF-8 temporary path");
     let none: [&str; 0] = [];
-    fails(&none, 2, &["expected a subcommand", "usage:", "egpu translate PROGRAM", "egpu run"]);
-    fails(&["frobnicate"], 2, &["expected a subcommand", "usage:"]);
-    fails(&["translate", load, "--bogus", "x"], 2, &["unknown option `--bogus`", "usage:"]);
-    fails(&["inject", "m.ptx", "-x"], 2, &["unknown option `-x`"]);
-    fails(&["translate", load, "--attach"], 2, &["`--attach` needs a value"]);
-    fails(&["translate"], 2, &["`translate` takes one program file"]);
-    fails(&["translate", load, load], 2, &["`translate` takes one program file"]);
+    // No subcommand: the help, on standard error.
+    fails(&none, 2, &["Usage: egpu <COMMAND>", "translate", "run"]);
+    fails(&["frobnicate"], 2, &["unrecognized subcommand 'frobnicate'", "Usage: egpu"]);
+    fails(&["translate", load, "--bogus", "x"], 2, &["unexpected argument '--bogus'", "Usage:"]);
+    fails(&["inject", "m.ptx", "-x"], 2, &["unexpected argument '-x'"]);
+    fails(&["translate", load, "--attach"], 2, &["a value is required for '--attach <ATTACH>'"]);
+    fails(&["translate"], 2, &["not provided", "<PROGRAM>"]);
+    fails(&["translate", load, load], 2, &["unexpected argument"]);
     fails(&["translate", load, "--attach", "device::nowhere"], 2, &["unknown attach point"]);
     fails(&["translate", load, "--attach", "host::launch::enter"], 2, &["runs on the host"]);
     let saxpy = saxpy();
     let saxpy = saxpy.to_str().expect("a UTF-8 path");
-    fails(&["inject", saxpy], 2, &["needs at least one `--probe"]);
+    fails(&["inject", saxpy], 2, &["not provided", "--probe <[ATTACH=]PROGRAM>"]);
     fails(&["inject", saxpy, "--probe", load], 2, &["expected ATTACH=PROGRAM"]);
     let host = format!("host::launch::enter={load}");
     fails(
@@ -474,7 +375,7 @@ fn usage_errors_exit_with_2() {
     fails(&["inject", saxpy, "--probe", &user], 2, &["not a device attach point"]);
     // Help is not an error.
     let r = succeeds(&["--help"]);
-    assert!(r.stdout.contains("usage:") && r.stderr.is_empty(), "{}", r.stdout);
+    assert!(r.stdout.contains("Usage: egpu") && r.stderr.is_empty(), "{}", r.stdout);
 }
 
 #[test]

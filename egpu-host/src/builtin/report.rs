@@ -102,8 +102,9 @@ impl Builtin {
     }
 
     /// What `maps` hold, a line per entry: `map NAME KEY VALUE`, keys that are known kernel ids
-    /// by the kernel's name, per-CPU values summed; maps of other shapes by their kind only; for
-    /// a map with a part in GPU memory, how long ago that was merged into it
+    /// by the kernel's name and every other key as its number, per-CPU values summed (hash maps
+    /// and arrays with 4- or 8-byte keys and values); maps of other shapes by their kind only;
+    /// for a map with a part in GPU memory, how long ago that was merged into it
     /// (`device part of NAME merged 12.5 ms ago`).
     pub fn render_maps(&self, maps: &[(String, RawMap)]) -> String {
         let mut text = String::new();
@@ -113,39 +114,14 @@ impl Builtin {
         };
         for (name, raw) in maps {
             let g = *raw.geometry();
-            let mut lines: Vec<(String, u64)> = Vec::new();
-            let shown = match (g.kind, g.key_size, g.value_size) {
-                (MapKind::Hash, 8, 8) => HashMap::<u64, u64>::from_raw(raw.clone())
-                    .map(|m| lines.extend(m.iter().map(|(k, v)| (key(k), v))))
-                    .is_ok(),
-                (MapKind::PerCpuHash, 8, 8) => {
-                    egpu_maps::PerCpuHashMap::<u64, u64>::from_raw(raw.clone())
-                        .map(|m| {
-                            lines.extend(
-                                m.keys().into_iter().filter_map(|k| Some((key(k), m.sum(&k)?))),
-                            )
-                        })
-                        .is_ok()
-                }
-                (MapKind::Array, 4, 8) => Array::<u64>::from_raw(raw.clone())
-                    .map(|a| {
-                        lines.extend((0..g.capacity).filter_map(|i| {
-                            a.get(i).ok().filter(|&v| v != 0).map(|v| (i.to_string(), v))
-                        }))
-                    })
-                    .is_ok(),
-                (MapKind::PerCpuArray, 4, 8) => {
-                    egpu_maps::PerCpuArray::<u64>::from_raw(raw.clone())
-                        .map(|a| {
-                            lines.extend((0..g.capacity).filter_map(|i| {
-                                a.sum(i).ok().filter(|&v| v != 0).map(|v| (i.to_string(), v))
-                            }))
-                        })
-                        .is_ok()
-                }
-                _ => false,
+            let shown = match (g.key_size, g.value_size) {
+                (8, 8) => entries::<u64, u64>(raw, &key),
+                (8, 4) => entries::<u64, u32>(raw, &key),
+                (4, 8) => entries::<u32, u64>(raw, &key),
+                (4, 4) => entries::<u32, u32>(raw, &key),
+                _ => None,
             };
-            if !shown {
+            let Some(mut lines) = shown else {
                 let _ = writeln!(
                     text,
                     "map {name} {} ({} B keys, {} B values: not shown)",
@@ -154,8 +130,9 @@ impl Builtin {
                     g.value_size
                 );
                 continue;
-            }
-            lines.sort();
+            };
+            // Numbers in their order, then names.
+            lines.sort_by_key(|(k, v)| (k.parse::<u64>().map_err(|_| k.clone()), *v));
             for (k, v) in lines {
                 let _ = writeln!(text, "map {name} {k} {v}");
             }
@@ -166,4 +143,39 @@ impl Builtin {
         }
         text
     }
+}
+
+/// The entries of a hash map (keys with 8 bytes named by `key`, as kernel ids may be; narrower
+/// ones as numbers) or of an array (indices, entries that are not 0), per-CPU values summed; `None`
+/// for other kinds and for a map that is not of these types.
+fn entries<K, V>(raw: &RawMap, key: &dyn Fn(u64) -> String) -> Option<Vec<(String, u64)>>
+where
+    K: bytemuck::Pod + Into<u64>,
+    V: egpu_maps::Integer + Into<u64>,
+{
+    let g = *raw.geometry();
+    let named = |k: K| if size_of::<K>() == 8 { key(k.into()) } else { k.into().to_string() };
+    let nonzero = |i: u32, v: Result<V, _>| {
+        v.ok().map(Into::into).filter(|&v: &u64| v != 0).map(|v| (i.to_string(), v))
+    };
+    Some(match g.kind {
+        MapKind::Hash => HashMap::<K, V>::from_raw(raw.clone())
+            .ok()?
+            .iter()
+            .map(|(k, v)| (named(k), v.into()))
+            .collect(),
+        MapKind::PerCpuHash => {
+            let m = egpu_maps::PerCpuHashMap::<K, V>::from_raw(raw.clone()).ok()?;
+            m.keys().into_iter().filter_map(|k| Some((named(k), m.sum(&k)?.into()))).collect()
+        }
+        MapKind::Array => {
+            let a = Array::<V>::from_raw(raw.clone()).ok()?;
+            (0..g.capacity).filter_map(|i| nonzero(i, a.get(i))).collect()
+        }
+        MapKind::PerCpuArray => {
+            let a = egpu_maps::PerCpuArray::<V>::from_raw(raw.clone()).ok()?;
+            (0..g.capacity).filter_map(|i| nonzero(i, a.sum(i))).collect()
+        }
+        _ => return None,
+    })
 }

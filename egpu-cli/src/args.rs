@@ -1,0 +1,277 @@
+//! The command line's grammar: clap's derive types, and the parsers of the values egpu's flags
+//! take (attach points, maps, durations, addresses, process ids). A value that does not parse is
+//! a usage error, reported by clap with the flag, the value and why, and exit status 2.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use egpu::ebpf::{AttachPoint, MapDef, MapKind, ParseMapDefError};
+use egpu_device::translate::DeviceMap;
+use egpu_maps::layout::Geometry;
+
+/// What the help says after the list of subcommands.
+const AFTER_HELP: &str = "\
+A PROGRAM is a file: eBPF assembly (.s, bpf_conformance's syntax), bytecode (little-endian
+8-byte instructions), or a probe pack (a pack's text, or a shared library made with
+egpu::export_probes!) with PACK:NAME naming one of its probes.
+
+`egpu help SUBCOMMAND` or `egpu SUBCOMMAND --help` says more.";
+
+/// eBPF probes for NVIDIA GPUs: see what a probe becomes in a kernel, inject probes into PTX, run
+/// unmodified CUDA programs under egpu's preloaded library and read their maps.
+#[derive(Debug, Parser)]
+#[command(name = "egpu", version, after_help = AFTER_HELP)]
+#[command(subcommand_required = true, arg_required_else_help = true)]
+pub(crate) struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Print a PTX module whose kernel runs a program once per thread.
+    Translate(TranslateArgs),
+    /// Inject probes into a PTX module at their attach points.
+    Inject(InjectArgs),
+    /// Run a command under egpu's preloaded library, which counts its CUDA calls.
+    Run(RunArgs),
+    /// List the processes with egpu maps in shared memory, or print one process's maps.
+    Maps(MapsArgs),
+    /// Print a completion script for a shell (`egpu completions bash`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// `egpu translate`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+ATTACH names the event the program is written for: device::kernel_entry, device::kernel_exit,
+device::global_load (the default), device::global_store, or user(N) for N bytes of memory of
+the caller's. A pack's probe carries its attach point: --attach is then checked against it.
+
+MAP declares the next entry of the program's map table (map[0], map[1], ...):
+  NAME=KIND:KEY:VALUE:CAPACITY[:SM_SHARDS][@ADDRESS]
+KIND is hash, array, percpu_hash, percpu_array or ringbuf; KEY and VALUE are sizes in bytes
+(KEY 4 for arrays, 0 for ring buffers); CAPACITY is the entries (per shard), or the records of
+a ring buffer; SM_SHARDS (default 0, or 132 for per-CPU kinds) gives per-SM shards; ADDRESS
+(hexadecimal, default 0) is where the map lies in GPU memory, which the code uses as a
+constant: with the default, the PTX is for reading, not for loading. A key or value the program
+writes wider than the map declares is refused. A pack's probes carry their maps.")]
+pub(crate) struct TranslateArgs {
+    /// The program: FILE.s, bytecode, PACK (of one probe) or PACK:NAME
+    pub(crate) program: String,
+    /// The attach point the program is written for [default: device::global_load]
+    #[arg(long, value_name = "ATTACH", value_parser = attach_point)]
+    pub(crate) attach: Option<AttachPoint>,
+    /// The kernel's name
+    #[arg(long, value_name = "NAME", default_value = "probe")]
+    pub(crate) kernel: String,
+    /// The next map of the program's map table
+    #[arg(long = "map", value_name = "MAP", value_parser = map_flag)]
+    pub(crate) maps: Vec<MapFlag>,
+}
+
+/// `egpu inject`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Each --probe is ATTACH=PROGRAM, or a pack's probes by themselves: PACK:NAME, or PACK for every
+device probe of the pack (ATTACH=PACK: those at ATTACH). ATTACH is device::kernel_entry,
+device::kernel_exit, device::global_load or device::global_store. The sites are listed on
+standard error, with the loads and stores that could not be observed.
+
+MAP declares the next entry of the map table of the assembly and bytecode programs:
+NAME=KIND:KEY:VALUE:CAPACITY[:SM_SHARDS][@ADDRESS] (see `egpu help translate`).")]
+pub(crate) struct InjectArgs {
+    /// The PTX module
+    #[arg(value_name = "MODULE.ptx")]
+    pub(crate) module: PathBuf,
+    /// A probe to inject
+    #[arg(long = "probe", value_name = "[ATTACH=]PROGRAM", required = true)]
+    pub(crate) probes: Vec<String>,
+    /// Instrument this kernel (repeat for several) [default: every kernel]
+    #[arg(long = "kernel", value_name = "NAME")]
+    pub(crate) kernels: Vec<String>,
+    /// The next map of the assembly and bytecode programs' map table
+    #[arg(long = "map", value_name = "MAP", value_parser = map_flag)]
+    pub(crate) maps: Vec<MapFlag>,
+    /// Where to write the module [default: standard output]
+    #[arg(short = 'o', long = "output", value_name = "OUT.ptx")]
+    pub(crate) output: Option<PathBuf>,
+}
+
+/// `egpu run`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+The library counts COMMAND's CUDA calls (launches by kernel, copies, allocations,
+synchronisations, module loads) in shared memory, where `egpu maps` reads them. It is --library,
+else $EGPU_PRELOAD, else libegpu_preload.so beside this program.
+
+--summary: each process writes its counts to PATH.<pid> when it exits; PATH's folder must exist.
+--probes: host probes run on the CUDA calls, device probes are injected into every module
+loaded with PTX; their maps are in the summary and `egpu maps`.
+--metrics: serves the counts of COMMAND and its children in Prometheus's format at
+http://ADDRESS/metrics; ADDRESS is a loopback one, port 0 for any (the one taken is said on
+standard error). The counts of processes that exited stay in what is served and pushed.
+--otlp: pushes the same metrics to an OpenTelemetry collector (OTLP/HTTP, JSON; a URL like
+http://127.0.0.1:4318) every --otlp-every seconds and when COMMAND ends (an egpu built with
+the `otlp` feature).
+
+Exits as COMMAND does: 127 when it is not found, 126 when it cannot be run, 128+N when signal N
+ended it; egpu's own usage errors exit with 2 and its failures with 1, before COMMAND starts.")]
+pub(crate) struct RunArgs {
+    /// Write each process's counts to PATH.<pid> when it exits
+    #[arg(long, value_name = "PATH")]
+    pub(crate) summary: Option<PathBuf>,
+    /// The preloaded library
+    #[arg(long, value_name = "PATH")]
+    pub(crate) library: Option<PathBuf>,
+    /// Also run a probe pack's probes (PACK, or PACK:NAME for one)
+    #[arg(long, value_name = "PACK")]
+    pub(crate) probes: Option<String>,
+    /// Serve the counts as Prometheus metrics at http://ADDRESS/metrics
+    #[arg(long, value_name = "ADDRESS", value_parser = loopback)]
+    pub(crate) metrics: Option<SocketAddr>,
+    /// Label the metrics with kernel names
+    #[arg(long, requires = "metrics")]
+    pub(crate) kernel_names: bool,
+    /// Push the metrics to an OpenTelemetry collector at URL
+    #[arg(long, value_name = "URL")]
+    pub(crate) otlp: Option<String>,
+    /// Seconds between OTLP pushes
+    #[arg(long, value_name = "SECONDS", value_parser = seconds, default_value = "10",
+          requires = "otlp")]
+    pub(crate) otlp_every: Duration,
+    /// The command and its arguments (after `--` when the command starts with `-`)
+    #[arg(value_name = "COMMAND", required = true, num_args = 1.., trailing_var_arg = true)]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `egpu maps`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Without PID: the processes whose counts are in shared memory, a line each (the objects of
+processes that died are removed). With PID: its report, then its probes' maps, an entry a line
+(`map NAME KEY VALUE`).")]
+pub(crate) struct MapsArgs {
+    /// Print what this process counted so far, and its probes' maps
+    #[arg(value_name = "PID", value_parser = process_id)]
+    pub(crate) pid: Option<u32>,
+    /// Print them again every SECONDS, until the process exits
+    #[arg(long, value_name = "SECONDS", value_parser = seconds, requires = "pid")]
+    pub(crate) watch: Option<Duration>,
+    /// Print JSON (with --watch, a document per line)
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// A `--map NAME=KIND:KEY:VALUE:CAPACITY[:SM_SHARDS][@ADDRESS]` flag: the map's definition (a
+/// `MapDef` in its text form) and where the GPU finds it.
+#[derive(Clone, Debug)]
+pub(crate) struct MapFlag {
+    /// The definition, an entry of the program's map table.
+    pub(crate) def: MapDef,
+    /// Its layout and address on the GPU.
+    pub(crate) binding: DeviceMap,
+}
+
+/// Parses a `--map` flag's value.
+pub(crate) fn map_flag(flag: &str) -> Result<MapFlag, String> {
+    // The placement comes off first: `@ADDRESS`, then SM_SHARDS, a fifth field after `NAME=`.
+    let (def, addr) = match flag.split_once('@') {
+        Some((def, addr)) => {
+            let digits = addr.trim_start_matches("0x");
+            let addr = u64::from_str_radix(digits, 16)
+                .map_err(|_| "the address is a hexadecimal number".to_string())?;
+            (def, addr)
+        }
+        None => (flag, 0),
+    };
+    let four_fields =
+        |def: &str| def.split_once('=').is_some_and(|(_, f)| f.split(':').count() == 4);
+    let (def, sm_shards) = match def.rsplit_once(':') {
+        Some((def, shards)) if four_fields(def) => {
+            let shards = shards
+                .parse::<u32>()
+                .map_err(|_| format!("SM_SHARDS `{shards}` is not a number"))?;
+            (def, Some(shards))
+        }
+        _ => (def, None),
+    };
+    let def: MapDef = def.parse().map_err(|e: ParseMapDefError| e.to_string())?;
+    let kind = def.kind;
+    let per_cpu = matches!(kind, MapKind::PerCpuHash | MapKind::PerCpuArray);
+    let sm_shards = sm_shards.unwrap_or(if per_cpu { 132 } else { 0 });
+    // Per-CPU kinds: a host shard and the SM shards. Others: one host shard, or SM shards only
+    // (a ring per SM).
+    let cpu_shards = if per_cpu || sm_shards == 0 { 1 } else { 0 };
+    let geometry =
+        Geometry::new(kind, def.key_size, def.value_size, def.capacity, cpu_shards, sm_shards)
+            .map_err(|e| e.to_string())?;
+    Ok(MapFlag { def, binding: DeviceMap { addr, geometry, live: false, spread: 0 } })
+}
+
+/// Parses an attach point: what `AttachPoint`'s `FromStr` reads (the macro's spellings, such as
+/// `host::launch` and `device::global_load`, and `user(N)`).
+pub(crate) fn attach_point(s: &str) -> Result<AttachPoint, String> {
+    if s.trim() == "user" {
+        return Err("`user` takes the size of its context here: user(N), N bytes".into());
+    }
+    s.parse().map_err(|e: egpu::ebpf::ParseAttachError| e.to_string())
+}
+
+/// A positive, finite number of seconds.
+pub(crate) fn seconds(s: &str) -> Result<Duration, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|s| *s > 0.0 && s.is_finite())
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| "a number of seconds, more than 0".into())
+}
+
+/// A process id.
+fn process_id(s: &str) -> Result<u32, String> {
+    s.parse::<u32>().ok().filter(|&pid| pid > 0).ok_or_else(|| "not a process id".into())
+}
+
+/// `--metrics`'s address, which must be a loopback one.
+pub(crate) fn loopback(address: &str) -> Result<SocketAddr, String> {
+    let parsed: SocketAddr =
+        address.parse().map_err(|_| "an address and port, such as 127.0.0.1:9400".to_string())?;
+    if !parsed.ip().is_loopback() {
+        return Err(
+            "a loopback address (127.0.0.1, ::1): the counts are not for other machines".into()
+        );
+    }
+    Ok(parsed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory as _;
+
+    #[test]
+    fn the_grammar_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn values_parse_or_say_why() {
+        assert!(seconds("0").is_err() && seconds("inf").is_err() && seconds("x").is_err());
+        assert_eq!(seconds("0.5"), Ok(Duration::from_millis(500)));
+        assert_eq!(process_id("42"), Ok(42));
+        assert!(process_id("0").is_err() && process_id("-1").is_err());
+        assert!(loopback("[::1]:0").is_ok());
+        assert!(loopback("10.0.0.1:80").unwrap_err().contains("loopback"));
+        let m = map_flag("counts=percpu_array:4:8:16:4@0x1000").expect("a map");
+        assert_eq!((m.binding.addr, m.binding.geometry.sm_shards), (0x1000, 4));
+        assert!(attach_point("user").unwrap_err().contains("user(N)"));
+    }
+}

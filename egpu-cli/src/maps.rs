@@ -1,0 +1,246 @@
+//! `egpu maps`: the processes whose counts are in shared memory, or what one of them counted,
+//! as text or JSON.
+
+use std::fmt::Write as _;
+
+use egpu::host::builtin::{self, Builtin};
+use egpu_maps::RawMap;
+
+use crate::Error;
+use crate::args::MapsArgs;
+
+/// `egpu maps`.
+pub(crate) fn maps_cmd(a: MapsArgs) -> Result<(), Error> {
+    let Some(pid) = a.pid else {
+        list(a.json);
+        return Ok(());
+    };
+    let maps = Builtin::open(pid).map_err(|e| {
+        Error::Failed(format!("process {pid} has no egpu maps in shared memory ({e})"))
+    })?;
+    loop {
+        let user = maps.user_maps();
+        if a.json {
+            println!("{}", process_json(&maps, &user));
+        } else {
+            print!("{}", maps.report(None));
+            print!("{}", maps.render_maps(&user));
+        }
+        let Some(every) = a.watch else { return Ok(()) };
+        if !builtin::alive(pid) {
+            return Ok(());
+        }
+        std::thread::sleep(every);
+        if !a.json {
+            println!();
+        }
+    }
+}
+
+/// The processes with counts in shared memory, a line each; with none, says so on standard
+/// error.
+fn list(json: bool) {
+    let removed = builtin::clean_dead();
+    if removed > 0 {
+        eprintln!("egpu: removed the objects of {removed} processes that no longer exist");
+    }
+    let pids = builtin::processes();
+    if pids.is_empty() {
+        eprintln!(
+            "egpu: no process has egpu maps in shared memory (`egpu run -- COMMAND` runs one \
+             that does)"
+        );
+    }
+    let mut items = Vec::new();
+    for pid in pids {
+        let opened = Builtin::open(pid);
+        let launches = opened.as_ref().map(|b| {
+            let report = b.report(None);
+            report.lines().nth(1).unwrap_or_default().to_owned()
+        });
+        if json {
+            items.push(match &launches {
+                Ok(line) => {
+                    let n = line.strip_prefix("launches ").and_then(|n| n.parse::<u64>().ok());
+                    format!("{{\"pid\":{pid},\"launches\":{}}}", n.unwrap_or(0))
+                }
+                Err(e) => format!("{{\"pid\":{pid},\"error\":{}}}", string(&e.to_string())),
+            });
+        } else {
+            match launches {
+                Ok(line) => println!("{pid}: {line}"),
+                Err(e) => println!("{pid}: {e}"),
+            }
+        }
+    }
+    if json {
+        println!("[{}]", items.join(","));
+    }
+}
+
+/// A JSON string: `s` quoted, with `"`, `\` and the control characters escaped.
+pub(crate) fn string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if u32::from(c) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            // Line and paragraph separators end lines in JavaScript: escaped too.
+            '\u{2028}' | '\u{2029}' => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A count and a number of bytes: `{"count":N,"bytes":B}`.
+fn tally(count: &str, bytes: &str) -> Option<String> {
+    let (count, bytes) = (count.parse::<u64>().ok()?, bytes.parse::<u64>().ok()?);
+    Some(format!("{{\"count\":{count},\"bytes\":{bytes}}}"))
+}
+
+/// One process's counts and maps as a JSON object, from the lines of its report (see
+/// `Builtin::report`): `pid`, `launches`, `shapes`, `kernels` (id, launches, name), `copies`,
+/// `allocations` and `frees` by kind, `sets`, `freed`, `syncs` and `modules` by kind, `maps`
+/// (each with its kind, key and value sizes, and its entries, or `"shown":false`), and any line
+/// this egpu does not know under `other`, so that nothing is lost.
+pub(crate) fn process_json(b: &Builtin, user: &[(String, RawMap)]) -> String {
+    let mut fields: Vec<String> = Vec::new();
+    let mut kernels = Vec::new();
+    let mut other = Vec::new();
+    // Keyed groups, in the order of the report: (field, members).
+    let mut groups: Vec<(&str, Vec<String>)> = Vec::new();
+    let mut group =
+        |field: &'static str, member: String| match groups.iter_mut().find(|(f, _)| *f == field) {
+            Some((_, members)) => members.push(member),
+            None => groups.push((field, vec![member])),
+        };
+    for line in b.report(None).lines() {
+        let words: Vec<&str> = line.split(' ').collect();
+        let known = match words.as_slice() {
+            ["pid" | "launches" | "freed", n] if n.parse::<u64>().is_ok() => {
+                fields.push(format!("\"{}\":{n}", words[0]));
+                true
+            }
+            ["shapes", "blocks", blocks, "threads", threads]
+                if blocks.parse::<u64>().is_ok() && threads.parse::<u64>().is_ok() =>
+            {
+                fields.push(format!("\"shapes\":{{\"blocks\":{blocks},\"threads\":{threads}}}"));
+                true
+            }
+            ["kernel", id, n, ..] if n.parse::<u64>().is_ok() => {
+                let name = line.splitn(4, ' ').nth(3).unwrap_or_default();
+                kernels.push(format!(
+                    "{{\"id\":{},\"launches\":{n},\"name\":{}}}",
+                    string(id),
+                    string(name)
+                ));
+                true
+            }
+            ["sets", count, bytes] => {
+                tally(count, bytes).map(|t| fields.push(format!("\"sets\":{t}"))).is_some()
+            }
+            [field @ ("copies" | "allocations" | "frees" | "modules"), kind, count, bytes] => {
+                let field: &'static str = match *field {
+                    "copies" => "copies",
+                    "allocations" => "allocations",
+                    "frees" => "frees",
+                    _ => "modules",
+                };
+                tally(count, bytes).map(|t| group(field, format!("{}:{t}", string(kind)))).is_some()
+            }
+            ["syncs", kind, n] if n.parse::<u64>().is_ok() => {
+                group("syncs", format!("{}:{n}", string(kind)));
+                true
+            }
+            _ => false,
+        };
+        if !known {
+            other.push(string(line));
+        }
+    }
+    let mut json = format!("{{{}", fields.join(","));
+    let _ = write!(json, ",\"kernels\":[{}]", kernels.join(","));
+    for (field, members) in groups {
+        let _ = write!(json, ",\"{field}\":{{{}}}", members.join(","));
+    }
+    let maps: Vec<String> = user.iter().map(|(name, raw)| map_json(b, name, raw)).collect();
+    let _ = write!(json, ",\"maps\":[{}]", maps.join(","));
+    if !other.is_empty() {
+        let _ = write!(json, ",\"other\":[{}]", other.join(","));
+    }
+    json.push('}');
+    json
+}
+
+/// One user map as a JSON object, from `Builtin::render_maps`'s lines for it alone: each
+/// `map NAME KEY VALUE` an entry (the key a string: a number, or a kernel's name), a map of a
+/// shape not shown `"shown":false`, and how long ago its device part was merged.
+fn map_json(b: &Builtin, name: &str, raw: &RawMap) -> String {
+    let g = raw.geometry();
+    let mut json = format!(
+        "{{\"name\":{},\"kind\":{},\"key_size\":{},\"value_size\":{}",
+        string(name),
+        string(g.kind.name()),
+        g.key_size,
+        g.value_size
+    );
+    let text = b.render_maps(&[(name.to_owned(), raw.clone())]);
+    let prefix = format!("map {name} ");
+    let (mut entries, mut other) = (Vec::new(), Vec::new());
+    let mut shown = true;
+    for line in text.lines() {
+        let merged = line
+            .strip_prefix(&format!("device part of {name} merged "))
+            .and_then(|rest| rest.strip_suffix(" ms ago"))
+            .and_then(|ms| ms.parse::<f64>().ok());
+        if let Some(ms) = merged {
+            let _ = write!(json, ",\"device_merged_ms_ago\":{ms}");
+        } else if line.ends_with(": not shown)") {
+            shown = false;
+        } else if let Some((key, value)) = line
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.rsplit_once(' '))
+            .filter(|(_, v)| v.parse::<u64>().is_ok())
+        {
+            entries.push(format!("{{\"key\":{},\"value\":{value}}}", string(key)));
+        } else {
+            other.push(string(line));
+        }
+    }
+    if shown {
+        let _ = write!(json, ",\"entries\":[{}]", entries.join(","));
+    } else {
+        json.push_str(",\"shown\":false");
+    }
+    if !other.is_empty() {
+        let _ = write!(json, ",\"other\":[{}]", other.join(","));
+    }
+    json.push('}');
+    json
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Item 11 of issue 18: `egpu maps --json` escapes what it quotes.
+    #[test]
+    fn item11_json_strings_are_escaped() {
+        assert_eq!(string("plain"), "\"plain\"");
+        assert_eq!(string("a\"b\\c"), "\"a\\\"b\\\\c\"");
+        assert_eq!(string("line\nnext\ttab\r"), "\"line\\nnext\\ttab\\r\"");
+        assert_eq!(string("\u{0}\u{1f}\u{7f}"), "\"\\u0000\\u001f\\u007f\"");
+        assert_eq!(string("\u{2028}é"), "\"\\u2028é\"");
+    }
+}

@@ -1,0 +1,183 @@
+//! `egpu translate` and `egpu inject`: what a probe becomes in a kernel, and probes injected into
+//! a PTX module.
+
+use std::path::Path;
+
+use egpu::ebpf::{AttachPoint, DeviceEvent};
+use egpu_device::inject::{DeviceProbe, Kernels, inject};
+use egpu_device::translate::kernel_module_with;
+
+use crate::Error;
+use crate::args::{InjectArgs, TranslateArgs, attach_point};
+use crate::program::{self, Contents, Loaded, ProgramName};
+
+/// `egpu translate`.
+pub(crate) fn translate(a: TranslateArgs) -> Result<(), Error> {
+    let usage = |message: String| Error::Usage { command: "translate", message };
+    let name = ProgramName::parse(&a.program);
+    let loaded = match program::read(&name)? {
+        Contents::Code(code) => {
+            let attach = a.attach.unwrap_or(AttachPoint::Device(DeviceEvent::GlobalLoad));
+            if matches!(attach, AttachPoint::Host(..)) {
+                return Err(usage(format!("{attach} runs on the host, not in a kernel")));
+            }
+            program::from_code(&name, code, attach, &a.maps)?
+        }
+        Contents::Pack(pack) => {
+            if !a.maps.is_empty() {
+                return Err(usage(format!(
+                    "`--map` declares the maps of assembly and bytecode; {name} is a pack's, \
+                     which carries its own"
+                )));
+            }
+            let mut probes = program::from_pack(&name, &pack)?;
+            let (Some(probe), true) = (probes.pop(), probes.is_empty()) else {
+                return Err(Error::Failed(format!(
+                    "{name} holds {} probes: name one, as {name}:NAME ({})",
+                    pack.probes().len(),
+                    program::names(&pack)
+                )));
+            };
+            let at = probe.verified.program().attach_point();
+            if let Some(attach) = a.attach
+                && attach != at
+            {
+                return Err(usage(format!("`--attach {attach}`: {} is a {at} probe", probe.name)));
+            }
+            if !at.is_device() && !matches!(at, AttachPoint::User { .. }) {
+                return Err(Error::Failed(format!(
+                    "{} is a {at} probe: it runs on the host, not in a kernel",
+                    probe.name
+                )));
+            }
+            probe
+        }
+    };
+    let module = kernel_module_with(&loaded.verified, &a.kernel, &loaded.bindings)
+        .map_err(|e| Error::Failed(format!("{}: {e}", loaded.name)))?;
+    print!("{module}");
+    Ok(())
+}
+
+/// The programs one `--probe [ATTACH=]PROGRAM` names.
+fn probe_flag(spec: &str, maps: &[crate::args::MapFlag]) -> Result<(Vec<Loaded>, bool), Error> {
+    let usage = |message: String| Error::Usage { command: "inject", message };
+    let (attach, program) = match spec.split_once('=') {
+        Some((attach, program)) if !Path::new(spec).exists() => {
+            let attach =
+                attach_point(attach).map_err(|why| usage(format!("`--probe {spec}`: {why}")))?;
+            if !attach.is_device() {
+                return Err(usage(format!(
+                    "`--probe {spec}`: {attach} is not a device attach point"
+                )));
+            }
+            (Some(attach), program)
+        }
+        _ => (None, spec),
+    };
+    let name = ProgramName::parse(program);
+    match program::read(&name)? {
+        Contents::Code(code) => {
+            let Some(attach) = attach else {
+                return Err(usage(format!(
+                    "`--probe {spec}`: expected ATTACH=PROGRAM (assembly and bytecode do not say \
+                     where they attach)"
+                )));
+            };
+            Ok((vec![program::from_code(&name, code, attach, maps)?], true))
+        }
+        Contents::Pack(pack) => {
+            let probes = program::from_pack(&name, &pack)?;
+            let named = name.probe.is_some();
+            let chosen: Vec<Loaded> = probes
+                .into_iter()
+                .filter(|p| {
+                    let at = p.verified.program().attach_point();
+                    named || (at.is_device() && attach.is_none_or(|a| a == at))
+                })
+                .collect();
+            for p in &chosen {
+                let at = p.verified.program().attach_point();
+                if let Some(attach) = attach
+                    && attach != at
+                {
+                    return Err(usage(format!("`--probe {spec}`: {} is a {at} probe", p.name)));
+                }
+                if !at.is_device() {
+                    return Err(Error::Failed(format!(
+                        "{} is a {at} probe, not a device probe",
+                        p.name
+                    )));
+                }
+            }
+            if chosen.is_empty() {
+                let at = attach.map_or(String::new(), |a| format!(" at {a}"));
+                return Err(Error::Failed(format!(
+                    "{name} has no device probes{at} (it has {})",
+                    program::names(&pack)
+                )));
+            }
+            Ok((chosen, false))
+        }
+    }
+}
+
+/// `egpu inject`.
+pub(crate) fn inject_cmd(a: InjectArgs) -> Result<(), Error> {
+    let mut programs = Vec::new();
+    let mut code = false;
+    for spec in &a.probes {
+        let (loaded, is_code) = probe_flag(spec, &a.maps)?;
+        programs.extend(loaded);
+        code |= is_code;
+    }
+    if !code && !a.maps.is_empty() {
+        return Err(Error::Usage {
+            command: "inject",
+            message: "`--map` declares the maps of assembly and bytecode programs; a pack's \
+                      probes carry their own"
+                .into(),
+        });
+    }
+    let module = a.module.display().to_string();
+    let ptx = std::fs::read_to_string(&a.module)
+        .map_err(|e| Error::Failed(format!("reading {module}: {e}")))?;
+    let names: Vec<&str> = a.kernels.iter().map(String::as_str).collect();
+    let selection = if names.is_empty() { Kernels::All } else { Kernels::Named(&names) };
+    let probes: Vec<DeviceProbe<'_>> = programs
+        .iter()
+        .map(|p| DeviceProbe { program: &p.verified, kernels: selection, maps: &p.bindings })
+        .collect();
+    let injected = inject(&ptx, &probes).map_err(|e| Error::Failed(format!("{module}: {e}")))?;
+    // A kernel named that the module lacks is a mistake, not an empty selection.
+    let parsed = egpu_device::ptx::PtxModule::parse(&ptx)
+        .map_err(|e| Error::Failed(format!("{module}: {e}")))?;
+    let kernels: Vec<&str> = parsed.entries().map(|f| f.name.as_str()).collect();
+    if let Some(missing) = names.iter().find(|n| !kernels.contains(n)) {
+        let has = if kernels.is_empty() {
+            "it has no kernels".to_string()
+        } else {
+            format!("its kernels: {}", kernels.join(", "))
+        };
+        return Err(Error::Failed(format!("{module} has no kernel `{missing}` ({has})")));
+    }
+    for s in &injected.sites {
+        let size = if s.size > 0 { format!(", {} bytes", s.size) } else { String::new() };
+        let event = AttachPoint::Device(s.event);
+        eprintln!("{module}:{}: {event} in {}{size}", s.line, s.function);
+    }
+    for s in &injected.unobserved {
+        let event = AttachPoint::Device(s.event);
+        eprintln!(
+            "{module}:{}: {event} in {} not observed: its address is not understood",
+            s.line, s.function
+        );
+    }
+    eprintln!("{} sites", injected.sites.len());
+    match a.output {
+        Some(path) => std::fs::write(&path, &injected.ptx)
+            .map_err(|e| Error::Failed(format!("writing {}: {e}", path.display())))?,
+        None => print!("{}", injected.ptx),
+    }
+    Ok(())
+}
