@@ -301,6 +301,16 @@ fn run_starts_a_program_under_the_library_and_maps_reads_it_live() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     };
     assert!(report.contains("launches 5\n") && report.contains(" 5 _Z5kernAPf\n"), "{report}");
+    // The same as JSON (issue 18, item 11): one document, counts as numbers.
+    let json = succeeds(&["maps", &pid, "--json"]).stdout;
+    let doc: serde_json::Value = serde_json::from_str(&json).expect("one JSON document");
+    assert_eq!(doc["pid"].to_string(), pid, "{json}");
+    assert_eq!(doc["launches"], 5, "{json}");
+    let kernel = &doc["kernels"][0];
+    assert_eq!((&kernel["name"], &kernel["launches"]), (&"_Z5kernAPf".into(), &5.into()), "{json}");
+    assert_eq!(doc["syncs"]["context"], 1, "{json}");
+    assert_eq!(doc["shapes"]["blocks"], 20, "{json}");
+    assert!(doc.get("other").is_none(), "every line of the report is known: {json}");
     let listed = succeeds(&["maps"]).stdout;
     assert!(listed.contains(&format!("{pid}: launches 5")), "{listed}");
     let scrape = |path: &str| {

@@ -112,6 +112,68 @@ fn item1_user_map_keys_print_as_numbers() {
     unlink(pid.parse().expect("a pid"));
 }
 
+/// Builds the stand-in driver and the launcher, and the preloaded library (egpu-preload's tests).
+#[path = "../egpu-preload/tests/support/mod.rs"]
+mod support;
+
+/// The issue's case end to end: a host probe of a pack counts launches by grid size, under
+/// `egpu run --probes PACK --summary PATH`; the summary prints each grid size as a number.
+#[test]
+fn item1_user_map_keys_print_as_numbers_in_the_summary() {
+    let dir = support::build("cli-per-grid");
+    let library = support::preload_library();
+    // Counts by `LaunchCtx::grid[0]` (byte 40), as an 8-byte key.
+    let per_grid = "ldxw %r6, [%r1+40]\nstxdw [%r10-8], %r6\nlddw %r1, map[0]\nmov %r2, %r10\n\
+                    add %r2, -8\ncall 1\njeq %r0, 0, missing\nmov %r1, 1\nlock add [%r0+0], %r1\n\
+                    ja out\nmissing:\nstdw [%r10-16], 1\nlddw %r1, map[0]\nmov %r2, %r10\n\
+                    add %r2, -8\nmov %r3, %r10\nadd %r3, -16\nmov %r4, 0\ncall 2\nout:\n\
+                    mov %r0, 0\nexit";
+    let def = MapDef {
+        name: "PER_GRID".into(),
+        kind: MapKind::Hash,
+        key_size: 8,
+        value_size: 8,
+        capacity: 64,
+    };
+    let launch = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
+    let program =
+        Program::new(assemble(per_grid).expect("assembles"), vec![def], launch).expect("a program");
+    let g = Geometry::new(MapKind::Hash, 8, 8, 64, 1, 0).expect("a geometry");
+    let mut pack = Pack::new();
+    pack.push("per_grid", verify(&program).expect("verifies"), vec![g]).expect("pushed");
+    let pack_path = dir.join("per_grid.pack");
+    std::fs::write(&pack_path, pack.to_text()).expect("the pack");
+    let summary = dir.join("summary");
+    succeeds(&[
+        "run".as_ref(),
+        "--library".as_ref(),
+        library.as_os_str(),
+        "--probes".as_ref(),
+        pack_path.as_os_str(),
+        "--summary".as_ref(),
+        summary.as_os_str(),
+        "--".as_ref(),
+        dir.join("launcher").as_os_str(),
+    ]);
+    let parent = std::fs::read_dir(&dir)
+        .expect("the directory")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .find(|text| text.contains("_Z5kernAPf"))
+        .expect("the parent's summary");
+    let lines: Vec<&str> = parent.lines().filter(|l| l.starts_with("map PER_GRID")).collect();
+    assert!(lines.len() > 1, "launches of several grid sizes:\n{parent}");
+    let mut keys = Vec::new();
+    for line in lines {
+        let words: Vec<&str> = line.split(' ').collect();
+        let [_, _, key, count] = words.as_slice() else { panic!("{line:?} in\n{parent}") };
+        let key = key.parse::<u32>().unwrap_or_else(|_| panic!("a grid size: {line:?}\n{parent}"));
+        assert!(count.parse::<u64>().is_ok_and(|n| n > 0), "a count: {line:?}");
+        keys.push(key);
+    }
+    assert!(keys.is_sorted(), "in the keys' order: {keys:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. A conventional command line
 // ---------------------------------------------------------------------------------------------

@@ -76,7 +76,7 @@ pub(crate) enum Code {
 pub(crate) fn read(name: &ProgramName) -> Result<Contents, Error> {
     let path = &name.path;
     let shown = path.display();
-    let bytes = std::fs::read(path).map_err(|e| Error::Failed(format!("reading {shown}: {e}")))?;
+    let bytes = std::fs::read(path).map_err(|e| reading(name, &e))?;
     if is_pack(&bytes) {
         return load_pack(path).map(Contents::Pack);
     }
@@ -96,8 +96,7 @@ pub(crate) fn read(name: &ProgramName) -> Result<Contents, Error> {
 /// Reads the pack `name` names (`egpu run --probes`); any other file is refused by name.
 pub(crate) fn read_pack(name: &ProgramName) -> Result<Pack, Error> {
     let shown = name.path.display();
-    let bytes =
-        std::fs::read(&name.path).map_err(|e| Error::Failed(format!("reading {shown}: {e}")))?;
+    let bytes = std::fs::read(&name.path).map_err(|e| reading(name, &e))?;
     if !is_pack(&bytes) {
         return Err(Error::Failed(format!(
             "{shown}: not a probe pack (a pack's text starts with `egpu-probes 2`; a shared \
@@ -105,6 +104,15 @@ pub(crate) fn read_pack(name: &ProgramName) -> Result<Pack, Error> {
         )));
     }
     load_pack(&name.path)
+}
+
+/// A file that could not be read, with the probe named after it, if any.
+fn reading(name: &ProgramName, e: &std::io::Error) -> Error {
+    let shown = name.path.display();
+    match &name.probe {
+        Some(probe) => Error::Failed(format!("reading {shown} (for its probe `{probe}`): {e}")),
+        None => Error::Failed(format!("reading {shown}: {e}")),
+    }
 }
 
 /// Whether `bytes` are a pack: a shared library (ELF), or a pack's text.
