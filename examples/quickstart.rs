@@ -207,6 +207,7 @@ fn run() -> Result<(), Box<dyn Error>> {
                     geometry: *m.geometry(),
                     live: false,
                     spread: 0,
+                    drained: false,
                 })
                 .collect();
             let ptx = egpu::device::translate::kernel_module_with(&verified, "page_loads", &maps)?;

@@ -214,7 +214,10 @@ pub(crate) fn map_flag(flag: &str) -> Result<MapFlag, String> {
     let geometry =
         Geometry::new(kind, def.key_size, def.value_size, def.capacity, cpu_shards, sm_shards)
             .map_err(|e| e.to_string())?;
-    Ok(MapFlag { def, binding: DeviceMap { addr, geometry, live: false, spread: 0 } })
+    Ok(MapFlag {
+        def,
+        binding: DeviceMap { addr, geometry, live: false, spread: 0, drained: false },
+    })
 }
 
 /// Parses an attach point: what `AttachPoint`'s `FromStr` reads (the macro's spellings, such as

@@ -190,7 +190,13 @@ pub(crate) fn from_pack(name: &ProgramName, pack: &Pack) -> Result<Vec<Loaded>, 
             bindings: p
                 .maps
                 .iter()
-                .map(|&geometry| DeviceMap { addr: 0, geometry, live: false, spread: 0 })
+                .map(|&geometry| DeviceMap {
+                    addr: 0,
+                    geometry,
+                    live: false,
+                    spread: 0,
+                    drained: false,
+                })
                 .collect(),
         })
         .collect())

@@ -64,6 +64,7 @@ impl<'g> DeviceMapBuffer<'g> {
             geometry: self.geometry,
             live: false,
             spread: 0,
+            drained: false,
         }
     }
 
@@ -153,6 +154,7 @@ impl<'g> HostMappedMap<'g> {
             geometry: *self.raw.geometry(),
             live: true,
             spread: 0,
+            drained: false,
         }
     }
 

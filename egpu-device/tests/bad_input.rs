@@ -260,12 +260,14 @@ fn counter_bindings() -> Vec<DeviceMap> {
             geometry: Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).expect("geometry"),
             live: false,
             spread: 0,
+            drained: false,
         },
         DeviceMap {
             addr: 0x7f00_0010_0000,
             geometry: Geometry::new(MapKind::PerCpuArray, 4, 8, 1, 2, 132).expect("geometry"),
             live: false,
             spread: 0,
+            drained: false,
         },
     ]
 }
@@ -550,6 +552,7 @@ fn helpers_run_on_the_gpu_and_a_live_ring_is_refused() {
         geometry: Geometry::new(MapKind::RingBuf, 0, 8, 64, 1, 0).expect("ring geometry"),
         live,
         spread: 0,
+        drained: false,
     };
     // bpf_ringbuf_output into a ring buffer (the call at slot 7).
     let output = program(
@@ -724,6 +727,7 @@ fn a_binding_that_disagrees_with_its_map_is_refused() {
         geometry: Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).expect("geometry"),
         live: false,
         spread: 0,
+        drained: false,
     };
     let error = translate_error(&p, &[narrow]);
     assert!(

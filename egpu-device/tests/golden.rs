@@ -91,6 +91,7 @@ fn count_binding() -> DeviceMap {
         geometry: Geometry::new(MapKind::Array, 4, 8, 4, 1, 0).expect("geometry"),
         live: false,
         spread: 0,
+        drained: false,
     }
 }
 

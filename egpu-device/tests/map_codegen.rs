@@ -4,14 +4,15 @@
 //! - a thread remembers its last hash-map hit only in maps whose entries stay where they are
 //!   while the kernel runs, and looks the remembered key up before hashing;
 //! - an add of a constant makes no vote and no `redux.sync`;
-//! - a ring record is stored in pairs of words; a group of lanes claims room, takes tickets and
-//!   publishes its records by one atomic add each and one sequence word.
+//! - a ring record is stored alone, in pairs of words, with no sequence word; in a ring drained
+//!   while kernels run, a group of lanes claims room, takes tickets and publishes its records
+//!   by one atomic add each and one sequence word.
 
 use egpu_device::inject::{DeviceProbe, Kernels, inject};
 use egpu_device::translate::{DeviceMap, adds_only};
 use egpu_ebpf::verifier::{Verified, verify};
 use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
-use egpu_maps::layout::Geometry;
+use egpu_maps::layout::{Geometry, shard};
 use egpu_test_support::read_workspace_file;
 
 const PAGE_COUNT: &str = include_str!("../../tests/probes/page_count.s");
@@ -39,7 +40,7 @@ fn hash_def(key_size: u32) -> Vec<MapDef> {
 
 fn hash_binding(key_size: u32, live: bool) -> DeviceMap {
     let geometry = Geometry::new(MapKind::Hash, key_size, 8, 1024, 1, 0).expect("geometry");
-    DeviceMap { addr: 0x7f00_0000_0000, geometry, live, spread: 0 }
+    DeviceMap { addr: 0x7f00_0000_0000, geometry, live, spread: 0, drained: false }
 }
 
 /// Saxpy with `probes` (program, event) bound to `maps`.
@@ -123,7 +124,51 @@ fn an_add_of_a_constant_needs_no_vote_and_no_redux() {
 }
 
 #[test]
-fn a_ring_group_claims_takes_tickets_and_publishes_once() {
+fn a_ring_record_is_stored_alone_in_pairs_of_words() {
+    let (p, geometry) = trace();
+    let maps =
+        [DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false, spread: 0, drained: false }];
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &maps);
+    assert_eq!(ptx.matches("st.global.v2.u64").count(), 2, "one pair per record, two loads");
+    assert!(!ptx.contains(".release"), "no sequence word is written: {ptx}");
+    assert!(!ptx.contains(&format!("+{}]", shard::CLAIMED)), "no claim: {ptx}");
+    // A map that does not start 16-byte aligned gets single words.
+    let maps =
+        [DeviceMap { addr: 0x7f00_0000_0008, geometry, live: false, spread: 0, drained: false }];
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &maps);
+    assert!(!ptx.contains("st.global.v2") && ptx.contains("st.global.u64"));
+}
+
+/// A ring drained while kernels run: per record site, by the group's leader, a claim and a
+/// ticket add (two atomics), the claim taken back and the drops counted when the ring is full,
+/// one sequence word stored with release ordering after the warp's barrier.
+#[test]
+fn a_drained_ring_group_claims_takes_tickets_and_publishes_once() {
+    let (p, geometry) = trace();
+    let maps =
+        [DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false, spread: 0, drained: true }];
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &maps);
+    assert_eq!(ptx.matches("st.global.v2.u64").count(), 2, "one pair per record, two loads");
+    let lines = |op: &str, off: usize| {
+        ptx.lines().filter(|l| l.contains(op) && l.contains(&format!("+{off}]"))).count()
+    };
+    assert_eq!(lines("atom.global.add", shard::CLAIMED), 2, "{ptx}");
+    assert_eq!(lines("atom.global.add", shard::LEN_OR_HEAD), 2, "{ptx}");
+    assert_eq!(lines("red.global.add", shard::CLAIMED), 2, "{ptx}");
+    assert_eq!(lines("red.global.min", shard::LEN_OR_HEAD), 0, "head never goes back: {ptx}");
+    assert_eq!(ptx.matches("bar.warp.sync").count(), 2, "{ptx}");
+    let seq = geometry.seq_offset(0, 0) - geometry.shard_offset(0);
+    assert_eq!(ptx.matches("st.release.gpu.global.u64 [").count(), 2, "{ptx}");
+    assert!(ptx.contains(&format!("+{seq}], ")), "the sequence words' array: {ptx}");
+    // Only a ring in GPU memory is drained.
+    let hash = DeviceMap { drained: true, ..hash_binding(8, false) };
+    let counter = program(PAGE_COUNT, hash_def(8), DeviceEvent::GlobalLoad);
+    let probes = [DeviceProbe { program: &counter, kernels: Kernels::All, maps: &[hash] }];
+    assert!(inject(&saxpy(), &probes).is_err());
+}
+
+/// The trace probe (a 16-byte record per access) and a ring for it.
+fn trace() -> (Verified, Geometry) {
     let def = vec![MapDef {
         name: "trace".into(),
         kind: MapKind::RingBuf,
@@ -132,33 +177,7 @@ fn a_ring_group_claims_takes_tickets_and_publishes_once() {
         capacity: 1024,
     }];
     let geometry = Geometry::new(MapKind::RingBuf, 0, 16, 1024, 0, 132).expect("geometry");
-    let maps = [DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false, spread: 0 }];
-    let p = program(TRACE, def, DeviceEvent::GlobalLoad);
-    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &maps);
-    assert_eq!(ptx.matches("st.global.v2.u64").count(), 2, "one pair per record, two loads");
-    // Per record site, by the group's leader: a claim and a ticket add (two atomics), the
-    // claim taken back and the drops counted when the ring is full, one sequence word stored
-    // with release ordering after the warp's barrier.
-    use egpu_maps::layout::shard;
-    let on = |off: usize| format!("+{off}]");
-    let claims =
-        ptx.lines().filter(|l| l.contains("atom.global.add") && l.contains(&on(shard::CLAIMED)));
-    assert_eq!(claims.count(), 2, "{ptx}");
-    let tickets = ptx
-        .lines()
-        .filter(|l| l.contains("atom.global.add") && l.contains(&on(shard::LEN_OR_HEAD)));
-    assert_eq!(tickets.count(), 2, "{ptx}");
-    let back =
-        ptx.lines().filter(|l| l.contains("red.global.add") && l.contains(&on(shard::CLAIMED)));
-    assert_eq!(back.count(), 2, "{ptx}");
-    assert_eq!(ptx.matches("bar.warp.sync").count(), 2, "{ptx}");
-    let seq = geometry.seq_offset(0, 0) - geometry.shard_offset(0);
-    assert_eq!(ptx.matches("st.release.gpu.global.u64 [").count(), 2, "{ptx}");
-    assert!(ptx.contains(&format!("+{seq}], ")), "the sequence words' array: {ptx}");
-    // A map that does not start 16-byte aligned gets single words.
-    let maps = [DeviceMap { addr: 0x7f00_0000_0008, geometry, live: false, spread: 0 }];
-    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &maps);
-    assert!(!ptx.contains("st.global.v2") && ptx.contains("st.global.u64"));
+    (program(TRACE, def, DeviceEvent::GlobalLoad), geometry)
 }
 
 #[test]

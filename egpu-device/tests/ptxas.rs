@@ -273,30 +273,35 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
             geometry: Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).expect("geometry"),
             live: false,
             spread: 0,
+            drained: false,
         },
         egpu_device::translate::DeviceMap {
             addr: 0x7f00_0010_0000,
             geometry: Geometry::new(MapKind::PerCpuArray, 4, 8, 1, 2, 132).expect("geometry"),
             live: false,
             spread: 0,
+            drained: false,
         },
         egpu_device::translate::DeviceMap {
             addr: 0x7f00_0020_0000,
             geometry: Geometry::new(MapKind::Hash, 8, 8, 4096, 1, 0).expect("geometry"),
             live: false,
             spread: 0,
+            drained: false,
         },
         egpu_device::translate::DeviceMap {
             addr: 0x7f00_1000_0000,
             geometry: Geometry::new(MapKind::PerCpuHash, 4, 8, 64, 2, 132).expect("geometry"),
             live: false,
             spread: 0,
+            drained: false,
         },
         egpu_device::translate::DeviceMap {
             addr: 0x7f00_2000_0000,
             geometry: Geometry::new(MapKind::RingBuf, 0, 16, 1024, 0, 132).expect("geometry"),
             live: false,
             spread: 0,
+            drained: false,
         },
     ];
     let mut programs = Vec::new();
@@ -331,14 +336,28 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
 #[test]
 fn injected_corpus_passes_ptxas() {
     use egpu_device::inject::{DeviceProbe, Kernels, inject};
+    use egpu_ebpf::{AttachPoint, DeviceEvent, MapKind};
 
     let Some(ptxas) = require_ptxas() else { return };
     let Some(nvcc) = require_nvcc() else { return };
     let (programs, bindings) = corpus_probes();
+    let drained: Vec<_> = bindings
+        .iter()
+        .map(|b| egpu_device::translate::DeviceMap {
+            drained: b.geometry.kind == MapKind::RingBuf,
+            ..*b
+        })
+        .collect();
     let probes: Vec<DeviceProbe<'_>> = programs
         .iter()
         .map(|p| {
-            let maps = if p.program().maps().is_empty() { &[][..] } else { &bindings[..] };
+            // Store probes write their ring as the preloaded library binds it: drained.
+            let store = p.program().attach_point() == AttachPoint::Device(DeviceEvent::GlobalStore);
+            let maps = match (p.program().maps().is_empty(), store) {
+                (true, _) => &[][..],
+                (false, false) => &bindings[..],
+                (false, true) => &drained[..],
+            };
             DeviceProbe { program: p, kernels: Kernels::All, maps }
         })
         .collect();

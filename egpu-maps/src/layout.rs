@@ -27,9 +27,11 @@
 //! A ring shard keeps its records and their sequence words in two arrays: the shard header,
 //! then `capacity` records ([`Geometry::slot_offset`]), then `capacity` 8-byte sequence words
 //! ([`Geometry::seq_offset`]). Consecutive tickets' records are then contiguous, so a GPU warp
-//! writes 32 of them as whole 32-byte sectors. Device producers claim room in
-//! [`shard::CLAIMED`] before they take tickets, and publish each record by its sequence word as
-//! host producers do (see the `ring` module's documentation).
+//! writes 32 of them as whole 32-byte sectors. Device producers write no sequence words when
+//! the ring is read after the kernel: the host publishes their records then
+//! ([`RawMap::commit_written_records`](crate::RawMap::commit_written_records)); when it is
+//! drained while kernels run, they claim room in [`shard::CLAIMED`] first and publish each
+//! group of records by the sequence word of its first slot (see the `ring` module).
 
 use egpu_ebpf::MapKind;
 

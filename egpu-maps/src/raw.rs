@@ -285,23 +285,23 @@ impl RawMap {
     /// Publishes the records that device producers wrote into ring `shard` of this ring buffer,
     /// and returns how many it published.
     ///
-    /// Probes on the GPU write a ring in GPU memory in groups of records (a warp's): the group
-    /// claims room in the shard's [`CLAIMED`] word (dropping and counting the records, in
-    /// [`REFUSED`], when the ring is full), takes its tickets by an atomic add on the shard's
-    /// head ([`LEN_OR_HEAD`]), writes its records, and then stores the sequence word of its
-    /// first slot only. Once the kernel has completed and the shard's bytes are copied into
-    /// this map, this call makes every record readable: for every ticket `t` from the shard's
-    /// tail up to its head (at most `tail + capacity`), a slot whose sequence word is free for
-    /// lap `t / capacity` is marked committed for that lap, owned by [`DEVICE_OWNER`], with
-    /// release ordering. The consumer ([`RingBuf::consumer`](crate::RingBuf::consumer)) then
-    /// reads them in ticket order, as any committed records.
+    /// Probes on the GPU write a ring in GPU memory that is read after the kernel while nobody
+    /// consumes it: they take tickets by atomic adds on the shard's head ([`LEN_OR_HEAD`]), drop
+    /// and count (in [`REFUSED`]) the tickets at or past `tail + capacity`, and write the records
+    /// only, without their sequence words. Once the kernel has completed and the shard's bytes
+    /// are copied into this map, this call makes them readable: for every ticket `t` from the
+    /// shard's tail up to its head (at most `tail + capacity`), a slot whose sequence word is
+    /// free for lap `t / capacity` is marked committed for that lap, owned by
+    /// [`DEVICE_OWNER`], with release ordering. The consumer
+    /// ([`RingBuf::consumer`](crate::RingBuf::consumer)) then reads them in ticket order, as any
+    /// committed records. (A ring drained while kernels run is published by the device a group
+    /// at a time, and read by [`crate::merge`].)
     ///
     /// A head past `tail + capacity` is brought back to that limit first. Slots that host
     /// producers reserved, committed or discarded, and slots already committed, are left as they
     /// are: calling it again commits nothing more, and on a ring that only host producers write
     /// it commits nothing. Call it while no device writes the shard.
     ///
-    /// [`CLAIMED`]: crate::layout::shard::CLAIMED
     /// [`LEN_OR_HEAD`]: crate::layout::shard::LEN_OR_HEAD
     /// [`REFUSED`]: crate::layout::shard::REFUSED
     /// [`DEVICE_OWNER`]: crate::layout::DEVICE_OWNER

@@ -22,23 +22,26 @@
 //! its ticket, records never straddle the end of the ring, and no length word has to be written
 //! before the record it describes.
 //!
-//! - **Device producers** (translated probes on the GPU) work in groups (a warp's active lanes):
-//!   the group's leader reads `tail`, then claims room for the group's `n` records by adding `n`
-//!   to the shard's [`CLAIMED`](shard::CLAIMED) word. A claim that ends past `tail + capacity`
-//!   is taken back (`CLAIMED` less `n`) and the records are dropped and counted; otherwise the
-//!   leader takes `n` consecutive tickets by adding `n` to `head`. Every claim that succeeded
-//!   ended within `tail + capacity` after all the claims before it, so every ticket handed out
-//!   is below `tail + capacity`: its slot's previous record was consumed, whoever consumes at
-//!   the same time. The lanes write their records; after a warp barrier, the leader stores the
-//!   sequence word of the group's first slot, with release ordering: committed, in the first
-//!   ticket's lap, with the group's size in the owner field. The other slots' sequence words
-//!   are not written.
-//! - **Reading what the device wrote.** A ring in GPU memory is read after the kernel:
-//!   once the shard's bytes are back in a host map, [`Ring::commit_written`] marks every record
-//!   in `[tail, head)` whose slot is still free for its lap committed, with [`DEVICE_OWNER`] as
-//!   its owner, and the consumer reads them as any others. A ring's device part under the
-//!   preloaded library is drained while kernels run, a group at a time
-//!   ([`crate::merge`]).
+//! - **Device producers** (translated probes on the GPU) work in groups (a warp's active lanes),
+//!   in one of two ways:
+//!   - *Read after the kernel* (a ring in GPU memory that the host copies back): the group's
+//!     leader takes the group's tickets by one atomic add on `head`; tickets at or past
+//!     `tail + capacity` are dropped and counted, and `head` is brought back to that limit;
+//!     the records are written, and no sequence word. Sound only while nobody consumes. Once
+//!     the shard's bytes are back in a host map, [`Ring::commit_written`] marks every record in
+//!     `[tail, head)` whose slot is still free for its lap committed, with [`DEVICE_OWNER`] as
+//!     its owner, and the consumer reads them as any others.
+//!   - *Drained while kernels run* (a ring's device part under the preloaded library,
+//!     [`crate::merge`]): the leader reads `tail`, then claims room for the group's `n` records
+//!     by adding `n` to the shard's [`CLAIMED`](shard::CLAIMED) word. A claim that ends past
+//!     `tail + capacity` is taken back (`CLAIMED` less `n`) and the records are dropped and
+//!     counted; otherwise the leader takes `n` consecutive tickets by adding `n` to `head`.
+//!     Every claim that succeeded ended within `tail + capacity` after all the claims before
+//!     it, so every ticket handed out is below `tail + capacity`: its slot's previous record was
+//!     consumed, whoever consumes at the same time. The lanes write their records; after a warp
+//!     barrier, the leader stores the sequence word of the group's first slot, with release
+//!     ordering: committed, in the first ticket's lap, with the group's size in the owner field.
+//!     The other slots' sequence words are not written; the drain reads a group at a time.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};

@@ -38,9 +38,10 @@ const fn spec_in<T>(records: u32, shards: Shards, name: Option<&'static str>) ->
 /// process, reads the records ([`RingBuf::consumer`]). A ring can have several shards (one ring
 /// each): host producers write the shard of their CPU, device producers that of their SM, and
 /// the consumer reads them all (each shard in order; no order across shards). Device producers
-/// publish a group of records at once; once a shard written on the GPU is back in host memory,
-/// [`RawMap::commit_written_records`] publishes each of them to the consumer (the preloaded
-/// library drains rings written on the GPU into the ring in shared memory while kernels run).
+/// write their records without publishing them; once a shard written on the GPU is back in host
+/// memory, [`RawMap::commit_written_records`] publishes them to the consumer. (Under the
+/// preloaded library, rings written on the GPU are drained into the ring in shared memory while
+/// kernels run.)
 ///
 /// ```
 /// use egpu_maps::RingBuf;

@@ -22,8 +22,8 @@ use std::sync::{Mutex, OnceLock};
 use egpu::device::cubin::{self, Extent};
 use egpu::device::inject::{DeviceProbe, Kernels, inject};
 use egpu::device::translate::{DeviceMap, adds_only};
-use egpu::ebpf::AttachPoint;
 use egpu::ebpf::verifier::Verified;
+use egpu::ebpf::{AttachPoint, MapKind};
 use egpu::host::builtin;
 use egpu::maps::{Placement, RawMap};
 use egpu::pack::Pack;
@@ -180,6 +180,8 @@ impl UserProbes {
                         geometry: *self.maps[i].1.geometry(),
                         live: false,
                         spread: self.on_device.iter().find(|u| u.0 == i).map_or(0, |u| u.1),
+                        // Rings are drained while kernels run (`parts`).
+                        drained: self.maps[i].1.kind() == MapKind::RingBuf,
                     })
                     .collect()
             })

@@ -26,8 +26,8 @@ use egpu_ebpf::helpers::id as helper_id;
 use egpu_ebpf::verifier::{Access, Verified};
 use egpu_ebpf::{CallTarget, Instruction, MapKind, Reg};
 use egpu_maps::layout::{
-    DEVICE_OWNER, HASH_MULTIPLIER, HASH_SEED, SHARD_HEADER_BYTES, hash_state as hs, ring_state,
-    shard,
+    DEVICE_OWNER, Geometry, HASH_MULTIPLIER, HASH_SEED, SHARD_HEADER_BYTES, hash_state as hs,
+    ring_state, shard,
 };
 
 use super::emit::Emitter;
@@ -544,18 +544,20 @@ impl Emitter<'_> {
     }
 
     /// `bpf_ringbuf_output(ring, data, size, flags)`: one fixed-size record (the data, zero-padded)
-    /// into the ring's shard of this SM (or its only shard). A group of lanes (a warp's active
-    /// lanes, which all write the same shard; a lane alone before `sm_70`) claims room for its
-    /// records by one atomic add on the shard's `CLAIMED`, which succeeds when it ends within
-    /// the consumer's `tail` plus the capacity (`tail` read first: an older `tail` only refuses
-    /// more), and is taken back otherwise: the group's records are dropped and counted
-    /// (`-EAGAIN`), never waited for. A claim that succeeded takes the group's tickets by one
-    /// atomic add on `head`; their slots were consumed, so the ring stays sound while a consumer
-    /// reads it at the same time. The group's first lane then publishes the group's records by
-    /// one sequence word at the first ticket's slot, stored with release ordering after the
-    /// lanes' records: committed, in the first ticket's lap, with the group's size as its owner
-    /// field (see `egpu_maps::merge` for the reader). 0, or `-E2BIG` when `size` exceeds the
-    /// record size.
+    /// into the ring's shard of this SM (or its only shard), by a group of lanes at a time (a
+    /// warp's active lanes, which all write the same shard; a lane alone before `sm_70`). The
+    /// group's leader takes the group's tickets by one atomic add on `head`; a ticket is dropped
+    /// and counted (`-EAGAIN`), never waited for, when the ring is full. A ring in GPU memory
+    /// read after the kernel ([`DeviceMap::drained`] false): tickets at or past the consumer's
+    /// `tail` plus the capacity are dropped, `head` is brought back to that limit, and only the
+    /// record is written (the host publishes it after the kernel), which is sound while nobody
+    /// consumes. A ring drained while kernels run: the leader first claims room for the group in
+    /// the shard's `CLAIMED` word (taken back, and the group's records dropped, when the claim
+    /// ends past `tail` plus the capacity), so every ticket's slot was consumed whoever consumes
+    /// meanwhile, and after the lanes' records it publishes the group by the sequence word of
+    /// its first slot, with release ordering: committed, in the first ticket's lap, the group's
+    /// size in the owner field (see egpu_maps' `ring` module). 0, or `-E2BIG` when `size`
+    /// exceeds the record size.
     pub(super) fn ring_output(&mut self, pc: usize) -> Result<(), TranslateError> {
         let facts = self.verified.call(pc).copied();
         let m = facts.and_then(|f| f.map);
@@ -565,8 +567,8 @@ impl Emitter<'_> {
             return self.unsupported(pc, helper_id::RINGBUF_OUTPUT);
         }
         if map.live {
-            // The consumer of a ring in mapped host memory frees slots by its own protocol,
-            // which device producers do not follow yet.
+            // A host consumer of mapped memory reads committed slots one by one, and device
+            // producers publish groups.
             return Err(TranslateError::MapUse {
                 pc,
                 name: self.map_name(m.unwrap_or(0)),
@@ -582,11 +584,11 @@ impl Emitter<'_> {
         let args = facts.map(|f| f.args).unwrap_or_default();
         let ring = self.local_label('R', pc);
         let (r0, r3) = (self.reg(Reg::R0), self.reg(Reg::R3));
-        let [t0, t1, t2, t3, t4, _, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.tmp64(i));
-        let [w0, w1, w2, w3, w4, w5, w6] = [0, 1, 2, 3, 4, 5, 6].map(|i| self.tmp32(i));
-        let [q0, q1, q2] = [0, 1, 2].map(|i| self.pred(i));
+        let [t0, t1, t2, _, t4, _, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.tmp64(i));
+        let w0 = self.tmp32(0);
+        let q0 = self.pred(0);
         let l = |what: &str| format!("{ring}_{what}");
-        let (drop, committed, done) = (l("drop"), l("committed"), l("done"));
+        let (drop, done) = (l("drop"), l("done"));
         self.line(format!("mov.b64 {r0}, -7;"));
         self.line(format!("setp.gt.u64 {q0}, {r3}, {};", g.value_size));
         self.line(format!("@{q0} bra {done};"));
@@ -606,54 +608,23 @@ impl Emitter<'_> {
             self.line(format!("and.b64 {k}, {k}, {t2};"));
         }
         self.shard_base(pc, m.unwrap_or(0), map, &t7, Some(&t6))?;
-        let (head, tail, claimed) = (shard::LEN_OR_HEAD, shard::TAIL, shard::CLAIMED);
-        let warp = self.options.sm >= 70;
-        // The group: its lanes `w1`, its size `w2`, this lane's rank in it `w3`, its leader `q0`.
-        if warp {
-            // Every lane of a warp writes the same shard: the ring's only one, or its SM's (a
-            // warp never spans SMs), so the group is the active lanes.
-            self.line(format!("activemask.b32 {w1};"));
-            self.line(format!("popc.b32 {w2}, {w1};"));
-            self.line(format!("mov.u32 {w3}, %lanemask_lt;"));
-            self.line(format!("and.b32 {w3}, {w3}, {w1};"));
-            self.line(format!("popc.b32 {w3}, {w3};"));
+        self.ring_group();
+        if map.drained {
+            self.ring_claim(g.capacity);
         } else {
-            self.line(format!("mov.b32 {w2}, 1;"));
-            self.line(format!("mov.b32 {w3}, 0;"));
+            self.line(format!(
+                "@{q0} atom.global.add.u64 {t0}, [{t6}+{}], {t0};",
+                shard::LEN_OR_HEAD
+            ));
         }
-        self.line(format!("setp.eq.u32 {q0}, {w3}, 0;"));
-        // The leader claims: `tail` first, then the claim; over the limit, it takes the claim
-        // back and counts the drops, and the group's ticket is all ones.
-        self.line(format!("cvt.u64.u32 {t0}, {w2};"));
-        let fresh = if warp { "ld.relaxed.gpu" } else { "ld.volatile" };
-        self.line(format!("@{q0} {fresh}.global.u64 {t1}, [{t6}+{tail}];"));
-        self.line(format!("@{q0} atom.global.add.u64 {t2}, [{t6}+{claimed}], {t0};"));
-        self.line(format!("add.s64 {t1}, {t1}, {};", g.capacity));
-        self.line(format!("add.s64 {t2}, {t2}, {t0};"));
-        self.line(format!("setp.gt.u64 {q1}, {t2}, {t1};"));
-        self.line(format!("and.pred {q2}, {q0}, {q1};"));
-        self.line(format!("not.pred {q1}, {q1};"));
-        self.line(format!("and.pred {q1}, {q1}, {q0};"));
-        self.line(format!("neg.s64 {t4}, {t0};"));
-        self.line(format!("@{q2} red.global.add.u64 [{t6}+{claimed}], {t4};"));
-        self.line(format!("@{q2} red.global.add.u64 [{t6}+{}], {t0};", shard::REFUSED));
-        self.line(format!("@{q2} mov.b64 {t0}, -1;"));
-        self.line(format!("@{q1} atom.global.add.u64 {t0}, [{t6}+{head}], {t0};"));
-        if warp {
-            // The leader's ticket to the group: its lane is the lowest active one.
-            self.line(format!("neg.s32 {w4}, {w1};"));
-            self.line(format!("and.b32 {w4}, {w4}, {w1};"));
-            self.line(format!("sub.u32 {w4}, {w4}, 1;"));
-            self.line(format!("popc.b32 {w4}, {w4};"));
-            self.line(format!("mov.b64 {{{w5}, {w6}}}, {t0};"));
-            self.line(format!("shfl.sync.idx.b32 {w5}, {w5}, {w4}, 31, {w1};"));
-            self.line(format!("shfl.sync.idx.b32 {w6}, {w6}, {w4}, 31, {w1};"));
-            self.line(format!("mov.b64 {t0}, {{{w5}, {w6}}};"));
+        self.ring_ticket(map.drained.then_some(drop.as_str()));
+        if !map.drained {
+            // The limit: the consumer's tail, plus the capacity.
+            self.line(format!("ld.global.u64 {t1}, [{t6}+{}];", shard::TAIL));
+            self.line(format!("add.s64 {t1}, {t1}, {};", g.capacity));
+            self.line(format!("setp.ge.u64 {q0}, {t0}, {t1};"));
+            self.line(format!("@{q0} bra {drop};"));
         }
-        self.line(format!("setp.eq.s64 {q2}, {t0}, -1;"));
-        self.line(format!("@{q2} bra {drop};"));
-        self.line(format!("cvt.u64.u32 {t1}, {w3};"));
-        self.line(format!("add.s64 {t0}, {t0}, {t1};"));
         self.line(format!("rem.u64 {t2}, {t0}, {};", g.capacity));
         self.line(format!("mul.lo.u64 {t4}, {t2}, {};", g.slot_stride));
         self.line(format!("add.s64 {t4}, {t4}, {t7};"));
@@ -675,13 +646,58 @@ impl Emitter<'_> {
                 w += 1;
             }
         }
-        // The group's sequence word, by its leader (whose ticket is the group's first), after
-        // every lane's record: the warp barrier orders the lanes' stores before the leader's
-        // release.
+        if map.drained {
+            self.ring_publish(&g, &l("published"));
+        }
+        self.line(format!("mov.b64 {r0}, 0;"));
+        self.line(format!("bra {done};"));
+        self.place(&drop);
+        if !map.drained {
+            // Counted per lane; `head` back to the limit, so the ring stays consistent.
+            self.line(format!("red.global.add.u64 [{t6}+{}], 1;", shard::REFUSED));
+            self.line(format!("red.global.min.u64 [{t6}+{}], {t1};", shard::LEN_OR_HEAD));
+        }
+        self.line(format!("mov.b64 {r0}, -11;"));
+        self.place(&done);
+        Ok(())
+    }
+
+    /// The group of lanes that writes a ring record together: its lanes in the 32-bit temporary
+    /// 1, its size in 2 (and in the 64-bit temporary 0), this lane's rank in it in 3; predicate
+    /// 0 says the lane leads it (rank 0).
+    fn ring_group(&mut self) {
+        let t0 = self.tmp64(0);
+        let [w1, w2, w3] = [1, 2, 3].map(|i| self.tmp32(i));
+        let q0 = self.pred(0);
+        if self.options.sm >= 70 {
+            // Every lane of a warp writes the same shard: the ring's only one, or its SM's (a
+            // warp never spans SMs), so the group is the active lanes.
+            self.line(format!("activemask.b32 {w1};"));
+            self.line(format!("popc.b32 {w2}, {w1};"));
+            self.line(format!("mov.u32 {w3}, %lanemask_lt;"));
+            self.line(format!("and.b32 {w3}, {w3}, {w1};"));
+            self.line(format!("popc.b32 {w3}, {w3};"));
+        } else {
+            self.line(format!("mov.b32 {w2}, 1;"));
+            self.line(format!("mov.b32 {w3}, 0;"));
+        }
+        self.line(format!("setp.eq.u32 {q0}, {w3}, 0;"));
+        self.line(format!("cvt.u64.u32 {t0}, {w2};"));
+    }
+
+    /// A drained ring's group published, once every lane has written its record (the warp's
+    /// barrier orders the lanes' stores before the leader's release): the leader stores the
+    /// sequence word of the group's first slot (its ticket in the 64-bit temporary 0, the slot
+    /// in 2), committed in its lap, with the group's size as the owner.
+    fn ring_publish(&mut self, g: &Geometry, published: &str) {
+        let [t0, t1, t2, t3, t6] = [0, 1, 2, 3, 6].map(|i| self.tmp64(i));
+        let [w1, w2] = [1, 2].map(|i| self.tmp32(i));
+        let q0 = self.pred(0);
+        let warp = self.options.sm >= 70;
         if warp {
             self.line(format!("bar.warp.sync {w1};"));
         }
-        self.line(format!("@!{q0} bra {committed};"));
+        self.line(format!("@!{q0} bra {published};"));
         self.line(format!("div.u64 {t1}, {t0}, {};", g.capacity));
         self.line(format!("shl.b64 {t1}, {t1}, 32;"));
         self.line(format!("or.b64 {t1}, {t1}, {};", ring_state::COMMITTED << ring_state::SHIFT));
@@ -695,13 +711,56 @@ impl Emitter<'_> {
             self.line("membar.gl;");
             self.line(format!("st.volatile.global.u64 [{t3}+{seq}], {t1};"));
         }
-        self.place(&committed);
-        self.line(format!("mov.b64 {r0}, 0;"));
-        self.line(format!("bra {done};"));
-        self.place(&drop);
-        self.line(format!("mov.b64 {r0}, -11;"));
-        self.place(&done);
-        Ok(())
+        self.place(published);
+    }
+
+    /// The leader's claim of room for the group in a drained ring whose shard header is at the
+    /// 64-bit temporary 6: `tail` read first (an older `tail` only refuses more), then the claim;
+    /// over the limit, the claim is taken back, the drops counted, and the group's first ticket
+    /// (in the 64-bit temporary 0) is all ones; within it, the tickets are taken.
+    fn ring_claim(&mut self, capacity: u32) {
+        let [t0, t1, t2, t4, t6] = [0, 1, 2, 4, 6].map(|i| self.tmp64(i));
+        let [q0, q1, q2] = [0, 1, 2].map(|i| self.pred(i));
+        let (tail, claimed) = (shard::TAIL, shard::CLAIMED);
+        let fresh = if self.options.sm >= 70 { "ld.relaxed.gpu" } else { "ld.volatile" };
+        self.line(format!("@{q0} {fresh}.global.u64 {t1}, [{t6}+{tail}];"));
+        self.line(format!("@{q0} atom.global.add.u64 {t2}, [{t6}+{claimed}], {t0};"));
+        self.line(format!("add.s64 {t1}, {t1}, {capacity};"));
+        self.line(format!("add.s64 {t2}, {t2}, {t0};"));
+        self.line(format!("setp.gt.u64 {q1}, {t2}, {t1};"));
+        self.line(format!("and.pred {q2}, {q0}, {q1};"));
+        self.line(format!("not.pred {q1}, {q1};"));
+        self.line(format!("and.pred {q1}, {q1}, {q0};"));
+        self.line(format!("neg.s64 {t4}, {t0};"));
+        self.line(format!("@{q2} red.global.add.u64 [{t6}+{claimed}], {t4};"));
+        self.line(format!("@{q2} red.global.add.u64 [{t6}+{}], {t0};", shard::REFUSED));
+        self.line(format!("@{q2} mov.b64 {t0}, -1;"));
+        self.line(format!("@{q1} atom.global.add.u64 {t0}, [{t6}+{}], {t0};", shard::LEN_OR_HEAD));
+    }
+
+    /// The leader's first ticket (the 64-bit temporary 0) to every lane of the group, plus the
+    /// lane's rank; with `refused`, a drained ring's refused group (all ones) goes there.
+    fn ring_ticket(&mut self, refused: Option<&str>) {
+        let [t0, t1] = [0, 1].map(|i| self.tmp64(i));
+        let [w1, w3, w4, w5, w6] = [1, 3, 4, 5, 6].map(|i| self.tmp32(i));
+        let q2 = self.pred(2);
+        if self.options.sm >= 70 {
+            // The leader's lane is the lowest active one.
+            self.line(format!("neg.s32 {w4}, {w1};"));
+            self.line(format!("and.b32 {w4}, {w4}, {w1};"));
+            self.line(format!("sub.u32 {w4}, {w4}, 1;"));
+            self.line(format!("popc.b32 {w4}, {w4};"));
+            self.line(format!("mov.b64 {{{w5}, {w6}}}, {t0};"));
+            self.line(format!("shfl.sync.idx.b32 {w5}, {w5}, {w4}, 31, {w1};"));
+            self.line(format!("shfl.sync.idx.b32 {w6}, {w6}, {w4}, 31, {w1};"));
+            self.line(format!("mov.b64 {t0}, {{{w5}, {w6}}};"));
+        }
+        if let Some(drop) = refused {
+            self.line(format!("setp.eq.s64 {q2}, {t0}, -1;"));
+            self.line(format!("@{q2} bra {drop};"));
+        }
+        self.line(format!("cvt.u64.u32 {t1}, {w3};"));
+        self.line(format!("add.s64 {t0}, {t0}, {t1};"));
     }
 
     /// Branches to `differ` unless the key at slot `slot` equals the words `key`.

@@ -90,7 +90,7 @@ mod regs;
 mod spread;
 
 use egpu_ebpf::verifier::Verified;
-use egpu_ebpf::{AttachPoint, DeviceEvent, Imm64, Instruction, Program};
+use egpu_ebpf::{AttachPoint, DeviceEvent, Imm64, Instruction, MapKind, Program};
 
 pub use atomic::combines;
 pub(crate) use atomic::warp_add;
@@ -169,6 +169,15 @@ fn check(verified: &Verified, options: &Options) -> Result<(), TranslateError> {
                          memory, and a program that only adds to the map's values",
                         b.spread
                     ),
+                });
+            }
+            if b.drained && (g.kind != MapKind::RingBuf || b.live) {
+                return Err(TranslateError::MapUse {
+                    pc: 0,
+                    name: def.name.clone(),
+                    why: "bound as drained while kernels run, which only a ring buffer in GPU \
+                          memory is"
+                        .into(),
                 });
             }
             if (g.kind, g.key_size, g.value_size) != (def.kind, def.key_size, def.value_size) {

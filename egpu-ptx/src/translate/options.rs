@@ -72,10 +72,9 @@ pub struct DeviceMap {
     pub addr: u64,
     /// Its layout.
     pub geometry: Geometry,
-    /// Whether others read the map while kernels write it (pinned host memory that host code
-    /// or another process reads live): ring records are then published with release ordering,
-    /// at a fence per record. A map in GPU memory is read after the kernel completes, which
-    /// orders everything, so its records are published without one.
+    /// Whether the map is pinned host memory that host code or another process reads live,
+    /// while kernels write it: its atomics then have system scope. Ring buffers cannot be read
+    /// live yet (refused).
     pub live: bool,
     /// 0, or the number (a power of two, at most 1024) of copies of the map's slots that follow
     /// its memory, one per group of SMs: the program's atomic adds to the map's values then go
@@ -84,6 +83,13 @@ pub struct DeviceMap {
     /// array in GPU memory whose values the probes only add to ([`adds_only`](super::adds_only)),
     /// whose reader sums the copies into the map (`egpu_maps::merge::DevicePart::spread`).
     pub spread: u32,
+    /// Only for a ring buffer in GPU memory: whether its host drains it while kernels run
+    /// (`egpu_maps::merge::DevicePart`, the preloaded library's device parts) rather than
+    /// reading it after the kernel. Device producers then claim room before they take tickets,
+    /// and publish each group of records with release ordering (a fence per group); otherwise
+    /// they only take tickets and write the records, which the host publishes after the kernel
+    /// (`egpu_maps::RawMap::commit_written_records`).
+    pub drained: bool,
 }
 
 impl Options {
