@@ -56,7 +56,7 @@ def parse_summaries(prefix):
             elif words[:2] == ["instrumented", "modules"]:
                 observed["instrumented modules"] += int(words[2])
                 observed["modules not instrumented"] += int(words[4])
-            elif words[0] == "map" and len(words) >= 4:
+            elif words[0] == "map" and len(words) >= 4 and re.fullmatch(r"\d+", words[-1]):
                 observed[" ".join(words[:-1])] += int(words[-1])
             elif words[:2] == ["not", "instrumented:"]:
                 print(f"  | summary: {line.strip()}")
