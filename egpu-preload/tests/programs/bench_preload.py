@@ -27,7 +27,9 @@ the `bench` set (see scripts/gpu-bundle); it needs PyTorch and Triton there.
    k-th largest ratio, k from the binomial distribution; its exact coverage is printed), and
    whether the interval lies above the target (clear pass), below it (clear miss) or across it
    (within noise). A round starts only when the budget left fits it (the longest round so far,
-   and a margin), so that the budget ends rounds whole.
+   and a margin), so that the budget ends rounds whole. Before the rounds, bench_train.py --ab
+   under `egpu run` and `egpu run --metrics`: in one process, blocks with egpu's probes running
+   against neighbouring blocks with them paused, the paired ratios' median and its interval.
 
 Exits 1 when a count is not exact, results differ, a check fails or a run fails, after
 printing every table; the timing targets print PASS or MISS and never fail the run. The tables
@@ -443,6 +445,8 @@ def train_section(r, args, python, failures, report, raw):
                 ("egpu run", r.wrapped(command, probes=False)),
                 ("egpu run --metrics", r.wrapped(command, probes=False, metrics=True))]
     names = [name for name, _ in variants]
+    if args.train_ab and not args.fake:
+        ab_section(r, args, command, failures, report, raw)
     rounds, longest = [], 0.0
     for i in range(args.train_rounds):
         # A round starts only when what is left fits it, so that the budget ends rounds whole.
@@ -486,6 +490,44 @@ def train_section(r, args, python, failures, report, raw):
                     "warmup": args.train_warmup, "target": TRAIN_TARGET,
                     "interval": "order statistics (binomial), 95%", "rounds": rounds,
                     "variants": summary}
+    report += lines
+
+
+def ab_section(r, args, command, failures, report, raw):
+    """bench_train.py --ab under `egpu run` and `egpu run --metrics`: in one process, blocks
+    with egpu's probes running against neighbouring blocks with them paused (see
+    bench_train.py), so that what the host probes cost shows without the noise between
+    processes. The interposition that remains while they are paused is the launch benchmark's
+    (b) (egpu-preload/benches/launch.rs)."""
+    print("\n=== training A/B: probes running and paused in one process", flush=True)
+    ab = command + ["--ab", str(args.train_ab)]
+    lines = ["", f"### Eager training, probes running against paused in one process "
+             f"({args.train_ab} quads of blocks of {args.train_block} steps)", "",
+             "| variant | quads | running steps/s (median) | paused steps/s (median) | "
+             "paired ratio (median) | its 95% interval (coverage) | target | | |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    raw["train_ab"] = {}
+    for name, cmd in (("egpu run", r.wrapped(ab, probes=False)),
+                      ("egpu run --metrics", r.wrapped(ab, probes=False, metrics=True))):
+        got = r.run(cmd, f"A/B {name}")
+        if got is None:
+            continue
+        rc, out, _, _ = got
+        f = parse_prefixed(out, "ab").get("mlp", {})
+        if rc != 0 or "ratios" not in f:
+            failures.append(f"train A/B {name}: exit {rc}")
+            continue
+        ratios = [float(x) for x in f["ratios"].split(",")]
+        pm, lo, hi, cover = median_interval(ratios)
+        mark, noise = judge(pm, lo, hi)
+        lines.append(f"| {name} | {len(ratios)} | {f['on_median_steps_per_s']} | "
+                     f"{f['paused_median_steps_per_s']} | {pm:.4f}x | {lo:.4f}-{hi:.4f} "
+                     f"({100 * cover:.1f}%) | >= {TRAIN_TARGET}x | {mark} | {noise} |")
+        raw["train_ab"][name] = {"ratios": ratios, "median": pm, "interval": [lo, hi],
+                                 "coverage": cover, "line": out.strip().splitlines()[-1]}
+        print(f"    {name}: paired ratio {pm:.4f} ({lo:.4f}-{hi:.4f})", flush=True)
+    lines += ["", "A quad: blocks with the probes running, paused, paused, running; its ratio "
+              "is the running blocks' rate over the paused blocks'. Interval as below."]
     report += lines
 
 
@@ -678,6 +720,8 @@ def main():
     ap.add_argument("--train-block", type=int, default=50,
                     help="steps of a timed block (a run's rate: the median of its blocks')")
     ap.add_argument("--train-warmup", type=int, default=200, help="steps before the timed")
+    ap.add_argument("--train-ab", type=int, default=24,
+                    help="quads of the in-process A/B (bench_train.py --ab); 0 for none")
     ap.add_argument("--budget", type=float, default=540, help="seconds for everything")
     ap.add_argument("--timeout", type=float, default=240, help="seconds for one run")
     ap.add_argument("--skip-kernels", action="store_true")

@@ -5,6 +5,7 @@ small kernels through the CUDA runtime and waits for none of them, so its rate i
 rate of launching, which is what egpu's interposed entry points can slow down.
 
     python3 bench_train.py [--steps 600] [--warmup 200] [--block 50]
+    egpu run -- python3 bench_train.py --ab 20 [--block 50]
     python3 bench_train.py --self-test     (the block timing against a made-up clock; no GPU)
 
 After `--warmup` steps that are not timed, the `--steps` timed ones run in blocks of `--block`
@@ -19,9 +20,21 @@ the GPU within a block). Prints one line (on one line):
 median of the full blocks' rates, the steady-state rate that a stall of one block (a page
 fault, another process's burst, a collection) does not move; the harness compares that one.
 The losses are those of the first and last timed step, read after the loop.
+
+With `--ab QUADS` (under egpu's preloaded library, whose `egpu_preload_probes` it calls through
+ctypes) the timed steps run in blocks with egpu's probes running and paused, in the order
+running, paused, paused, running, QUADS times, so that what egpu's host probes cost is measured
+in one process, block against neighbouring block, free of what differs between processes. Prints
+
+    ab mlp quads 20 block 50 on_median_steps_per_s 540.1 paused_median_steps_per_s 541.0
+        ratio_median 0.9983 ratios 0.9950,0.9971,...
+
+a quad's rate with the probes running over its rate with them paused (each the steps of its two
+blocks over their seconds), the ratios sorted.
 """
 
 import argparse
+import ctypes
 import statistics
 import sys
 import time
@@ -55,6 +68,51 @@ def timed_blocks(step, steps, block, sync, clock=time.perf_counter):
     return t0 - start, rates, first, last
 
 
+def ab_blocks(step, quads, block, sync, toggle, clock=time.perf_counter):
+    """Blocks of `block` steps with egpu's probes running and paused (`toggle(True)`,
+    `toggle(False)`), in the order running, paused, paused, running, `quads` times:
+    [(rate running, rate paused)] per quad, each its two blocks' steps over their seconds. The
+    probes run again at the end."""
+    out = []
+    for _ in range(quads):
+        seconds = {True: 0.0, False: 0.0}
+        for on in (True, False, False, True):
+            toggle(on)
+            sync()
+            t0 = clock()
+            for _ in range(block):
+                step()
+            sync()
+            seconds[on] += clock() - t0
+        out.append(tuple(2 * block / seconds[on] if seconds[on] > 0 else float("inf")
+                         for on in (True, False)))
+    toggle(True)
+    return out
+
+
+def ab_line(block, pairs):
+    """The `--ab` line (see above)."""
+    ratios = sorted(on / off for on, off in pairs)
+    return (f"ab mlp quads {len(pairs)} block {block} "
+            f"on_median_steps_per_s {statistics.median(on for on, _ in pairs):.1f} "
+            f"paused_median_steps_per_s {statistics.median(off for _, off in pairs):.1f} "
+            f"ratio_median {statistics.median(ratios):.4f} "
+            f"ratios {','.join(f'{r:.4f}' for r in ratios)}")
+
+
+def egpu_toggle():
+    """A function that runs (True) or pauses (False) the probes of egpu's preloaded library in
+    this process, or None when the library is not there."""
+    try:
+        f = ctypes.CDLL(None).egpu_preload_probes
+    except (OSError, AttributeError):
+        return None
+    f.argtypes, f.restype = [ctypes.c_int], ctypes.c_int
+    if f(1) < 0:
+        return None
+    return lambda on: f(1 if on else 0)
+
+
 def result_line(steps, seconds, block, rates, loss_first, loss_last):
     """The program's one line of output (see above)."""
     return (f"train mlp steps {steps} seconds {seconds:.3f} steps_per_s {steps / seconds:.1f} "
@@ -85,6 +143,22 @@ def self_test():
     _, rates, _, _ = timed_blocks(lambda: None, 10, 50, lambda: None,
                                   clock=iter([0.0, 0.5]).__next__)
     assert rates == [20.0], rates  # fewer steps than a block: the partial one alone
+    # A/B: the probes cost a quarter more time per step while they run.
+    now[0], state, toggles = 0.0, [True], []
+
+    def ab_step():
+        now[0] += 0.0025 if state[0] else 0.002
+
+    def toggle(on):
+        state[0] = on
+        toggles.append(on)
+
+    pairs = ab_blocks(ab_step, 3, 10, lambda: None, toggle, clock=lambda: now[0])
+    assert toggles == [True, False, False, True] * 3 + [True], toggles
+    assert [(round(a), round(b)) for a, b in pairs] == [(400, 500)] * 3, pairs
+    line = ab_line(10, pairs)
+    assert line.startswith("ab mlp quads 3 block 10 on_median_steps_per_s 400.0 "), line
+    assert "ratio_median 0.8000 ratios 0.8000,0.8000,0.8000" in line, line
     print("bench_train self-test: ok")
     return 0
 
@@ -97,6 +171,8 @@ def main():
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--ab", type=int, metavar="QUADS",
+                    help="blocks with egpu's probes running and paused, in QUADS quads")
     ap.add_argument("--self-test", action="store_true", help="check the timing; no GPU")
     args = ap.parse_args()
     if args.self_test:
@@ -124,8 +200,19 @@ def main():
         optimizer.step()
         return loss.detach()
 
+    toggle = None
+    if args.ab is not None:
+        toggle = egpu_toggle()
+        if toggle is None or args.ab < 1:
+            print("--ab needs egpu's preloaded library (egpu run) and at least 1 quad",
+                  file=sys.stderr)
+            return 2
     for _ in range(args.warmup):
         step()
+    if toggle is not None:
+        print(ab_line(args.block, ab_blocks(step, args.ab, args.block, torch.cuda.synchronize,
+                                            toggle)), flush=True)
+        return 0
     seconds, rates, first, last = timed_blocks(step, args.steps, args.block,
                                                torch.cuda.synchronize)
     print(result_line(args.steps, seconds, args.block, rates, first.item(), last.item()),
