@@ -507,7 +507,8 @@ def ab_section(r, args, command, failures, report, raw):
              "paired ratio (median) | its 95% interval (coverage) | target | | |",
              "|---|---|---|---|---|---|---|---|---|"]
     raw["train_ab"] = {}
-    for name, cmd in (("egpu run", r.wrapped(ab, probes=False)),
+    summary = os.path.join(r.work, "ab-summary")
+    for name, cmd in (("egpu run", r.wrapped(ab, probes=False, summary=summary)),
                       ("egpu run --metrics", r.wrapped(ab, probes=False, metrics=True))):
         got = r.run(cmd, f"A/B {name}")
         if got is None:
@@ -528,7 +529,36 @@ def ab_section(r, args, command, failures, report, raw):
         print(f"    {name}: paired ratio {pm:.4f} ({lo:.4f}-{hi:.4f})", flush=True)
     lines += ["", "A quad: blocks with the probes running, paused, paused, running; its ratio "
               "is the running blocks' rate over the paused blocks'. Interval as below."]
+    steps = args.train_warmup + 4 * args.train_ab * args.train_block
+    calls = interposed_calls(summary)
+    if calls:
+        # While the probes run, what each call costs the calling thread is what the launch
+        # benchmark measures for a launch with a probe (egpu-preload/benches/launch.rs (c)).
+        per_step = {k: v / steps for k, v in calls.items()}
+        lines += ["", f"Interposed calls per training step (the `egpu run` A/B process: {steps} "
+                  "steps, with its warm-up; from its summary): " +
+                  ", ".join(f"{k} {v:.2f}" for k, v in per_step.items())]
+        raw["train_ab"]["calls_per_step"] = per_step
     report += lines
+
+
+def interposed_calls(prefix):
+    """The interposed calls egpu counted in the summaries `PREFIX.<pid>`, by kind (launches,
+    copies, sets, allocations, frees, syncs, module loads) and the probes' runs."""
+    calls = collections.Counter()
+    for path in sorted(glob.glob(prefix + ".*")):
+        with open(path) as f:
+            for line in f:
+                w = line.split()
+                if len(w) >= 2 and w[0] in ("launches", "sets"):
+                    calls[w[0]] += int(w[1])
+                elif len(w) >= 3 and w[0] in ("copies", "allocations", "frees", "syncs",
+                                              "modules"):
+                    calls[w[0]] += int(w[2])
+                elif w and w[0] == "probes":
+                    fields = dict(f.partition("=")[::2] for f in w[1:])
+                    calls["probe runs"] += int(fields.get("runs", 0))
+    return calls
 
 
 def pack_probes(path):
@@ -603,6 +633,14 @@ def train_self_test():
 def self_test(args):
     """The parsing and comparison on a made-up run; no GPU."""
     bench_kernels.self_test()
+    os.makedirs(args.work, exist_ok=True)
+    prefix = os.path.join(args.work, "self-test-summary")
+    with open(prefix + ".1", "w") as f:
+        f.write("pid 1\nlaunches 400\nkernel 0x1 400 k\ncopies htod 3 12\nsets 5 20\n"
+                "syncs stream 10\nprobes runs=420 faults=0 rejected=0\n")
+    calls = interposed_calls(prefix)
+    assert calls == {"launches": 400, "copies": 3, "sets": 5, "syncs": 10,
+                     "probe runs": 420}, calls
     out = ("kernel add name add_kernel id 0x0 ms 0.0291 launches 21 grid 4096 num_warps 4 "
            "threads_per_launch 524288 bytes_loaded_per_launch 33554432 "
            "bytes_stored_per_launch 16777216 sum 123.5 hash ab check ok\n"
