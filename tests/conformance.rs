@@ -1,6 +1,6 @@
 //! The bpf_conformance suite on both CPU engines.
 //!
-//! Each `.data` file of `../shared/conformance` (or `EGPU_CONFORMANCE_DIR`) holds a program
+//! Each `.data` file of `tests/conformance` (or `EGPU_CONFORMANCE_DIR`) holds a program
 //! (`-- asm`), optional input memory (`-- mem`) and the expected `r0` (`-- result`) or an expected
 //! error (`-- error`). As bpf_conformance's own runner does, `r1` points at the memory and `r2`
 //! holds its length. A file the JIT refuses counts as a JIT failure. Every failure must be listed,

@@ -6,8 +6,8 @@
 //! with `r1` pointing at the memory and `r2` holding its length; [`Case::program`] builds that
 //! program (a `mov %r2, len` before the file's code, a user attach point as large as the memory).
 //!
-//! The suite is found at `../shared/conformance` from the workspace root, or where
-//! `EGPU_CONFORMANCE_DIR` points ([`suite`]).
+//! The suite is kept in the repository, at `tests/conformance` (with its licence), and read from
+//! there, or from where `EGPU_CONFORMANCE_DIR` points ([`suite`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -85,7 +85,7 @@ impl Case {
     }
 }
 
-/// The suite's folder: `EGPU_CONFORMANCE_DIR`, else `../shared/conformance` from `workspace`.
+/// The suite's folder: `EGPU_CONFORMANCE_DIR`, else `tests/conformance` in `workspace`.
 ///
 /// `None`, after printing why, when it is missing; a panic instead when
 /// `EGPU_REQUIRE_CONFORMANCE=1` (set by the project's test script), so a test run that needs the
@@ -93,7 +93,7 @@ impl Case {
 pub fn suite_dir(workspace: &Path) -> Option<PathBuf> {
     let dir = match std::env::var_os("EGPU_CONFORMANCE_DIR") {
         Some(d) => PathBuf::from(d),
-        None => workspace.join("../shared/conformance"),
+        None => workspace.join("tests/conformance"),
     };
     if dir.is_dir() {
         return Some(dir);

@@ -1,8 +1,8 @@
 //! The assembler, disassembler and program checks over the bpf_conformance suite: every program
 //! assembles, lists back into the same slots, and is a well-formed [`Program`].
 //!
-//! The suite is found at `$EGPU_CONFORMANCE_DIR`, else at `../shared/conformance` from the
-//! workspace root (`egpu_ebpf::conformance::suite_dir`). Where it is missing the test says so and
+//! The suite is found at `$EGPU_CONFORMANCE_DIR`, else at `tests/conformance` in the workspace
+//! (`egpu_ebpf::conformance::suite_dir`). Where it is missing the test says so and
 //! passes, unless `EGPU_REQUIRE_CONFORMANCE=1`.
 
 use egpu_ebpf::conformance::suite_dir;
