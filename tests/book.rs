@@ -35,3 +35,38 @@ fn every_chapter_exists_and_every_include_resolves() {
     }
     assert!(includes >= 2, "the book includes only {includes} files");
 }
+
+/// Every Rust example of the book is compiled: a chapter with a `rust` block is one of the
+/// doctest chapters `egpu/src/lib.rs` includes, and no block is `ignore`d unless it is an
+/// `{{#include}}` of a file that builds on its own (the quickstart example).
+#[test]
+fn every_rust_example_of_the_book_is_compiled() {
+    let src = book_src();
+    let facade = std::fs::read_to_string(egpu_test_support::workspace_path("egpu/src/lib.rs"))
+        .expect("egpu/src/lib.rs");
+    let mut compiled = 0;
+    for chapter in chapters(&src) {
+        let text = std::fs::read_to_string(&chapter).expect("a chapter");
+        let name = chapter.file_name().and_then(|n| n.to_str()).expect("a file name");
+        let mut blocks = text.split("```rust").skip(1);
+        let mut any = false;
+        for block in blocks.by_ref() {
+            let (info, body) = block.split_once('\n').unwrap_or((block, ""));
+            if info.contains("ignore") {
+                let included = body.trim_start().starts_with("{{#include ../../examples/");
+                assert!(included, "{name}: a `rust{info}` block that is not compiled");
+            } else {
+                any = true;
+            }
+        }
+        if any {
+            let doctest = format!("#[doc = include_str!(\"../../book/src/{name}\")]");
+            assert!(
+                facade.contains(&doctest),
+                "{name} has Rust examples: egpu/src/lib.rs must include it"
+            );
+            compiled += 1;
+        }
+    }
+    assert!(compiled >= 6, "only {compiled} chapters with compiled examples");
+}

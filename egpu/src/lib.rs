@@ -15,14 +15,36 @@
 //! | [`pack`] | `egpu-host` | probe packs, carried into the preloaded library; [`export_probes!`] |
 //! | [`device`] | `egpu-device` (with `egpu-ptx`) | the GPU side: the driver, device maps, the instrumenter, and the PTX reader, translator and injector |
 //! | [`testing`] | `egpu-device` | helpers for tests that need a GPU |
+//!
+//! ## Start here
+//!
+//! - A probe in Rust: [`#[egpu::probe]`](macro@probe) on a function that takes its attach
+//!   point's context: [`ebpf::LaunchCtx`] for `host::launch`, [`ebpf::KernelCtx`] for
+//!   `device::kernel_entry`, [`ebpf::MemAccessCtx`] for `device::global_load` (every attach
+//!   point and its context: `egpu list`, or [`ebpf::AttachPoint`]).
+//! - Its maps, `static`s shared by probes, host code and other processes:
+//!   [`maps::HashMap`], [`maps::Array`], [`maps::PerCpuArray`], [`maps::RingBuf`].
+//! - eBPF from elsewhere: [`ebpf::assemble`] or [`ebpf::Program::new`], checked once by
+//!   [`ebpf::verifier::verify`]; run on the CPU by [`vm::Vm`], on CUDA API calls by
+//!   [`host::HostProbes`], inside kernels by [`device::instrument::Instrumenter`].
+//! - Unmodified programs: the `egpu` command (`egpu run --probes PACK -- COMMAND`), with a pack
+//!   made by [`export_probes!`].
+//!
+//! The book (`book/` in the repository) explains each part; the examples are in `examples/`.
 #![deny(missing_docs)]
 
+#[doc(inline)]
 pub use egpu_device as device;
+#[doc(inline)]
 pub use egpu_ebpf as ebpf;
+#[doc(inline)]
 pub use egpu_host as host;
 pub use egpu_host::{export_probes, pack};
+#[doc(inline)]
 pub use egpu_maps as maps;
+#[doc(inline)]
 pub use egpu_probe as probe;
+#[doc(inline)]
 pub use egpu_vm as vm;
 
 pub use egpu_macros::{helper, probe};
@@ -93,6 +115,21 @@ struct MapsChapterDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../book/src/probe-rust.md")]
 struct ProbeRustChapterDoctests;
+
+/// The CPU VM chapter's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../book/src/cpu-vm.md")]
+struct CpuVmChapterDoctests;
+
+/// The host probes chapter's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../book/src/host-probes.md")]
+struct HostProbesChapterDoctests;
+
+/// The GPU machine chapter's example, compiled as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../book/src/gpu-machine.md")]
+struct GpuMachineChapterDoctests;
 
 /// The GPU backend chapter's examples, compiled as doctests (those that need a GPU are `no_run`).
 #[cfg(doctest)]
