@@ -226,7 +226,7 @@ pub(crate) fn check_widths(verified: &Verified) -> Result<(), String> {
         let Instruction::Call(CallTarget::Helper(id)) = d.insn else { continue };
         let (Some(info), Some(facts)) = (helper(id), verified.call(d.pc)) else { continue };
         let Some(def) = facts.map.and_then(|m| program.maps().get(m as usize)) else { continue };
-        for (arg, kind) in info.args.iter().enumerate() {
+        for (arg, kind) in info.args.iter().map(|a| a.kind).enumerate() {
             let (what, size) = match kind {
                 ArgKind::MapKey => ("keys", def.key_size),
                 ArgKind::MapValue => ("values", def.value_size),

@@ -28,8 +28,10 @@
 //! - **Hot fields first.** What a probe on a hot host event reads most (`LaunchCtx`'s kernel id,
 //!   flags, grid and block) stays in the first 64 bytes, one cache line.
 
-use bytemuck::{Pod, Zeroable};
+use bytemuck::Zeroable;
 use std::fmt;
+
+use crate::fields::{self, ContextType};
 
 /// The id of a kernel: the 64-bit FNV-1a hash of its mangled name, the same in every process
 /// and on every side (host launch contexts, device contexts, maps keyed by kernel).
@@ -126,37 +128,112 @@ pub enum DeviceEvent {
 }
 
 impl AttachPoint {
-    /// Size in bytes of the context this attach point passes.
-    pub const fn context_size(self) -> usize {
-        match self {
-            AttachPoint::Host(HostEvent::Launch, _) => size_of::<LaunchCtx>(),
-            AttachPoint::Host(HostEvent::Memcpy, _) => size_of::<MemcpyCtx>(),
-            AttachPoint::Host(HostEvent::Alloc, _) => size_of::<AllocCtx>(),
-            AttachPoint::Host(HostEvent::Sync, _) => size_of::<SyncCtx>(),
-            AttachPoint::Host(HostEvent::ModuleLoad, _) => size_of::<ModuleLoadCtx>(),
+    /// Every attach point of a CUDA event, in the order `egpu list` prints them: each host event's
+    /// entry and exit, then the device events. (A user attach point takes its size: `user(N)`.)
+    pub const EVENTS: [AttachPoint; 14] = {
+        use AttachPoint::{Device, Host};
+        use {DeviceEvent::*, HostEvent::*, Phase::*};
+        [
+            Host(Launch, Enter),
+            Host(Launch, Exit),
+            Host(Memcpy, Enter),
+            Host(Memcpy, Exit),
+            Host(Alloc, Enter),
+            Host(Alloc, Exit),
+            Host(Sync, Enter),
+            Host(Sync, Exit),
+            Host(ModuleLoad, Enter),
+            Host(ModuleLoad, Exit),
+            Device(KernelEntry),
+            Device(KernelExit),
+            Device(GlobalLoad),
+            Device(GlobalStore),
+        ]
+    };
+
+    /// The context this attach point passes, with its field table; `None` for a user attach
+    /// point, whose context is the caller's own bytes.
+    pub const fn context_type(self) -> Option<&'static ContextType> {
+        Some(match self {
+            AttachPoint::Host(HostEvent::Launch, _) => &LaunchCtx::TYPE,
+            AttachPoint::Host(HostEvent::Memcpy, _) => &MemcpyCtx::TYPE,
+            AttachPoint::Host(HostEvent::Alloc, _) => &AllocCtx::TYPE,
+            AttachPoint::Host(HostEvent::Sync, _) => &SyncCtx::TYPE,
+            AttachPoint::Host(HostEvent::ModuleLoad, _) => &ModuleLoadCtx::TYPE,
             AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => {
-                size_of::<KernelCtx>()
+                &KernelCtx::TYPE
             }
             AttachPoint::Device(DeviceEvent::GlobalLoad | DeviceEvent::GlobalStore) => {
-                size_of::<MemAccessCtx>()
+                &MemAccessCtx::TYPE
             }
-            AttachPoint::User { ctx_size } => ctx_size as usize,
+            AttachPoint::User { .. } => return None,
+        })
+    }
+
+    /// Size in bytes of the context this attach point passes.
+    pub const fn context_size(self) -> usize {
+        match (self, self.context_type()) {
+            (AttachPoint::User { ctx_size }, _) => ctx_size as usize,
+            (_, Some(context)) => context.size,
+            (_, None) => 0,
         }
     }
 
     /// Name of the context type, for messages.
     pub const fn context_name(self) -> &'static str {
+        match self.context_type() {
+            Some(context) => context.name,
+            None => "user context",
+        }
+    }
+
+    /// How `#[egpu::probe]` writes this attach point: `host::launch` for a call's entry,
+    /// `host::launch::exit`, `device::global_load`, `user(16)`. Every spelling parses back
+    /// ([`FromStr`](std::str::FromStr)); [`Display`](fmt::Display) writes the entry's phase too.
+    pub fn spelling(self) -> String {
         match self {
-            AttachPoint::Host(HostEvent::Launch, _) => "LaunchCtx",
-            AttachPoint::Host(HostEvent::Memcpy, _) => "MemcpyCtx",
-            AttachPoint::Host(HostEvent::Alloc, _) => "AllocCtx",
-            AttachPoint::Host(HostEvent::Sync, _) => "SyncCtx",
-            AttachPoint::Host(HostEvent::ModuleLoad, _) => "ModuleLoadCtx",
-            AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => "KernelCtx",
-            AttachPoint::Device(DeviceEvent::GlobalLoad | DeviceEvent::GlobalStore) => {
-                "MemAccessCtx"
+            AttachPoint::Host(_, Phase::Enter) => {
+                let full = self.to_string();
+                full.strip_suffix("::enter").unwrap_or(&full).to_string()
             }
-            AttachPoint::User { .. } => "user context",
+            AttachPoint::User { ctx_size } => format!("user({ctx_size})"),
+            _ => self.to_string(),
+        }
+    }
+
+    /// When a probe at this attach point runs, in a line.
+    pub const fn describe(self) -> &'static str {
+        use {DeviceEvent::*, HostEvent::*, Phase::*};
+        match self {
+            AttachPoint::Host(Launch, Enter) => {
+                "before a kernel launch (cuLaunchKernel, cuLaunchKernelEx, cuGraphLaunch)"
+            }
+            AttachPoint::Host(Launch, Exit) => "after a kernel launch returns",
+            AttachPoint::Host(Memcpy, Enter) => {
+                "before a memory copy or set (cuMemcpy*, cudaMemcpy*, cuMemset*, cudaMemset*)"
+            }
+            AttachPoint::Host(Memcpy, Exit) => "after a memory copy or set returns",
+            AttachPoint::Host(Alloc, Enter) => {
+                "before an allocation or free (cuMemAlloc*, cudaMalloc*, cuMemFree*, cudaFree*)"
+            }
+            AttachPoint::Host(Alloc, Exit) => "after an allocation or free returns",
+            AttachPoint::Host(Sync, Enter) => {
+                "before a synchronisation (cuStreamSynchronize, cuEventSynchronize, \
+                 cuCtxSynchronize)"
+            }
+            AttachPoint::Host(Sync, Exit) => "after a synchronisation returns",
+            AttachPoint::Host(ModuleLoad, Enter) => {
+                "before a module load (cuModuleLoadData*, cuModuleLoadFatBinary, \
+                 cuLibraryLoadData)"
+            }
+            AttachPoint::Host(ModuleLoad, Exit) => "after a module load returns",
+            AttachPoint::Device(KernelEntry) => "each thread entering an instrumented kernel",
+            AttachPoint::Device(KernelExit) => "each thread leaving an instrumented kernel",
+            AttachPoint::Device(GlobalLoad) => "each thread's global load (ld.global, generic ld)",
+            AttachPoint::Device(GlobalStore) => {
+                "each thread's global store (st.global, generic st)"
+            }
+            AttachPoint::User { .. } => "when the program that owns it runs it, on its buffer",
         }
     }
 
@@ -254,36 +331,36 @@ impl std::str::FromStr for AttachPoint {
     }
 }
 
-/// Context of a kernel launch (`cuLaunchKernel`, `cudaLaunchKernel`, graph launches).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
-#[repr(C)]
-pub struct LaunchCtx {
-    /// 64-bit hash of the kernel's mangled name, stable across processes.
-    pub kernel_id: u64,
-    /// The `CUfunction` handle.
-    pub function: u64,
-    /// The stream (`CUstream`), 0 for the legacy default stream.
-    pub stream: u64,
-    /// Host monotonic clock at the call, in ns.
-    pub timestamp_ns: u64,
-    /// [`LaunchCtx::CAPTURED`], [`LaunchCtx::GRAPH`].
-    pub flags: u32,
-    /// Dynamic shared memory per block, in bytes.
-    pub shared_mem_bytes: u32,
-    /// Grid size in blocks (x, y, z).
-    pub grid: [u32; 3],
-    /// Block size in threads (x, y, z).
-    pub block: [u32; 3],
-    /// CUDA device ordinal.
-    pub device: u32,
-    /// Host thread id (`gettid`).
-    pub host_tid: u32,
-    /// Exit only: the call's `CUresult`.
-    pub result: i32,
-    /// [`context_tag`]`(HostEvent::Launch)`.
-    pub tag: u32,
-    /// Exit only: host time spent in the call, in ns.
-    pub duration_ns: u64,
+fields::contexts! {
+    /// Context of a kernel launch (`cuLaunchKernel`, `cudaLaunchKernel`, graph launches).
+    pub struct LaunchCtx {
+        /// 64-bit hash of the kernel's mangled name, stable across processes.
+        pub kernel_id: u64,
+        /// The `CUfunction` handle.
+        pub function: u64,
+        /// The stream (`CUstream`), 0 for the legacy default stream.
+        pub stream: u64,
+        /// Host monotonic clock at the call, in ns.
+        pub timestamp_ns: u64,
+        /// [`LaunchCtx::CAPTURED`], [`LaunchCtx::GRAPH`].
+        pub flags: u32,
+        /// Dynamic shared memory per block, in bytes.
+        pub shared_mem_bytes: u32,
+        /// Grid size in blocks (x, y, z).
+        pub grid: [u32; 3],
+        /// Block size in threads (x, y, z).
+        pub block: [u32; 3],
+        /// CUDA device ordinal.
+        pub device: u32,
+        /// Host thread id (`gettid`).
+        pub host_tid: u32,
+        /// Exit only: the call's `CUresult`.
+        pub result: i32,
+        /// [`context_tag`]`(HostEvent::Launch)`.
+        pub tag: u32,
+        /// Exit only: host time spent in the call, in ns.
+        pub duration_ns: u64,
+    }
 }
 
 impl LaunchCtx {
@@ -293,34 +370,34 @@ impl LaunchCtx {
     pub const GRAPH: u32 = 2;
 }
 
-/// Context of a memory copy or set (`cuMemcpy*`, `cudaMemcpy*`, `cuMemset*`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
-#[repr(C)]
-pub struct MemcpyCtx {
-    /// Destination address.
-    pub dst: u64,
-    /// Source address (0 for sets).
-    pub src: u64,
-    /// Bytes copied or set.
-    pub bytes: u64,
-    /// The stream, 0 for synchronous copies.
-    pub stream: u64,
-    /// Host monotonic clock at the call, in ns.
-    pub timestamp_ns: u64,
-    /// Exit only: host time spent in the call, in ns.
-    pub duration_ns: u64,
-    /// One of the `MemcpyCtx::*` kinds: [`MemcpyCtx::HOST_TO_DEVICE`], …
-    pub kind: u32,
-    /// CUDA device ordinal.
-    pub device: u32,
-    /// Host thread id.
-    pub host_tid: u32,
-    /// Exit only: the call's `CUresult`.
-    pub result: i32,
-    /// [`MemcpyCtx::ASYNC`], [`MemcpyCtx::MEMSET`].
-    pub flags: u32,
-    /// [`context_tag`]`(HostEvent::Memcpy)`.
-    pub tag: u32,
+fields::contexts! {
+    /// Context of a memory copy or set (`cuMemcpy*`, `cudaMemcpy*`, `cuMemset*`).
+    pub struct MemcpyCtx {
+        /// Destination address.
+        pub dst: u64,
+        /// Source address (0 for sets).
+        pub src: u64,
+        /// Bytes copied or set.
+        pub bytes: u64,
+        /// The stream, 0 for synchronous copies.
+        pub stream: u64,
+        /// Host monotonic clock at the call, in ns.
+        pub timestamp_ns: u64,
+        /// Exit only: host time spent in the call, in ns.
+        pub duration_ns: u64,
+        /// One of the `MemcpyCtx::*` kinds: [`MemcpyCtx::HOST_TO_DEVICE`], …
+        pub kind: u32,
+        /// CUDA device ordinal.
+        pub device: u32,
+        /// Host thread id.
+        pub host_tid: u32,
+        /// Exit only: the call's `CUresult`.
+        pub result: i32,
+        /// [`MemcpyCtx::ASYNC`], [`MemcpyCtx::MEMSET`].
+        pub flags: u32,
+        /// [`context_tag`]`(HostEvent::Memcpy)`.
+        pub tag: u32,
+    }
 }
 
 impl MemcpyCtx {
@@ -342,30 +419,30 @@ impl MemcpyCtx {
     pub const MEMSET: u32 = 2;
 }
 
-/// Context of an allocation or a free.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
-#[repr(C)]
-pub struct AllocCtx {
-    /// The address allocated (exit) or freed.
-    pub ptr: u64,
-    /// Bytes allocated (0 for frees when unknown).
-    pub bytes: u64,
-    /// Host monotonic clock at the call, in ns.
-    pub timestamp_ns: u64,
-    /// Exit only: host time spent in the call, in ns.
-    pub duration_ns: u64,
-    /// [`AllocCtx::DEVICE`], [`AllocCtx::HOST_PINNED`] or [`AllocCtx::MANAGED`].
-    pub kind: u32,
-    /// [`AllocCtx::ALLOC`] or [`AllocCtx::FREE`].
-    pub op: u32,
-    /// CUDA device ordinal.
-    pub device: u32,
-    /// Host thread id.
-    pub host_tid: u32,
-    /// Exit only: the call's `CUresult`.
-    pub result: i32,
-    /// [`context_tag`]`(HostEvent::Alloc)`.
-    pub tag: u32,
+fields::contexts! {
+    /// Context of an allocation or a free.
+    pub struct AllocCtx {
+        /// The address allocated (exit) or freed.
+        pub ptr: u64,
+        /// Bytes allocated (0 for frees when unknown).
+        pub bytes: u64,
+        /// Host monotonic clock at the call, in ns.
+        pub timestamp_ns: u64,
+        /// Exit only: host time spent in the call, in ns.
+        pub duration_ns: u64,
+        /// [`AllocCtx::DEVICE`], [`AllocCtx::HOST_PINNED`] or [`AllocCtx::MANAGED`].
+        pub kind: u32,
+        /// [`AllocCtx::ALLOC`] or [`AllocCtx::FREE`].
+        pub op: u32,
+        /// CUDA device ordinal.
+        pub device: u32,
+        /// Host thread id.
+        pub host_tid: u32,
+        /// Exit only: the call's `CUresult`.
+        pub result: i32,
+        /// [`context_tag`]`(HostEvent::Alloc)`.
+        pub tag: u32,
+    }
 }
 
 impl AllocCtx {
@@ -381,28 +458,28 @@ impl AllocCtx {
     pub const FREE: u32 = 1;
 }
 
-/// Context of a synchronisation call.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
-#[repr(C)]
-pub struct SyncCtx {
-    /// The stream or event waited on, 0 for context and device synchronisation.
-    pub handle: u64,
-    /// Host monotonic clock at the call, in ns.
-    pub timestamp_ns: u64,
-    /// Exit only: host time spent in the call, in ns.
-    pub duration_ns: u64,
-    /// [`SyncCtx::STREAM`], [`SyncCtx::EVENT`], [`SyncCtx::CONTEXT`] or [`SyncCtx::DEVICE`].
-    pub kind: u32,
-    /// CUDA device ordinal.
-    pub device: u32,
-    /// Host thread id.
-    pub host_tid: u32,
-    /// Exit only: the call's `CUresult`.
-    pub result: i32,
-    /// [`context_tag`]`(HostEvent::Sync)`.
-    pub tag: u32,
-    /// Zero.
-    pub reserved: u32,
+fields::contexts! {
+    /// Context of a synchronisation call.
+    pub struct SyncCtx {
+        /// The stream or event waited on, 0 for context and device synchronisation.
+        pub handle: u64,
+        /// Host monotonic clock at the call, in ns.
+        pub timestamp_ns: u64,
+        /// Exit only: host time spent in the call, in ns.
+        pub duration_ns: u64,
+        /// [`SyncCtx::STREAM`], [`SyncCtx::EVENT`], [`SyncCtx::TYPE`] or [`SyncCtx::DEVICE`].
+        pub kind: u32,
+        /// CUDA device ordinal.
+        pub device: u32,
+        /// Host thread id.
+        pub host_tid: u32,
+        /// Exit only: the call's `CUresult`.
+        pub result: i32,
+        /// [`context_tag`]`(HostEvent::Sync)`.
+        pub tag: u32,
+        /// Zero.
+        pub reserved: u32,
+    }
 }
 
 impl SyncCtx {
@@ -416,30 +493,30 @@ impl SyncCtx {
     pub const DEVICE: u32 = 3;
 }
 
-/// Context of a module load.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
-#[repr(C)]
-pub struct ModuleLoadCtx {
-    /// The module handle (exit).
-    pub module: u64,
-    /// Size of the image loaded, in bytes (0 when unknown).
-    pub image_bytes: u64,
-    /// Host monotonic clock at the call, in ns.
-    pub timestamp_ns: u64,
-    /// Exit only: host time spent in the call, in ns.
-    pub duration_ns: u64,
-    /// 1 when the image carries PTX that can be instrumented.
-    pub has_ptx: u32,
-    /// 1 when egpu instrumented it.
-    pub instrumented: u32,
-    /// CUDA device ordinal.
-    pub device: u32,
-    /// Host thread id.
-    pub host_tid: u32,
-    /// Exit only: the call's `CUresult`.
-    pub result: i32,
-    /// [`context_tag`]`(HostEvent::ModuleLoad)`.
-    pub tag: u32,
+fields::contexts! {
+    /// Context of a module load.
+    pub struct ModuleLoadCtx {
+        /// The module handle (exit).
+        pub module: u64,
+        /// Size of the image loaded, in bytes (0 when unknown).
+        pub image_bytes: u64,
+        /// Host monotonic clock at the call, in ns.
+        pub timestamp_ns: u64,
+        /// Exit only: host time spent in the call, in ns.
+        pub duration_ns: u64,
+        /// 1 when the image carries PTX that can be instrumented.
+        pub has_ptx: u32,
+        /// 1 when egpu instrumented it.
+        pub instrumented: u32,
+        /// CUDA device ordinal.
+        pub device: u32,
+        /// Host thread id.
+        pub host_tid: u32,
+        /// Exit only: the call's `CUresult`.
+        pub result: i32,
+        /// [`context_tag`]`(HostEvent::ModuleLoad)`.
+        pub tag: u32,
+    }
 }
 
 impl Default for LaunchCtx {
@@ -477,66 +554,80 @@ impl Default for ModuleLoadCtx {
     }
 }
 
-/// Context of a kernel's entry and exit, one per thread.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
-#[repr(C)]
-pub struct KernelCtx {
-    /// 64-bit hash of the kernel's mangled name.
-    pub kernel_id: u64,
-    /// Thread index in the block (`%tid`).
-    pub thread: [u32; 3],
-    /// Block index in the grid (`%ctaid`).
-    pub block: [u32; 3],
-    /// Block size (`%ntid`).
-    pub block_dim: [u32; 3],
-    /// Grid size (`%nctaid`).
-    pub grid_dim: [u32; 3],
-    /// Warp index in the block: the linear thread index divided by 32.
-    pub warp: u32,
-    /// Lane in the warp (`%laneid`).
-    pub lane: u32,
-    /// Streaming multiprocessor (`%smid`).
-    pub sm: u32,
-    /// The CUDA device ordinal (0 until launches fill it).
-    pub device: u32,
-    /// Which launch of the kernel this thread runs in: an id per launch, the same in the launch's
-    /// host context and every device context of it (0 until launches fill it).
-    pub launch_id: u64,
+fields::contexts! {
+    /// Context of a kernel's entry and exit, one per thread.
+    pub struct KernelCtx {
+        /// 64-bit hash of the kernel's mangled name.
+        pub kernel_id: u64,
+        /// Thread index in the block (`%tid`).
+        pub thread: [u32; 3],
+        /// Block index in the grid (`%ctaid`).
+        pub block: [u32; 3],
+        /// Block size (`%ntid`).
+        pub block_dim: [u32; 3],
+        /// Grid size (`%nctaid`).
+        pub grid_dim: [u32; 3],
+        /// Warp index in the block: the linear thread index divided by 32.
+        pub warp: u32,
+        /// Lane in the warp (`%laneid`).
+        pub lane: u32,
+        /// Streaming multiprocessor (`%smid`).
+        pub sm: u32,
+        /// The CUDA device ordinal (0 until launches fill it).
+        pub device: u32,
+        /// Which launch of the kernel this thread runs in: an id per launch, the same in the launch's
+        /// host context and every device context of it (0 until launches fill it).
+        pub launch_id: u64,
+    }
 }
 
-/// Context of a global load or store, one per thread and access.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
-#[repr(C)]
-pub struct MemAccessCtx {
-    /// The address accessed.
-    pub addr: u64,
-    /// 64-bit hash of the kernel's mangled name.
-    pub kernel_id: u64,
-    /// Bytes accessed.
-    pub size: u32,
-    /// Index of the access among the kernel's observed accesses.
-    pub site: u32,
-    /// Thread index in the block (`%tid`).
-    pub thread: [u32; 3],
-    /// Block index in the grid (`%ctaid`).
-    pub block: [u32; 3],
-    /// Warp index in the block.
-    pub warp: u32,
-    /// Lane in the warp (`%laneid`).
-    pub lane: u32,
-    /// Streaming multiprocessor (`%smid`).
-    pub sm: u32,
-    /// 1 for a store, 0 for a load.
-    pub is_store: u32,
-    /// Which launch of the kernel the access is in (see [`KernelCtx::launch_id`]; 0 until
-    /// launches fill it).
-    pub launch_id: u64,
-    /// The CUDA device ordinal (0 until launches fill it).
-    pub device: u32,
-    /// The class of instruction that made the access: [`MemAccessCtx::LOAD_STORE`] (`ld`, `st`,
-    /// the only class observed today); further classes (asynchronous copies, atomics, …) take the
-    /// next numbers.
-    pub class: u32,
+fields::contexts! {
+    /// Context of a global load or store, one per thread and access.
+    pub struct MemAccessCtx {
+        /// The address accessed.
+        pub addr: u64,
+        /// 64-bit hash of the kernel's mangled name.
+        pub kernel_id: u64,
+        /// Bytes accessed.
+        pub size: u32,
+        /// Index of the access among the kernel's observed accesses.
+        pub site: u32,
+        /// Thread index in the block (`%tid`).
+        pub thread: [u32; 3],
+        /// Block index in the grid (`%ctaid`).
+        pub block: [u32; 3],
+        /// Warp index in the block.
+        pub warp: u32,
+        /// Lane in the warp (`%laneid`).
+        pub lane: u32,
+        /// Streaming multiprocessor (`%smid`).
+        pub sm: u32,
+        /// 1 for a store, 0 for a load.
+        pub is_store: u32,
+        /// Which launch of the kernel the access is in (see [`KernelCtx::launch_id`]; 0 until
+        /// launches fill it).
+        pub launch_id: u64,
+        /// The CUDA device ordinal (0 until launches fill it).
+        pub device: u32,
+        /// The class of instruction that made the access: [`MemAccessCtx::LOAD_STORE`] (`ld`, `st`,
+        /// the only class observed today); further classes (asynchronous copies, atomics, …) take the
+        /// next numbers.
+        pub class: u32,
+    }
+}
+
+impl Default for KernelCtx {
+    /// Zero.
+    fn default() -> Self {
+        Zeroable::zeroed()
+    }
+}
+
+impl Default for MemAccessCtx {
+    /// Zero.
+    fn default() -> Self {
+        Zeroable::zeroed()
+    }
 }
 
 impl MemAccessCtx {

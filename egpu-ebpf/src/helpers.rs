@@ -4,8 +4,9 @@
 //! for Linux call egpu's helpers unchanged. egpu's own helpers take numbers from
 //! [`EGPU_HELPER_BASE`] up, a range Linux will not reach (its helper numbers are below 256 and
 //! frozen). Each entry says what the helper does on the CPU and on the GPU, and whether the CPU
-//! VM provides it today; an engine refuses, when the program is loaded, a call to a helper it does
-//! not provide.
+//! VM and the GPU translation provide it today (`on_cpu`, `on_gpu`: the VM's and the translator's
+//! tests check both against what they bind); an engine refuses, when the program is loaded, a
+//! call to a helper it does not provide. `egpu list` prints this table.
 
 /// First number of egpu's own helpers.
 pub const EGPU_HELPER_BASE: u32 = 0x1_0000;
@@ -49,6 +50,34 @@ pub enum ArgKind {
     MemSize,
 }
 
+impl ArgKind {
+    /// What the argument is, in a few words (`egpu list` prints it).
+    pub const fn describe(self) -> &'static str {
+        match self {
+            ArgKind::Scalar => "scalar",
+            ArgKind::MapRef => "map",
+            ArgKind::RingBuf => "ring buffer map",
+            ArgKind::MapKey => "pointer to a key",
+            ArgKind::MapValue => "pointer to a value",
+            ArgKind::Mem => "pointer to memory",
+            ArgKind::MemSize => "size of that memory",
+        }
+    }
+}
+
+/// One argument of a helper.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arg {
+    /// Its name, as in Linux's declaration of the helper.
+    pub name: &'static str,
+    /// What it must be.
+    pub kind: ArgKind,
+}
+
+const fn arg(name: &'static str, kind: ArgKind) -> Arg {
+    Arg { name, kind }
+}
+
 /// What a helper returns in `r0`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RetKind {
@@ -56,6 +85,16 @@ pub enum RetKind {
     Scalar,
     /// A pointer to a value of the map argument, or null: it must be checked before use.
     MapValueOrNull,
+}
+
+impl RetKind {
+    /// What the result is, in a few words (`egpu list` prints it).
+    pub const fn describe(self) -> &'static str {
+        match self {
+            RetKind::Scalar => "scalar",
+            RetKind::MapValueOrNull => "pointer to a value, or null",
+        }
+    }
 }
 
 /// One helper of the table.
@@ -66,7 +105,7 @@ pub struct HelperInfo {
     /// Its name, as in Linux where it has one.
     pub name: &'static str,
     /// Its arguments, in `r1`, `r2`, ….
-    pub args: &'static [ArgKind],
+    pub args: &'static [Arg],
     /// Its result.
     pub ret: RetKind,
     /// What it does on the CPU.
@@ -75,6 +114,20 @@ pub struct HelperInfo {
     pub gpu: &'static str,
     /// Whether the CPU VM provides it in this version.
     pub on_cpu: bool,
+    /// Whether the GPU translation provides it in this version.
+    pub on_gpu: bool,
+}
+
+impl HelperInfo {
+    /// Where it runs: `CPU VM and GPU`, `CPU VM`, `GPU` or `nowhere yet`.
+    pub const fn runs(&self) -> &'static str {
+        match (self.on_cpu, self.on_gpu) {
+            (true, true) => "CPU VM and GPU",
+            (true, false) => "CPU VM",
+            (false, true) => "GPU",
+            (false, false) => "nowhere yet",
+        }
+    }
 }
 
 /// Every helper egpu defines.
@@ -82,7 +135,7 @@ pub const HELPERS: &[HelperInfo] = &[
     HelperInfo {
         id: id::MAP_LOOKUP_ELEM,
         name: "bpf_map_lookup_elem",
-        args: &[ArgKind::MapRef, ArgKind::MapKey],
+        args: &[arg("map", ArgKind::MapRef), arg("key", ArgKind::MapKey)],
         ret: RetKind::MapValueOrNull,
         cpu: "pointer to the value stored under the key (in the calling CPU's shard of a per-CPU \
               map), or null",
@@ -91,11 +144,17 @@ pub const HELPERS: &[HelperInfo] = &[
               per-CPU map; on sm_70 and later, the lanes of a warp looking up one key make one \
               search",
         on_cpu: true,
+        on_gpu: true,
     },
     HelperInfo {
         id: id::MAP_UPDATE_ELEM,
         name: "bpf_map_update_elem",
-        args: &[ArgKind::MapRef, ArgKind::MapKey, ArgKind::MapValue, ArgKind::Scalar],
+        args: &[
+            arg("map", ArgKind::MapRef),
+            arg("key", ArgKind::MapKey),
+            arg("value", ArgKind::MapValue),
+            arg("flags", ArgKind::Scalar),
+        ],
         ret: RetKind::Scalar,
         cpu: "stores the value under the key as the flags say (0 any, 1 only new, 2 only \
               existing); 0, or -E2BIG when the map is full, -EEXIST, -ENOENT",
@@ -106,16 +165,18 @@ pub const HELPERS: &[HelperInfo] = &[
               -EINVAL with flags above 2, else an insert (never into a tombstone; -E2BIG, \
               counted, past the capacity). Per-CPU maps in the SM's shard",
         on_cpu: true,
+        on_gpu: true,
     },
     HelperInfo {
         id: id::MAP_DELETE_ELEM,
         name: "bpf_map_delete_elem",
-        args: &[ArgKind::MapRef, ArgKind::MapKey],
+        args: &[arg("map", ArgKind::MapRef), arg("key", ArgKind::MapKey)],
         ret: RetKind::Scalar,
         cpu: "removes the key; 0, or -ENOENT when it is absent (-EINVAL on arrays)",
         gpu: "inlined: the entry becomes a tombstone, 0, or -ENOENT when it is absent (in the \
               SM's shard for a per-CPU hash map); -EINVAL on arrays",
         on_cpu: true,
+        on_gpu: true,
     },
     HelperInfo {
         id: id::KTIME_GET_NS,
@@ -125,6 +186,7 @@ pub const HELPERS: &[HelperInfo] = &[
         cpu: "CLOCK_MONOTONIC in ns",
         gpu: "%globaltimer in ns",
         on_cpu: true,
+        on_gpu: true,
     },
     HelperInfo {
         id: id::GET_PRANDOM_U32,
@@ -135,6 +197,7 @@ pub const HELPERS: &[HelperInfo] = &[
         gpu: "a hash (splitmix64's finaliser) of %clock64, %tid.x and %ctaid.x: no generator \
               state",
         on_cpu: true,
+        on_gpu: true,
     },
     HelperInfo {
         id: id::GET_SMP_PROCESSOR_ID,
@@ -145,6 +208,7 @@ pub const HELPERS: &[HelperInfo] = &[
         gpu: "the streaming multiprocessor, %smid (read once when an instrumented kernel \
               starts)",
         on_cpu: true,
+        on_gpu: true,
     },
     HelperInfo {
         id: id::GET_CURRENT_PID_TGID,
@@ -155,11 +219,17 @@ pub const HELPERS: &[HelperInfo] = &[
         gpu: "a constant: the id of the host process that injected the probe << 32 (0 in \
               stand-alone kernels); the thread half is 0",
         on_cpu: true,
+        on_gpu: true,
     },
     HelperInfo {
         id: id::RINGBUF_OUTPUT,
         name: "bpf_ringbuf_output",
-        args: &[ArgKind::RingBuf, ArgKind::Mem, ArgKind::MemSize, ArgKind::Scalar],
+        args: &[
+            arg("ringbuf", ArgKind::RingBuf),
+            arg("data", ArgKind::Mem),
+            arg("size", ArgKind::MemSize),
+            arg("flags", ArgKind::Scalar),
+        ],
         ret: RetKind::Scalar,
         cpu: "copies a record (at most the ring's record size, zero-padded) into the ring of the \
               calling CPU; 0, or -EAGAIN when the ring is full (the drop is counted)",
@@ -169,10 +239,46 @@ pub const HELPERS: &[HelperInfo] = &[
               when the ring is full (dropped and counted, never waited for); flags ignored; for \
               rings in GPU memory only (a ring read live from mapped memory is refused)",
         on_cpu: true,
+        on_gpu: true,
     },
 ];
 
 /// The helper numbered `id`, if egpu defines one.
 pub fn helper(id: u32) -> Option<&'static HelperInfo> {
     HELPERS.iter().find(|h| h.id == id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The table is what `egpu list` prints: each helper once, with named arguments that fit in
+    /// `r1`–`r5`, and somewhere to run.
+    #[test]
+    fn every_helper_is_listed_once_with_its_arguments() {
+        for (i, h) in HELPERS.iter().enumerate() {
+            let earlier = &HELPERS[..i];
+            assert!(earlier.iter().all(|e| e.id != h.id && e.name != h.name), "{}", h.name);
+            assert_eq!(helper(h.id).map(|found| found.name), Some(h.name));
+            assert!(h.args.len() <= 5, "{}", h.name);
+            for (j, a) in h.args.iter().enumerate() {
+                assert!(!a.name.is_empty() && !h.args[..j].iter().any(|b| b.name == a.name));
+                // A key or value follows its map; a size follows its memory.
+                let before = j.checked_sub(1).map(|k| h.args[k].kind);
+                match a.kind {
+                    ArgKind::MapKey | ArgKind::MapValue => {
+                        assert!(h.args[..j].iter().any(|b| b.kind == ArgKind::MapRef), "{}", h.name)
+                    }
+                    ArgKind::MemSize => assert_eq!(before, Some(ArgKind::Mem), "{}", h.name),
+                    _ => {}
+                }
+            }
+            assert_ne!(h.runs(), "nowhere yet", "{}", h.name);
+            assert!(h.name.starts_with("bpf_") || h.id >= EGPU_HELPER_BASE, "{}", h.name);
+        }
+        assert!(helper(4).is_none());
+        let lookup = helper(id::MAP_LOOKUP_ELEM).expect("lookup");
+        assert_eq!(lookup.ret.describe(), "pointer to a value, or null");
+        assert_eq!(lookup.args.iter().map(|a| a.name).collect::<Vec<_>>(), ["map", "key"]);
+    }
 }

@@ -9,6 +9,7 @@
 //! | [`program`] | the program type (instructions, map table, attach point) and its structural checks |
 //! | [`helpers`] | the numbered helper table, with each helper's CPU and GPU semantics |
 //! | [`context`] | the attach points and the `#[repr(C)]` context each passes in `r1` |
+//! | [`fields`] | the contexts' field table (names, types, offsets, sizes, docs), from the structs |
 //! | [`map`] | map declarations, the entries of a program's map table |
 //! | [`verifier`] | the safety check every program passes before any engine runs it |
 //! | [`asm`], [`disasm`] | the assembler and disassembler for bpf_conformance's text syntax |
@@ -33,6 +34,7 @@ pub mod conformance;
 pub mod context;
 pub mod disasm;
 mod error;
+pub mod fields;
 pub mod helpers;
 pub mod insn;
 pub mod instruction;
@@ -48,6 +50,7 @@ pub use context::{
 };
 pub use disasm::disassemble;
 pub use error::{AsmError, DecodeError, ProgramError};
+pub use fields::{ContextType, Field};
 pub use insn::{Insn, Reg};
 pub use instruction::{
     AluOp, AtomicOp, ByteOrder, CallTarget, Decoded, Imm64, Instruction, JmpCond, Operand, Size,

@@ -82,8 +82,8 @@ pub(super) fn precision(program: &Program, insns: &[Option<Instruction>]) -> Vec
                 h.args
                     .iter()
                     .enumerate()
-                    .filter(|(_, k)| {
-                        !matches!(k, ArgKind::Scalar | ArgKind::MapRef | ArgKind::RingBuf)
+                    .filter(|(_, a)| {
+                        !matches!(a.kind, ArgKind::Scalar | ArgKind::MapRef | ArgKind::RingBuf)
                     })
                     .fold(0, |m, (i, _)| m | 1 << (i + 1))
             }),

@@ -62,7 +62,7 @@ impl Explorer<'_> {
         };
         let mut map: Option<u32> = None;
         self.call = CallFacts { map: None, args: [None; 5], max_size: None, min_size: None };
-        for (i, &kind) in h.args.iter().enumerate() {
+        for (i, kind) in h.args.iter().map(|a| a.kind).enumerate() {
             let reg = Reg::new(i as u8 + 1).expect("helpers take at most 5 arguments");
             let wrong = |what: &str, v: Value| {
                 fail::<()>(
