@@ -17,11 +17,11 @@ const fn spec<V>(kind: MapKind, len: u32, shards: Shards) -> Spec {
 }
 
 const fn spec_in<V>(kind: MapKind, len: u32, shards: Shards, name: Option<&'static str>) -> Spec {
-    const { assert!(align_of::<V>() <= 8, "map types align to 8 at most") };
     Spec {
         kind,
         key_size: 4,
         value_size: size_of::<V>() as u32,
+        align: align_of::<V>() as u32,
         capacity: len,
         shards,
         placement: match name {
@@ -29,6 +29,17 @@ const fn spec_in<V>(kind: MapKind, len: u32, shards: Shards, name: Option<&'stat
             None => Placement::Process,
         },
     }
+}
+
+/// The descriptor of a `const` constructor, refused when it can make no map (at compile time in
+/// a `static`).
+const fn described<V>(
+    kind: MapKind,
+    len: u32,
+    shards: Shards,
+    name: Option<&'static str>,
+) -> MapCell {
+    MapCell::described::<u32, V, true>(spec_in::<V>(kind, len, shards, name))
 }
 
 /// A fixed-length array of values, all present from the start as zeros (Linux's
@@ -58,18 +69,25 @@ impl<V> fmt::Debug for Array<V> {
 
 impl<V: Pod> Array<V> {
     /// A descriptor of an array of `len` values in process memory, created when first used.
+    ///
+    /// # Panics
+    /// When the map cannot exist (a `len` of 0, say): in a `static`, a compile error that names
+    /// the limit ([maps that cannot exist](crate#maps-that-cannot-exist)). [`Array::create`]
+    /// returns the error instead.
     pub const fn with_len(len: u32) -> Array<V> {
-        Array {
-            cell: MapCell::new(spec::<V>(MapKind::Array, len, Shards::ONE)),
-            _types: PhantomData,
-        }
+        Array { cell: described::<V>(MapKind::Array, len, Shards::ONE, None), _types: PhantomData }
     }
 
     /// A descriptor of an array of `len` values in shared memory named `name`, created when
     /// first used.
+    ///
+    /// # Panics
+    /// When the map cannot exist (a `len` of 0, say): in a `static`, a compile error that names
+    /// the limit ([maps that cannot exist](crate#maps-that-cannot-exist)). [`Array::create`]
+    /// returns the error instead.
     pub const fn shared(name: &'static str, len: u32) -> Array<V> {
         Array {
-            cell: MapCell::new(spec_in::<V>(MapKind::Array, len, Shards::ONE, Some(name))),
+            cell: described::<V>(MapKind::Array, len, Shards::ONE, Some(name)),
             _types: PhantomData,
         }
     }
@@ -78,8 +96,7 @@ impl<V: Pod> Array<V> {
     pub fn create(len: u32, placement: Placement) -> Result<Array<V>, MapError> {
         let mut s = spec::<V>(MapKind::Array, len, Shards::ONE);
         s.placement = placement;
-        let raw = RawMap::create(s.geometry()?, &s.placement)?;
-        Ok(Array { cell: MapCell::with_raw(s, raw), _types: PhantomData })
+        Ok(Array { cell: MapCell::create(s)?, _types: PhantomData })
     }
 
     /// Opens an array another process created in shared memory, checking kind and sizes.
@@ -91,7 +108,7 @@ impl<V: Pod> Array<V> {
     pub fn from_raw(raw: RawMap) -> Result<Array<V>, MapError> {
         raw.expect(MapKind::Array, 4, size_of::<V>() as u32)?;
         let s = spec::<V>(MapKind::Array, raw.geometry().capacity, Shards::ONE);
-        Ok(Array { cell: MapCell::with_raw(s, raw), _types: PhantomData })
+        Ok(Array { cell: MapCell::with_raw(s, raw)?, _types: PhantomData })
     }
 
     /// The map's memory, created now if this descriptor has none yet.
@@ -119,20 +136,20 @@ impl<V: Pod> Array<V> {
 
     /// The value at `index`.
     pub fn get(&self, index: u32) -> Result<V, MapError> {
-        let raw = self.raw();
+        let raw = self.try_raw()?;
         Ok(read(raw.region(), raw.element(0, index)?))
     }
 
     /// Stores `value` at `index`.
     pub fn set(&self, index: u32, value: &V) -> Result<(), MapError> {
-        let raw = self.raw();
+        let raw = self.try_raw()?;
         raw.region().write_bytes(raw.element(0, index)?, bytemuck::bytes_of(value));
         Ok(())
     }
 
     /// The word at byte `offset` of the value at `index`, for atomic updates.
     pub fn word<W: AtomicWord>(&self, index: u32, offset: usize) -> Result<Word<'_, W>, MapError> {
-        let raw = self.raw();
+        let raw = self.try_raw()?;
         Word::at(raw.region(), raw.element(0, index)?, offset, raw.geometry().value_size)
     }
 
@@ -193,25 +210,40 @@ impl<V> fmt::Debug for PerCpuArray<V> {
 impl<V: Pod> PerCpuArray<V> {
     /// A descriptor of `len` values per shard, one shard per logical CPU, in process memory,
     /// created when first used.
+    ///
+    /// # Panics
+    /// When the map cannot exist (a `len` of 0, say): in a `static`, a compile error that names
+    /// the limit ([maps that cannot exist](crate#maps-that-cannot-exist)). [`PerCpuArray::create`]
+    /// returns the error instead.
     pub const fn with_len(len: u32) -> PerCpuArray<V> {
         PerCpuArray {
-            cell: MapCell::new(spec::<V>(MapKind::PerCpuArray, len, Shards::PER_CPU)),
+            cell: described::<V>(MapKind::PerCpuArray, len, Shards::PER_CPU, None),
             _types: PhantomData,
         }
     }
 
     /// A descriptor of `len` values per shard, with these shards.
+    ///
+    /// # Panics
+    /// When the map cannot exist (a `len` of 0, say): in a `static`, a compile error that names
+    /// the limit ([maps that cannot exist](crate#maps-that-cannot-exist)). [`PerCpuArray::create`]
+    /// returns the error instead.
     pub const fn with_shards(len: u32, shards: Shards) -> PerCpuArray<V> {
         PerCpuArray {
-            cell: MapCell::new(spec::<V>(MapKind::PerCpuArray, len, shards)),
+            cell: described::<V>(MapKind::PerCpuArray, len, shards, None),
             _types: PhantomData,
         }
     }
 
     /// A descriptor of an array in shared memory named `name`.
+    ///
+    /// # Panics
+    /// When the map cannot exist (a `len` of 0, say): in a `static`, a compile error that names
+    /// the limit ([maps that cannot exist](crate#maps-that-cannot-exist)). [`PerCpuArray::create`]
+    /// returns the error instead.
     pub const fn shared(name: &'static str, len: u32, shards: Shards) -> PerCpuArray<V> {
         PerCpuArray {
-            cell: MapCell::new(spec_in::<V>(MapKind::PerCpuArray, len, shards, Some(name))),
+            cell: described::<V>(MapKind::PerCpuArray, len, shards, Some(name)),
             _types: PhantomData,
         }
     }
@@ -224,8 +256,7 @@ impl<V: Pod> PerCpuArray<V> {
     ) -> Result<PerCpuArray<V>, MapError> {
         let mut s = spec::<V>(MapKind::PerCpuArray, len, shards);
         s.placement = placement;
-        let raw = RawMap::create(s.geometry()?, &s.placement)?;
-        Ok(PerCpuArray { cell: MapCell::with_raw(s, raw), _types: PhantomData })
+        Ok(PerCpuArray { cell: MapCell::create(s)?, _types: PhantomData })
     }
 
     /// Opens an array another process created in shared memory, checking kind and sizes.
@@ -238,7 +269,7 @@ impl<V: Pod> PerCpuArray<V> {
         raw.expect(MapKind::PerCpuArray, 4, size_of::<V>() as u32)?;
         let g = raw.geometry();
         let s = spec::<V>(MapKind::PerCpuArray, g.capacity, Shards::new(g.cpu_shards, g.sm_shards));
-        Ok(PerCpuArray { cell: MapCell::with_raw(s, raw), _types: PhantomData })
+        Ok(PerCpuArray { cell: MapCell::with_raw(s, raw)?, _types: PhantomData })
     }
 
     /// The map's memory, created now if this descriptor has none yet.
@@ -266,7 +297,7 @@ impl<V: Pod> PerCpuArray<V> {
 
     /// The value at `index` in every shard.
     pub fn get(&self, index: u32) -> Result<PerShard<V>, MapError> {
-        let raw = self.raw();
+        let raw = self.try_raw()?;
         let g = raw.geometry();
         let value = |s: u32| raw.element(s, index).map(|o| read::<V>(raw.region(), o));
         Ok(PerShard {
@@ -285,7 +316,7 @@ impl<V: Pod> PerCpuArray<V> {
 
     /// Stores `value` at `index` in this CPU's shard.
     pub fn set(&self, index: u32, value: &V) -> Result<(), MapError> {
-        let raw = self.raw();
+        let raw = self.try_raw()?;
         let off = raw.element(raw.host_shard()?, index)?;
         raw.region().write_bytes(off, bytemuck::bytes_of(value));
         Ok(())
@@ -297,7 +328,7 @@ impl<V: Pod> PerCpuArray<V> {
     where
         V: AtomicWord,
     {
-        let raw = self.raw();
+        let raw = self.try_raw()?;
         let off = raw.element(raw.host_shard()?, index)?;
         Ok(value_word::<V>(raw.region(), off).fetch_add(delta))
     }

@@ -16,6 +16,32 @@ pub enum MapError {
         /// What is wrong.
         reason: String,
     },
+    /// A capacity (an array's length, a ring's records) of 0 or over
+    /// [`MAX_CAPACITY`](crate::layout::MAX_CAPACITY).
+    #[error("a map's capacity must be 1 to {max}, not {capacity}")]
+    Capacity {
+        /// The capacity asked for.
+        capacity: u32,
+        /// The largest capacity, [`MAX_CAPACITY`](crate::layout::MAX_CAPACITY).
+        max: u32,
+    },
+    /// A key or value (a ring's record) larger than
+    /// [`MAX_ITEM_BYTES`](crate::layout::MAX_ITEM_BYTES).
+    #[error("a map's {what} has {size} bytes; the layout allows {max} at most")]
+    TooLarge {
+        /// `key`, `value` or `record`.
+        what: &'static str,
+        /// Its size in bytes.
+        size: u32,
+        /// The largest size, [`MAX_ITEM_BYTES`](crate::layout::MAX_ITEM_BYTES).
+        max: u32,
+    },
+    /// A key or value type aligned to more than 8 bytes: map memory is laid out in 8-byte words.
+    #[error("a map's key and value types align to 8 bytes at most; this one aligns to {align}")]
+    Alignment {
+        /// The type's alignment in bytes.
+        align: u32,
+    },
     /// A region is shorter than its header and slots need.
     #[error("the map region has {len} bytes; its header and slots need {need}")]
     TooShort {
@@ -85,8 +111,9 @@ pub enum MapError {
         /// Why.
         reason: String,
     },
-    /// A system call failed.
-    #[error("{op} failed for map `{name}`")]
+    /// A system call failed. The message ends with the system's reason (`File exists (os error
+    /// 17)`), which is also the error's source.
+    #[error("{op} failed for map `{name}`: {source}")]
     Io {
         /// The call.
         op: &'static str,
@@ -173,9 +200,10 @@ impl MapError {
     /// The negative Linux error number eBPF helpers return for this error.
     pub fn errno(&self) -> i64 {
         -i64::from(match self {
-            MapError::Full { .. } | MapError::Index { .. } | MapError::RecordSize { .. } => {
-                libc::E2BIG
-            }
+            MapError::Full { .. }
+            | MapError::Index { .. }
+            | MapError::RecordSize { .. }
+            | MapError::TooLarge { .. } => libc::E2BIG,
             MapError::Exists => libc::EEXIST,
             MapError::NotFound => libc::ENOENT,
             MapError::RingFull => libc::EAGAIN,

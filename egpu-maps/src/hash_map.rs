@@ -23,11 +23,12 @@ const fn spec_in<K, V>(
     shards: Shards,
     name: Option<&'static str>,
 ) -> Spec {
-    const { assert!(align_of::<K>() <= 8 && align_of::<V>() <= 8, "map types align to 8 at most") };
     Spec {
         kind,
         key_size: size_of::<K>() as u32,
         value_size: size_of::<V>() as u32,
+        align: if align_of::<K>() > align_of::<V>() { align_of::<K>() } else { align_of::<V>() }
+            as u32,
         capacity,
         shards,
         placement: match name {
@@ -35,6 +36,17 @@ const fn spec_in<K, V>(
             None => Placement::Process,
         },
     }
+}
+
+/// The descriptor of a `const` constructor, refused when it can make no map (at compile time in
+/// a `static`).
+const fn described<K, V>(
+    kind: MapKind,
+    capacity: u32,
+    shards: Shards,
+    name: Option<&'static str>,
+) -> MapCell {
+    MapCell::described::<K, V, true>(spec_in::<K, V>(kind, capacity, shards, name))
 }
 
 fn open<K, V>(raw: RawMap, kind: MapKind) -> Result<RawMap, MapError> {
@@ -77,18 +89,28 @@ impl<K, V> fmt::Debug for HashMap<K, V> {
 impl<K: Pod, V: Pod> HashMap<K, V> {
     /// A descriptor of a map of at most `capacity` entries in process memory, created when first
     /// used.
+    ///
+    /// # Panics
+    /// When the map cannot exist (a `capacity` of 0, say): in a `static`, a compile error that names
+    /// the limit ([maps that cannot exist](crate#maps-that-cannot-exist)). [`HashMap::create`]
+    /// returns the error instead.
     pub const fn with_capacity(capacity: u32) -> HashMap<K, V> {
         HashMap {
-            cell: MapCell::new(spec::<K, V>(MapKind::Hash, capacity, Shards::ONE)),
+            cell: described::<K, V>(MapKind::Hash, capacity, Shards::ONE, None),
             _types: PhantomData,
         }
     }
 
     /// A descriptor of a map of at most `capacity` entries in shared memory named `name`,
     /// created when first used.
+    ///
+    /// # Panics
+    /// When the map cannot exist (a `capacity` of 0, say): in a `static`, a compile error that names
+    /// the limit ([maps that cannot exist](crate#maps-that-cannot-exist)). [`HashMap::create`]
+    /// returns the error instead.
     pub const fn shared(name: &'static str, capacity: u32) -> HashMap<K, V> {
         HashMap {
-            cell: MapCell::new(spec_in::<K, V>(MapKind::Hash, capacity, Shards::ONE, Some(name))),
+            cell: described::<K, V>(MapKind::Hash, capacity, Shards::ONE, Some(name)),
             _types: PhantomData,
         }
     }
@@ -97,8 +119,7 @@ impl<K: Pod, V: Pod> HashMap<K, V> {
     pub fn create(capacity: u32, placement: Placement) -> Result<HashMap<K, V>, MapError> {
         let mut s = spec::<K, V>(MapKind::Hash, capacity, Shards::ONE);
         s.placement = placement;
-        let raw = RawMap::create(s.geometry()?, &s.placement)?;
-        Ok(HashMap { cell: MapCell::with_raw(s, raw), _types: PhantomData })
+        Ok(HashMap { cell: MapCell::create(s)?, _types: PhantomData })
     }
 
     /// Opens a map another process created in shared memory, checking that it is a hash map of
@@ -112,7 +133,7 @@ impl<K: Pod, V: Pod> HashMap<K, V> {
     pub fn from_raw(raw: RawMap) -> Result<HashMap<K, V>, MapError> {
         let raw = open::<K, V>(raw, MapKind::Hash)?;
         let s = spec::<K, V>(MapKind::Hash, raw.geometry().capacity, Shards::ONE);
-        Ok(HashMap { cell: MapCell::with_raw(s, raw), _types: PhantomData })
+        Ok(HashMap { cell: MapCell::with_raw(s, raw)?, _types: PhantomData })
     }
 
     /// The map's memory, created now if this descriptor has none yet.
@@ -154,7 +175,7 @@ impl<K: Pod, V: Pod> HashMap<K, V> {
 
     /// Stores `value` under `key` as `flags` allow.
     pub fn update(&self, key: &K, value: &V, flags: UpdateFlags) -> Result<(), MapError> {
-        self.raw()
+        self.try_raw()?
             .table(0)
             .update(bytemuck::bytes_of(key), Some(bytemuck::bytes_of(value)), flags)
             .map(drop)
@@ -190,7 +211,7 @@ impl<K: Pod, V: Pod> HashMap<K, V> {
     /// the entry was: if the key is removed and its slot reused by another key, it addresses
     /// the new entry's value.
     pub fn word<W: AtomicWord>(&self, key: &K, offset: usize) -> Result<Word<'_, W>, MapError> {
-        let raw = self.raw();
+        let raw = self.try_raw()?;
         check_field::<W>(offset, raw.geometry().value_size)?;
         let table = raw.table(0);
         let (slot, _) = table.entry(bytemuck::bytes_of(key))?;
@@ -260,25 +281,40 @@ impl<K, V> fmt::Debug for PerCpuHashMap<K, V> {
 impl<K: Pod, V: Pod> PerCpuHashMap<K, V> {
     /// A descriptor of a map of at most `capacity` entries per shard, with one shard per
     /// logical CPU, in process memory, created when first used.
+    ///
+    /// # Panics
+    /// When the map cannot exist (a `capacity` of 0, say): in a `static`, a compile error that names
+    /// the limit ([maps that cannot exist](crate#maps-that-cannot-exist)). [`PerCpuHashMap::create`]
+    /// returns the error instead.
     pub const fn with_capacity(capacity: u32) -> PerCpuHashMap<K, V> {
         PerCpuHashMap {
-            cell: MapCell::new(spec::<K, V>(MapKind::PerCpuHash, capacity, Shards::PER_CPU)),
+            cell: described::<K, V>(MapKind::PerCpuHash, capacity, Shards::PER_CPU, None),
             _types: PhantomData,
         }
     }
 
     /// A descriptor of a map of at most `capacity` entries per shard, with these shards.
+    ///
+    /// # Panics
+    /// When the map cannot exist (a `capacity` of 0, say): in a `static`, a compile error that names
+    /// the limit ([maps that cannot exist](crate#maps-that-cannot-exist)). [`PerCpuHashMap::create`]
+    /// returns the error instead.
     pub const fn with_shards(capacity: u32, shards: Shards) -> PerCpuHashMap<K, V> {
         PerCpuHashMap {
-            cell: MapCell::new(spec::<K, V>(MapKind::PerCpuHash, capacity, shards)),
+            cell: described::<K, V>(MapKind::PerCpuHash, capacity, shards, None),
             _types: PhantomData,
         }
     }
 
     /// A descriptor of a map in shared memory named `name`.
+    ///
+    /// # Panics
+    /// When the map cannot exist (a `capacity` of 0, say): in a `static`, a compile error that names
+    /// the limit ([maps that cannot exist](crate#maps-that-cannot-exist)). [`PerCpuHashMap::create`]
+    /// returns the error instead.
     pub const fn shared(name: &'static str, capacity: u32, shards: Shards) -> PerCpuHashMap<K, V> {
         PerCpuHashMap {
-            cell: MapCell::new(spec_in::<K, V>(MapKind::PerCpuHash, capacity, shards, Some(name))),
+            cell: described::<K, V>(MapKind::PerCpuHash, capacity, shards, Some(name)),
             _types: PhantomData,
         }
     }
@@ -291,8 +327,7 @@ impl<K: Pod, V: Pod> PerCpuHashMap<K, V> {
     ) -> Result<PerCpuHashMap<K, V>, MapError> {
         let mut s = spec::<K, V>(MapKind::PerCpuHash, capacity, shards);
         s.placement = placement;
-        let raw = RawMap::create(s.geometry()?, &s.placement)?;
-        Ok(PerCpuHashMap { cell: MapCell::with_raw(s, raw), _types: PhantomData })
+        Ok(PerCpuHashMap { cell: MapCell::create(s)?, _types: PhantomData })
     }
 
     /// Opens a map another process created in shared memory, checking kind and sizes.
@@ -306,7 +341,7 @@ impl<K: Pod, V: Pod> PerCpuHashMap<K, V> {
         let g = raw.geometry();
         let shards = Shards::new(g.cpu_shards, g.sm_shards);
         let s = spec::<K, V>(MapKind::PerCpuHash, g.capacity, shards);
-        Ok(PerCpuHashMap { cell: MapCell::with_raw(s, raw), _types: PhantomData })
+        Ok(PerCpuHashMap { cell: MapCell::with_raw(s, raw)?, _types: PhantomData })
     }
 
     /// The map's memory, created now if this descriptor has none yet.
@@ -324,7 +359,7 @@ impl<K: Pod, V: Pod> PerCpuHashMap<K, V> {
 
     /// Stores `value` under `key` in this CPU's shard.
     pub fn insert(&self, key: &K, value: &V) -> Result<(), MapError> {
-        let raw = self.raw();
+        let raw = self.try_raw()?;
         raw.table(raw.host_shard()?)
             .update(bytemuck::bytes_of(key), Some(bytemuck::bytes_of(value)), UpdateFlags::Any)
             .map(drop)
@@ -336,7 +371,7 @@ impl<K: Pod, V: Pod> PerCpuHashMap<K, V> {
     where
         V: AtomicWord,
     {
-        let raw = self.raw();
+        let raw = self.try_raw()?;
         let table = raw.table(raw.host_shard()?);
         let (slot, _) = table.entry(bytemuck::bytes_of(key))?;
         Ok(value_word::<V>(raw.region(), table.value_offset(slot)).fetch_add(delta))

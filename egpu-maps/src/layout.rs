@@ -240,14 +240,21 @@ impl Geometry {
             }
             _ => {}
         }
-        if key_size > MAX_ITEM_BYTES || value_size > MAX_ITEM_BYTES {
-            return bad(format!("keys and values are at most {MAX_ITEM_BYTES} bytes"));
+        let too_large = |what, size| Err(MapError::TooLarge { what, size, max: MAX_ITEM_BYTES });
+        if key_size > MAX_ITEM_BYTES {
+            return too_large("key", key_size);
+        }
+        if value_size > MAX_ITEM_BYTES {
+            return too_large(
+                if kind == MapKind::RingBuf { "record" } else { "value" },
+                value_size,
+            );
         }
         if value_size == 0 {
             return bad("the value (record) size cannot be 0".into());
         }
         if capacity == 0 || capacity > MAX_CAPACITY {
-            return bad(format!("the capacity must be 1 to {MAX_CAPACITY}, not {capacity}"));
+            return Err(MapError::Capacity { capacity, max: MAX_CAPACITY });
         }
         if cpu_shards > MAX_SHARDS || sm_shards > MAX_SHARDS {
             return bad(format!("at most {MAX_SHARDS} shards per side"));
@@ -338,6 +345,42 @@ impl Geometry {
         h
     }
 
+    /// Checks a geometry made field by field (the fields are public): it must be one
+    /// [`Geometry::new`] accepts, with the derived fields (slots, strides, offsets, sizes) it
+    /// computes. [`RawMap::create`](crate::RawMap::create) and the other constructors of raw
+    /// maps call it, so a hand-made geometry is an error, never a map laid out wrong.
+    pub fn validate(&self) -> Result<(), MapError> {
+        self.check_derived("geometry").map(drop)
+    }
+
+    /// [`Geometry::new`] of this geometry's kind, sizes, capacity and shards, if its derived
+    /// fields are the same; `whose` names this geometry in the error.
+    fn check_derived(&self, whose: &str) -> Result<Geometry, MapError> {
+        let geometry = Geometry::new(
+            self.kind,
+            self.key_size,
+            self.value_size,
+            self.capacity,
+            self.cpu_shards,
+            self.sm_shards,
+        )?;
+        let derived = [
+            ("slots", u64::from(self.slots), u64::from(geometry.slots)),
+            ("slot stride", u64::from(self.slot_stride), u64::from(geometry.slot_stride)),
+            ("value offset", u64::from(self.value_offset), u64::from(geometry.value_offset)),
+            ("shard stride", self.shard_stride, geometry.shard_stride),
+            ("total size", self.total_bytes, geometry.total_bytes),
+        ];
+        match derived.into_iter().find(|(_, found, expected)| found != expected) {
+            Some((field, found, expected)) => Err(MapError::Geometry {
+                reason: format!(
+                    "the {whose}'s {field} is {found}, where the layout needs {expected}"
+                ),
+            }),
+            None => Ok(geometry),
+        }
+    }
+
     /// Reads and checks a header: the magic, the version, a known kind, sizes and a capacity
     /// that make a valid map, derived fields equal to what they must be, and `len` bytes
     /// enough for all of it.
@@ -357,36 +400,20 @@ impl Geometry {
         let kind_number = u32_at(header::KIND);
         let kind =
             MapKind::from_linux(kind_number).ok_or(MapError::UnknownKind { found: kind_number })?;
-        let geometry = Geometry::new(
+        let stored = Geometry {
             kind,
-            u32_at(header::KEY_SIZE),
-            u32_at(header::VALUE_SIZE),
-            u32_at(header::CAPACITY),
-            u32_at(header::CPU_SHARDS),
-            u32_at(header::SM_SHARDS),
-        )?;
-        let stored = [
-            ("slots", u64::from(u32_at(header::SLOTS)), u64::from(geometry.slots)),
-            (
-                "slot stride",
-                u64::from(u32_at(header::SLOT_STRIDE)),
-                u64::from(geometry.slot_stride),
-            ),
-            (
-                "value offset",
-                u64::from(u32_at(header::VALUE_OFFSET)),
-                u64::from(geometry.value_offset),
-            ),
-            ("shard stride", u64_at(header::SHARD_STRIDE), geometry.shard_stride),
-            ("total size", u64_at(header::TOTAL_BYTES), geometry.total_bytes),
-        ];
-        if let Some((field, found, expected)) = stored.into_iter().find(|(_, f, e)| f != e) {
-            return Err(MapError::Geometry {
-                reason: format!(
-                    "the header's {field} is {found}, where the layout needs {expected}"
-                ),
-            });
-        }
+            key_size: u32_at(header::KEY_SIZE),
+            value_size: u32_at(header::VALUE_SIZE),
+            capacity: u32_at(header::CAPACITY),
+            slots: u32_at(header::SLOTS),
+            cpu_shards: u32_at(header::CPU_SHARDS),
+            sm_shards: u32_at(header::SM_SHARDS),
+            slot_stride: u32_at(header::SLOT_STRIDE),
+            value_offset: u32_at(header::VALUE_OFFSET),
+            shard_stride: u64_at(header::SHARD_STRIDE),
+            total_bytes: u64_at(header::TOTAL_BYTES),
+        };
+        let geometry = stored.check_derived("header")?;
         if (len as u64) < geometry.total_bytes {
             return Err(MapError::TooShort { len, need: geometry.total_bytes });
         }

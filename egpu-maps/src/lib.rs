@@ -29,6 +29,26 @@
 //! # Ok::<(), egpu_maps::MapError>(())
 //! ```
 //!
+//! # Maps that cannot exist
+//! A capacity (an array's length, a ring's records) of 0 or over [`layout::MAX_CAPACITY`], a
+//! key or value (record) over [`layout::MAX_ITEM_BYTES`] (64 KiB) or of no bytes, a type
+//! aligned to more than 8 bytes, no shard or over [`layout::MAX_SHARDS`] on a side, a bad
+//! shared-memory name: the `const` constructors refuse these, so a `static` that asks for one
+//! does not compile, and the error, at the `static`, names the limit:
+//!
+//! ```compile_fail,E0080
+//! static EMPTY: egpu_maps::HashMap<u64, u64> = egpu_maps::HashMap::with_capacity(0);
+//! ```
+//!
+//! Key and value types that make no map fail the build wherever a `const` constructor is
+//! called; a capacity that is wrong only at run time panics there. The other constructors
+//! (`create`, `from_raw`, `open_shared`, [`RawMap::create`] with a [`layout::Geometry`] made by
+//! hand) return the [`MapError`] ([`MapError::Capacity`], [`MapError::TooLarge`],
+//! [`MapError::Alignment`], [`MapError::Geometry`]). Methods that return a `Result` return the
+//! error of creating the memory on first use (a shared-memory name already taken, say); the
+//! others (`HashMap::get`, `len`, …) panic on it, as [`HashMap::raw`] says, and a map made with
+//! `create` never fails that way.
+//!
 //! # Concurrency
 //! - Inserts, updates and removals are lock-free (compare-and-swap on a slot's state word); an
 //!   insert waits only for another insert of a key with the same hash tag to finish its few

@@ -73,8 +73,10 @@ pub fn cpu_count() -> u32 {
 }
 
 impl RawMap {
-    /// Creates an empty map of `geometry` in `placement`.
+    /// Creates an empty map of `geometry` in `placement`. A geometry [`Geometry::new`] would
+    /// not make is refused ([`Geometry::validate`]).
     pub fn create(geometry: Geometry, placement: &Placement) -> Result<RawMap, MapError> {
+        geometry.validate()?;
         let region = match placement {
             Placement::Process => Region::anonymous(&geometry)?,
             Placement::Shared(name) => Region::create_shared(name, &geometry)?,
@@ -100,7 +102,8 @@ impl RawMap {
     }
 
     /// Lays out an empty map of `geometry` in `len` bytes at `ptr` (pinned host memory, for
-    /// example), zeroing them, and opens it.
+    /// example), zeroing them, and opens it. A geometry [`Geometry::new`] would not make is
+    /// refused ([`Geometry::validate`]).
     ///
     /// # Safety
     /// As for [`RawMap::from_raw_parts`]; nobody else may use the memory while it is formatted.
@@ -109,6 +112,7 @@ impl RawMap {
         len: usize,
         geometry: Geometry,
     ) -> Result<RawMap, MapError> {
+        geometry.validate()?;
         // SAFETY: forwarded to the caller.
         let (region, geometry) = unsafe { Region::external(ptr, len, Some(&geometry))? };
         Ok(RawMap(Arc::new(Inner { region, geometry })))

@@ -17,11 +17,11 @@ const fn spec<T>(records: u32, shards: Shards) -> Spec {
 }
 
 const fn spec_in<T>(records: u32, shards: Shards, name: Option<&'static str>) -> Spec {
-    const { assert!(align_of::<T>() <= 8, "map types align to 8 at most") };
     Spec {
         kind: MapKind::RingBuf,
         key_size: 0,
         value_size: size_of::<T>() as u32,
+        align: align_of::<T>() as u32,
         capacity: records,
         shards,
         placement: match name {
@@ -29,6 +29,12 @@ const fn spec_in<T>(records: u32, shards: Shards, name: Option<&'static str>) ->
             None => Placement::Process,
         },
     }
+}
+
+/// The descriptor of a `const` constructor, refused when it can make no map (at compile time in
+/// a `static`).
+const fn described<T>(records: u32, shards: Shards, name: Option<&'static str>) -> MapCell {
+    MapCell::described::<(), T, false>(spec_in::<T>(records, shards, name))
 }
 
 /// A ring buffer of `T` records (Linux's `BPF_MAP_TYPE_RINGBUF`, with fixed-size records).
@@ -71,21 +77,33 @@ impl<T> fmt::Debug for RingBuf<T> {
 impl<T: Pod> RingBuf<T> {
     /// A descriptor of one host ring of `records` records in process memory, created when first
     /// used.
+    ///
+    /// # Panics
+    /// When the map cannot exist (a `records` of 0, say): in a `static`, a compile error that names
+    /// the limit ([maps that cannot exist](crate#maps-that-cannot-exist)). [`RingBuf::create`]
+    /// returns the error instead.
     pub const fn with_capacity(records: u32) -> RingBuf<T> {
-        RingBuf { cell: MapCell::new(spec::<T>(records, Shards::ONE)), _types: PhantomData }
+        RingBuf { cell: described::<T>(records, Shards::ONE, None), _types: PhantomData }
     }
 
     /// A descriptor of rings of `records` records, with these shards (one ring each).
+    ///
+    /// # Panics
+    /// When the map cannot exist (a `records` of 0, say): in a `static`, a compile error that names
+    /// the limit ([maps that cannot exist](crate#maps-that-cannot-exist)). [`RingBuf::create`]
+    /// returns the error instead.
     pub const fn with_shards(records: u32, shards: Shards) -> RingBuf<T> {
-        RingBuf { cell: MapCell::new(spec::<T>(records, shards)), _types: PhantomData }
+        RingBuf { cell: described::<T>(records, shards, None), _types: PhantomData }
     }
 
     /// A descriptor of a ring buffer in shared memory named `name`.
+    ///
+    /// # Panics
+    /// When the map cannot exist (a `records` of 0, say): in a `static`, a compile error that names
+    /// the limit ([maps that cannot exist](crate#maps-that-cannot-exist)). [`RingBuf::create`]
+    /// returns the error instead.
     pub const fn shared(name: &'static str, records: u32, shards: Shards) -> RingBuf<T> {
-        RingBuf {
-            cell: MapCell::new(spec_in::<T>(records, shards, Some(name))),
-            _types: PhantomData,
-        }
+        RingBuf { cell: described::<T>(records, shards, Some(name)), _types: PhantomData }
     }
 
     /// Creates the ring buffer now.
@@ -96,8 +114,7 @@ impl<T: Pod> RingBuf<T> {
     ) -> Result<RingBuf<T>, MapError> {
         let mut s = spec::<T>(records, shards);
         s.placement = placement;
-        let raw = RawMap::create(s.geometry()?, &s.placement)?;
-        Ok(RingBuf { cell: MapCell::with_raw(s, raw), _types: PhantomData })
+        Ok(RingBuf { cell: MapCell::create(s)?, _types: PhantomData })
     }
 
     /// Opens a ring buffer another process created in shared memory, checking the record size.
@@ -110,7 +127,7 @@ impl<T: Pod> RingBuf<T> {
         raw.expect(MapKind::RingBuf, 0, size_of::<T>() as u32)?;
         let g = raw.geometry();
         let s = spec::<T>(g.capacity, Shards::new(g.cpu_shards, g.sm_shards));
-        Ok(RingBuf { cell: MapCell::with_raw(s, raw), _types: PhantomData })
+        Ok(RingBuf { cell: MapCell::with_raw(s, raw)?, _types: PhantomData })
     }
 
     /// The map's memory, created now if this descriptor has none yet.
@@ -128,7 +145,7 @@ impl<T: Pod> RingBuf<T> {
 
     /// Copies `record` into the ring; [`MapError::RingFull`] when it was dropped.
     pub fn output(&self, record: &T) -> Result<(), MapError> {
-        self.raw().output(bytemuck::bytes_of(record))
+        self.try_raw()?.output(bytemuck::bytes_of(record))
     }
 
     /// Reserves room for a record in this CPU's ring: [`MapError::RingFull`] (the drop is
@@ -136,7 +153,7 @@ impl<T: Pod> RingBuf<T> {
     /// devices only. The record starts zeroed; [`Reserved::commit`] publishes it, and dropping
     /// the reservation discards it.
     pub fn reserve(&self) -> Result<Reserved<'_, T>, MapError> {
-        let raw = self.raw();
+        let raw = self.try_raw()?;
         let shard = raw.host_shard()?;
         let ring = raw.ring(shard);
         let ticket = ring.reserve().ok_or(MapError::RingFull)?;
@@ -147,7 +164,7 @@ impl<T: Pod> RingBuf<T> {
     /// Becomes the ring's consumer. Fails while another live process, or another consumer in
     /// this one, holds the role.
     pub fn consumer(&self) -> Result<Consumer<'_, T>, MapError> {
-        let raw = self.raw();
+        let raw = self.try_raw()?;
         let shards = raw.geometry().shards();
         for s in 0..shards {
             if let Err(e) = raw.ring(s).claim_consumer() {

@@ -394,40 +394,6 @@ fn odd_key_and_value_sizes() {
 }
 
 #[test]
-fn maps_that_cannot_exist_report_why() {
-    assert!(matches!(
-        HashMap::<u64, u64>::create(0, Placement::Process),
-        Err(MapError::Geometry { .. })
-    ));
-    assert!(matches!(
-        HashMap::<(), u64>::with_capacity(4).try_raw(),
-        Err(MapError::Geometry { .. })
-    ));
-    assert!(matches!(
-        HashMap::<u64, ()>::with_capacity(4).try_raw(),
-        Err(MapError::Geometry { .. })
-    ));
-    assert!(matches!(Array::<u64>::with_len(0).try_raw(), Err(MapError::Geometry { .. })));
-    assert!(matches!(
-        PerCpuArray::<u64>::with_shards(4, Shards::new(0, 0)).try_raw(),
-        Err(MapError::Geometry { .. })
-    ));
-    assert!(matches!(
-        PerCpuHashMap::<u64, u64>::with_shards(4, Shards::new(4097, 0)).try_raw(),
-        Err(MapError::Geometry { .. })
-    ));
-    assert!(matches!(
-        RingBuf::<u64>::create(u32::MAX, Shards::ONE, Placement::Process),
-        Err(MapError::Geometry { .. })
-    ));
-    assert!(matches!(Geometry::new(MapKind::Hash, 8, 8, 4, 1, 1), Err(MapError::Geometry { .. })));
-    // A descriptor that failed can be asked again, and fails again the same way.
-    let a: Array<u64> = Array::with_len(0);
-    assert!(a.try_raw().is_err());
-    assert!(a.try_raw().is_err());
-}
-
-#[test]
 fn per_cpu_maps_without_host_shards_refuse_host_writes() {
     let a: PerCpuArray<u64> = PerCpuArray::with_shards(4, Shards::new(0, 2));
     assert!(matches!(a.set(0, &1), Err(MapError::NoHostShard)));

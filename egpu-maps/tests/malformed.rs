@@ -196,15 +196,24 @@ fn changed_sizes_are_refused_or_mismatch_the_types() {
         buf.put_u32(off, size);
         assert_geometry_error(buf.open(), "slot stride");
     }
-    for (off, size, mentions) in [
-        (header::KEY_SIZE, 0, "key cannot be empty"),
-        (header::VALUE_SIZE, 0, "cannot be 0"),
-        (header::KEY_SIZE, layout::MAX_ITEM_BYTES + 1, "at most"),
-        (header::VALUE_SIZE, u32::MAX, "at most"),
-    ] {
+    for (off, size, mentions) in
+        [(header::KEY_SIZE, 0, "key cannot be empty"), (header::VALUE_SIZE, 0, "cannot be 0")]
+    {
         let mut buf = Buf::formatted(g);
         buf.put_u32(off, size);
         assert_geometry_error(buf.open(), mentions);
+    }
+    for (off, size, what) in [
+        (header::KEY_SIZE, layout::MAX_ITEM_BYTES + 1, "key"),
+        (header::VALUE_SIZE, u32::MAX, "value"),
+    ] {
+        let mut buf = Buf::formatted(g);
+        buf.put_u32(off, size);
+        let e = buf.open().unwrap_err();
+        assert!(
+            matches!(e, MapError::TooLarge { what: w, size: s, max: layout::MAX_ITEM_BYTES } if w == what && s == size),
+            "{e:?}"
+        );
     }
     // Sizes with the same padding open, with the sizes written there, and typed opens with the
     // old types are refused.
@@ -299,10 +308,16 @@ fn typed_opens_of_other_kinds_and_types_mismatch() {
 #[test]
 fn capacities_and_shards_that_make_no_map_are_refused() {
     let g = geometry(MapKind::Hash);
+    for capacity in [0, MAX_CAPACITY + 1, u32::MAX] {
+        let mut buf = Buf::formatted(g);
+        buf.put_u32(header::CAPACITY, capacity);
+        let e = buf.open().unwrap_err();
+        assert!(
+            matches!(e, MapError::Capacity { capacity: c, max: MAX_CAPACITY } if c == capacity),
+            "{e:?}"
+        );
+    }
     for (off, v, mentions) in [
-        (header::CAPACITY, 0, "capacity"),
-        (header::CAPACITY, MAX_CAPACITY + 1, "capacity"),
-        (header::CAPACITY, u32::MAX, "capacity"),
         (header::CAPACITY, 65, "slots"),
         (header::CPU_SHARDS, 2, "one shard"),
         (header::SM_SHARDS, 1, "one shard"),
@@ -492,8 +507,16 @@ fn random_header_corruption_never_faults() {
                 let name = format!("{e:?}");
                 let variant = name.split([' ', '{', '(']).next().unwrap().to_owned();
                 assert!(
-                    ["BadMagic", "Version", "UnknownKind", "Geometry", "TooShort"]
-                        .contains(&variant.as_str()),
+                    [
+                        "BadMagic",
+                        "Version",
+                        "UnknownKind",
+                        "Geometry",
+                        "Capacity",
+                        "TooLarge",
+                        "TooShort"
+                    ]
+                    .contains(&variant.as_str()),
                     "round {round}: unexpected error {e}"
                 );
                 *refused.entry(variant).or_default() += 1;
@@ -676,6 +699,27 @@ fn missing_and_taken_names_are_io_errors() {
     drop(first);
     assert!(!shm_path(&name).exists(), "the creator removes the name");
     assert!(matches!(RawMap::open_shared(&name), Err(MapError::Io { .. })));
+}
+
+#[test]
+fn item11_shared_memory_errors_keep_the_os_reason() {
+    use std::error::Error;
+    let reason = |errno: i32| std::io::Error::from_raw_os_error(errno).to_string();
+    let name = unique_name("item11");
+    let missing = RawMap::open_shared(&name).unwrap_err();
+    let message = missing.to_string();
+    // `shm_open failed for map `…`: No such file or directory (os error 2)`
+    assert!(message.starts_with(&format!("shm_open failed for map `{name}`: ")), "`{message}`");
+    assert!(message.ends_with(&reason(libc::ENOENT)), "`{message}` drops the reason");
+    let source = missing.source().expect("the system's error is the source");
+    assert_eq!(source.to_string(), reason(libc::ENOENT));
+    let unlink = unlink_shared(&name).unwrap_err().to_string();
+    assert!(unlink.contains("shm_unlink") && unlink.ends_with(&reason(libc::ENOENT)), "`{unlink}`");
+
+    let placement = Placement::Shared(name.clone().into());
+    let _first: HashMap<u64, u64> = HashMap::create(8, placement.clone()).unwrap();
+    let taken = HashMap::<u64, u64>::create(8, placement).unwrap_err().to_string();
+    assert!(taken.ends_with(&reason(libc::EEXIST)), "`{taken}` drops the reason");
 }
 
 #[test]

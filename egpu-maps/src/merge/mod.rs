@@ -73,6 +73,7 @@ pub struct DevicePart {
 impl DevicePart {
     /// The host's side of a device part of a map of `geometry`, which starts empty.
     pub fn new(geometry: &Geometry) -> Result<DevicePart, MapError> {
+        geometry.validate()?;
         let shards = match geometry.kind {
             MapKind::PerCpuArray | MapKind::PerCpuHash => geometry.cpu_shards..geometry.shards(),
             MapKind::RingBuf if geometry.sm_shards > 0 => geometry.cpu_shards..geometry.shards(),
