@@ -198,12 +198,14 @@ fn run() -> Result<(), Box<dyn Error>> {
             println!("no GPU found ({reason}); everything above ran on the CPU");
             let probe = page_loads::probe();
             let verified = verify(probe.program()?)?;
-            // Where the maps would be on a GPU: a made-up address, only to show the code.
+            // With no GPU, the map has no device memory: the PTX gets a placeholder address,
+            // easy to spot in it, where a GPU run has the address of the map's device copy.
+            const PLACEHOLDER: u64 = 1_000_000_000_000;
             let maps: Vec<_> = probe
                 .maps()?
                 .iter()
                 .map(|m| egpu::device::translate::DeviceMap {
-                    addr: 0x7f00_0000_0000,
+                    addr: PLACEHOLDER,
                     geometry: *m.geometry(),
                     live: false,
                     spread: 0,
@@ -213,7 +215,10 @@ fn run() -> Result<(), Box<dyn Error>> {
             let ptx = egpu::device::translate::kernel_module_with(&verified, "page_loads", &maps)?;
             println!(
                 "\n`page_loads`, a device probe, becomes this PTX (here in a kernel of its own; \
-                 `egpu inject` puts it before every global load of a kernel):\n\n{ptx}"
+                 `egpu inject` puts it before every global load of a kernel). Its map, \
+                 PAGE_LOADS, has no GPU memory on this machine, so the PTX holds a placeholder \
+                 for the map's address, {PLACEHOLDER} (the map's words are at offsets from it); \
+                 with a GPU, the address of the map's device copy is there:\n\n{ptx}"
             );
         }
     }
