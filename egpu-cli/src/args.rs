@@ -42,6 +42,8 @@ pub(crate) enum Command {
     Run(RunArgs),
     /// List the processes with egpu maps in shared memory, or print one process's maps.
     Maps(MapsArgs),
+    /// List the attach points with their contexts, and the helpers (as `bpftrace -l`).
+    List(ListArgs),
     /// Print a completion script for a shell (`egpu completions bash`).
     Completions {
         /// The shell.
@@ -167,6 +169,29 @@ pub(crate) struct MapsArgs {
     #[arg(long, value_name = "SECONDS", value_parser = seconds, requires = "pid")]
     pub(crate) watch: Option<Duration>,
     /// Print JSON (with --watch, a document per line)
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `egpu list`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Each attach point is listed as #[egpu::probe] spells it (host::launch is the call's entry,
+host::launch::exit its exit), with its context type, where its probes run and when; each helper
+with its number, its arguments (r1, r2, ...) and where it runs (the CPU VM, the GPU or both).
+
+PATTERN keeps what matches it: a glob over the whole name when it has * or ? ('host::*',
+'bpf_map_*'), else a substring (launch). Attach points match by either spelling or their context
+type's name (KernelCtx), helpers by name.")]
+pub(crate) struct ListArgs {
+    /// Only what matches this glob or substring
+    #[arg(value_name = "PATTERN")]
+    pub(crate) pattern: Option<String>,
+    /// Also print each context's fields (offset, size, type, name, what it holds), and each
+    /// helper's arguments and what it does on the CPU and on the GPU
+    #[arg(short, long)]
+    pub(crate) verbose: bool,
+    /// Print JSON (every context's fields and every helper's details)
     #[arg(long)]
     pub(crate) json: bool,
 }

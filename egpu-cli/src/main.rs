@@ -6,6 +6,7 @@
 //! egpu run [--summary PATH] [--library PATH] [--probes PACK[:NAME]] [--metrics ADDRESS
 //!          [--kernel-names]] [--otlp URL [--otlp-every SECONDS]] [--] COMMAND [ARGS]...
 //! egpu maps [PID [--watch SECONDS]] [--json]
+//! egpu list [PATTERN] [-v] [--json]
 //! egpu completions SHELL
 //! egpu help [SUBCOMMAND]
 //! ```
@@ -25,8 +26,10 @@
 //! | `ptx.rs` | `translate` and `inject` |
 //! | `run.rs` | `run`, the metrics server, the OTLP pusher |
 //! | `maps.rs` | `maps`, its JSON |
+//! | `list.rs` | `list`: attach points, contexts' fields and helpers, from egpu-ebpf's tables |
 
 mod args;
+mod list;
 mod maps;
 mod program;
 mod ptx;
@@ -47,6 +50,7 @@ fn main() -> ExitCode {
         Command::Inject(a) => ptx::inject_cmd(a).map(|()| ExitCode::SUCCESS),
         Command::Run(a) => run::run_cmd(a),
         Command::Maps(a) => maps::maps_cmd(a).map(|()| ExitCode::SUCCESS),
+        Command::List(a) => list::list_cmd(a).map(|()| ExitCode::SUCCESS),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "egpu", &mut std::io::stdout());
             Ok(ExitCode::SUCCESS)

@@ -467,7 +467,7 @@ fields::contexts! {
         pub timestamp_ns: u64,
         /// Exit only: host time spent in the call, in ns.
         pub duration_ns: u64,
-        /// [`SyncCtx::STREAM`], [`SyncCtx::EVENT`], [`SyncCtx::TYPE`] or [`SyncCtx::DEVICE`].
+        /// [`SyncCtx::STREAM`], [`SyncCtx::EVENT`], [`SyncCtx::CONTEXT`] or [`SyncCtx::DEVICE`].
         pub kind: u32,
         /// CUDA device ordinal.
         pub device: u32,

@@ -74,12 +74,13 @@ impl ContextType {
 }
 
 /// Documentation as one line of plain text: trimmed, with the brackets of intra-doc links
-/// (`` [`LaunchCtx::GRAPH`] ``, `[tag](context_tag)`) dropped and their text kept.
+/// (`` [`LaunchCtx::GRAPH`] ``, `[tag](context_tag)`) dropped and their text kept, and code
+/// spans that touch joined (`` [`f`]`(x)` `` reads `` `f(x)` ``).
 ///
 /// ```
 /// assert_eq!(
 ///     egpu_ebpf::fields::plain(" [`context_tag`]`(x)`, [tag](context_tag). "),
-///     "`context_tag``(x)`, tag."
+///     "`context_tag(x)`, tag."
 /// );
 /// ```
 pub fn plain(doc: &str) -> String {
@@ -104,7 +105,7 @@ pub fn plain(doc: &str) -> String {
         }
     }
     out.push_str(rest);
-    out.split_whitespace().collect::<Vec<_>>().join(" ")
+    out.replace("``", "").split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Declares context structs, each `#[repr(C)]` and [`bytemuck::Pod`], with its field table as the

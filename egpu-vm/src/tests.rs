@@ -317,3 +317,17 @@ fn the_legalised_listing_names_each_origin() {
     assert!(listing.contains("and32 %r0, -1"), "{listing}");
     assert!(listing.lines().last().unwrap().ends_with("# from 2"), "{listing}");
 }
+
+/// The helper table says where each helper runs (`egpu list` prints it): the VM binds, for
+/// programs to call, exactly the helpers the table marks `on_cpu`.
+#[test]
+fn the_vm_binds_exactly_the_helpers_the_table_runs_on_the_cpu() {
+    let mut bound = helpers::callable();
+    bound.retain(|&id| id != ALIGNMENT_PROBE);
+    bound.sort_unstable();
+    let mut table: Vec<u32> =
+        egpu_ebpf::helpers::HELPERS.iter().filter(|h| h.on_cpu).map(|h| h.id).collect();
+    table.sort_unstable();
+    assert_eq!(bound, table);
+    assert!(!table.is_empty());
+}

@@ -65,3 +65,62 @@ impl Emitter<'_> {
         Err(TranslateError::Helper { pc, id, name })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use egpu_ebpf::helpers::{ArgKind, HELPERS};
+    use egpu_ebpf::verifier::verify;
+    use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
+    use egpu_maps::layout::Geometry;
+
+    use super::super::{Context, DeviceMap, Options, TranslateError, translate};
+
+    /// The helper table says where each helper runs (`egpu list` prints it): the translation
+    /// inlines every helper the table marks `on_gpu` and refuses the others. Each call is made
+    /// from the table's own argument kinds, so a helper added to the table is tried here.
+    #[test]
+    fn the_gpu_translates_exactly_the_helpers_the_table_runs_on_the_gpu() {
+        let def = |name: &str, kind, key_size| MapDef {
+            name: name.into(),
+            kind,
+            key_size,
+            value_size: 8,
+            capacity: 16,
+        };
+        let maps = vec![def("table", MapKind::Hash, 8), def("ring", MapKind::RingBuf, 0)];
+        let bind = |kind, key_size| DeviceMap {
+            addr: 0x7f00_0000_0000,
+            geometry: Geometry::new(kind, key_size, 8, 16, 1, 0).expect("a geometry"),
+            live: false,
+            spread: 0,
+            drained: false,
+        };
+        let mut options = Options::new("t", Context::Kernel { kernel_id: 1 });
+        options.maps = vec![bind(MapKind::Hash, 8), bind(MapKind::RingBuf, 0)];
+        for h in HELPERS {
+            let mut text = "mov %r6, 0\nstxdw [%r10-8], %r6\nstxdw [%r10-16], %r6\n".to_string();
+            for (r, arg) in (1..).zip(h.args) {
+                text += &match arg.kind {
+                    ArgKind::MapRef => format!("lddw %r{r}, map[0]\n"),
+                    ArgKind::RingBuf => format!("lddw %r{r}, map[1]\n"),
+                    ArgKind::MapKey | ArgKind::Mem => format!("mov %r{r}, %r10\nadd %r{r}, -8\n"),
+                    ArgKind::MapValue => format!("mov %r{r}, %r10\nadd %r{r}, -16\n"),
+                    ArgKind::MemSize => format!("mov %r{r}, 8\n"),
+                    ArgKind::Scalar => format!("mov %r{r}, 0\n"),
+                };
+            }
+            text += &format!("call {}\nmov %r0, 0\nexit\n", h.id);
+            let slots = assemble(&text).unwrap_or_else(|e| panic!("{}: {e}\n{text}", h.name));
+            let entry = AttachPoint::Device(DeviceEvent::KernelEntry);
+            let program = Program::new(slots, maps.clone(), entry).expect("a program");
+            let verified = verify(&program).unwrap_or_else(|e| panic!("{}: {e}", h.name));
+            match translate(&verified, &options) {
+                Ok(t) => assert!(h.on_gpu && !t.body.is_empty(), "{} is translated", h.name),
+                Err(TranslateError::Helper { id, .. }) => {
+                    assert!(!h.on_gpu && id == h.id, "{} is refused", h.name)
+                }
+                Err(e) => panic!("{}: {e}", h.name),
+            }
+        }
+    }
+}
