@@ -9,6 +9,8 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::{FnArg, ItemFn, Pat, ReturnType, Type};
 
+use egpu_ebpf::{AttachPoint, ParseAttachError};
+
 use crate::args::Krate;
 use crate::lower::Lower;
 
@@ -39,12 +41,7 @@ fn attach_text(attr: TokenStream) -> syn::Result<String> {
             "name the attach point: `#[egpu::probe(host::launch)]`, `#[egpu::probe(device::global_load)]`, `#[egpu::probe(user)]`",
         ));
     }
-    let full = match text.as_str() {
-        "user" => return Ok(text),
-        t if t.starts_with("host::") && t.matches("::").count() == 1 => format!("{t}::enter"),
-        t => t.to_string(),
-    };
-    full.parse::<egpu_ebpf::AttachPoint>().map_err(|e| syn::Error::new_spanned(&attr, e))?;
+    parse_attach(&text).map_err(|e| syn::Error::new_spanned(&attr, e))?;
     Ok(text)
 }
 
@@ -176,6 +173,7 @@ fn expand_fn(
     let build_fn = format_ident!("__egpu_build");
     let span = sig.ident.span();
     let egpu = krate.at(span);
+    let context_check = context_check(&attach, &ctx_ty, krate);
     let handle = quote_spanned! {span=>
         #[doc = #doc]
         #[allow(non_camel_case_types)]
@@ -186,6 +184,7 @@ fn expand_fn(
             #[allow(dead_code, clippy::all)]
             #vis fn probe() -> &'static #egpu::probe::Probe {
                 fn __egpu_attach() -> ::core::result::Result<#egpu::ebpf::AttachPoint, #egpu::probe::BuildError> {
+                    #context_check
                     #p::attach_point::<#ctx_ty>(#attach)
                 }
                 #[allow(unused_variables, unused_mut, unused_parens, unreachable_code, clippy::all)]
@@ -199,6 +198,69 @@ fn expand_fn(
         }
     };
     Ok(quote! { #twin #handle })
+}
+
+/// The attach point `text` names (`host::EVENT` is its entry), `None` for `user`, whose size is
+/// the context type's.
+fn parse_attach(text: &str) -> Result<Option<AttachPoint>, ParseAttachError> {
+    match text {
+        "user" => Ok(None),
+        t if t.starts_with("host::") && t.matches("::").count() == 1 => {
+            format!("{t}::enter").parse().map(Some)
+        }
+        t => t.parse().map(Some),
+    }
+}
+
+/// Code that makes rustc refuse a context type other than the one the attach point passes, at
+/// the user's type, naming both: `device::global_load probes take `&MemAccessCtx`, not
+/// `&LaunchCtx``. A trait implemented by the expected type alone (so another name for it, a
+/// `type` alias or a re-export, is accepted), whose message the macro writes. The expected type
+/// is the one `AttachPoint::context_name` gives, under `PATH::ebpf`. Nothing for `user`.
+fn context_check(spec: &str, ctx_ty: &Type, krate: &Krate) -> TokenStream {
+    let Ok(Some(attach)) = parse_attach(spec) else { return TokenStream::new() };
+    let expected = attach.context_name();
+    let span = ctx_ty.span();
+    let ident = syn::Ident::new(expected, span);
+    let egpu = krate.at(span);
+    let message = format!("`{spec}` probes take `&{expected}`, not `&{{Self}}`");
+    let label = format!("expected `&{expected}`");
+    // Named after the expected type, so that rustc does not point at the trait of the same name
+    // another probe's type implements.
+    let check = format_ident!("__EgpuTakes{expected}", span = span);
+    quote_spanned! {span=>
+        #[diagnostic::on_unimplemented(message = #message, label = #label)]
+        trait #check {
+            type Checked;
+        }
+        impl #check for #egpu::ebpf::#ident {
+            type Checked = ();
+        }
+        let _: <#ctx_ty as #check>::Checked = ();
+    }
+}
+
+/// Whether `name` is one of Rust's primitive types.
+pub(crate) fn is_primitive(name: &str) -> bool {
+    matches!(
+        name,
+        "u8" | "u16"
+            | "u32"
+            | "u64"
+            | "u128"
+            | "usize"
+            | "i8"
+            | "i16"
+            | "i32"
+            | "i64"
+            | "i128"
+            | "isize"
+            | "bool"
+            | "char"
+            | "str"
+            | "f32"
+            | "f64"
+    )
 }
 
 /// Whether `ty` names one of the integer types.

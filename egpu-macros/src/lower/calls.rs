@@ -153,6 +153,9 @@ impl Lower {
         if self.helper.as_ref().is_some_and(|h| path.path.is_ident(h)) {
             return self.error(span, "a helper cannot call itself: probes do not recurse");
         }
+        if let Some(message) = not_callable(&path.path) {
+            return self.error(path.span(), message);
+        }
         // A function marked `#[egpu::helper]`, inlined; rustc says so when `name` is not
         // one (it has no `__egpu_inline`).
         let args: Vec<TokenStream> = call.args.iter().map(|a| self.expr(a)).collect();
@@ -160,3 +163,49 @@ impl Lower {
         quote_spanned!(span=> #callee::__egpu_inline(#(#args),*))
     }
 }
+
+/// Why a call of `path` cannot be in a probe, when its path says so: an associated function of
+/// a type (`Vec::new`, `u64::max`) or a function of the standard library. Other names may be
+/// functions marked `#[egpu::helper]`, which rustc checks.
+fn not_callable(path: &syn::Path) -> Option<String> {
+    let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
+    let shown = segments.join("::");
+    if let Some(heap) = segments.iter().find(|s| HEAP_TYPES.contains(&s.as_str())) {
+        return Some(format!(
+            "`{shown}` allocates on the heap, which probes cannot: eBPF has a 512-byte stack and \
+             maps (`{heap}` has no place in Probe Rust; keep data in a `static` map or a \
+             fixed-size array)"
+        ));
+    }
+    let std = matches!(segments.first().map(String::as_str), Some("std" | "core" | "alloc"));
+    let type_segment =
+        segments.iter().rev().skip(1).find(|s| {
+            s.starts_with(|c: char| c.is_ascii_uppercase()) || crate::probe::is_primitive(s)
+        });
+    match (std, type_segment) {
+        (_, Some(ty)) => Some(format!(
+            "`{shown}` cannot be called from a probe: associated functions of types (`{ty}`) are \
+             not Probe Rust; probes call egpu's helpers and functions marked `#[egpu::helper]`"
+        )),
+        (true, None) => Some(format!(
+            "`{shown}` cannot be called from a probe: the standard library is not Probe Rust; \
+             probes call egpu's helpers and functions marked `#[egpu::helper]`"
+        )),
+        (false, None) => None,
+    }
+}
+
+/// Types and macros that allocate on the heap, which the errors name as such.
+const HEAP_TYPES: [&str; 11] = [
+    "Vec",
+    "Box",
+    "String",
+    "Rc",
+    "Arc",
+    "VecDeque",
+    "BTreeMap",
+    "BTreeSet",
+    "BinaryHeap",
+    "LinkedList",
+    "vec",
+];

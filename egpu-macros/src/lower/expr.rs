@@ -130,7 +130,17 @@ impl Lower {
                 self.error(r.span(), "references are only passed to map operations")
             }
             Expr::Closure(c) => self.error(c.span(), "closures are not supported in probes"),
-            Expr::Macro(m) => self.error(m.span(), "`egpu::print!` is a statement, not a value"),
+            Expr::Macro(m) => {
+                let name = m.mac.path.segments.last().map(|s| s.ident.to_string());
+                let message = match name.as_deref() {
+                    Some(heap @ ("vec" | "format")) => format!(
+                        "`{heap}!` allocates on the heap, which probes cannot: eBPF has a \
+                         512-byte stack and maps (use a fixed-size array: `[0u64; 4]`)"
+                    ),
+                    _ => "`egpu::print!` is a statement, not a value".to_string(),
+                };
+                self.error(m.span(), message)
+            }
             Expr::Array(a) => self.error(
                 a.span(),
                 "an array literal is bound with `let` or passed to a map operation by reference",

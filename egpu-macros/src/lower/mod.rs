@@ -194,4 +194,46 @@ mod tests {
         assert!(out.contains("ctx_field"), "{out}");
         assert!(out.contains("helper_fn :: __egpu_inline"), "{out}");
     }
+
+    fn errors_of(block: Block) -> Vec<String> {
+        let mut lower =
+            Lower::new(syn::parse_quote!(ctx), syn::parse_quote!(Ctx), &Krate::default());
+        lower.body(&block, false);
+        lower.errors.into_iter().map(|e| e.1).collect()
+    }
+
+    #[test]
+    fn heap_types_and_associated_functions_are_not_callable() {
+        let errors = errors_of(syn::parse_quote!({
+            let v = Vec::new();
+            let s = std::string::String::new();
+            let w = vec![1u64];
+            let m = u64::max(ctx.a, 1);
+            let n = core::cmp::max(ctx.a, 1);
+            let t = egpu::helpers::ktime_ns();
+            let h = crate::helpers_of_mine::bucket(ctx.a);
+        }));
+        assert_eq!(errors.len(), 5, "{errors:?}");
+        assert!(errors[0].starts_with("`Vec::new` allocates on the heap"), "{errors:?}");
+        assert!(errors[1].starts_with("`std::string::String::new` allocates"), "{errors:?}");
+        assert!(errors[2].starts_with("`vec!` allocates on the heap"), "{errors:?}");
+        assert!(errors[3].contains("associated functions of types (`u64`)"), "{errors:?}");
+        assert!(errors[4].contains("the standard library is not Probe Rust"), "{errors:?}");
+    }
+
+    #[test]
+    fn arrays_that_cannot_fit_the_stack_are_refused() {
+        let errors = errors_of(syn::parse_quote!({
+            let a = [0u64; 64];
+            let b = [0u64; 65];
+            let c = [0u8; 512];
+            let d = [0; 513];
+            let e = [1u16, 2, 3];
+            let f = [ctx.a; 100];
+        }));
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].starts_with("this array of 65 `u64` is 520 bytes"), "{errors:?}");
+        assert!(errors[0].contains("at most 64 `u64`"), "{errors:?}");
+        assert!(errors[1].starts_with("an array of 513 elements"), "{errors:?}");
+    }
 }

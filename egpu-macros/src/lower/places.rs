@@ -45,6 +45,9 @@ impl Lower {
             return self
                 .error(e.span(), "an array local has a literal length: `[x; 4]` or `[a, b]`");
         };
+        if let Some(message) = too_large(e, len) {
+            return self.error(e.span(), message);
+        }
         let mut stores = TokenStream::new();
         self.field_init(quote!(__v), e, &mut stores);
         quote_spanned!(e.span()=> {
@@ -170,4 +173,45 @@ impl Lower {
             other => self.error(other.span(), "not a field of the context"),
         }
     }
+}
+
+/// eBPF's stack, in bytes: every local of a probe lives on it.
+const STACK_BYTES: usize = 512;
+
+/// Why the array literal `e` of `len` elements cannot be a probe's local, when the macro can
+/// tell: more elements than the stack has bytes, or, when the elements are literals with a
+/// suffix (`0u64`), more bytes than the stack. (The builder refuses a stack over 512 bytes in
+/// all, naming the largest locals, when the probe is built.)
+fn too_large(e: &Expr, len: usize) -> Option<String> {
+    if len > STACK_BYTES {
+        return Some(format!(
+            "an array of {len} elements does not fit a probe's stack: eBPF's stack is \
+             {STACK_BYTES} bytes, so an array local has at most {STACK_BYTES} elements (of `u8`), \
+             {} of `u64`; keep more in a map",
+            STACK_BYTES / 8
+        ));
+    }
+    let first = match e {
+        Expr::Array(a) => a.elems.first(),
+        Expr::Repeat(r) => Some(&*r.expr),
+        _ => None,
+    };
+    let Some(Expr::Lit(syn::ExprLit { lit: Lit::Int(n), .. })) = first else { return None };
+    let size: usize = match n.suffix() {
+        "u8" | "i8" => 1,
+        "u16" | "i16" => 2,
+        "u32" | "i32" => 4,
+        "u64" | "i64" | "usize" | "isize" => 8,
+        _ => return None,
+    };
+    let bytes = len * size;
+    (bytes > STACK_BYTES).then(|| {
+        format!(
+            "this array of {len} `{}` is {bytes} bytes, more than a probe's stack: eBPF's stack \
+             is {STACK_BYTES} bytes, so an array local holds at most {} `{}`; keep more in a map",
+            n.suffix(),
+            STACK_BYTES / size,
+            n.suffix()
+        )
+    })
 }
