@@ -539,3 +539,60 @@ fn run_pushes_the_metrics_to_an_otlp_collector() {
     assert!(bad.stderr.contains("https is not supported"), "{}", bad.stderr);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The README's `egpu` commands (every `cargo run -p egpu-cli -- ...` of its shell blocks) run as
+/// written, from the repository's root (what they write going to a temporary folder), and
+/// succeed; one that needs a release build of an example that is not there says so and is left
+/// out.
+#[test]
+fn item10_the_readmes_commands_run() {
+    let readme = std::fs::read_to_string(workspace_path("README.md")).expect("README.md");
+    let mut commands: Vec<String> = Vec::new();
+    let mut in_shell = false;
+    let mut pending = String::new();
+    for line in readme.lines() {
+        if line.starts_with("```") {
+            in_shell = line == "```sh";
+            continue;
+        }
+        if !in_shell {
+            continue;
+        }
+        let code = line.split(" #").next().unwrap_or_default().trim_end();
+        pending.push_str(code.trim_end_matches('\\'));
+        pending.push(' ');
+        if !code.ends_with('\\') {
+            if let Some(args) = pending.trim().strip_prefix("cargo run -p egpu-cli -- ") {
+                commands.push(args.to_string());
+            }
+            pending.clear();
+        }
+    }
+    assert!(commands.len() >= 3, "the README shows {} egpu commands", commands.len());
+    let dir = TempDir::new("readme");
+    let mut ran = 0;
+    for command in &commands {
+        // As written, from the repository's root; what `-o` writes goes to the temporary folder.
+        let mut args: Vec<String> = command.split_whitespace().map(str::to_string).collect();
+        if let Some(i) = args.iter().position(|a| a == "-o")
+            && let Some(out) = args.get_mut(i + 1)
+        {
+            *out = dir.0.join(out.as_str()).display().to_string();
+        }
+        let built = |a: &String| workspace_path(a.split(':').next().unwrap_or(a)).exists();
+        let missing = args.iter().find(|a| a.starts_with("target/") && !built(a));
+        if let Some(missing) = missing {
+            eprintln!("README: `egpu {command}` left out: {missing} is not built here");
+            continue;
+        }
+        let root = workspace_path(".");
+        let out = Command::new(egpu()).args(&args).current_dir(&root).output().expect("egpu");
+        assert!(
+            out.status.success(),
+            "README: `egpu {command}` failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        ran += 1;
+    }
+    assert!(ran >= 2, "only {ran} of the README's commands ran");
+}
