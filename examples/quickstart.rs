@@ -1,10 +1,10 @@
 //! egpu's main job, in one run: build probes, run them on the CPU, and inside a CUDA kernel.
 //!
 //! The probe watches kernel launches: it computes the number of threads a launch starts and
-//! classifies the launch as small, large or huge. It is eBPF, written here in assembly (the
-//! `#[egpu::probe]` compiler will let it be written in Rust); the same bytecode will run inside
-//! kernels once the GPU backend lands. The verifier checks it first, and refuses an unsafe
-//! variant of it with an error that shows why. A second probe, written in Rust with
+//! classifies the launch as small, large or huge. It is eBPF, written here in assembly, as
+//! another tracer would hand it over (probes can as well be written in Rust, below); the same
+//! bytecode could run inside kernels, translated to PTX. The verifier checks it first, and
+//! refuses an unsafe variant of it with an error that shows why. A second probe, written in Rust with
 //! `#[egpu::probe]`, counts launches and threads per kernel in hash maps, which this program
 //! then reads in place.
 //!
