@@ -316,7 +316,9 @@ fn run_starts_a_program_under_the_library_and_maps_reads_it_live() {
     let scrape = |path: &str| {
         use std::io::Read;
         let mut stream = std::net::TcpStream::connect(&address).expect("the metrics server");
-        write!(stream, "GET {path} HTTP/1.1\r\nHost: {address}\r\n\r\n").expect("a request");
+        // HTTP/1.1 keeps a connection open unless asked not to; this test reads to its end.
+        write!(stream, "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n")
+            .expect("a request");
         let mut response = String::new();
         stream.read_to_string(&mut response).expect("a response");
         response

@@ -150,6 +150,18 @@ pub(crate) struct RunArgs {
     #[arg(long, value_name = "SECONDS", value_parser = seconds, default_value = "10",
           requires = "otlp")]
     pub(crate) otlp_every: Duration,
+    /// How OTLP pushes are encoded
+    #[arg(
+        long,
+        value_name = "PROTOCOL",
+        value_enum,
+        default_value = "http/json",
+        requires = "otlp"
+    )]
+    pub(crate) otlp_protocol: OtlpProtocol,
+    /// Keep serving the last metrics this long after the command ends (30s, 5m, 1h30m)
+    #[arg(long, value_name = "DURATION", value_parser = linger, requires = "metrics")]
+    pub(crate) linger: Option<Duration>,
     /// The command and its arguments (after `--` when the command starts with `-`)
     #[arg(value_name = "COMMAND", required = true, num_args = 1.., trailing_var_arg = true)]
     pub(crate) command: Vec<OsString>,
@@ -258,9 +270,35 @@ pub(crate) fn attach_point(s: &str) -> Result<AttachPoint, String> {
 pub(crate) fn seconds(s: &str) -> Result<Duration, String> {
     s.parse::<f64>()
         .ok()
-        .filter(|s| *s > 0.0 && s.is_finite())
-        .map(Duration::from_secs_f64)
+        .filter(|s| *s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
         .ok_or_else(|| "a number of seconds, more than 0".into())
+}
+
+/// `--otlp-protocol`: OTLP/HTTP's encodings, spelt as `OTEL_EXPORTER_OTLP_PROTOCOL` spells them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum OtlpProtocol {
+    /// JSON (`application/json`)
+    #[value(name = "http/json")]
+    Json,
+    /// Protocol buffers (`application/x-protobuf`)
+    #[value(name = "http/protobuf")]
+    Protobuf,
+}
+
+/// `--linger`'s duration: `30s`, `5m`, `1h30m`, `500ms` (humantime's units), or a number of
+/// seconds; at most a year.
+pub(crate) fn linger(s: &str) -> Result<Duration, String> {
+    const MOST: Duration = Duration::from_secs(366 * 24 * 3600);
+    let d = match seconds(s) {
+        Ok(d) => d,
+        Err(_) => humantime::parse_duration(s.trim())
+            .map_err(|e| format!("a duration such as 30s, 5m or 1h30m ({e})"))?,
+    };
+    if d > MOST {
+        return Err("at most a year".into());
+    }
+    Ok(d)
 }
 
 /// A process id.

@@ -31,6 +31,7 @@
 mod args;
 mod list;
 mod maps;
+mod metrics;
 mod program;
 mod ptx;
 mod run;

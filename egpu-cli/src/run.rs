@@ -1,11 +1,13 @@
 //! `egpu run`: a command under egpu's preloaded library, with its counts served as Prometheus
-//! metrics or pushed to an OpenTelemetry collector while it runs.
+//! metrics (for a while after it ends, with `--linger`) or pushed to an OpenTelemetry collector
+//! while it runs; the exporters are in `metrics/`.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use crate::args::RunArgs;
+use crate::metrics::{self, Descendants, Exporter};
 use crate::program::{self, ProgramName};
 use crate::{Error, failed};
 
@@ -53,11 +55,18 @@ pub(crate) fn run_cmd(a: RunArgs) -> Result<ExitCode, Error> {
         descendants.watch();
     }
     // Listening before the command starts, so that its first scrape finds the server.
-    if let Some(address) = a.metrics {
-        serve_metrics(address, options, descendants.clone())?;
-    }
-    let pusher =
-        otlp.map(|endpoint| OtlpPusher::start(endpoint, a.otlp_every, options, &descendants));
+    let exporter = Exporter::new(descendants.clone(), options);
+    let served = match a.metrics {
+        Some(address) => {
+            let bound = metrics::serve(address, exporter.clone())?;
+            eprintln!("egpu: metrics at http://{bound}/metrics");
+            Some(bound)
+        }
+        None => None,
+    };
+    let pusher = otlp.map(|endpoint| {
+        OtlpPusher::start(endpoint, a.otlp_protocol, a.otlp_every, options, &descendants)
+    });
     let status = child.status();
     if let Some(path) = one_probe {
         let _ = std::fs::remove_file(path);
@@ -76,7 +85,26 @@ pub(crate) fn run_cmd(a: RunArgs) -> Result<ExitCode, Error> {
         (None, Some(signal)) => 128 + signal,
         _ => 1,
     };
+    exporter.command_ended(code);
+    if let (Some(bound), Some(linger)) = (served, a.linger) {
+        linger_for(bound, linger, code);
+    }
     Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+}
+
+/// `--linger`: the metrics stay served, with their last values, for `linger` after the command
+/// ended (with `code`), so that a scraper that comes by every so often sees a short job's counts.
+fn linger_for(bound: std::net::SocketAddr, linger: std::time::Duration, code: i32) {
+    let until = std::time::SystemTime::now()
+        .checked_add(linger)
+        .map(|t| format!(" until {} UTC", humantime::format_rfc3339_seconds(t)))
+        .unwrap_or_default();
+    eprintln!(
+        "egpu: the command exited with {code}; its last metrics stay at http://{bound}/metrics \
+         for {}{until}",
+        humantime::format_duration(linger)
+    );
+    std::thread::sleep(linger);
 }
 
 /// A command that could not be started, as a shell says it: 127 when it is not found, 126 when
@@ -143,96 +171,6 @@ fn summary_base(path: &Path) -> Result<PathBuf, Error> {
     Ok(path)
 }
 
-/// Serves the built-in counts of this process's descendants at `http://ADDRESS/metrics` from a
-/// thread of its own, until the process ends.
-fn serve_metrics(
-    address: std::net::SocketAddr,
-    options: egpu::host::builtin::MetricsOptions,
-    descendants: Descendants,
-) -> Result<(), Error> {
-    use std::io::{BufRead, Write};
-    let listener = std::net::TcpListener::bind(address)
-        .map_err(|e| failed(format!("listening on {address}: {e}")))?;
-    let bound = listener.local_addr().map_err(|e| failed(format!("{address}: {e}")))?;
-    eprintln!("egpu: metrics at http://{bound}/metrics");
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let mut reader = std::io::BufReader::new(&stream);
-            let mut request = String::new();
-            if reader.read_line(&mut request).is_err() {
-                continue;
-            }
-            // The rest of the request's head.
-            let mut line = String::new();
-            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
-                line.clear();
-            }
-            let response = if request.starts_with("GET /metrics ") {
-                let processes = descendants.snapshot();
-                let body = egpu::host::builtin::prometheus(&processes, options);
-                format!(
-                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n\
-                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                )
-            } else {
-                "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into()
-            };
-            let _ = (&stream).write_all(response.as_bytes());
-        }
-    });
-    Ok(())
-}
-
-/// The built-in maps of this process's descendants, each opened when first seen and kept
-/// mapped, so that a process that exits keeps its final counts here (it removes its shared
-/// objects' names, not the memory mapped here) for the metrics served and pushed.
-#[derive(Clone)]
-struct Descendants {
-    me: u32,
-    seen: std::sync::Arc<
-        std::sync::Mutex<std::collections::BTreeMap<u32, egpu::host::builtin::Builtin>>,
-    >,
-}
-
-impl Descendants {
-    fn new() -> Descendants {
-        Descendants { me: std::process::id(), seen: Default::default() }
-    }
-
-    /// Opens the maps of descendants not seen before.
-    fn refresh(&self) {
-        use egpu::host::builtin;
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        for pid in builtin::processes() {
-            if !seen.contains_key(&pid)
-                && descends_from(pid, self.me)
-                && let Ok(maps) = builtin::Builtin::open(pid)
-            {
-                seen.insert(pid, maps);
-            }
-        }
-    }
-
-    /// Every descendant seen so far, after a refresh.
-    fn snapshot(&self) -> Vec<egpu::host::builtin::Builtin> {
-        self.refresh();
-        self.seen.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
-    }
-
-    /// Looks for new descendants every 100 ms, from a thread of its own, so that short-lived
-    /// ones are seen before they exit.
-    fn watch(&self) {
-        let me = self.clone();
-        std::thread::spawn(move || {
-            loop {
-                me.refresh();
-                std::thread::sleep(std::time::Duration::from_millis(100));
-            }
-        });
-    }
-}
-
 #[cfg(feature = "otlp")]
 fn otlp_endpoint(url: &str) -> Result<egpu::host::otlp::Endpoint, Error> {
     url.parse().map_err(|e: egpu::host::otlp::OtlpError| Error::Usage {
@@ -249,85 +187,10 @@ fn otlp_endpoint(_: &str) -> Result<std::convert::Infallible, Error> {
     })
 }
 
-/// Pushes the descendants' metrics to an OTLP collector every so often, from a thread of its
-/// own, and once more at the end.
 #[cfg(feature = "otlp")]
-struct OtlpPusher {
-    endpoint: egpu::host::otlp::Endpoint,
-    options: egpu::host::builtin::MetricsOptions,
-    start_ns: u64,
-    /// The last error said, so that a collector that is down is reported once, not every time.
-    said: std::sync::Arc<std::sync::Mutex<String>>,
-    /// Held across each push; true once the last push is made, after which the periodic pushes
-    /// stop (so none taken before it arrives after it).
-    finished: std::sync::Arc<std::sync::Mutex<bool>>,
-}
+use crate::metrics::otlp::OtlpPusher;
 
-#[cfg(feature = "otlp")]
-impl OtlpPusher {
-    fn start(
-        endpoint: egpu::host::otlp::Endpoint,
-        every: std::time::Duration,
-        options: egpu::host::builtin::MetricsOptions,
-        descendants: &Descendants,
-    ) -> OtlpPusher {
-        eprintln!("egpu: pushing metrics to {endpoint} every {every:?}");
-        let pusher = OtlpPusher {
-            endpoint,
-            options,
-            start_ns: unix_ns(),
-            said: Default::default(),
-            finished: Default::default(),
-        };
-        let (me, descendants) = (pusher.clone_for_thread(), descendants.clone());
-        std::thread::spawn(move || {
-            loop {
-                std::thread::sleep(every);
-                let finished = me.finished.lock().unwrap_or_else(|p| p.into_inner());
-                if *finished {
-                    return;
-                }
-                me.push(&descendants);
-            }
-        });
-        pusher
-    }
-
-    fn clone_for_thread(&self) -> OtlpPusher {
-        OtlpPusher {
-            endpoint: self.endpoint.clone(),
-            options: self.options,
-            start_ns: self.start_ns,
-            said: self.said.clone(),
-            finished: self.finished.clone(),
-        }
-    }
-
-    fn push(&self, descendants: &Descendants) {
-        let processes = descendants.snapshot();
-        let body =
-            egpu::host::builtin::otlp_json(&processes, self.options, self.start_ns, unix_ns());
-        let result =
-            egpu::host::otlp::post(&self.endpoint, &body, std::time::Duration::from_secs(5));
-        let mut said = self.said.lock().unwrap_or_else(|p| p.into_inner());
-        match result {
-            Ok(()) => said.clear(),
-            Err(e) if e.to_string() != *said => {
-                eprintln!("egpu: pushing metrics: {e}");
-                *said = e.to_string();
-            }
-            Err(_) => {}
-        }
-    }
-
-    /// The last push: after any periodic one under way, and none after it.
-    fn finish(self, descendants: &Descendants) {
-        let mut finished = self.finished.lock().unwrap_or_else(|p| p.into_inner());
-        *finished = true;
-        self.push(descendants);
-    }
-}
-
+/// Without the `otlp` feature, `--otlp` is refused before anything runs: no pusher is made.
 #[cfg(not(feature = "otlp"))]
 struct OtlpPusher;
 
@@ -335,6 +198,7 @@ struct OtlpPusher;
 impl OtlpPusher {
     fn start(
         endpoint: std::convert::Infallible,
+        _: crate::args::OtlpProtocol,
         _: std::time::Duration,
         _: egpu::host::builtin::MetricsOptions,
         _: &Descendants,
@@ -343,30 +207,4 @@ impl OtlpPusher {
     }
 
     fn finish(self, _: &Descendants) {}
-}
-
-/// Now, in nanoseconds since the Unix epoch.
-#[cfg(feature = "otlp")]
-fn unix_ns() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
-}
-
-/// Whether process `pid` is `ancestor` or one of its descendants (from `/proc/<pid>/stat`).
-fn descends_from(mut pid: u32, ancestor: u32) -> bool {
-    for _ in 0..64 {
-        if pid == ancestor {
-            return true;
-        }
-        if pid <= 1 {
-            return false;
-        }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
-        // The parent is the second field after the command, which is in parentheses.
-        let parent = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1));
-        let Some(Ok(parent)) = parent.map(str::parse) else { return false };
-        pid = parent;
-    }
-    false
 }

@@ -36,7 +36,10 @@ use super::Health;
 mod metrics;
 mod probes;
 mod report;
-pub use metrics::{MetricsOptions, otlp_json, prometheus};
+pub use metrics::{
+    Histogram, Kind, Metric, MetricsOptions, Point, Value, bucket_bound, metrics, otel_key,
+    otlp_json,
+};
 use probes::Tally;
 
 /// The key under which the launch counts keep launches captured into graphs (which run only when

@@ -1,6 +1,8 @@
-//! Pushing the built-in metrics to an OpenTelemetry collector over OTLP/HTTP, JSON encoding
-//! (`POST /v1/metrics`, [`builtin::otlp_json`](super::builtin::otlp_json)): the `otlp` feature.
-//! Plain HTTP only, as collectors listen on a local port (4318); no dependency beyond `std`.
+//! Pushing the built-in metrics to an OpenTelemetry collector over OTLP/HTTP (`POST
+//! /v1/metrics`): the `otlp` feature. The body is an export request, JSON
+//! ([`builtin::otlp_json`](super::builtin::otlp_json)) or protobuf (which the `egpu` command
+//! encodes, so that no protobuf crate enters the preloaded library). Plain HTTP only, as
+//! collectors listen on a local port (4318); no dependency beyond `std`.
 
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -67,6 +69,23 @@ impl std::fmt::Display for Endpoint {
 
 /// Posts `body` (an export request, JSON) to `endpoint`, waiting `timeout` at most for each step.
 pub fn post(endpoint: &Endpoint, body: &str, timeout: Duration) -> Result<(), OtlpError> {
+    post_as(endpoint, body.as_bytes(), JSON, timeout)
+}
+
+/// The `Content-Type` of an OTLP/HTTP JSON export request.
+pub const JSON: &str = "application/json";
+
+/// The `Content-Type` of an OTLP/HTTP protobuf export request.
+pub const PROTOBUF: &str = "application/x-protobuf";
+
+/// Posts `body`, an export request encoded as `content_type` says ([`JSON`] or [`PROTOBUF`]), to
+/// `endpoint`, waiting `timeout` at most for each step.
+pub fn post_as(
+    endpoint: &Endpoint,
+    body: &[u8],
+    content_type: &str,
+    timeout: Duration,
+) -> Result<(), OtlpError> {
     let io = |error| OtlpError::Io { endpoint: endpoint.to_string(), error };
     let address = endpoint
         .authority
@@ -77,14 +96,14 @@ pub fn post(endpoint: &Endpoint, body: &str, timeout: Duration) -> Result<(), Ot
     let mut stream = TcpStream::connect_timeout(&address, timeout).map_err(io)?;
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
     stream.set_write_timeout(Some(timeout)).map_err(io)?;
-    let request = format!(
-        "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{body}",
+    let head = format!(
+        "POST {} HTTP/1.1\r\nHost: {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n",
         endpoint.path,
         endpoint.authority,
         body.len()
     );
-    stream.write_all(request.as_bytes()).map_err(io)?;
+    stream.write_all(&[head.as_bytes(), body].concat()).map_err(io)?;
     let mut answer = Vec::new();
     let mut buf = [0u8; 1024];
     // The status line is all that matters; stop at its end or when the collector closes.
@@ -124,12 +143,12 @@ mod tests {
             format!("http://{}", listener.local_addr().expect("the address")).parse().expect("ok");
         let server = std::thread::spawn(move || {
             let mut got = Vec::new();
-            for (i, stream) in listener.incoming().take(2).enumerate() {
+            for (i, stream) in listener.incoming().take(3).enumerate() {
                 let mut stream = stream.expect("a connection");
                 let mut request = vec![0u8; 4096];
                 let n = stream.read(&mut request).expect("a request");
-                got.push(String::from_utf8_lossy(&request[..n]).into_owned());
-                let status = if i == 0 { "200 OK" } else { "400 Bad Request" };
+                got.push(request[..n].to_vec());
+                let status = if i == 1 { "400 Bad Request" } else { "200 OK" };
                 let _ = write!(stream, "HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
             }
             got
@@ -138,7 +157,14 @@ mod tests {
         post(&endpoint, "{\"resourceMetrics\":[]}", timeout).expect("accepted");
         let refused = post(&endpoint, "{}", timeout).expect_err("refused").to_string();
         assert!(refused.contains("400 Bad Request"), "{refused}");
+        // Protobuf: the bytes as they are, under their content type.
+        post_as(&endpoint, &[0x0a, 0x00, 0xff], PROTOBUF, timeout).expect("accepted");
         let got = server.join().expect("the server");
+        let protobuf = String::from_utf8_lossy(&got[2]).into_owned();
+        assert!(protobuf.contains("Content-Type: application/x-protobuf\r\n"), "{protobuf}");
+        assert!(got[2].ends_with(b"\r\n\r\n\x0a\x00\xff"), "{protobuf}");
+        let got: Vec<String> =
+            got[..2].iter().map(|r| String::from_utf8_lossy(r).into_owned()).collect();
         assert!(got[0].starts_with("POST /v1/metrics HTTP/1.1\r\n"), "{}", got[0]);
         assert!(got[0].contains("Content-Type: application/json\r\n"), "{}", got[0]);
         assert!(got[0].ends_with("\r\n\r\n{\"resourceMetrics\":[]}"), "{}", got[0]);

@@ -330,7 +330,9 @@ fn a_child_forked_while_threads_post_can_use_the_set() {
 
 #[test]
 fn the_built_in_probes_fill_the_report_and_the_prometheus_metrics() {
-    use super::builtin::{Builtin, MetricsOptions, otlp_json, prometheus};
+    use super::builtin::{
+        Builtin, Histogram, MetricsOptions, Value, bucket_bound, metrics, otlp_json,
+    };
     let probes = HostProbes::new();
     let b = Builtin::create(4242, false).expect("maps in process memory");
     for (program, maps) in b.programs().expect("the programs") {
@@ -385,43 +387,55 @@ fn the_built_in_probes_fill_the_report_and_the_prometheus_metrics() {
     assert!(report.contains(" 3 _Z1av\n") && report.contains(" 1 (graph)\n"), "{report}");
     assert!(report.contains(" 1 (captured)\n"), "a launch captured into a graph: {report}");
 
-    let text = prometheus(std::slice::from_ref(&b), MetricsOptions::default());
-    for line in [
-        "# TYPE gpu_cuda_kernel_launch_calls_total counter",
-        "gpu_cuda_kernel_launch_calls_total{pid=\"4242\"} 4",
-        "gpu_cuda_graph_launch_calls_total{pid=\"4242\"} 1",
-        "egpu_cuda_kernel_captured_calls_total{pid=\"4242\"} 1",
-        "# TYPE gpu_cuda_kernel_grid_size histogram",
-        // Grids of 8 blocks (4 bits) three times, of 1000 (10 bits) once; none for the graph.
-        "gpu_cuda_kernel_grid_size_bucket{pid=\"4242\",le=\"7\"} 0",
-        "gpu_cuda_kernel_grid_size_bucket{pid=\"4242\",le=\"15\"} 3",
-        "gpu_cuda_kernel_grid_size_bucket{pid=\"4242\",le=\"1023\"} 4",
-        "gpu_cuda_kernel_grid_size_bucket{pid=\"4242\",le=\"+Inf\"} 4",
-        "gpu_cuda_kernel_grid_size_sum{pid=\"4242\"} 1024",
-        "gpu_cuda_kernel_block_size_bucket{pid=\"4242\",le=\"2047\"} 4",
-        "gpu_cuda_kernel_block_size_sum{pid=\"4242\"} 1120",
-        "gpu_cuda_memory_allocations_bytes_total{pid=\"4242\"} 1048576",
-        "gpu_cuda_memory_copies_bytes_bucket{pid=\"4242\",cuda_memcpy_kind=\"HostToDevice\",le=\"4095\"} 0",
-        "gpu_cuda_memory_copies_bytes_bucket{pid=\"4242\",cuda_memcpy_kind=\"HostToDevice\",le=\"8191\"} 2",
-        "gpu_cuda_memory_copies_bytes_sum{pid=\"4242\",cuda_memcpy_kind=\"HostToDevice\"} 9096",
-        "gpu_cuda_memory_copies_bytes_count{pid=\"4242\",cuda_memcpy_kind=\"DeviceToHost\"} 1",
-        "gpu_cuda_memset_bytes_total{pid=\"4242\"} 100",
-        "gpu_cuda_memory_free_bytes_total{pid=\"4242\"} 1048576",
-        "gpu_cuda_stream_synchronize_calls_total{pid=\"4242\"} 1",
-        "gpu_cuda_device_synchronize_calls_total{pid=\"4242\"} 1",
-        "egpu_modules_not_instrumentable_total{pid=\"4242\"} 1",
-    ] {
-        assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
-    }
-    // Every sample line is `name{labels} value`, and every family is typed before its samples.
-    for l in text.lines().filter(|l| !l.starts_with('#')) {
-        let (series, value) = l.rsplit_once(' ').expect("a value");
-        assert!(value.parse::<u64>().is_ok() && series.ends_with('}'), "{l}");
-    }
+    // The metrics (which `egpu run` renders in Prometheus's formats: tests/cli_metrics.rs).
+    let all = metrics(std::slice::from_ref(&b), MetricsOptions::default());
+    let value = |name: &str, labels: &[(&str, &str)]| -> Value {
+        let m = all.iter().find(|m| m.prometheus == name).unwrap_or_else(|| panic!("{name}"));
+        let p = m.points.iter().find(|p| {
+            p.attributes.len() == labels.len() + 1
+                && p.attributes[0] == ("pid", "4242".into())
+                && labels.iter().zip(&p.attributes[1..]).all(|(l, a)| l.0 == a.0 && l.1 == a.1)
+        });
+        p.unwrap_or_else(|| panic!("{name} {labels:?} in {m:?}")).value.clone()
+    };
+    let counter = |name, n| assert_eq!(value(name, &[]), Value::Counter(n), "{name}");
+    counter("gpu_cuda_kernel_launch_calls_total", 4);
+    counter("gpu_cuda_graph_launch_calls_total", 1);
+    counter("egpu_cuda_kernel_captured_calls_total", 1);
+    counter("gpu_cuda_memory_allocations_bytes_total", 1 << 20);
+    counter("gpu_cuda_memset_bytes_total", 100);
+    counter("gpu_cuda_memory_free_bytes_total", 1 << 20);
+    counter("gpu_cuda_stream_synchronize_calls_total", 1);
+    counter("gpu_cuda_device_synchronize_calls_total", 1);
+    counter("egpu_modules_not_instrumentable_total", 1);
+    let histogram = |name, labels: &[(&str, &str)]| match value(name, labels) {
+        Value::Histogram(h) => h,
+        other => panic!("{name}: {other:?}"),
+    };
+    // The count of values up to `le`, as Prometheus's cumulative buckets say it.
+    let upto = |h: &Histogram, le: u64| -> u64 {
+        h.buckets
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| bucket_bound(*i as u32) <= le)
+            .map(|e| e.1)
+            .sum()
+    };
+    // Grids of 8 blocks (4 bits) three times, of 1000 (10 bits) once; none for the graph.
+    let grid = histogram("gpu_cuda_kernel_grid_size", &[]);
+    assert_eq!((upto(&grid, 7), upto(&grid, 15), upto(&grid, 1023)), (0, 3, 4), "{grid:?}");
+    assert_eq!((grid.count, grid.sum, grid.buckets.len()), (4, 1024, 41));
+    let block = histogram("gpu_cuda_kernel_block_size", &[]);
+    assert_eq!((upto(&block, 2047), block.sum), (4, 1120));
+    let htod = histogram("gpu_cuda_memory_copies_bytes", &[("cuda_memcpy_kind", "HostToDevice")]);
+    assert_eq!((upto(&htod, 4095), upto(&htod, 8191), htod.sum), (0, 2, 9096));
+    let dtoh = histogram("gpu_cuda_memory_copies_bytes", &[("cuda_memcpy_kind", "DeviceToHost")]);
+    assert_eq!(dtoh.count, 1);
     let named =
-        prometheus(std::slice::from_ref(&b), MetricsOptions::default().with_kernel_names(true));
-    assert!(named.contains("{pid=\"4242\",cuda_kernel_name=\"_Z1av\"} 3\n"), "{named}");
-    assert!(named.contains("cuda_kernel_name=\"k\\\"2\"} 1\n"), "names are escaped: {named}");
+        metrics(std::slice::from_ref(&b), MetricsOptions::default().with_kernel_names(true));
+    let calls = &named[0].points;
+    assert_eq!(calls[0].attributes[1], ("cuda_kernel_name", "_Z1av".into()), "{calls:?}");
+    assert_eq!((&calls[0].value, &calls[1].attributes[1].1), (&Value::Counter(3), &"k\"2".into()));
 
     // The same metrics as an OTLP/HTTP JSON export request, under the OpenTelemetry names.
     let json = otlp_json(&[b], MetricsOptions::default().with_kernel_names(true), 1, 2);
@@ -465,7 +479,7 @@ fn the_built_in_probes_fill_the_report_and_the_prometheus_metrics() {
 
 #[test]
 fn the_age_of_a_maps_device_part_is_reported_and_exported() {
-    use super::builtin::{Builtin, MetricsOptions, otlp_json, prometheus, user_map_name};
+    use super::builtin::{Builtin, MetricsOptions, Value, metrics, otlp_json, user_map_name};
     use egpu_maps::layout::Geometry;
     use egpu_maps::merge::DevicePart;
     use egpu_maps::{MapKind, Placement, RawMap};
@@ -477,7 +491,11 @@ fn the_age_of_a_maps_device_part_is_reported_and_exported() {
     let raw = RawMap::create(g, &Placement::Shared(name.clone().into())).expect("a shared map");
     let unmerged = b.render_maps(&b.user_maps());
     assert!(!unmerged.contains("device part"), "{unmerged}");
-    assert!(!prometheus(std::slice::from_ref(&b), MetricsOptions::default()).contains("age"));
+    let age = |b: &Builtin| {
+        let all = metrics(std::slice::from_ref(b), MetricsOptions::default());
+        all.into_iter().find(|m| m.prometheus == "egpu_map_device_part_age_seconds")
+    };
+    assert!(age(&b).is_none(), "no device part, no age");
     // A device part merged into it: its age shows.
     let mut part = DevicePart::new(&g).expect("a part");
     let mut snapshot = vec![0u8; part.range().len()];
@@ -485,18 +503,11 @@ fn the_age_of_a_maps_device_part_is_reported_and_exported() {
     part.merge(&snapshot, &raw, true).expect("merged");
     let report = b.render_maps(&b.user_maps());
     assert!(report.contains("map BYTES 0 7\ndevice part of BYTES merged "), "{report}");
-    let text = prometheus(std::slice::from_ref(&b), MetricsOptions::default());
-    let line = text
-        .lines()
-        .find(|l| {
-            l.starts_with(&format!(
-                "egpu_map_device_part_age_seconds{{pid=\"{pid}\",map=\"BYTES\"}} "
-            ))
-        })
-        .unwrap_or_else(|| panic!("the age in\n{text}"));
-    let age: f64 = line.rsplit_once(' ').expect("a value").1.parse().expect("seconds");
-    assert!((0.0..60.0).contains(&age), "{line}");
-    assert!(text.contains("# TYPE egpu_map_device_part_age_seconds gauge\n"), "{text}");
+    let ages = age(&b).expect("the ages");
+    let point = &ages.points[0];
+    assert_eq!(point.attributes, [("pid", pid.to_string()), ("map", "BYTES".into())]);
+    let Value::Gauge(seconds) = point.value else { panic!("a gauge: {ages:?}") };
+    assert!((0.0..60.0).contains(&seconds), "{ages:?}");
     let json = otlp_json(std::slice::from_ref(&b), MetricsOptions::default(), 1, 2);
     assert!(json.contains("{\"name\":\"egpu.map.device_part.age\",\"unit\":\"s\","), "{json}");
     assert!(

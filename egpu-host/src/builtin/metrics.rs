@@ -1,6 +1,8 @@
 //! The built-in maps as metrics, under the names, units and instruments of the OpenTelemetry
-//! eBPF instrumentation's CUDA metrics: rendered in Prometheus's text format ([`prometheus`]) and
-//! as an OTLP/HTTP JSON export request ([`otlp_json`]), from one list ([`collect`]).
+//! eBPF instrumentation's CUDA metrics, collected into one list ([`metrics`]): what `egpu run`
+//! serves in Prometheus's formats and pushes over OTLP (the exporters live in the `egpu`
+//! command, so that no exporter crate enters the preloaded library), and rendered here as an
+//! OTLP/HTTP JSON export request ([`otlp_json`]), which needs nothing beyond `std`.
 
 use std::fmt::Write as _;
 
@@ -33,52 +35,72 @@ const RENDERED_BUCKETS: u32 = 41;
 const COPY_KIND_NAMES: [&str; 6] =
     ["Default", "HostToDevice", "DeviceToHost", "DeviceToDevice", "Peer", "HostToHost"];
 
-/// A Prometheus label value, escaped.
-fn label(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
 /// A histogram's points: per-bucket counts (bucket `b` holds values of `b` significant bits,
-/// up to [`RENDERED_BUCKETS`]), the sum and the count (values past the last bucket count in
-/// the count only).
-struct Histogram {
-    buckets: Vec<u64>,
-    sum: u64,
-    count: u64,
+/// up to 41 buckets, whose upper bounds are [`bucket_bound`]), the sum and the count (values
+/// past the last bucket count in the count only).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Histogram {
+    /// The count of each bucket (not cumulative).
+    pub buckets: Vec<u64>,
+    /// The sum of the values.
+    pub sum: u64,
+    /// How many values there were.
+    pub count: u64,
 }
 
-enum Value {
+/// A series' value.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    /// A monotonic count since the process started.
     Counter(u64),
+    /// A distribution since the process started.
     Histogram(Histogram),
+    /// A value now.
     Gauge(f64),
 }
 
 /// The instrument of a metric.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Kind {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// Monotonic counts ([`Value::Counter`]).
     Counter,
+    /// Distributions ([`Value::Histogram`]).
     Histogram,
+    /// Values now ([`Value::Gauge`]).
     Gauge,
 }
 
-/// One series: its attributes (Prometheus label names; see [`otel_key`]) and value.
-struct Point {
-    attributes: Vec<(&'static str, String)>,
-    value: Value,
+/// One series: its attributes (Prometheus label names, `pid` first; see [`otel_key`]) and
+/// value.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Point {
+    /// Label names and values, `pid` first.
+    pub attributes: Vec<(&'static str, String)>,
+    /// The value.
+    pub value: Value,
 }
 
 /// One metric: OpenTelemetry name and unit, its Prometheus name, help, and points.
-struct Metric {
-    otel: &'static str,
-    unit: &'static str,
-    prometheus: &'static str,
-    help: &'static str,
-    kind: Kind,
-    points: Vec<Point>,
+#[derive(Clone, Debug, PartialEq)]
+pub struct Metric {
+    /// The OpenTelemetry name (`gpu.cuda.kernel.launch.calls`).
+    pub otel: &'static str,
+    /// The OpenTelemetry unit (`{call}`, `By`, `s`, `1`).
+    pub unit: &'static str,
+    /// The Prometheus name, as its exporter writes it (`gpu_cuda_kernel_launch_calls_total`:
+    /// counters end in `_total`, a unit in its word, `_bytes` or `_seconds`, before that).
+    pub prometheus: &'static str,
+    /// One sentence of what it counts.
+    pub help: &'static str,
+    /// Its instrument.
+    pub kind: Kind,
+    /// Its series, one per process (and kernel, copy kind or map where labelled).
+    pub points: Vec<Point>,
 }
 
-/// The OpenTelemetry attribute key of a Prometheus label.
-fn otel_key(label: &str) -> String {
+/// The OpenTelemetry attribute key of a Prometheus label (`pid` is `process.pid`,
+/// `cuda_memcpy_kind` is `cuda.memcpy.kind`).
+pub fn otel_key(label: &str) -> String {
     match label {
         "pid" => "process.pid".into(),
         l => l.replace('_', "."),
@@ -89,8 +111,9 @@ fn pid(b: &Builtin) -> Vec<(&'static str, String)> {
     vec![("pid", b.pid.to_string())]
 }
 
-/// Every metric of `processes`' built-in maps.
-fn collect(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
+/// Every metric of `processes`' built-in maps, in a fixed order, each with one series per
+/// process at least (the device-part ages only where a map has a device part).
+pub fn metrics(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
     let launches = |b: &Builtin| -> Vec<(u64, u64)> {
         HashMap::<u64, u64>::from_raw(b.launches.clone())
             .map(|m| m.iter().collect())
@@ -310,54 +333,8 @@ fn device_part_ages(processes: &[Builtin]) -> Metric {
 }
 
 /// The upper bound of histogram bucket `b`: `2^b - 1` (0 for the first).
-fn bound(b: u32) -> u64 {
+pub fn bucket_bound(b: u32) -> u64 {
     if b == 0 { 0 } else { (1u64 << b) - 1 }
-}
-
-/// Renders processes' built-in maps in Prometheus's text format (0.0.4), under the metric names,
-/// units and instrument kinds of the OpenTelemetry eBPF instrumentation's CUDA metrics, as its
-/// Prometheus exporter names them, each series labelled with the process id; then egpu's own
-/// health.
-pub fn prometheus(processes: &[Builtin], options: MetricsOptions) -> String {
-    let mut out = String::new();
-    for m in collect(processes, options) {
-        let kind = match m.kind {
-            Kind::Counter => "counter",
-            Kind::Histogram => "histogram",
-            Kind::Gauge => "gauge",
-        };
-        let _ = writeln!(out, "# HELP {0} {1}\n# TYPE {0} {kind}", m.prometheus, m.help);
-        for p in &m.points {
-            let labels: Vec<String> =
-                p.attributes.iter().map(|(k, v)| format!("{k}=\"{}\"", label(v))).collect();
-            let labels = labels.join(",");
-            match &p.value {
-                Value::Counter(n) => {
-                    let _ = writeln!(out, "{}{{{labels}}} {n}", m.prometheus);
-                }
-                Value::Gauge(x) => {
-                    let _ = writeln!(out, "{}{{{labels}}} {x}", m.prometheus);
-                }
-                Value::Histogram(h) => {
-                    let mut cumulative = 0;
-                    for (b, n) in h.buckets.iter().enumerate() {
-                        cumulative += n;
-                        let le = bound(b as u32);
-                        let _ = writeln!(
-                            out,
-                            "{}_bucket{{{labels},le=\"{le}\"}} {cumulative}",
-                            m.prometheus
-                        );
-                    }
-                    let name = m.prometheus;
-                    let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
-                    let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum);
-                    let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
-                }
-            }
-        }
-    }
-    out
 }
 
 /// A JSON string literal.
@@ -389,7 +366,7 @@ pub fn otlp_json(
     start_ns: u64,
     now_ns: u64,
 ) -> String {
-    let metrics = collect(processes, options);
+    let metrics = metrics(processes, options);
     let times = format!("\"startTimeUnixNano\":\"{start_ns}\",\"timeUnixNano\":\"{now_ns}\"");
     let mut resources = Vec::new();
     for b in processes {
@@ -423,8 +400,9 @@ pub fn otlp_json(
                             .chain(std::iter::once(&h.count.saturating_sub(seen)))
                             .map(|n| format!("\"{n}\""))
                             .collect();
-                        let bounds: Vec<String> =
-                            (0..h.buckets.len() as u32).map(|b| bound(b).to_string()).collect();
+                        let bounds: Vec<String> = (0..h.buckets.len() as u32)
+                            .map(|b| bucket_bound(b).to_string())
+                            .collect();
                         format!(
                             "{{\"attributes\":[{attributes}],{times},\"count\":\"{}\",\"sum\":{},\
                              \"bucketCounts\":[{}],\"explicitBounds\":[{}]}}",
