@@ -127,7 +127,7 @@ fn item9_metrics_linger_after_the_command() {
         assert_ne!(err.read_line(&mut said).expect("a line"), 0, "egpu said nothing of lingering");
     }
     assert!(said.contains(&format!("stay at http://{address}/metrics for 1m until ")), "{said}");
-    assert!(said.contains("exited with 0") && said.trim_end().ends_with(" UTC"), "{said}");
+    assert!(said.contains("exited with 0") && said.trim_end().ends_with('Z'), "{said}");
     // The last values, those of a process that exited, are there; so are egpu's own.
     let last = scrape_until(&address, "egpu_command_running 0");
     for line in [

@@ -97,7 +97,7 @@ pub(crate) fn run_cmd(a: RunArgs) -> Result<ExitCode, Error> {
 fn linger_for(bound: std::net::SocketAddr, linger: std::time::Duration, code: i32) {
     let until = std::time::SystemTime::now()
         .checked_add(linger)
-        .map(|t| format!(" until {} UTC", humantime::format_rfc3339_seconds(t)))
+        .map(|t| format!(" until {}", humantime::format_rfc3339_seconds(t)))
         .unwrap_or_default();
     eprintln!(
         "egpu: the command exited with {code}; its last metrics stay at http://{bound}/metrics \
