@@ -279,15 +279,7 @@ fn run_starts_a_program_under_the_library_and_maps_reads_it_live() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("egpu run");
-    let mut err = std::io::BufReader::new(child.stderr.take().expect("its errors"));
-    let mut said = String::new();
-    err.read_line(&mut said).expect("a line");
-    let address = said
-        .trim()
-        .strip_prefix("egpu: metrics at http://")
-        .and_then(|a| a.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("the metrics address: {said}"))
-        .to_string();
+    let (_err, address) = cli_support::metrics_address(&mut child);
     let mut out = std::io::BufReader::new(child.stdout.take().expect("its output"));
     let mut line = String::new();
     out.read_line(&mut line).expect("a line");

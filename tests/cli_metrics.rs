@@ -36,15 +36,7 @@ fn start(
         .stderr(Stdio::piped())
         .spawn()
         .expect("egpu run");
-    let mut err = std::io::BufReader::new(child.stderr.take().expect("its errors"));
-    let mut said = String::new();
-    err.read_line(&mut said).expect("a line");
-    let address = said
-        .trim()
-        .strip_prefix("egpu: metrics at http://")
-        .and_then(|a| a.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("the metrics address: {said}"))
-        .to_string();
+    let (err, address) = cli_support::metrics_address(&mut child);
     (child, err, address)
 }
 

@@ -99,3 +99,22 @@ pub(crate) fn succeeds<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Run {
     assert_eq!(r.code, 0, "egpu {} failed:\n{}", shown.join(" "), r.stderr);
     r
 }
+
+/// The stderr of `egpu run --metrics ...` (`child`, its stderr piped), and the metrics' address,
+/// from its first line (`egpu: metrics at http://ADDRESS/metrics`).
+#[allow(dead_code)] // not every test binary that includes this module serves metrics
+pub(crate) fn metrics_address(
+    child: &mut std::process::Child,
+) -> (std::io::BufReader<std::process::ChildStderr>, String) {
+    use std::io::BufRead;
+    let mut err = std::io::BufReader::new(child.stderr.take().expect("its errors"));
+    let mut said = String::new();
+    err.read_line(&mut said).expect("a line");
+    let address = said
+        .trim()
+        .strip_prefix("egpu: metrics at http://")
+        .and_then(|a| a.strip_suffix("/metrics"))
+        .unwrap_or_else(|| panic!("the metrics address: {said}"))
+        .to_string();
+    (err, address)
+}
