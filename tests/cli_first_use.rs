@@ -88,11 +88,20 @@ fn item1_user_map_keys_print_as_numbers() {
         }
         made.push((name, raw));
     }
+    // A ring of four 16-byte records, six written: what it holds and dropped, not its records.
+    let g = Geometry::new(MapKind::RingBuf, 0, 16, 4, 1, 0).expect("a geometry");
+    let name = user_map_name(pid, "EVENTS");
+    let ring = RawMap::create(g, &Placement::Shared(name.clone().into())).expect("a ring");
+    for i in 0..6u64 {
+        let _ = ring.output(&i.to_le_bytes());
+    }
+    made.push((name, ring));
     let pid = pid.to_string();
     let text = succeeds(&["maps", &pid]).stdout;
     for want in [
         "map PER_GRID 2 3\nmap PER_GRID 4 1\nmap PER_GRID 10 7\n",
         "map PER_BLOCK 32 9\nmap PER_BLOCK 128 5\n",
+        "ring EVENTS records of 16 B: pending 4 dropped 2\n",
     ] {
         assert!(text.contains(want), "{want:?} in\n{text}");
     }
@@ -108,6 +117,8 @@ fn item1_user_map_keys_print_as_numbers() {
         .filter_map(|e| e["key"].as_str())
         .collect();
     assert_eq!(keys, ["2", "4", "10"], "{json}");
+    let events = maps.iter().find(|m| m["name"] == "EVENTS").expect("EVENTS");
+    assert_eq!((&events["pending"], &events["dropped"]), (&4.into(), &2.into()), "{json}");
     drop(made);
     unlink(pid.parse().expect("a pid"));
 }

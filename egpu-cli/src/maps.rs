@@ -184,8 +184,9 @@ pub(crate) fn process_json(b: &Builtin, user: &[(String, RawMap)]) -> String {
 }
 
 /// One user map as a JSON object, from `Builtin::render_maps`'s lines for it alone: each
-/// `map NAME KEY VALUE` an entry (the key a string: a number, or a kernel's name), a map of a
-/// shape not shown `"shown":false`, and how long ago its device part was merged.
+/// `map NAME KEY VALUE` an entry (the key a string: a number, or a kernel's name), a ring's
+/// records pending and dropped, a map of a shape not shown `"shown":false`, and how long ago its
+/// device part was merged.
 fn map_json(b: &Builtin, name: &str, raw: &RawMap) -> String {
     let g = raw.geometry();
     let mut json = format!(
@@ -204,8 +205,16 @@ fn map_json(b: &Builtin, name: &str, raw: &RawMap) -> String {
             .strip_prefix(&format!("device part of {name} merged "))
             .and_then(|rest| rest.strip_suffix(" ms ago"))
             .and_then(|ms| ms.parse::<f64>().ok());
+        // `ring NAME records of N B: pending P dropped D`
+        let ring = line
+            .strip_prefix(&format!("ring {name} records of "))
+            .and_then(|rest| rest.split_once(": pending "))
+            .and_then(|(_, rest)| rest.split_once(" dropped "))
+            .filter(|(p, d)| p.parse::<u64>().is_ok() && d.parse::<u64>().is_ok());
         if let Some(ms) = merged {
             let _ = write!(json, ",\"device_merged_ms_ago\":{ms}");
+        } else if let Some((pending, dropped)) = ring {
+            let _ = write!(json, ",\"pending\":{pending},\"dropped\":{dropped}");
         } else if line.ends_with(": not shown)") {
             shown = false;
         } else if let Some((key, value)) = line

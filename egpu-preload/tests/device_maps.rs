@@ -298,6 +298,10 @@ fn a_ring_written_on_the_device_is_drained_while_kernels_run() {
         .expect("a summary");
     assert!(summary.contains("device maps contexts 1 parts 1 spread 0 "), "{summary}");
     assert!(summary.contains(" failed 0 "), "{summary}");
+    // The ring's line, written after the last merge: what it dropped is final.
+    let line = summary.lines().find(|l| l.starts_with("ring EVENTS records of 16 B: pending "));
+    let line = line.unwrap_or_else(|| panic!("the ring's line: {summary}"));
+    assert!(line.ends_with(&format!(" dropped {}", ring.drops())), "{line}");
     eprintln!(
         "{mid_kernel} records mid-kernel; {} of {total}, {} dropped",
         received.len(),

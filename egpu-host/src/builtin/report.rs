@@ -103,8 +103,9 @@ impl Builtin {
 
     /// What `maps` hold, a line per entry: `map NAME KEY VALUE`, keys that are known kernel ids
     /// by the kernel's name and every other key as its number, per-CPU values summed (hash maps
-    /// and arrays with 4- or 8-byte keys and values); maps of other shapes by their kind only;
-    /// for a map with a part in GPU memory, how long ago that was merged into it
+    /// and arrays with 4- or 8-byte keys and values); a ring buffer by what it holds for its
+    /// consumer and what it dropped (`ring NAME records of 32 B: pending 7168 dropped 0`); maps
+    /// of other shapes by their kind only; for a map with a part in GPU memory, how long ago that was merged into it
     /// (`device part of NAME merged 12.5 ms ago`).
     pub fn render_maps(&self, maps: &[(String, RawMap)]) -> String {
         let mut text = String::new();
@@ -114,11 +115,21 @@ impl Builtin {
         };
         for (name, raw) in maps {
             let g = *raw.geometry();
-            let shown = match (g.key_size, g.value_size) {
-                (8, 8) => entries::<u64, u64>(raw, &key),
-                (8, 4) => entries::<u64, u32>(raw, &key),
-                (4, 8) => entries::<u32, u64>(raw, &key),
-                (4, 4) => entries::<u32, u32>(raw, &key),
+            if g.kind == MapKind::RingBuf {
+                // Its records are for its consumer; what it holds and dropped, without reading.
+                let (pending, dropped) = (raw.len(), raw.refused());
+                let _ = writeln!(
+                    text,
+                    "ring {name} records of {} B: pending {pending} dropped {dropped}",
+                    g.value_size
+                );
+            }
+            let shown = match (g.kind, g.key_size, g.value_size) {
+                (MapKind::RingBuf, ..) => Some(Vec::new()),
+                (_, 8, 8) => entries::<u64, u64>(raw, &key),
+                (_, 8, 4) => entries::<u64, u32>(raw, &key),
+                (_, 4, 8) => entries::<u32, u64>(raw, &key),
+                (_, 4, 4) => entries::<u32, u32>(raw, &key),
                 _ => None,
             };
             let Some(mut lines) = shown else {
