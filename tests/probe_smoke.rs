@@ -134,3 +134,72 @@ fn device_probes_read_thread_ids_and_run_on_the_cpu_too() {
     }
     assert_eq!((BLOCKS_PER_SM.get(3).unwrap(), BLOCKS_PER_SM.get(7).unwrap()), (2, 1));
 }
+
+/// A loop of a million iterations: the verifier follows each one, and its budget runs out.
+const TOO_COMPLEX_LOOP: u32 = line!() + 5;
+#[egpu::probe(user)]
+fn too_complex(ctx: &mut Small) -> u64 {
+    let mut x = ctx.a;
+    // The loop the refusal must name.
+    for i in 0..1_000_000u32 {
+        x += i as u64;
+    }
+    x
+}
+
+#[test]
+fn a_too_complex_refusal_names_the_rust_line() {
+    let e = too_complex::probe().program().unwrap_err();
+    let egpu::probe::BuildError::Verify(refusal) = &e else { panic!("not a refusal: {e}") };
+    assert_eq!(refusal.error.violation, egpu::ebpf::verifier::Violation::TooComplex, "{e}");
+    let text = e.to_string();
+    println!("{text}");
+    let at = format!("the loop at {}:{TOO_COMPLEX_LOOP}:5 [too-complex]", file!());
+    assert!(text.contains(&at), "{text}\nshould contain {at}");
+    assert!(text.contains("lower the loop's bound"), "{text}");
+    assert!(text.contains("instruction "), "the eBPF instruction is still named: {text}");
+}
+
+/// A probe whose statements are on lines of their own, a loop and a helper among them.
+const LOCATED_START: u32 = line!();
+#[egpu::helper]
+fn halve(x: u64) -> u64 {
+    let h = x / 2;
+    h + 1
+}
+
+#[egpu::probe(user)]
+fn located(ctx: &mut Small) -> u64 {
+    let mut sum = 0u64;
+    for i in 0..4u32 {
+        sum += halve(ctx.a >> i);
+    }
+    ctx.a = sum;
+    sum
+}
+const LOCATED_END: u32 = line!();
+
+#[test]
+fn the_source_map_locates_every_instruction_in_its_function() {
+    let probe = located::probe();
+    let program = probe.program().unwrap_or_else(|e| panic!("{e}"));
+    let map = probe.source_map().unwrap();
+    assert_eq!(map.len(), program.insns().len());
+    let (helper_let, loop_line) = (LOCATED_START + 3, LOCATED_START + 10);
+    let mut lines = Vec::new();
+    for pc in 0..map.len() {
+        let at = map.statement(pc).unwrap_or_else(|| panic!("instruction {pc} has no location"));
+        assert_eq!(at.file, file!(), "instruction {pc}");
+        assert!((LOCATED_START..LOCATED_END).contains(&at.line), "instruction {pc} at {at}");
+        if let Some(l) = map.enclosing_loop(pc) {
+            assert_eq!((l.line, l.column), (loop_line, 5), "instruction {pc} at {at}");
+            let in_body = at.line == helper_let || (loop_line..=loop_line + 1).contains(&at.line);
+            assert!(in_body, "instruction {pc} at {at} is in the loop at {l}");
+        }
+        lines.push(at.line);
+    }
+    assert_eq!(map.loops().len(), 1, "{:?}", map.loops());
+    for line in [helper_let, loop_line, loop_line + 1, loop_line + 3, loop_line + 4] {
+        assert!(lines.contains(&line), "no instruction from line {line}: {lines:?}");
+    }
+}

@@ -189,6 +189,7 @@ fn expand_fn(
                 }
                 #[allow(unused_variables, unused_mut, unused_parens, unreachable_code, clippy::all)]
                 fn #build_fn() {
+                    #p::at(::core::file!(), ::core::line!(), ::core::column!());
                     #built
                 }
                 static PROBE: #egpu::probe::Probe =

@@ -364,6 +364,29 @@ pub enum Stmt {
     },
     /// Ends the probe with a value.
     Return(Expr),
+    /// Marks where in the Rust source the statements after it come from, up to the next `At`
+    /// or the end of its statement list (whose own code is then the enclosing statement's
+    /// again). It emits no code; `#[egpu::probe]` puts one before each statement it lowers, and
+    /// the code generator turns them into the program's [`SourceMap`](crate::SourceMap).
+    At(SourceLoc),
+}
+
+/// Where a statement of a probe is in its Rust source: `file!()`, `line!()` and `column!()` at
+/// the statement's first token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SourceLoc {
+    /// The file, as `file!()` gives it (relative to the workspace of the crate being built).
+    pub file: &'static str,
+    /// The line, from 1.
+    pub line: u32,
+    /// The column, from 1.
+    pub column: u32,
+}
+
+impl std::fmt::Display for SourceLoc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}:{}", self.file, self.line, self.column)
+    }
 }
 
 /// A stack buffer's declaration.

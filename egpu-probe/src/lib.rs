@@ -38,12 +38,14 @@ pub mod build;
 mod codegen;
 pub mod ir;
 pub mod print;
+mod source;
 #[doc(hidden)]
 pub mod twin;
 
 pub use build::{BuildError, Probe, ProbeError};
-pub use codegen::{CompileError, compile};
+pub use codegen::{CompileError, compile, compile_mapped};
 pub use print::prints;
+pub use source::{Refusal, SourceMap};
 
 #[cfg(test)]
 mod tests;

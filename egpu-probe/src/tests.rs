@@ -132,6 +132,7 @@ impl Eval<'_> {
             }
             Stmt::Break => return Flow::Break,
             Stmt::Continue => return Flow::Continue,
+            Stmt::At(_) => {}
             Stmt::Lookup { map, key, ptr, found, missing } => {
                 let size = self.maps[map.0 as usize].geometry().key_size;
                 let key = self.bytes(*key, size).to_vec();
@@ -440,6 +441,60 @@ fn random_probes_compile_verify_and_match_the_evaluator_on_both_engines() {
         "probe codegen: {rounds} random probes, {} instructions on average, all verified and matching",
         insns / rounds
     );
+}
+
+/// `stmts` with a [`Stmt::At`] before each statement, at lines counted from `line`; the lines
+/// of the marks before loops go to `loops`.
+fn marked(stmts: &[Stmt], line: &mut u32, loops: &mut Vec<u32>) -> Vec<Stmt> {
+    let mut out = Vec::new();
+    for s in stmts {
+        *line += 1;
+        out.push(Stmt::At(SourceLoc { file: "probe.rs", line: *line, column: 1 }));
+        out.push(match s {
+            Stmt::If(c, a, b) => {
+                Stmt::If(c.clone(), marked(a, line, loops), marked(b, line, loops))
+            }
+            Stmt::Repeat(v, n, body) => {
+                loops.push(*line);
+                Stmt::Repeat(*v, *n, marked(body, line, loops))
+            }
+            Stmt::Lookup { map, key, ptr, found, missing } => Stmt::Lookup {
+                map: *map,
+                key: *key,
+                ptr: *ptr,
+                found: marked(found, line, loops),
+                missing: marked(missing, line, loops),
+            },
+            other => other.clone(),
+        });
+    }
+    out
+}
+
+#[test]
+fn source_marks_change_no_instruction_and_locate_every_one() {
+    let mut rng = Rng::from_env("random probes", 0x9e0b_e5ee_d000_0002);
+    let mut in_loops = 0;
+    for round in 0..300 {
+        let ir = random_probe(&mut rng);
+        let (plain, none) = compile_mapped(&ir).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(none.statement(0), None, "no marks, no locations");
+        let (mut line, mut loops) = (0, Vec::new());
+        let body = marked(&ir.body, &mut line, &mut loops);
+        let ir = ProbeIr { body, ..ir };
+        let (program, map) = compile_mapped(&ir).unwrap_or_else(|e| panic!("round {round}: {e}"));
+        assert_eq!(program.insns(), plain.insns(), "round {round}: the marks changed the code");
+        assert_eq!(map.len(), program.insns().len(), "round {round}");
+        for pc in 0..map.len() {
+            let at = map.statement(pc).unwrap_or_else(|| panic!("round {round}: {pc} unlocated"));
+            assert!((1..=line).contains(&at.line), "round {round}: {pc} at {at}");
+            if let Some(l) = map.enclosing_loop(pc) {
+                assert!(loops.contains(&l.line), "round {round}: {pc} in {l}, not a loop");
+                in_loops += 1;
+            }
+        }
+    }
+    assert!(in_loops > 0, "no instruction was in a loop: the test tests nothing");
 }
 
 #[test]

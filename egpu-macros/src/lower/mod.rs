@@ -135,9 +135,10 @@ impl Lower {
             let last = i + 1 == n;
             out.extend(match stmt {
                 Stmt::Expr(e, None) if last && tail_returns => {
+                    let at = self.at(e.span());
                     let v = self.expr(e);
                     let p = self.builder();
-                    quote_spanned!(e.span()=> #p::ret(#v);)
+                    quote_spanned!(e.span()=> #at #p::ret(#v);)
                 }
                 other => self.stmt(other),
             });

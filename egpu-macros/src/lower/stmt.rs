@@ -9,16 +9,27 @@ use syn::{BinOp, Block, Expr, Ident, Pat, Stmt, Type};
 use super::{Kind, Lower};
 
 impl Lower {
+    /// A statement's builder code, after the call that records where it is in the source.
     pub(super) fn stmt(&mut self, stmt: &Stmt) -> TokenStream {
-        match stmt {
+        let code = match stmt {
             Stmt::Local(local) => self.let_stmt(local),
-            Stmt::Item(syn::Item::Const(c)) => quote!(#c),
+            Stmt::Item(syn::Item::Const(c)) => return quote!(#c),
             Stmt::Item(item) => {
                 self.error(item.span(), "items other than `const` cannot be declared in a probe")
             }
             Stmt::Macro(m) => self.print(&m.mac),
             Stmt::Expr(e, _) => self.expr_stmt(e),
-        }
+        };
+        let at = self.at(stmt_start(stmt));
+        quote!(#at #code)
+    }
+
+    /// The builder call recording that the code recorded next comes from `span`'s line and
+    /// column: `file!()`, `line!()` and `column!()` spanned there, so that rustc gives the
+    /// user's location.
+    pub(super) fn at(&self, span: Span) -> TokenStream {
+        let p = self.builder();
+        quote_spanned!(span=> #p::at(::core::file!(), ::core::line!(), ::core::column!());)
     }
 
     /// `let x = v;`, `let x: T;`, `let s = S { .. };` (a struct or array local), or
@@ -256,6 +267,17 @@ impl Lower {
             let set = l.set_into(dst, tail);
             quote!({ #stmts #set })
         })
+    }
+}
+
+/// Where a statement starts: for a loop, its keyword (after any `#[bound(N)]`).
+fn stmt_start(stmt: &Stmt) -> Span {
+    match stmt {
+        Stmt::Expr(Expr::While(w), _) => w.while_token.span,
+        Stmt::Expr(Expr::ForLoop(f), _) => f.for_token.span,
+        Stmt::Expr(Expr::Loop(l), _) => l.loop_token.span,
+        Stmt::Local(local) => local.let_token.span,
+        other => other.span(),
     }
 }
 

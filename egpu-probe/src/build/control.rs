@@ -3,8 +3,23 @@
 
 use super::ops::cast;
 use super::values::{Int, Scalar, Val, get, lit_zero, local_uninit};
-use super::{BuildError, block, expr, fail, push};
-use crate::ir::{Expr, Stmt, Ty};
+use super::{BuildError, STATE, block, expr, fail, push, with};
+use crate::ir::{Expr, SourceLoc, Stmt, Ty};
+
+/// The code recorded next comes from `file:line:column` of the Rust source (`#[egpu::probe]`
+/// calls it before each statement, with `file!()`, `line!()` and `column!()` at its first
+/// token).
+pub fn at(file: &'static str, line: u32, column: u32) {
+    set_loc(SourceLoc { file, line, column });
+}
+
+/// Marks `loc` in force, unless it already is.
+fn set_loc(loc: SourceLoc) {
+    let changed = with(|s| s.loc.replace(loc) != Some(loc));
+    if changed {
+        push(Stmt::At(loc));
+    }
+}
 
 /// `if cond { then() } else { otherwise() }`.
 pub fn if_(cond: Val<bool>, then: impl FnOnce(), otherwise: impl FnOnce()) {
@@ -30,9 +45,12 @@ pub fn repeat<T: Int>(count: T, body: impl FnOnce(Val<T>)) {
 const MAX_INLINE_DEPTH: u32 = 16;
 
 /// A helper being inlined (see `#[egpu::helper]`): deeper than 16 levels means helpers call each
-/// other in a cycle, which a probe cannot do.
+/// other in a cycle, which a probe cannot do. When it ends, the code recorded next is the
+/// caller's statement's again (the helper's statements have their own locations).
 #[derive(Debug)]
-pub struct Inline(());
+pub struct Inline {
+    caller: Option<SourceLoc>,
+}
 
 thread_local! {
     static INLINE_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
@@ -47,7 +65,7 @@ impl Inline {
             return None;
         }
         INLINE_DEPTH.with(|d| d.set(depth + 1));
-        Some(Inline(()))
+        Some(Inline { caller: with(|s| s.loc) })
     }
 }
 
@@ -70,6 +88,13 @@ impl<T: Scalar> Placeholder for Val<T> {
 impl Drop for Inline {
     fn drop(&mut self) {
         INLINE_DEPTH.with(|d| d.set(d.get() - 1));
+        // Not `with`: a drop while the builder's state is borrowed (unwinding) must not panic.
+        let building = STATE.with(|s| s.try_borrow().is_ok_and(|s| s.is_some()));
+        if let Some(caller) = self.caller
+            && building
+        {
+            set_loc(caller);
+        }
     }
 }
 

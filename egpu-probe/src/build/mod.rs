@@ -28,9 +28,9 @@ use std::collections::HashMap as StdHashMap;
 use egpu_ebpf::{AttachPoint, MapDef};
 use egpu_maps::RawMap;
 
-use crate::ir::{BufDecl, Expr, ProbeIr, Stmt, Ty};
+use crate::ir::{BufDecl, Expr, ProbeIr, SourceLoc, Stmt, Ty};
 
-pub use control::{Inline, Placeholder, brk, cont, if_, repeat, ret, ret_unit};
+pub use control::{Inline, Placeholder, at, brk, cont, if_, repeat, ret, ret_unit};
 pub use maps::{
     IndexedMap, KeyedMap, array_fetch_add, array_fetch_add_field, hash_fetch_add,
     hash_fetch_add_field, hash_get, hash_insert, hash_remove, print, print_arg, ring_output,
@@ -56,6 +56,8 @@ struct State {
     /// Map statics already in the table, by address.
     map_index: StdHashMap<usize, u32>,
     error: Option<BuildError>,
+    /// The last [`at`] in force: what the code generator will take the code recorded next for.
+    loc: Option<SourceLoc>,
 }
 
 thread_local! {
@@ -88,11 +90,18 @@ fn push(stmt: Stmt) {
     with(|s| s.blocks.last_mut().expect("a block").push(stmt));
 }
 
-/// Runs `f` with a new statement list and returns it.
+/// Runs `f` with a new statement list and returns it. The location in force after it is the
+/// one before it, as for the code generator.
 fn block(f: impl FnOnce()) -> Vec<Stmt> {
-    with(|s| s.blocks.push(Vec::new()));
+    let outer = with(|s| {
+        s.blocks.push(Vec::new());
+        s.loc
+    });
     f();
-    with(|s| s.blocks.pop().expect("the block pushed"))
+    with(|s| {
+        s.loc = outer;
+        s.blocks.pop().expect("the block pushed")
+    })
 }
 
 /// Records `e`, unless an error came first: building then fails with it.
@@ -115,6 +124,7 @@ fn record(attach: AttachPoint, build: fn()) -> Result<(ProbeIr, Vec<RawMap>), Bu
         maps: Vec::new(),
         map_index: StdHashMap::new(),
         error: None,
+        loc: None,
     };
     let previous = STATE.with(|s| s.borrow_mut().replace(state));
     build();

@@ -4,14 +4,14 @@
 use std::fmt;
 use std::sync::OnceLock;
 
-use egpu_ebpf::verifier::{Verified, VerifyError, verify};
+use egpu_ebpf::verifier::{Verified, verify};
 use egpu_ebpf::{AttachPoint, Program};
 use egpu_maps::RawMap;
 use thiserror::Error;
 
 use super::record;
 use crate::ir::{ProbeIr, Ty};
-use crate::{CompileError, compile};
+use crate::{CompileError, Refusal, SourceMap, compile_mapped};
 
 /// Why a probe could not be built.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
@@ -44,9 +44,10 @@ pub enum BuildError {
     /// The code generator refused the probe.
     #[error(transparent)]
     Compile(#[from] CompileError),
-    /// The verifier refused the generated program (a bug in the code generator).
-    #[error("the verifier refused the generated program: {0}")]
-    Verify(#[from] VerifyError),
+    /// The verifier refused the generated program: a loop or branches too many for it, or
+    /// else a bug in the code generator. The refusal names the Rust source.
+    #[error("{0}")]
+    Verify(Box<Refusal>),
 }
 
 /// A probe compiled from a Rust function by `#[egpu::probe]`: its program and maps are built
@@ -62,6 +63,7 @@ struct Built {
     verified: Verified,
     maps: Vec<RawMap>,
     ir: ProbeIr,
+    source: SourceMap,
 }
 
 impl fmt::Debug for Probe {
@@ -93,8 +95,10 @@ impl Probe {
     fn make(&self) -> Result<Built, BuildError> {
         let attach = (self.attach)()?;
         let (ir, maps) = record(attach, self.build)?;
-        let verified = verify(&compile(&ir)?)?;
-        Ok(Built { verified, maps, ir })
+        let (program, source) = compile_mapped(&ir)?;
+        let verified = verify(&program)
+            .map_err(|e| BuildError::Verify(Box::new(Refusal::new(self.name, e, &source))))?;
+        Ok(Built { verified, maps, ir, source })
     }
 
     /// The eBPF program, compiled and verified (once, the first time the probe is used): what
@@ -116,6 +120,11 @@ impl Probe {
     /// The probe's IR.
     pub fn ir(&self) -> Result<&ProbeIr, BuildError> {
         self.built().map(|b| &b.ir)
+    }
+
+    /// Where each instruction of the program comes from in the probe's Rust source.
+    pub fn source_map(&self) -> Result<&SourceMap, BuildError> {
+        self.built().map(|b| &b.source)
     }
 
     /// A CPU VM running the probe, with its maps bound (one VM per thread).

@@ -7,7 +7,7 @@ use egpu_ebpf::{AluOp, AtomicOp, Instruction, JmpCond, Operand, Reg, Size};
 
 use super::regalloc::{Home, need};
 use super::stmt::reads_var;
-use super::{CompileError, Gen, Label, alu};
+use super::{CompileError, Gen, Label, alu, code};
 use crate::ir::{CallArg, CmpOp, Expr, MapRef, Place, Ptr, Stmt, Ty, UnOp, Var};
 
 fn jmp_cond(op: CmpOp, signed: bool) -> JmpCond {
@@ -85,21 +85,21 @@ impl Gen<'_> {
         // `v = if c { a } else { b }` with constants: `v = b`, then `v = a` when `c` holds (one
         // jump instead of two).
         if matches!(
-            (then, otherwise),
+            (code(then).as_slice(), code(otherwise).as_slice()),
             ([Stmt::Set(v, Expr::Const(..))], [Stmt::Set(w, Expr::Const(..))])
                 if v == w && !reads_var(cond, *v)
         ) {
-            self.stmt(&otherwise[0])?;
+            self.stmts(otherwise)?;
             let skip = self.label();
             self.branch(cond, false, skip)?;
-            self.stmt(&then[0])?;
+            self.stmts(then)?;
             self.bind(skip);
             return Ok(());
         }
         let (no, end) = (self.label(), self.label());
         self.branch(cond, false, no)?;
         self.stmts(then)?;
-        if !otherwise.is_empty() {
+        if !code(otherwise).is_empty() {
             self.jump(None, end);
         }
         self.bind(no);
@@ -118,6 +118,22 @@ impl Gen<'_> {
             return Err(CompileError::Malformed("a loop counter that is not a u32".into()));
         }
         let (top, next, end) = (self.label(), self.label(), self.label());
+        // The loop's code, its counter's included, is the loop's: the mark in force.
+        let outer_loop = std::mem::replace(&mut self.loop_loc, self.loc);
+        let done = self.counted(v, home, count, (top, next, end), body);
+        self.loop_loc = outer_loop;
+        done
+    }
+
+    /// The code of `repeat`, with its labels.
+    fn counted(
+        &mut self,
+        v: Var,
+        home: Home,
+        count: u32,
+        (top, next, end): (Label, Label, Label),
+        body: &[Stmt],
+    ) -> Result<(), CompileError> {
         self.stmt(&Stmt::Set(v, Expr::Const(Ty::U32, 0)))?;
         self.bind(top);
         self.loops.push((next, end));
@@ -171,7 +187,7 @@ impl Gen<'_> {
         self.call(1, &[CallArg::Map(map), CallArg::Addr(key)], r0)?;
         let (no, end) = (self.label(), self.label());
         self.jump(Some((JmpCond::Eq, r0, Operand::Imm(0))), no);
-        match found {
+        match code(found).as_slice() {
             // The usual counter: one atomic add on the value found, whose amount calls no
             // helper. The pointer is used where the lookup left it, in r0.
             [Stmt::AtomicAdd(ty, Place::Value(p, off), value)] if *p == ptr && !need(value).1 => {
@@ -200,7 +216,7 @@ impl Gen<'_> {
                 self.stmts(found)?;
             }
         }
-        if !missing.is_empty() {
+        if !code(missing).is_empty() {
             self.jump(None, end);
         }
         self.bind(no);

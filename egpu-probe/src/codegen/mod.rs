@@ -10,6 +10,9 @@
 //! - `calls`: helper calls, saving the live temporaries around them;
 //! - `control`: conditions as jumps, `if`, loops and map lookups;
 //! - `stmt`: the other statements.
+//!
+//! Every instruction is recorded with the [`Stmt::At`] mark in force where it was emitted and the
+//! mark of the innermost loop around it, which makes the program's [`SourceMap`].
 
 mod calls;
 mod control;
@@ -23,7 +26,8 @@ use egpu_ebpf::{
 };
 use thiserror::Error;
 
-use super::ir::{ProbeIr, Stmt, Var};
+use super::ir::{ProbeIr, SourceLoc, Stmt, Var};
+use crate::SourceMap;
 use regalloc::{CTX, Home};
 
 /// Why a probe could not be compiled.
@@ -53,6 +57,12 @@ pub enum CompileError {
 
 /// Compiles `ir` into a program (not yet verified).
 pub fn compile(ir: &ProbeIr) -> Result<Program, CompileError> {
+    compile_mapped(ir).map(|(program, _)| program)
+}
+
+/// Compiles `ir` into a program (not yet verified) and the map from its instructions to the
+/// Rust source the IR's [`Stmt::At`] marks name.
+pub fn compile_mapped(ir: &ProbeIr) -> Result<(Program, SourceMap), CompileError> {
     // With the context pointer left in r1, expressions have one temporary fewer; a probe whose
     // expressions need it gets r9 for the context instead.
     match compile_with(ir, true) {
@@ -61,18 +71,26 @@ pub fn compile(ir: &ProbeIr) -> Result<Program, CompileError> {
     }
 }
 
-fn compile_with(ir: &ProbeIr, ctx_in_r1: bool) -> Result<Program, CompileError> {
+fn compile_with(ir: &ProbeIr, ctx_in_r1: bool) -> Result<(Program, SourceMap), CompileError> {
     let mut g = Gen::new(ir, ctx_in_r1)?;
     g.stmts(&ir.body)?;
     // A body that ends with `return` needs no epilogue (nothing jumps past its end: jumps only
     // target labels bound inside it).
-    if !matches!(ir.body.last(), Some(Stmt::Return(_))) {
+    if !matches!(code(&ir.body).last(), Some(Stmt::Return(_))) {
         g.insn(mov_imm(Reg::R0, 0));
         g.insn(Instruction::Exit);
     }
-    let insns = g.assemble()?;
-    Ok(Program::new(encode(&insns), ir.maps.clone(), ir.attach)?)
+    let (insns, map) = g.assemble()?;
+    Ok((Program::new(encode(&insns), ir.maps.clone(), ir.attach)?, map))
 }
+
+/// The statements of a list that emit code: all but the [`Stmt::At`] marks.
+fn code(stmts: &[Stmt]) -> Vec<&Stmt> {
+    stmts.iter().filter(|s| !matches!(s, Stmt::At(_))).collect()
+}
+
+/// No location (an index of `Gen::locs`).
+const NO_LOC: u32 = u32::MAX;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Label(usize);
@@ -105,6 +123,13 @@ struct Gen<'a> {
     /// The counters of the loops around the code, with their bounds: a counter is below its
     /// bound inside the loop body.
     counters: Vec<(Var, u32)>,
+    /// The locations of the [`Stmt::At`] marks met so far.
+    locs: Vec<SourceLoc>,
+    /// The mark in force, and the innermost loop's (indices in `locs`, `NO_LOC` for none).
+    loc: u32,
+    loop_loc: u32,
+    /// For each of `ops`, the `loc` and `loop_loc` in force when it was emitted.
+    op_locs: Vec<(u32, u32)>,
 }
 
 fn mov_imm(dst: Reg, imm: i32) -> Instruction {
@@ -130,6 +155,10 @@ impl<'a> Gen<'a> {
             loops: Vec::new(),
             ctx: CTX,
             counters: Vec::new(),
+            locs: Vec::new(),
+            loc: NO_LOC,
+            loop_loc: NO_LOC,
+            op_locs: Vec::new(),
         };
         g.lay_out_buffers()?;
         g.assign_homes(ctx_in_r1)?;
@@ -137,7 +166,18 @@ impl<'a> Gen<'a> {
     }
 
     fn insn(&mut self, insn: Instruction) {
-        self.ops.push(Op::Insn(insn));
+        self.push_op(Op::Insn(insn));
+    }
+
+    fn push_op(&mut self, op: Op) {
+        self.ops.push(op);
+        self.op_locs.push((self.loc, self.loop_loc));
+    }
+
+    /// Makes `loc` the mark in force.
+    fn mark(&mut self, loc: SourceLoc) {
+        self.loc = u32::try_from(self.locs.len()).unwrap_or(NO_LOC);
+        self.locs.push(loc);
     }
 
     fn label(&mut self) -> Label {
@@ -146,15 +186,15 @@ impl<'a> Gen<'a> {
     }
 
     fn bind(&mut self, l: Label) {
-        self.ops.push(Op::Bind(l));
+        self.push_op(Op::Bind(l));
     }
 
     fn jump(&mut self, cond: Option<(JmpCond, Reg, Operand)>, to: Label) {
-        self.ops.push(Op::Jump(cond, to));
+        self.push_op(Op::Jump(cond, to));
     }
 
-    /// Lays the code out: jump offsets in slots.
-    fn assemble(self) -> Result<Vec<Instruction>, CompileError> {
+    /// Lays the code out: jump offsets in slots, and each slot's location.
+    fn assemble(self) -> Result<(Vec<Instruction>, SourceMap), CompileError> {
         let mut at = vec![usize::MAX; self.labels];
         let mut pc = 0;
         for op in &self.ops {
@@ -165,11 +205,13 @@ impl<'a> Gen<'a> {
             }
         }
         let mut out = Vec::with_capacity(self.ops.len());
+        let mut slots = Vec::with_capacity(pc);
         let mut pc = 0usize;
-        for op in self.ops {
+        for (op, loc) in self.ops.into_iter().zip(self.op_locs) {
             match op {
                 Op::Insn(i) => {
                     pc += i.slots();
+                    slots.extend(std::iter::repeat_n(loc, i.slots()));
                     out.push(i);
                 }
                 Op::Jump(cond, l) => {
@@ -182,11 +224,12 @@ impl<'a> Gen<'a> {
                             Instruction::Branch { cond, width: Width::W64, dst, src, off }
                         }
                     });
+                    slots.push(loc);
                     pc += 1;
                 }
                 Op::Bind(_) => {}
             }
         }
-        Ok(out)
+        Ok((out, SourceMap::new(self.locs, slots)))
     }
 }

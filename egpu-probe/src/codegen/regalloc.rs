@@ -168,7 +168,7 @@ fn calls_helpers(stmts: &[Stmt]) -> bool {
         Stmt::If(c, a, b) => expr(c) || calls_helpers(a) || calls_helpers(b),
         Stmt::Repeat(_, _, body) => calls_helpers(body),
         Stmt::Lookup { .. } => true,
-        Stmt::Break | Stmt::Continue => false,
+        Stmt::Break | Stmt::Continue | Stmt::At(_) => false,
     })
 }
 
@@ -226,7 +226,7 @@ fn count_uses(stmts: &[Stmt], weight: u64, out: &mut BTreeMap<Contender, u64>, c
                 *out.entry(Contender::Var(v.0)).or_default() += weight.saturating_mul(24);
                 count_uses(body, weight.saturating_mul(8), out, ctx);
             }
-            Stmt::Break | Stmt::Continue => {}
+            Stmt::Break | Stmt::Continue | Stmt::At(_) => {}
             Stmt::Lookup { key, ptr, found, missing, .. } => {
                 place(key, weight, out, ctx);
                 add(Contender::Ptr(ptr.0), out);

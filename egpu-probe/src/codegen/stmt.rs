@@ -9,8 +9,12 @@ use super::{CompileError, Gen, mov_imm};
 use crate::ir::{CallArg, Expr, Stmt, Ty, Var};
 
 impl Gen<'_> {
+    /// A statement list; after it, the mark in force is the one before it again.
     pub(super) fn stmts(&mut self, stmts: &[Stmt]) -> Result<(), CompileError> {
-        stmts.iter().try_for_each(|s| self.stmt(s))
+        let outer = self.loc;
+        let done = stmts.iter().try_for_each(|s| self.stmt(s));
+        self.loc = outer;
+        done
     }
 
     pub(super) fn stmt(&mut self, s: &Stmt) -> Result<(), CompileError> {
@@ -88,6 +92,7 @@ impl Gen<'_> {
             Stmt::Lookup { map, key, ptr, found, missing } => {
                 self.lookup(*map, *key, *ptr, found, missing)?
             }
+            Stmt::At(loc) => self.mark(*loc),
             Stmt::Return(e) => {
                 self.take(Reg::R0);
                 self.expr(e, Reg::R0)?;
