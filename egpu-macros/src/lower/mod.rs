@@ -196,6 +196,29 @@ mod tests {
         assert!(out.contains("helper_fn :: __egpu_inline"), "{out}");
     }
 
+    #[test]
+    fn each_statement_records_its_location_first() {
+        let mut lower =
+            Lower::new(syn::parse_quote!(ctx), syn::parse_quote!(Ctx), &Krate::default());
+        let block: Block = syn::parse_quote!({
+            let mut x = ctx.a;
+            const K: u64 = 3;
+            #[bound(4)]
+            while x > K {
+                x -= 1;
+            }
+            x
+        });
+        let out = lower.body(&block, true).to_string();
+        assert!(lower.errors.is_empty(), "{:?}", lower.errors);
+        let at = ":: egpu :: __private :: probe :: at (:: core :: file ! () , :: core :: line ! () , :: core :: column ! ()) ;";
+        // `let`, `while`, `x -= 1` and the tail; not the `const`.
+        assert_eq!(out.matches(at).count(), 4, "{out}");
+        assert!(out.starts_with(at), "{out}");
+        let before_loop = out.find(":: repeat").and_then(|i| out[..i].rfind(at));
+        assert!(before_loop.is_some_and(|i| i > out.find("const K").unwrap_or(0)), "{out}");
+    }
+
     fn errors_of(block: Block) -> Vec<String> {
         let mut lower =
             Lower::new(syn::parse_quote!(ctx), syn::parse_quote!(Ctx), &Krate::default());
