@@ -12,7 +12,9 @@ use crate::Program;
 use crate::instruction::Instruction;
 
 /// States kept at one instruction at most; beyond, new ones are explored without being kept.
+/// At most 64: widening marks the kept states it joins with the bits of a `u64`.
 const KEEP_MAX: usize = 64;
+const _: () = assert!(KEEP_MAX <= 64);
 
 /// Most branch sides waiting to be explored (Linux's limit on a jump sequence).
 pub(super) const MAX_PENDING: usize = 8192;
@@ -21,6 +23,8 @@ pub(super) const MAX_PENDING: usize = 8192;
 struct Kept {
     state: State,
     fingerprint: u64,
+    /// [`state::constants_key`] of the state.
+    constants: u64,
     serial: usize,
     /// Every path from it has been followed to its end.
     complete: bool,
@@ -173,10 +177,13 @@ impl<'p> Explorer<'p> {
     fn visit(&mut self, pc: usize, state: &mut State) -> Visit {
         let (live, precise, slots) = (self.live[pc], self.precise[pc], self.live_slots[pc]);
         if let Some(frame) = state.frames.last_mut() {
-            for (i, slot) in frame.slots.iter_mut().rev().enumerate() {
+            // Bit `i` stands for the slot `8 * (i + 1)` bytes below the frame's top.
+            let mut i = 0;
+            while i < SLOTS {
                 if slots & (1 << i) == 0 {
-                    *slot = Slot::EMPTY;
+                    frame.slots[SLOTS - 1 - i] = Slot::EMPTY;
                 }
+                i += 1;
             }
         }
         for (r, v) in state.regs.iter_mut().enumerate().take(10) {
@@ -201,32 +208,52 @@ impl<'p> Explorer<'p> {
                 return Visit::Loops;
             }
         }
+        let mut widened_here = false;
         if complete >= JOIN_AFTER {
             // Widen: hold every state verified here that agrees with this one on its constants
             // (a loop counter keeps its iterations apart), and this one, with numbers known only
             // by their known bits; the widened state replaces the states it holds.
-            let joins = |k: &Kept| k.complete && state::constants_agree(state, &k.state);
-            let widened = kept
-                .iter()
-                .filter(|k| joins(k))
-                .try_fold(state.clone(), |acc, k| state::join(&acc, &k.state));
+            let key = state::constants_key(state);
+            // Which kept states join (at most KEEP_MAX of them, so a bit each).
+            let mut joins = 0u64;
+            for (i, k) in kept.iter().enumerate() {
+                if k.complete && k.constants == key && state::constants_agree(state, &k.state) {
+                    joins |= 1 << i;
+                }
+            }
+            let mut widened = Some(state.clone());
+            for (i, k) in kept.iter().enumerate() {
+                if joins & (1 << i) != 0
+                    && let Some(acc) = &mut widened
+                    && !state::join_into(acc, &k.state)
+                {
+                    widened = None;
+                }
+            }
             if let Some(mut w) = widened {
+                widened_here = true;
                 for v in w.values_mut() {
                     if let Value::Scalar(s) = v {
                         *s = s.widened();
                     }
                 }
-                self.kept[pc].retain(|k| !(k.complete && state::constants_agree(state, &k.state)));
+                let mut i = 0;
+                self.kept[pc].retain(|_| {
+                    i += 1;
+                    joins & (1 << (i - 1)) == 0
+                });
                 *state = w;
             }
         }
         if self.kept[pc].len() < KEEP_MAX {
             self.serial += 1;
             self.open.push((pc, self.serial, self.work.len()));
-            let fingerprint = state::fingerprint(state);
+            let fingerprint = if widened_here { state::fingerprint(state) } else { fingerprint };
+            let constants = state::constants_key(state);
             self.kept[pc].push(Kept {
                 state: state.clone(),
                 fingerprint,
+                constants,
                 serial: self.serial,
                 complete: false,
             });

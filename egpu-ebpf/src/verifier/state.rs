@@ -52,6 +52,10 @@ pub(crate) enum Slot {
 
 impl Slot {
     pub(crate) const EMPTY: Slot = Slot::Bytes { init: 0, frag: 0 };
+
+    fn is_spill(&self) -> bool {
+        matches!(self, Slot::Spill(_))
+    }
 }
 
 /// Slots in a frame.
@@ -93,6 +97,16 @@ impl State {
         }))
     }
 
+    /// Every value of the state, in the order of [`State::values_mut`].
+    pub(crate) fn values(&self) -> impl Iterator<Item = &Value> {
+        self.regs.iter().chain(self.frames.iter().flat_map(|f| {
+            f.saved.iter().chain(f.slots.iter().filter_map(|s| match s {
+                Slot::Spill(v) => Some(v),
+                Slot::Bytes { .. } => None,
+            }))
+        }))
+    }
+
     /// Whether a frame below the top holds a pointer into the top frame (which is about to
     /// return, so the pointer would dangle).
     pub(crate) fn leaks_top_frame(&self) -> bool {
@@ -109,22 +123,89 @@ impl State {
 /// a loop counter in two iterations, are never joined: the join would forget what bounds the
 /// loop.
 pub(crate) fn constants_agree(a: &State, b: &State) -> bool {
-    let values = |s: &State| -> Vec<Value> {
-        let mut s = s.clone();
-        s.values_mut().map(|v| *v).collect()
-    };
-    let (va, vb) = (values(a), values(b));
-    va.len() == vb.len()
-        && va.iter().zip(&vb).all(|(x, y)| {
-            let constant = |v: &Value| match v {
-                Value::Scalar(s) => s.as_constant(),
-                _ => None,
-            };
-            match (constant(x), constant(y)) {
-                (None, None) => true,
-                (c, d) => c == d,
+    // Values pair up in the order of `values_mut`: registers, then each frame's saved registers
+    // and spilled slots. When the two spill the same slots (the common case) that is slot by
+    // slot; otherwise the spilled values pair up in order, as they come.
+    let same_shape = a.frames.len() == b.frames.len()
+        && a.frames.iter().zip(&b.frames).all(|(fa, fb)| {
+            fa.slots.iter().zip(&fb.slots).all(|(x, y)| x.is_spill() == y.is_spill())
+        });
+    if !same_shape {
+        let (mut va, mut vb) = (a.values(), b.values());
+        return loop {
+            match (va.next(), vb.next()) {
+                (None, None) => break true,
+                (Some(x), Some(y)) if constant_agrees(x, y) => {}
+                _ => break false,
             }
-        })
+        };
+    }
+    if !a.regs.iter().zip(&b.regs).all(|(x, y)| constant_agrees(x, y)) {
+        return false;
+    }
+    for (fa, fb) in a.frames.iter().zip(&b.frames) {
+        if !fa.saved.iter().zip(&fb.saved).all(|(x, y)| constant_agrees(x, y)) {
+            return false;
+        }
+        for (x, y) in fa.slots.iter().zip(&fb.slots) {
+            if let (Slot::Spill(x), Slot::Spill(y)) = (x, y)
+                && !constant_agrees(x, y)
+            {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// A hash of the constants of `state`, in the order [`constants_agree`] pairs values: states
+/// that agree on their constants have the same key, so a different key settles that they do
+/// not, without the comparison.
+pub(crate) fn constants_key(state: &State) -> u64 {
+    use std::hash::Hasher;
+    let mut h = FastHasher(0);
+    let mut add = |v: &Value| match v {
+        Value::Scalar(s) => match s.as_constant() {
+            Some(c) => {
+                h.write_u64(1);
+                h.write_u64(c);
+            }
+            None => h.write_u64(0),
+        },
+        _ => h.write_u64(0),
+    };
+    let mut r = 0;
+    while r < state.regs.len() {
+        add(&state.regs[r]);
+        r += 1;
+    }
+    let mut f = 0;
+    while f < state.frames.len() {
+        let frame = &state.frames[f];
+        let mut i = 0;
+        while i < frame.saved.len() {
+            add(&frame.saved[i]);
+            i += 1;
+        }
+        let mut i = 0;
+        while i < SLOTS {
+            if let Slot::Spill(v) = &frame.slots[i] {
+                add(v);
+            }
+            i += 1;
+        }
+        f += 1;
+    }
+    h.finish()
+}
+
+/// Whether two values hold the same constant, or neither holds a constant number.
+fn constant_agrees(x: &Value, y: &Value) -> bool {
+    let constant = |v: &Value| match v {
+        Value::Scalar(s) => s.as_constant(),
+        _ => None,
+    };
+    constant(x) == constant(y)
 }
 
 /// Pairs of lookup ids found to correspond while comparing two states.
@@ -147,15 +228,42 @@ impl IdMap {
 /// `cur` does nothing a path from `old` did not. A register or byte `old` never initialised was
 /// never read on any path from it, so anything in `cur` fits there.
 pub(crate) fn within(cur: &State, old: &State) -> bool {
+    // Index loops rather than iterator chains: a user's debug build compiles this crate
+    // unoptimised, and this runs for every kept state at every join point.
+    if cur.frames.len() != old.frames.len() {
+        return false;
+    }
     let mut ids = IdMap::default();
-    cur.frames.len() == old.frames.len()
-        && cur.regs.iter().zip(&old.regs).all(|(c, o)| value_within(*c, *o, &mut ids))
-        && cur.frames.iter().zip(&old.frames).all(|(c, o)| {
-            c.function == o.function
-                && c.return_pc == o.return_pc
-                && c.saved.iter().zip(&o.saved).all(|(c, o)| value_within(*c, *o, &mut ids))
-                && c.slots.iter().zip(&o.slots).all(|(c, o)| slot_within(*c, *o, &mut ids))
-        })
+    let mut r = 0;
+    while r < cur.regs.len() {
+        if !value_within(&cur.regs[r], &old.regs[r], &mut ids) {
+            return false;
+        }
+        r += 1;
+    }
+    let mut f = 0;
+    while f < cur.frames.len() {
+        let (c, o) = (&cur.frames[f], &old.frames[f]);
+        if c.function != o.function || c.return_pc != o.return_pc {
+            return false;
+        }
+        let mut i = 0;
+        while i < c.saved.len() {
+            if !value_within(&c.saved[i], &o.saved[i], &mut ids) {
+                return false;
+            }
+            i += 1;
+        }
+        let mut i = 0;
+        while i < SLOTS {
+            if !slot_within(&c.slots[i], &o.slots[i], &mut ids) {
+                return false;
+            }
+            i += 1;
+        }
+        f += 1;
+    }
+    true
 }
 
 /// The same state, up to the numbering of lookups.
@@ -190,8 +298,8 @@ pub(crate) fn fingerprint(state: &State) -> u64 {
     h.finish()
 }
 
-fn value_within(cur: Value, old: Value, ids: &mut IdMap) -> bool {
-    match (cur, old) {
+fn value_within(cur: &Value, old: &Value, ids: &mut IdMap) -> bool {
+    match (*cur, *old) {
         (_, Value::Uninit) => true,
         (Value::Scalar(c), Value::Scalar(o)) => c.within(o),
         (Value::Pointer { region: rc, off: oc }, Value::Pointer { region: ro, off: oo }) => {
@@ -205,13 +313,13 @@ fn value_within(cur: Value, old: Value, ids: &mut IdMap) -> bool {
     }
 }
 
-fn slot_within(cur: Slot, old: Slot, ids: &mut IdMap) -> bool {
+fn slot_within(cur: &Slot, old: &Slot, ids: &mut IdMap) -> bool {
     match (cur, old) {
         (_, Slot::Bytes { init: 0, .. }) => true,
         (Slot::Spill(c), Slot::Spill(o)) => value_within(c, o, ids),
         // Data bytes read as unknown numbers, which any spilled number is within.
         (Slot::Spill(c), Slot::Bytes { .. }) => matches!(c, Value::Scalar(_)),
-        (Slot::Bytes { init: ci, .. }, Slot::Bytes { init: oi, .. }) => ci & oi == oi,
+        (Slot::Bytes { init: ci, .. }, Slot::Bytes { init: oi, .. }) => ci & oi == *oi,
         (Slot::Bytes { .. }, Slot::Spill(_)) => false,
     }
 }
@@ -254,21 +362,21 @@ impl std::hash::Hasher for FastHasher {
     }
 }
 
-/// A state holding both (by [`within`]), when they are in the same calls: numbers and offsets
-/// become intervals holding both, and whatever the two disagree on otherwise becomes unreadable
-/// (a register uninitialised, a stack byte unwritten), which a path from the result may then not
+/// Makes `out` a state holding itself and `b` (by [`within`]), when the two are in the same
+/// calls (else returns `false`, leaving `out` partly joined): numbers and offsets become
+/// intervals holding both, and whatever the two disagree on otherwise becomes unreadable (a
+/// register uninitialised, a stack byte unwritten), which a path from the result may then not
 /// read.
-pub(crate) fn join(a: &State, b: &State) -> Option<State> {
-    if a.frames.len() != b.frames.len() {
-        return None;
+pub(crate) fn join_into(out: &mut State, b: &State) -> bool {
+    if out.frames.len() != b.frames.len() {
+        return false;
     }
-    let mut out = a.clone();
     for (o, v) in out.regs.iter_mut().zip(&b.regs) {
         *o = join_value(*o, *v);
     }
     for (fo, fb) in out.frames.iter_mut().zip(&b.frames) {
         if (fo.function, fo.return_pc) != (fb.function, fb.return_pc) {
-            return None;
+            return false;
         }
         for (o, v) in fo.saved.iter_mut().zip(&fb.saved) {
             *o = join_value(*o, *v);
@@ -290,7 +398,7 @@ pub(crate) fn join(a: &State, b: &State) -> Option<State> {
             };
         }
     }
-    Some(out)
+    true
 }
 
 fn join_value(a: Value, b: Value) -> Value {
