@@ -6,7 +6,7 @@ use super::error::{Fail, VerifyError};
 use super::facts::{Access, CallFacts};
 use super::liveness::{liveness, precision, stack_liveness};
 use super::scalar::Scalar;
-use super::state::{self, Frame, Region, SLOTS, Slot, State, Value};
+use super::state::{self, Frame, Pins, Region, SLOTS, Slot, State, Value};
 use super::{INSN_BUDGET, JOIN_AFTER, Violation};
 use crate::Program;
 use crate::instruction::Instruction;
@@ -25,6 +25,8 @@ struct Kept {
     fingerprint: u64,
     /// [`state::constants_key`] of the state.
     constants: u64,
+    /// Its constants, checked before the whole state.
+    pins: Pins,
     serial: usize,
     /// Every path from it has been followed to its end.
     complete: bool,
@@ -163,8 +165,9 @@ impl<'p> Explorer<'p> {
                 if len < self.work.len() {
                     break;
                 }
-                if let Some(k) = self.kept[pc].iter_mut().find(|k| k.serial == serial) {
-                    k.complete = true;
+                // Kept states are in the order they were kept, so by serial.
+                if let Ok(i) = self.kept[pc].binary_search_by_key(&serial, |k| k.serial) {
+                    self.kept[pc][i].complete = true;
                 }
                 self.open.pop();
             }
@@ -200,7 +203,7 @@ impl<'p> Explorer<'p> {
         let mut complete = 0;
         for k in kept {
             if k.complete {
-                if state::within(state, &k.state) {
+                if k.pins.admit(state) && state::within(state, &k.state) {
                     return Visit::Covered;
                 }
                 complete += 1;
@@ -232,11 +235,11 @@ impl<'p> Explorer<'p> {
             }
             if let Some(mut w) = widened {
                 widened_here = true;
-                for v in w.values_mut() {
+                w.each_value_mut(|v| {
                     if let Value::Scalar(s) = v {
                         *s = s.widened();
                     }
-                }
+                });
                 let mut i = 0;
                 self.kept[pc].retain(|_| {
                     i += 1;
@@ -254,6 +257,7 @@ impl<'p> Explorer<'p> {
                 state: state.clone(),
                 fingerprint,
                 constants,
+                pins: Pins::of(state),
                 serial: self.serial,
                 complete: false,
             });

@@ -207,6 +207,12 @@ impl Scalar {
         Scalar { bits, ..self }.normalise().unwrap_or(Scalar { bits, ..Scalar::UNKNOWN })
     }
 
+    /// The six words that make the scalar, for hashing.
+    pub(crate) fn words(self) -> [u64; 6] {
+        let Scalar { umin, umax, smin, smax, bits } = self;
+        [umin, umax, smin as u64, smax as u64, bits.value, bits.mask]
+    }
+
     /// Every number of `self` is one of `other`.
     pub(crate) fn within(self, other: Scalar) -> bool {
         self.umin >= other.umin

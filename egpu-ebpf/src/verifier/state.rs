@@ -85,19 +85,35 @@ impl State {
         (self.frames.len() - 1) as u8
     }
 
-    /// Every value of the state, registers of all frames and spilled slots, for updates that
-    /// follow a value wherever it was copied.
-    pub(crate) fn values_mut(&mut self) -> impl Iterator<Item = &mut Value> {
-        let State { regs, frames } = self;
-        regs.iter_mut().chain(frames.iter_mut().flat_map(|f| {
-            f.saved.iter_mut().chain(f.slots.iter_mut().filter_map(|s| match s {
-                Slot::Spill(v) => Some(v),
-                Slot::Bytes { .. } => None,
-            }))
-        }))
+    /// Calls `f` on every value of the state, registers, then each frame's saved registers and
+    /// spilled slots, for updates that follow a value wherever it was copied. (Loops rather
+    /// than an iterator chain, which a user's debug build leaves unoptimised.)
+    pub(crate) fn each_value_mut(&mut self, mut f: impl FnMut(&mut Value)) {
+        let mut r = 0;
+        while r < self.regs.len() {
+            f(&mut self.regs[r]);
+            r += 1;
+        }
+        let mut d = 0;
+        while d < self.frames.len() {
+            let frame = &mut self.frames[d];
+            let mut i = 0;
+            while i < frame.saved.len() {
+                f(&mut frame.saved[i]);
+                i += 1;
+            }
+            let mut i = 0;
+            while i < SLOTS {
+                if let Slot::Spill(v) = &mut frame.slots[i] {
+                    f(v);
+                }
+                i += 1;
+            }
+            d += 1;
+        }
     }
 
-    /// Every value of the state, in the order of [`State::values_mut`].
+    /// Every value of the state, in the order of [`State::each_value_mut`].
     pub(crate) fn values(&self) -> impl Iterator<Item = &Value> {
         self.regs.iter().chain(self.frames.iter().flat_map(|f| {
             f.saved.iter().chain(f.slots.iter().filter_map(|s| match s {
@@ -123,7 +139,7 @@ impl State {
 /// a loop counter in two iterations, are never joined: the join would forget what bounds the
 /// loop.
 pub(crate) fn constants_agree(a: &State, b: &State) -> bool {
-    // Values pair up in the order of `values_mut`: registers, then each frame's saved registers
+    // Values pair up in the order of `each_value_mut`: registers, then each frame's saved registers
     // and spilled slots. When the two spill the same slots (the common case) that is slot by
     // slot; otherwise the spilled values pair up in order, as they come.
     let same_shape = a.frames.len() == b.frames.len()
@@ -274,28 +290,121 @@ pub(crate) fn same(a: &State, b: &State) -> bool {
 /// A hash of the state that ignores the numbering of lookups, so [`same`] states have the same
 /// fingerprint and most different ones do not.
 pub(crate) fn fingerprint(state: &State) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = FastHasher(0);
-    let value = |v: &Value, h: &mut FastHasher| match v {
-        Value::MaybeNull { map, .. } => (5u8, map).hash(h),
-        other => other.hash(h),
-    };
-    for v in &state.regs {
-        value(v, &mut h);
-    }
-    for f in &state.frames {
-        (f.function, f.return_pc).hash(&mut h);
-        for v in &f.saved {
-            value(v, &mut h);
-        }
-        for s in &f.slots {
-            match s {
-                Slot::Spill(v) => value(v, &mut h),
-                Slot::Bytes { init, frag } => (*init, *frag).hash(&mut h),
+    // Written out rather than derived: a user's debug build compiles this crate unoptimised,
+    // and this runs at every join point.
+    use std::hash::Hasher;
+    fn value(v: &Value, h: &mut FastHasher) {
+        let scalar = |s: &Scalar, h: &mut FastHasher| {
+            let words = s.words();
+            let mut i = 0;
+            while i < words.len() {
+                h.write_u64(words[i]);
+                i += 1;
             }
+        };
+        match v {
+            Value::Uninit => h.write_u64(0),
+            Value::Scalar(s) => {
+                h.write_u64(1);
+                scalar(s, h);
+            }
+            Value::Pointer { region, off } => {
+                h.write_u64(match region {
+                    Region::Context => 2,
+                    Region::Stack(d) => 3 | u64::from(*d) << 8,
+                    Region::MapValue(m) => 4 | u64::from(*m) << 8,
+                });
+                scalar(off, h);
+            }
+            Value::MapRef(m) => h.write_u64(5 | u64::from(*m) << 8),
+            Value::MaybeNull { map, .. } => h.write_u64(6 | u64::from(*map) << 8),
         }
+    }
+    let mut h = FastHasher(0);
+    let mut r = 0;
+    while r < state.regs.len() {
+        value(&state.regs[r], &mut h);
+        r += 1;
+    }
+    let mut f = 0;
+    while f < state.frames.len() {
+        let frame = &state.frames[f];
+        h.write_u64(frame.function as u64);
+        h.write_u64(frame.return_pc as u64);
+        let mut i = 0;
+        while i < frame.saved.len() {
+            value(&frame.saved[i], &mut h);
+            i += 1;
+        }
+        let mut i = 0;
+        while i < SLOTS {
+            match &frame.slots[i] {
+                Slot::Spill(v) => value(v, &mut h),
+                Slot::Bytes { init, frag } => {
+                    h.write_u64(7 | u64::from(*init) << 8 | u64::from(*frag) << 16)
+                }
+            }
+            i += 1;
+        }
+        f += 1;
     }
     h.finish()
+}
+
+/// The numbers a state pins to a constant (in registers and spilled slots, of every frame):
+/// a state [`within`] it holds the same constant in each of these places, so checking them
+/// first turns most states away after a few reads.
+pub(crate) struct Pins(Vec<(u8, u8, Scalar)>);
+
+impl Pins {
+    /// Where `state` holds a constant number: (frame, register or `11 +` slot, the number).
+    pub(crate) fn of(state: &State) -> Pins {
+        let mut pins = Vec::new();
+        for (r, v) in state.regs.iter().enumerate() {
+            if let Value::Scalar(s) = v
+                && s.as_constant().is_some()
+            {
+                pins.push((0, r as u8, *s));
+            }
+        }
+        for (f, frame) in state.frames.iter().enumerate() {
+            for (i, slot) in frame.slots.iter().enumerate() {
+                if let Slot::Spill(Value::Scalar(s)) = slot
+                    && s.as_constant().is_some()
+                {
+                    pins.push((f as u8, 11 + i as u8, *s));
+                }
+            }
+        }
+        Pins(pins)
+    }
+
+    /// Whether `cur` may be within the state the pins were taken of: `false` only when
+    /// [`within`] is (a number within a constant is that constant; anything else is not
+    /// within a number).
+    pub(crate) fn admit(&self, cur: &State) -> bool {
+        let mut p = 0;
+        while p < self.0.len() {
+            let (f, at, old) = self.0[p];
+            let value = if at < 11 {
+                Some(&cur.regs[usize::from(at)])
+            } else {
+                match cur.frames.get(usize::from(f)) {
+                    Some(frame) => match &frame.slots[usize::from(at - 11)] {
+                        Slot::Spill(v) => Some(v),
+                        Slot::Bytes { .. } => None,
+                    },
+                    None => None,
+                }
+            };
+            match value {
+                Some(Value::Scalar(s)) if s.within(old) => {}
+                _ => return false,
+            }
+            p += 1;
+        }
+        true
+    }
 }
 
 fn value_within(cur: &Value, old: &Value, ids: &mut IdMap) -> bool {
@@ -409,5 +518,68 @@ fn join_value(a: Value, b: Value) -> Value {
         }
         (x, y) if x == y => x,
         _ => Value::Uninit,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(regs: [Value; 11], spills: &[(usize, Value)]) -> State {
+        let mut frame = Frame {
+            function: 0,
+            return_pc: 0,
+            saved: [Value::Uninit; 4],
+            slots: [Slot::EMPTY; SLOTS],
+        };
+        for &(i, v) in spills {
+            frame.slots[i] = Slot::Spill(v);
+        }
+        State { regs, frames: vec![frame] }
+    }
+
+    /// The shortcuts only ever agree with the full comparisons they stand before.
+    #[test]
+    fn pins_and_constant_keys_agree_with_the_comparisons() {
+        let c = |v| Value::Scalar(Scalar::constant(v));
+        let any = Value::Scalar(Scalar::below(100));
+        let mut regs = [Value::Uninit; 11];
+        regs[6] = c(3);
+        let mut other = regs;
+        other[6] = c(4);
+        let mut wide = regs;
+        wide[6] = any;
+        let states = [
+            state(regs, &[]),
+            state(other, &[]),
+            state(wide, &[]),
+            state(regs, &[(5, c(7))]),
+            state(regs, &[(5, c(8))]),
+            state(regs, &[(6, c(7))]),
+            state(regs, &[(5, any)]),
+        ];
+        let (mut admitted, mut refused) = (0, 0);
+        for a in &states {
+            for b in &states {
+                let pins = Pins::of(b);
+                if pins.admit(a) {
+                    admitted += 1;
+                } else {
+                    refused += 1;
+                    assert!(!within(a, b), "pins refuse only what `within` refuses");
+                }
+                if constants_agree(a, b) {
+                    assert_eq!(constants_key(a), constants_key(b));
+                }
+            }
+            assert!(Pins::of(a).admit(a) && within(a, a));
+        }
+        assert!(admitted > 0 && refused > 0, "both outcomes occur: {admitted} {refused}");
+        // A different constant in the same place is turned away before the full comparison.
+        assert!(!Pins::of(&states[0]).admit(&states[1]));
+        assert!(!Pins::of(&states[3]).admit(&states[4]));
+        // Agreeing constants, spilled at different slots, pair up in order.
+        assert!(constants_agree(&states[3], &states[5]));
+        assert_ne!(constants_key(&states[0]), constants_key(&states[1]));
     }
 }

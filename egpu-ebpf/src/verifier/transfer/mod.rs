@@ -117,21 +117,25 @@ impl Explorer<'_> {
                                 format!("more than {MAX_PENDING} branches wait to be explored"),
                             );
                         }
+                        // One copy: the side explored later gets it, this path goes on with
+                        // the state it has.
                         let ((first, a), (later, b)) = if target > pc + 1 {
                             ((target, taken), (pc + 1, fall))
                         } else {
                             ((pc + 1, fall), (target, taken))
                         };
-                        self.work.push((later, b));
-                        *state = a;
+                        let mut waiting = state.clone();
+                        b.apply(&mut waiting);
+                        self.work.push((later, waiting));
+                        a.apply(state);
                         Next::Go(first)
                     }
                     (Some(taken), None) => {
-                        *state = taken;
+                        taken.apply(state);
                         Next::Go(target)
                     }
                     (None, Some(fall)) => {
-                        *state = fall;
+                        fall.apply(state);
                         Next::Go(pc + 1)
                     }
                     (None, None) => Next::End,
