@@ -255,13 +255,7 @@ fn counter_maps() -> Vec<MapDef> {
 /// Made-up device addresses for the counter's maps (ptxas only checks the code).
 fn counter_bindings() -> Vec<DeviceMap> {
     vec![
-        DeviceMap {
-            addr: 0x7f00_0000_0000,
-            geometry: Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).expect("geometry"),
-            live: false,
-            spread: 0,
-            drained: false,
-        },
+        in_gpu_memory(0x7f00_0000_0000, Geometry::new(MapKind::Array, 4, 8, 1, 1, 0)),
         DeviceMap {
             addr: 0x7f00_0010_0000,
             geometry: Geometry::new(MapKind::PerCpuArray, 4, 8, 1, 2, 132).expect("geometry"),
@@ -722,13 +716,7 @@ fn a_binding_that_disagrees_with_its_map_is_refused() {
         vec![map],
         AttachPoint::Device(DeviceEvent::GlobalLoad),
     );
-    let narrow = DeviceMap {
-        addr: 0x7f00_0000_0000,
-        geometry: Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).expect("geometry"),
-        live: false,
-        spread: 0,
-        drained: false,
-    };
+    let narrow = in_gpu_memory(0x7f00_0000_0000, Geometry::new(MapKind::Array, 4, 8, 1, 1, 0));
     let error = translate_error(&p, &[narrow]);
     assert!(
         matches!(error, TranslateError::MapUse { ref name, .. } if name == "wide"),
@@ -801,4 +789,10 @@ fn an_instrumented_module_can_be_instrumented_again() {
     if let Err(e) = ptxas.check(&twice.ptx, ARCH) {
         panic!("twice: {e}");
     }
+}
+
+/// A binding of a map of `geometry` at `addr` in GPU memory, read after the kernel.
+fn in_gpu_memory(addr: u64, geometry: Result<Geometry, egpu_maps::MapError>) -> DeviceMap {
+    let geometry = geometry.expect("geometry");
+    DeviceMap { addr, geometry, live: false, spread: 0, drained: false }
 }
