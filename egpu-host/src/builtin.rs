@@ -36,6 +36,8 @@ use super::Health;
 mod metrics;
 mod probes;
 mod report;
+#[doc(hidden)]
+pub mod sample;
 pub use metrics::{
     Histogram, Kind, Metric, MetricsOptions, Point, Value, bucket_bound, metrics, otel_key,
     otlp_json,

@@ -1,47 +1,10 @@
-//! A process's built-in maps filled by the built-in probes, for the exporters' tests.
+//! A process's built-in maps filled by the built-in probes, for the exporters' tests: egpu-host's
+//! one fixture.
 
-use egpu::ebpf::{AllocCtx, LaunchCtx, MemcpyCtx, ModuleLoadCtx, Phase, SyncCtx, kernel_id};
-use egpu::host::HostProbes;
 use egpu::host::builtin::Builtin;
 
-/// A process of made-up pid 4242, its maps in process memory, filled by the built-in probes.
+/// Made-up pid 4242's maps in process memory, filled by the built-in probes
+/// (`egpu::host::builtin::sample::filled`).
 pub(crate) fn filled() -> Builtin {
-    let launch = |kernel_id| LaunchCtx {
-        kernel_id,
-        grid: [1, 1, 1],
-        block: [32, 1, 1],
-        ..Default::default()
-    };
-    let probes = HostProbes::new();
-    let b = Builtin::create(4242, false).expect("maps in process memory");
-    for (program, maps) in b.programs().expect("the programs") {
-        probes.attach(&program, &maps).expect("attach");
-    }
-    let (a, k) = (kernel_id("_Z1av"), kernel_id("k\"2"));
-    b.record_name(a, "_Z1av");
-    b.record_name(k, "k\"2");
-    for _ in 0..3 {
-        probes.fire(Phase::Enter, &mut LaunchCtx { grid: [4, 2, 1], ..launch(a) });
-    }
-    probes.fire(
-        Phase::Enter,
-        &mut LaunchCtx { grid: [1000, 1, 1], block: [1024, 1, 1], ..launch(k) },
-    );
-    let graph = LaunchCtx { kernel_id: u64::MAX, flags: LaunchCtx::GRAPH, ..Default::default() };
-    probes.fire(Phase::Enter, &mut graph.clone());
-    probes.fire(Phase::Enter, &mut LaunchCtx { flags: LaunchCtx::CAPTURED, ..launch(a) });
-    let copy = |kind, bytes, flags| MemcpyCtx { kind, bytes, flags, ..Default::default() };
-    probes.fire(Phase::Enter, &mut copy(MemcpyCtx::HOST_TO_DEVICE, 4096, 0));
-    probes.fire(Phase::Enter, &mut copy(MemcpyCtx::HOST_TO_DEVICE, 5000, MemcpyCtx::ASYNC));
-    probes.fire(Phase::Enter, &mut copy(MemcpyCtx::DEVICE_TO_HOST, 1, 0));
-    probes.fire(Phase::Enter, &mut copy(MemcpyCtx::DEFAULT, 100, MemcpyCtx::MEMSET));
-    let alloc =
-        AllocCtx { ptr: 0x7000, bytes: 1 << 20, kind: AllocCtx::DEVICE, ..Default::default() };
-    probes.fire(Phase::Exit, &mut alloc.clone());
-    let free = AllocCtx { ptr: 0x7000, op: AllocCtx::FREE, ..Default::default() };
-    probes.fire(Phase::Exit, &mut free.clone());
-    probes.fire(Phase::Enter, &mut SyncCtx { kind: SyncCtx::STREAM, ..Default::default() });
-    probes.fire(Phase::Enter, &mut SyncCtx { kind: SyncCtx::CONTEXT, ..Default::default() });
-    probes.fire(Phase::Exit, &mut ModuleLoadCtx { has_ptx: 0, ..Default::default() });
-    b
+    egpu::host::builtin::sample::filled().1
 }
