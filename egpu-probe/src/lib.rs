@@ -48,4 +48,6 @@ pub use print::prints;
 pub use source::{Refusal, SourceMap};
 
 #[cfg(test)]
+mod loop_tests;
+#[cfg(test)]
 mod tests;

@@ -1,4 +1,5 @@
-//! Control flow: conditions, `if`, counted loops and map lookups.
+//! Control flow: conditions, `if`, counted loops and map lookups. A loop whose body branches
+//! becomes a `bpf_loop` call instead (see `callback`).
 //!
 //! Conditions compile to jumps, with `&&` and `||` short-circuiting; a `bool` is only
 //! materialised where a value is needed (in `expr`).
@@ -6,7 +7,7 @@
 use egpu_ebpf::{AluOp, AtomicOp, Instruction, JmpCond, Operand, Reg, Size};
 
 use super::regalloc::{Home, need};
-use super::stmt::reads_var;
+use super::stmt::{diverges, reads_var};
 use super::{CompileError, Gen, Label, alu, code};
 use crate::ir::{CallArg, CmpOp, Expr, MapRef, Place, Ptr, Stmt, Ty, UnOp, Var};
 
@@ -82,6 +83,10 @@ impl Gen<'_> {
         then: &[Stmt],
         otherwise: &[Stmt],
     ) -> Result<(), CompileError> {
+        // A constant condition: only the branch taken (the other would be dead code).
+        if let Expr::Const(Ty::Bool, v) = cond {
+            return self.stmts(if *v != 0 { then } else { otherwise });
+        }
         // `v = if c { a } else { b }` with constants: `v = b`, then `v = a` when `c` holds (one
         // jump instead of two).
         if matches!(
@@ -99,7 +104,7 @@ impl Gen<'_> {
         let (no, end) = (self.label(), self.label());
         self.branch(cond, false, no)?;
         self.stmts(then)?;
-        if !code(otherwise).is_empty() {
+        if !code(otherwise).is_empty() && !then.iter().any(diverges) {
             self.jump(None, end);
         }
         self.bind(no);
@@ -108,7 +113,8 @@ impl Gen<'_> {
         Ok(())
     }
 
-    /// `for v in 0..count { body }`, `v` a `u32` variable.
+    /// `for v in 0..count { body }`, `v` a `u32` variable: a `bpf_loop` call when the body
+    /// branches and the callback can reach all it uses, else a plain loop.
     pub(super) fn repeat(&mut self, v: Var, count: u32, body: &[Stmt]) -> Result<(), CompileError> {
         if count == 0 {
             return Ok(());
@@ -117,10 +123,14 @@ impl Gen<'_> {
         if self.var_ty(v)? != Ty::U32 {
             return Err(CompileError::Malformed("a loop counter that is not a u32".into()));
         }
-        let (top, next, end) = (self.label(), self.label(), self.label());
         // The loop's code, its counter's included, is the loop's: the mark in force.
         let outer_loop = std::mem::replace(&mut self.loop_loc, self.loc);
-        let done = self.counted(v, home, count, (top, next, end), body);
+        let done = if self.lowers_to_bpf_loop(v, count, body) {
+            self.bpf_loop(v, count, body)
+        } else {
+            let labels = (self.label(), self.label(), self.label());
+            self.counted(v, home, count, labels, body)
+        };
         self.loop_loc = outer_loop;
         done
     }
@@ -150,7 +160,7 @@ impl Gen<'_> {
                 self.insn(alu(AluOp::Add, r, Operand::Imm(1)));
                 self.jump(Some((JmpCond::Lt, r, Operand::Imm(bound))), top);
             }
-            Home::Stack(_) => {
+            Home::Stack(_) | Home::Local(_) => {
                 let t = self.temp()?;
                 self.load_home(t, home);
                 self.insn(alu(AluOp::Add, t, Operand::Imm(1)));
@@ -189,8 +199,11 @@ impl Gen<'_> {
         self.jump(Some((JmpCond::Eq, r0, Operand::Imm(0))), no);
         match code(found).as_slice() {
             // The usual counter: one atomic add on the value found, whose amount calls no
-            // helper. The pointer is used where the lookup left it, in r0.
-            [Stmt::AtomicAdd(ty, Place::Value(p, off), value)] if *p == ptr && !need(value).1 => {
+            // helper nor reads a map value (the pointer is not in its home). The pointer is used
+            // where the lookup left it, in r0.
+            [Stmt::AtomicAdd(ty, Place::Value(p, off), value)]
+                if *p == ptr && !need(value).1 && !reads_value(value) =>
+            {
                 let size = match ty {
                     Ty::U32 | Ty::I32 => Size::W,
                     _ => Size::DW,
@@ -223,5 +236,22 @@ impl Gen<'_> {
         self.stmts(missing)?;
         self.bind(end);
         Ok(())
+    }
+}
+
+/// Whether `e` reads a map value.
+fn reads_value(e: &Expr) -> bool {
+    match e {
+        Expr::Load(_, Place::Value(..)) => true,
+        Expr::Const(..) | Expr::Var(_) | Expr::Load(..) => false,
+        Expr::Unary(_, _, a) | Expr::Cast { arg: a, .. } => reads_value(a),
+        Expr::Binary(_, _, a, b) | Expr::Cmp(_, _, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
+            reads_value(a) || reads_value(b)
+        }
+        Expr::Call(_, _, args) => args.iter().any(|a| match a {
+            CallArg::Value(e) => reads_value(e),
+            CallArg::Addr(p) => matches!(p, Place::Value(..)),
+            CallArg::Map(_) => false,
+        }),
     }
 }

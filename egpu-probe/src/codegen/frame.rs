@@ -1,7 +1,8 @@
 //! The stack frame, all below `r10`: buffers first (each aligned), then the stack homes of
 //! variables and pointers, then scratch slots. More than 512 bytes is
 //! [`CompileError::StackTooLarge`], naming the largest buffers. Also the base register and offset
-//! of each place the IR names.
+//! of each place the IR names. A callback of `bpf_loop` has its own frame (for the homes of the
+//! map value pointers it binds), but reaches this one, the main function's, through `Gen::frame`.
 
 use egpu_ebpf::{Program, Reg};
 
@@ -75,7 +76,7 @@ impl Gen<'_> {
                     .bufs
                     .get(b.0 as usize)
                     .ok_or(CompileError::Malformed(format!("{b:?}")))?;
-                Ok((Reg::FP, fit(i64::from(base) + i64::from(off))?))
+                Ok((self.frame, fit(i64::from(base) + i64::from(off))?))
             }
             Place::Value(p, off) => match self.ptr(p)? {
                 Home::Reg(r) => Ok((r, fit(off.into())?)),

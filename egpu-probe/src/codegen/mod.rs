@@ -9,11 +9,13 @@
 //! - `expr`: expressions, kept canonical;
 //! - `calls`: helper calls, saving the live temporaries around them;
 //! - `control`: conditions as jumps, `if`, loops and map lookups;
+//! - `callback`: loops whose bodies branch, lowered to `bpf_loop` with a callback function;
 //! - `stmt`: the other statements.
 //!
 //! Every instruction is recorded with the [`Stmt::At`] mark in force where it was emitted and the
 //! mark of the innermost loop around it, which makes the program's [`SourceMap`].
 
+mod callback;
 mod calls;
 mod control;
 mod expr;
@@ -22,7 +24,8 @@ mod regalloc;
 mod stmt;
 
 use egpu_ebpf::{
-    AluOp, Instruction, JmpCond, Operand, Program, ProgramError, Reg, Width, instruction::encode,
+    AluOp, Imm64, Instruction, JmpCond, Operand, Program, ProgramError, Reg, Width,
+    instruction::encode,
 };
 use thiserror::Error;
 
@@ -73,12 +76,18 @@ pub fn compile_mapped(ir: &ProbeIr) -> Result<(Program, SourceMap), CompileError
 
 fn compile_with(ir: &ProbeIr, ctx_in_r1: bool) -> Result<(Program, SourceMap), CompileError> {
     let mut g = Gen::new(ir, ctx_in_r1)?;
+    g.zero_var_registers();
     g.stmts(&ir.body)?;
-    // A body that ends with `return` needs no epilogue (nothing jumps past its end: jumps only
-    // target labels bound inside it).
-    if !matches!(code(&ir.body).last(), Some(Stmt::Return(_))) {
+    // Code that ends with `exit` needs no epilogue (nothing jumps past its end: no label is
+    // bound after it).
+    if !matches!(g.ops.last(), Some(Op::Insn(Instruction::Exit))) {
         g.insn(mov_imm(Reg::R0, 0));
         g.insn(Instruction::Exit);
+    }
+    // The callbacks of `bpf_loop`, one function each, after the main function.
+    for (ops, locs) in std::mem::take(&mut g.funcs) {
+        g.ops.extend(ops);
+        g.op_locs.extend(locs);
     }
     let (insns, map) = g.assemble()?;
     Ok((Program::new(encode(&insns), ir.maps.clone(), ir.attach)?, map))
@@ -100,7 +109,13 @@ enum Op {
     /// `ja` (no condition) or a conditional jump to a label.
     Jump(Option<(JmpCond, Reg, Operand)>, Label),
     Bind(Label),
+    /// `lddw dst, <function>`: a reference to the function whose first instruction is at a
+    /// label, for `bpf_loop`.
+    FuncRef(Reg, Label),
 }
+
+/// A function's code: its ops, and the location of each.
+type Func = (Vec<Op>, Vec<(u32, u32)>);
 
 /// The state of the generator: the code so far, and where everything lives.
 struct Gen<'a> {
@@ -130,6 +145,23 @@ struct Gen<'a> {
     loop_loc: u32,
     /// For each of `ops`, the `loc` and `loop_loc` in force when it was emitted.
     op_locs: Vec<(u32, u32)>,
+    /// The register holding the main function's frame pointer: `r10` in the main function, a
+    /// saved register in a callback. Stack homes, buffers and scratch slots are all in the main
+    /// function's frame, at the same offsets from it.
+    frame: Reg,
+    /// The callbacks generated so far (their ops and locations), laid out after the main code.
+    funcs: Vec<Func>,
+    /// How many callbacks the code being generated is nested in (0: the main function).
+    depth: u32,
+    /// The homes of the variables in the main function.
+    main_vars: Vec<Home>,
+    /// For a variable in a register of the main function, its slot in the main frame while a
+    /// callback runs.
+    spills: Vec<Option<i16>>,
+    /// The main frame's slot for the context pointer, while a callback runs.
+    ctx_slot: Option<i16>,
+    /// The main frame's slots for a `return` inside a callback: its flag and its value.
+    ret_slots: Option<(i16, i16)>,
 }
 
 fn mov_imm(dst: Reg, imm: i32) -> Instruction {
@@ -159,9 +191,17 @@ impl<'a> Gen<'a> {
             loc: NO_LOC,
             loop_loc: NO_LOC,
             op_locs: Vec::new(),
+            frame: Reg::FP,
+            funcs: Vec::new(),
+            depth: 0,
+            main_vars: Vec::new(),
+            spills: vec![None; ir.vars.len()],
+            ctx_slot: None,
+            ret_slots: None,
         };
         g.lay_out_buffers()?;
         g.assign_homes(ctx_in_r1)?;
+        g.main_vars = g.vars.clone();
         Ok(g)
     }
 
@@ -201,6 +241,7 @@ impl<'a> Gen<'a> {
             match op {
                 Op::Insn(i) => pc += i.slots(),
                 Op::Jump(..) => pc += 1,
+                Op::FuncRef(..) => pc += 2,
                 Op::Bind(l) => at[l.0] = pc,
             }
         }
@@ -226,6 +267,13 @@ impl<'a> Gen<'a> {
                     });
                     slots.push(loc);
                     pc += 1;
+                }
+                Op::FuncRef(dst, l) => {
+                    let off = i32::try_from(at[l.0] as i64 - (pc as i64 + 1))
+                        .map_err(|_| CompileError::Malformed("a function too far".into()))?;
+                    out.push(Instruction::LoadImm64 { dst, imm: Imm64::Func(off) });
+                    slots.extend([loc, loc]);
+                    pc += 2;
                 }
                 Op::Bind(_) => {}
             }

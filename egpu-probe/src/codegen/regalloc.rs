@@ -19,8 +19,11 @@ use crate::ir::{CallArg, Expr, Place, Ptr, Stmt, Ty, Var};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Home {
     Reg(Reg),
-    /// A stack slot at this offset from `r10`.
+    /// A stack slot of the main function's frame, at this offset from its `r10` (held by
+    /// `Gen::frame` in a callback).
     Stack(i16),
+    /// A stack slot of the current callback's own frame, at this offset from its `r10`.
+    Local(i16),
 }
 
 /// Temporaries, in the order they are handed out.
@@ -136,6 +139,13 @@ impl Gen<'_> {
                 size: Size::DW,
                 signed: false,
                 dst,
+                base: self.frame,
+                off,
+            }),
+            Home::Local(off) => self.insn(Instruction::Load {
+                size: Size::DW,
+                signed: false,
+                dst,
                 base: Reg::FP,
                 off,
             }),
@@ -149,6 +159,12 @@ impl Gen<'_> {
             Home::Reg(r) => self.insn(alu(AluOp::Mov, r, Operand::Reg(src))),
             Home::Stack(off) => self.insn(Instruction::Store {
                 size: Size::DW,
+                base: self.frame,
+                off,
+                src: Operand::Reg(src),
+            }),
+            Home::Local(off) => self.insn(Instruction::Store {
+                size: Size::DW,
                 base: Reg::FP,
                 off,
                 src: Operand::Reg(src),
@@ -157,7 +173,8 @@ impl Gen<'_> {
     }
 }
 
-/// Whether the statements call a helper (a lookup or a call expression) anywhere.
+/// Whether the statements call a helper (a lookup, a call expression or a `bpf_loop`)
+/// anywhere.
 fn calls_helpers(stmts: &[Stmt]) -> bool {
     fn expr(e: &Expr) -> bool {
         need(e).1
@@ -166,7 +183,7 @@ fn calls_helpers(stmts: &[Stmt]) -> bool {
         Stmt::Set(_, e) | Stmt::Eval(e) | Stmt::Return(e) => expr(e),
         Stmt::Store(_, _, e) | Stmt::AtomicAdd(_, _, e) => expr(e),
         Stmt::If(c, a, b) => expr(c) || calls_helpers(a) || calls_helpers(b),
-        Stmt::Repeat(_, _, body) => calls_helpers(body),
+        Stmt::Repeat(_, _, body) => calls_helpers(body) || super::callback::branches(body),
         Stmt::Lookup { .. } => true,
         Stmt::Break | Stmt::Continue | Stmt::At(_) => false,
     })

@@ -9,10 +9,18 @@ use super::{CompileError, Gen, mov_imm};
 use crate::ir::{CallArg, Expr, Stmt, Ty, Var};
 
 impl Gen<'_> {
-    /// A statement list; after it, the mark in force is the one before it again.
+    /// A statement list; after it, the mark in force is the one before it again. Statements
+    /// after one that never finishes (`return`, `break`, `continue`, or branches that all end
+    /// so) emit no code: no path reaches them, and the verifier only checks what a path reaches.
     pub(super) fn stmts(&mut self, stmts: &[Stmt]) -> Result<(), CompileError> {
         let outer = self.loc;
-        let done = stmts.iter().try_for_each(|s| self.stmt(s));
+        let mut done = Ok(());
+        for s in stmts {
+            done = self.stmt(s);
+            if done.is_err() || diverges(s) {
+                break;
+            }
+        }
         self.loc = outer;
         done
     }
@@ -93,6 +101,7 @@ impl Gen<'_> {
                 self.lookup(*map, *key, *ptr, found, missing)?
             }
             Stmt::At(loc) => self.mark(*loc),
+            Stmt::Return(e) if self.depth > 0 => self.callback_return(e)?,
             Stmt::Return(e) => {
                 self.take(Reg::R0);
                 self.expr(e, Reg::R0)?;
@@ -116,5 +125,19 @@ pub(super) fn reads_var(e: &Expr, v: Var) -> bool {
         Expr::Call(_, _, args) => {
             args.iter().any(|a| matches!(a, CallArg::Value(e) if reads_var(e, v)))
         }
+    }
+}
+
+/// Whether `s` never finishes: it always returns or leaves its loop iteration.
+pub(super) fn diverges(s: &Stmt) -> bool {
+    let any = |stmts: &[Stmt]| stmts.iter().any(diverges);
+    match s {
+        Stmt::Return(_) | Stmt::Break | Stmt::Continue => true,
+        Stmt::If(Expr::Const(Ty::Bool, v), then, otherwise) => {
+            any(if *v != 0 { then } else { otherwise })
+        }
+        Stmt::If(_, then, otherwise) => any(then) && any(otherwise),
+        Stmt::Lookup { found, missing, .. } => any(found) && any(missing),
+        _ => false,
     }
 }
