@@ -193,6 +193,7 @@ fn verifier_suite() {
         Violation::TooComplex,
         Violation::StackLimit,
         Violation::Misaligned,
+        Violation::CallbackReturn,
     ];
     let missing: Vec<_> = all.iter().filter(|v| !codes.contains(v.code())).collect();
     assert!(missing.is_empty(), "no program of the suite is rejected for {missing:?}");
@@ -484,4 +485,97 @@ fn a_refusal_names_the_instruction_its_disassembly_and_the_registers_it_reads() 
         assert!(shown.contains(part), "`{part}` missing from:\n{shown}");
     }
     // No engine can be given it: every engine takes a `Verified`, which only `verify` makes.
+}
+
+// ---------------------------------------------------------------------------------------------
+// bpf_loop: loops whose body branches, verified in time linear in the body.
+
+/// Most instructions the verifier may follow per instruction of a `bpf_loop` callback, for the
+/// whole program: the callback is followed a few rounds (until the caller's stack it writes
+/// settles), each over the body's paths, never once per iteration.
+const FOLLOWED_PER_BODY_INSTRUCTION: usize = 16;
+
+/// The suite's Collatz program (`tests/verifier/ok_loop_collatz_branchy.s`) with `count`
+/// iterations.
+fn collatz(count: u32) -> Program {
+    let text = std::fs::read_to_string(workspace_path("tests/verifier/ok_loop_collatz_branchy.s"))
+        .expect("the suite's Collatz program");
+    let text = text.replace("mov %r1, 1000\n", &format!("mov %r1, {count}\n"));
+    let map = "steps=array:4:8:1".parse().expect("a map");
+    Program::new(assemble(&text).expect("assembles"), vec![map], AttachPoint::User { ctx_size: 8 })
+        .expect("valid")
+}
+
+/// Collatz steps from `n` to 1, at most `limit`.
+fn collatz_steps(mut n: u64, limit: u64) -> u64 {
+    let mut steps = 0;
+    while n > 1 && steps < limit {
+        n = if n % 2 == 0 { n / 2 } else { 3 * n + 1 };
+        steps += 1;
+    }
+    steps
+}
+
+#[test]
+fn a_branchy_loop_verifies_in_time_linear_in_its_body() {
+    let program = collatz(1000);
+    let callback = &program.functions()[1];
+    let body = program.decoded().iter().filter(|d| (callback.start..callback.end).contains(&d.pc));
+    let body = body.count();
+    let verified = verify(&program).expect("the branchy loop verifies");
+    let followed = verified.insns_processed();
+    println!(
+        "branchy loop: 1000 iterations, {followed} instructions followed, body {body} instructions"
+    );
+    assert!(
+        followed <= FOLLOWED_PER_BODY_INSTRUCTION * body,
+        "{followed} instructions followed for a body of {body}: more than \
+         {FOLLOWED_PER_BODY_INSTRUCTION} per body instruction"
+    );
+    // The count does not enter into it.
+    for count in [1, 10, 1 << 23] {
+        let v = verify(&collatz(count)).expect("verifies");
+        assert!(v.insns_processed() <= followed, "{count} iterations: {}", v.insns_processed());
+    }
+    // And it runs as a loop, on both engines: 27 takes 111 steps, 97 takes 118.
+    for engine in [EngineChoice::Interpreter, EngineChoice::Auto] {
+        for (count, n) in [(1000, 27u32), (1000, 97), (50, 27), (1000, 1), (0, 27)] {
+            let verified = verify(&collatz(count)).expect("verifies");
+            let mut vm = Vm::with_engine(&verified, engine).expect("loads");
+            let steps = vm.run(&mut u64::from(n).to_le_bytes()).expect("runs");
+            let want = collatz_steps(n.into(), count.into());
+            assert_eq!(steps, want, "{engine:?}: {count} iterations from {n}");
+            let map = map_bytes(&vm.maps()[0]);
+            let counted = u64::from_le_bytes(map[map.len() - 8..].try_into().expect("8 bytes"));
+            assert!(counted == want, "{engine:?}: the map counted {counted}, not {want}");
+        }
+    }
+}
+
+/// A suite program, verified.
+fn suite_program(name: &str) -> Verified {
+    let case = load_case(&workspace_path("tests/verifier").join(name));
+    verify(&case.program.expect("valid")).expect("verifies")
+}
+
+#[test]
+fn bpf_loop_programs_compute_what_their_loops_do() {
+    for engine in [EngineChoice::Interpreter, EngineChoice::Auto] {
+        let mut vm =
+            Vm::with_engine(&suite_program("ok_loop_index_within_array.s"), engine).expect("loads");
+        assert_eq!(vm.run(&mut [0; 8]).expect("runs"), (0..8).map(|i| i * i).sum::<u64>());
+        let mut vm =
+            Vm::with_engine(&suite_program("ok_loop_nested_search.s"), engine).expect("loads");
+        for w in [0u64, 1, 7, 12, 49, 81, 97, 127] {
+            let mut count = 0u64;
+            let found = (0..10u64).any(|i| {
+                (0..10u64).any(|j| {
+                    count += 1;
+                    i * j == w
+                })
+            });
+            let want = count | u64::from(found) << 63;
+            assert_eq!(vm.run(&mut w.to_le_bytes()).expect("runs"), want, "{engine:?}: {w}");
+        }
+    }
 }

@@ -10,6 +10,7 @@
 //!     be16 %r0                # le16/32/64, be16/32/64, bswap16/32/64 (also swap16/32/64)
 //!     lddw %r1, 0x1122334455667788
 //!     lddw %r1, map[0]        # address of entry 0 of the map table
+//!     lddw %r2, func body     # a reference to the local function at a label (or `+n`)
 //!     ldxw %r2, [%r1+4]       # ldxb ldxh ldxw ldxdw, sign-extending ldxsb ldxsh ldxsw
 //!     stxdw [%r10-8], %r2     # stxb stxh stxw stxdw
 //!     stw [%r10-16], 7        # stb sth stw stdw
@@ -128,10 +129,11 @@ impl Assembler {
                     *o = i16::try_from(off).map_err(|_| err("in 16 bits (use `ja32`)"))?.into();
                 }
                 Instruction::Jump { off: o, long: true }
-                | Instruction::Call(CallTarget::Local(o)) => {
+                | Instruction::Call(CallTarget::Local(o))
+                | Instruction::LoadImm64 { imm: Imm64::Func(o), .. } => {
                     *o = i32::try_from(off).map_err(|_| err("in 32 bits"))?;
                 }
-                _ => unreachable!("fixups are only recorded for jumps and local calls"),
+                _ => unreachable!("fixups are only recorded for jumps, local calls and functions"),
             }
         }
         Ok(crate::instruction::encode(&self.insns))
@@ -204,6 +206,12 @@ impl Assembler {
             let target = self.target(line, &ops[0])?;
             let off = self.resolve(line, target, if long { 32 } else { 16 })?;
             return Ok(Instruction::Jump { off: off as i32, long });
+        }
+        if mnemonic == "lddw" && ops.len() == 3 && ops[1].eq_ignore_ascii_case("func") {
+            let dst = self.reg(line, &ops[0])?;
+            let target = self.target(line, &ops[2])?;
+            let off = self.resolve(line, target, 32)?;
+            return Ok(Instruction::LoadImm64 { dst, imm: Imm64::Func(off as i32) });
         }
         if mnemonic == "lddw" {
             count(2)?;

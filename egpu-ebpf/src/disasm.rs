@@ -59,6 +59,9 @@ pub(crate) fn listing(decoded: &[Decoded], len: usize) -> String {
             Instruction::Call(CallTarget::Local(off)) => {
                 format!("call local {}", target(d.pc, d.insn.call_target(d.pc), off.into()))
             }
+            Instruction::LoadImm64 { dst, imm: Imm64::Func(off) } => {
+                format!("lddw {dst}, func {}", target(d.pc, d.insn.call_target(d.pc), off.into()))
+            }
             other => instruction_text(&other),
         };
         let _ = writeln!(out, "    {text}");
@@ -112,6 +115,9 @@ pub fn instruction_text(insn: &Instruction) -> String {
         }
         Instruction::LoadImm64 { dst, imm: Imm64::Value(v) } => format!("lddw {dst}, {v:#x}"),
         Instruction::LoadImm64 { dst, imm: Imm64::Map(i) } => format!("lddw {dst}, map[{i}]"),
+        Instruction::LoadImm64 { dst, imm: Imm64::Func(off) } => {
+            format!("lddw {dst}, func {off:+}")
+        }
         Instruction::Load { size, signed, dst, base, off } => {
             format!(
                 "ldx{}{} {dst}, {}",

@@ -126,7 +126,8 @@ pub enum ProgramError {
         /// Start of the function holding the jump.
         function: usize,
     },
-    /// A local call whose target is outside the program or not an instruction start.
+    /// A local call or function reference whose target is outside the program or not an
+    /// instruction start.
     #[error("instruction {pc}: local call target {target} is not an instruction of the program")]
     CallOutOfRange {
         /// Slot index of the call.

@@ -29,6 +29,8 @@ pub mod id {
     pub const GET_CURRENT_PID_TGID: u32 = 14;
     /// `long bpf_ringbuf_output(ringbuf, data, size, flags)`.
     pub const RINGBUF_OUTPUT: u32 = 130;
+    /// `long bpf_loop(nr_loops, callback_fn, callback_ctx, flags)`.
+    pub const LOOP: u32 = 181;
 }
 
 /// What a helper argument must be. The verifier checks calls against these.
@@ -48,6 +50,13 @@ pub enum ArgKind {
     Mem,
     /// The size in bytes of the memory passed before it: a bounded scalar.
     MemSize,
+    /// How many times to call the function that follows: a scalar whose bound the verifier
+    /// gives the function's index.
+    Count,
+    /// A local function (`lddw rX, func f`).
+    Func,
+    /// A pointer to the stack, or 0: passed on to a callback.
+    StackOrNull,
 }
 
 impl ArgKind {
@@ -61,6 +70,9 @@ impl ArgKind {
             ArgKind::MapValue => "pointer to a value",
             ArgKind::Mem => "pointer to memory",
             ArgKind::MemSize => "size of that memory",
+            ArgKind::Count => "number of calls",
+            ArgKind::Func => "local function (lddw func)",
+            ArgKind::StackOrNull => "pointer to the stack, or 0",
         }
     }
 }
@@ -238,6 +250,25 @@ pub const HELPERS: &[HelperInfo] = &[
               (sm_70 and later); 0, -E2BIG when the size exceeds the record size, or -EAGAIN \
               when the ring is full (dropped and counted, never waited for); flags ignored; for \
               rings in GPU memory only (a ring read live from mapped memory is refused)",
+        on_cpu: true,
+        on_gpu: true,
+    },
+    HelperInfo {
+        id: id::LOOP,
+        name: "bpf_loop",
+        args: &[
+            arg("nr_loops", ArgKind::Count),
+            arg("callback_fn", ArgKind::Func),
+            arg("callback_ctx", ArgKind::StackOrNull),
+            arg("flags", ArgKind::Scalar),
+        ],
+        ret: RetKind::Scalar,
+        cpu: "calls callback_fn(i, callback_ctx) for i from 0 while i < nr_loops (the low 32 \
+              bits) and the callback returns 0; the calls made, or -E2BIG when nr_loops \
+              exceeds 1 << 23. The verifier follows the callback a few times, not once per \
+              call, and requires flags to be 0 and the callback to return 0 or 1",
+        gpu: "the same, as a loop in the probe's code: each call is a call of the callback's \
+              function",
         on_cpu: true,
         on_gpu: true,
     },

@@ -223,6 +223,8 @@ pub mod opcode {
     pub const CMPXCHG: i32 = 0xf0 | FETCH;
 
     // Source field of a 64-bit immediate load.
+    /// `lddw` with `src = 4`: the immediate is the offset of a local function.
+    pub const PSEUDO_FUNC: u8 = 4;
     /// `lddw` with `src = 5`: the immediate is an index into the program's map table.
     pub const PSEUDO_MAP_IDX: u8 = 5;
 

@@ -3,7 +3,9 @@
 //! [`Program::new`] accepts only programs every engine can reason about: each slot decodes,
 //! every jump lands on an instruction inside its own function, no function can run past its end,
 //! nothing writes `r10`, map references name entries of the map table, and local calls form no
-//! cycle and nest at most [`Program::MAX_CALL_DEPTH`] frames deep. These are the checks Linux makes
+//! cycle and nest at most [`Program::MAX_CALL_DEPTH`] frames deep. A function reference
+//! (`lddw rX, func f`, which `bpf_loop` takes) must name a function like a call does, and counts
+//! as a call of two frames (the helper's and the callback's). These are the checks Linux makes
 //! before its verifier runs; the dataflow checks (memory safety, initialised registers, bounded
 //! loops) are the verifier's.
 
@@ -180,19 +182,24 @@ fn check_structure(
     Ok(functions)
 }
 
-/// Rejects recursion and call chains deeper than [`Program::MAX_CALL_DEPTH`].
+/// Rejects recursion and call chains deeper than [`Program::MAX_CALL_DEPTH`]. A function
+/// reference counts as a call of two frames: `bpf_loop`, which takes it, runs the callback from
+/// a frame of its own (as Linux counts callbacks).
 fn check_call_graph(
     decoded: &[Decoded],
     functions: &[Function],
     function_of: &dyn Fn(usize) -> usize,
 ) -> Result<(), ProgramError> {
-    // The call sites of each function, to name the instruction in errors.
-    let mut sites: Vec<Vec<(usize, usize)>> = vec![Vec::new(); functions.len()];
+    // The call sites of each function, to name the instruction in errors: (pc, callee, frames).
+    let mut sites: Vec<Vec<Site>> = vec![Vec::new(); functions.len()];
     for d in decoded {
-        if let Instruction::Call(CallTarget::Local(_)) = d.insn {
-            let target = d.insn.call_target(d.pc).unwrap_or_default() as usize;
-            sites[function_of(d.pc)].push((d.pc, function_of(target)));
-        }
+        let frames = match d.insn {
+            Instruction::Call(CallTarget::Local(_)) => 1,
+            Instruction::LoadImm64 { imm: Imm64::Func(_), .. } => 2,
+            _ => continue,
+        };
+        let target = d.insn.call_target(d.pc).unwrap_or_default() as usize;
+        sites[function_of(d.pc)].push(Site { pc: d.pc, callee: function_of(target), frames });
     }
     // Every function is a root in turn (main first), so cycles among functions that main never
     // reaches are found too.
@@ -207,6 +214,14 @@ fn check_call_graph(
     Ok(())
 }
 
+#[derive(Clone, Copy)]
+struct Site {
+    pc: usize,
+    callee: usize,
+    /// Frames the call adds: 1 for a call, 2 for a callback.
+    frames: usize,
+}
+
 #[derive(Clone, Copy, PartialEq)]
 enum Mark {
     New,
@@ -217,44 +232,40 @@ enum Mark {
 
 fn depth_first(
     root: usize,
-    sites: &[Vec<(usize, usize)>],
+    sites: &[Vec<Site>],
     functions: &[Function],
     mark: &mut [Mark],
 ) -> Result<(), ProgramError> {
-    let mut stack: Vec<(usize, usize)> = vec![(root, 0)];
-    while let Some(&mut (func, ref mut next)) = stack.last_mut() {
-        if let Some(&(pc, callee)) = sites[func].get(*next) {
+    // (function, next site, frames down to and including it)
+    let mut stack: Vec<(usize, usize, usize)> = vec![(root, 0, 1)];
+    while let Some(&mut (func, ref mut next, depth)) = stack.last_mut() {
+        if let Some(&Site { pc, callee, frames }) = sites[func].get(*next) {
             *next += 1;
+            let too_deep = |depth: usize| {
+                Err(ProgramError::CallTooDeep { pc, depth, max: Program::MAX_CALL_DEPTH })
+            };
             match mark[callee] {
                 Mark::Open => {
                     return Err(ProgramError::Recursion { pc, function: functions[callee].start });
                 }
                 Mark::New => {
-                    if stack.len() + 1 > Program::MAX_CALL_DEPTH {
-                        return Err(ProgramError::CallTooDeep {
-                            pc,
-                            depth: stack.len() + 1,
-                            max: Program::MAX_CALL_DEPTH,
-                        });
+                    if depth + frames > Program::MAX_CALL_DEPTH {
+                        return too_deep(depth + frames);
                     }
                     mark[callee] = Mark::Open;
-                    stack.push((callee, 0));
+                    stack.push((callee, 0, depth + frames));
                 }
                 Mark::Done(below) => {
-                    if stack.len() + below > Program::MAX_CALL_DEPTH {
-                        return Err(ProgramError::CallTooDeep {
-                            pc,
-                            depth: stack.len() + below,
-                            max: Program::MAX_CALL_DEPTH,
-                        });
+                    if depth + frames - 1 + below > Program::MAX_CALL_DEPTH {
+                        return too_deep(depth + frames - 1 + below);
                     }
                 }
             }
         } else {
             let below = sites[func]
                 .iter()
-                .map(|&(_, callee)| match mark[callee] {
-                    Mark::Done(d) => d,
+                .map(|s| match mark[s.callee] {
+                    Mark::Done(d) => d + s.frames - 1,
                     _ => 0,
                 })
                 .max()

@@ -394,7 +394,8 @@ fn lddw_followed_by_an_instruction() {
 
 #[test]
 fn lddw_unsupported_source() {
-    for src in [1, 2, 3, 4, 6, 15] {
+    // 4 is a function reference and 5 a map index; the others are Linux's kernel objects.
+    for src in [1, 2, 3, 6, 15] {
         let slots = [MOV0, MOV0, Insn::new(op::LDDW, 0, src, 0, 1), Insn::default(), EXIT];
         decode_err(&slots, DecodeError::UnsupportedLddwSource { pc: 2, src }, 2);
     }
@@ -650,6 +651,28 @@ fn local_call_out_of_range() {
         "call local +1\nlddw %r0, 1\nexit",
         ProgramError::CallOutOfRange { pc: 0, target: 2 },
         0,
+    );
+}
+
+#[test]
+fn function_reference_out_of_range_or_recursive() {
+    // `lddw rX, func f` names a function as a call does: inside the program, at an
+    // instruction.
+    asm_program_err(
+        "lddw %r2, func +5\nmov %r0, 0\nexit",
+        ProgramError::CallOutOfRange { pc: 0, target: 6 },
+        0,
+    );
+    asm_program_err(
+        "mov %r0, 0\nlddw %r2, func +3\nexit\nlddw %r0, 1\nexit",
+        ProgramError::CallOutOfRange { pc: 1, target: 5 },
+        1,
+    );
+    // A function that names itself, for bpf_loop to call back, recurses.
+    asm_program_err(
+        "call local f\nexit\nf:\nlddw %r2, func f\nmov %r0, 0\nexit",
+        ProgramError::Recursion { pc: 2, function: 2 },
+        2,
     );
 }
 

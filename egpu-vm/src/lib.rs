@@ -292,6 +292,8 @@ impl Vm {
         maps: &[RawMap],
         choice: EngineChoice,
     ) -> Result<Vm, LoadError> {
+        // bpf_loop calls are loops of local calls in what engines run.
+        let verified = verified.runnable();
         let program = verified.program();
         let defs = program.maps();
         if defs.len() != maps.len() {

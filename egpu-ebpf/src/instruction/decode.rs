@@ -217,6 +217,16 @@ pub fn decode_one(slots: &[Insn], pc: usize) -> Result<Instruction, DecodeError>
                     }
                     Imm64::Map(s.imm as u32)
                 }
+                op::PSEUDO_FUNC => {
+                    if next.imm != 0 {
+                        return Err(DecodeError::ReservedField {
+                            pc: pc + 1,
+                            field: "imm",
+                            value: next.imm.into(),
+                        });
+                    }
+                    Imm64::Func(s.imm)
+                }
                 other => return Err(DecodeError::UnsupportedLddwSource { pc, src: other }),
             };
             Ok(Instruction::LoadImm64 { dst, imm })

@@ -268,6 +268,9 @@ pub enum Imm64 {
     Value(u64),
     /// The address of map number `n` of the program's map table (`src = 5`).
     Map(u32),
+    /// A reference to the local function at `pc + 1 + offset` (`src = 4`, Linux's
+    /// `BPF_PSEUDO_FUNC`), for a helper that calls back into the program (`bpf_loop`).
+    Func(i32),
 }
 
 /// One decoded eBPF instruction.
@@ -415,10 +418,14 @@ impl Instruction {
         }
     }
 
-    /// The callee of a local call at `pc`, as a signed slot index.
+    /// The function a local call at `pc` calls, or that a function reference (`lddw rX, func
+    /// f`) at `pc` names, as a signed slot index.
     pub fn call_target(&self, pc: usize) -> Option<i64> {
         match *self {
-            Instruction::Call(CallTarget::Local(off)) => Some(pc as i64 + 1 + off as i64),
+            Instruction::Call(CallTarget::Local(off))
+            | Instruction::LoadImm64 { imm: Imm64::Func(off), .. } => {
+                Some(pc as i64 + 1 + off as i64)
+            }
             _ => None,
         }
     }

@@ -50,6 +50,8 @@ pub enum Violation {
     StackLimit,
     /// A misaligned access where alignment is required (atomics; every access on the GPU).
     Misaligned,
+    /// A `bpf_loop` callback returns something other than 0 (go on) or 1 (stop).
+    CallbackReturn,
 }
 
 impl Violation {
@@ -74,6 +76,7 @@ impl Violation {
             Violation::TooComplex => "too-complex",
             Violation::StackLimit => "stack-limit",
             Violation::Misaligned => "misaligned",
+            Violation::CallbackReturn => "callback-return",
         }
     }
 }
@@ -154,6 +157,9 @@ impl Explorer<'_> {
                 format!("value of map `{}`{}", self.map_name(m), off(o))
             }
             Value::MapRef(m) => format!("map `{}`", self.map_name(m)),
+            Value::FuncRef(f) => {
+                format!("function at {}", self.program.functions()[f as usize].start)
+            }
             Value::MaybeNull { map, .. } => {
                 format!("value of map `{}` or null (not checked yet)", self.map_name(map))
             }

@@ -7,6 +7,7 @@ use super::facts::{Access, CallFacts};
 use super::liveness::{liveness, precision, stack_liveness};
 use super::scalar::Scalar;
 use super::state::{self, Frame, Pins, Region, SLOTS, Slot, State, Value};
+use super::transfer::LoopEntry;
 use super::{INSN_BUDGET, JOIN_AFTER, Violation};
 use crate::Program;
 use crate::instruction::Instruction;
@@ -75,6 +76,12 @@ pub(super) struct Explorer<'p> {
     pub(super) calls: Vec<Option<CallFacts>>,
     /// Facts about the helper call being checked, on this path.
     pub(super) call: CallFacts,
+    /// The `bpf_loop` calls reached, each with the caller's state as its callback grows it.
+    pub(crate) loops: Vec<LoopEntry>,
+    /// Loops whose path after the call waits on the work list: (its index there, the loop).
+    pub(crate) loop_exits: Vec<(usize, u32)>,
+    /// For each `bpf_loop` call: the first slot of the callback it is passed.
+    pub(crate) loop_callbacks: Vec<Option<usize>>,
 }
 
 impl<'p> Explorer<'p> {
@@ -114,6 +121,9 @@ impl<'p> Explorer<'p> {
             callx: vec![None; len],
             calls: vec![None; len],
             call: CallFacts { map: None, args: [None; 5], max_size: None, min_size: None },
+            loops: Vec::new(),
+            loop_exits: Vec::new(),
+            loop_callbacks: vec![None; len],
         }
     }
 
@@ -126,9 +136,17 @@ impl<'p> Explorer<'p> {
             return_pc: 0,
             saved: [Value::Uninit; 4],
             slots: [Slot::EMPTY; SLOTS],
+            loop_entry: None,
         };
-        self.work.push((0, State { regs, frames: vec![entry] }));
+        self.work.push((0, State { regs, frames: vec![entry], rounds: 0 }));
         while let Some((mut pc, mut state)) = self.work.pop() {
+            if let Some(&(at, e)) = self.loop_exits.last()
+                && at == self.work.len()
+            {
+                // Every round of the loop's callback is done: its entry has settled.
+                self.loop_exits.pop();
+                state = self.leave_loop(e);
+            }
             loop {
                 self.processed += 1;
                 if self.processed > INSN_BUDGET {
@@ -208,7 +226,8 @@ impl<'p> Explorer<'p> {
                 }
                 complete += 1;
             } else if k.fingerprint == fingerprint && state::same(state, &k.state) {
-                return Visit::Loops;
+                // Back through a bpf_loop callback round, the helper bounds the repeats.
+                return if state.rounds > k.state.rounds { Visit::Covered } else { Visit::Loops };
             }
         }
         let mut widened_here = false;

@@ -13,6 +13,8 @@ pub struct Verified {
     pub(super) accesses: Vec<Option<Access>>,
     pub(super) callx: Vec<Option<u32>>,
     pub(super) calls: Vec<Option<CallFacts>>,
+    /// What engines run, when it differs from the program: see [`Verified::runnable`].
+    pub(super) runnable: Option<Box<Verified>>,
 }
 
 /// What the verifier learned about a helper call, over every path that reaches it.
@@ -79,6 +81,15 @@ impl Verified {
     /// The program.
     pub fn program(&self) -> &Program {
         &self.program
+    }
+
+    /// What engines run: this program, or, when it calls `bpf_loop`, the program with each
+    /// such call made a local call of a loop function egpu appends (`verifier::expand` shows
+    /// it), with the same facts at the same slots. Its program is not the one verified, and
+    /// would not pass the verifier (its loops are bounded by a number the verifier does not
+    /// know): engines run it, packs and listings keep [`Verified::program`].
+    pub fn runnable(&self) -> &Verified {
+        self.runnable.as_deref().unwrap_or(self)
     }
 
     /// Bytes at the start of the context that the program may access.

@@ -83,7 +83,12 @@ pub(super) fn precision(program: &Program, insns: &[Option<Instruction>]) -> Vec
                     .iter()
                     .enumerate()
                     .filter(|(_, a)| {
-                        !matches!(a.kind, ArgKind::Scalar | ArgKind::MapRef | ArgKind::RingBuf)
+                        // bpf_loop's flags must be the constant 0, so all its arguments count.
+                        *id == crate::helpers::id::LOOP
+                            || !matches!(
+                                a.kind,
+                                ArgKind::Scalar | ArgKind::MapRef | ArgKind::RingBuf
+                            )
                     })
                     .fold(0, |m, (i, _)| m | 1 << (i + 1))
             }),

@@ -45,6 +45,7 @@
 //! ```
 
 mod error;
+mod expand;
 mod explore;
 mod facts;
 mod liveness;
@@ -81,7 +82,13 @@ pub fn verify(program: &Program) -> Result<Verified, VerifyError> {
     let mut explorer = Explorer::new(program);
     explorer.run()?;
     explorer.check_stack_chains()?;
-    Ok(Verified {
+    let sites: Vec<(usize, usize)> = explorer
+        .loop_callbacks
+        .iter()
+        .enumerate()
+        .filter_map(|(pc, cb)| cb.map(|cb| (pc, cb)))
+        .collect();
+    let mut verified = Verified {
         program: program.clone(),
         context_bytes: explorer.context_bytes,
         stack_bytes: explorer.stack_bytes,
@@ -89,7 +96,26 @@ pub fn verify(program: &Program) -> Result<Verified, VerifyError> {
         accesses: explorer.accesses,
         callx: explorer.callx,
         calls: explorer.calls,
-    })
+        runnable: None,
+    };
+    match expand::expand(&verified, &sites) {
+        Ok(runnable) => verified.runnable = runnable.map(Box::new),
+        Err(e) => {
+            let pc = sites.first().map_or(0, |s| s.0);
+            return Err(VerifyError {
+                pc,
+                insn: program
+                    .decoded()
+                    .iter()
+                    .find(|d| d.pc == pc)
+                    .map_or_else(String::new, |d| d.insn.to_string()),
+                violation: Violation::TooComplex,
+                detail: format!("the program with its bpf_loop calls made loops is not valid: {e}"),
+                registers: Vec::new(),
+            });
+        }
+    }
+    Ok(verified)
 }
 
 #[cfg(test)]

@@ -25,6 +25,9 @@ pub(crate) enum Value {
     Pointer { region: Region, off: Scalar },
     /// A map reference (`lddw rX, map[n]`): only helpers take it.
     MapRef(u32),
+    /// A function reference (`lddw rX, func f`), by index in [`Program::functions`]: only
+    /// `bpf_loop` takes it.
+    FuncRef(u32),
     /// A lookup's result: a value of `map`, or null. Copies share `id`, so one null check
     /// settles them all.
     MaybeNull { map: u32, id: u32 },
@@ -32,7 +35,10 @@ pub(crate) enum Value {
 
 impl Value {
     pub(crate) fn is_pointer(self) -> bool {
-        matches!(self, Value::Pointer { .. } | Value::MapRef(_) | Value::MaybeNull { .. })
+        matches!(
+            self,
+            Value::Pointer { .. } | Value::MapRef(_) | Value::FuncRef(_) | Value::MaybeNull { .. }
+        )
     }
 
     fn points_into_frame(self, depth: u8) -> bool {
@@ -71,6 +77,9 @@ pub(crate) struct Frame {
     /// The caller's `r6`–`r9`, restored on return.
     pub(crate) saved: [Value; 4],
     pub(crate) slots: [Slot; SLOTS],
+    /// For a `bpf_loop` callback: the loop it runs for (an index into the explorer's loops),
+    /// whose call it returns to.
+    pub(crate) loop_entry: Option<u32>,
 }
 
 /// Everything known at one point of one path.
@@ -78,6 +87,11 @@ pub(crate) struct Frame {
 pub(crate) struct State {
     pub(crate) regs: [Value; 11],
     pub(crate) frames: Vec<Frame>,
+    /// `bpf_loop` callback rounds this path went through (the callback returned and was called
+    /// again): a path that comes back to a state it is still exploring after such a round is
+    /// bounded by the helper, not stuck. Not part of what the state stands for: comparisons,
+    /// joins and fingerprints ignore it.
+    pub(crate) rounds: u32,
 }
 
 impl State {
@@ -260,7 +274,7 @@ pub(crate) fn within(cur: &State, old: &State) -> bool {
     let mut f = 0;
     while f < cur.frames.len() {
         let (c, o) = (&cur.frames[f], &old.frames[f]);
-        if c.function != o.function || c.return_pc != o.return_pc {
+        if c.function != o.function || c.return_pc != o.return_pc || c.loop_entry != o.loop_entry {
             return false;
         }
         let mut i = 0;
@@ -317,6 +331,7 @@ pub(crate) fn fingerprint(state: &State) -> u64 {
                 scalar(off, h);
             }
             Value::MapRef(m) => h.write_u64(5 | u64::from(*m) << 8),
+            Value::FuncRef(f) => h.write_u64(8 | u64::from(*f) << 8),
             Value::MaybeNull { map, .. } => h.write_u64(6 | u64::from(*map) << 8),
         }
     }
@@ -331,6 +346,7 @@ pub(crate) fn fingerprint(state: &State) -> u64 {
         let frame = &state.frames[f];
         h.write_u64(frame.function as u64);
         h.write_u64(frame.return_pc as u64);
+        h.write_u64(frame.loop_entry.map_or(0, |e| u64::from(e) + 1));
         let mut i = 0;
         while i < frame.saved.len() {
             value(&frame.saved[i], &mut h);
@@ -415,6 +431,7 @@ fn value_within(cur: &Value, old: &Value, ids: &mut IdMap) -> bool {
             rc == ro && oc.within(oo)
         }
         (Value::MapRef(a), Value::MapRef(b)) => a == b,
+        (Value::FuncRef(a), Value::FuncRef(b)) => a == b,
         (Value::MaybeNull { map: a, id: x }, Value::MaybeNull { map: b, id: y }) => {
             a == b && ids.pair(x, y)
         }
@@ -484,7 +501,8 @@ pub(crate) fn join_into(out: &mut State, b: &State) -> bool {
         *o = join_value(*o, *v);
     }
     for (fo, fb) in out.frames.iter_mut().zip(&b.frames) {
-        if (fo.function, fo.return_pc) != (fb.function, fb.return_pc) {
+        if (fo.function, fo.return_pc, fo.loop_entry) != (fb.function, fb.return_pc, fb.loop_entry)
+        {
             return false;
         }
         for (o, v) in fo.saved.iter_mut().zip(&fb.saved) {
@@ -510,6 +528,35 @@ pub(crate) fn join_into(out: &mut State, b: &State) -> bool {
     true
 }
 
+/// Widens the numbers of `out` that differ from `before` (two states in the same calls, `out`
+/// a join of `before` with another): to their known bits, or to any number when `forget`. The
+/// caller's state at a `bpf_loop` call grows this way round after round, so it settles within a
+/// few rounds.
+pub(crate) fn widen_changed(out: &mut State, before: &State, forget: bool) {
+    let widen = |v: &mut Value, b: &Value| {
+        if *v != *b
+            && let Value::Scalar(s) = v
+        {
+            *s = if forget { Scalar::UNKNOWN } else { s.widened() };
+        }
+    };
+    for (v, b) in out.regs.iter_mut().zip(&before.regs) {
+        widen(v, b);
+    }
+    for (fo, fb) in out.frames.iter_mut().zip(&before.frames) {
+        for (v, b) in fo.saved.iter_mut().zip(&fb.saved) {
+            widen(v, b);
+        }
+        for (o, b) in fo.slots.iter_mut().zip(&fb.slots) {
+            match (o, b) {
+                (Slot::Spill(v), Slot::Spill(b)) => widen(v, b),
+                (Slot::Spill(v), Slot::Bytes { .. }) => widen(v, &Value::Uninit),
+                _ => {}
+            }
+        }
+    }
+}
+
 fn join_value(a: Value, b: Value) -> Value {
     match (a, b) {
         (Value::Scalar(x), Value::Scalar(y)) => Value::Scalar(x.union(y)),
@@ -531,11 +578,12 @@ mod tests {
             return_pc: 0,
             saved: [Value::Uninit; 4],
             slots: [Slot::EMPTY; SLOTS],
+            loop_entry: None,
         };
         for &(i, v) in spills {
             frame.slots[i] = Slot::Spill(v);
         }
-        State { regs, frames: vec![frame] }
+        State { regs, frames: vec![frame], rounds: 0 }
     }
 
     /// The shortcuts only ever agree with the full comparisons they stand before.

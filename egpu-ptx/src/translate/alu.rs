@@ -203,6 +203,9 @@ impl Emitter<'_> {
                 let map = self.map(pc, Some(m))?;
                 self.line(format!("mov.b64 {d}, {};", map.addr as i64));
             }
+            // Only bpf_loop reads a function reference, and the program translated is the
+            // runnable one, where those calls are loops and the references plain numbers.
+            Imm64::Func(_) => self.line(format!("mov.b64 {d}, 0;")),
         }
         Ok(())
     }

@@ -107,9 +107,13 @@ mod tests {
                     ArgKind::MapValue => format!("mov %r{r}, %r10\nadd %r{r}, -16\n"),
                     ArgKind::MemSize => format!("mov %r{r}, 8\n"),
                     ArgKind::Scalar => format!("mov %r{r}, 0\n"),
+                    ArgKind::Count => format!("mov %r{r}, 3\n"),
+                    ArgKind::Func => format!("lddw %r{r}, func callback\n"),
+                    ArgKind::StackOrNull => format!("mov %r{r}, %r10\n"),
                 };
             }
             text += &format!("call {}\nmov %r0, 0\nexit\n", h.id);
+            text += "callback:\nmov %r0, 0\nexit\n";
             let slots = assemble(&text).unwrap_or_else(|e| panic!("{}: {e}\n{text}", h.name));
             let entry = AttachPoint::Device(DeviceEvent::KernelEntry);
             let program = Program::new(slots, maps.clone(), entry).expect("a program");

@@ -106,6 +106,8 @@ pub const MODULE_HEADER: &str = ".version 8.0\n.target sm_90\n.address_size 64\n
 
 /// Translates a verified program.
 pub fn translate(verified: &Verified, options: &Options) -> Result<Translation, TranslateError> {
+    // bpf_loop calls are loops of local calls in what engines run.
+    let verified = verified.runnable();
     check(verified, options)?;
     let mut out = Translation::default();
     // Callees first: PTX wants a function defined (or declared) before it is called.

@@ -107,6 +107,13 @@ impl Explorer<'_> {
                     let len = if kind == ArgKind::MapKey { def.key_size } else { def.value_size };
                     self.readable(state, reg, u64::from(len))?;
                 }
+                ArgKind::Count | ArgKind::Func | ArgKind::StackOrNull => {
+                    // Only bpf_loop takes these, and `call_loop` checks its calls.
+                    return fail(
+                        Violation::HelperArg,
+                        format!("{}: calls back into the program; only bpf_loop does", h.name),
+                    );
+                }
                 ArgKind::Mem => {
                     let size_reg = Reg::new(i as u8 + 2).expect("a size follows");
                     let size = match self.read(state, size_reg)? {
@@ -195,6 +202,9 @@ impl Explorer<'_> {
                 Violation::PointerLeak,
                 "leaves a pointer to its own stack frame in a caller's frame",
             );
+        }
+        if let Some(e) = state.frames.last().and_then(|f| f.loop_entry) {
+            return self.callback_exit(state, e);
         }
         let frame = state.frames.pop().expect("a callee frame");
         state.regs[6..10].copy_from_slice(&frame.saved);

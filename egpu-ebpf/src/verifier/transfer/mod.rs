@@ -4,6 +4,7 @@
 
 mod alu;
 mod call;
+mod callback;
 mod jump;
 mod memory;
 
@@ -13,7 +14,10 @@ use super::explore::{Explorer, MAX_PENDING, Next};
 use super::facts::CALLX_VARIES;
 use super::scalar::Scalar;
 use super::state::{Frame, Region, SLOTS, Slot, State, Value};
+pub(crate) use callback::{LoopEntry, MAX_LOOPS};
+
 use crate::Reg;
+use crate::helpers::id as helper_id;
 use crate::instruction::{AluOp, CallTarget, Imm64, Instruction, Operand};
 
 /// Largest number a pointer may be moved by, and largest offset it may reach (as in Linux).
@@ -37,6 +41,15 @@ impl Explorer<'_> {
                 format!("{what} {reg} is {}, not a number", self.describe(v)),
             ),
         }
+    }
+
+    /// The function starting at slot `start` (a call or function reference's target).
+    fn function_at(&self, start: usize) -> usize {
+        self.program
+            .functions()
+            .iter()
+            .position(|f| f.start == start)
+            .expect("call and function targets start functions")
     }
 
     fn operand(&self, state: &State, src: Operand) -> Result<Value, Fail> {
@@ -76,6 +89,10 @@ impl Explorer<'_> {
                 let v = match imm {
                     Imm64::Value(v) => Value::Scalar(Scalar::constant(v)),
                     Imm64::Map(m) => Value::MapRef(m),
+                    Imm64::Func(_) => {
+                        let target = insn.call_target(pc).expect("a function reference") as usize;
+                        Value::FuncRef(self.function_at(target) as u32)
+                    }
                 };
                 set(state, dst, v);
             }
@@ -141,6 +158,7 @@ impl Explorer<'_> {
                     (None, None) => Next::End,
                 });
             }
+            Instruction::Call(CallTarget::Helper(helper_id::LOOP)) => return self.call_loop(state),
             Instruction::Call(CallTarget::Helper(id)) => self.call_helper(state, id)?,
             Instruction::Call(CallTarget::Reg(reg)) => {
                 let id = match self.read(state, reg)? {
@@ -152,6 +170,9 @@ impl Explorer<'_> {
                         let id = id as u32;
                         let seen = &mut self.callx[pc];
                         *seen = Some(if seen.is_none_or(|s| s == id) { id } else { CALLX_VARIES });
+                        if id == helper_id::LOOP {
+                            return self.call_loop(state);
+                        }
                         self.call_helper(state, id)?
                     }
                     None => {
@@ -164,18 +185,14 @@ impl Explorer<'_> {
             }
             Instruction::Call(CallTarget::Local(_)) => {
                 let target = insn.call_target(pc).expect("a local call has a target") as usize;
-                let function = self
-                    .program
-                    .functions()
-                    .iter()
-                    .position(|f| f.start == target)
-                    .expect("call targets start functions");
+                let function = self.function_at(target);
                 let saved = [state.regs[6], state.regs[7], state.regs[8], state.regs[9]];
                 state.frames.push(Frame {
                     function,
                     return_pc: pc + 1,
                     saved,
                     slots: [Slot::EMPTY; SLOTS],
+                    loop_entry: None,
                 });
                 for r in [0, 6, 7, 8, 9] {
                     state.regs[r] = Value::Uninit;
