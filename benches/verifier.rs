@@ -2,6 +2,9 @@
 //! verifier suite (`tests/verifier/`), reporting the worst. Each figure is the median of several
 //! rounds. `cargo bench -p egpu --bench verifier`.
 //!
+//! Also the suite's Collatz program (`ok_loop_collatz_branchy.s`): a 1,000-iteration `bpf_loop`
+//! whose callback branches and updates a map, which is verified in time linear in the body.
+//!
 //! The 1,000-instruction probe is 111 copies of a block that reads a context field, masks it,
 //! branches on it (so every block doubles the paths, which joins must undo), spills to and
 //! reloads from a stack slot, and adds into a running total.
@@ -83,6 +86,15 @@ fn main() {
         verified.insns_processed()
     );
     let suite = suite();
+    let (_, collatz) =
+        suite.iter().find(|(name, _)| name == "ok_loop_collatz_branchy").expect("in the suite");
+    let verified = verify(collatz).expect("the branchy loop verifies");
+    let t = time(collatz, 21);
+    println!(
+        "verify a branchy 1000-iteration bpf_loop: {:.1} µs ({} instructions followed)",
+        t.as_secs_f64() * 1e6,
+        verified.insns_processed()
+    );
     let mut times: Vec<(Duration, &str, String)> = suite
         .iter()
         .map(|(name, p)| {
