@@ -176,15 +176,25 @@ pub(super) fn branches(stmts: &[Stmt]) -> bool {
     })
 }
 
-/// Whether the statements hold a loop whose body branches (which may become a `bpf_loop`).
-pub(super) fn has_branching_loop(stmts: &[Stmt]) -> bool {
-    stmts.iter().any(|s| match s {
-        Stmt::Repeat(_, _, body) => branches(body),
-        Stmt::If(_, a, b) | Stmt::Lookup { found: a, missing: b, .. } => {
-            has_branching_loop(a) || has_branching_loop(b)
+/// The variables the bodies of branching loops (which may become `bpf_loop`s) read or write,
+/// but the loops' own variables: those a caller may store for a callback.
+fn shared_with_callbacks(stmts: &[Stmt], out: &mut BTreeSet<Var>) {
+    for s in stmts {
+        match s {
+            Stmt::Repeat(v, _, body) => {
+                if branches(body) {
+                    let u = Uses::of(body);
+                    out.extend(u.reads.union(&u.writes).filter(|&x| x != v));
+                }
+                shared_with_callbacks(body, out);
+            }
+            Stmt::If(_, a, b) | Stmt::Lookup { found: a, missing: b, .. } => {
+                shared_with_callbacks(a, out);
+                shared_with_callbacks(b, out);
+            }
+            _ => {}
         }
-        _ => false,
-    })
+    }
 }
 
 /// How many times the statements read `v`.
@@ -232,15 +242,14 @@ impl Gen<'_> {
         !u.writes.contains(&v) && u.ptrs_used.is_subset(&u.ptrs_bound)
     }
 
-    /// Sets the registers of the variables to 0, so that storing one before a `bpf_loop` call
-    /// never reads an uninitialised register (when the probe may have such a call).
+    /// Sets the registers of the variables a callback may use to 0, so that storing one before
+    /// a `bpf_loop` call never reads an uninitialised register.
     pub(super) fn zero_var_registers(&mut self) {
-        if !has_branching_loop(&self.ir.body) {
-            return;
-        }
+        let mut shared = BTreeSet::new();
+        shared_with_callbacks(&self.ir.body, &mut shared);
         let mut done = Vec::new();
-        for home in self.vars.clone() {
-            if let Home::Reg(r) = home
+        for v in shared {
+            if let Ok(Home::Reg(r)) = self.var(v)
                 && !done.contains(&r)
             {
                 self.insn(mov_imm(r, 0));
