@@ -84,8 +84,8 @@ impl Verified {
     }
 
     /// What engines run: this program, or, when it calls `bpf_loop`, the program with each
-    /// such call made a local call of a loop function egpu appends (`egpu-ebpf/src/verifier/expand.rs` shows
-    /// it), with the same facts at the same slots. Its program is not the one verified, and
+    /// such call made a local call of a loop function egpu appends (shown in
+    /// `egpu-ebpf/src/verifier/expand.rs`), with the same facts at the same slots. Its program is not the one verified, and
     /// would not pass the verifier (its loops are bounded by a number the verifier does not
     /// know): engines run it, packs and listings keep [`Verified::program`].
     pub fn runnable(&self) -> &Verified {
