@@ -272,3 +272,33 @@ fn collatz_with_a_bound_of_1000_verifies_and_counts_its_steps() {
         assert_eq!(ctx.out, 1);
     }
 }
+
+/// A plain loop too long to verify, inside a loop lowered to a callback.
+const INNER_LOOP: u32 = line!() + 9;
+#[egpu::probe(user)]
+fn too_complex_in_callback(ctx: &mut Ctx) -> u64 {
+    let mut x = ctx.a;
+    for _ in 0..4u32 {
+        if x & 1 == 1 {
+            x += 1;
+        }
+        // The loop the refusal must name: its body is straight, so it stays a plain loop.
+        for i in 0..1_000_000u32 {
+            x += i as u64;
+        }
+    }
+    x
+}
+
+#[test]
+fn a_refusal_inside_a_callback_names_the_rust_line() {
+    let e = too_complex_in_callback::probe().program().unwrap_err();
+    let egpu::probe::BuildError::Verify(refusal) = &e else { panic!("not a refusal: {e}") };
+    assert_eq!(refusal.error.violation, egpu::ebpf::verifier::Violation::TooComplex, "{e}");
+    let text = e.to_string();
+    println!("{text}");
+    let at = format!("the loop at {}:{INNER_LOOP}:9 [too-complex]", file!());
+    assert!(text.contains(&at), "{text}\nshould contain {at}");
+    let statement = refusal.statement.expect("a located instruction");
+    assert!((INNER_LOOP..=INNER_LOOP + 1).contains(&statement.line), "{text}");
+}

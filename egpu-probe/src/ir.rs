@@ -342,7 +342,10 @@ pub enum Stmt {
     Eval(Expr),
     /// `if cond { then } else { otherwise }`.
     If(Expr, Vec<Stmt>, Vec<Stmt>),
-    /// `for var in 0..count { body }`, `var` of type `u32`.
+    /// `for var in 0..count { body }`, `var` of type `u32`. After the loop, `var` is `count`
+    /// (if not 0), or its value at the `break` that left it. The code generator makes a loop
+    /// whose body branches a `bpf_loop` call with a callback, which the verifier checks in time
+    /// linear in the body, and the others plain loops; the results are the same.
     Repeat(Var, u32, Vec<Stmt>),
     /// Leaves the innermost `Repeat`.
     Break,
