@@ -114,9 +114,10 @@ impl Refusal {
     fn help(&self) -> &'static str {
         match self.error.violation {
             Violation::TooComplex if self.in_loop.is_some() => {
-                "the verifier follows every iteration of a loop, and both sides of each branch \
-                 in it, one by one: lower the loop's bound (`#[bound(N)]` or the range), or move \
-                 branches out of its body"
+                "the verifier follows every iteration of a plain loop one by one (a loop whose \
+                 body branches is a `bpf_loop` callback instead, checked in a few rounds, unless \
+                 it uses a map value found before it or is the fourth nested one): lower the \
+                 loop's bound (`#[bound(N)]` or the range)"
             }
             Violation::TooComplex => {
                 "the verifier follows both sides of every branch: merge conditions, or compute \
