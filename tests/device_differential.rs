@@ -10,7 +10,10 @@
 //! time, each side on its own shards of pinned host memory mapped into the GPU: the totals are
 //! exact.
 //!
-//! Without a GPU both tests say why and pass; with `EGPU_REQUIRE_GPU=1` they fail instead.
+//! A third runs a Probe Rust loop whose body branches (a `bpf_loop` callback in eBPF) in every
+//! block of a kernel, and checks it against the probe's native twin.
+//!
+//! Without a GPU the tests say why and pass; with `EGPU_REQUIRE_GPU=1` they fail instead.
 
 use std::collections::BTreeMap;
 
@@ -20,9 +23,11 @@ use egpu::device::inject::{DeviceProbe, Kernels, inject};
 use egpu::device::maps::DeviceMapBuffer;
 use egpu::device::testing::require_gpu;
 use egpu::ebpf::verifier::{Verified, verify};
-use egpu::ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, MemAccessCtx, Program, assemble};
+use egpu::ebpf::{
+    AttachPoint, DeviceEvent, KernelCtx, MapDef, MapKind, MemAccessCtx, Program, assemble,
+};
 use egpu::maps::layout::Geometry;
-use egpu::maps::{HashMap, Placement, RawMap, RingBuf};
+use egpu::maps::{Array, HashMap, Placement, RawMap, RingBuf};
 use egpu::vm::{EngineChoice, Vm};
 use egpu_test_support::read_workspace_file;
 
@@ -238,4 +243,77 @@ fn the_shared_probe_files_verify() {
     program(pages, vec![def("pages", MapKind::Hash, 8, 8, 64)], DeviceEvent::GlobalLoad);
     program(pages, vec![def("pages", MapKind::PerCpuHash, 8, 8, 64)], DeviceEvent::GlobalStore);
     program(RECORD, vec![def("events", MapKind::RingBuf, 0, 16, 64)], DeviceEvent::GlobalLoad);
+}
+
+/// Blocks of the launch below, and entries of [`BLOCK_STEPS`].
+const BLOCKS: u32 = 1024;
+
+/// Collatz steps counted by each block's first thread.
+static BLOCK_STEPS: Array<u64> = Array::with_len(BLOCKS);
+
+/// A loop whose body branches, which Probe Rust makes a `bpf_loop` callback: the first thread of
+/// each block counts the Collatz steps of a number made from the block's index (up to 350).
+#[egpu::probe(device::kernel_entry)]
+fn block_collatz(ctx: &KernelCtx) {
+    if ctx.thread[0] == 0 && ctx.block[0] < BLOCKS {
+        let mut n = (ctx.block[0] as u64 * 7919) % 100_000 + 1;
+        let mut steps = 0u64;
+        #[bound(1000)]
+        while n != 1 {
+            n = if n % 2 == 0 { n / 2 } else { 3 * n + 1 };
+            steps += 1;
+        }
+        BLOCK_STEPS.fetch_add(ctx.block[0], steps);
+    }
+}
+
+#[test]
+fn a_branching_probe_rust_loop_runs_on_the_gpu_as_its_twin() {
+    let Some(info) = require_gpu() else { return };
+    let probe = block_collatz::probe();
+    let verified = probe.verified().unwrap_or_else(|e| panic!("{e}"));
+    assert!(verified.program().disassemble().contains("call 181"), "a bpf_loop callback");
+    // The twin, block by block, gives the counts; then the map is emptied for the GPU.
+    for b in 0..BLOCKS {
+        block_collatz(&KernelCtx { block: [b, 0, 0], ..KernelCtx::default() });
+    }
+    let want = BLOCK_STEPS.to_vec();
+    for b in 0..BLOCKS {
+        BLOCK_STEPS.set(b, &0).expect("in range");
+    }
+    assert!(want[1..].iter().all(|&s| s > 0), "the twin counted every block but 0 (n = 1)");
+
+    let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
+    let ptx = read_workspace_file("tests/ptx/saxpy.ptx");
+    let on_gpu = DeviceMapBuffer::upload(&gpu, BLOCK_STEPS.raw()).expect("upload");
+    let maps = [on_gpu.binding()];
+    let probes = [DeviceProbe { program: verified, kernels: Kernels::All, maps: &maps }];
+    let instrumented = inject(&ptx, &probes).expect("instruments");
+    let n = BLOCKS * 256;
+    let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.25).collect();
+    let saxpy = |ptx: &str| -> Vec<u8> {
+        let module = gpu.load_ptx(ptx).unwrap_or_else(|e| panic!("{e}"));
+        let kernel = module.kernel("saxpy").expect("saxpy");
+        let (dx, dy) =
+            (gpu.alloc(n as usize * 4).expect("x"), gpu.alloc(n as usize * 4).expect("y"));
+        dx.write(bytemuck::cast_slice(&x)).expect("x");
+        dy.write(&vec![0x3f; n as usize * 4]).expect("y");
+        let args = [Arg::U32(n), Arg::F32(0.5), Arg::Ptr(&dx), Arg::Ptr(&dy)];
+        gpu.launch(&kernel, (BLOCKS, 1, 1), (256, 1, 1), &args).expect("launch");
+        let mut y = vec![0u8; n as usize * 4];
+        dy.read(&mut y).expect("y");
+        y
+    };
+    let (bare, probed) = (saxpy(&ptx), saxpy(&instrumented.ptx));
+    on_gpu.download().expect("download");
+    assert!(bare == probed, "saxpy computes the same with the probe");
+    let got = BLOCK_STEPS.to_vec();
+    let differ = (0..BLOCKS as usize).filter(|&b| got[b] != want[b]).count();
+    println!(
+        "collatz on the GPU: {BLOCKS} blocks, {} steps in all, {differ} blocks differ from the \
+         twin ({} instructions followed by the verifier)",
+        got.iter().sum::<u64>(),
+        verified.insns_processed()
+    );
+    assert_eq!(got, want, "each block's steps, on the GPU and in the twin");
 }

@@ -77,6 +77,51 @@ fn conformance_on_the_gpu() {
     }
 }
 
+/// Programs of the verifier suite that call `bpf_loop` (nested, with early stops, and indexing
+/// the caller's stack by the callback's index) run on the GPU, in a kernel of their own, and
+/// compute what their loops do.
+#[test]
+fn bpf_loop_programs_run_on_the_gpu() {
+    use egpu_device::cuda::{Arg, Gpu};
+    use egpu_device::translate::kernel_module;
+    use egpu_ebpf::verifier::verify;
+    use egpu_ebpf::{AttachPoint, Program, assemble};
+
+    let Some(info) = require_gpu() else { return };
+    let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
+    let run = |file: &str, ctx: u64| -> u64 {
+        let text = read_workspace_file(&format!("tests/verifier/{file}"));
+        let slots = assemble(&text).expect("assembles");
+        let program =
+            Program::new(slots, vec![], AttachPoint::User { ctx_size: 8 }).expect("valid");
+        let verified = verify(&program).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let ptx = kernel_module(&verified, "loops").unwrap_or_else(|e| panic!("{file}: {e}"));
+        let module = gpu.load_ptx(&ptx).unwrap_or_else(|e| panic!("{file}: {e}"));
+        let kernel = module.kernel("loops").expect("the kernel");
+        let (mem, out) = (gpu.alloc(8).expect("ctx"), gpu.alloc(8).expect("r0"));
+        mem.write(&ctx.to_le_bytes()).expect("ctx");
+        gpu.launch(&kernel, (1, 1, 1), (1, 1, 1), &[Arg::Ptr(&mem), Arg::Ptr(&out)])
+            .expect("launch");
+        let mut r0 = [0u8; 8];
+        out.read(&mut r0).expect("r0");
+        u64::from_le_bytes(r0)
+    };
+    assert_eq!(run("ok_loop_index_within_array.s", 0), (0..8).map(|i| i * i).sum::<u64>());
+    let mut checked = 1;
+    for w in [0u64, 1, 7, 12, 49, 81, 97, 127] {
+        let mut count = 0u64;
+        let found = (0..10u64).any(|i| {
+            (0..10u64).any(|j| {
+                count += 1;
+                i * j == w
+            })
+        });
+        assert_eq!(run("ok_loop_nested_search.s", w), count | u64::from(found) << 63, "{w}");
+        checked += 1;
+    }
+    println!("bpf_loop on the GPU: {checked} runs of 2 suite programs computed their loops");
+}
+
 /// The saxpy kernel of the corpus, instrumented: one probe counts global loads in an `Array`
 /// and another counts stores per SM in a `PerCpuArray`, both in GPU memory. The counts are exact
 /// and the kernel computes what it computes uninstrumented.

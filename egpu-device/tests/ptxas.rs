@@ -194,6 +194,57 @@ fn conformance_translates_for_ptxas() {
     }
 }
 
+/// Every `bpf_loop` program the verifier suite accepts (`tests/verifier/ok_loop_*.s`) translates,
+/// with its maps bound at made-up addresses, to a kernel that ptxas accepts: the loop functions
+/// egpu appends and the callbacks become `.func`s.
+#[test]
+fn bpf_loop_programs_translate_for_ptxas() {
+    use egpu_device::translate::{DeviceMap, kernel_module_with};
+    use egpu_ebpf::verifier::verify;
+    use egpu_ebpf::{AttachPoint, MapDef, Program, assemble};
+    use egpu_maps::layout::Geometry;
+
+    let Some(ptxas) = require_ptxas() else { return };
+    let files: Vec<PathBuf> = corpus("tests/verifier", "s")
+        .into_iter()
+        .filter(|f| f.file_name().is_some_and(|n| n.to_string_lossy().starts_with("ok_loop_")))
+        .filter(|f| std::fs::read_to_string(f).is_ok_and(|t| t.contains("call 181")))
+        .collect();
+    assert!(files.len() >= 3, "the suite's bpf_loop programs: {files:?}");
+    let mut failures = Vec::new();
+    for file in &files {
+        let result = (|| -> Result<String, String> {
+            let text = std::fs::read_to_string(file).map_err(|e| e.to_string())?;
+            let maps: Vec<MapDef> = text
+                .lines()
+                .filter_map(|l| l.strip_prefix("# map:"))
+                .map(|m| m.trim().parse().map_err(|e| format!("{e}")))
+                .collect::<Result<_, _>>()?;
+            let bound: Vec<DeviceMap> = maps
+                .iter()
+                .map(|d| DeviceMap {
+                    addr: 0x7f00_0000_0000,
+                    geometry: Geometry::new(d.kind, d.key_size, d.value_size, d.capacity, 1, 0)
+                        .expect("a geometry"),
+                    live: false,
+                    spread: 0,
+                    drained: false,
+                })
+                .collect();
+            let slots = assemble(&text).map_err(|e| e.to_string())?;
+            let attach = AttachPoint::User { ctx_size: 8 };
+            let program = Program::new(slots, maps, attach).map_err(|e| e.to_string())?;
+            let verified = verify(&program).map_err(|e| e.to_string())?;
+            let ptx = kernel_module_with(&verified, "loops", &bound).map_err(|e| e.to_string())?;
+            let funcs = read(&ptx)?.functions().len();
+            ptxas.check(&ptx, ARCH).map_err(|e| e.to_string())?;
+            Ok(format!("{funcs} PTX functions, ptxas accepts them"))
+        })();
+        report_line(file, result, &mut failures);
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 /// Probes for the corpus: at each device attach point, one that reads every field of its
 /// context, and one that counts into an `Array` and a per-SM `PerCpuArray` (at made-up device
 /// addresses: ptxas only checks the code).
