@@ -90,7 +90,7 @@ fn bpf_loop_programs_run_on_the_gpu() {
     let Some(info) = require_gpu() else { return };
     let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
     let run = |file: &str, ctx: u64| -> u64 {
-        let text = read_workspace_file(&format!("tests/verifier/{file}"));
+        let text = read_workspace_file(format!("tests/verifier/{file}"));
         let slots = assemble(&text).expect("assembles");
         let program =
             Program::new(slots, vec![], AttachPoint::User { ctx_size: 8 }).expect("valid");
