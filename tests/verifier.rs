@@ -510,7 +510,7 @@ fn collatz(count: u32) -> Program {
 fn collatz_steps(mut n: u64, limit: u64) -> u64 {
     let mut steps = 0;
     while n > 1 && steps < limit {
-        n = if n % 2 == 0 { n / 2 } else { 3 * n + 1 };
+        n = if n.is_multiple_of(2) { n / 2 } else { 3 * n + 1 };
         steps += 1;
     }
     steps
