@@ -136,7 +136,7 @@ fn nests_take_three_callbacks_at_most_and_outer_pointers_keep_loops_plain() {
         vec![Stmt::Set(Var(0), bin(BinOp::Add, var(0), c64(2)))],
     )];
     for level in (1..=4).rev() {
-        body = vec![Stmt::Repeat(Var(level), 2, body)];
+        body = vec![Stmt::Repeat(Var(level), 5, body)];
     }
     body.insert(0, Stmt::Set(Var(0), c64(0)));
     body.push(Stmt::Return(var(0)));
@@ -146,7 +146,7 @@ fn nests_take_three_callbacks_at_most_and_outer_pointers_keep_loops_plain() {
     assert_eq!(program.functions().len(), 4, "{text}");
     assert_eq!(text.matches("call 181").count(), 3, "{text}");
     let mut x = 0u64;
-    for _ in 0..16 {
+    for _ in 0..625 {
         x = if x > 5 { x - 1 } else { x + 2 };
     }
     let processed = check(&nest, &[(0, x), (7, x)]);
@@ -163,7 +163,7 @@ fn nests_take_three_callbacks_at_most_and_outer_pointers_keep_loops_plain() {
                 ptr: Ptr(0),
                 found: vec![Stmt::Repeat(
                     Var(0),
-                    3,
+                    30,
                     vec![Stmt::If(
                         Expr::Cmp(CmpOp::Eq, Ty::U32, b(var(0)), b(Expr::Const(Ty::U32, 1))),
                         vec![Stmt::AtomicAdd(Ty::U64, Place::Value(Ptr(0), 0), c64(5))],

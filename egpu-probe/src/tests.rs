@@ -294,7 +294,9 @@ impl Gen<'_> {
                     self.stmts(n, depth - 1)
                 };
                 self.in_scope.pop();
-                Stmt::Repeat(counter, 1 + self.rng.below(4) as u32, body)
+                // Now and then enough iterations for a branching body to become a bpf_loop.
+                let count = if self.rng.one_in(3) { 9 } else { 1 } + self.rng.below(4) as u32;
+                Stmt::Repeat(counter, count, body)
             }
             (true, _) => {
                 let c = self.expr(Ty::Bool, 3);
@@ -389,11 +391,12 @@ fn map_bytes(map: &RawMap) -> Vec<u8> {
 fn random_probes_compile_verify_and_match_the_evaluator_on_both_engines() {
     let mut rng = Rng::from_env("random probes", 0x9e0b_e5ee_d000_0001);
     let rounds = 400;
-    let mut insns = 0;
+    let (mut insns, mut with_callbacks) = (0, 0);
     for round in 0..rounds {
         let ir = random_probe(&mut rng);
         let program = compile(&ir).unwrap_or_else(|e| panic!("round {round}: {e}\n{ir:#?}"));
         insns += program.insns().len();
+        with_callbacks += usize::from(program.functions().len() > 1);
         let verified = verify(&program).unwrap_or_else(|e| {
             panic!(
                 "round {round}: the verifier refused generated code: {e}\n{}",
@@ -438,9 +441,11 @@ fn random_probes_compile_verify_and_match_the_evaluator_on_both_engines() {
         }
     }
     println!(
-        "probe codegen: {rounds} random probes, {} instructions on average, all verified and matching",
+        "probe codegen: {rounds} random probes, {} instructions on average, {with_callbacks} with \
+         bpf_loop callbacks, all verified and matching",
         insns / rounds
     );
+    assert!(with_callbacks >= rounds / 20, "only {with_callbacks} probes have a callback");
 }
 
 /// `stmts` with a [`Stmt::At`] before each statement, at lines counted from `line`; the lines

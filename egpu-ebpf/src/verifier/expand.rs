@@ -27,7 +27,7 @@
 //! ```
 //!
 //! The function references (`lddw rX, func f`) become plain numbers, which nothing reads any
-//! more. These functions are egpu's, not the program's: the verifier proved the callback safe
+//! more, and a `call bpf_loop` that no path reaches becomes `mov r0, 0`. These functions are egpu's, not the program's: the verifier proved the callback safe
 //! for every index below the count, which is what they call it with.
 
 use super::facts::Verified;
@@ -44,10 +44,13 @@ pub(super) fn expand(
     verified: &Verified,
     sites: &[(usize, usize)],
 ) -> Result<Option<Verified>, ProgramError> {
-    if sites.is_empty() {
+    let program = verified.program();
+    let is_loop_call = |insn: &Instruction| {
+        matches!(insn, Instruction::Call(CallTarget::Helper(crate::helpers::id::LOOP)))
+    };
+    if sites.is_empty() && !program.decoded().iter().any(|d| is_loop_call(&d.insn)) {
         return Ok(None);
     }
-    let program = verified.program();
     let len = program.insns().len();
     let mut insns: Vec<Instruction> = Vec::with_capacity(program.decoded().len());
     for d in program.decoded() {
@@ -55,6 +58,16 @@ pub(super) fn expand(
             Instruction::LoadImm64 { dst, imm: Imm64::Func(_) } => {
                 let target = d.insn.call_target(d.pc).unwrap_or_default() as u64;
                 Instruction::LoadImm64 { dst, imm: Imm64::Value(target) }
+            }
+            // A call no path reaches (the verifier proved the way to it never taken): an
+            // instruction as inert as any, so no engine meets the helper.
+            ref call if is_loop_call(call) && !sites.iter().any(|s| s.0 == d.pc) => {
+                Instruction::Alu {
+                    op: AluOp::Mov,
+                    width: Width::W64,
+                    dst: Reg::R0,
+                    src: Operand::Imm(0),
+                }
             }
             other => other,
         });

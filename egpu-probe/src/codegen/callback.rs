@@ -149,40 +149,66 @@ impl Uses {
     }
 }
 
-/// Whether the statements make conditional jumps.
-pub(super) fn branches(stmts: &[Stmt]) -> bool {
-    fn expr(e: &Expr) -> bool {
+/// Most branch points (iterations × conditional places in the body) a loop may have and stay a
+/// plain loop: the verifier follows a plain loop iteration by iteration, at most 2^8 paths
+/// here, and a plain loop is smaller and faster than a callback called per iteration (a
+/// 6-iteration loop with one `if` is 33 instructions plain, 51 as a callback).
+const PLAIN_BRANCHES: u64 = 8;
+
+/// How many places of the statements make conditional jumps; a nested loop counts its body's
+/// once per iteration.
+fn branch_points(stmts: &[Stmt]) -> u64 {
+    fn expr(e: &Expr) -> u64 {
         match e {
-            Expr::Const(..) | Expr::Var(_) | Expr::Load(..) => false,
-            Expr::Cmp(..) | Expr::And(..) | Expr::Or(..) => true,
+            Expr::Const(..) | Expr::Var(_) | Expr::Load(..) => 0,
+            Expr::Cmp(_, _, a, b) => 1 + expr(a) + expr(b),
+            Expr::And(a, b) | Expr::Or(a, b) => 1 + expr(a) + expr(b),
             Expr::Unary(_, _, a) | Expr::Cast { arg: a, .. } => expr(a),
-            Expr::Binary(_, _, a, b) => expr(a) || expr(b),
-            Expr::Call(_, _, args) => {
-                args.iter().any(|a| matches!(a, CallArg::Value(e) if expr(e)))
-            }
+            Expr::Binary(_, _, a, b) => expr(a) + expr(b),
+            Expr::Call(_, _, args) => args
+                .iter()
+                .map(|a| match a {
+                    CallArg::Value(e) => expr(e),
+                    _ => 0,
+                })
+                .sum(),
         }
     }
-    stmts.iter().any(|s| match s {
-        Stmt::Set(_, e) | Stmt::Eval(e) | Stmt::Store(_, _, e) | Stmt::AtomicAdd(_, _, e) => {
-            expr(e)
-        }
-        Stmt::At(_) => false,
-        Stmt::If(..)
-        | Stmt::Repeat(..)
-        | Stmt::Break
-        | Stmt::Continue
-        | Stmt::Lookup { .. }
-        | Stmt::Return(_) => true,
-    })
+    stmts
+        .iter()
+        .map(|s| match s {
+            Stmt::Set(_, e) | Stmt::Eval(e) | Stmt::Store(_, _, e) | Stmt::AtomicAdd(_, _, e) => {
+                expr(e)
+            }
+            Stmt::At(_) => 0,
+            // A comparison as the condition is the `if`'s own jump.
+            Stmt::If(Expr::Cmp(_, _, l, r), a, b) => {
+                1 + expr(l) + expr(r) + branch_points(a) + branch_points(b)
+            }
+            Stmt::If(c, a, b) => 1 + expr(c) + branch_points(a) + branch_points(b),
+            Stmt::Lookup { found, missing, .. } => {
+                1 + branch_points(found) + branch_points(missing)
+            }
+            Stmt::Repeat(_, n, body) => u64::from(*n).saturating_mul(branch_points(body)),
+            Stmt::Break | Stmt::Continue => 1,
+            Stmt::Return(e) => 1 + expr(e),
+        })
+        .fold(0, u64::saturating_add)
 }
 
-/// The variables the bodies of branching loops (which may become `bpf_loop`s) read or write,
-/// but the loops' own variables: those a caller may store for a callback.
+/// Whether a loop of `count` iterations of `body` has more than [`PLAIN_BRANCHES`] branch
+/// points, so that it becomes a `bpf_loop` unless something keeps it plain.
+pub(super) fn may_lower(count: u32, body: &[Stmt]) -> bool {
+    u64::from(count) * branch_points(body) > PLAIN_BRANCHES
+}
+
+/// The variables the bodies of loops with more than [`PLAIN_BRANCHES`] branch points (which
+/// may become `bpf_loop`s) read or write, but the loops' own variables: those a caller may store for a callback.
 fn shared_with_callbacks(stmts: &[Stmt], out: &mut BTreeSet<Var>) {
     for s in stmts {
         match s {
-            Stmt::Repeat(v, _, body) => {
-                if branches(body) {
+            Stmt::Repeat(v, count, body) => {
+                if may_lower(*count, body) {
                     let u = Uses::of(body);
                     out.extend(u.reads.union(&u.writes).filter(|&x| x != v));
                 }
@@ -235,7 +261,7 @@ fn store_imm(base: Reg, off: i16, imm: i32) -> Instruction {
 impl Gen<'_> {
     /// Whether `Repeat(v, count, body)` becomes a `bpf_loop` call.
     pub(super) fn lowers_to_bpf_loop(&self, v: Var, count: u32, body: &[Stmt]) -> bool {
-        if self.depth >= MAX_DEPTH || count == 0 || count > MAX_LOOPS || !branches(body) {
+        if self.depth >= MAX_DEPTH || count == 0 || count > MAX_LOOPS || !may_lower(count, body) {
             return false;
         }
         let u = Uses::of(body);

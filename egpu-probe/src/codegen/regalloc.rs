@@ -183,7 +183,7 @@ fn calls_helpers(stmts: &[Stmt]) -> bool {
         Stmt::Set(_, e) | Stmt::Eval(e) | Stmt::Return(e) => expr(e),
         Stmt::Store(_, _, e) | Stmt::AtomicAdd(_, _, e) => expr(e),
         Stmt::If(c, a, b) => expr(c) || calls_helpers(a) || calls_helpers(b),
-        Stmt::Repeat(_, _, body) => calls_helpers(body) || super::callback::branches(body),
+        Stmt::Repeat(_, n, body) => calls_helpers(body) || super::callback::may_lower(*n, body),
         Stmt::Lookup { .. } => true,
         Stmt::Break | Stmt::Continue | Stmt::At(_) => false,
     })
