@@ -344,8 +344,9 @@ pub enum Stmt {
     If(Expr, Vec<Stmt>, Vec<Stmt>),
     /// `for var in 0..count { body }`, `var` of type `u32`. After the loop, `var` is `count`
     /// (if not 0), or its value at the `break` that left it. The code generator makes a loop
-    /// whose body branches a `bpf_loop` call with a callback, which the verifier checks in time
-    /// linear in the body, and the others plain loops; the results are the same.
+    /// with more than 8 conditional jumps in all (iterations × branches of the body) a
+    /// `bpf_loop` call with a callback, which the verifier checks in time linear in the body,
+    /// and the others plain loops; the results are the same.
     Repeat(Var, u32, Vec<Stmt>),
     /// Leaves the innermost `Repeat`.
     Break,

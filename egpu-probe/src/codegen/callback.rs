@@ -3,10 +3,11 @@
 //! The verifier follows a plain loop iteration by iteration, and both sides of each branch in
 //! it, so the paths of a branching body double with every iteration. A callback of `bpf_loop` is
 //! verified a few times, not once per iteration, in time linear in the body. So
-//! `Repeat(v, count, body)` becomes `bpf_loop(count, callback, frame, 0)` when the body makes
-//! conditional jumps (an `if`, a lookup, `break`, `continue`, `return`, a nested loop, a
-//! comparison or `&&`/`||` in an expression) and the loop can be lowered; a straight-line body
-//! stays a plain loop, cheap to verify and faster to run.
+//! `Repeat(v, count, body)` becomes `bpf_loop(count, callback, frame, 0)` when the loop makes
+//! more than [`PLAIN_BRANCHES`] conditional jumps in all (iterations × the body's `if`s,
+//! lookups, `break`s, `continue`s, `return`s, comparisons and `&&`/`||`, a nested loop counting
+//! its own) and can be lowered; a straight-line body, or a short loop with few branches, stays
+//! a plain loop, cheap to verify and faster to run.
 //!
 //! # The lowering
 //! - The callback is a function of its own, laid out after the main function (and the callbacks
@@ -45,7 +46,7 @@ use super::{CompileError, Gen, Label, Op, alu, mov_imm};
 use crate::ir::{CallArg, Expr, Place, Ptr, Stmt, Var};
 
 /// `bpf_loop`'s helper id.
-const LOOP: u32 = 181;
+const LOOP: u32 = egpu_ebpf::helpers::id::LOOP;
 /// The most callbacks nested in one another.
 const MAX_DEPTH: u32 = 3;
 /// The most iterations `bpf_loop` runs.
