@@ -11,6 +11,9 @@ use egpu::vm::EngineChoice;
 
 use egpu_test_support::Rng;
 
+mod map_memory;
+use map_memory::{restore, snapshot};
+
 /// The context every probe here takes.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
@@ -148,25 +151,6 @@ macro_rules! corpus {
 
 fn maps() -> Vec<RawMap> {
     [STEPS.raw(), HITS.raw(), PAIRS.raw()].into_iter().cloned().collect()
-}
-
-fn snapshot(maps: &[RawMap]) -> Vec<Vec<u8>> {
-    maps.iter()
-        .map(|m| {
-            let (ptr, len) = m.memory();
-            // SAFETY: the memory lives as long as the map; nothing else writes it meanwhile.
-            unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) }.to_vec()
-        })
-        .collect()
-}
-
-fn restore(maps: &[RawMap], bytes: &[Vec<u8>]) {
-    for (m, b) in maps.iter().zip(bytes) {
-        let (ptr, len) = m.memory();
-        assert_eq!(len, b.len());
-        // SAFETY: as above; the copy rewrites the map's memory while no one else uses it.
-        unsafe { std::ptr::copy_nonoverlapping(b.as_ptr(), ptr.as_ptr(), len) };
-    }
 }
 
 fn random_ctx(rng: &mut Rng) -> Ctx {
