@@ -277,6 +277,28 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
                  stw [%r10-20], 3\nlddw %r1, map[3]\nmov %r2, %r10\nadd %r2, -20\ncall 3\n\
                  lddw %r1, map[3]\nmov %r2, %r10\nadd %r2, -20\nmov %r3, %r10\nadd %r3, -16\n\
                  mov %r4, 0\ncall 2\nmov %r0, 0\nexit";
+    // A bpf_loop whose callback (a `.func` in PTX, which cannot name the kernel's registers)
+    // reads every context word through the spilled context pointer and updates an array (whose
+    // adds the main function would combine), a per-SM array and a hash map (which the main
+    // function would look up through a cache).
+    let looping = |ctx_bytes: usize| {
+        let mut text = String::from(
+            "stxdw [%r10-8], %r1\nmov %r1, 3\nlddw %r2, func body\nmov %r3, %r10\nmov %r4, 0\n\
+             call 181\nmov %r0, 0\nexit\nbody:\nldxdw %r7, [%r2-8]\nmov %r6, 0\n",
+        );
+        for off in (0..ctx_bytes).step_by(4) {
+            text.push_str(&format!("ldxw %r3, [%r7+{off}]\nadd %r6, %r3\n"));
+        }
+        text.push_str(
+            "stw [%r10-4], 0\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -4\ncall 1\n\
+             jeq %r0, 0, +2\nmov %r1, 1\nlock add [%r0+0], %r1\n\
+             lddw %r1, map[1]\nmov %r2, %r10\nadd %r2, -4\ncall 1\n\
+             jeq %r0, 0, +2\nmov %r1, 1\nlock add [%r0+0], %r1\n\
+             stxdw [%r10-16], %r6\nlddw %r1, map[2]\nmov %r2, %r10\nadd %r2, -16\ncall 1\n\
+             jeq %r0, 0, +2\nmov %r1, 1\nlock add [%r0+0], %r1\nmov %r0, 0\nexit\n",
+        );
+        text
+    };
     // A 16-byte record per event into a ring: the address, then size | site << 32.
     let trace = "ldxdw %r2, [%r1+0]\nstxdw [%r10-16], %r2\nldxw %r3, [%r1+16]\nldxw %r4, [%r1+20]\n\
                  lsh %r4, 32\nor %r3, %r4\nstxdw [%r10-8], %r3\nlddw %r1, map[4]\nmov %r2, %r10\n\
@@ -366,7 +388,11 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
             DeviceEvent::KernelEntry | DeviceEvent::KernelExit => size_of::<KernelCtx>(),
             _ => size_of::<MemAccessCtx>(),
         };
-        let mut sources = vec![(reader(ctx), vec![]), (counter.to_string(), maps.clone())];
+        let mut sources = vec![
+            (reader(ctx), vec![]),
+            (counter.to_string(), maps.clone()),
+            (looping(ctx), maps.clone()),
+        ];
         if matches!(event, DeviceEvent::GlobalLoad | DeviceEvent::GlobalStore) {
             sources.push((pages.to_string(), maps.clone()));
             sources.push((trace.to_string(), maps.clone()));

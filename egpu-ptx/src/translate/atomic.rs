@@ -199,7 +199,8 @@ impl Emitter<'_> {
                 e.line(format!("red{space}.{name}.{ty} [{b}+{off}], {new};"));
             }
         };
-        let add = op == AtomicOp::Add && !fetch && bits == 64;
+        // The combining registers are the kernel's, which a local function cannot name.
+        let add = op == AtomicOp::Add && !fetch && bits == 64 && self.function == 0;
         if let (Some([ca, cv]), true, true) =
             (&self.options.combine, add, combinable(self.program, self.verified.access(pc)))
         {

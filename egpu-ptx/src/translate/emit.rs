@@ -73,8 +73,11 @@ impl<'a> Emitter<'a> {
         if main {
             self.out.push_str("\t{\n");
         } else {
-            let params: Vec<String> =
+            let mut params: Vec<String> =
                 (1..=5).map(|i| format!(".reg .b64 {}", self.param(i))).collect();
+            if let Context::Access { .. } = self.options.context {
+                params.push(format!(".reg .b64 {}", self.context_param()));
+            }
             let (ret, name) = (self.ret_param(), self.func_name(self.function));
             writeln!(self.out, ".func (.reg .b64 {ret}) {name}({})\n{{", params.join(", "))
                 .expect("writing to a String");

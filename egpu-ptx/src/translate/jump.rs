@@ -6,8 +6,8 @@
 
 use egpu_ebpf::{CallTarget, Instruction, JmpCond, Operand, Reg, Width};
 
-use super::TranslateError;
 use super::emit::Emitter;
+use super::{Context, TranslateError};
 
 impl Emitter<'_> {
     /// `ja`: a jump to the instruction at `target`.
@@ -92,8 +92,11 @@ impl Emitter<'_> {
                     .position(|f| f.start == target)
                     .expect("call targets start functions");
                 let name = self.func_name(f);
-                let args: Vec<String> =
+                let mut args: Vec<String> =
                     (1..=5).map(|i| self.reg(Reg::new(i).expect("r1-r5"))).collect();
+                if let Context::Access { addr, .. } = self.context() {
+                    args.push(addr);
+                }
                 let r0 = self.reg(Reg::R0);
                 self.line(format!("call ({r0}), {name}, ({});", args.join(", ")));
             }

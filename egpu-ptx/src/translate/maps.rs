@@ -321,7 +321,8 @@ impl Emitter<'_> {
         };
         let lookup = id == helper_id::MAP_LOOKUP_ELEM;
         let cache = match (lookup, key.as_slice()) {
-            (true, [_]) => {
+            // The cache's registers are the kernel's, which a local function cannot name.
+            (true, [_]) if self.function == 0 => {
                 self.options.lookup_cache.get(m.unwrap_or(0) as usize).cloned().flatten()
             }
             _ => None,

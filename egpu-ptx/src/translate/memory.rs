@@ -166,7 +166,7 @@ impl Emitter<'_> {
 
     /// A load from a device context: the value comes from the words that hold the field.
     fn context_load(&mut self, offset: usize, size: Size, signed: bool, d: &str) {
-        let context = self.options.context.clone();
+        let context = self.context();
         let [w0, w1] = [self.tmp32(0), self.tmp32(1)];
         if size == Size::DW {
             if let Context::Access { addr, .. } = &context

@@ -19,6 +19,7 @@
 
 use egpu_ebpf::{Operand, Reg};
 
+use super::Context;
 use super::emit::Emitter;
 
 /// The 64-bit scratch registers every function declares.
@@ -108,9 +109,36 @@ impl Emitter<'_> {
         format!("${}_{kind}{pc}", self.prefix())
     }
 
-    /// Where this thread's SM id is: the kernel's register, or `%smid`.
+    /// Where this thread's SM id is: the kernel's register (in the main function, which is
+    /// inlined into the kernel), or `%smid`.
     pub(super) fn smid(&self) -> String {
-        self.options.smid.clone().unwrap_or_else(|| "%smid".to_owned())
+        match &self.options.smid {
+            Some(reg) if self.function == 0 => reg.clone(),
+            _ => "%smid".to_owned(),
+        }
+    }
+
+    /// The context as this function sees it: a local function (a `.func`, which cannot name
+    /// the kernel's registers) receives the address of a memory access in a parameter of its
+    /// own, which [`Emitter::context_param`] names.
+    pub(super) fn context(&self) -> Context {
+        match &self.options.context {
+            Context::Access { kernel_id, size, site, is_store, .. } if self.function != 0 => {
+                Context::Access {
+                    kernel_id: *kernel_id,
+                    addr: self.context_param(),
+                    size: *size,
+                    site: *site,
+                    is_store: *is_store,
+                }
+            }
+            other => other.clone(),
+        }
+    }
+
+    /// A local function's parameter that receives the address of a memory access context.
+    pub(super) fn context_param(&self) -> String {
+        format!("%{}_cx", self.prefix())
     }
 
     /// The second operand as a PTX operand of a 64-bit operation (immediates sign-extended).
