@@ -128,6 +128,8 @@ fn inject_writes_the_module_and_lists_the_sites() {
         "{module}:47: device::global_load in saxpy, 4 bytes\n\
          {module}:49: device::global_load in saxpy, 4 bytes\n\
          {module}:57: device::kernel_exit in saxpy\n\
+         {module}: observed 3 of 3 global memory instructions\n\
+         {module}:51: device::global_store in saxpy observed, but no probe attaches\n\
          3 sites\n"
     );
     assert_eq!(r.stderr, want);

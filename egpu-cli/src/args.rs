@@ -55,8 +55,8 @@ pub(crate) enum Command {
 #[derive(Debug, Args)]
 #[command(after_help = "\
 ATTACH names the event the program is written for: device::kernel_entry, device::kernel_exit,
-device::global_load (the default), device::global_store, or user(N) for N bytes of memory of
-the caller's. A pack's probe carries its attach point: --attach is then checked against it.
+device::global_load (the default), device::global_store, device::global_atomic, or user(N) for
+N bytes of memory of the caller's. A pack's probe carries its attach point: --attach is then checked against it.
 
 MAP declares the next entry of the program's map table (map[0], map[1], ...):
   NAME=KIND:KEY:VALUE:CAPACITY[:SM_SHARDS][@ADDRESS]
@@ -85,8 +85,11 @@ pub(crate) struct TranslateArgs {
 #[command(after_help = "\
 Each --probe is ATTACH=PROGRAM, or a pack's probes by themselves: PACK:NAME, or PACK for every
 device probe of the pack (ATTACH=PACK: those at ATTACH). ATTACH is device::kernel_entry,
-device::kernel_exit, device::global_load or device::global_store. The sites are listed on
-standard error, with the loads and stores that could not be observed.
+device::kernel_exit, device::global_load, device::global_store or device::global_atomic. The
+sites are listed on standard error, then `observed N of M global memory instructions` (by the
+PTX ISA's table: loads, stores, atomics, asynchronous, bulk and tensor copies, tensor map
+writes, texture, surface, multimem and wmma accesses), the ones not observed with why, and the
+observed ones no probe attaches to.
 
 MAP declares the next entry of the map table of the assembly and bytecode programs:
 NAME=KIND:KEY:VALUE:CAPACITY[:SM_SHARDS][@ADDRESS] (see `egpu help translate`).")]

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use egpu::ebpf::{AttachPoint, DeviceEvent};
+use egpu::ebpf::{AttachPoint, DeviceEvent, MemAccessCtx};
 use egpu_device::inject::{DeviceProbe, Kernels, inject};
 use egpu_device::translate::kernel_module_with;
 
@@ -162,15 +162,50 @@ pub(crate) fn inject_cmd(a: InjectArgs) -> Result<(), Error> {
         return Err(Error::Failed(format!("{module} has no kernel `{missing}` ({has})")));
     }
     for s in &injected.sites {
-        let size = if s.size > 0 { format!(", {} bytes", s.size) } else { String::new() };
+        let size = match (s.class, s.size) {
+            (_, 0) if matches!(s.event, DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => {
+                String::new()
+            }
+            (MemAccessCtx::TENSOR_COPY, _) => ", tensor copy (its box is in its tensor map)".into(),
+            (MemAccessCtx::LOAD_STORE, n) => format!(", {n} bytes"),
+            (class, 0) => {
+                format!(", {} (bytes known at run time)", MemAccessCtx::class_name(class))
+            }
+            (class, n) => format!(", {} of {n} bytes", MemAccessCtx::class_name(class)),
+        };
         let event = AttachPoint::Device(s.event);
         eprintln!("{module}:{}: {event} in {}{size}", s.line, s.function);
     }
-    for s in &injected.unobserved {
-        let event = AttachPoint::Device(s.event);
+    eprintln!(
+        "{module}: observed {} of {} global memory instructions",
+        injected.observed, injected.memory_instructions
+    );
+    for u in &injected.unobserved {
         eprintln!(
-            "{module}:{}: {event} in {} not observed: its address is not understood",
-            s.line, s.function
+            "{module}:{}: `{}` in {} not observed ({}): {}",
+            u.line,
+            u.opcode,
+            u.function,
+            u.class.name(),
+            u.reason
+        );
+    }
+    // With probes at memory accesses, the accesses they miss; without, none is expected.
+    let at_accesses = probes.iter().any(|p| {
+        !matches!(
+            p.program.program().attach_point(),
+            AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit)
+        )
+    });
+    for s in injected.uncovered.iter().filter(|_| at_accesses) {
+        let event = AttachPoint::Device(s.event);
+        eprintln!("{module}:{}: {event} in {} observed, but no probe attaches", s.line, s.function);
+    }
+    if injected.hints > 0 {
+        eprintln!(
+            "{module}: {} hints (prefetch, discard, applypriority) move no data: not global \
+             memory instructions",
+            injected.hints
         );
     }
     eprintln!("{} sites", injected.sites.len());

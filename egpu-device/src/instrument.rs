@@ -165,13 +165,9 @@ impl<'g> Instrumenter<'g> {
             AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => {
                 Context::Kernel { kernel_id: 0 }
             }
-            AttachPoint::Device(e) => Context::Access {
-                kernel_id: 0,
-                addr: "%egpu_addr".into(),
-                size: 4,
-                site: 0,
-                is_store: e == DeviceEvent::GlobalStore,
-            },
+            AttachPoint::Device(e) => {
+                Context::load_store(0, "%egpu_addr".into(), 4, 0, e != DeviceEvent::GlobalLoad)
+            }
             attach => return Err(InjectError::NotDevice { probe, attach }),
         };
         let mut options = Options::new("egpu", context);

@@ -613,13 +613,7 @@ fn bad_prefixes_are_refused() {
 
 #[test]
 fn contexts_that_do_not_fit_are_refused() {
-    let access = |is_store| Context::Access {
-        kernel_id: 1,
-        addr: "%rd1".into(),
-        size: 4,
-        site: 0,
-        is_store,
-    };
+    let access = |is_store| Context::load_store(1, "%rd1".into(), 4, 0, is_store);
     let memory = Context::Memory("%rd1".into());
     let kernel = Context::Kernel { kernel_id: 1 };
     let cases = [

@@ -15,6 +15,21 @@ use egpu_test_support::{files_with_extension, workspace_path, workspace_root};
 /// The GPU machine's target (an H200).
 const ARCH: &str = "sm_90";
 
+/// The target to check `ptx` for: its own `.target` when that is an H200's (`sm_90a`, as
+/// Triton writes for Hopper, uses instructions only `sm_90a` has), else [`ARCH`].
+fn arch_of(ptx: &str) -> &'static str {
+    let target = ptx.lines().find_map(|l| l.trim().strip_prefix(".target"));
+    if target.is_some_and(|t| t.split(',').any(|p| p.trim() == "sm_90a")) { "sm_90a" } else { ARCH }
+}
+
+/// The PTX fixtures: hand-written and nvcc's in `tests/ptx`, Triton's (made on the GPU machine
+/// by `egpu-preload/tests/programs/triton_corpus.py`) in `tests/ptx/triton`.
+fn ptx_fixtures() -> Vec<PathBuf> {
+    let mut files = corpus("tests/ptx", "ptx");
+    files.extend(corpus("tests/ptx/triton", "ptx"));
+    files
+}
+
 /// The files of folder `dir` (relative to the repository's root) whose names end in `.ext`,
 /// sorted. Panics if there are none: a missing corpus must not pass as an empty one.
 fn corpus(dir: &str, ext: &str) -> Vec<PathBuf> {
@@ -75,7 +90,7 @@ fn kernels(report: &PtxasReport) -> String {
 /// register count. Returns a line about it.
 fn read_and_check(ptxas: &Ptxas, ptx: &str) -> Result<String, String> {
     let module = read(ptx)?;
-    let report = ptxas.check(ptx, ARCH).map_err(|e| e.to_string())?;
+    let report = ptxas.check(ptx, arch_of(ptx)).map_err(|e| e.to_string())?;
     let mut ptxas_kernels: Vec<&str> =
         report.functions.iter().filter(|f| f.entry).map(|f| f.name.as_str()).collect();
     let mut reader_kernels: Vec<&str> = module.entries().map(|f| f.name.as_str()).collect();
@@ -89,7 +104,7 @@ fn read_and_check(ptxas: &Ptxas, ptx: &str) -> Result<String, String> {
     if let Some(f) = report.functions.iter().find(|f| f.entry && f.registers.is_none()) {
         return Err(format!("ptxas reported no register count for kernel {}", f.name));
     }
-    Ok(format!("{}; ptxas {ARCH}: {}", functions(&module), kernels(&report)))
+    Ok(format!("{}; ptxas {}: {}", functions(&module), arch_of(ptx), kernels(&report)))
 }
 
 /// Every CUDA C kernel of tests/kernels compiles with nvcc, and its PTX, like every PTX fixture of
@@ -121,7 +136,7 @@ fn corpus_kernels_compile() {
         });
         report_line(&cu, result, &mut failures);
     }
-    for file in corpus("tests/ptx", "ptx") {
+    for file in ptx_fixtures() {
         let result = std::fs::read_to_string(&file)
             .map_err(|e| e.to_string())
             .and_then(|ptx| read_and_check(&ptxas, &ptx));
@@ -383,6 +398,7 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
         DeviceEvent::KernelExit,
         DeviceEvent::GlobalLoad,
         DeviceEvent::GlobalStore,
+        DeviceEvent::GlobalAtomic,
     ] {
         let ctx = match event {
             DeviceEvent::KernelEntry | DeviceEvent::KernelExit => size_of::<KernelCtx>(),
@@ -393,7 +409,7 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
             (counter.to_string(), maps.clone()),
             (looping(ctx), maps.clone()),
         ];
-        if matches!(event, DeviceEvent::GlobalLoad | DeviceEvent::GlobalStore) {
+        if !matches!(event, DeviceEvent::KernelEntry | DeviceEvent::KernelExit) {
             sources.push((pages.to_string(), maps.clone()));
             sources.push((trace.to_string(), maps.clone()));
         }
@@ -413,7 +429,7 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
 #[test]
 fn injected_corpus_passes_ptxas() {
     use egpu_device::inject::{DeviceProbe, Kernels, inject};
-    use egpu_ebpf::{AttachPoint, DeviceEvent, MapKind};
+    use egpu_ebpf::{AttachPoint, DeviceEvent, MapKind, MemAccessCtx};
 
     let Some(ptxas) = require_ptxas() else { return };
     let Some(nvcc) = require_nvcc() else { return };
@@ -443,18 +459,35 @@ fn injected_corpus_passes_ptxas() {
         let ptx = nvcc.compile_ptx(&cu, ARCH).unwrap_or_else(|e| panic!("{}: {e}", shown(&cu)));
         sources.push((format!("{} (nvcc)", shown(&cu)), ptx));
     }
-    for file in corpus("tests/ptx", "ptx") {
+    for file in ptx_fixtures() {
         let ptx =
             std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", shown(&file)));
         sources.push((shown(&file), ptx));
     }
     let mut failures = Vec::new();
+    let (mut observed, mut memory, mut unobserved) = (0, 0, Vec::new());
+    let mut classes = std::collections::BTreeMap::<u32, usize>::new();
     for (name, ptx) in &sources {
         let result = (|| -> Result<String, String> {
-            let before = ptxas.check(ptx, ARCH).map_err(|e| format!("original: {e}"))?;
+            let before = ptxas.check(ptx, arch_of(ptx)).map_err(|e| format!("original: {e}"))?;
             let injected = inject(ptx, &probes).map_err(|e| e.to_string())?;
+            observed += injected.observed;
+            memory += injected.memory_instructions;
+            for u in &injected.unobserved {
+                unobserved.push(format!("{name}:{}: `{}`: {}", u.line, u.opcode, u.reason));
+            }
+            let accesses: std::collections::BTreeSet<(&str, u32, u32)> = injected
+                .sites
+                .iter()
+                .chain(&injected.uncovered)
+                .filter(|s| !matches!(s.event, DeviceEvent::KernelEntry | DeviceEvent::KernelExit))
+                .map(|s| (s.function.as_str(), s.index, s.class))
+                .collect();
+            for (_, _, class) in accesses {
+                *classes.entry(class).or_default() += 1;
+            }
             read(&injected.ptx)?;
-            let after = ptxas.check(&injected.ptx, ARCH).map_err(|e| e.to_string())?;
+            let after = ptxas.check(&injected.ptx, arch_of(ptx)).map_err(|e| e.to_string())?;
             let costs: Vec<String> = after
                 .functions
                 .iter()
@@ -477,5 +510,16 @@ fn injected_corpus_passes_ptxas() {
         report_line(Path::new(name), result, &mut failures);
     }
     println!("ptxas-valid injected corpus: {}/{}", sources.len() - failures.len(), sources.len());
+    for u in &unobserved {
+        println!("  not observed: {u}");
+    }
+    let by_class: Vec<String> =
+        classes.iter().map(|(&c, n)| format!("{} {n}", MemAccessCtx::class_name(c))).collect();
+    println!("global memory instructions observed: {observed}/{memory} ({})", by_class.join(", "));
     assert!(failures.is_empty(), "{} failed:\n{}", failures.len(), failures.join("\n"));
+    assert_eq!(observed, memory, "every global memory instruction of the corpus is observed");
+    for class in 0..=MemAccessCtx::TENSOR_MAP {
+        let name = MemAccessCtx::class_name(class);
+        assert!(classes.contains_key(&class), "the corpus has no {name} observed");
+    }
 }

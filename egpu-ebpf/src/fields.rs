@@ -245,12 +245,13 @@ mod tests {
                 DeviceEvent::KernelEntry
                 | DeviceEvent::KernelExit
                 | DeviceEvent::GlobalLoad
-                | DeviceEvent::GlobalStore,
+                | DeviceEvent::GlobalStore
+                | DeviceEvent::GlobalAtomic,
             ) => events.contains(&a),
             AttachPoint::User { .. } => !events.contains(&a),
         };
         assert!(events.iter().all(|&a| listed(a)));
-        assert_eq!(events.len(), 5 * 2 + 4);
+        assert_eq!(events.len(), 5 * 2 + 5);
         assert!(listed(AttachPoint::User { ctx_size: 8 }));
         let user = AttachPoint::User { ctx_size: 16 };
         assert_eq!((user.context_type(), user.context_size()), (None, 16));

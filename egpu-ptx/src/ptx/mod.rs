@@ -35,8 +35,10 @@
 //! # Ok::<(), egpu_ptx::ptx::PtxError>(())
 //! ```
 
+pub mod memops;
 mod reader;
 
+pub use memops::{Bytes, GlobalAccess, MemClass, Touch, global_access};
 pub use reader::{
     Function, FunctionKind, Guard, Piece, PieceKind, PtxError, PtxInstruction, PtxModule,
 };

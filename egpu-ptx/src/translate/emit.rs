@@ -75,8 +75,11 @@ impl<'a> Emitter<'a> {
         } else {
             let mut params: Vec<String> =
                 (1..=5).map(|i| format!(".reg .b64 {}", self.param(i))).collect();
-            if let Context::Access { .. } = self.options.context {
+            if let Context::Access { size_reg, .. } = &self.options.context {
                 params.push(format!(".reg .b64 {}", self.context_param()));
+                if size_reg.is_some() {
+                    params.push(format!(".reg .b32 {}", self.size_param()));
+                }
             }
             let (ret, name) = (self.ret_param(), self.func_name(self.function));
             writeln!(self.out, ".func (.reg .b64 {ret}) {name}({})\n{{", params.join(", "))

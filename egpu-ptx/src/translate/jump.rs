@@ -94,8 +94,9 @@ impl Emitter<'_> {
                 let name = self.func_name(f);
                 let mut args: Vec<String> =
                     (1..=5).map(|i| self.reg(Reg::new(i).expect("r1-r5"))).collect();
-                if let Context::Access { addr, .. } = self.context() {
+                if let Context::Access { addr, size_reg, .. } = self.context() {
                     args.push(addr);
+                    args.extend(size_reg);
                 }
                 let r0 = self.reg(Reg::R0);
                 self.line(format!("call ({r0}), {name}, ({});", args.join(", ")));

@@ -24,6 +24,8 @@ enum Word {
     Const(u32),
     /// A special register (`%tid.x`, `%smid`, …).
     Special(&'static str),
+    /// The register holding an access's size, known at run time.
+    SizeReg,
     /// The low half of the address accessed.
     AddrLo,
     /// Its high half.
@@ -59,14 +61,20 @@ fn context_word(context: &Context, offset: usize) -> Word {
                     .unwrap_or(Word::Const(0)),
             }
         }
-        Context::Access { kernel_id, size, site, is_store, .. } => {
+        Context::Access {
+            kernel_id, size, ref size_reg, site, is_store, class, op, fetch, ..
+        } => {
             type C = MemAccessCtx;
             match offset {
                 o if o == offset_of!(C, addr) => Word::AddrLo,
                 o if o == offset_of!(C, addr) + 4 => Word::AddrHi,
                 o if o == offset_of!(C, kernel_id) => half(kernel_id, 0),
                 o if o == offset_of!(C, kernel_id) + 4 => half(kernel_id, 4),
+                o if o == offset_of!(C, size) && size_reg.is_some() => Word::SizeReg,
                 o if o == offset_of!(C, size) => Word::Const(size),
+                o if o == offset_of!(C, class) => Word::Const(class),
+                o if o == offset_of!(C, op) => Word::Const(op),
+                o if o == offset_of!(C, fetch) => Word::Const(u32::from(fetch)),
                 o if o == offset_of!(C, site) => Word::Const(site),
                 o if o == offset_of!(C, warp) => Word::Warp,
                 o if o == offset_of!(C, lane) => Word::Special("%laneid"),
@@ -197,6 +205,12 @@ impl Emitter<'_> {
             Word::Const(v) => self.line(format!("mov.b32 {into}, {v};")),
             Word::Special(reg) => {
                 let reg = if reg == "%smid" { self.smid() } else { reg.to_owned() };
+                self.line(format!("mov.u32 {into}, {reg};"));
+            }
+            Word::SizeReg => {
+                let Context::Access { size_reg: Some(reg), .. } = context else {
+                    unreachable!("a size register")
+                };
                 self.line(format!("mov.u32 {into}, {reg};"));
             }
             word @ (Word::AddrLo | Word::AddrHi) => {

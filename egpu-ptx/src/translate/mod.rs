@@ -90,7 +90,7 @@ mod regs;
 mod spread;
 
 use egpu_ebpf::verifier::Verified;
-use egpu_ebpf::{AttachPoint, DeviceEvent, Imm64, Instruction, MapKind, Program};
+use egpu_ebpf::{AttachPoint, DeviceEvent, Imm64, Instruction, MapKind, MemAccessCtx, Program};
 
 pub use atomic::combines;
 pub(crate) use atomic::warp_add;
@@ -141,7 +141,10 @@ fn check(verified: &Verified, options: &Options) -> Result<(), TranslateError> {
             matches!(e, DeviceEvent::KernelEntry | DeviceEvent::KernelExit)
         }
         (Context::Access { .. }, AttachPoint::Device(e)) => {
-            matches!(e, DeviceEvent::GlobalLoad | DeviceEvent::GlobalStore)
+            matches!(
+                e,
+                DeviceEvent::GlobalLoad | DeviceEvent::GlobalStore | DeviceEvent::GlobalAtomic
+            )
         }
         _ => false,
     };
@@ -232,13 +235,15 @@ pub fn kernel_module_with(
         AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => {
             Context::Kernel { kernel_id: id }
         }
-        AttachPoint::Device(e) => Context::Access {
-            kernel_id: id,
-            addr: arg,
-            size: 4,
-            site: 0,
-            is_store: e == DeviceEvent::GlobalStore,
-        },
+        AttachPoint::Device(e) => {
+            let mut c = Context::load_store(id, arg, 4, 0, e != DeviceEvent::GlobalLoad);
+            if let (Context::Access { class, op, fetch, .. }, DeviceEvent::GlobalAtomic) =
+                (&mut c, e)
+            {
+                (*class, *op, *fetch) = (MemAccessCtx::ATOMIC, MemAccessCtx::OP_ADD, true);
+            }
+            c
+        }
         _ => Context::Memory(arg),
     };
     let mut options = Options::new("e", context);

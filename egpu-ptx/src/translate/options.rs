@@ -14,19 +14,51 @@ pub enum Context {
         /// The kernel's id (64-bit hash of its mangled name).
         kernel_id: u64,
     },
-    /// A global load or store ([`MemAccessCtx`](egpu_ebpf::MemAccessCtx)).
+    /// An access to global memory ([`MemAccessCtx`](egpu_ebpf::MemAccessCtx)).
     Access {
         /// The kernel's id.
         kernel_id: u64,
         /// The 64-bit PTX register holding the address accessed.
         addr: String,
-        /// Bytes accessed.
+        /// Bytes accessed, when known when translating.
         size: u32,
+        /// The 32-bit PTX register holding the bytes accessed, when they are known only at run
+        /// time (an asynchronous or bulk copy's size); `size` is then ignored.
+        size_reg: Option<String>,
         /// The access's index among the kernel's observed accesses.
         site: u32,
-        /// A store rather than a load.
+        /// Whether the access writes global memory.
         is_store: bool,
+        /// Its class ([`MemAccessCtx::class`](egpu_ebpf::MemAccessCtx::class)).
+        class: u32,
+        /// Its operation, for atomics and reductions ([`MemAccessCtx::op`](egpu_ebpf::MemAccessCtx::op)).
+        op: u32,
+        /// Whether it is an atomic that returns the old value.
+        fetch: bool,
     },
+}
+
+impl Context {
+    /// The context of a plain load or store (`ld`, `st`) of `size` bytes at `addr`.
+    pub fn load_store(
+        kernel_id: u64,
+        addr: String,
+        size: u32,
+        site: u32,
+        is_store: bool,
+    ) -> Context {
+        Context::Access {
+            kernel_id,
+            addr,
+            size,
+            size_reg: None,
+            site,
+            is_store,
+            class: egpu_ebpf::MemAccessCtx::LOAD_STORE,
+            op: 0,
+            fetch: false,
+        }
+    }
 }
 
 /// How to translate.

@@ -123,15 +123,19 @@ impl Emitter<'_> {
     /// own, which [`Emitter::context_param`] names.
     pub(super) fn context(&self) -> Context {
         match &self.options.context {
-            Context::Access { kernel_id, size, site, is_store, .. } if self.function != 0 => {
-                Context::Access {
-                    kernel_id: *kernel_id,
-                    addr: self.context_param(),
-                    size: *size,
-                    site: *site,
-                    is_store: *is_store,
-                }
-            }
+            Context::Access {
+                kernel_id, size, size_reg, site, is_store, class, op, fetch, ..
+            } if self.function != 0 => Context::Access {
+                kernel_id: *kernel_id,
+                addr: self.context_param(),
+                size: *size,
+                size_reg: size_reg.as_ref().map(|_| self.size_param()),
+                site: *site,
+                is_store: *is_store,
+                class: *class,
+                op: *op,
+                fetch: *fetch,
+            },
             other => other.clone(),
         }
     }
@@ -139,6 +143,12 @@ impl Emitter<'_> {
     /// A local function's parameter that receives the address of a memory access context.
     pub(super) fn context_param(&self) -> String {
         format!("%{}_cx", self.prefix())
+    }
+
+    /// A local function's parameter that receives the size of a memory access context, when
+    /// it is known at run time only.
+    pub(super) fn size_param(&self) -> String {
+        format!("%{}_cs", self.prefix())
     }
 
     /// The second operand as a PTX operand of a 64-bit operation (immediates sign-extended).

@@ -11,21 +11,37 @@
 //! |---|---|---|
 //! | [`KernelEntry`](DeviceEvent::KernelEntry) | first thing in each kernel | [`KernelCtx`](egpu_ebpf::KernelCtx) |
 //! | [`KernelExit`](DeviceEvent::KernelExit) | before every `ret` and `exit` of a kernel | [`KernelCtx`](egpu_ebpf::KernelCtx) |
-//! | [`GlobalLoad`](DeviceEvent::GlobalLoad) | before every `ld.global` (any qualifiers: `.nc`, cache hints, vectors), and before every generic `ld` whose address is global at run time | [`MemAccessCtx`](egpu_ebpf::MemAccessCtx) |
-//! | [`GlobalStore`](DeviceEvent::GlobalStore) | the same for `st.global` and generic `st` | [`MemAccessCtx`](egpu_ebpf::MemAccessCtx) |
+//! | [`GlobalLoad`](DeviceEvent::GlobalLoad) | before every read of global memory: `ld.global` and `ldu.global` (any qualifiers: `.nc`, cache hints, vectors), generic `ld` and `ldu` whose address is global at run time, `cp.async`, and `cp.async.bulk` and tensor copies into shared memory | [`MemAccessCtx`](egpu_ebpf::MemAccessCtx) |
+//! | [`GlobalStore`](DeviceEvent::GlobalStore) | before every write: `st.global` and generic `st`, `cp.async.bulk` and tensor copies from shared memory, their reductions (`cp.reduce.async.bulk`), and writes of tensor maps (`tensormap.cp_fenceproxy`, `tensormap.replace.global`) | [`MemAccessCtx`](egpu_ebpf::MemAccessCtx) |
+//! | [`GlobalAtomic`](DeviceEvent::GlobalAtomic) | before every `atom` and `red` on global memory, generic ones whose address is global at run time | [`MemAccessCtx`](egpu_ebpf::MemAccessCtx) |
 //!
-//! A guarded instruction (`@%p ld.global …`) runs its probe only when the guard holds. Loads and
-//! stores inside device functions (`.func`) are observed too, with the function's own name as
-//! the kernel id. Not observed: atomics and reductions on global memory (`atom`, `red`),
-//! asynchronous and bulk copies (`cp.async`, `cp.async.bulk`, tensor copies), `ldu`, texture and
-//! surface accesses, `prefetch`, and accesses whose address is a plain number.
+//! The context's `class` says which kind of instruction fired ([`MemAccessCtx::class`]), `size`
+//! the bytes it moves (at run time for a copy whose size is a register; the bytes `cp.async`
+//! reads, 0 when its `ignore-src` holds; 0 for a tensor copy, whose box is in its tensor map,
+//! and whose `addr` is the tensor map's), and `op` an atomic's or reduction's operation. A bulk
+//! or tensor copy fires once, in the thread that issues it.
+//!
+//! A guarded instruction (`@%p ld.global …`) runs its probe only when the guard holds. Accesses
+//! inside device functions (`.func`) are observed too, with the function's own name as the kernel
+//! id. Every instruction is judged by the PTX ISA's table ([`crate::ptx::memops`]):
+//! [`Injection::memory_instructions`] counts the global memory instructions of the module,
+//! [`Injection::observed`] those that fire an attach point, and [`Injection::unobserved`] lists
+//! the others with why: texture, surface, multimem and `wmma` accesses, opcodes the table does
+//! not know, and accesses whose address is a plain number. Hints that move
+//! no data (`prefetch`, `discard`, `applypriority`) are not global memory instructions.
+//!
+//! [`MemAccessCtx::class`]: egpu_ebpf::MemAccessCtx::class
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use egpu_ebpf::verifier::Verified;
 use egpu_ebpf::{AttachPoint, DeviceEvent, MapKind, kernel_id};
 
-use crate::ptx::{FunctionKind, PieceKind, PtxError, PtxInstruction, PtxModule};
+mod access;
+
+use access::{Observation, Observed, observe, wrap_access};
+
+use crate::ptx::{FunctionKind, MemClass, PieceKind, PtxError, PtxInstruction, PtxModule};
 use crate::translate::{
     Context, DeviceMap, Options, TranslateError, combines, lookups_and_removals, translate,
     warp_add,
@@ -69,8 +85,12 @@ pub struct Site {
     pub line: usize,
     /// The attach point.
     pub event: DeviceEvent,
-    /// Bytes accessed (loads and stores; 0 otherwise).
+    /// Bytes accessed, when known when instrumenting (0 for kernel entry and exit, and for
+    /// accesses whose size is known at run time only).
     pub size: u32,
+    /// The access's class ([`MemAccessCtx::class`](egpu_ebpf::MemAccessCtx::class); 0 for
+    /// kernel entry and exit).
+    pub class: u32,
     /// The access's index among the function's observed accesses (`MemAccessCtx::site`).
     pub index: u32,
 }
@@ -82,9 +102,34 @@ pub struct Injection {
     pub ptx: String,
     /// Where probes were injected, in order.
     pub sites: Vec<Site>,
-    /// Global (or generic) loads and stores of instrumented functions that are not observed
-    /// because their address or type could not be read (`size` is 0 when the type could not).
-    pub unobserved: Vec<Site>,
+    /// The global memory instructions of the module's functions, by the PTX ISA's table
+    /// ([`crate::ptx::memops`]): M in `observed N of M`.
+    pub memory_instructions: usize,
+    /// Those for which egpu fires an attach point, probes attached or not: N.
+    pub observed: usize,
+    /// The others, with why.
+    pub unobserved: Vec<Unobserved>,
+    /// Observed accesses that no attached probe covers (the probes attach to other events, or
+    /// to other kernels), in order.
+    pub uncovered: Vec<Site>,
+    /// Hints about global memory that move no data (`prefetch`, `discard`, `applypriority`),
+    /// which are not global memory instructions.
+    pub hints: usize,
+}
+
+/// A global memory instruction that egpu does not observe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unobserved {
+    /// The kernel or device function.
+    pub function: String,
+    /// The instruction's line.
+    pub line: usize,
+    /// Its opcode, with qualifiers.
+    pub opcode: String,
+    /// Its class.
+    pub class: MemClass,
+    /// Why it is not observed.
+    pub reason: &'static str,
 }
 
 /// Why a module could not be instrumented.
@@ -113,95 +158,6 @@ pub enum InjectError {
         /// Why.
         error: TranslateError,
     },
-}
-
-/// `text` without its `/* */` and `//` comments.
-fn strip_comments(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while !rest.is_empty() {
-        if let Some(r) = rest.strip_prefix("/*") {
-            rest = r.find("*/").map_or("", |end| &r[end + 2..]);
-        } else if rest.starts_with("//") {
-            rest = rest.find('\n').map_or("", |end| &rest[end..]);
-        } else {
-            let c = rest.chars().next().unwrap_or(' ');
-            out.push(c);
-            rest = &rest[c.len_utf8()..];
-        }
-    }
-    out
-}
-
-/// A PTX integer literal: decimal, hexadecimal (`0x`), octal (leading `0`) or binary (`0b`),
-/// with an optional `U` suffix and sign.
-fn parse_int(text: &str) -> Option<i64> {
-    let text = text.strip_prefix('+').unwrap_or(text);
-    let (negative, digits) = match text.strip_prefix('-') {
-        Some(rest) => (true, rest),
-        None => (false, text),
-    };
-    let digits = digits.strip_suffix(['U', 'u']).unwrap_or(digits);
-    let value = if let Some(hex) = digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")) {
-        u64::from_str_radix(hex, 16).ok()?
-    } else if let Some(bin) = digits.strip_prefix("0b").or_else(|| digits.strip_prefix("0B")) {
-        u64::from_str_radix(bin, 2).ok()?
-    } else if digits.len() > 1 && digits.starts_with('0') {
-        u64::from_str_radix(&digits[1..], 8).ok()?
-    } else {
-        digits.parse::<u64>().ok()?
-    };
-    let value = value as i64;
-    Some(if negative { value.wrapping_neg() } else { value })
-}
-
-/// The address operand of a load or store, as PTX that computes it into a 64-bit register.
-fn address_code(operand: &str, global: bool, into: &str) -> Option<String> {
-    let inner: String = strip_comments(operand.strip_prefix('[')?.strip_suffix(']')?)
-        .chars()
-        .filter(|c| !c.is_whitespace())
-        .collect();
-    let (base, offset) = match inner.find(['+', '-']).filter(|&i| i > 0) {
-        Some(i) => (&inner[..i], parse_int(&inner[i..])?),
-        None => (inner.as_str(), 0),
-    };
-    let ident = |s: &str| {
-        s.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || "_$%".contains(c))
-            && s.chars().all(|c| c.is_ascii_alphanumeric() || "_$%.".contains(c))
-    };
-    if !ident(base) {
-        return None;
-    }
-    if base.starts_with('%') {
-        return Some(format!("\tadd.s64 {into}, {base}, {offset};\n"));
-    }
-    // A variable: its address in its own state space, made generic.
-    if !global {
-        return None;
-    }
-    Some(format!(
-        "\tmov.u64 {into}, {base};\n\tcvta.global.u64 {into}, {into};\n\tadd.s64 {into}, {into}, {offset};\n"
-    ))
-}
-
-/// Bytes accessed by a load or store: its type's size times its vector width.
-fn access_size(insn: &PtxInstruction<'_>) -> Option<u32> {
-    let mut size = None;
-    let mut lanes = 1;
-    for q in insn.parts().skip(1) {
-        match q {
-            "v2" => lanes = 2,
-            "v4" => lanes = 4,
-            "v8" => lanes = 8,
-            "b8" | "u8" | "s8" => size = Some(1),
-            "b16" | "u16" | "s16" | "f16" | "bf16" => size = Some(2),
-            "b32" | "u32" | "s32" | "f32" | "f16x2" | "bf16x2" => size = Some(4),
-            "b64" | "u64" | "s64" | "f64" => size = Some(8),
-            "b128" => size = Some(16),
-            _ => {}
-        }
-    }
-    size.map(|s| s * lanes)
 }
 
 /// At a kernel's exit (the return at piece `piece`): the per-thread sum of combined atomic adds,
@@ -279,6 +235,52 @@ fn lookup_caches(selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)]) -> BTreeMa
     caches
 }
 
+/// The context of a probe at observed access `o`, whose address (and size) the probe's block
+/// computes into `addr` (and `size`).
+fn access_context(o: &Observed, kernel_id: u64, addr: &str, size: &str, site: u32) -> Context {
+    Context::Access {
+        kernel_id,
+        addr: addr.to_owned(),
+        size: o.size,
+        size_reg: o.size_code.as_ref().map(|_| size.to_owned()),
+        site,
+        is_store: o.is_store,
+        class: o.class,
+        op: o.op,
+        fetch: o.fetch,
+    }
+}
+
+/// Whether an operand names a predicate register: the names `.reg .pred` declares in the module,
+/// one by one (`%p, %q`) or as a range (`%p<8>`).
+fn predicates(module: &PtxModule) -> impl Fn(&str) -> bool + use<> {
+    let mut names: Vec<(String, bool)> = Vec::new();
+    for (i, piece) in module.pieces().iter().enumerate() {
+        let text = module.piece_text(i).trim();
+        if piece.kind != PieceKind::Statement || !text.starts_with(".reg") {
+            continue;
+        }
+        let mut words = text.trim_end_matches(';').split([' ', '\t', '\n', ',']);
+        if !words.any(|w| w == ".pred") {
+            continue;
+        }
+        for w in words.filter(|w| !w.is_empty()) {
+            match w.split_once('<') {
+                Some((prefix, _)) => names.push((prefix.to_owned(), true)),
+                None => names.push((w.to_owned(), false)),
+            }
+        }
+    }
+    move |operand: &str| {
+        let operand = operand.trim_start_matches('!');
+        names.iter().any(|(name, range)| match operand.strip_prefix(name.as_str()) {
+            Some("") => !range,
+            Some(digits) => *range && digits.chars().all(|c| c.is_ascii_digit()),
+            None => false,
+        })
+    }
+}
+
 /// Whether an instruction ends a path for good: `ret`, `exit`, or a jump, unguarded.
 fn ends_path(insn: &PtxInstruction<'_>) -> bool {
     insn.guard.is_none() && matches!(insn.base(), "ret" | "exit" | "bra" | "trap")
@@ -310,7 +312,9 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
     let mut sites = Vec::new();
     let mut serial = 0usize;
     let names = Names::new(ptx);
-    let mut unobserved = Vec::new();
+    let (mut unobserved, mut uncovered) = (Vec::new(), Vec::new());
+    let (mut memory_instructions, mut observed, mut hints) = (0, 0, 0);
+    let is_predicate = predicates(&module);
     for f in module.functions() {
         let mut index = 0u32;
         let id = kernel_id(&f.name);
@@ -390,6 +394,7 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
                     line: module.pieces()[open].line,
                     event: e,
                     size: 0,
+                    class: 0,
                     index: 0,
                 };
                 let body = emit(i, p, Context::Kernel { kernel_id: id }, site)?;
@@ -413,7 +418,14 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
          -> Result<(), InjectError> {
             for &(i, p, e) in &selected {
                 if e == DeviceEvent::KernelExit {
-                    let site = Site { function: f.name.clone(), line, event: e, size: 0, index: 0 };
+                    let site = Site {
+                        function: f.name.clone(),
+                        line,
+                        event: e,
+                        size: 0,
+                        class: 0,
+                        index: 0,
+                    };
                     code.push_str(&emit(i, p, Context::Kernel { kernel_id: id }, site)?);
                 }
             }
@@ -426,54 +438,61 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
             let (piece, insn) = (*piece, insn);
             let mut code = String::new();
             let is_return = insn.is_return() && entry;
-            let load = insn.is_global_load() || (insn.base() == "ld" && insn.is_generic_access());
-            let store = insn.is_global_store() || (insn.base() == "st" && insn.is_generic_access());
+            let observation = observe(insn, &is_predicate);
+            let observed = match observation {
+                Observation::None => None,
+                Observation::Hint => {
+                    hints += 1;
+                    None
+                }
+                Observation::Unobserved(class, reason) => {
+                    memory_instructions += 1;
+                    unobserved.push(Unobserved {
+                        function: f.name.clone(),
+                        line: insn.line,
+                        opcode: insn.opcode.to_owned(),
+                        class,
+                        reason,
+                    });
+                    None
+                }
+                Observation::Observed(o) => {
+                    memory_instructions += 1;
+                    observed += 1;
+                    Some(o)
+                }
+            };
             // Every observed access has its index, whatever probes are attached.
-            let access = (load || store)
-                .then(|| access_code(insn, &format!("%{}_addr{piece}", names.stem)))
-                .flatten();
             let this = index;
-            if access.is_some() {
+            if observed.is_some() {
                 index += 1;
-            } else if load || store {
-                unobserved.push(Site {
-                    function: f.name.clone(),
-                    line: insn.line,
-                    event: if store { DeviceEvent::GlobalStore } else { DeviceEvent::GlobalLoad },
-                    size: access_size(insn).unwrap_or(0),
-                    index: 0,
-                });
             }
             if is_return {
                 exit_code(&mut emit, &mut code, insn.line, piece)?;
             }
-            for &(i, p, e) in &selected {
-                let site = |size, index| Site {
+            if let Some(o) = &observed {
+                let site = |event| Site {
                     function: f.name.clone(),
                     line: insn.line,
-                    event: e,
-                    size,
-                    index,
+                    event,
+                    size: o.size,
+                    class: o.class,
+                    index: this,
                 };
-                let wanted = (e == DeviceEvent::GlobalLoad && load)
-                    || (e == DeviceEvent::GlobalStore && store);
-                if let (true, Some((addr_code, size, generic, addr))) = (wanted, &access) {
-                    let context = Context::Access {
-                        kernel_id: id,
-                        addr: format!("{addr}_{i}"),
-                        size: *size,
-                        site: this,
-                        is_store: store,
-                    };
-                    let body = emit(i, p, context, site(*size, this))?;
+                let mut covered = false;
+                for &(i, p, e) in &selected {
+                    if e != o.event {
+                        continue;
+                    }
+                    covered = true;
+                    let addr = format!("%{}_addr{piece}_{i}", names.stem);
+                    let size = format!("%{}_size{piece}_{i}", names.stem);
+                    let body = emit(i, p, access_context(o, id, &addr, &size, this), site(e))?;
                     let label = format!("${}_skip{piece}_{i}", names.stem);
-                    code.push_str(&wrap_access(
-                        &format!("{addr}_{i}"),
-                        addr_code,
-                        *generic,
-                        &body,
-                        &label,
-                    ));
+                    code.push_str(&wrap_access(o, &addr, &size, &body, &label));
+                }
+                if !covered {
+                    uncovered.push(site(o.event));
                 }
             }
             if code.is_empty() {
@@ -515,56 +534,5 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
             out.push_str(code);
         }
     }
-    Ok(Injection { ptx: out, sites, unobserved })
-}
-
-/// For a load or store: the code that computes its address into a fresh register, its size,
-/// whether it is generic (so global only at run time), and the register's name. `None` when the
-/// access cannot be observed (its address is a number, or a variable of a generic access).
-fn access_code(insn: &PtxInstruction<'_>, addr: &str) -> Option<(String, u32, bool, String)> {
-    let size = access_size(insn)?;
-    let operand = insn.operands.iter().find(|o| o.starts_with('['))?;
-    let generic = insn.is_generic_access();
-    address_code(operand, !generic, "{ADDR}").map(|code| (code, size, generic, addr.to_owned()))
-}
-
-/// A probe at an access: the address computed into its own register, and for a generic access a
-/// run-time check that it is global.
-fn wrap_access(addr: &str, addr_code: &str, generic: bool, body: &str, skip: &str) -> String {
-    let addr_code = addr_code.replace("{ADDR}", addr);
-    let mut s = format!("\t{{\n\t.reg .b64 {addr};\n{addr_code}");
-    if generic {
-        let p = format!("{addr}_global");
-        s.push_str(&format!(
-            "\t.reg .pred {p};\n\tisspacep.global {p}, {addr};\n\t@!{p} bra {skip};\n{body}{skip}:\n"
-        ));
-    } else {
-        s.push_str(body);
-    }
-    s.push_str("\t}\n");
-    s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn addresses() {
-        let code = |o: &str| address_code(o, true, "%a");
-        assert_eq!(code("[%rd1+8]").as_deref(), Some("\tadd.s64 %a, %rd1, 8;\n"));
-        assert_eq!(code("[ %rd1 + 0 ]").as_deref(), Some("\tadd.s64 %a, %rd1, 0;\n"));
-        assert_eq!(code("[%rd1+-16]").as_deref(), Some("\tadd.s64 %a, %rd1, -16;\n"));
-        assert_eq!(code("[%rd1-16]").as_deref(), Some("\tadd.s64 %a, %rd1, -16;\n"));
-        assert_eq!(code("[%rd1+0x10]").as_deref(), Some("\tadd.s64 %a, %rd1, 16;\n"));
-        assert_eq!(code("[%rd1+010]").as_deref(), Some("\tadd.s64 %a, %rd1, 8;\n"));
-        assert_eq!(code("[%rd1+8U]").as_deref(), Some("\tadd.s64 %a, %rd1, 8;\n"));
-        assert_eq!(code("[%rd1+0b1000]").as_deref(), Some("\tadd.s64 %a, %rd1, 8;\n"));
-        assert_eq!(code("[%rd1 /* base */ + 8]").as_deref(), Some("\tadd.s64 %a, %rd1, 8;\n"));
-        assert!(code("[table+4]").unwrap().contains("cvta.global.u64 %a, %a;"));
-        assert_eq!(address_code("[table]", false, "%a"), None);
-        assert_eq!(code("[4096]"), None);
-        assert_eq!(code("[%rd1+x]"), None);
-        assert_eq!(code("%rd1"), None);
-    }
+    Ok(Injection { ptx: out, sites, memory_instructions, observed, unobserved, uncovered, hints })
 }

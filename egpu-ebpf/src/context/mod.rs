@@ -55,7 +55,7 @@ pub const fn kernel_id(name: &str) -> u64 {
 
 /// The revision of the contexts' layout: 1 for the first layout, one more with every change that
 /// adds fields (see the module documentation). It is part of every host context's [`tag`](context_tag).
-pub const CONTEXT_REVISION: u32 = 2;
+pub const CONTEXT_REVISION: u32 = 3;
 
 /// The tag word of `event`'s host context: `0xEC` in the top byte, then [`CONTEXT_REVISION`] (16
 /// bits), then the event (8 bits: launch 1, memcpy 2, alloc 3, sync 4, module load 5).
@@ -125,12 +125,15 @@ pub enum DeviceEvent {
     GlobalLoad,
     /// Each global store ([`MemAccessCtx`]).
     GlobalStore,
+    /// Each atomic operation on global memory ([`MemAccessCtx`], of class
+    /// [`MemAccessCtx::ATOMIC`]).
+    GlobalAtomic,
 }
 
 impl AttachPoint {
     /// Every attach point of a CUDA event, in the order `egpu list` prints them: each host event's
     /// entry and exit, then the device events. (A user attach point takes its size: `user(N)`.)
-    pub const EVENTS: [AttachPoint; 14] = {
+    pub const EVENTS: [AttachPoint; 15] = {
         use AttachPoint::{Device, Host};
         use {DeviceEvent::*, HostEvent::*, Phase::*};
         [
@@ -148,6 +151,7 @@ impl AttachPoint {
             Device(KernelExit),
             Device(GlobalLoad),
             Device(GlobalStore),
+            Device(GlobalAtomic),
         ]
     };
 
@@ -163,9 +167,9 @@ impl AttachPoint {
             AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => {
                 &KernelCtx::TYPE
             }
-            AttachPoint::Device(DeviceEvent::GlobalLoad | DeviceEvent::GlobalStore) => {
-                &MemAccessCtx::TYPE
-            }
+            AttachPoint::Device(
+                DeviceEvent::GlobalLoad | DeviceEvent::GlobalStore | DeviceEvent::GlobalAtomic,
+            ) => &MemAccessCtx::TYPE,
             AttachPoint::User { .. } => return None,
         })
     }
@@ -229,9 +233,16 @@ impl AttachPoint {
             AttachPoint::Host(ModuleLoad, Exit) => "after a module load returns",
             AttachPoint::Device(KernelEntry) => "each thread entering an instrumented kernel",
             AttachPoint::Device(KernelExit) => "each thread leaving an instrumented kernel",
-            AttachPoint::Device(GlobalLoad) => "each thread's global load (ld.global, generic ld)",
+            AttachPoint::Device(GlobalLoad) => {
+                "each thread's read of global memory: ld, ldu (global or generic), cp.async, \
+                 cp.async.bulk and tensor copies to shared memory"
+            }
             AttachPoint::Device(GlobalStore) => {
-                "each thread's global store (st.global, generic st)"
+                "each thread's write of global memory: st (global or generic), cp.async.bulk \
+                 and tensor copies from shared memory, their reductions, tensor map writes"
+            }
+            AttachPoint::Device(GlobalAtomic) => {
+                "each thread's atomic on global memory: atom, red (global or generic)"
             }
             AttachPoint::User { .. } => "when the program that owns it runs it, on its buffer",
         }
@@ -271,6 +282,7 @@ impl fmt::Display for AttachPoint {
                 DeviceEvent::KernelExit => "device::kernel_exit",
                 DeviceEvent::GlobalLoad => "device::global_load",
                 DeviceEvent::GlobalStore => "device::global_store",
+                DeviceEvent::GlobalAtomic => "device::global_atomic",
             }),
             AttachPoint::User { ctx_size } => write!(f, "user({ctx_size} bytes)"),
         }
@@ -281,8 +293,8 @@ impl fmt::Display for AttachPoint {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
     "unknown attach point `{0}` (host::EVENT, or host::EVENT::exit, with EVENT launch, memcpy, \
-     alloc, sync or module_load; device::kernel_entry, kernel_exit, global_load or global_store; \
-     user(N))"
+     alloc, sync or module_load; device::kernel_entry, kernel_exit, global_load, global_store or \
+     global_atomic; user(N))"
 )]
 pub struct ParseAttachError(pub String);
 
@@ -324,6 +336,7 @@ impl std::str::FromStr for AttachPoint {
                 "kernel_exit" => DeviceEvent::KernelExit,
                 "global_load" => DeviceEvent::GlobalLoad,
                 "global_store" => DeviceEvent::GlobalStore,
+                "global_atomic" => DeviceEvent::GlobalAtomic,
                 _ => return Err(err()),
             }),
             _ => return Err(err()),
@@ -582,7 +595,8 @@ fields::contexts! {
 }
 
 fields::contexts! {
-    /// Context of a global load or store, one per thread and access.
+    /// Context of an access to global memory, one per thread and access: a load, a store or an
+    /// atomic, of a class ([`MemAccessCtx::class`]).
     pub struct MemAccessCtx {
         /// The address accessed.
         pub addr: u64,
@@ -602,17 +616,24 @@ fields::contexts! {
         pub lane: u32,
         /// Streaming multiprocessor (`%smid`).
         pub sm: u32,
-        /// 1 for a store, 0 for a load.
+        /// 1 when the access writes global memory (a store, a copy or reduction to global
+        /// memory, an atomic), 0 when it only reads it.
         pub is_store: u32,
         /// Which launch of the kernel the access is in (see [`KernelCtx::launch_id`]; 0 until
         /// launches fill it).
         pub launch_id: u64,
         /// The CUDA device ordinal (0 until launches fill it).
         pub device: u32,
-        /// The class of instruction that made the access: [`MemAccessCtx::LOAD_STORE`] (`ld`, `st`,
-        /// the only class observed today); further classes (asynchronous copies, atomics, …) take the
-        /// next numbers.
+        /// The class of instruction that made the access: [`MemAccessCtx::LOAD_STORE`],
+        /// [`MemAccessCtx::ATOMIC`], [`MemAccessCtx::ASYNC_COPY`], [`MemAccessCtx::BULK_COPY`],
+        /// [`MemAccessCtx::TENSOR_COPY`] or [`MemAccessCtx::TENSOR_MAP`].
         pub class: u32,
+        /// For an atomic or a reduction (`atom`, `red`, `cp.reduce.async.bulk`), the operation:
+        /// [`MemAccessCtx::OP_ADD`] and the next numbers; 0 otherwise.
+        pub op: u32,
+        /// 1 for an atomic that returns the old value (`atom`), 0 otherwise (`red`, and every
+        /// access that is not an atomic).
+        pub fetch: u32,
     }
 }
 
@@ -631,94 +652,80 @@ impl Default for MemAccessCtx {
 }
 
 impl MemAccessCtx {
-    /// An `ld` or `st` instruction.
+    /// `ld`, `ldu` or `st`: `size` bytes at `addr`.
     pub const LOAD_STORE: u32 = 0;
+    /// `atom` or `red` (at `device::global_atomic`): `size` bytes at `addr`, the operation in
+    /// `op`.
+    pub const ATOMIC: u32 = 1;
+    /// `cp.async` (at `device::global_load`): `size` bytes read at `addr` into shared memory,
+    /// the bytes the instruction reads (its `src-size` when it has one, 0 when `ignore-src`
+    /// holds), which may be fewer than it writes.
+    pub const ASYNC_COPY: u32 = 2;
+    /// `cp.async.bulk` between global and shared memory (at `device::global_load` or
+    /// `device::global_store`), and `cp.reduce.async.bulk` to global memory (a store with `op`):
+    /// `size` bytes at `addr`, for the one thread that issues it.
+    pub const BULK_COPY: u32 = 3;
+    /// `cp.async.bulk.tensor` and `cp.reduce.async.bulk.tensor` (the tensor memory accelerator):
+    /// `addr` is the tensor map's address, not the data's, and `size` is 0: the box is in the
+    /// tensor map, not in the instruction.
+    pub const TENSOR_COPY: u32 = 4;
+    /// A write of a tensor map in global memory (at `device::global_store`):
+    /// `tensormap.cp_fenceproxy` (the map, `size` bytes, copied from shared memory) or
+    /// `tensormap.replace.global` (one field of `size` bytes).
+    pub const TENSOR_MAP: u32 = 5;
+
+    /// `op`: add.
+    pub const OP_ADD: u32 = 1;
+    /// `op`: minimum.
+    pub const OP_MIN: u32 = 2;
+    /// `op`: maximum.
+    pub const OP_MAX: u32 = 3;
+    /// `op`: increment (wrapping at the operand).
+    pub const OP_INC: u32 = 4;
+    /// `op`: decrement (wrapping at the operand).
+    pub const OP_DEC: u32 = 5;
+    /// `op`: bitwise and.
+    pub const OP_AND: u32 = 6;
+    /// `op`: bitwise or.
+    pub const OP_OR: u32 = 7;
+    /// `op`: bitwise exclusive or.
+    pub const OP_XOR: u32 = 8;
+    /// `op`: exchange.
+    pub const OP_EXCH: u32 = 9;
+    /// `op`: compare and swap.
+    pub const OP_CAS: u32 = 10;
+
+    /// A class's name, for people: `load/store`, `atomic`, `async copy`, `bulk copy`,
+    /// `tensor copy`, `tensor map`; `unknown` for a number no class has.
+    pub const fn class_name(class: u32) -> &'static str {
+        match class {
+            Self::LOAD_STORE => "load/store",
+            Self::ATOMIC => "atomic",
+            Self::ASYNC_COPY => "async copy",
+            Self::BULK_COPY => "bulk copy",
+            Self::TENSOR_COPY => "tensor copy",
+            Self::TENSOR_MAP => "tensor map",
+            _ => "unknown",
+        }
+    }
+
+    /// The operation named by a PTX qualifier (`add`, `cas`, …), if it is one.
+    pub fn op_of(qualifier: &str) -> Option<u32> {
+        Some(match qualifier {
+            "add" => Self::OP_ADD,
+            "min" => Self::OP_MIN,
+            "max" => Self::OP_MAX,
+            "inc" => Self::OP_INC,
+            "dec" => Self::OP_DEC,
+            "and" => Self::OP_AND,
+            "or" => Self::OP_OR,
+            "xor" => Self::OP_XOR,
+            "exch" => Self::OP_EXCH,
+            "cas" => Self::OP_CAS,
+            _ => return None,
+        })
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::mem::{offset_of, size_of};
-
-    /// The layout is an ABI (see the module documentation): these offsets and sizes change only
-    /// by appending, with [`CONTEXT_REVISION`].
-    #[test]
-    fn the_layout_is_the_documented_abi() {
-        let sizes = [
-            ("LaunchCtx", size_of::<LaunchCtx>(), 88),
-            ("MemcpyCtx", size_of::<MemcpyCtx>(), 72),
-            ("AllocCtx", size_of::<AllocCtx>(), 56),
-            ("SyncCtx", size_of::<SyncCtx>(), 48),
-            ("ModuleLoadCtx", size_of::<ModuleLoadCtx>(), 56),
-            ("KernelCtx", size_of::<KernelCtx>(), 80),
-            ("MemAccessCtx", size_of::<MemAccessCtx>(), 80),
-        ];
-        for (name, size, want) in sizes {
-            assert_eq!(size, want, "{name}");
-            assert_eq!(size % 8, 0, "{name} is a whole number of words");
-        }
-        // A launch probe's hot fields are in the first cache line.
-        for end in [
-            offset_of!(LaunchCtx, kernel_id) + 8,
-            offset_of!(LaunchCtx, flags) + 4,
-            offset_of!(LaunchCtx, grid) + 12,
-            offset_of!(LaunchCtx, block) + 12,
-        ] {
-            assert!(end <= 64, "{end}");
-        }
-        assert_eq!(offset_of!(KernelCtx, launch_id), 72);
-        assert_eq!(offset_of!(MemAccessCtx, launch_id), 64);
-        assert_eq!(offset_of!(MemAccessCtx, class), 76);
-    }
-
-    #[test]
-    fn host_contexts_say_what_they_are() {
-        let tags = [
-            LaunchCtx::default().tag,
-            MemcpyCtx::default().tag,
-            AllocCtx::default().tag,
-            SyncCtx::default().tag,
-            ModuleLoadCtx::default().tag,
-        ];
-        let events = [
-            HostEvent::Launch,
-            HostEvent::Memcpy,
-            HostEvent::Alloc,
-            HostEvent::Sync,
-            HostEvent::ModuleLoad,
-        ];
-        for (tag, event) in tags.iter().zip(events) {
-            assert_eq!(*tag, context_tag(event));
-            assert_eq!(tag >> 24, 0xec);
-            assert_eq!(tag >> 8 & 0xffff, CONTEXT_REVISION);
-        }
-        let mut distinct = tags.to_vec();
-        distinct.dedup();
-        assert_eq!(distinct.len(), 5);
-        assert_eq!(LaunchCtx { tag: 0, ..Default::default() }, Zeroable::zeroed());
-    }
-
-    /// Item 5 of issue 18: the macro's spellings are the CLI's and the packs'.
-    #[test]
-    fn item5_attach_points_read_the_macros_spellings() {
-        let launch = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
-        assert_eq!("host::launch".parse(), Ok(launch));
-        assert_eq!("host::launch::enter".parse(), Ok(launch));
-        assert_eq!(
-            "host::module_load::exit".parse(),
-            Ok(AttachPoint::Host(HostEvent::ModuleLoad, Phase::Exit))
-        );
-        assert_eq!("user(16)".parse(), Ok(AttachPoint::User { ctx_size: 16 }));
-        for every in [
-            launch,
-            AttachPoint::Device(DeviceEvent::GlobalStore),
-            AttachPoint::User { ctx_size: 8 },
-        ] {
-            assert_eq!(every.to_string().parse(), Ok(every), "{every}");
-        }
-        for bad in ["host::nothing", "host::launch::during", "host", "device::launch", "user"] {
-            let err = bad.parse::<AttachPoint>().expect_err(bad);
-            assert!(err.to_string().contains(&format!("`{bad}`")), "{err}");
-        }
-    }
-}
+mod tests;

@@ -1,0 +1,86 @@
+//! The contexts' layout and spellings.
+
+use super::*;
+use std::mem::{offset_of, size_of};
+
+/// The layout is an ABI (see the module documentation): these offsets and sizes change only
+/// by appending, with [`CONTEXT_REVISION`].
+#[test]
+fn the_layout_is_the_documented_abi() {
+    let sizes = [
+        ("LaunchCtx", size_of::<LaunchCtx>(), 88),
+        ("MemcpyCtx", size_of::<MemcpyCtx>(), 72),
+        ("AllocCtx", size_of::<AllocCtx>(), 56),
+        ("SyncCtx", size_of::<SyncCtx>(), 48),
+        ("ModuleLoadCtx", size_of::<ModuleLoadCtx>(), 56),
+        ("KernelCtx", size_of::<KernelCtx>(), 80),
+        ("MemAccessCtx", size_of::<MemAccessCtx>(), 88),
+    ];
+    for (name, size, want) in sizes {
+        assert_eq!(size, want, "{name}");
+        assert_eq!(size % 8, 0, "{name} is a whole number of words");
+    }
+    // A launch probe's hot fields are in the first cache line.
+    for end in [
+        offset_of!(LaunchCtx, kernel_id) + 8,
+        offset_of!(LaunchCtx, flags) + 4,
+        offset_of!(LaunchCtx, grid) + 12,
+        offset_of!(LaunchCtx, block) + 12,
+    ] {
+        assert!(end <= 64, "{end}");
+    }
+    assert_eq!(offset_of!(KernelCtx, launch_id), 72);
+    assert_eq!(offset_of!(MemAccessCtx, launch_id), 64);
+    assert_eq!(offset_of!(MemAccessCtx, class), 76);
+    assert_eq!(offset_of!(MemAccessCtx, op), 80);
+    assert_eq!(offset_of!(MemAccessCtx, fetch), 84);
+}
+
+#[test]
+fn host_contexts_say_what_they_are() {
+    let tags = [
+        LaunchCtx::default().tag,
+        MemcpyCtx::default().tag,
+        AllocCtx::default().tag,
+        SyncCtx::default().tag,
+        ModuleLoadCtx::default().tag,
+    ];
+    let events = [
+        HostEvent::Launch,
+        HostEvent::Memcpy,
+        HostEvent::Alloc,
+        HostEvent::Sync,
+        HostEvent::ModuleLoad,
+    ];
+    for (tag, event) in tags.iter().zip(events) {
+        assert_eq!(*tag, context_tag(event));
+        assert_eq!(tag >> 24, 0xec);
+        assert_eq!(tag >> 8 & 0xffff, CONTEXT_REVISION);
+    }
+    let mut distinct = tags.to_vec();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 5);
+    assert_eq!(LaunchCtx { tag: 0, ..Default::default() }, Zeroable::zeroed());
+}
+
+/// Item 5 of issue 18: the macro's spellings are the CLI's and the packs'.
+#[test]
+fn item5_attach_points_read_the_macros_spellings() {
+    let launch = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
+    assert_eq!("host::launch".parse(), Ok(launch));
+    assert_eq!("host::launch::enter".parse(), Ok(launch));
+    assert_eq!(
+        "host::module_load::exit".parse(),
+        Ok(AttachPoint::Host(HostEvent::ModuleLoad, Phase::Exit))
+    );
+    assert_eq!("user(16)".parse(), Ok(AttachPoint::User { ctx_size: 16 }));
+    for every in
+        [launch, AttachPoint::Device(DeviceEvent::GlobalStore), AttachPoint::User { ctx_size: 8 }]
+    {
+        assert_eq!(every.to_string().parse(), Ok(every), "{every}");
+    }
+    for bad in ["host::nothing", "host::launch::during", "host", "device::launch", "user"] {
+        let err = bad.parse::<AttachPoint>().expect_err(bad);
+        assert!(err.to_string().contains(&format!("`{bad}`")), "{err}");
+    }
+}
