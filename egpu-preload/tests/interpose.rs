@@ -359,6 +359,8 @@ fn modules_are_instrumented_with_the_users_device_probes() {
         assert_ne!(loaded, saxpy);
         assert!(summary.contains("instrumented modules 1 not 0\n"), "{summary}");
         assert!(summary.contains("modules ptx 1 "), "the load is counted as PTX: {summary}");
+        // saxpy's two loads and its store, observed (`egpu inject` prints the same count).
+        assert!(summary.contains("observed 3 of 3 global memory instructions\n"), "{summary}");
     }
     // PTX egpu cannot instrument is loaded as it came, and the summary says why.
     let (stdout, loaded, summary) = load_module(&dir, &narrow, &[]);

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use egpu::device::cubin::{self, Extent};
-use egpu::device::inject::{DeviceProbe, Kernels, inject};
+use egpu::device::inject::{DeviceProbe, Injection, Kernels, inject};
 use egpu::device::translate::{DeviceMap, adds_only};
 use egpu::ebpf::verifier::Verified;
 use egpu::ebpf::{AttachPoint, MapKind};
@@ -88,6 +88,26 @@ static INSTRUMENTED: AtomicU64 = AtomicU64::new(0);
 static NOT_INSTRUMENTED: AtomicU64 = AtomicU64::new(0);
 /// Why modules were not instrumented: each distinct reason once.
 static REASONS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// Over the modules instrumented: their global memory instructions (M), those observed (N).
+static MEMORY_INSTRUCTIONS: AtomicU64 = AtomicU64::new(0);
+static OBSERVED: AtomicU64 = AtomicU64::new(0);
+/// The global memory instructions not observed, by opcode and why, with how many.
+static UNOBSERVED: Mutex<Vec<(String, &'static str, u64)>> = Mutex::new(Vec::new());
+
+/// Adds an instrumented module's coverage to the summary's.
+fn count_coverage(injection: &Injection) {
+    MEMORY_INSTRUCTIONS.fetch_add(injection.memory_instructions as u64, Ordering::Relaxed);
+    OBSERVED.fetch_add(injection.observed as u64, Ordering::Relaxed);
+    let mut unobserved = UNOBSERVED.lock().unwrap_or_else(|p| p.into_inner());
+    for u in &injection.unobserved {
+        let same = unobserved.iter().position(|(op, why, _)| *op == u.opcode && *why == u.reason);
+        match same {
+            Some(i) => unobserved[i].2 += 1,
+            None if unobserved.len() < 32 => unobserved.push((u.opcode.clone(), u.reason, 1)),
+            None => {}
+        }
+    }
+}
 
 pub(crate) fn refused(reason: String) {
     NOT_INSTRUMENTED.fetch_add(1, Ordering::Relaxed);
@@ -196,6 +216,9 @@ impl UserProbes {
         if crate::log_enabled("modules") {
             dump(ptx, injected.as_ref().ok().map(|i| i.ptx.as_str()));
         }
+        if let Ok(injection) = &injected {
+            count_coverage(injection);
+        }
         match injected {
             Ok(injection) => match CString::new(injection.ptx) {
                 Ok(text) => Some(text),
@@ -302,6 +325,14 @@ pub(crate) fn summary(user: &UserProbes, names: &builtin::Builtin) -> String {
     );
     for reason in REASONS.lock().unwrap_or_else(|p| p.into_inner()).iter() {
         text.push_str(&format!("not instrumented: {reason}\n"));
+    }
+    text.push_str(&format!(
+        "observed {} of {} global memory instructions\n",
+        OBSERVED.load(Ordering::Relaxed),
+        MEMORY_INSTRUCTIONS.load(Ordering::Relaxed)
+    ));
+    for (opcode, why, n) in UNOBSERVED.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        text.push_str(&format!("not observed: {n} `{opcode}`: {why}\n"));
     }
     text.push_str(&parts::summary());
     text.push_str(&names.render_maps(&user.maps));
