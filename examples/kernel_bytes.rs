@@ -1,7 +1,9 @@
 //! The probe pack of the zero-code benchmark (`egpu-preload/tests/programs/bench_preload.py`,
-//! the GPU bundle's `bench` set): five probes that count, per kernel, the threads that start and
-//! end, the bytes they load and store, and the threads the host launches. Built as a shared
-//! library, it exports its probes as a pack (`egpu::export_probes!`) for the preloaded library.
+//! the GPU bundle's `bench` set): six probes that count, per kernel, the threads that start and
+//! end, the bytes they read and write in global memory, by class of instruction, the atomics,
+//! and the threads the host launches. Built as a shared library, it exports its probes as a pack
+//! (`egpu::export_probes!`) for the preloaded library. Its twin without work,
+//! `examples/empty_probes.rs`, measures what the instrumentation costs by itself.
 //!
 //! ```text
 //! cargo build --release -p egpu --example kernel_bytes
@@ -10,11 +12,27 @@
 //!
 //! Every map is a `HashMap<u64, u64>` keyed by the kernel id (the FNV-1a hash of the kernel's
 //! name, the same on the host and in the kernels), so the summary and `egpu maps PID` print one
-//! line per kernel and map: `map LOADED add_kernel 738197504`. What the device probes see is
-//! what egpu observes today: every thread's entry and exit, and every `ld`/`st` to global
-//! memory a thread executes (a masked-off lane executes none), with its size in bytes (a
-//! vector access counts all its bytes); atomics and asynchronous copies (`cp.async`) are not
-//! observed.
+//! line per kernel and map: `map LOADED add_kernel 738197504`. The device probes fire at every
+//! instruction that touches global memory, once per thread that executes it (a masked-off lane
+//! or a false guard executes none), with the bytes it moves ([`MemAccessCtx::size`]) and its
+//! class ([`MemAccessCtx::class`]):
+//!
+//! - `LOADED`: bytes read, every class: `ld`/`ldu` (a vector access counts all its bytes),
+//!   `cp.async` (the bytes it reads: 0 for a copy whose `src-size` is 0, as Triton's pipeline
+//!   stages past the loop's end) and `cp.async.bulk` into shared memory; `ASYNC`: those of
+//!   `cp.async` alone. The bytes of `ld` are `LOADED` less `ASYNC` and the bulk copies': no map
+//!   of their own, so that an `ld`, the commonest access, costs one map update.
+//! - `STORED`: bytes written, every class: `st`, bulk copies to global memory and tensor map
+//!   writes (`tensormap.cp_fenceproxy`, 128 bytes each).
+//! - `TENSOR_LOADS`, `TENSOR_STORES`: tensor memory accelerator (TMA) copies,
+//!   `cp.async.bulk.tensor`, counted (one per copy, in the thread that issues it): their bytes
+//!   are in their tensor map, not in the instruction, so their `size` is 0 and they add nothing
+//!   to `LOADED` or `STORED`.
+//! - `ATOMIC`, `ATOMICS`: the bytes of the operands of `atom` and `red` on global memory
+//!   (`device::global_atomic`), and how many there were.
+//!
+//! A probe branches on the class, a constant at each site, so each site runs only its class's
+//! updates.
 
 use egpu::ebpf::{KernelCtx, LaunchCtx, MemAccessCtx};
 use egpu::maps::HashMap;
@@ -23,10 +41,20 @@ use egpu::maps::HashMap;
 static ENTERED: HashMap<u64, u64> = HashMap::with_capacity(1024);
 /// Threads that reached an exit of the kernel, per kernel.
 static EXITED: HashMap<u64, u64> = HashMap::with_capacity(1024);
-/// Bytes read from global memory by `ld` instructions, per kernel.
+/// Bytes read from global memory, every class (`ld`, `cp.async`, bulk copies), per kernel.
 static LOADED: HashMap<u64, u64> = HashMap::with_capacity(1024);
-/// Bytes written to global memory by `st` instructions, per kernel.
+/// Bytes written to global memory, every class (`st`, bulk copies, tensor maps), per kernel.
 static STORED: HashMap<u64, u64> = HashMap::with_capacity(1024);
+/// Bytes read by `cp.async` (class `ASYNC_COPY`), per kernel.
+static ASYNC: HashMap<u64, u64> = HashMap::with_capacity(1024);
+/// Tensor copies from global memory (`cp.async.bulk.tensor` loads), per kernel.
+static TENSOR_LOADS: HashMap<u64, u64> = HashMap::with_capacity(1024);
+/// Tensor copies to global memory (`cp.async.bulk.tensor` stores and reductions), per kernel.
+static TENSOR_STORES: HashMap<u64, u64> = HashMap::with_capacity(1024);
+/// Bytes of the operands of atomics on global memory (`atom`, `red`), per kernel.
+static ATOMIC: HashMap<u64, u64> = HashMap::with_capacity(1024);
+/// Atomics on global memory, per kernel.
+static ATOMICS: HashMap<u64, u64> = HashMap::with_capacity(1024);
 /// Threads launched (grid × block), per kernel, counted on the host.
 static LAUNCHED: HashMap<u64, u64> = HashMap::with_capacity(1024);
 
@@ -42,16 +70,34 @@ fn exited(ctx: &KernelCtx) {
     EXITED.fetch_add(&ctx.kernel_id, 1);
 }
 
-/// Runs before every global load a thread executes.
+/// Runs before every read of global memory a thread executes.
 #[egpu::probe(device::global_load)]
 fn loaded(ctx: &MemAccessCtx) {
-    LOADED.fetch_add(&ctx.kernel_id, ctx.size as u64);
+    if ctx.class == MemAccessCtx::TENSOR_COPY {
+        TENSOR_LOADS.fetch_add(&ctx.kernel_id, 1);
+    } else {
+        LOADED.fetch_add(&ctx.kernel_id, ctx.size as u64);
+        if ctx.class == MemAccessCtx::ASYNC_COPY {
+            ASYNC.fetch_add(&ctx.kernel_id, ctx.size as u64);
+        }
+    }
 }
 
-/// Runs before every global store a thread executes.
+/// Runs before every write of global memory a thread executes (atomics aside).
 #[egpu::probe(device::global_store)]
 fn stored(ctx: &MemAccessCtx) {
-    STORED.fetch_add(&ctx.kernel_id, ctx.size as u64);
+    if ctx.class == MemAccessCtx::TENSOR_COPY {
+        TENSOR_STORES.fetch_add(&ctx.kernel_id, 1);
+    } else {
+        STORED.fetch_add(&ctx.kernel_id, ctx.size as u64);
+    }
+}
+
+/// Runs before every atomic on global memory a thread executes.
+#[egpu::probe(device::global_atomic)]
+fn atomic(ctx: &MemAccessCtx) {
+    ATOMIC.fetch_add(&ctx.kernel_id, ctx.size as u64);
+    ATOMICS.fetch_add(&ctx.kernel_id, 1);
 }
 
 /// Runs at every kernel launch the program makes.
@@ -62,4 +108,4 @@ fn launched(ctx: &LaunchCtx) {
     LAUNCHED.fetch_add(&ctx.kernel_id, threads);
 }
 
-egpu::export_probes!(entered, exited, loaded, stored, launched);
+egpu::export_probes!(entered, exited, loaded, stored, atomic, launched);
