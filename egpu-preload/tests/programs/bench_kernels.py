@@ -1,6 +1,7 @@
-"""Five Triton kernels and a saxpy, timed, with what each launch does: the program that the
+"""Six Triton kernels and a saxpy, timed, with what each launch does: the program that the
 zero-code benchmark (bench_preload.py, the GPU bundle's `bench` set) runs bare and under
-`egpu run --probes libkernel_bytes.so` (examples/kernel_bytes.rs).
+`egpu run --probes` with the packs libkernel_bytes.so (examples/kernel_bytes.rs) and
+libempty_probes.so (examples/empty_probes.rs).
 
     python3 bench_kernels.py [--launches 20] [--only add,softmax,...]
     python3 bench_kernels.py --latency [--repeats 20]     (under `egpu run --probes`)
@@ -13,23 +14,35 @@ compared for identical results. One line per kernel:
 
     kernel add name add_kernel id 0x... ms 0.0291 launches 21 grid 4096 num_warps 4
         threads_per_launch 524288 bytes_loaded_per_launch 33554432
-        bytes_stored_per_launch 16777216 sum 4194304.5 hash 9f... check ok
+        bytes_stored_per_launch 16777216 bytes_async_per_launch 0 tensor_loads_per_launch 0
+        tensor_stores_per_launch 0 atomic_bytes_per_launch 0 atomics_per_launch 0
+        sum 4194304.5 hash 9f... check ok
 
 (on one line). `launches` counts every launch, the warm-up included: the probes' totals are
-`launches` times the per-launch figures. The per-launch figures are what the kernel's threads
-do, from its grid, `num_warps` and shapes: threads = grid × num_warps × 32; bytes are those of
-the `ld.global`/`st.global` its threads execute (a vectorised access counts all its bytes; a
-masked-off lane loads nothing, and every shape here is a multiple of its block, so no lane is
-masked off). That holds when every element of a block is held by exactly one thread, i.e. a
+`launches` times the per-launch figures, one per map of the kernel_bytes pack. They are what
+the kernel's threads do, from its grid, `num_warps` and shapes: threads = grid × num_warps ×
+32; bytes loaded and stored are those of every instruction that reads or writes global memory
+(`ld.global`/`st.global`, a vectorised access counting all its bytes, and `cp.async`), bytes
+async those of `cp.async` alone, tensor loads and stores the TMA copies (`cp.async.bulk.tensor`,
+counted: their bytes are 0 to the probes), atomic bytes and atomics those of `atom`/`red`. A
+masked-off lane moves nothing, and every shape here is a multiple of its block, so no lane is
+masked off. That holds when every element of a block is held by exactly one thread, i.e. a
 block has at least as many elements as threads (Triton replicates smaller tensors across
 threads, and each copy loads); the program checks it, and prints `-` for a figure it cannot
-know. Two kernels make accesses egpu does not observe today, printed beside their figures:
-- matmul: Triton 3.6 reads the tiles with `cp.async` into shared memory for sm_90 (its PTX has
-  no `ld.global`), so the bytes loaded are 0, with `bytes_loaded_if_ld_per_launch` (the
-  tiles' bytes, were they read with `ld.global`); its eight `st.global.v4` per thread store
-  the output tile once.
-- histogram: `tl.atomic_add` becomes `atom.global`, so the bytes stored are 0, with
-  `atomic_bytes_per_launch` beside them.
+know. By kernel:
+- matmul: Triton 3.6 reads the tiles with `cp.async.cg` (16 bytes, `src-size` 16 or 0) into
+  shared memory for sm_90 (its PTX has no `ld.global`): bytes loaded = bytes async = the tiles'
+  bytes, each program's BLOCK_M × K of A and K × BLOCK_N of B once (the copies of pipeline
+  stages past the K loop's end read 0 bytes; K is a multiple of BLOCK_K, so every other copy
+  reads all 16); its `st.global.v4` store the output tile once.
+- matmul_tma: the same product with host-side tensor descriptors
+  (`triton.tools.tensor_descriptor.TensorDescriptor`): the tiles are read and C written by TMA
+  copies, one thread each. A box is at most 128 bytes wide (the 128-byte swizzle of the shared
+  tiles), so Triton splits a tile whose rows are wider into boxes of 128 bytes, one copy each
+  (see tests/ptx/triton/triton_matmul_tma_host.ptx: 1 copy per K step for A's 128 × 64 fp16
+  tile, 2 for B's 64 × 128, 4 stores for an fp32 128 × 128 C). Here, per program: K / BLOCK_K
+  steps of 1 + 2 loads, and 2 stores of its fp16 C tile.
+- histogram: `tl.atomic_add` becomes `atom.global`/`red.global` of 4 bytes per element.
 (Checked without a GPU: Triton 3.6 compiled every kernel here for sm_90a, and the PTX's
 `ld.global`/`st.global`, all `.v4.b32` under the mask's predicate, add up to these figures.)
 
@@ -244,6 +257,20 @@ def define_kernels():
                  mask=(cm[:, None] < M) & (cn[None, :] < N))
 
     @triton.jit
+    def matmul_tma_kernel(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        # Host-side tensor descriptors (TensorDescriptor), passed as kernel parameters.
+        pid = tl.program_id(0)
+        tiles_n = tl.cdiv(N, BLOCK_N)
+        off_m = (pid // tiles_n) * BLOCK_M
+        off_n = (pid % tiles_n) * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(0, tl.cdiv(K, BLOCK_K)):
+            acc = tl.dot(a_desc.load([off_m, k * BLOCK_K]), b_desc.load([k * BLOCK_K, off_n]),
+                         acc)
+        c_desc.store([off_m, off_n], acc.to(tl.float16))
+
+    @triton.jit
     def histogram_kernel(x_ptr, bins_ptr, n, NBINS: tl.constexpr, BLOCK: tl.constexpr):
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < n
@@ -260,19 +287,36 @@ def define_kernels():
         tl.store(out_ptr + offs, a * x + y, mask=mask)
 
     return dict(add=add_kernel, softmax=softmax_kernel, layernorm=layernorm_kernel,
-                matmul=matmul_kernel, histogram=histogram_kernel, saxpy=saxpy_kernel)
+                matmul=matmul_kernel, matmul_tma=matmul_tma_kernel, histogram=histogram_kernel,
+                saxpy=saxpy_kernel)
+
+
+# The per-launch figures of a kernel line, in its order: each is what a map of the kernel_bytes
+# pack counts in one launch (bench_preload.py pairs them).
+FIGURES = ("bytes_loaded_per_launch", "bytes_stored_per_launch", "bytes_async_per_launch",
+           "tensor_loads_per_launch", "tensor_stores_per_launch", "atomic_bytes_per_launch",
+           "atomics_per_launch")
+# Figures counted per thread that executes an instruction: unknown (`-`) where Triton
+# replicates a block across threads. TMA copies are issued by one thread, whatever the layout.
+PER_THREAD = set(FIGURES) - {"tensor_loads_per_launch", "tensor_stores_per_launch"}
 
 
 class Case:
     """One kernel's benchmark: `launch()` launches it once and returns Triton's compiled
     kernel; `grid` is the number of programs; `block_elems` the elements of the smallest tensor
     one program loads or stores (for the no-replication check); `loaded`/`stored` the bytes of
-    one launch's `ld.global`/`st.global`, with `extra` figures printed beside them; `out` the output tensor; `check(launches)` compares it with PyTorch."""
+    one launch's reads and writes of global memory, every class; `figures` the other figures of
+    FIGURES that are not 0; `out` the output tensor; `check(launches)` compares it with
+    PyTorch."""
 
-    def __init__(self, name, launch, grid, block_elems, loaded, stored, out, check, extra=()):
+    def __init__(self, name, launch, grid, block_elems, loaded, stored, out, check, **figures):
         self.name, self.launch, self.grid, self.block_elems = name, launch, grid, block_elems
-        self.loaded, self.stored, self.out, self.check = loaded, stored, out, check
-        self.extra = list(extra)
+        self.out, self.check = out, check
+        unknown = set(figures) - set(FIGURES)
+        assert not unknown, unknown
+        self.figures = {f: 0 for f in FIGURES}
+        self.figures.update(figures, bytes_loaded_per_launch=loaded,
+                            bytes_stored_per_launch=stored)
 
 
 WARPS = 4  # num_warps of every kernel but the matmul
@@ -316,16 +360,45 @@ def matmul_case(torch, k, rand):
     b = (rand(kk, n) * 2 - 1).half()
     out = torch.empty(m, n, device="cuda", dtype=torch.float16)
     grid = (m // bm) * (n // bn)
-    # Were the tiles read with ld.global: each program reads BLOCK_M × K of A and K × BLOCK_N
-    # of B, 2 bytes an element.
+    # Read by cp.async: each program reads BLOCK_M × K of A and K × BLOCK_N of B, 2 bytes an
+    # element (K is a multiple of BLOCK_K: no step is masked; the stages past the end read 0).
     tiles = grid * (bm * kk + kk * bn) * 2
     launch = lambda: k[(grid,)](
         a, b, out, m, n, kk, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
         out.stride(0), out.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group,
         num_warps=8, num_stages=3)
     check = lambda _: torch.allclose(out.float(), a.float() @ b.float(), rtol=1e-2, atol=5e-2)
-    return Case("matmul", launch, grid, min(bm * bk, bk * bn), 0, 2 * m * n, out, check,
-                extra=[("bytes_loaded_if_ld_per_launch", tiles)])
+    return Case("matmul", launch, grid, min(bm * bk, bk * bn), tiles, 2 * m * n, out, check,
+                bytes_async_per_launch=tiles)
+
+
+TMA_BOX_BYTES = 128  # the widest row of a TMA box: the shared tiles' 128-byte swizzle
+
+
+def tma_boxes(rows, cols, elem_bytes):
+    """The TMA copies Triton makes of a rows × cols tile: one per 128 bytes of its rows (a box
+    is also at most 256 rows)."""
+    return -(-cols * elem_bytes // TMA_BOX_BYTES) * -(-rows // 256)
+
+
+def matmul_tma_case(torch, k, rand):
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    m = n = kk = 1024
+    bm, bn, bk = 128, 128, 64
+    a = (rand(m, kk) * 2 - 1).half()
+    b = (rand(kk, n) * 2 - 1).half()
+    out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+    descs = (TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
+             TensorDescriptor.from_tensor(out, [bm, bn]))
+    grid = (m // bm) * (n // bn)
+    # Per program, K / BLOCK_K steps of A's and B's boxes, then C's once (fp16: 2 bytes).
+    loads = grid * (kk // bk) * (tma_boxes(bm, bk, 2) + tma_boxes(bk, bn, 2))
+    stores = grid * tma_boxes(bm, bn, 2)
+    launch = lambda: k[(grid,)](*descs, m, n, kk, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                                num_warps=4, num_stages=3)
+    check = lambda _: torch.allclose(out.float(), a.float() @ b.float(), rtol=1e-2, atol=5e-2)
+    return Case("matmul_tma", launch, grid, bm * bn, 0, 0, out, check,
+                tensor_loads_per_launch=loads, tensor_stores_per_launch=stores)
 
 
 def histogram_case(torch, k, rand):
@@ -339,7 +412,7 @@ def histogram_case(torch, k, rand):
                                                       num_warps=WARPS),
                 n // block, block, 4 * n, 0, bins,
                 lambda launches: torch.equal(bins, ref * launches),
-                extra=[("atomic_bytes_per_launch", 4 * n)])
+                atomic_bytes_per_launch=4 * n, atomics_per_launch=n)
 
 
 def saxpy_case(torch, k, rand):
@@ -353,7 +426,7 @@ def saxpy_case(torch, k, rand):
 
 
 CASES = dict(add=add_case, softmax=softmax_case, layernorm=layernorm_case, matmul=matmul_case,
-             histogram=histogram_case, saxpy=saxpy_case)
+             matmul_tma=matmul_tma_case, histogram=histogram_case, saxpy=saxpy_case)
 
 
 def make_cases(torch, kernels, only):
@@ -430,18 +503,29 @@ def time_one(torch, case, timed):
     # A block with fewer elements than threads is replicated across them, and every copy
     # loads: the byte counts would not be the tensors' bytes.
     exact = case.block_elems >= warps * 32
-    loaded = case.loaded if exact else None
-    stored = case.stored if exact else None
+    figures = "".join(f" {f} {fmt(v if exact or f not in PER_THREAD else None)}"
+                      for f, v in case.figures.items())
     ok = bool(case.check(launches))
     total, digest = checksum(torch, case.out)
     name = kernel_name(compiled, case.name + "_kernel")
-    extra = "".join(f" {k} {v}" for k, v in case.extra)
     print(f"kernel {case.name} name {name} id {kernel_id(name):#018x} ms {ms:.4f} "
           f"launches {launches} grid {case.grid} num_warps {warps} "
-          f"threads_per_launch {threads} bytes_loaded_per_launch {fmt(loaded)} "
-          f"bytes_stored_per_launch {fmt(stored)}{extra} sum {total!r} hash {digest} "
-          f"check {'ok' if ok else 'WRONG'}", flush=True)
+          f"threads_per_launch {threads}{figures}{tma_blocks(compiled)} sum {total!r} "
+          f"hash {digest} check {'ok' if ok else 'WRONG'}", flush=True)
     return ok
+
+
+def tma_blocks(compiled):
+    """` tma_blocks 128x64,64x64,...`: the boxes of the kernel's host-side tensor descriptors
+    as Triton's metadata records them (what its TMA copies move), or '' when it has none; for
+    reading beside the TMA counts."""
+    try:
+        metas = compiled.metadata.tensordesc_meta or []
+        blocks = [meta["block_size"] if isinstance(meta, dict) else meta.block_size
+                  for meta in metas]
+    except (AttributeError, KeyError, TypeError):
+        return ""
+    return " tma_blocks " + ",".join("x".join(str(d) for d in b) for b in blocks) if blocks else ""
 
 
 def wait_for_map(path, seconds):
@@ -553,6 +637,12 @@ def self_test():
     assert m.get(kernel_id("add_kernel").to_bytes(8, "little")) == 10
     assert m.get((4).to_bytes(8, "little")) == 0
     assert m.merged_ns() == 1234
+    # The TMA copies of tests/ptx/triton/triton_matmul_tma_host.ptx (Triton 3.6): A's 128 × 64
+    # fp16 tile in 1, B's 64 × 128 in 2 (issued by warps 0 and 1), C's 128 × 128 fp32 in 4.
+    assert (tma_boxes(128, 64, 2), tma_boxes(64, 128, 2), tma_boxes(128, 128, 4)) == (1, 2, 4)
+    case = Case("h", None, 4, 1024, 8, 0, None, None, atomics_per_launch=2)
+    assert list(case.figures) == list(FIGURES) and case.figures["bytes_loaded_per_launch"] == 8
+    assert case.figures["atomics_per_launch"] == 2 and case.figures["tensor_loads_per_launch"] == 0
     print("bench_kernels self-test: ok")
     return 0
 
@@ -592,7 +682,7 @@ def fake_map(entries, shards=1, capacity=16):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--launches", type=int, default=20, help="timed launches per kernel")
-    ap.add_argument("--only", default="", help="comma-separated kernels (default: all six)")
+    ap.add_argument("--only", default="", help="comma-separated kernels (default: all seven)")
     ap.add_argument("--latency", action="store_true", help="the latency mode (under egpu)")
     ap.add_argument("--repeats", type=int, default=20, help="latency samples per mode")
     ap.add_argument("--timeout", type=float, default=5.0, help="latency: seconds to wait")

@@ -1,20 +1,26 @@
 """The zero-code benchmark (issue 17): unmodified programs, bare and under `egpu run`, with the
-probe pack of examples/kernel_bytes.rs. Run on the GPU machine by target/gpu-bundle/run.sh for
-the `bench` set (see scripts/gpu-bundle); it needs PyTorch and Triton there.
+probe packs of examples/kernel_bytes.rs and examples/empty_probes.rs. Run on the GPU machine by
+target/gpu-bundle/run.sh for the `bench` set (see scripts/gpu-bundle); it needs PyTorch and
+Triton there.
 
     python3 bench_preload.py --egpu PATH/TO/egpu --pack PATH/TO/libkernel_bytes.so --work DIR
+        [--empty-pack PATH/TO/libempty_probes.so (default: beside --pack; '' for none)]
         [--rounds 3] [--train-rounds 12] [--train-steps 600] [--train-block 50]
         [--train-warmup 200] [--budget 540] [--skip-kernels] [--skip-latency] [--skip-train]
     python3 bench_preload.py --self-test [--pack PATH/TO/libkernel_bytes.so]
     python3 bench_preload.py --fake --work DIR [--train-rounds 4 ...]   (no GPU, see below)
 
-1. Kernels: bench_kernels.py (five Triton kernels and a saxpy of 2^28 floats, 20 timed
-   launches each after a warm-up) bare and under `egpu run --probes PACK --summary ...`, in
-   interleaved rounds. Prints a table of the median time per launch bare and under egpu, their
-   ratio and the target (<= 1.3x; saxpy on a line of its own); whether every run computed the
-   same results (float64 sums and hashes of the outputs, and each run's own check against
-   PyTorch); and the counts of each map of the summaries (`map NAME KERNEL VALUE`) against the
-   expected ones, launches x the per-launch figures the program prints, marked exact or not.
+1. Kernels: bench_kernels.py (six Triton kernels, a cp.async and a TMA matmul among them, and a
+   saxpy of 2^28 floats, 20 timed launches each after a warm-up) bare, under `egpu run --probes
+   EMPTY_PACK` (probes at every global memory instruction that do nothing: what the
+   instrumentation costs by itself) and under `egpu run --probes PACK --summary ...`, in
+   interleaved rounds (the order rotated each round). Prints a table of the median time per
+   launch of each, the probed ones' ratios to bare and their targets (empty probes <= 1.05x for
+   the matmuls, kernel_bytes <= 1.3x; saxpy on a line of its own); whether every run computed
+   the same results (float64 sums and hashes of the outputs, and each run's own check against
+   PyTorch); and the counts of each map of the kernel_bytes summaries (`map NAME KERNEL VALUE`:
+   threads, bytes loaded and stored, cp.async bytes, TMA copies, atomics) against the expected
+   ones, launches x the per-launch figures the program prints, marked exact or not.
 2. Latency: bench_kernels.py --latency under egpu: from a kernel's end to its count showing in
    the shared-memory map, after `torch.cuda.synchronize()` and after an event's `query()`.
 3. Training: bench_train.py (an eager PyTorch MLP, launch-bound) bare, under `egpu run` and
@@ -47,10 +53,8 @@ import collections
 import ctypes
 import glob
 import json
-import math
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -61,23 +65,29 @@ sys.dont_write_bytecode = True  # no __pycache__ in the working tree
 import bench_kernels  # noqa: E402 (the map reader and the kernel ids, shared)
 import bench_train  # noqa: E402 (its self-test)
 from bench_fake import setup_fake  # noqa: E402
+from bench_stats import (TRAIN_TARGET, judge, median, median_interval,  # noqa: E402
+                         rotated, run_rate, train_self_test, train_table)
 
-KERNEL_TARGET = 1.3
-TRAIN_TARGET = 0.99
-MAPS = ("ENTERED", "EXITED", "LOADED", "STORED", "LAUNCHED")
-# Which per-launch figure each map counts, times the launches.
+# Targets of a kernel's time per launch over bare's: under kernel_bytes, and under the empty
+# probes for the matmuls (the kernels with the most global memory instructions per byte).
+KERNEL_TARGET, EMPTY_TARGET = 1.3, 1.05
+MATMULS = ("matmul", "matmul_tma")
+# The kernel rounds' variants, and how the tables name them; "egpu" runs the kernel_bytes pack.
+MODES = {"bare": "bare", "empty": "empty probes", "egpu": "kernel_bytes"}
+# The maps of the kernel_bytes pack, and which per-launch figure of bench_kernels.py each one
+# counts, times the launches.
 PER_LAUNCH = {"ENTERED": "threads_per_launch", "EXITED": "threads_per_launch",
               "LOADED": "bytes_loaded_per_launch", "STORED": "bytes_stored_per_launch",
+              "ASYNC": "bytes_async_per_launch", "TENSOR_LOADS": "tensor_loads_per_launch",
+              "TENSOR_STORES": "tensor_stores_per_launch",
+              "ATOMIC": "atomic_bytes_per_launch", "ATOMICS": "atomics_per_launch",
               "LAUNCHED": "threads_per_launch"}
-PACK_PROBES = 5
+MAPS = tuple(PER_LAUNCH)
+# The probes each pack exports.
+PROBES = {"empty": 3, "egpu": 6}
 # Seconds kept for the latency and training sections when the kernel rounds run long (a
 # training run takes 8 to 12 s on the H200, most of it PyTorch's start: 36 runs for 12 rounds).
 LATENCY_RESERVE, TRAIN_RESERVE = 45, 300
-# Figures bench_kernels.py prints beside a `-` or a 0 that egpu cannot observe today: the map
-# they concern, and how the table says it.
-NOTES = {"bytes_loaded_if_ld_per_launch": ("LOADED", "cp.async, not observed today: "
-                                                     "{} a launch if read by ld"),
-         "atomic_bytes_per_launch": ("STORED", "atomics, not observed today: {} a launch")}
 
 
 # --- parsing ------------------------------------------------------------------------------
@@ -193,12 +203,12 @@ class Runner:
             print("\n".join(f"    | {line}" for line in tail))
         return rc, out, err, seconds
 
-    def wrapped(self, command, summary=None, probes=True, metrics=False):
-        """`egpu run [--probes PACK] [--summary PREFIX] [--metrics 127.0.0.1:0] -- command`;
-        the old summaries of PREFIX removed first."""
+    def wrapped(self, command, summary=None, probes=True, metrics=False, pack=None):
+        """`egpu run [--probes PACK] [--summary PREFIX] [--metrics 127.0.0.1:0] -- command`
+        (PACK: `pack`, else the kernel_bytes pack); the old summaries of PREFIX removed first."""
         w = [self.egpu, "run"]
         if probes:
-            w += ["--probes", self.pack]
+            w += ["--probes", pack or self.pack]
         if summary:
             for old in glob.glob(summary + ".*"):
                 os.remove(old)
@@ -208,39 +218,114 @@ class Runner:
         return w + ["--"] + command
 
 
-def median(xs):
-    return statistics.median(xs) if xs else None
-
-
 def f4(x):
     return "-" if x is None else f"{x:.4f}"
 
 
+def probes_loaded(stderr):
+    """How many probes egpu said it loaded from the pack (`egpu: N probes from PACK`), or 0."""
+    lines = [l for l in stderr.splitlines() if " probes from " in l]
+    return int(lines[0].split()[1]) if lines else 0
+
+
+def judged(ratio, target):
+    """The ratio's cell and its mark against `target` (None: no target, no mark)."""
+    if ratio is None:
+        return "-", "-" if target else ""
+    mark = "" if target is None else ("PASS" if ratio <= target else "MISS")
+    return f"{ratio:.2f}x", mark
+
+
+def time_table(times, raw):
+    """The time table's lines: per kernel (saxpy last), the median time per launch bare, under
+    the empty probes and under kernel_bytes, each probed one's ratio to bare and its target."""
+    lines = ["", "### Time per launch (median of the rounds)", "",
+             "| kernel | bare ms | empty probes ms | ratio | target | | kernel_bytes ms | "
+             "ratio | target | |", "|---|---|---|---|---|---|---|---|---|---|"]
+    names = list(times)
+    for k in [n for n in names if n != "saxpy"] + [n for n in names if n == "saxpy"]:
+        med = {mode: median(times[k][mode]) for mode in MODES}
+        bare = med["bare"]
+        ratio = {m: med[m] / bare if bare and med[m] is not None else None
+                 for m in ("empty", "egpu")}
+        empty_target = EMPTY_TARGET if k in MATMULS else None
+        cells = [k, f4(bare)]
+        for m, target in (("empty", empty_target), ("egpu", KERNEL_TARGET)):
+            cell, mark = judged(ratio[m], target)
+            shown = "-" if target is None else f"<= {target}x"
+            if k == "saxpy" and m == "egpu":
+                shown += " (and within 0.05 of benches/device.rs (b), (d))"
+            cells += [f4(med[m]), cell, shown, mark]
+        lines.append("| " + " | ".join(cells) + " |")
+        raw["kernels"][k] = {"bare_ms": times[k]["bare"], "empty_ms": times[k]["empty"],
+                             "egpu_ms": times[k]["egpu"], "ratio_empty": ratio["empty"],
+                             "ratio": ratio["egpu"]}
+    lines += ["", "Empty probes: examples/empty_probes.rs, probes at every global memory "
+              "instruction that do nothing (the instrumentation alone); kernel_bytes: "
+              "examples/kernel_bytes.rs (its map updates too). Ratios to bare; the empty "
+              f"probes' target (<= {EMPTY_TARGET}x) is the matmuls'."]
+    return lines
+
+
+def count_table(rounds_counts, failures, raw):
+    """The counts table's lines: every map of every kernel_bytes run against launches x the
+    per-launch figure, exact or not."""
+    lines = ["", "### Counts under egpu with kernel_bytes (launches x per launch)", "",
+             "| kernel | map | expected | observed | |", "|---|---|---|---|---|"]
+    rows = collections.OrderedDict()
+    for kernels, counts in rounds_counts:
+        for k, m, want, got in compare_counts(kernels, counts):
+            rows.setdefault((k, m), (want, []))[1].append(got)
+    for (k, m), (want, gots) in rows.items():
+        seen = "/".join(str(g) for g in sorted(set(gots)))
+        if want is None:
+            mark = "not checked"
+        elif all(g == want for g in gots):
+            mark = "exact"
+        else:
+            mark = "NOT EXACT"
+            failures.append(f"{k}: {m} expected {want}, observed {seen}")
+        lines.append(f"| {k} | {m} | {'-' if want is None else want} | {seen} | {mark} |")
+        raw["counts"].append({"kernel": k, "map": m, "expected": want, "observed": gots})
+    return lines
+
+
 def kernels_section(r, args, python, failures, report, raw):
-    """Interleaved rounds of bench_kernels.py, bare and under egpu; the three tables."""
+    """Interleaved rounds of bench_kernels.py, bare, under the empty probes and under
+    kernel_bytes (the order rotated each round); the three tables."""
     command = [python, os.path.join(HERE, "bench_kernels.py"), "--launches",
                str(args.launches)]
-    times = collections.defaultdict(lambda: {"bare": [], "egpu": []})
+    times = collections.defaultdict(lambda: {mode: [] for mode in MODES})
     results = collections.defaultdict(set)  # kernel -> {output hash}
     sums = collections.defaultdict(set)  # kernel -> {float64 sum}
     checks = collections.defaultdict(list)  # kernel -> ["ok"/"WRONG"]
-    rounds_counts = []  # per egpu round: (kernels fields, Counter)
-    print("\n=== kernels: bench_kernels.py bare and under `egpu run --probes`", flush=True)
+    rounds_counts = []  # per kernel_bytes round: (kernels fields, Counter)
+    modes = [m for m in MODES if m != "empty" or args.empty_pack]
+    if not args.empty_pack:
+        print("  no empty probes pack (--empty-pack ''): its runs are left out", flush=True)
+    elif not os.path.exists(args.empty_pack):
+        failures.append(f"no empty probes pack at {args.empty_pack}")
+        modes.remove("empty")
+    print("\n=== kernels: bench_kernels.py bare and under `egpu run --probes` with the empty "
+          "probes and kernel_bytes", flush=True)
     for i in range(1, args.rounds + 1):
-        for mode in ("bare", "egpu"):
+        for mode in rotated(modes, i - 1):
             prefix = os.path.join(args.work, f"kernels-{i}")
-            cmd = command if mode == "bare" else r.wrapped(command, summary=prefix)
-            got = r.run(cmd, f"round {i} {mode}", reserve=args.reserve)
+            cmd = {"bare": command,
+                   "empty": r.wrapped(command, pack=args.empty_pack),
+                   "egpu": r.wrapped(command, summary=prefix)}[mode]
+            got = r.run(cmd, f"round {i} {MODES[mode]}", reserve=args.reserve)
             if got is None:
                 continue
             rc, out, err, _ = got
             raw["kernel_runs"].append({"round": i, "mode": mode, "rc": rc, "stdout": out})
             if rc != 0:
-                failures.append(f"kernels round {i} {mode}: exit {rc}")
+                failures.append(f"kernels round {i} {MODES[mode]}: exit {rc}")
             kernels = parse_kernel_lines(out)
             for k, f in list(kernels.items()):
                 if "ms" not in f:
-                    failures.append(f"kernels round {i} {mode}: {k} failed (see its stderr)")
+                    failures.append(f"kernels round {i} {MODES[mode]}: {k} failed (see its "
+                                    "stderr)")
                     del kernels[k]
                     continue
                 times[k][mode].append(float(f["ms"]))
@@ -249,35 +334,20 @@ def kernels_section(r, args, python, failures, report, raw):
                 results[k].add(digest if digest != "-" else f"sum {f.get('sum')}")
                 sums[k].add(f.get("sum"))
                 checks[k].append(f.get("check", "?"))
+            if mode != "bare" and i == 1:
+                n, want = probes_loaded(err), PROBES[mode]
+                if n != want:
+                    failures.append(f"egpu loaded {n} probes from the {MODES[mode]} pack, not "
+                                    f"{want}")
             if mode == "egpu":
-                if i == 1:
-                    probes = [l for l in err.splitlines() if " probes from " in l]
-                    n = int(probes[0].split()[1]) if probes else 0
-                    if n != PACK_PROBES:
-                        failures.append(f"egpu loaded {n} probes from the pack, not "
-                                        f"{PACK_PROBES}")
                 counts, files = read_summaries(prefix)
                 print(f"    {files} summaries, {len(counts)} map entries")
                 rounds_counts.append((kernels, counts))
-    names = list(times)
 
-    lines = ["", "### Time per launch (median of the rounds)", "",
-             "| kernel | bare ms | under egpu ms | ratio | target | |", "|---|---|---|---|---|---|"]
-    for k in [n for n in names if n != "saxpy"] + [n for n in names if n == "saxpy"]:
-        bare, egpu = median(times[k]["bare"]), median(times[k]["egpu"])
-        ratio = egpu / bare if bare and egpu is not None else None
-        mark = "-" if ratio is None else ("PASS" if ratio <= KERNEL_TARGET else "MISS")
-        target = f"<= {KERNEL_TARGET}x"
-        if k == "saxpy":
-            target += " (and within 0.05 of benches/device.rs (b), (d))"
-        lines.append(f"| {k} | {f4(bare)} | {f4(egpu)} | "
-                     f"{'-' if ratio is None else f'{ratio:.2f}x'} | {target} | {mark} |")
-        raw["kernels"][k] = {"bare_ms": times[k]["bare"], "egpu_ms": times[k]["egpu"],
-                             "ratio": ratio}
-
-    lines += ["", "### Results (every run, bare and under egpu)", "",
+    lines = time_table(times, raw)
+    lines += ["", "### Results (every run: bare, empty probes, kernel_bytes)", "",
               "| kernel | checks | outputs | sum | hash |", "|---|---|---|---|---|"]
-    for k in names:
+    for k in times:
         same = len(results[k]) == 1
         bad = [c for c in checks[k] if c != "ok"]
         lines.append(f"| {k} | {'ok' if not bad else f'{len(bad)} WRONG'} | "
@@ -287,26 +357,7 @@ def kernels_section(r, args, python, failures, report, raw):
             failures.append(f"{k}: outputs differ between runs: {sorted(results[k])}")
         if bad:
             failures.append(f"{k}: {len(bad)} runs computed wrong results")
-
-    lines += ["", "### Counts under egpu (launches x per launch)", "",
-              "| kernel | map | expected | observed | |", "|---|---|---|---|---|"]
-    rows = collections.OrderedDict()
-    for kernels, counts in rounds_counts:
-        for k, m, want, got in compare_counts(kernels, counts):
-            rows.setdefault((k, m), (want, [], kernels[k]))[1].append(got)
-    for (k, m), (want, gots, fields) in rows.items():
-        seen = "/".join(str(g) for g in sorted(set(gots)))
-        if want is None:
-            mark = "not checked"
-        elif all(g == want for g in gots):
-            mark = "exact"
-        else:
-            mark = "NOT EXACT"
-            failures.append(f"{k}: {m} expected {want}, observed {seen}")
-        mark += "".join(f" ({text.format(fields[key])})" for key, (on, text) in NOTES.items()
-                        if on == m and key in fields)
-        lines.append(f"| {k} | {m} | {'-' if want is None else want} | {seen} | {mark} |")
-        raw["counts"].append({"kernel": k, "map": m, "expected": want, "observed": gots})
+    lines += count_table(rounds_counts, failures, raw)
     if not rounds_counts:
         failures.append("kernels: no run under egpu finished")
     report += lines
@@ -341,99 +392,6 @@ def latency_section(r, args, python, failures, report, raw):
         lines.append(f"\nfinal ENTERED count: expected {final.get('expected')}, observed "
                      f"{final.get('observed')} ({'exact' if final.get('exact') == 'yes' else 'NOT EXACT'})")
     report += lines
-
-
-# --- training: rounds, paired ratios and the interval of their median ---------------------
-
-
-def rotated(variants, i):
-    """Round i's order (i from 0): the variants rotated by i, so that each goes first in turn
-    (ABC, BCA, CAB, ABC, ...)."""
-    k = i % len(variants)
-    return list(variants[k:]) + list(variants[:k])
-
-
-def binomial_below(n, k):
-    """P(Binomial(n, 1/2) < k)."""
-    return sum(math.comb(n, j) for j in range(k)) / 2 ** n
-
-
-def median_interval(xs, confidence=0.95):
-    """(median, lo, hi, coverage), or None for no values: the median of xs and an interval for
-    the median of what they sample from, from order statistics (distribution-free, for
-    independent values): the k-th smallest and the k-th largest of the n values, k the largest
-    with P(Binomial(n, 1/2) < k) <= (1 - confidence) / 2; it covers that median with probability
-    coverage = 1 - 2 P(Binomial(n, 1/2) < k). For 95% and 12 values: the 3rd and 10th, 96.1%.
-    With fewer than 6 values no k reaches 95%: the min and the max, with their lower coverage."""
-    if not xs:
-        return None
-    s, n = sorted(xs), len(xs)
-    k = 1
-    while k < (n + 1) // 2 and binomial_below(n, k + 1) <= (1 - confidence) / 2:
-        k += 1
-    return statistics.median(s), s[k - 1], s[n - k], 1 - 2 * binomial_below(n, k)
-
-
-def judge(med, lo, hi, target=TRAIN_TARGET):
-    """(PASS or MISS on the median, and what the interval says: clear pass, clear miss or
-    within noise)."""
-    mark = "PASS" if med >= target else "MISS"
-    noise = ("clear pass" if lo >= target else "clear miss" if hi < target
-             else "within noise")
-    return mark, noise
-
-
-def run_rate(fields):
-    """A run's rate from bench_train.py's line: the median of its blocks, or (a line without
-    blocks) the whole run's."""
-    return float(fields.get("block_median_steps_per_s", fields["steps_per_s"]))
-
-
-def paired_ratios(rounds, name, base="bare"):
-    """[(round, NAME's rate / BASE's rate)] of the rounds where both ran."""
-    out = []
-    for rd in rounds:
-        runs = rd["runs"]
-        if name in runs and base in runs and runs[base]["rate"] > 0:
-            out.append((rd["round"], runs[name]["rate"] / runs[base]["rate"]))
-    return out
-
-
-def train_table(rounds, names, title):
-    """The training table's lines and, per variant, its figures (for the JSON)."""
-    fmt = lambda x, spec: "-" if x is None else format(x, spec)  # noqa: E731
-    base = median([rd["runs"][names[0]]["rate"] for rd in rounds if names[0] in rd["runs"]])
-    lines = ["", title, "",
-             "| variant | runs | steps/s (median) | spread (min-max) | whole-run steps/s "
-             "(median) | ratio of medians | paired ratio (median) | its 95% interval "
-             "(coverage) | paired spread | target | | |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    summary = {}
-    for name in names:
-        rates = [rd["runs"][name]["rate"] for rd in rounds if name in rd["runs"]]
-        whole = [rd["runs"][name]["overall"] for rd in rounds if name in rd["runs"]]
-        med = median(rates)
-        of_medians = med / base if med is not None and base else None
-        s = {"rates": rates, "overall": whole, "median": med, "ratio_of_medians": of_medians}
-        cells = [name, str(len(rates)), fmt(med, ".1f"),
-                 f"{min(rates):.1f}-{max(rates):.1f}" if rates else "-",
-                 fmt(median(whole), ".1f"),
-                 "-" if of_medians is None else f"{of_medians:.4f}x"]
-        ratios = paired_ratios(rounds, name, names[0]) if name != names[0] else []
-        got = median_interval([x for _, x in ratios])
-        if got is None:
-            cells += ["-", "-", "-", "" if name == names[0] else f">= {TRAIN_TARGET}x", "-", ""]
-        else:
-            pm, lo, hi, cover = got
-            mark, noise = judge(pm, lo, hi)
-            xs = [x for _, x in ratios]
-            cells += [f"{pm:.4f}x", f"{lo:.4f}-{hi:.4f} ({100 * cover:.1f}%)",
-                      f"{min(xs):.4f}-{max(xs):.4f}", f">= {TRAIN_TARGET}x", mark, noise]
-            s.update({"paired": dict(ratios), "paired_median": pm, "interval": [lo, hi],
-                      "coverage": cover, "mark": mark, "noise": noise})
-        lines.append("| " + " | ".join(cells) + " |")
-        summary[name] = s
-    return lines, summary
 
 
 def train_section(r, args, python, failures, report, raw):
@@ -576,61 +534,6 @@ def pack_probes(path):
                                                           "error "))]
 
 
-def fabricated_rounds():
-    """Twelve rounds of made-up rates, the same every time: bare drifts from 560 to 640 steps/s
-    over the rounds (each round's runs alike), `egpu run` is bare within 0.4% and `--metrics`
-    3% slower within 0.4%; bare of round 5 failed."""
-    rounds = []
-    for i in range(12):
-        bare = 560 + 80 * ((7 * i) % 12) / 11  # a permutation of 12 levels
-        wobble = ((5 * i) % 12 - 5.5) / 5.5 * 0.004  # within +-0.4%, median 0
-        rates = {"bare": bare, "egpu run": bare * (1 + wobble),
-                 "egpu run --metrics": bare * (0.97 - wobble)}
-        runs = {k: {"rate": v, "overall": v * 0.98} for k, v in rates.items()
-                if not (i == 4 and k == "bare")}
-        rounds.append({"round": i + 1, "order": [], "runs": runs})
-    return rounds
-
-
-def train_self_test():
-    """The training statistics on fabricated numbers (deterministic)."""
-    assert ["".join(rotated("ABC", i)) for i in range(4)] == ["ABC", "BCA", "CAB", "ABC"]
-    assert binomial_below(12, 3) == 79 / 4096
-    xs = [(7 * i) % 12 + 1 for i in range(12)]  # 1..12, shuffled
-    assert median_interval(xs) == (6.5, 3, 10, 1 - 2 * 79 / 4096)
-    assert median_interval(xs[:6]) == (6.5, 1, 12, 1 - 2 / 64)  # 1 3 5 8 10 12: k = 1
-    assert median_interval([3, 1, 2, 5, 4]) == (3, 1, 5, 1 - 2 / 32)  # fewer than 6: 93.8%
-    assert median_interval([2.0]) == (2.0, 2.0, 2.0, 0.0) and median_interval([]) is None
-    assert median_interval(list(range(100)))[1:3] == (39, 60)  # k = 40 for 100 values
-    assert judge(0.995, 0.991, 1.0) == ("PASS", "clear pass")
-    assert judge(0.995, 0.98, 1.01) == ("PASS", "within noise")
-    assert judge(0.985, 0.97, 0.995) == ("MISS", "within noise")
-    assert judge(0.985, 0.97, 0.989) == ("MISS", "clear miss")
-    assert judge(0.99, 0.99, 1.0) == ("PASS", "clear pass")
-    rounds = fabricated_rounds()
-    names = ["bare", "egpu run", "egpu run --metrics"]
-    assert [r for r, _ in paired_ratios(rounds, "egpu run")] == [1, 2, 3, 4] + list(range(6, 13))
-    lines, summary = train_table(rounds, names, "### t")
-    bare, plain, metrics = (summary[n] for n in names)
-    assert len(bare["rates"]) == 11 and len(plain["paired"]) == 11 and "paired" not in bare
-    assert abs(plain["paired_median"] - 1.0) < 0.0005 and plain["noise"] == "clear pass"
-    assert abs(metrics["paired_median"] - 0.97) < 0.0005, metrics
-    assert (metrics["mark"], metrics["noise"]) == ("MISS", "clear miss")
-    assert abs(metrics["coverage"] - (1 - 2 * binomial_below(11, 2))) < 1e-12  # k = 2 of 11
-    assert max(metrics["interval"]) < 0.975 < 0.99 <= min(plain["interval"])
-    assert lines[3].startswith("| variant | runs |") and len(lines) == 8, lines
-    assert lines[5].startswith("| bare | 11 | ") and lines[5].endswith(" |  | - |  |"), lines[5]
-    assert lines[7].endswith("| >= 0.99x | MISS | clear miss |"), lines[7]
-    assert "(98.8%)" in lines[7], lines[7]
-    # A round that lost bare, a variant with no pair at all.
-    lines, summary = train_table([{"round": 1, "order": [], "runs": {"egpu run": {
-        "rate": 1.0, "overall": 1.0}}}], names, "### t")
-    assert "paired" not in summary["egpu run"], summary
-    assert lines[5] == "| bare | 0 | - | - | - | - | - | - | - |  | - |  |", lines[5]
-    assert lines[6] == "| egpu run | 1 | 1.0 | 1.0-1.0 | 1.0 | - | - | - | - | >= 0.99x | - |  |"
-    print("bench_preload training statistics self-test: ok")
-
-
 def self_test(args):
     """The parsing and comparison on a made-up run; no GPU."""
     bench_kernels.self_test()
@@ -642,21 +545,41 @@ def self_test(args):
     calls = interposed_calls(prefix)
     assert calls == {"launches": 400, "copies": 3, "sets": 5, "syncs": 10,
                      "probe runs": 420}, calls
+    zeros = " bytes_async_per_launch 0 tensor_loads_per_launch 0 tensor_stores_per_launch 0"
     out = ("kernel add name add_kernel id 0x0 ms 0.0291 launches 21 grid 4096 num_warps 4 "
            "threads_per_launch 524288 bytes_loaded_per_launch 33554432 "
-           "bytes_stored_per_launch 16777216 sum 123.5 hash ab check ok\n"
+           f"bytes_stored_per_launch 16777216{zeros} atomic_bytes_per_launch 0 "
+           "atomics_per_launch 0 sum 123.5 hash ab check ok\n"
            "kernel matmul name matmul_kernel id 0x0 ms 0.0320 launches 21 grid 64 num_warps 8 "
            "threads_per_launch 16384 bytes_loaded_per_launch - bytes_stored_per_launch 2097152 "
-           "bytes_loaded_if_ld_per_launch 33554432 sum 1.0 hash cd check ok\n")
+           "bytes_async_per_launch 33554432 tensor_loads_per_launch 0 tensor_stores_per_launch "
+           "0 atomic_bytes_per_launch 0 atomics_per_launch 0 sum 1.0 hash cd check ok\n"
+           "kernel matmul_tma name matmul_tma_kernel id 0x0 ms 0.0300 launches 21 grid 64 "
+           "num_warps 4 threads_per_launch 8192 bytes_loaded_per_launch 0 "
+           "bytes_stored_per_launch 0 bytes_async_per_launch 0 tensor_loads_per_launch 3072 "
+           "tensor_stores_per_launch 128 atomic_bytes_per_launch 0 atomics_per_launch 0 "
+           "tma_blocks 128x64,64x64,128x64 sum 2.0 hash ef check ok\n"
+           "kernel histogram name histogram_kernel id 0x0 ms 0.01 launches 21 grid 4096 "
+           f"num_warps 4 threads_per_launch 524288 bytes_loaded_per_launch 16777216 "
+           f"bytes_stored_per_launch 0{zeros} atomic_bytes_per_launch 16777216 "
+           "atomics_per_launch 4194304 sum 3.0 hash 01 check ok\n")
     kernels = parse_kernel_lines(out)
     assert kernels["add"]["threads_per_launch"] == "524288"
+    assert kernels["matmul_tma"]["tma_blocks"] == "128x64,64x64,128x64"
     assert expected_counts(kernels["matmul"])["LOADED"] is None
+    assert expected_counts(kernels["matmul"])["ASYNC"] == 21 * 33554432
     assert expected_counts(kernels["add"])["LOADED"] == 21 * 33554432
-    mm = bench_kernels.kernel_id("matmul_kernel")
+    assert expected_counts(kernels["add"])["ATOMICS"] == 0
+    assert set(expected_counts(kernels["add"])) == set(MAPS)
+    mm, tma = bench_kernels.kernel_id("matmul_kernel"), bench_kernels.kernel_id("matmul_tma_kernel")
     summary_a = ("pid 100\nlaunches 42\nkernel 0x1 21 add_kernel\n"
                  f"map ENTERED add_kernel {21 * 524288}\nmap ENTERED {mm} {21 * 16384}\n"
                  f"map EXITED add_kernel {21 * 524288}\n"
                  f"map LOADED add_kernel {21 * 33554432 - 4}\n"
+                 f"map ASYNC matmul_kernel {21 * 33554432}\n"
+                 f"map TENSOR_LOADS {tma} {21 * 3072}\nmap TENSOR_STORES {tma} 7\n"
+                 f"map ATOMIC histogram_kernel {21 * 16777216}\n"
+                 f"map ATOMICS histogram_kernel {21 * 4194304}\n"
                  "map STORED add_kernel 100\nmap RING ringbuf (0 B keys, 16 B values: not shown)\n"
                  "map LAUNCHED  77\nprobes runs=42 faults=0 rejected=0\n")
     summary_b = f"pid 101\nlaunches 0\nmap STORED add_kernel {21 * 16777216 - 100}\n"
@@ -666,9 +589,39 @@ def self_test(args):
     assert got[("add", "ENTERED")] == (21 * 524288, 21 * 524288)
     assert got[("add", "STORED")] == (21 * 16777216, 21 * 16777216)  # two processes summed
     assert got[("add", "LOADED")] == (21 * 33554432, 21 * 33554432 - 4)
+    assert got[("add", "ASYNC")] == (0, 0)  # no entry: 0, as expected
     assert got[("matmul", "ENTERED")] == (21 * 16384, 21 * 16384)  # keyed by id
     assert got[("matmul", "LOADED")] == (None, 0)
+    assert got[("matmul", "ASYNC")] == (21 * 33554432, 21 * 33554432)
+    assert got[("matmul_tma", "TENSOR_LOADS")] == (21 * 3072, 21 * 3072)  # keyed by id
+    assert got[("matmul_tma", "TENSOR_STORES")] == (21 * 128, 7)
+    assert got[("histogram", "ATOMIC")] == (21 * 16777216, 21 * 16777216)
+    assert got[("histogram", "ATOMICS")] == (21 * 4194304, 21 * 4194304)
     assert got[("add", "LAUNCHED")] == (21 * 524288, 0)
+    assert len(got) == 4 * len(MAPS)
+    failures, raw = [], {"counts": [], "kernels": {}}
+    lines = count_table([(kernels, counts)], failures, raw)
+    assert "| histogram | ATOMICS | 88080384 | 88080384 | exact |" in lines, lines
+    assert "| matmul | LOADED | - | 0 | not checked |" in lines, lines
+    # Every count above that is not launches x per launch, and only those.
+    assert len(failures) == sum(want is not None and obs != want
+                                for want, obs in got.values()) == 13, failures
+    assert f"matmul_tma: TENSOR_STORES expected {21 * 128}, observed 7" in failures, failures
+    times = {"matmul": {"bare": [1.0, 1.2, 1.1], "empty": [1.12, 1.16], "egpu": [1.2]},
+             "saxpy": {"bare": [2.0], "empty": [], "egpu": [2.2]},
+             "add": {"bare": [1.0], "empty": [1.5], "egpu": [1.25]}}
+    lines = time_table(times, raw)
+    assert lines[5] == "| matmul | 1.1000 | 1.1400 | 1.04x | <= 1.05x | PASS | 1.2000 | 1.09x " \
+                       "| <= 1.3x | PASS |", lines[5]
+    assert lines[6] == "| add | 1.0000 | 1.5000 | 1.50x | - |  | 1.2500 | 1.25x | <= 1.3x | " \
+                       "PASS |", lines[6]
+    assert lines[7].startswith("| saxpy | 2.0000 | - | - | - |  | 2.2000 | 1.10x | <= 1.3x ("), \
+        lines[7]
+    assert abs(raw["kernels"]["matmul"]["ratio_empty"] - 1.14 / 1.1) < 1e-12
+    assert probes_loaded("x\negpu: 6 probes from /p/libkernel_bytes.so\n") == 6
+    assert probes_loaded("nothing\n") == 0
+    assert [rotated(list(MODES), i) for i in range(2)] == [["bare", "empty", "egpu"],
+                                                           ["empty", "egpu", "bare"]]
     lat = parse_prefixed("latency sync n 20 median_ms 0.01 max_ms 0.2 timeouts 0\n", "latency")
     assert lat["sync"]["median_ms"] == "0.01"
     train = parse_prefixed("train mlp steps 2000 seconds 4.0 steps_per_s 500.0\n", "train")
@@ -677,11 +630,14 @@ def self_test(args):
     line = bench_train.result_line(600, 1.2, 50, [520.0, 505.0, 90.0, 510.0], 0.5, 0.4)
     assert run_rate(parse_prefixed(line, "train")["mlp"]) == 507.5  # the blocks' median
     train_self_test()
-    if args.pack:
-        lines = pack_probes(args.pack)
+    for mode, pack in (("egpu", args.pack), ("empty", args.empty_pack)):
+        if not pack or (mode == "empty" and not os.path.exists(pack)):
+            continue
+        lines = pack_probes(pack)
         print("\n".join(f"  {l}" for l in lines))
-        assert sum(l.startswith("probe ") for l in lines) == PACK_PROBES, lines
-        assert {l.split()[1].split("=")[0] for l in lines if l.startswith("map ")} == set(MAPS)
+        assert sum(l.startswith("probe ") for l in lines) == PROBES[mode], lines
+        maps = {l.split()[1].split("=")[0] for l in lines if l.startswith("map ")}
+        assert maps == (set(MAPS) if mode == "egpu" else set()), maps
     print("bench_preload self-test: ok")
     return 0
 
@@ -690,6 +646,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--egpu", help="the egpu binary (libegpu_preload.so beside it)")
     ap.add_argument("--pack", help="the kernel_bytes pack (libkernel_bytes.so)")
+    ap.add_argument("--empty-pack", help="the empty probes pack (default: libempty_probes.so "
+                    "beside --pack; '' for none)")
     ap.add_argument("--work", default=os.path.join(os.environ.get("TMPDIR", "/tmp"),
                                                    "egpu-bench"))
     ap.add_argument("--rounds", type=int, default=3, help="kernel rounds (bare and egpu each)")
@@ -711,6 +669,9 @@ def main():
     ap.add_argument("--self-test", action="store_true", help="check the parsing; no GPU")
     ap.add_argument("--fake", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.empty_pack is None and args.pack:
+        args.empty_pack = os.path.join(os.path.dirname(os.path.abspath(args.pack)),
+                                       "libempty_probes.so")
     if args.self_test:
         return self_test(args)
     fake = setup_fake(args) if args.fake else None
@@ -718,6 +679,7 @@ def main():
         ap.error("--egpu and --pack are needed (or --self-test)")
     os.makedirs(args.work, exist_ok=True)
     args.egpu, args.pack = os.path.abspath(args.egpu), os.path.abspath(args.pack)
+    args.empty_pack = args.empty_pack and os.path.abspath(args.empty_pack)
     python = sys.executable or "python3"
     # Time the kernel rounds leave for the later sections.
     args.reserve = (0 if args.skip_latency else LATENCY_RESERVE) + (
@@ -728,8 +690,9 @@ def main():
     if fake:
         r.env["PYTHONPATH"] = fake
     else:
-        print(f"=== the pack {args.pack}:")
-        print("\n".join(f"  {l}" for l in pack_probes(args.pack)), flush=True)
+        for pack in filter(None, (args.pack, args.empty_pack)):
+            print(f"=== the pack {pack}:")
+            print("\n".join(f"  {l}" for l in pack_probes(pack)), flush=True)
     if not args.skip_kernels:
         kernels_section(r, args, python, failures, report, raw)
     if not args.skip_latency:
