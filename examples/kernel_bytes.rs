@@ -17,11 +17,12 @@
 //! or a false guard executes none), with the bytes it moves ([`MemAccessCtx::size`]) and its
 //! class ([`MemAccessCtx::class`]):
 //!
-//! - `LOADED`: bytes read, every class: `ld`/`ldu` (a vector access counts all its bytes),
-//!   `cp.async` (the bytes it reads: 0 for a copy whose `src-size` is 0, as Triton's pipeline
-//!   stages past the loop's end) and `cp.async.bulk` into shared memory; `ASYNC`: those of
-//!   `cp.async` alone. The bytes of `ld` are `LOADED` less `ASYNC` and the bulk copies': no map
-//!   of their own, so that an `ld`, the commonest access, costs one map update.
+//! - `LOADED`: bytes read by `ld`/`ldu` (a vector access counts all its bytes) and
+//!   `cp.async.bulk` into shared memory; `ASYNC`: bytes read by `cp.async` (0 for a copy whose
+//!   `src-size` is 0, as Triton's pipeline stages past the loop's end). Every access updates one
+//!   map, so a thread's successive updates at a site add to one value, and the kernel combines
+//!   them in the thread's registers until it exits (the key, the kernel's id, is the same at
+//!   every access).
 //! - `STORED`: bytes written, every class: `st`, bulk copies to global memory and tensor map
 //!   writes (`tensormap.cp_fenceproxy`, 128 bytes each).
 //! - `TENSOR_LOADS`, `TENSOR_STORES`: tensor memory accelerator (TMA) copies,
@@ -41,7 +42,7 @@ use egpu::maps::HashMap;
 static ENTERED: HashMap<u64, u64> = HashMap::with_capacity(1024);
 /// Threads that reached an exit of the kernel, per kernel.
 static EXITED: HashMap<u64, u64> = HashMap::with_capacity(1024);
-/// Bytes read from global memory, every class (`ld`, `cp.async`, bulk copies), per kernel.
+/// Bytes read from global memory by `ld`/`ldu` and bulk copies, per kernel.
 static LOADED: HashMap<u64, u64> = HashMap::with_capacity(1024);
 /// Bytes written to global memory, every class (`st`, bulk copies, tensor maps), per kernel.
 static STORED: HashMap<u64, u64> = HashMap::with_capacity(1024);
@@ -75,11 +76,10 @@ fn exited(ctx: &KernelCtx) {
 fn loaded(ctx: &MemAccessCtx) {
     if ctx.class == MemAccessCtx::TENSOR_COPY {
         TENSOR_LOADS.fetch_add(&ctx.kernel_id, 1);
+    } else if ctx.class == MemAccessCtx::ASYNC_COPY {
+        ASYNC.fetch_add(&ctx.kernel_id, ctx.size as u64);
     } else {
         LOADED.fetch_add(&ctx.kernel_id, ctx.size as u64);
-        if ctx.class == MemAccessCtx::ASYNC_COPY {
-            ASYNC.fetch_add(&ctx.kernel_id, ctx.size as u64);
-        }
     }
 }
 

@@ -4,6 +4,9 @@
 //! - a thread remembers its last hash-map hit only in maps whose entries stay where they are
 //!   while the kernel runs, and looks the remembered key up before hashing;
 //! - an add of a constant makes no vote and no `redux.sync`;
+//! - adds to a hash map value found by the kernel's id (the same at every access of a site)
+//!   are combined in the thread's registers until the kernel exits; those by a key that changes
+//!   from access to access (a page) are not;
 //! - a ring record is stored alone, in pairs of words, with no sequence word; in a ring drained
 //!   while kernels run, a group of lanes claims room, takes tickets and publishes its records
 //!   by one atomic add each and one sequence word.
@@ -215,4 +218,20 @@ fn adds_to_a_spread_map_go_to_the_copy_of_the_threads_sm() {
     let odd = DeviceMap { spread: 12, ..spread };
     let probes = [DeviceProbe { program: &counter, kernels: Kernels::All, maps: &[odd] }];
     assert!(inject(&saxpy(), &probes).is_err());
+}
+
+#[test]
+fn adds_by_the_kernels_id_are_combined_per_thread_and_adds_by_page_are_not() {
+    // bytes[kernel_id] += size, as examples/kernel_bytes.rs does with `fetch_add`.
+    let by_kernel = "mov %r9, %r1\nldxdw %r0, [%r9+8]\nstxdw [%r10-8], %r0\nlddw %r1, map[0]\n\
+                     mov %r2, %r10\nadd %r2, -8\ncall 1\njeq %r0, 0, out\n\
+                     ldxw %r1, [%r9+16]\nlock add [%r0], %r1\nout:\nmov %r0, 0\nexit";
+    let p = program(by_kernel, hash_def(8), DeviceEvent::GlobalLoad);
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, false)]);
+    assert!(ptx.contains("_sum_addr"), "combined per thread, flushed at the kernel's exit");
+    // Not when the map is read and written live by the host (its values may move).
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, true)]);
+    assert!(!ptx.contains("_sum_addr"));
+    // Not by page: the key changes from access to access.
+    assert!(!page_counts(false).contains("_sum_addr"));
 }

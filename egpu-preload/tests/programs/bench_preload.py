@@ -151,6 +151,9 @@ def expected_counts(kernel_fields):
     for m in MAPS:
         per = kernel_fields.get(PER_LAUNCH[m], "-")
         out[m] = None if per == "-" else launches * int(per)
+    # LOADED counts the reads other than cp.async's, which go to ASYNC alone.
+    if out.get("LOADED") is not None and out.get("ASYNC") is not None:
+        out["LOADED"] -= out["ASYNC"]
     return out
 
 

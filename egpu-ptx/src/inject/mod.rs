@@ -330,12 +330,17 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
         if selected.is_empty() {
             continue;
         }
-        // Per-thread combining of atomic adds needs kernel-wide registers: kernels only.
-        let combine =
-            f.kind == FunctionKind::Entry && selected.iter().any(|(_, p, _)| combines(p.program));
-        let combine_regs = [names.sum_addr.clone(), names.sum.clone()];
         let entry = f.kind == FunctionKind::Entry;
         let caches = if entry { lookup_caches(&selected) } else { BTreeMap::new() };
+        // Per-thread combining of atomic adds needs kernel-wide registers: kernels only. Adds to
+        // a hash map's values combine when its values stay put (the maps with a lookup cache).
+        let combine = entry
+            && selected.iter().any(|(_, p, _)| {
+                let stable =
+                    |m: u32| p.maps.get(m as usize).is_some_and(|b| caches.contains_key(&b.addr));
+                combines(p.program, &stable)
+            });
+        let combine_regs = [names.sum_addr.clone(), names.sum.clone()];
         let cache_regs =
             |j: usize| [format!("%{}_hk{j}", names.stem), format!("%{}_hp{j}", names.stem)];
         let mut emit = |probe: usize,

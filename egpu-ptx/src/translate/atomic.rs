@@ -3,7 +3,8 @@
 //! value is a PTX `atom`, or a `red` when the old value is not read; one whose region differs
 //! between paths decides at run time. A 64-bit add to a map value whose old value is not read
 //! is aggregated across the warp ([`warp_add`]), or combined per thread in the kernel's
-//! registers when the value is an array's ([`combines`]).
+//! registers when the value is an array's, or a hash map's found by a key the same at every
+//! access of a site ([`combines`]).
 
 use egpu_ebpf::MapKind;
 use egpu_ebpf::verifier::{Access, AccessRegion, Verified};
@@ -78,27 +79,37 @@ pub(crate) fn warp_add(
 /// Whether the program makes 64-bit atomic adds to map values whose old value it does not read,
 /// which a kernel can combine per thread ([`Options::combine`](super::Options::combine)):
 /// successive adds to one address become one register add, and the sum reaches memory once, when
-/// the address changes or the kernel exits. Device updates are then all visible when the kernel completes, as the map
-/// contract requires, but not to the probe itself before that.
-pub fn combines(verified: &Verified) -> bool {
+/// the address changes or the kernel exits. Device updates are then all visible when the kernel
+/// completes, as the map contract requires, but not to the probe itself before that. `stable`
+/// says which of the program's hash maps keep their values where they are while the kernel runs
+/// (those with a lookup cache, [`Options::lookup_cache`](super::Options::lookup_cache)).
+pub fn combines(verified: &Verified, stable: &dyn Fn(u32) -> bool) -> bool {
     verified.program().decoded().iter().any(|d| {
         matches!(
             d.insn,
             Instruction::Atomic { op: AtomicOp::Add, fetch: false, size: Size::DW, .. }
-        ) && combinable(verified.program(), verified.access(d.pc))
+        ) && combinable(verified, verified.access(d.pc), stable)
     })
 }
 
 /// Whether an access reaches a value that a thread's successive adds tend to hit again: an
-/// element of an array or per-CPU array (a counter by index, by SM). Adds to hash map values go
-/// straight to memory, aggregated across the warp: their addresses follow the keys, which change
-/// from access to access, and holding a sum would only cost the kernel registers.
-fn combinable(program: &Program, access: Option<Access>) -> bool {
+/// element of an array or per-CPU array (a counter by index, by SM), or the value of a stable
+/// hash map found by a key the same at every access of a site (the kernel's id, a constant:
+/// `keys::site_keyed`). Adds to other hash maps' values go straight to memory, aggregated across
+/// the warp: their addresses follow keys that change from access to access, and holding a sum
+/// would only cost the kernel registers.
+fn combinable(verified: &Verified, access: Option<Access>, stable: &dyn Fn(u32) -> bool) -> bool {
+    let program: &Program = verified.program();
     match access {
-        Some(Access { region: AccessRegion::MapValue(m), .. }) => program
-            .maps()
-            .get(m as usize)
-            .is_some_and(|d| matches!(d.kind, MapKind::Array | MapKind::PerCpuArray)),
+        Some(Access { region: AccessRegion::MapValue(m), .. }) => {
+            program.maps().get(m as usize).is_some_and(|d| match d.kind {
+                MapKind::Array | MapKind::PerCpuArray => true,
+                MapKind::Hash | MapKind::PerCpuHash => {
+                    stable(m) && super::keys::site_keyed(verified, m)
+                }
+                _ => false,
+            })
+        }
         _ => false,
     }
 }
@@ -201,9 +212,10 @@ impl Emitter<'_> {
         };
         // The combining registers are the kernel's, which a local function cannot name.
         let add = op == AtomicOp::Add && !fetch && bits == 64 && self.function == 0;
-        if let (Some([ca, cv]), true, true) =
-            (&self.options.combine, add, combinable(self.program, self.verified.access(pc)))
-        {
+        let stable =
+            |m: u32| self.options.lookup_cache.get(m as usize).is_some_and(Option::is_some);
+        let combined = add && combinable(self.verified, self.verified.access(pc), &stable);
+        if let (Some([ca, cv]), true) = (&self.options.combine, combined) {
             self.combined_add(pc, &b, off, &s, ca, cv);
             return;
         }

@@ -83,6 +83,7 @@ mod error;
 mod frame;
 mod helpers;
 mod jump;
+mod keys;
 mod maps;
 mod memory;
 mod options;
