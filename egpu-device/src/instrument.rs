@@ -31,7 +31,7 @@ use egpu_ebpf::verifier::Verified;
 
 use crate::cuda::{Arg, Gpu, JitError, Module};
 use crate::driver::DriverError;
-use crate::inject::{DeviceProbe, InjectError, Kernels, inject};
+use crate::inject::{Coverage, DeviceProbe, InjectError, Kernels, inject};
 use crate::translate::{Context, DeviceMap, Options, translate};
 use egpu_ebpf::{AttachPoint, DeviceEvent};
 
@@ -91,7 +91,7 @@ impl std::fmt::Debug for Instrumenter<'_> {
 }
 
 /// An instrumented module, or why there is none.
-type Loaded<'g> = Result<Module<'g>, Fallback>;
+type Loaded<'g> = Result<(Module<'g>, Coverage), Fallback>;
 
 /// A module loaded through an [`Instrumenter`]: the original, and the instrumented one where
 /// there is one.
@@ -265,11 +265,18 @@ impl<'g> Instrumenter<'g> {
             })
             .collect();
         let injected = inject(ptx, &probes).map_err(|e| Fallback::Inject(e.to_string()))?;
-        self.gpu.load_ptx(&injected.ptx).map_err(Fallback::Load)
+        let module = self.gpu.load_ptx(&injected.ptx).map_err(Fallback::Load)?;
+        Ok((module, injected.coverage()))
     }
 }
 
 impl ProbedModule<'_, '_> {
+    /// How many of the module's global memory instructions the probes observe (`observed` of
+    /// `memory_instructions`, and the others with why); `None` when it runs uninstrumented.
+    pub fn coverage(&self) -> Option<&Coverage> {
+        self.instrumented.as_ref().as_ref().ok().map(|(_, coverage)| coverage)
+    }
+
     /// Why the module runs uninstrumented, if it does.
     pub fn fallback(&self) -> Option<Fallback> {
         self.instrumented.as_ref().as_ref().err().cloned()
@@ -308,7 +315,7 @@ impl ProbedModule<'_, '_> {
             && n % every == 0
             && !self.instrumenter.probes.is_empty();
         let usable = match self.instrumented.as_ref() {
-            Ok(module) if wanted && self.kernel_fallback(name).is_none() => Some(module),
+            Ok((module, _)) if wanted && self.kernel_fallback(name).is_none() => Some(module),
             Err(why) if wanted => {
                 self.warn_once(why);
                 None

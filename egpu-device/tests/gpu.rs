@@ -256,6 +256,9 @@ fn instrumenter_samples_detaches_caches_and_refuses_what_cannot_run() {
     let args = [Arg::U32(n), Arg::F32(1.0), Arg::Ptr(&x), Arg::Ptr(&y)];
     let module = instrumenter.load(&ptx).expect("loads");
     assert!(module.fallback().is_none(), "{:?}", module.fallback());
+    // saxpy's two loads and its store: all observed.
+    let coverage = module.coverage().expect("instrumented");
+    assert_eq!((coverage.observed, coverage.memory_instructions), (3, 3), "{coverage:?}");
     instrumenter.sample_every(2);
     let ran: Vec<Ran> = (0..4)
         .map(|_| module.launch("saxpy", (64, 1, 1), (256, 1, 1), &args).expect("launch"))

@@ -117,6 +117,32 @@ pub struct Injection {
     pub hints: usize,
 }
 
+/// How much of a module's global memory instructions egpu observes: [`Injection`]'s counts
+/// without its PTX and sites.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// The module's global memory instructions (M).
+    pub memory_instructions: usize,
+    /// Those egpu fires an attach point for (N).
+    pub observed: usize,
+    /// The others, with why.
+    pub unobserved: Vec<Unobserved>,
+    /// Hints that move no data.
+    pub hints: usize,
+}
+
+impl Injection {
+    /// The module's coverage.
+    pub fn coverage(&self) -> Coverage {
+        Coverage {
+            memory_instructions: self.memory_instructions,
+            observed: self.observed,
+            unobserved: self.unobserved.clone(),
+            hints: self.hints,
+        }
+    }
+}
+
 /// A global memory instruction that egpu does not observe.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unobserved {
