@@ -80,22 +80,18 @@ fn observed(
     is_predicate: &dyn Fn(&str) -> bool,
 ) -> Option<Observed> {
     let operand = *insn.operands.get(access.operand)?;
-    let (event, class) = match access.class {
-        MemClass::Atomic => (DeviceEvent::GlobalAtomic, MemAccessCtx::ATOMIC),
-        class => {
-            let event =
-                if access.writes { DeviceEvent::GlobalStore } else { DeviceEvent::GlobalLoad };
-            (
-                event,
-                match class {
-                    MemClass::AsyncCopy => MemAccessCtx::ASYNC_COPY,
-                    MemClass::BulkCopy => MemAccessCtx::BULK_COPY,
-                    MemClass::TensorCopy => MemAccessCtx::TENSOR_COPY,
-                    MemClass::TensorMap => MemAccessCtx::TENSOR_MAP,
-                    _ => MemAccessCtx::LOAD_STORE,
-                },
-            )
-        }
+    let class = match access.class {
+        MemClass::Atomic => MemAccessCtx::ATOMIC,
+        MemClass::AsyncCopy => MemAccessCtx::ASYNC_COPY,
+        MemClass::BulkCopy => MemAccessCtx::BULK_COPY,
+        MemClass::TensorCopy => MemAccessCtx::TENSOR_COPY,
+        MemClass::TensorMap => MemAccessCtx::TENSOR_MAP,
+        _ => MemAccessCtx::LOAD_STORE,
+    };
+    let event = match access.class {
+        MemClass::Atomic => DeviceEvent::GlobalAtomic,
+        _ if access.writes => DeviceEvent::GlobalStore,
+        _ => DeviceEvent::GlobalLoad,
     };
     let addr_code = if access.class == MemClass::TensorCopy {
         // `[tensor_map, {coordinates}]`: the tensor map's address, in a register.

@@ -122,7 +122,7 @@ pub enum Touch {
 }
 
 /// State spaces that are not global memory.
-fn other_space(q: &str) -> bool {
+pub(crate) fn other_space(q: &str) -> bool {
     matches!(q, "shared" | "local" | "param" | "const" | "tex")
         || q.starts_with("shared::")
         || q.starts_with("param::")

@@ -160,11 +160,7 @@ impl PtxInstruction<'_> {
     /// A load or store through a generic address, which may be global at run time.
     pub fn is_generic_access(&self) -> bool {
         matches!(self.base(), "ld" | "st")
-            && !self.parts().skip(1).any(|q| {
-                matches!(q, "global" | "shared" | "local" | "param" | "const" | "tex")
-                    || q.starts_with("shared::")
-                    || q.starts_with("param::")
-            })
+            && !self.parts().skip(1).any(|q| q == "global" || super::memops::other_space(q))
     }
 
     /// `ret` or `exit`: where a function ends.
