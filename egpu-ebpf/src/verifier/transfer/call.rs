@@ -150,6 +150,22 @@ impl Explorer<'_> {
             max_size: self.call.max_size,
             min_size: self.call.min_size,
         };
+        self.record_call(facts);
+        for r in 1..=5 {
+            state.regs[r] = Value::Uninit;
+        }
+        state.regs[0] = match h.ret {
+            RetKind::Scalar => Value::Scalar(Scalar::UNKNOWN),
+            RetKind::MapValueOrNull => {
+                self.next_id += 1;
+                Value::MaybeNull { map: map.expect("lookups take a map"), id: self.next_id }
+            }
+        };
+        Ok(())
+    }
+
+    /// Joins what this path passes to the call at `self.pc` into what other paths passed.
+    pub(super) fn record_call(&mut self, facts: CallFacts) {
         let seen = &mut self.calls[self.pc];
         *seen = Some(match seen.take() {
             None => facts,
@@ -166,17 +182,6 @@ impl Explorer<'_> {
                 },
             },
         });
-        for r in 1..=5 {
-            state.regs[r] = Value::Uninit;
-        }
-        state.regs[0] = match h.ret {
-            RetKind::Scalar => Value::Scalar(Scalar::UNKNOWN),
-            RetKind::MapValueOrNull => {
-                self.next_id += 1;
-                Value::MaybeNull { map: map.expect("lookups take a map"), id: self.next_id }
-            }
-        };
-        Ok(())
     }
 
     pub(super) fn exit(&mut self, state: &mut State) -> Result<Next, Fail> {

@@ -96,17 +96,7 @@ impl Explorer<'_> {
             _ => self.loop_callbacks[pc] = Some(cb_start),
         }
         let args = [None, None, ctx, None, None];
-        let seen = &mut self.calls[pc];
-        *seen = Some(match seen.take() {
-            None => CallFacts { map: None, args, max_size: None, min_size: None },
-            Some(old) => CallFacts {
-                args: std::array::from_fn(|i| match (old.args[i], args[i]) {
-                    (Some(a), Some(b)) => Some(a.join(b)),
-                    _ => None,
-                }),
-                ..old
-            },
-        });
+        self.record_call(CallFacts { map: None, args, max_size: None, min_size: None });
         // The low 32 bits count; more than MAX_LOOPS calls nothing.
         let count = if n.umax <= u64::from(u32::MAX) { n.umax } else { u64::from(u32::MAX) };
         let count = count.min(MAX_LOOPS);
