@@ -70,9 +70,9 @@ fn a_thread_remembers_its_last_hit_where_entries_stay_put() {
     assert!(ptx.contains("mov.b64 %egpu_hp0, 0;"));
     // Two lookups per site (before and after the insert), three sites.
     assert_eq!(ptx.matches(", %egpu_hk0;").count(), 6, "the key compared with the last hit");
-    // Remembered where it is found: in the key's home slot, read first without ordering, or by
-    // the search.
-    assert_eq!(ptx.matches("mov.b64 %egpu_hk0, ").count(), 2 * 6 + 1, "a hit remembered");
+    // Remembered after each lookup that found it (in the key's home slot, read first without
+    // ordering, or by the search).
+    assert_eq!(ptx.matches("mov.b64 %egpu_hk0, ").count(), 6 + 1, "a hit remembered");
     let fast = ptx.lines().filter(|l| l.contains("ld.global.u64 %egpu") && l.ends_with("_t4];"));
     assert_eq!(fast.count(), 6, "the home slot's state word, from L1, before the search");
     assert_eq!(ptx.matches("ld.global.acquire.gpu.u64").count(), 6 + 3, "the searches");
@@ -234,4 +234,37 @@ fn adds_by_the_kernels_id_are_combined_per_thread_and_adds_by_page_are_not() {
     assert!(!ptx.contains("_sum_addr"));
     // Not by page: the key changes from access to access.
     assert!(!page_counts(false).contains("_sum_addr"));
+}
+
+#[test]
+fn a_large_kernels_hash_searches_are_functions_it_shares() {
+    let load = program(PAGE_COUNT, hash_def(8), DeviceEvent::GlobalLoad);
+    let store = program(PAGE_COUNT, hash_def(8), DeviceEvent::GlobalStore);
+    let maps = [hash_binding(8, false)];
+    let probes = [
+        DeviceProbe { program: &load, kernels: Kernels::All, maps: &maps },
+        DeviceProbe { program: &store, kernels: Kernels::All, maps: &maps },
+    ];
+    // Saxpy's three sites keep their searches inline.
+    let small = inject(&saxpy(), &probes).expect("instruments").ptx;
+    assert!(!small.contains(".func") && !small.contains("\tcall "), "{small}");
+    // A Triton matmul's 80: one function per map and helper (the lookup, the insert), defined
+    // once before the kernel, called past the thread's last hit.
+    let matmul = read_workspace_file("tests/ptx/triton/triton_matmul_cp_async.ptx");
+    let injection = inject(&matmul, &probes).expect("instruments");
+    let ptx = &injection.ptx;
+    let accesses = [DeviceEvent::GlobalLoad, DeviceEvent::GlobalStore];
+    let sites = injection.sites.iter().filter(|s| accesses.contains(&s.event)).count();
+    assert!(sites > 16, "{sites} sites");
+    let defined: Vec<&str> = ptx.lines().filter(|l| l.starts_with(".func ")).collect();
+    assert_eq!(defined.len(), 2, "{defined:?}");
+    let kernel = ptx.find(".entry").expect("the kernel");
+    for f in &defined {
+        let name = f.split(") ").nth(1).and_then(|r| r.split('(').next()).expect("a name");
+        assert!(ptx.find(f).expect("defined") < kernel, "{name} defined before its callers");
+        let calls = ptx.matches(&format!("), {name}, (")).count();
+        assert!(calls >= sites, "{name}: {calls} calls for {sites} sites");
+    }
+    assert_eq!(ptx.matches("ld.global.acquire.gpu.u64").count(), 2, "one search of each kind");
+    assert!(ptx.len() < 20 * matmul.len(), "{} bytes from {}", ptx.len(), matmul.len());
 }

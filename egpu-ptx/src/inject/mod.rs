@@ -47,6 +47,11 @@ use crate::translate::{
     warp_add,
 };
 
+/// Probed memory accesses in a kernel past which its probes share the hash map searches
+/// ([`Options::outline`]): a few hundred instructions each, which inline would make a large
+/// kernel's code megabytes long, slow to compile and too big for the instruction cache.
+const OUTLINE_SITES: usize = 16;
+
 /// A probe to inject, and the kernels it attaches to.
 #[derive(Clone, Copy, Debug)]
 pub struct DeviceProbe<'a> {
@@ -194,9 +199,10 @@ fn flush(n: &Names, piece: usize, sm: u32) -> String {
     let (fq, ft) = (r("q"), r("t"));
     let w = [r("w0"), r("w1"), r("w2"), r("w3")];
     let add = if sm >= 80 {
-        warp_add(addr, sum, None, "", [&w[0], &w[1], &w[2], &w[3]], &fq, &ft, &label)
+        // The sum's address is a map value's: global memory.
+        warp_add(addr, sum, None, ".global", [&w[0], &w[1], &w[2], &w[3]], &fq, &ft, &label)
     } else {
-        format!("\tred.add.u64 [{addr}], {sum};\n{label}_done:\n")
+        format!("\tred.global.add.u64 [{addr}], {sum};\n{label}_done:\n")
     };
     format!(
         "\t{{\n\t.reg .b32 {w0}, {w1}, {w2}, {w3};\n\t.reg .pred {fq};\n\t.reg .b64 {ft};\n\
@@ -335,6 +341,7 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
     let mut before: BTreeMap<usize, String> = BTreeMap::new();
     let mut after: BTreeMap<usize, String> = BTreeMap::new();
     let mut functions = String::new();
+    let mut shared = BTreeMap::new();
     let mut sites = Vec::new();
     let mut serial = 0usize;
     let names = Names::new(ptx);
@@ -366,6 +373,16 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
                     |m: u32| p.maps.get(m as usize).is_some_and(|b| caches.contains_key(&b.addr));
                 combines(p.program, &stable)
             });
+        // A kernel with many probed accesses shares the hash map searches (see Options::outline).
+        let instructions = module.instructions(f);
+        let probed = instructions
+            .iter()
+            .filter(|(_, insn)| match observe(insn, &is_predicate) {
+                Observation::Observed(o) => selected.iter().any(|(_, _, e)| *e == o.event),
+                _ => false,
+            })
+            .count();
+        let outline = (probed > OUTLINE_SITES).then(|| format!("{}h", names.stem));
         let combine_regs = [names.sum_addr.clone(), names.sum.clone()];
         let cache_regs =
             |j: usize| [format!("%{}_hk{j}", names.stem), format!("%{}_hp{j}", names.stem)];
@@ -388,8 +405,10 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
             }
             options.lookup_cache =
                 p.maps.iter().map(|b| caches.get(&b.addr).map(|&j| cache_regs(j))).collect();
-            let t = translate(p.program, &options)
+            options.outline = outline.clone();
+            let mut t = translate(p.program, &options)
                 .map_err(|error| InjectError::Translate { probe, error })?;
+            shared.append(&mut t.shared);
             functions.push_str(&t.functions);
             sites.push(site);
             Ok(t.body)
@@ -432,7 +451,6 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
                 after.entry(open).or_default().push_str(&format!("\n{body}"));
             }
         }
-        let instructions = module.instructions(f);
         // A kernel whose last instruction does not end its path falls off its end: an exit too.
         // So does one whose last instruction is followed by a label (a jump there reaches the end).
         let last = instructions.last().map_or(f.body.start, |(piece, _)| *piece);
@@ -549,7 +567,10 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
     let mut out = String::with_capacity(ptx.len() * 2);
     let first_function = module.functions().first().map(|f| f.header);
     for (i, piece) in module.pieces().iter().enumerate() {
-        if Some(i) == first_function && !functions.is_empty() {
+        if Some(i) == first_function && !(functions.is_empty() && shared.is_empty()) {
+            for f in shared.values() {
+                out.push_str(f);
+            }
             out.push_str(&functions);
             out.push('\n');
         }

@@ -292,10 +292,11 @@ impl Emitter<'_> {
         if self.options.sm >= 80 {
             let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.tmp32(i));
             let (q2, t2) = (self.pred(2), self.tmp64(2));
-            let code = warp_add(ca, cv, None, "", [&w0, &w1, &w2, &w3], &q2, &t2, &flush);
+            // A map value: global memory (GPU memory, or host memory mapped into it).
+            let code = warp_add(ca, cv, None, ".global", [&w0, &w1, &w2, &w3], &q2, &t2, &flush);
             self.out.push_str(&code);
         } else {
-            self.line(format!("red.add.u64 [{ca}], {cv};"));
+            self.line(format!("red.global.add.u64 [{ca}], {cv};"));
             self.place(&format!("{flush}_done"));
         }
         self.line(format!("mov.b64 {ca}, {t3};"));

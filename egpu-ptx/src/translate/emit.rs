@@ -6,7 +6,7 @@
 //! the arguments into `r1`…), then every instruction, with a label where a jump lands.
 //! [`Emitter::instruction`] hands each instruction to the file of its class.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use egpu_ebpf::verifier::Verified;
@@ -31,6 +31,11 @@ pub(super) struct Emitter<'a> {
     pub(super) in_registers: bool,
     /// 64-bit registers `k0`, `k1`, … that map helpers use for keys and values.
     pub(super) words: u32,
+    /// The module-level functions shared by translations ([`Translation::shared`]) that this
+    /// function calls, by name.
+    ///
+    /// [`Translation::shared`]: super::Translation::shared
+    pub(super) shared: BTreeMap<String, String>,
 }
 
 impl<'a> Emitter<'a> {
@@ -49,6 +54,7 @@ impl<'a> Emitter<'a> {
             frame,
             in_registers: frame > 0 && stack_in_registers(verified, function),
             words: 0,
+            shared: BTreeMap::new(),
         }
     }
 

@@ -2,13 +2,13 @@
 //!
 //! - Arrays and per-CPU arrays: a bounds check and a multiply (the shard of a per-CPU array is
 //!   the SM's, `cpu_shards + %smid % sm_shards`).
-//! - Hash maps and per-CPU hash maps: the key's bytes become 64-bit words in registers, hashed
+//! - Hash maps and per-CPU hash maps (`hash.rs`): the key's bytes become 64-bit words in registers, hashed
 //!   as [`egpu_maps::layout::hash_key`] does, and the shard's slots are probed from the key's
 //!   home slot as the layout defines. Device inserts follow a protocol for device writers only
 //!   (one writing side per word: while a kernel runs, the device copy of a map is written by its
-//!   threads alone): claim an EMPTY slot by compare-and-swap to BUSY (owner [`DEVICE_OWNER`]),
-//!   write the key and value, count the entry against the capacity, then publish it as FULL. A
-//!   thread that meets a slot being inserted under its own key's tag waits for it to be
+//!   threads alone): claim an EMPTY slot by compare-and-swap to BUSY (owner
+//!   [`DEVICE_OWNER`](egpu_maps::layout::DEVICE_OWNER)), write the key and value, count the
+//!   entry against the capacity, then publish it as FULL. A thread that meets a slot being inserted under its own key's tag waits for it to be
 //!   published, so racing inserts of one key make one entry. Tombstones are not reused by device
 //!   inserts. A slot left pending by a host writer that died is waited for a bounded time, then
 //!   passed over.
@@ -25,16 +25,10 @@ use std::collections::BTreeSet;
 use egpu_ebpf::helpers::id as helper_id;
 use egpu_ebpf::verifier::{Access, Verified};
 use egpu_ebpf::{CallTarget, Instruction, MapKind, Reg};
-use egpu_maps::layout::{
-    DEVICE_OWNER, Geometry, HASH_MULTIPLIER, HASH_SEED, SHARD_HEADER_BYTES, hash_state as hs,
-    ring_state, shard,
-};
+use egpu_maps::layout::{Geometry, SHARD_HEADER_BYTES, ring_state, shard};
 
 use super::emit::Emitter;
 use super::{DeviceMap, TranslateError};
-
-/// How many times a device insert re-reads a slot that another writer holds before passing it.
-const SPIN_LIMIT: u32 = 1 << 20;
 
 /// Values and keys longer than this are refused on the GPU (they live in registers).
 pub(super) const MAX_WORDS: u32 = 32;
@@ -144,7 +138,13 @@ impl Emitter<'_> {
 
     /// The `bytes` bytes that `reg` points at, as 64-bit words (the last one zero-padded) in
     /// the registers `k{first}`, `k{first + 1}`, …, whose names are returned.
-    fn read_words(&mut self, reg: Reg, at: Option<Access>, bytes: u32, first: u32) -> Vec<String> {
+    pub(super) fn read_words(
+        &mut self,
+        reg: Reg,
+        at: Option<Access>,
+        bytes: u32,
+        first: u32,
+    ) -> Vec<String> {
         let n = bytes.div_ceil(8);
         self.words = self.words.max(first + n);
         let names: Vec<String> = (first..first + n).map(|i| self.map_word(i)).collect();
@@ -189,7 +189,7 @@ impl Emitter<'_> {
     /// `into` = the device address of shard 0's first slot, or of this SM's shard for a per-CPU
     /// map; `shard` (when given) = the shard's header. Uses `w2` and `t2` (and `t7` when no
     /// `shard` register is given).
-    fn shard_base(
+    pub(super) fn shard_base(
         &mut self,
         pc: usize,
         m: u32,
@@ -285,263 +285,12 @@ impl Emitter<'_> {
         Ok(())
     }
 
-    fn too_big(&self, pc: usize, m: Option<u32>) -> TranslateError {
+    pub(super) fn too_big(&self, pc: usize, m: Option<u32>) -> TranslateError {
         TranslateError::MapUse {
             pc,
             name: self.map_name(m.unwrap_or(0)),
             why: format!("keys and values on the GPU are at most {} bytes", MAX_WORDS * 8),
         }
-    }
-
-    /// Lookup, update and delete on a hash map (see the module docs).
-    fn hash(
-        &mut self,
-        pc: usize,
-        id: u32,
-        m: Option<u32>,
-        map: DeviceMap,
-        args: [Option<Access>; 5],
-    ) -> Result<(), TranslateError> {
-        let g = map.geometry;
-        if g.key_size.div_ceil(8) > MAX_WORDS || g.value_size.div_ceil(8) > MAX_WORDS {
-            return Err(self.too_big(pc, m));
-        }
-        let hash = self.local_label('H', pc);
-        let r0 = self.reg(Reg::R0);
-        // A map read live by the host (mapped memory) orders its entries at system scope.
-        let scope = if map.live { "sys" } else { "gpu" };
-        let [t0, t1, t2, t3, t4, t5, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.tmp64(i));
-        let [w4, w5, w6, w7] = [4, 5, 6, 7].map(|i| self.tmp32(i));
-        let [q0, q1] = [self.pred(0), self.pred(1)];
-        let key = self.read_words(Reg::R2, args[1], g.key_size, 0);
-        let value = if id == helper_id::MAP_UPDATE_ELEM {
-            self.read_words(Reg::R3, args[2], g.value_size, key.len() as u32)
-        } else {
-            Vec::new()
-        };
-        let lookup = id == helper_id::MAP_LOOKUP_ELEM;
-        let cache = match (lookup, key.as_slice()) {
-            // The cache's registers are the kernel's, which a local function cannot name.
-            (true, [_]) if self.function == 0 => {
-                self.options.lookup_cache.get(m.unwrap_or(0) as usize).cloned().flatten()
-            }
-            _ => None,
-        };
-        if let Some([ck, cp]) = &cache {
-            // This thread's last hit in this map, when it was this key: before the hash, which
-            // a hit does not need.
-            self.line(format!("setp.eq.u64 {q0}, {}, {ck};", key[0]));
-            self.line(format!("setp.ne.and.u64 {q0}, {cp}, 0, {q0};"));
-            self.line(format!("mov.b64 {r0}, {cp};"));
-            self.line(format!("@{q0} bra {hash}_done;"));
-        }
-        // The hash, as egpu_maps::layout::hash_key computes it: a folded multiply per word.
-        let seed = HASH_SEED ^ u64::from(g.key_size);
-        self.line(format!("mov.b64 {t0}, {};", seed as i64));
-        for k in &key {
-            self.line(format!("xor.b64 {t0}, {t0}, {k};"));
-            self.line(format!("mul.hi.u64 {t1}, {t0}, {};", HASH_MULTIPLIER as i64));
-            self.line(format!("mul.lo.u64 {t0}, {t0}, {};", HASH_MULTIPLIER as i64));
-            self.line(format!("xor.b64 {t0}, {t0}, {t1};"));
-        }
-        self.line(format!("shr.u64 {t1}, {t0}, 32;"));
-        self.line(format!("xor.b64 {t0}, {t0}, {t1};"));
-        let mask = g.slots - 1;
-        self.line(format!("cvt.u32.u64 {w4}, {t0};"));
-        self.line(format!("and.b32 {w4}, {w4}, {mask};"));
-        self.line(format!("shr.u64 {t1}, {t0}, 32;")); // the tag
-        self.line(format!("mov.u32 {w5}, 0;")); // slots looked at
-        self.line(format!("mov.u32 {w7}, 0;")); // re-reads of a held slot
-        self.shard_base(pc, m.unwrap_or(0), map, &t7, Some(&t6))?;
-        if id == helper_id::MAP_UPDATE_ELEM {
-            let r4 = self.reg(Reg::R4);
-            self.line(format!("cvt.u32.u64 {w6}, {r4};"));
-        }
-        let l = |what: &str| format!("{hash}_{what}");
-        if id == helper_id::MAP_UPDATE_ELEM {
-            // Flags other than 0, 1 and 2 (all 64 bits) are refused first, as on the CPU.
-            let r4 = self.reg(Reg::R4);
-            self.line(format!("mov.b64 {r0}, -22;"));
-            self.line(format!("setp.gt.u64 {q0}, {r4}, 2;"));
-            self.line(format!("@{q0} bra {};", l("done")));
-        }
-        let (lp, next, done) = (l("loop"), l("next"), l("done"));
-        let state = |e: &mut Self, s: u64, target: &str| {
-            e.line(format!("setp.eq.u64 {q0}, {t2}, {s};"));
-            e.line(format!("@{q0} bra {target};"));
-        };
-        let result = |e: &mut Self, v: i64| {
-            e.line(format!("mov.b64 {r0}, {v};"));
-            e.line(format!("bra {done};"));
-        };
-        self.line(format!("mov.b64 {r0}, 0;"));
-        // A live entry under this key's tag, as a whole word (FULL with no owner): the common
-        // case of a lookup, tested first.
-        let full_word = hs::FULL << hs::SHIFT;
-        if lookup {
-            self.line(format!("or.b64 {t0}, {t1}, {};", full_word as i64));
-        }
-        if let Some([ck, cp]) = &cache {
-            // Where entries stay put (what lets a thread remember its last hit), the key's home
-            // slot is read first without ordering, from the SM's L1 cache: a live entry there
-            // under the key's tag, with the key, is the key's for the kernel's whole run (an
-            // older copy of the line can only lack the entry, and then the search below runs).
-            // Most lookups of a kernel's threads are of a few keys, each in its home slot.
-            self.line(format!("mul.wide.u32 {t4}, {w4}, {};", g.slot_stride));
-            self.line(format!("add.s64 {t4}, {t4}, {t7};"));
-            self.line(format!("ld.global.u64 {t5}, [{t4}];"));
-            self.line(format!("setp.ne.u64 {q0}, {t5}, {t0};"));
-            self.line(format!("@{q0} bra {lp};"));
-            self.line(format!("ld.global.u64 {t2}, [{t4}+8];"));
-            self.line(format!("setp.ne.u64 {q0}, {t2}, {};", key[0]));
-            self.line(format!("@{q0} bra {lp};"));
-            self.line(format!("add.s64 {r0}, {t4}, {};", g.value_offset));
-            self.line(format!("mov.b64 {ck}, {};", key[0]));
-            self.line(format!("mov.b64 {cp}, {r0};"));
-            self.line(format!("bra {done};"));
-        }
-        self.place(&lp);
-        self.line(format!("mul.wide.u32 {t4}, {w4}, {};", g.slot_stride));
-        self.line(format!("add.s64 {t4}, {t4}, {t7};"));
-        self.line(format!("ld.global.acquire.{scope}.u64 {t5}, [{t4}];"));
-        if lookup {
-            self.line(format!("setp.eq.u64 {q0}, {t5}, {t0};"));
-            self.line(format!("@{q0} bra {};", l("key")));
-        }
-        self.line(format!("shr.u64 {t2}, {t5}, {};", hs::SHIFT));
-        // The key compared only when the slot is live or held under the key's tag.
-        self.line(format!("and.b64 {t3}, {t5}, 4294967295;"));
-        self.line(format!("setp.ne.u64 {q1}, {t3}, {t1};"));
-        match id {
-            helper_id::MAP_LOOKUP_ELEM => state(self, hs::EMPTY, &done),
-            helper_id::MAP_UPDATE_ELEM => state(self, hs::EMPTY, &l("empty")),
-            _ => {
-                let absent = l("absent");
-                state(self, hs::EMPTY, &absent);
-            }
-        }
-        self.line(format!("@{q1} bra {next};"));
-        if id != helper_id::MAP_LOOKUP_ELEM {
-            // Held by another writer under this tag: read it again, a bounded number of times.
-            for s in [hs::BUSY, hs::KEYED, hs::COUNTED, hs::WRITING] {
-                if s == hs::WRITING && id == helper_id::MAP_LOOKUP_ELEM {
-                    continue;
-                }
-                state(self, s, &l("held"));
-            }
-        }
-        self.line(format!("setp.ne.u64 {q0}, {t2}, {};", hs::FULL));
-        if id == helper_id::MAP_LOOKUP_ELEM {
-            self.line(format!("setp.ne.and.u64 {q0}, {t2}, {}, {q0};", hs::WRITING));
-        }
-        self.line(format!("@{q0} bra {next};"));
-        if lookup {
-            self.place(&l("key"));
-        }
-        self.compare_key(&t4, &key, g.key_size, &next);
-        // Found: the entry is at slot t4, its state word is t5.
-        match id {
-            helper_id::MAP_LOOKUP_ELEM => {
-                self.line(format!("add.s64 {r0}, {t4}, {};", g.value_offset));
-                if let Some([ck, cp]) = &cache {
-                    self.line(format!("mov.b64 {ck}, {};", key[0]));
-                    self.line(format!("mov.b64 {cp}, {r0};"));
-                }
-                self.line(format!("bra {done};"));
-            }
-            helper_id::MAP_UPDATE_ELEM => {
-                self.line(format!("setp.eq.u32 {q0}, {w6}, 1;"));
-                self.line(format!("@{q0} mov.b64 {r0}, -17;"));
-                self.line(format!("@{q0} bra {done};"));
-                let writing = hs::WRITING << hs::SHIFT | u64::from(DEVICE_OWNER) << hs::OWNER_SHIFT;
-                self.line(format!("or.b64 {t3}, {t1}, {};", writing as i64));
-                self.line(format!("atom.global.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
-                self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
-                self.line(format!("@{q0} bra {lp};"));
-                for (w, v) in value.iter().enumerate() {
-                    self.line(format!(
-                        "st.global.u64 [{t4}+{}], {v};",
-                        g.value_offset as usize + w * 8
-                    ));
-                }
-                self.line(format!("st.global.release.{scope}.u64 [{t4}], {t5};"));
-                result(self, 0);
-            }
-            _ => {
-                let tomb = hs::TOMB << hs::SHIFT;
-                self.line(format!("or.b64 {t3}, {t1}, {};", tomb as i64));
-                self.line(format!("atom.global.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
-                self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
-                self.line(format!("@{q0} bra {lp};"));
-                self.line(format!("red.global.add.u64 [{t6}+{}], -1;", shard::LEN_OR_HEAD));
-                result(self, 0);
-            }
-        }
-        if id != helper_id::MAP_LOOKUP_ELEM {
-            self.place(&l("held"));
-            self.line(format!("add.u32 {w7}, {w7}, 1;"));
-            self.line(format!("setp.lt.u32 {q0}, {w7}, {SPIN_LIMIT};"));
-            self.line(format!("@{q0} bra {lp};"));
-        }
-        self.place(&next);
-        self.line(format!("add.u32 {w4}, {w4}, 1;"));
-        self.line(format!("and.b32 {w4}, {w4}, {mask};"));
-        self.line(format!("add.u32 {w5}, {w5}, 1;"));
-        self.line(format!("setp.lt.u32 {q0}, {w5}, {};", g.slots));
-        self.line(format!("@{q0} bra {lp};"));
-        match id {
-            helper_id::MAP_LOOKUP_ELEM => {}
-            helper_id::MAP_UPDATE_ELEM => {
-                // No empty slot on the whole probe sequence: full.
-                self.line(format!("setp.eq.u32 {q0}, {w6}, 2;"));
-                self.line(format!("@{q0} mov.b64 {r0}, -2;"));
-                self.line(format!("@{q0} bra {done};"));
-                self.line(format!("red.global.add.u64 [{t6}+{}], 1;", shard::REFUSED));
-                result(self, -7);
-                self.place(&l("empty"));
-                self.line(format!("setp.eq.u32 {q0}, {w6}, 2;"));
-                self.line(format!("@{q0} mov.b64 {r0}, -2;"));
-                self.line(format!("@{q0} bra {done};"));
-                self.line(format!("setp.gt.u32 {q0}, {w6}, 2;"));
-                self.line(format!("@{q0} mov.b64 {r0}, -22;"));
-                self.line(format!("@{q0} bra {done};"));
-                let busy = hs::BUSY << hs::SHIFT | u64::from(DEVICE_OWNER) << hs::OWNER_SHIFT;
-                self.line(format!("or.b64 {t3}, {t1}, {};", busy as i64));
-                self.line(format!("atom.global.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
-                self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
-                self.line(format!("@{q0} bra {lp};"));
-                for (w, k) in key.iter().enumerate() {
-                    self.line(format!("st.global.u64 [{t4}+{}], {k};", 8 + w * 8));
-                }
-                for (w, v) in value.iter().enumerate() {
-                    self.line(format!(
-                        "st.global.u64 [{t4}+{}], {v};",
-                        g.value_offset as usize + w * 8
-                    ));
-                }
-                self.line(format!("atom.global.add.u64 {t2}, [{t6}+{}], 1;", shard::LEN_OR_HEAD));
-                self.line(format!("setp.ge.u64 {q0}, {t2}, {};", g.capacity));
-                let refused = l("refused");
-                self.line(format!("@{q0} bra {refused};"));
-                let full = hs::FULL << hs::SHIFT;
-                self.line(format!("or.b64 {t3}, {t1}, {};", full as i64));
-                self.line(format!("st.global.release.{scope}.u64 [{t4}], {t3};"));
-                result(self, 0);
-                self.place(&refused);
-                self.line(format!("red.global.add.u64 [{t6}+{}], -1;", shard::LEN_OR_HEAD));
-                let tomb = hs::TOMB << hs::SHIFT;
-                self.line(format!("or.b64 {t3}, {t1}, {};", tomb as i64));
-                self.line(format!("st.global.release.{scope}.u64 [{t4}], {t3};"));
-                self.line(format!("red.global.add.u64 [{t6}+{}], 1;", shard::REFUSED));
-                result(self, -7);
-            }
-            _ => {
-                self.place(&l("absent"));
-                result(self, -2);
-            }
-        }
-        self.place(&done);
-        Ok(())
     }
 
     /// `bpf_ringbuf_output(ring, data, size, flags)`: one fixed-size record (the data, zero-padded)
@@ -762,20 +511,5 @@ impl Emitter<'_> {
         }
         self.line(format!("cvt.u64.u32 {t1}, {w3};"));
         self.line(format!("add.s64 {t0}, {t0}, {t1};"));
-    }
-
-    /// Branches to `differ` unless the key at slot `slot` equals the words `key`.
-    fn compare_key(&mut self, slot: &str, key: &[String], bytes: u32, differ: &str) {
-        let (t3, q0) = (self.tmp64(3), self.pred(0));
-        let tail = bytes % 8;
-        for (w, k) in key.iter().enumerate() {
-            self.line(format!("ld.global.u64 {t3}, [{slot}+{}];", 8 + w * 8));
-            if w == key.len() - 1 && tail != 0 {
-                let mask = (1u64 << (tail * 8)) - 1;
-                self.line(format!("and.b64 {t3}, {t3}, {};", mask as i64));
-            }
-            self.line(format!("setp.ne.u64 {q0}, {t3}, {k};"));
-            self.line(format!("@{q0} bra {differ};"));
-        }
     }
 }

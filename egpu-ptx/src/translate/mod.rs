@@ -58,7 +58,8 @@
 //! | `atomic.rs` | atomics: a plain read-modify-write on the stack, `atom`/`red` on map values, adds aggregated across a warp or combined per thread ([`combines`]) |
 //! | `jump.rs` | jumps, conditional branches, calls (of helpers, through `callx`, of local functions) and `exit` |
 //! | `helpers.rs` | the helpers other than the maps' (clock, random numbers, SM id, pid), and the refusal of any other |
-//! | `maps.rs` | the map helpers on arrays, hash maps and ring buffers, with the map's geometry as constants (and [`lookups_and_removals`]) |
+//! | `maps.rs` | the map helpers on arrays and ring buffers, with the map's geometry as constants (and [`lookups_and_removals`]) |
+//! | `hash.rs` | the map helpers on hash maps: the search inline, or a call of a `.func` the module's translations share ([`Options::outline`]) |
 //!
 //! ```
 //! use egpu_ptx::translate::{Context, Options, translate};
@@ -81,6 +82,7 @@ mod atomic;
 mod emit;
 mod error;
 mod frame;
+mod hash;
 mod helpers;
 mod jump;
 mod keys;
@@ -115,6 +117,7 @@ pub fn translate(verified: &Verified, options: &Options) -> Result<Translation, 
     for f in callee_order(verified.program()) {
         let mut e = Emitter::new(verified, options, f);
         e.function()?;
+        out.shared.append(&mut e.shared);
         if f == 0 {
             out.body = e.out;
         } else {

@@ -1,5 +1,7 @@
 //! What the translation is given, and what it gives back.
 
+use std::collections::BTreeMap;
+
 use egpu_maps::layout::Geometry;
 
 /// Where the probe's context comes from.
@@ -94,6 +96,13 @@ pub struct Options {
     /// the kernel (device inserts never reuse a removed entry's slot). `None` or missing: no
     /// cache.
     pub lookup_cache: Vec<Option<[String; 2]>>,
+    /// A prefix, unique in the module, for the functions that translations into one module
+    /// share: when given, the search of a hash map helper (everything past the lookup cache)
+    /// is a call of a `.func` written once per map and helper
+    /// ([`Translation::shared`]), rather than code at every call. For kernels with many probe
+    /// sites, whose code would otherwise grow by a few hundred instructions per site. `None`:
+    /// inline.
+    pub outline: Option<String>,
 }
 
 /// A map as the GPU sees it: the device address of its memory (header included) and its
@@ -137,6 +146,7 @@ impl Options {
             sm: 90,
             smid: None,
             lookup_cache: Vec::new(),
+            outline: None,
         }
     }
 }
@@ -149,4 +159,9 @@ pub struct Translation {
     pub functions: String,
     /// The main function: one `{ … }` block, to place where the probe runs.
     pub body: String,
+    /// Module-level functions shared with other translations into the same module (with the
+    /// same [`Options::outline`] prefix), by name: a function of a name is the same text in
+    /// every translation, so a module defines each name once, before any function that calls
+    /// it. Empty without [`Options::outline`].
+    pub shared: BTreeMap<String, String>,
 }

@@ -1,0 +1,386 @@
+//! The hash map helpers on the GPU: `bpf_map_lookup_elem`, `bpf_map_update_elem` and
+//! `bpf_map_delete_elem` on hash maps and per-CPU hash maps (the protocol is in the docs of
+//! `maps.rs`).
+//!
+//! A helper call is written in two parts. At the call, the key's (and value's) bytes become
+//! 64-bit words in registers and, for a lookup with a lookup cache, the thread's last hit is
+//! tried. The search that follows (the hash, the probe sequence, an insert's or a removal's
+//! protocol) is written either inline or, when [`Options::outline`](super::Options::outline)
+//! names a prefix, once per module as a `.func` of its own, shared by every call of the same
+//! helper on the same map ([`Translation::shared`](super::Translation::shared)): the call site
+//! keeps only the cache check and a `call`. A search is a few hundred instructions, most of
+//! them on paths a kernel seldom takes (an insert, a full shard, a slot held by another
+//! writer); written inline at each of a large kernel's access sites they make its code
+//! megabytes long, slow to compile and too long for the instruction cache, which then
+//! misses on the kernel's own hot loop.
+
+use egpu_ebpf::Reg;
+use egpu_ebpf::helpers::id as helper_id;
+use egpu_ebpf::verifier::Access;
+use egpu_maps::layout::{DEVICE_OWNER, HASH_MULTIPLIER, HASH_SEED, hash_state as hs, shard};
+
+use super::emit::Emitter;
+use super::maps::MAX_WORDS;
+use super::{Context, DeviceMap, Options, TranslateError};
+
+/// How many times a device insert re-reads a slot that another writer holds before passing it.
+const SPIN_LIMIT: u32 = 1 << 20;
+
+/// One hash map helper's search, with the registers it works on.
+struct Search<'s> {
+    /// The helper (`helper_id::MAP_LOOKUP_ELEM`, …).
+    id: u32,
+    map: DeviceMap,
+    /// The key's words, then (an update) the value's.
+    key: &'s [String],
+    value: &'s [String],
+    /// Receives the helper's result.
+    r0: &'s str,
+    /// An update's flags.
+    flags: &'s str,
+    /// Whether the map has a lookup cache: its entries stay put while the kernel runs, so a
+    /// lookup first reads the key's home slot from the SM's L1 cache.
+    cached: bool,
+}
+
+impl Emitter<'_> {
+    /// Lookup, update and delete on a hash map (see the module docs).
+    pub(super) fn hash(
+        &mut self,
+        pc: usize,
+        id: u32,
+        m: Option<u32>,
+        map: DeviceMap,
+        args: [Option<Access>; 5],
+    ) -> Result<(), TranslateError> {
+        let g = map.geometry;
+        if g.key_size.div_ceil(8) > MAX_WORDS || g.value_size.div_ceil(8) > MAX_WORDS {
+            return Err(self.too_big(pc, m));
+        }
+        let hash = self.local_label('H', pc);
+        let (r0, r4) = (self.reg(Reg::R0), self.reg(Reg::R4));
+        let q0 = self.pred(0);
+        let key = self.read_words(Reg::R2, args[1], g.key_size, 0);
+        let value = if id == helper_id::MAP_UPDATE_ELEM {
+            self.read_words(Reg::R3, args[2], g.value_size, key.len() as u32)
+        } else {
+            Vec::new()
+        };
+        let cache = match (id == helper_id::MAP_LOOKUP_ELEM, key.as_slice()) {
+            // The cache's registers are the kernel's, which a local function cannot name.
+            (true, [_]) if self.function == 0 => {
+                self.options.lookup_cache.get(m.unwrap_or(0) as usize).cloned().flatten()
+            }
+            _ => None,
+        };
+        let done = format!("{hash}_done");
+        if let Some([ck, cp]) = &cache {
+            // This thread's last hit in this map, when it was this key: before the hash, which
+            // a hit does not need.
+            self.line(format!("setp.eq.u64 {q0}, {}, {ck};", key[0]));
+            self.line(format!("setp.ne.and.u64 {q0}, {cp}, 0, {q0};"));
+            self.line(format!("mov.b64 {r0}, {cp};"));
+            self.line(format!("@{q0} bra {done};"));
+        }
+        let search = Search {
+            id,
+            map,
+            key: &key,
+            value: &value,
+            r0: &r0,
+            flags: &r4,
+            cached: cache.is_some(),
+        };
+        match self.options.outline.clone() {
+            Some(shared) => self.call_search(pc, m, &search, &shared)?,
+            None => self.search(pc, m, &search, &format!("{hash}_s"))?,
+        }
+        if let Some([ck, cp]) = &cache {
+            // A hit is remembered.
+            self.line(format!("setp.ne.u64 {q0}, {r0}, 0;"));
+            self.line(format!("@{q0} mov.b64 {ck}, {};", key[0]));
+            self.line(format!("@{q0} mov.b64 {cp}, {r0};"));
+        }
+        self.place(&done);
+        Ok(())
+    }
+
+    /// The search as a call of the module's shared `.func` for it, written the first time.
+    fn call_search(
+        &mut self,
+        pc: usize,
+        m: Option<u32>,
+        s: &Search<'_>,
+        shared: &str,
+    ) -> Result<(), TranslateError> {
+        // Everything the function's text depends on is in its name.
+        let what = format!("{:?}/{}/{}", s.map, s.id, s.cached);
+        let name = format!("{shared}_h{:016x}", egpu_ebpf::kernel_id(&what));
+        let update = s.id == helper_id::MAP_UPDATE_ELEM;
+        let mut args: Vec<String> = s.key.iter().chain(s.value).cloned().collect();
+        if update {
+            args.push(s.flags.to_owned());
+        }
+        if !self.shared.contains_key(&name) {
+            let mut options = Options::new(name.clone(), Context::Memory(String::new()));
+            options.maps = self.options.maps.clone();
+            options.sm = self.options.sm;
+            // Not the kernel's main function: `%smid` is read where needed.
+            let mut f = Emitter::new(self.verified, &options, usize::MAX);
+            let params: Vec<String> = (0..args.len()).map(|i| format!("%{name}_x{i}")).collect();
+            let (key, rest) = params.split_at(s.key.len());
+            let (value, flags) = rest.split_at(s.value.len());
+            let flags = flags.first().cloned().unwrap_or_default();
+            let (ret, r0) = (format!("%{name}_ret"), f.reg(Reg::R0));
+            let declared: Vec<String> = params.iter().map(|p| format!(".reg .b64 {p}")).collect();
+            f.out.push_str(&format!(
+                ".func (.reg .b64 {ret}) {name}({})\n{{\n",
+                declared.join(", ")
+            ));
+            f.declare_registers();
+            let search = Search { key, value, r0: &r0, flags: &flags, ..*s };
+            let label = f.local_label('H', 0);
+            f.search(pc, m, &search, &label)?;
+            f.line(format!("mov.b64 {ret}, {r0};"));
+            f.line("ret;");
+            f.out.push_str("}\n");
+            self.shared.insert(name.clone(), f.out);
+        }
+        self.line(format!("call ({}), {name}, ({});", s.r0, args.join(", ")));
+        Ok(())
+    }
+
+    /// The search for the key, then what the helper does with what it found, ending at
+    /// `{label}_done` with the result in `s.r0`.
+    fn search(
+        &mut self,
+        pc: usize,
+        m: Option<u32>,
+        s: &Search<'_>,
+        label: &str,
+    ) -> Result<(), TranslateError> {
+        let (id, g, key, r0) = (s.id, s.map.geometry, s.key, s.r0);
+        // A map read live by the host (mapped memory) orders its entries at system scope.
+        let scope = if s.map.live { "sys" } else { "gpu" };
+        let [t0, t1, t2, t3, t4, t5, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.tmp64(i));
+        let [w4, w5, w6, w7] = [4, 5, 6, 7].map(|i| self.tmp32(i));
+        let [q0, q1] = [self.pred(0), self.pred(1)];
+        let lookup = id == helper_id::MAP_LOOKUP_ELEM;
+        // The hash, as egpu_maps::layout::hash_key computes it: a folded multiply per word.
+        let seed = HASH_SEED ^ u64::from(g.key_size);
+        self.line(format!("mov.b64 {t0}, {};", seed as i64));
+        for k in key {
+            self.line(format!("xor.b64 {t0}, {t0}, {k};"));
+            self.line(format!("mul.hi.u64 {t1}, {t0}, {};", HASH_MULTIPLIER as i64));
+            self.line(format!("mul.lo.u64 {t0}, {t0}, {};", HASH_MULTIPLIER as i64));
+            self.line(format!("xor.b64 {t0}, {t0}, {t1};"));
+        }
+        self.line(format!("shr.u64 {t1}, {t0}, 32;"));
+        self.line(format!("xor.b64 {t0}, {t0}, {t1};"));
+        let mask = g.slots - 1;
+        self.line(format!("cvt.u32.u64 {w4}, {t0};"));
+        self.line(format!("and.b32 {w4}, {w4}, {mask};"));
+        self.line(format!("shr.u64 {t1}, {t0}, 32;")); // the tag
+        self.line(format!("mov.u32 {w5}, 0;")); // slots looked at
+        self.line(format!("mov.u32 {w7}, 0;")); // re-reads of a held slot
+        self.shard_base(pc, m.unwrap_or(0), s.map, &t7, Some(&t6))?;
+        let l = |what: &str| format!("{label}_{what}");
+        let (lp, next, done) = (l("loop"), l("next"), l("done"));
+        if id == helper_id::MAP_UPDATE_ELEM {
+            // Flags other than 0, 1 and 2 (all 64 bits) are refused first, as on the CPU.
+            let flags = s.flags;
+            self.line(format!("cvt.u32.u64 {w6}, {flags};"));
+            self.line(format!("mov.b64 {r0}, -22;"));
+            self.line(format!("setp.gt.u64 {q0}, {flags}, 2;"));
+            self.line(format!("@{q0} bra {done};"));
+        }
+        let state = |e: &mut Self, s: u64, target: &str| {
+            e.line(format!("setp.eq.u64 {q0}, {t2}, {s};"));
+            e.line(format!("@{q0} bra {target};"));
+        };
+        let result = |e: &mut Self, v: i64| {
+            e.line(format!("mov.b64 {r0}, {v};"));
+            e.line(format!("bra {done};"));
+        };
+        self.line(format!("mov.b64 {r0}, 0;"));
+        // A live entry under this key's tag, as a whole word (FULL with no owner): the common
+        // case of a lookup, tested first.
+        let full_word = hs::FULL << hs::SHIFT;
+        if lookup {
+            self.line(format!("or.b64 {t0}, {t1}, {};", full_word as i64));
+        }
+        if s.cached {
+            // Where entries stay put (what lets a thread remember its last hit), the key's home
+            // slot is read first without ordering, from the SM's L1 cache: a live entry there
+            // under the key's tag, with the key, is the key's for the kernel's whole run (an
+            // older copy of the line can only lack the entry, and then the search below runs).
+            // Most lookups of a kernel's threads are of a few keys, each in its home slot.
+            self.line(format!("mul.wide.u32 {t4}, {w4}, {};", g.slot_stride));
+            self.line(format!("add.s64 {t4}, {t4}, {t7};"));
+            self.line(format!("ld.global.u64 {t5}, [{t4}];"));
+            self.line(format!("setp.ne.u64 {q0}, {t5}, {t0};"));
+            self.line(format!("@{q0} bra {lp};"));
+            self.line(format!("ld.global.u64 {t2}, [{t4}+8];"));
+            self.line(format!("setp.ne.u64 {q0}, {t2}, {};", key[0]));
+            self.line(format!("@{q0} bra {lp};"));
+            self.line(format!("add.s64 {r0}, {t4}, {};", g.value_offset));
+            self.line(format!("bra {done};"));
+        }
+        self.place(&lp);
+        self.line(format!("mul.wide.u32 {t4}, {w4}, {};", g.slot_stride));
+        self.line(format!("add.s64 {t4}, {t4}, {t7};"));
+        self.line(format!("ld.global.acquire.{scope}.u64 {t5}, [{t4}];"));
+        if lookup {
+            self.line(format!("setp.eq.u64 {q0}, {t5}, {t0};"));
+            self.line(format!("@{q0} bra {};", l("key")));
+        }
+        self.line(format!("shr.u64 {t2}, {t5}, {};", hs::SHIFT));
+        // The key compared only when the slot is live or held under the key's tag.
+        self.line(format!("and.b64 {t3}, {t5}, 4294967295;"));
+        self.line(format!("setp.ne.u64 {q1}, {t3}, {t1};"));
+        match id {
+            helper_id::MAP_LOOKUP_ELEM => state(self, hs::EMPTY, &done),
+            helper_id::MAP_UPDATE_ELEM => state(self, hs::EMPTY, &l("empty")),
+            _ => state(self, hs::EMPTY, &l("absent")),
+        }
+        self.line(format!("@{q1} bra {next};"));
+        if !lookup {
+            // Held by another writer under this tag: read it again, a bounded number of times.
+            for st in [hs::BUSY, hs::KEYED, hs::COUNTED, hs::WRITING] {
+                state(self, st, &l("held"));
+            }
+        }
+        self.line(format!("setp.ne.u64 {q0}, {t2}, {};", hs::FULL));
+        if lookup {
+            self.line(format!("setp.ne.and.u64 {q0}, {t2}, {}, {q0};", hs::WRITING));
+        }
+        self.line(format!("@{q0} bra {next};"));
+        if lookup {
+            self.place(&l("key"));
+        }
+        self.compare_key(&t4, key, g.key_size, &next);
+        // Found: the entry is at slot t4, its state word is t5.
+        match id {
+            helper_id::MAP_LOOKUP_ELEM => {
+                self.line(format!("add.s64 {r0}, {t4}, {};", g.value_offset));
+                self.line(format!("bra {done};"));
+            }
+            helper_id::MAP_UPDATE_ELEM => {
+                self.line(format!("setp.eq.u32 {q0}, {w6}, 1;"));
+                self.line(format!("@{q0} mov.b64 {r0}, -17;"));
+                self.line(format!("@{q0} bra {done};"));
+                let writing = hs::WRITING << hs::SHIFT | u64::from(DEVICE_OWNER) << hs::OWNER_SHIFT;
+                self.line(format!("or.b64 {t3}, {t1}, {};", writing as i64));
+                self.line(format!("atom.global.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
+                self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
+                self.line(format!("@{q0} bra {lp};"));
+                for (w, v) in s.value.iter().enumerate() {
+                    self.line(format!(
+                        "st.global.u64 [{t4}+{}], {v};",
+                        g.value_offset as usize + w * 8
+                    ));
+                }
+                self.line(format!("st.global.release.{scope}.u64 [{t4}], {t5};"));
+                result(self, 0);
+            }
+            _ => {
+                let tomb = hs::TOMB << hs::SHIFT;
+                self.line(format!("or.b64 {t3}, {t1}, {};", tomb as i64));
+                self.line(format!("atom.global.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
+                self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
+                self.line(format!("@{q0} bra {lp};"));
+                self.line(format!("red.global.add.u64 [{t6}+{}], -1;", shard::LEN_OR_HEAD));
+                result(self, 0);
+            }
+        }
+        if !lookup {
+            self.place(&l("held"));
+            self.line(format!("add.u32 {w7}, {w7}, 1;"));
+            self.line(format!("setp.lt.u32 {q0}, {w7}, {SPIN_LIMIT};"));
+            self.line(format!("@{q0} bra {lp};"));
+        }
+        self.place(&next);
+        self.line(format!("add.u32 {w4}, {w4}, 1;"));
+        self.line(format!("and.b32 {w4}, {w4}, {mask};"));
+        self.line(format!("add.u32 {w5}, {w5}, 1;"));
+        self.line(format!("setp.lt.u32 {q0}, {w5}, {};", g.slots));
+        self.line(format!("@{q0} bra {lp};"));
+        match id {
+            helper_id::MAP_LOOKUP_ELEM => {}
+            helper_id::MAP_UPDATE_ELEM => self.insert(s, label, scope),
+            _ => {
+                self.place(&l("absent"));
+                result(self, -2);
+            }
+        }
+        self.place(&done);
+        Ok(())
+    }
+
+    /// An update's ends: no empty slot on the whole probe sequence (the map is full), and an
+    /// empty slot claimed for a new entry.
+    fn insert(&mut self, s: &Search<'_>, label: &str, scope: &str) {
+        let (g, r0) = (s.map.geometry, s.r0);
+        let [t1, t2, t3, t4, t5, t6] = [1, 2, 3, 4, 5, 6].map(|i| self.tmp64(i));
+        let (w6, q0) = (self.tmp32(6), self.pred(0));
+        let l = |what: &str| format!("{label}_{what}");
+        let (lp, done) = (l("loop"), l("done"));
+        let result = |e: &mut Self, v: i64| {
+            e.line(format!("mov.b64 {r0}, {v};"));
+            e.line(format!("bra {done};"));
+        };
+        self.line(format!("setp.eq.u32 {q0}, {w6}, 2;"));
+        self.line(format!("@{q0} mov.b64 {r0}, -2;"));
+        self.line(format!("@{q0} bra {done};"));
+        self.line(format!("red.global.add.u64 [{t6}+{}], 1;", shard::REFUSED));
+        result(self, -7);
+        self.place(&l("empty"));
+        self.line(format!("setp.eq.u32 {q0}, {w6}, 2;"));
+        self.line(format!("@{q0} mov.b64 {r0}, -2;"));
+        self.line(format!("@{q0} bra {done};"));
+        self.line(format!("setp.gt.u32 {q0}, {w6}, 2;"));
+        self.line(format!("@{q0} mov.b64 {r0}, -22;"));
+        self.line(format!("@{q0} bra {done};"));
+        let busy = hs::BUSY << hs::SHIFT | u64::from(DEVICE_OWNER) << hs::OWNER_SHIFT;
+        self.line(format!("or.b64 {t3}, {t1}, {};", busy as i64));
+        self.line(format!("atom.global.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
+        self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
+        self.line(format!("@{q0} bra {lp};"));
+        for (w, k) in s.key.iter().enumerate() {
+            self.line(format!("st.global.u64 [{t4}+{}], {k};", 8 + w * 8));
+        }
+        for (w, v) in s.value.iter().enumerate() {
+            self.line(format!("st.global.u64 [{t4}+{}], {v};", g.value_offset as usize + w * 8));
+        }
+        self.line(format!("atom.global.add.u64 {t2}, [{t6}+{}], 1;", shard::LEN_OR_HEAD));
+        self.line(format!("setp.ge.u64 {q0}, {t2}, {};", g.capacity));
+        let refused = l("refused");
+        self.line(format!("@{q0} bra {refused};"));
+        let full = hs::FULL << hs::SHIFT;
+        self.line(format!("or.b64 {t3}, {t1}, {};", full as i64));
+        self.line(format!("st.global.release.{scope}.u64 [{t4}], {t3};"));
+        result(self, 0);
+        self.place(&refused);
+        self.line(format!("red.global.add.u64 [{t6}+{}], -1;", shard::LEN_OR_HEAD));
+        let tomb = hs::TOMB << hs::SHIFT;
+        self.line(format!("or.b64 {t3}, {t1}, {};", tomb as i64));
+        self.line(format!("st.global.release.{scope}.u64 [{t4}], {t3};"));
+        self.line(format!("red.global.add.u64 [{t6}+{}], 1;", shard::REFUSED));
+        result(self, -7);
+    }
+
+    /// Branches to `differ` unless the key at slot `slot` equals the words `key`.
+    fn compare_key(&mut self, slot: &str, key: &[String], bytes: u32, differ: &str) {
+        let (t3, q0) = (self.tmp64(3), self.pred(0));
+        let tail = bytes % 8;
+        for (w, k) in key.iter().enumerate() {
+            self.line(format!("ld.global.u64 {t3}, [{slot}+{}];", 8 + w * 8));
+            if w == key.len() - 1 && tail != 0 {
+                let mask = (1u64 << (tail * 8)) - 1;
+                self.line(format!("and.b64 {t3}, {t3}, {};", mask as i64));
+            }
+            self.line(format!("setp.ne.u64 {q0}, {t3}, {k};"));
+            self.line(format!("@{q0} bra {differ};"));
+        }
+    }
+}
