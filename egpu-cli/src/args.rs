@@ -109,6 +109,19 @@ pub(crate) struct InjectArgs {
     /// Where to write the module [default: standard output]
     #[arg(short = 'o', long = "output", value_name = "OUT.ptx")]
     pub(crate) output: Option<PathBuf>,
+    /// The device address of a table of tensor map boxes: tensor copies look their bytes up
+    /// there [default: none, their size is 0]
+    #[arg(long = "tensor-boxes", value_name = "ADDRESS", value_parser = parse_address)]
+    pub(crate) tensor_boxes: Option<u64>,
+}
+
+/// An address, decimal or `0x` hexadecimal.
+fn parse_address(text: &str) -> Result<u64, String> {
+    let parsed = match text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => text.parse(),
+    };
+    parsed.map_err(|e| format!("not an address: {e}"))
 }
 
 /// `egpu run`.

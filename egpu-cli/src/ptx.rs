@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use egpu::ebpf::{AttachPoint, DeviceEvent, MemAccessCtx};
-use egpu_device::inject::{DeviceProbe, Kernels, inject};
+use egpu_device::inject::{DeviceProbe, InjectOptions, Kernels, inject_with};
 use egpu_device::translate::kernel_module_with;
 
 use crate::Error;
@@ -148,7 +148,9 @@ pub(crate) fn inject_cmd(a: InjectArgs) -> Result<(), Error> {
         .iter()
         .map(|p| DeviceProbe { program: &p.verified, kernels: selection, maps: &p.bindings })
         .collect();
-    let injected = inject(&ptx, &probes).map_err(|e| Error::Failed(format!("{module}: {e}")))?;
+    let options = InjectOptions { tensor_boxes: a.tensor_boxes };
+    let injected = inject_with(&ptx, &probes, &options)
+        .map_err(|e| Error::Failed(format!("{module}: {e}")))?;
     // A kernel named that the module lacks is a mistake, not an empty selection.
     let parsed = egpu_device::ptx::PtxModule::parse(&ptx)
         .map_err(|e| Error::Failed(format!("{module}: {e}")))?;

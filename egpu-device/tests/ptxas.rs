@@ -428,7 +428,7 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
 /// costs each kernel in registers and local memory.
 #[test]
 fn injected_corpus_passes_ptxas() {
-    use egpu_device::inject::{DeviceProbe, Kernels, inject};
+    use egpu_device::inject::{DeviceProbe, InjectOptions, Kernels, inject_with};
     use egpu_ebpf::{AttachPoint, DeviceEvent, MapKind, MemAccessCtx};
 
     let Some(ptxas) = require_ptxas() else { return };
@@ -470,7 +470,9 @@ fn injected_corpus_passes_ptxas() {
     for (name, ptx) in &sources {
         let result = (|| -> Result<String, String> {
             let before = ptxas.check(ptx, arch_of(ptx)).map_err(|e| format!("original: {e}"))?;
-            let injected = inject(ptx, &probes).map_err(|e| e.to_string())?;
+            // Tensor copies look their box up in a table, as under the preloaded library.
+            let options = InjectOptions { tensor_boxes: Some(0x7f00_1000_0000) };
+            let injected = inject_with(ptx, &probes, &options).map_err(|e| e.to_string())?;
             observed += injected.observed;
             memory += injected.memory_instructions;
             for u in &injected.unobserved {

@@ -26,8 +26,8 @@ pub(super) struct Observed {
     pub(super) addr_code: String,
     /// Bytes, when known when instrumenting.
     pub(super) size: u32,
-    /// PTX that computes the bytes into the 32-bit register `{SIZE}`, when they are known at
-    /// run time only.
+    /// PTX that computes the bytes into the 32-bit register `{SIZE}` (after the address, which
+    /// it may read in `{ADDR}`), when they are known at run time only.
     pub(super) size_code: Option<String>,
 }
 
@@ -152,7 +152,8 @@ fn value(operand: &str) -> Option<(u32, Option<String>)> {
 pub(super) fn wrap_access(o: &Observed, addr: &str, size: &str, body: &str, skip: &str) -> String {
     let mut s = format!("\t{{\n\t.reg .b64 {addr};\n{}", o.addr_code.replace("{ADDR}", addr));
     if let Some(code) = &o.size_code {
-        s.push_str(&format!("\t.reg .b32 {size};\n{}", code.replace("{SIZE}", size)));
+        let code = code.replace("{SIZE}", size).replace("{ADDR}", addr);
+        s.push_str(&format!("\t.reg .b32 {size};\n{code}"));
     }
     if o.generic {
         let p = format!("{addr}_global");

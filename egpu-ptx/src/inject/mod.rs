@@ -17,8 +17,9 @@
 //!
 //! The context's `class` says which kind of instruction fired ([`MemAccessCtx::class`]), `size`
 //! the bytes it moves (at run time for a copy whose size is a register; the bytes `cp.async`
-//! reads, 0 when its `ignore-src` holds; 0 for a tensor copy, whose box is in its tensor map,
-//! and whose `addr` is the tensor map's), and `op` an atomic's or reduction's operation. A bulk
+//! reads, 0 when its `ignore-src` holds; for a tensor copy, whose `addr` is its tensor map's,
+//! the bytes of the map's box when the context's table of boxes knows the map
+//! ([`InjectOptions::tensor_boxes`], [`tensor_maps`]), else 0), and `op` an atomic's or reduction's operation. A bulk
 //! or tensor copy fires once, in the thread that issues it.
 //!
 //! A guarded instruction (`@%p ld.global …`) runs its probe only when the guard holds. Accesses
@@ -35,9 +36,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use egpu_ebpf::verifier::Verified;
-use egpu_ebpf::{AttachPoint, DeviceEvent, MapKind, kernel_id};
+use egpu_ebpf::{AttachPoint, DeviceEvent, MapKind, MemAccessCtx, kernel_id};
 
 mod access;
+pub mod tensor_maps;
 
 use access::{Observation, Observed, observe, wrap_access};
 
@@ -318,8 +320,26 @@ fn ends_path(insn: &PtxInstruction<'_>) -> bool {
     insn.guard.is_none() && matches!(insn.base(), "ret" | "exit" | "bra" | "trap")
 }
 
+/// How to inject, beyond the probes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InjectOptions {
+    /// The device address of the table of tensor map boxes of the context the module is for
+    /// ([`tensor_maps`]): tensor copies then carry their box's bytes in their `size` (0 where
+    /// the table does not know their map, and without a table).
+    pub tensor_boxes: Option<u64>,
+}
+
 /// Instruments `ptx` with `probes`.
 pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, InjectError> {
+    inject_with(ptx, probes, &InjectOptions::default())
+}
+
+/// Instruments `ptx` with `probes`, as `options` say.
+pub fn inject_with(
+    ptx: &str,
+    probes: &[DeviceProbe<'_>],
+    options: &InjectOptions,
+) -> Result<Injection, InjectError> {
     let module = PtxModule::parse(ptx)?;
     if let Some(size) = module.directive(".address_size")
         && size != "64"
@@ -505,9 +525,14 @@ pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, Inject
                     });
                     None
                 }
-                Observation::Observed(o) => {
+                Observation::Observed(mut o) => {
                     memory_instructions += 1;
                     observed += 1;
+                    if let (MemAccessCtx::TENSOR_COPY, Some(table)) =
+                        (o.class, options.tensor_boxes)
+                    {
+                        o.size_code = Some(tensor_maps::lookup_code(table));
+                    }
                     Some(o)
                 }
             };
