@@ -135,6 +135,9 @@ pub enum Arg<'a> {
     U32(u32),
     /// A float.
     F32(f32),
+    /// A parameter passed by value, as its bytes: a struct, such as a tensor map
+    /// (`CUtensorMap`, 128 bytes) for a `__grid_constant__` parameter.
+    Bytes(&'a [u8]),
 }
 
 const LOG_BYTES: usize = 1 << 16;
@@ -250,15 +253,23 @@ impl Gpu {
                 Arg::U64(v) => v,
                 Arg::U32(v) => u64::from(v),
                 Arg::F32(v) => u64::from(v.to_bits()),
+                Arg::Bytes(_) => 0,
             })
             .collect();
         let (function, id) = (kernel.function, kernel.id);
         guarded(move || {
             self.bind()?;
             // Each parameter's bytes start at its slot; on a little-endian machine the low
-            // bytes of the u64 are the 32-bit value.
-            let mut params: Vec<*mut c_void> =
-                values.iter_mut().map(|v| (v as *mut u64).cast()).collect();
+            // bytes of the u64 are the 32-bit value. The driver copies a by-value parameter's
+            // bytes from where its pointer points.
+            let mut params: Vec<*mut c_void> = values
+                .iter_mut()
+                .zip(args)
+                .map(|(v, a)| match a {
+                    Arg::Bytes(bytes) => bytes.as_ptr().cast_mut().cast(),
+                    _ => (v as *mut u64).cast(),
+                })
+                .collect();
             let mut outcome = sys::CUresult::CUDA_SUCCESS;
             let call = || {
                 // SAFETY: `function` belongs to a module alive for 'm; `params` holds one

@@ -466,3 +466,129 @@ fn a_launch_out_of_resources_falls_back_to_the_original_kernel() {
     let again = module.launch("saxpy", (8, 1, 1), (256, 1, 1), &args).expect("a launch");
     assert_eq!(again, Ran::Original, "later launches of that kernel run the original");
 }
+
+/// A tensor copy's probe gets its box's bytes from the table of tensor maps: the kernel's hash of
+/// the map it was passed finds what the host recorded for the map the driver encoded. nvcc's
+/// `tests/kernels/tensor_copy.cu` copies a W × H f32 matrix through shared memory by boxes of
+/// 64 × 32 (8,192 bytes), one tensor load and one tensor store per block; probes add the bytes
+/// of every tensor copy to two array slots. With a table that lacks the maps, the bytes are 0.
+#[test]
+fn tensor_copies_find_their_box_bytes_in_the_table() {
+    use cudarc::driver::sys;
+    use egpu_device::cuda::{Arg, Gpu};
+    use egpu_device::inject::tensor_maps::{BoxTable, MAP_BYTES};
+    use egpu_device::inject::{DeviceProbe, InjectOptions, Kernels, inject_with};
+    use egpu_device::maps::DeviceMapBuffer;
+    use egpu_ebpf::verifier::verify;
+    use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, MemAccessCtx, Program, assemble};
+    use egpu_maps::layout::Geometry;
+    use egpu_maps::{Placement, RawMap};
+    use std::mem::offset_of;
+
+    let Some(info) = require_gpu() else { return };
+    if info.compute_capability < (9, 0) {
+        println!("skipped: tensor copies need sm_90, {info} is older");
+        return;
+    }
+    let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
+    let (w, h) = (1024u32, 512u32);
+    let bytes = (w * h * 4) as usize;
+    let src_values: Vec<f32> = (0..w * h).map(|i| (i % 977) as f32).collect();
+    let src = gpu.alloc(bytes).unwrap();
+    let le = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|f| f.to_le_bytes()).collect() };
+    src.write(&le(&src_values)).unwrap();
+    let dst = gpu.alloc(bytes).unwrap();
+    let encode = |buffer: u64| -> [u8; MAP_BYTES] {
+        let mut map = sys::CUtensorMap { opaque: [0; 16] };
+        let (dims, strides) = ([u64::from(w), u64::from(h)], [u64::from(w) * 4]);
+        let (boxes, element_strides) = ([64u32, 32], [1u32, 1]);
+        // SAFETY: every pointer is to a live array of the rank's length (strides: rank - 1).
+        let result = unsafe {
+            sys::cuTensorMapEncodeTiled(
+                &mut map,
+                sys::CUtensorMapDataType::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
+                2,
+                buffer as *mut std::ffi::c_void,
+                dims.as_ptr(),
+                strides.as_ptr(),
+                boxes.as_ptr(),
+                element_strides.as_ptr(),
+                sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                sys::CUtensorMapSwizzle::CU_TENSOR_MAP_SWIZZLE_NONE,
+                sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+        };
+        assert_eq!(result, sys::CUresult::CUDA_SUCCESS, "cuTensorMapEncodeTiled");
+        let words = map.opaque.iter().flat_map(|w| w.to_le_bytes());
+        words.collect::<Vec<u8>>().try_into().expect("128 bytes")
+    };
+    let (src_map, dst_map) = (encode(src.device_ptr()), encode(dst.device_ptr()));
+    let probe_text = format!(
+        "ldxw %r7, [%r1+{class}]\njne %r7, {tensor}, out\nldxw %r6, [%r1+{size}]\n\
+         stw [%r10-4], 0\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -4\ncall 1\n\
+         jeq %r0, 0, out\nlock add [%r0+0], %r6\nout:\nmov %r0, 0\nexit",
+        class = offset_of!(MemAccessCtx, class),
+        size = offset_of!(MemAccessCtx, size),
+        tensor = MemAccessCtx::TENSOR_COPY,
+    );
+    let def = MapDef {
+        name: "bytes".into(),
+        kind: MapKind::Array,
+        key_size: 4,
+        value_size: 8,
+        capacity: 1,
+    };
+    let probe = |event| {
+        let program = Program::new(
+            assemble(&probe_text).expect("assembles"),
+            vec![def.clone()],
+            AttachPoint::Device(event),
+        )
+        .expect("a program");
+        verify(&program).expect("verified")
+    };
+    let (loads, stores) = (probe(DeviceEvent::GlobalLoad), probe(DeviceEvent::GlobalStore));
+    let ptx = read_workspace_file("tests/ptx/tensor_copy.ptx");
+    // Runs the kernel instrumented with a table holding `table`: the bytes loaded and stored by
+    // tensor copies, as the probes added them.
+    let run = |table: &BoxTable| -> (u64, u64) {
+        let device_table = gpu.alloc(table.to_bytes().len()).unwrap();
+        device_table.write(&table.to_bytes()).unwrap();
+        let geometry = Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).unwrap();
+        let counts: Vec<RawMap> =
+            (0..2).map(|_| RawMap::create(geometry, &Placement::Process).unwrap()).collect();
+        let device: Vec<DeviceMapBuffer<'_>> =
+            counts.iter().map(|m| DeviceMapBuffer::upload(&gpu, m).unwrap()).collect();
+        let bindings = [[device[0].binding()], [device[1].binding()]];
+        let probes = [
+            DeviceProbe { program: &loads, kernels: Kernels::All, maps: &bindings[0] },
+            DeviceProbe { program: &stores, kernels: Kernels::All, maps: &bindings[1] },
+        ];
+        let options = InjectOptions { tensor_boxes: Some(device_table.device_ptr()) };
+        let instrumented = inject_with(&ptx, &probes, &options).expect("instruments").ptx;
+        let module = gpu.load_ptx(&instrumented).unwrap_or_else(|e| panic!("{e}"));
+        let kernel = module.kernel("tensor_copy").unwrap();
+        dst.zero().unwrap();
+        let args = [Arg::Bytes(&src_map), Arg::Bytes(&dst_map)];
+        gpu.launch(&kernel, (w / 64, h / 32, 1), (128, 1, 1), &args).expect("launch");
+        let mut out = vec![0u8; bytes];
+        dst.read(&mut out).unwrap();
+        let doubled: Vec<f32> = src_values.iter().map(|v| 2.0 * v).collect();
+        assert!(out == le(&doubled), "the copy's result");
+        let value = |i: usize| {
+            device[i].download().unwrap();
+            let p = counts[i].lookup(&0u32.to_le_bytes()).unwrap().expect("slot 0");
+            // SAFETY: an 8-byte value, 8-aligned, alive while the map is.
+            unsafe { p.cast::<u64>().as_ptr().read() }
+        };
+        (value(0), value(1))
+    };
+    let mut table = BoxTable::new();
+    table.record(&src_map, 64 * 32 * 4);
+    table.record(&dst_map, 64 * 32 * 4);
+    let expected = u64::from(w * h * 4);
+    assert_eq!(run(&table), (expected, expected), "every byte, read and written");
+    assert_eq!(run(&BoxTable::new()), (0, 0), "maps the table does not know: 0");
+    println!("tensor copies: {expected} bytes read and {expected} written, by their maps' boxes");
+}
