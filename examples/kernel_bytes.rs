@@ -23,12 +23,13 @@
 //!   map, so a thread's successive updates at a site add to one value, and the kernel combines
 //!   them in the thread's registers until it exits (the key, the kernel's id, is the same at
 //!   every access).
-//! - `STORED`: bytes written, every class: `st`, bulk copies to global memory and tensor map
-//!   writes (`tensormap.cp_fenceproxy`, 128 bytes each).
+//! - `STORED`: bytes written by `st`, bulk copies to global memory and tensor map writes
+//!   (`tensormap.cp_fenceproxy`, 128 bytes each).
 //! - `TENSOR_LOADS`, `TENSOR_STORES`: tensor memory accelerator (TMA) copies,
-//!   `cp.async.bulk.tensor`, counted (one per copy, in the thread that issues it): their bytes
-//!   are in their tensor map, not in the instruction, so their `size` is 0 and they add nothing
-//!   to `LOADED` or `STORED`.
+//!   `cp.async.bulk.tensor`, counted (one per copy, in the thread that issues it), and
+//!   `TENSOR_LOADED`, `TENSOR_STORED`, the bytes they move: their tensor map's box, which the
+//!   preloaded library learns when the program encodes the map (0 for a map built on the
+//!   device; see `egpu::device::inject::tensor_maps`).
 //! - `ATOMIC`, `ATOMICS`: the bytes of the operands of `atom` and `red` on global memory
 //!   (`device::global_atomic`), and how many there were.
 //!
@@ -50,8 +51,12 @@ static STORED: HashMap<u64, u64> = HashMap::with_capacity(1024);
 static ASYNC: HashMap<u64, u64> = HashMap::with_capacity(1024);
 /// Tensor copies from global memory (`cp.async.bulk.tensor` loads), per kernel.
 static TENSOR_LOADS: HashMap<u64, u64> = HashMap::with_capacity(1024);
+/// Bytes they read: their boxes' (0 for a copy whose tensor map egpu did not see encoded).
+static TENSOR_LOADED: HashMap<u64, u64> = HashMap::with_capacity(1024);
 /// Tensor copies to global memory (`cp.async.bulk.tensor` stores and reductions), per kernel.
 static TENSOR_STORES: HashMap<u64, u64> = HashMap::with_capacity(1024);
+/// Bytes they write.
+static TENSOR_STORED: HashMap<u64, u64> = HashMap::with_capacity(1024);
 /// Bytes of the operands of atomics on global memory (`atom`, `red`), per kernel.
 static ATOMIC: HashMap<u64, u64> = HashMap::with_capacity(1024);
 /// Atomics on global memory, per kernel.
@@ -76,6 +81,7 @@ fn exited(ctx: &KernelCtx) {
 fn loaded(ctx: &MemAccessCtx) {
     if ctx.class == MemAccessCtx::TENSOR_COPY {
         TENSOR_LOADS.fetch_add(&ctx.kernel_id, 1);
+        TENSOR_LOADED.fetch_add(&ctx.kernel_id, ctx.size as u64);
     } else if ctx.class == MemAccessCtx::ASYNC_COPY {
         ASYNC.fetch_add(&ctx.kernel_id, ctx.size as u64);
     } else {
@@ -88,6 +94,7 @@ fn loaded(ctx: &MemAccessCtx) {
 fn stored(ctx: &MemAccessCtx) {
     if ctx.class == MemAccessCtx::TENSOR_COPY {
         TENSOR_STORES.fetch_add(&ctx.kernel_id, 1);
+        TENSOR_STORED.fetch_add(&ctx.kernel_id, ctx.size as u64);
     } else {
         STORED.fetch_add(&ctx.kernel_id, ctx.size as u64);
     }

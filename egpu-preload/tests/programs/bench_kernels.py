@@ -294,11 +294,12 @@ def define_kernels():
 # The per-launch figures of a kernel line, in its order: each is what a map of the kernel_bytes
 # pack counts in one launch (bench_preload.py pairs them).
 FIGURES = ("bytes_loaded_per_launch", "bytes_stored_per_launch", "bytes_async_per_launch",
-           "tensor_loads_per_launch", "tensor_stores_per_launch", "atomic_bytes_per_launch",
-           "atomics_per_launch")
+           "tensor_loads_per_launch", "tensor_stores_per_launch", "tensor_bytes_loaded_per_launch",
+           "tensor_bytes_stored_per_launch", "atomic_bytes_per_launch", "atomics_per_launch")
 # Figures counted per thread that executes an instruction: unknown (`-`) where Triton
 # replicates a block across threads. TMA copies are issued by one thread, whatever the layout.
-PER_THREAD = set(FIGURES) - {"tensor_loads_per_launch", "tensor_stores_per_launch"}
+PER_THREAD = set(FIGURES) - {"tensor_loads_per_launch", "tensor_stores_per_launch",
+                             "tensor_bytes_loaded_per_launch", "tensor_bytes_stored_per_launch"}
 
 
 class Case:
@@ -391,14 +392,18 @@ def matmul_tma_case(torch, k, rand):
     descs = (TensorDescriptor.from_tensor(a, [bm, bk]), TensorDescriptor.from_tensor(b, [bk, bn]),
              TensorDescriptor.from_tensor(out, [bm, bn]))
     grid = (m // bm) * (n // bn)
-    # Per program, K / BLOCK_K steps of A's and B's boxes, then C's once (fp16: 2 bytes).
+    # Per program, K / BLOCK_K steps of A's and B's boxes, then C's once (fp16: 2 bytes). The
+    # boxes of a tile move its bytes (no box reaches past the tensors: no out-of-bounds fill).
     loads = grid * (kk // bk) * (tma_boxes(bm, bk, 2) + tma_boxes(bk, bn, 2))
     stores = grid * tma_boxes(bm, bn, 2)
+    loaded = grid * (kk // bk) * (bm * bk + bk * bn) * 2
+    stored = grid * bm * bn * 2
     launch = lambda: k[(grid,)](*descs, m, n, kk, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
                                 num_warps=4, num_stages=3)
     check = lambda _: torch.allclose(out.float(), a.float() @ b.float(), rtol=1e-2, atol=5e-2)
     return Case("matmul_tma", launch, grid, bm * bn, 0, 0, out, check,
-                tensor_loads_per_launch=loads, tensor_stores_per_launch=stores)
+                tensor_loads_per_launch=loads, tensor_stores_per_launch=stores,
+                tensor_bytes_loaded_per_launch=loaded, tensor_bytes_stored_per_launch=stored)
 
 
 def histogram_case(torch, k, rand):

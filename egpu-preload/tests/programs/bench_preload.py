@@ -80,6 +80,8 @@ PER_LAUNCH = {"ENTERED": "threads_per_launch", "EXITED": "threads_per_launch",
               "LOADED": "bytes_loaded_per_launch", "STORED": "bytes_stored_per_launch",
               "ASYNC": "bytes_async_per_launch", "TENSOR_LOADS": "tensor_loads_per_launch",
               "TENSOR_STORES": "tensor_stores_per_launch",
+              "TENSOR_LOADED": "tensor_bytes_loaded_per_launch",
+              "TENSOR_STORED": "tensor_bytes_stored_per_launch",
               "ATOMIC": "atomic_bytes_per_launch", "ATOMICS": "atomics_per_launch",
               "LAUNCHED": "threads_per_launch"}
 MAPS = tuple(PER_LAUNCH)

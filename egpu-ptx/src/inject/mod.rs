@@ -52,7 +52,7 @@ use crate::translate::{
 /// Probed memory accesses in a kernel past which its probes share the hash map searches
 /// ([`Options::outline`]): a few hundred instructions each, which inline would make a large
 /// kernel's code megabytes long, slow to compile and too big for the instruction cache.
-const OUTLINE_SITES: usize = 16;
+pub const OUTLINE_SITES: usize = 16;
 
 /// A probe to inject, and the kernels it attaches to.
 #[derive(Clone, Copy, Debug)]
