@@ -24,7 +24,9 @@ the kernel's threads do, from its grid, `num_warps` and shapes: threads = grid �
 32; bytes loaded and stored are those of every instruction that reads or writes global memory
 (`ld.global`/`st.global`, a vectorised access counting all its bytes, and `cp.async`), bytes
 async those of `cp.async` alone, tensor loads and stores the TMA copies (`cp.async.bulk.tensor`,
-counted: their bytes are 0 to the probes), atomic bytes and atomics those of `atom`/`red`. A
+counted) and tensor bytes loaded and stored the bytes of their boxes (which the preloaded
+library records when Triton encodes the descriptors), atomic bytes and atomics those of
+`atom`/`red`. A
 masked-off lane moves nothing, and every shape here is a multiple of its block, so no lane is
 masked off. That holds when every element of a block is held by exactly one thread, i.e. a
 block has at least as many elements as threads (Triton replicates smaller tensors across
@@ -41,7 +43,8 @@ know. By kernel:
   tiles), so Triton splits a tile whose rows are wider into boxes of 128 bytes, one copy each
   (see tests/ptx/triton/triton_matmul_tma_host.ptx: 1 copy per K step for A's 128 × 64 fp16
   tile, 2 for B's 64 × 128, 4 stores for an fp32 128 × 128 C). Here, per program: K / BLOCK_K
-  steps of 1 + 2 loads, and 2 stores of its fp16 C tile.
+  steps of 1 + 2 loads, and 2 stores of its fp16 C tile; the boxes' bytes are the tiles'.
+  Both matmuls are MATMUL_SIZE³ fp16.
 - histogram: `tl.atomic_add` becomes `atom.global`/`red.global` of 4 bytes per element.
 (Checked without a GPU: Triton 3.6 compiled every kernel here for sm_90a, and the PTX's
 `ld.global`/`st.global`, all `.v4.b32` under the mask's predicate, add up to these figures.)
@@ -354,8 +357,13 @@ def layernorm_case(torch, k, rand):
                 lambda _: torch.allclose(out, want(), rtol=1e-4, atol=1e-4))
 
 
+# The matmuls' M = N = K: large enough that a launch's time is the kernel's (about 0.2 ms on the
+# H200), not the launch's.
+MATMUL_SIZE = 4096
+
+
 def matmul_case(torch, k, rand):
-    m = n = kk = 1024
+    m = n = kk = MATMUL_SIZE
     bm, bn, bk, group = 128, 128, 64, 8
     a = (rand(m, kk) * 2 - 1).half()
     b = (rand(kk, n) * 2 - 1).half()
@@ -384,7 +392,7 @@ def tma_boxes(rows, cols, elem_bytes):
 
 def matmul_tma_case(torch, k, rand):
     from triton.tools.tensor_descriptor import TensorDescriptor
-    m = n = kk = 1024
+    m = n = kk = MATMUL_SIZE
     bm, bn, bk = 128, 128, 64
     a = (rand(m, kk) * 2 - 1).half()
     b = (rand(kk, n) * 2 - 1).half()
