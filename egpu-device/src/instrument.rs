@@ -31,7 +31,8 @@ use egpu_ebpf::verifier::Verified;
 
 use crate::cuda::{Arg, Gpu, JitError, Module};
 use crate::driver::DriverError;
-use crate::inject::{Coverage, DeviceProbe, InjectError, Kernels, inject};
+use crate::inject::{Coverage, DeviceProbe, InjectError, InjectOptions, Kernels, inject_with};
+use crate::tensor_maps::TensorMaps;
 use crate::translate::{Context, DeviceMap, Options, translate};
 use egpu_ebpf::{AttachPoint, DeviceEvent};
 
@@ -78,6 +79,8 @@ pub struct Instrumenter<'g> {
     paused: AtomicBool,
     every: AtomicU64,
     cache: Mutex<HashMap<u64, Arc<Loaded<'g>>>>,
+    /// Where tensor copies look their bytes up.
+    tensor_maps: Option<&'g TensorMaps<'g>>,
 }
 
 impl std::fmt::Debug for Instrumenter<'_> {
@@ -144,7 +147,14 @@ impl<'g> Instrumenter<'g> {
             paused: AtomicBool::new(false),
             every: AtomicU64::new(1),
             cache: Mutex::new(HashMap::new()),
+            tensor_maps: None,
         }
+    }
+
+    /// Has the tensor copies of the modules loaded from now on take their bytes from `maps`
+    /// (without a table, their `size` is 0).
+    pub fn tensor_maps(&mut self, maps: &'g TensorMaps<'g>) {
+        self.tensor_maps = Some(maps);
     }
 
     /// Attaches a verified program to the kernels named (mangled names; empty for every kernel)
@@ -213,7 +223,8 @@ impl<'g> Instrumenter<'g> {
 
     /// The key of `ptx` instrumented with this instrumenter's probes.
     fn key(&self, ptx: &str) -> u64 {
-        let mut parts: Vec<Vec<u8>> = vec![ptx.as_bytes().to_vec()];
+        let table = self.tensor_maps.map_or(0, TensorMaps::device_ptr);
+        let mut parts: Vec<Vec<u8>> = vec![ptx.as_bytes().to_vec(), table.to_le_bytes().to_vec()];
         for p in &self.probes {
             parts.push(p.program.program().to_bytes());
             parts.push(p.program.program().attach_point().to_string().into_bytes());
@@ -264,7 +275,9 @@ impl<'g> Instrumenter<'g> {
                 maps: &p.maps,
             })
             .collect();
-        let injected = inject(ptx, &probes).map_err(|e| Fallback::Inject(e.to_string()))?;
+        let options = InjectOptions { tensor_boxes: self.tensor_maps.map(TensorMaps::device_ptr) };
+        let injected =
+            inject_with(ptx, &probes, &options).map_err(|e| Fallback::Inject(e.to_string()))?;
         let module = self.gpu.load_ptx(&injected.ptx).map_err(Fallback::Load)?;
         Ok((module, injected.coverage()))
     }

@@ -80,6 +80,7 @@ pub mod driver;
 pub mod hooks;
 pub mod instrument;
 pub mod maps;
+pub mod tensor_maps;
 pub mod testing;
 
 pub use egpu_ptx::{cubin, inject, ptx, toolchain, translate};

@@ -471,14 +471,15 @@ fn a_launch_out_of_resources_falls_back_to_the_original_kernel() {
 /// the map it was passed finds what the host recorded for the map the driver encoded. nvcc's
 /// `tests/kernels/tensor_copy.cu` copies a W × H f32 matrix through shared memory by boxes of
 /// 64 × 32 (8,192 bytes), one tensor load and one tensor store per block; probes add the bytes
-/// of every tensor copy to two array slots. With a table that lacks the maps, the bytes are 0.
+/// of every tensor copy to two array slots. Without the maps recorded, the bytes are 0.
 #[test]
 fn tensor_copies_find_their_box_bytes_in_the_table() {
     use cudarc::driver::sys;
     use egpu_device::cuda::{Arg, Gpu};
-    use egpu_device::inject::tensor_maps::{BoxTable, MAP_BYTES};
-    use egpu_device::inject::{DeviceProbe, InjectOptions, Kernels, inject_with};
+    use egpu_device::inject::tensor_maps::MAP_BYTES;
+    use egpu_device::instrument::{Instrumenter, Ran};
     use egpu_device::maps::DeviceMapBuffer;
+    use egpu_device::tensor_maps::TensorMaps;
     use egpu_ebpf::verifier::verify;
     use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, MemAccessCtx, Program, assemble};
     use egpu_maps::layout::Geometry;
@@ -493,9 +494,9 @@ fn tensor_copies_find_their_box_bytes_in_the_table() {
     let gpu = Gpu::open(info.ordinal).expect("the GPU opens");
     let (w, h) = (1024u32, 512u32);
     let bytes = (w * h * 4) as usize;
+    let le = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|f| f.to_le_bytes()).collect() };
     let src_values: Vec<f32> = (0..w * h).map(|i| (i % 977) as f32).collect();
     let src = gpu.alloc(bytes).unwrap();
-    let le = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|f| f.to_le_bytes()).collect() };
     src.write(&le(&src_values)).unwrap();
     let dst = gpu.alloc(bytes).unwrap();
     let encode = |buffer: u64| -> [u8; MAP_BYTES] {
@@ -548,30 +549,29 @@ fn tensor_copies_find_their_box_bytes_in_the_table() {
         .expect("a program");
         verify(&program).expect("verified")
     };
-    let (loads, stores) = (probe(DeviceEvent::GlobalLoad), probe(DeviceEvent::GlobalStore));
     let ptx = read_workspace_file("tests/ptx/tensor_copy.ptx");
-    // Runs the kernel instrumented with a table holding `table`: the bytes loaded and stored by
-    // tensor copies, as the probes added them.
-    let run = |table: &BoxTable| -> (u64, u64) {
-        let device_table = gpu.alloc(table.to_bytes().len()).unwrap();
-        device_table.write(&table.to_bytes()).unwrap();
-        let geometry = Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).unwrap();
-        let counts: Vec<RawMap> =
-            (0..2).map(|_| RawMap::create(geometry, &Placement::Process).unwrap()).collect();
-        let device: Vec<DeviceMapBuffer<'_>> =
-            counts.iter().map(|m| DeviceMapBuffer::upload(&gpu, m).unwrap()).collect();
-        let bindings = [[device[0].binding()], [device[1].binding()]];
-        let probes = [
-            DeviceProbe { program: &loads, kernels: Kernels::All, maps: &bindings[0] },
-            DeviceProbe { program: &stores, kernels: Kernels::All, maps: &bindings[1] },
-        ];
-        let options = InjectOptions { tensor_boxes: Some(device_table.device_ptr()) };
-        let instrumented = inject_with(&ptx, &probes, &options).expect("instruments").ptx;
-        let module = gpu.load_ptx(&instrumented).unwrap_or_else(|e| panic!("{e}"));
-        let kernel = module.kernel("tensor_copy").unwrap();
+    let geometry = Geometry::new(MapKind::Array, 4, 8, 1, 1, 0).unwrap();
+    let counts: Vec<RawMap> =
+        (0..2).map(|_| RawMap::create(geometry, &Placement::Process).unwrap()).collect();
+    let device: Vec<DeviceMapBuffer<'_>> =
+        counts.iter().map(|m| DeviceMapBuffer::upload(&gpu, m).unwrap()).collect();
+    let maps = TensorMaps::new(&gpu).expect("a table");
+    let mut instrumenter = Instrumenter::new(&gpu);
+    instrumenter.tensor_maps(&maps);
+    for (i, event) in [DeviceEvent::GlobalLoad, DeviceEvent::GlobalStore].into_iter().enumerate() {
+        instrumenter.attach(&probe(event), &[device[i].binding()], &[]).expect("attached");
+    }
+    let module = instrumenter.load(&ptx).expect("loads");
+    // Runs the kernel: the bytes loaded and stored by tensor copies, as the probes added them.
+    let run = || -> (u64, u64) {
         dst.zero().unwrap();
+        for d in &device {
+            d.clear().unwrap();
+        }
         let args = [Arg::Bytes(&src_map), Arg::Bytes(&dst_map)];
-        gpu.launch(&kernel, (w / 64, h / 32, 1), (128, 1, 1), &args).expect("launch");
+        let grid = (w / 64, h / 32, 1);
+        let ran = module.launch("tensor_copy", grid, (128, 1, 1), &args).expect("launch");
+        assert_eq!(ran, Ran::Instrumented);
         let mut out = vec![0u8; bytes];
         dst.read(&mut out).unwrap();
         let doubled: Vec<f32> = src_values.iter().map(|v| 2.0 * v).collect();
@@ -584,11 +584,12 @@ fn tensor_copies_find_their_box_bytes_in_the_table() {
         };
         (value(0), value(1))
     };
-    let mut table = BoxTable::new();
-    table.record(&src_map, 64 * 32 * 4);
-    table.record(&dst_map, 64 * 32 * 4);
+    assert_eq!(run(), (0, 0), "maps the table does not know: 0");
+    for map in [&src_map, &dst_map] {
+        maps.record_tiled(map, 7, &[64, 32], &[1, 1]).expect("recorded");
+    }
+    assert_eq!(maps.bytes_of(&src_map), Some(8192));
     let expected = u64::from(w * h * 4);
-    assert_eq!(run(&table), (expected, expected), "every byte, read and written");
-    assert_eq!(run(&BoxTable::new()), (0, 0), "maps the table does not know: 0");
+    assert_eq!(run(), (expected, expected), "every byte, read and written");
     println!("tensor copies: {expected} bytes read and {expected} written, by their maps' boxes");
 }
