@@ -7,12 +7,14 @@
 //! program launches instrumented kernels without knowing. The maps live in shared memory as
 //! `egpu-<pid>-u-<MAP>`, live for `egpu maps PID`; the maps device probes use have a part in GPU
 //! memory in each context ([`parts`]), which the probes update at GPU speed and egpu merges into
-//! the shared map while they run.
+//! the shared map while they run. Each such context also keeps the bytes of the tensor maps'
+//! boxes the program encoded ([`boxes`]), where the instrumented tensor copies look them up.
 //!
 //! Nothing here may take the program down: a pack that cannot be read is reported once and
 //! left out; a module that cannot be instrumented, or whose instrumented form the driver
 //! refuses, is loaded as it came (and counted, with the reason, in the summary).
 
+pub(crate) mod boxes;
 mod parts;
 
 use std::ffi::{CStr, CString, c_void};
@@ -20,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use egpu::device::cubin::{self, Extent};
-use egpu::device::inject::{DeviceProbe, Injection, Kernels, inject};
+use egpu::device::inject::{DeviceProbe, InjectOptions, Injection, Kernels, inject_with};
 use egpu::device::translate::{DeviceMap, adds_only};
 use egpu::ebpf::verifier::Verified;
 use egpu::ebpf::{AttachPoint, MapKind};
@@ -176,13 +178,14 @@ impl UserProbes {
     }
 
     /// The PTX to load instead of a module whose PTX is `ptx`, instrumented with the device
-    /// probes bound to their maps' parts in the current context; `None` when there are none, or
-    /// it could not be instrumented (counted, with the reason).
+    /// probes bound to their maps' parts in the current context, its tensor copies to the
+    /// context's table of boxes; `None` when there are none, or it could not be instrumented
+    /// (counted, with the reason).
     pub(crate) fn instrument(&self, ptx: &str) -> Option<CString> {
         if self.device.is_empty() {
             return None;
         }
-        let addresses = match parts::addresses(&self.maps, &self.on_device) {
+        let (addresses, table) = match parts::addresses(&self.maps, &self.on_device) {
             Ok(a) => a,
             Err(reason) => {
                 refused(reason);
@@ -212,7 +215,7 @@ impl UserProbes {
             .zip(&bindings)
             .map(|((program, _), maps)| DeviceProbe { program, kernels: Kernels::All, maps })
             .collect();
-        let injected = inject(ptx, &probes);
+        let injected = inject_with(ptx, &probes, &InjectOptions { tensor_boxes: Some(table) });
         if crate::log_enabled("modules") {
             dump(ptx, injected.as_ref().ok().map(|i| i.ptx.as_str()));
         }
@@ -335,6 +338,7 @@ pub(crate) fn summary(user: &UserProbes, names: &builtin::Builtin) -> String {
         text.push_str(&format!("not observed: {n} `{opcode}`: {why}\n"));
     }
     text.push_str(&parts::summary());
+    text.push_str(&boxes::summary());
     text.push_str(&names.render_maps(&user.maps));
     text
 }

@@ -27,6 +27,7 @@ use std::time::Duration;
 use egpu::maps::RawMap;
 use egpu::maps::merge::{DevicePart, Merged};
 
+use super::boxes::{self, DeviceTable, InContext};
 use crate::events::{ALLOC, CTX_SYNC, DTOH_ASYNC, HTOD, HTOD_ASYNC, STREAM_SYNC};
 use crate::real::Hook;
 use crate::{CuResult, Handle};
@@ -38,8 +39,8 @@ type AllocHostFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> CuResult;
 type DeviceFn = unsafe extern "C" fn(*mut c_int) -> CuResult;
 type StateFn = unsafe extern "C" fn(c_int, *mut c_uint, *mut c_int) -> CuResult;
 static CTX_GET_CURRENT: Hook<CtxFn> = Hook::new(c"cuCtxGetCurrent", std::ptr::null_mut);
-static CTX_PUSH: Hook<PushFn> = Hook::new(c"cuCtxPushCurrent_v2", std::ptr::null_mut);
-static CTX_POP: Hook<CtxFn> = Hook::new(c"cuCtxPopCurrent_v2", std::ptr::null_mut);
+pub(super) static CTX_PUSH: Hook<PushFn> = Hook::new(c"cuCtxPushCurrent_v2", std::ptr::null_mut);
+pub(super) static CTX_POP: Hook<CtxFn> = Hook::new(c"cuCtxPopCurrent_v2", std::ptr::null_mut);
 static STREAM_CREATE: Hook<StreamCreateFn> = Hook::new(c"cuStreamCreate", std::ptr::null_mut);
 static ALLOC_HOST: Hook<AllocHostFn> = Hook::new(c"cuMemAllocHost_v2", std::ptr::null_mut);
 static CTX_GET_DEVICE: Hook<DeviceFn> = Hook::new(c"cuCtxGetDevice", std::ptr::null_mut);
@@ -71,6 +72,8 @@ struct Context {
     staging: usize,
     staging_len: usize,
     parts: Vec<Part>,
+    /// The context's table of tensor map boxes ([`boxes`]).
+    table: DeviceTable,
 }
 
 // SAFETY: the handles and the pinned memory are the driver's, usable from any thread; only the
@@ -95,9 +98,11 @@ fn lock() -> MutexGuard<'static, Vec<Context>> {
     CONTEXTS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The lock on the parts, for `fork` (held across it, as the library's other locks).
+/// The lock on the parts, then the one on the table of tensor map boxes, for `fork` (held
+/// across it, as the library's other locks).
 pub(crate) fn fork_guard() -> Box<dyn std::any::Any> {
-    Box::new(lock())
+    let parts = lock();
+    Box::new((parts, boxes::lock()))
 }
 
 /// Whether there are parts: synchronisations then wake the merger ([`synced`]).
@@ -116,22 +121,24 @@ pub(crate) fn period() -> Duration {
 /// Whether a stream capture is under way in the process: a copy or a synchronisation of egpu's
 /// then could invalidate it (a capture in the global mode forbids other threads' unsafe calls),
 /// so the merger waits for its end.
-fn capturing() -> bool {
+pub(super) fn capturing() -> bool {
     crate::defaults::HOT.captures.load(Ordering::Relaxed) > 0
 }
 
 /// Checks a driver call's result.
-fn cu(result: CuResult, what: &str) -> Result<(), String> {
+pub(super) fn cu(result: CuResult, what: &str) -> Result<(), String> {
     if result == 0 { Ok(()) } else { Err(format!("{what} returned {result}")) }
 }
 
 /// The device addresses of the parts of `maps[i]` for each `(i, copies)` in `used` (with
 /// `copies` per-SM copies of its slots), in the caller's current context, made the first time
-/// (uploaded empty), with the merger started; the other entries are 0.
+/// (uploaded empty), with the merger started; the other entries are 0. Then the address of the
+/// context's table of tensor map boxes, brought up to date first when it is stale and no
+/// capture is under way.
 pub(crate) fn addresses(
     maps: &[(String, RawMap)],
     used: &[(usize, u32)],
-) -> Result<Vec<u64>, String> {
+) -> Result<(Vec<u64>, u64), String> {
     let get_current = CTX_GET_CURRENT.get_or_ask().ok_or("the driver lacks cuCtxGetCurrent")?;
     let mut context: Handle = std::ptr::null_mut();
     // SAFETY: the driver writes one handle.
@@ -163,11 +170,30 @@ pub(crate) fn addresses(
     if used.iter().any(|&(i, _)| out[i] == 0) {
         return Err("a map was added after the context's parts were made".into());
     }
-    Ok(out)
+    let table = contexts[index].table.address;
+    update_locked(&mut contexts, None);
+    Ok((out, table))
+}
+
+/// After the process's table of tensor map boxes changed slot `slot` (`None`: none, but a
+/// table is stale): every context's table brought up to date ([`boxes::update`]).
+pub(super) fn update_tables(slot: Option<usize>) {
+    update_locked(&mut lock(), slot);
+}
+
+/// [`update_tables`], under the lock the caller holds.
+fn update_locked(contexts: &mut [Context], slot: Option<usize>) {
+    let pid = std::process::id();
+    let tables = contexts.iter_mut().filter(|c| c.pid == pid).map(|c| InContext {
+        context: c.context as Handle,
+        stream: c.stream as Handle,
+        table: &mut c.table,
+    });
+    boxes::update(tables, slot, capturing());
 }
 
 /// Makes the parts of `maps[used]` in `context` (the current one): device memory holding an
-/// empty map each, a stream, and pinned staging memory.
+/// empty map each, a stream, pinned staging memory, and the table of tensor map boxes.
 fn make(
     context: Handle,
     maps: &[(String, RawMap)],
@@ -209,6 +235,7 @@ fn make(
     let mut staging: *mut c_void = std::ptr::null_mut();
     // SAFETY: the driver writes one pointer to `staging_len` bytes (at least 8).
     cu(unsafe { alloc_host(&mut staging, staging_len.max(8)) }, "cuMemAllocHost")?;
+    let table = DeviceTable::make()?;
     Ok(Context {
         pid: std::process::id(),
         context: context as usize,
@@ -217,6 +244,7 @@ fn make(
         staging: staging as usize,
         staging_len,
         parts,
+        table,
     })
 }
 

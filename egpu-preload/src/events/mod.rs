@@ -14,21 +14,27 @@
 //!   ([`launch`]);
 //! - `load(out, image)`: a module load, whose image the user's device probes instrument
 //!   ([`modules`]);
+//! - `tensor_map(encoded(map, bytes))`, `tensor_map(replaced(map))`: no event, but the tensor map
+//!   at `map` recorded with its box's bytes once the call made it (`bytes`, computed from the
+//!   encoder's arguments), or with those recorded for it before the call changed its address
+//!   ([`tensor_maps`]);
 //! - `merge_point(what)`, `runtime_merge_point(what)` (the runtime's): no event, but the maps'
 //!   device parts merged: before a teardown (`what`: a context destroyed, a primary context
 //!   released or reset, [`crate::device::teardown`]), or soon after a call that may tell
 //!   the program that the GPU's work is done (`None`: a module unloaded, a query).
 //!
 //! The contexts are built by [`launch`] (launches), [`memory`] (copies, sets, allocations and
-//! frees) and [`modules`] (module loads). From the table come the exported functions (a flavour's
-//! in the module named after it: `ptsz::cuLaunchKernel` is `cuLaunchKernel_ptsz`, its hook
-//! `ptsz::LAUNCH`), and [`ENTRIES`], which lists them for `dlsym` (exact names) and
-//! `cuGetProcAddress` (base names, the flavour chosen by its flags).
+//! frees) and [`modules`] (module loads); the tensor maps' boxes are read by [`tensor_maps`].
+//! From the table come the exported functions (a flavour's in the module named after it:
+//! `ptsz::cuLaunchKernel` is `cuLaunchKernel_ptsz`, its hook `ptsz::LAUNCH`), and [`ENTRIES`],
+//! which lists them for `dlsym` (exact names) and `cuGetProcAddress` (base names, the flavour
+//! chosen by its flags).
 
 mod event;
 mod launch;
 mod memory;
 mod modules;
+mod tensor_maps;
 mod trampoline;
 
 use std::ffi::{CStr, c_int, c_uint, c_void};
@@ -44,6 +50,7 @@ use memory::{Copy2dDriver, Copy3d, Copy3dDriver, Extent, HostPtr, PitchedPtr};
 use memory::{alloc, allocated, copy, driver_copy_2d, driver_copy_3d, free};
 use memory::{runtime_copy, runtime_copy_3d, runtime_set_3d, set};
 use modules::{load, load_module, loaded, module};
+use tensor_maps::{TensorMap, encoded, im2col, replaced, tiled};
 use trampoline::driver;
 // What the trampolines' expansions use.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
@@ -137,6 +144,26 @@ macro_rules! merge_point {
                     result
                 }
             }
+        });
+    };
+}
+
+/// Defines an interposed entry point that makes no event but records the tensor map at `$map`
+/// ([`tensor_maps`]): once the call made it, with the bytes `$bytes` computes (`encoded`); or,
+/// once the call changed its address, with those recorded for it before (`replaced`).
+macro_rules! tensor_map {
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) encoded($map:expr, $bytes:expr)) => {
+        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            // SAFETY: the driver's function, with the caller's arguments unchanged.
+            let call = move || unsafe { real($($arg),*) };
+            encoded($map, call, move || $bytes)
+        });
+    };
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) replaced($map:expr)) => {
+        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            // SAFETY: the driver's function, with the caller's arguments unchanged.
+            let call = move || unsafe { real($($arg),*) };
+            replaced($map, call)
         });
     };
 }
@@ -329,6 +356,16 @@ entry_points! {
         => driver(|_, _| module(image), loaded(out));
     LIBRARY_LOAD_DATA cuLibraryLoadData (out: *mut Handle, code: *const c_void, jit_options: *mut c_int, jit_values: *mut *mut c_void, jit_n: c_uint, library_options: *mut c_int, library_values: *mut *mut c_void, library_n: c_uint)
         => driver(|_, _| module(code), loaded(out));
+
+    // Tensor maps: each recorded with its box's bytes, for the instrumented tensor copies. The
+    // enumerations (interleave, swizzle, L2 promotion, out-of-bounds fill) are C `int`s.
+    ENCODE_TILED cuTensorMapEncodeTiled (map: *mut TensorMap, data_type: c_uint, rank: c_uint, address: *mut c_void, dims: *const u64, strides: *const u64, box_dim: *const c_uint, element_strides: *const c_uint, interleave: c_int, swizzle: c_int, promotion: c_int, fill: c_int)
+        // SAFETY: the encoder's arrays, of `rank` elements (the driver accepted them).
+        => tensor_map(encoded(map, unsafe { tiled(data_type, rank, box_dim, element_strides) }));
+    ENCODE_IM2COL cuTensorMapEncodeIm2col (map: *mut TensorMap, data_type: c_uint, rank: c_uint, address: *mut c_void, dims: *const u64, strides: *const u64, lower: *const c_int, upper: *const c_int, channels: c_uint, pixels: c_uint, element_strides: *const c_uint, interleave: c_int, swizzle: c_int, promotion: c_int, fill: c_int)
+        => tensor_map(encoded(map, im2col(data_type, rank, channels, pixels)));
+    REPLACE_ADDRESS cuTensorMapReplaceAddress (map: *mut TensorMap, address: *mut c_void)
+        => tensor_map(replaced(map));
 
     // Teardowns: the maps' device parts merged before them. Module unloads and queries (which
     // may find the work done): the merger woken after them.

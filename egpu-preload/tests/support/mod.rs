@@ -74,3 +74,16 @@ pub(crate) fn build(test: &str) -> PathBuf {
     cc(&["-O1", "-o", &exe, src, &lib, &rpath, "-ldl", "-pthread"]);
     dir
 }
+
+/// Builds the fixture program `NAME.c` into `dir` (made by [`build`]), linked against the fake
+/// driver there as the launcher is: its path.
+#[allow(dead_code)] // not every including test uses it
+pub(crate) fn program(dir: &Path, name: &str) -> PathBuf {
+    let d = dir.to_str().expect("a UTF-8 path");
+    let exe = format!("{d}/{name}");
+    let src = fixture(&format!("{name}.c"));
+    let rpath = format!("-Wl,--disable-new-dtags,-rpath,{d}");
+    let lib = format!("{d}/libcuda.so.1");
+    cc(&["-O1", "-o", &exe, src.to_str().expect("a UTF-8 path"), &lib, &rpath, "-ldl"]);
+    PathBuf::from(exe)
+}
