@@ -270,10 +270,7 @@ impl Emitter<'_> {
                 self.line(format!("@{q0} mov.b64 {r0}, -17;"));
                 self.line(format!("@{q0} bra {done};"));
                 let writing = hs::WRITING << hs::SHIFT | u64::from(DEVICE_OWNER) << hs::OWNER_SHIFT;
-                self.line(format!("or.b64 {t3}, {t1}, {};", writing as i64));
-                self.line(format!("atom.global.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
-                self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
-                self.line(format!("@{q0} bra {lp};"));
+                self.swap_state(writing, scope, &lp);
                 for (w, v) in s.value.iter().enumerate() {
                     self.line(format!(
                         "st.global.u64 [{t4}+{}], {v};",
@@ -285,10 +282,7 @@ impl Emitter<'_> {
             }
             _ => {
                 let tomb = hs::TOMB << hs::SHIFT;
-                self.line(format!("or.b64 {t3}, {t1}, {};", tomb as i64));
-                self.line(format!("atom.global.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
-                self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
-                self.line(format!("@{q0} bra {lp};"));
+                self.swap_state(tomb, scope, &lp);
                 self.line(format!("red.global.add.u64 [{t6}+{}], -1;", shard::LEN_OR_HEAD));
                 result(self, 0);
             }
@@ -321,7 +315,7 @@ impl Emitter<'_> {
     /// empty slot claimed for a new entry.
     fn insert(&mut self, s: &Search<'_>, label: &str, scope: &str) {
         let (g, r0) = (s.map.geometry, s.r0);
-        let [t1, t2, t3, t4, t5, t6] = [1, 2, 3, 4, 5, 6].map(|i| self.tmp64(i));
+        let [t1, t2, t3, t4, t6] = [1, 2, 3, 4, 6].map(|i| self.tmp64(i));
         let (w6, q0) = (self.tmp32(6), self.pred(0));
         let l = |what: &str| format!("{label}_{what}");
         let (lp, done) = (l("loop"), l("done"));
@@ -342,10 +336,7 @@ impl Emitter<'_> {
         self.line(format!("@{q0} mov.b64 {r0}, -22;"));
         self.line(format!("@{q0} bra {done};"));
         let busy = hs::BUSY << hs::SHIFT | u64::from(DEVICE_OWNER) << hs::OWNER_SHIFT;
-        self.line(format!("or.b64 {t3}, {t1}, {};", busy as i64));
-        self.line(format!("atom.global.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
-        self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
-        self.line(format!("@{q0} bra {lp};"));
+        self.swap_state(busy, scope, &lp);
         for (w, k) in s.key.iter().enumerate() {
             self.line(format!("st.global.u64 [{t4}+{}], {k};", 8 + w * 8));
         }
@@ -367,6 +358,17 @@ impl Emitter<'_> {
         self.line(format!("st.global.release.{scope}.u64 [{t4}], {t3};"));
         self.line(format!("red.global.add.u64 [{t6}+{}], 1;", shard::REFUSED));
         result(self, -7);
+    }
+
+    /// Swaps the state word of slot `t4`, read as `t5`, for `state` with the key's tag (`t1`) by
+    /// compare-and-swap; when another writer changed it first, the search goes on at `retry`.
+    fn swap_state(&mut self, state: u64, scope: &str, retry: &str) {
+        let [t1, t2, t3, t4, t5] = [1, 2, 3, 4, 5].map(|i| self.tmp64(i));
+        let q0 = self.pred(0);
+        self.line(format!("or.b64 {t3}, {t1}, {};", state as i64));
+        self.line(format!("atom.global.acq_rel.{scope}.cas.b64 {t2}, [{t4}], {t5}, {t3};"));
+        self.line(format!("setp.ne.u64 {q0}, {t2}, {t5};"));
+        self.line(format!("@{q0} bra {retry};"));
     }
 
     /// Branches to `differ` unless the key at slot `slot` equals the words `key`.
