@@ -237,6 +237,38 @@ fn adds_by_the_kernels_id_are_combined_per_thread_and_adds_by_page_are_not() {
 }
 
 #[test]
+fn a_map_looked_up_by_the_kernels_id_remembers_that_key_only_and_a_hit_skips_the_null_check() {
+    // bytes[kernel_id] += size and count[kernel_id] += 1, as examples/kernel_bytes.rs does for
+    // tensor copies: two values per access, both combined.
+    let twice = "mov %r9, %r1\nldxdw %r0, [%r9+8]\nstxdw [%r10-8], %r0\nlddw %r1, map[0]\n\
+                 mov %r2, %r10\nadd %r2, -8\ncall 1\njeq %r0, 0, next\n\
+                 ldxw %r1, [%r9+16]\nlock add [%r0], %r1\nnext:\nldxdw %r0, [%r9+8]\n\
+                 stxdw [%r10-8], %r0\nlddw %r1, map[1]\nmov %r2, %r10\nadd %r2, -8\ncall 1\n\
+                 jeq %r0, 0, out\nmov %r1, 1\nlock add [%r0], %r1\nout:\nmov %r0, 0\nexit";
+    let mut defs = hash_def(8);
+    defs.push(MapDef { name: "count".into(), ..defs[0].clone() });
+    let p = program(twice, defs, DeviceEvent::GlobalLoad);
+    let mut count = hash_binding(8, false);
+    count.addr += 1 << 20;
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, false), count]);
+    // No key register: the key compared with the kernel's id, a constant.
+    assert!(!ptx.contains("_hk"), "{ptx}");
+    let id = egpu_ebpf::kernel_id("saxpy") as i64;
+    // Saxpy's two loads, two lookups each.
+    let lookups = 2 * 2;
+    let compared = ptx.lines().filter(|l| l.contains(&format!("_k0, {id}"))).count();
+    assert_eq!(compared, 2 * lookups, "compared, then remembered");
+    // A hit goes on past the test for null that follows the lookup.
+    let hit = ptx.lines().filter(|l| l.contains(" bra ") && l.ends_with("_nonnull;")).count();
+    assert_eq!(hit, lookups, "{ptx}");
+    assert_eq!(ptx.matches("_nonnull:").count(), lookups);
+    // Both values are combined, each in a slot of its own: neither flushes the other.
+    assert!(ptx.contains("_sum_addr1, "), "a second slot");
+    let site = &ptx[ptx.find("bra $egpu0_C").expect("a combined add")..];
+    assert!(site.find("_older;").expect("the older slot") < site.find("match.any").unwrap());
+}
+
+#[test]
 fn a_large_kernels_hash_searches_are_functions_it_shares() {
     let load = program(PAGE_COUNT, hash_def(8), DeviceEvent::GlobalLoad);
     let store = program(PAGE_COUNT, hash_def(8), DeviceEvent::GlobalStore);

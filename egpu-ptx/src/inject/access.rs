@@ -27,7 +27,8 @@ pub(super) struct Observed {
     /// Bytes, when known when instrumenting.
     pub(super) size: u32,
     /// PTX that computes the bytes into the 32-bit register `{SIZE}` (after the address, which
-    /// it may read in `{ADDR}`), when they are known at run time only.
+    /// it may read in `{ADDR}`; its labels start with `{LABEL}`), when they are known at run
+    /// time only.
     pub(super) size_code: Option<String>,
 }
 
@@ -152,7 +153,8 @@ fn value(operand: &str) -> Option<(u32, Option<String>)> {
 pub(super) fn wrap_access(o: &Observed, addr: &str, size: &str, body: &str, skip: &str) -> String {
     let mut s = format!("\t{{\n\t.reg .b64 {addr};\n{}", o.addr_code.replace("{ADDR}", addr));
     if let Some(code) = &o.size_code {
-        let code = code.replace("{SIZE}", size).replace("{ADDR}", addr);
+        let label = format!("${}", size.trim_start_matches('%'));
+        let code = code.replace("{SIZE}", size).replace("{ADDR}", addr).replace("{LABEL}", &label);
         s.push_str(&format!("\t.reg .b32 {size};\n{code}"));
     }
     if o.generic {

@@ -45,8 +45,8 @@ use access::{Observation, Observed, observe, wrap_access};
 
 use crate::ptx::{FunctionKind, MemClass, PieceKind, PtxError, PtxInstruction, PtxModule};
 use crate::translate::{
-    Context, DeviceMap, Options, TranslateError, combines, lookups_and_removals, translate,
-    warp_add,
+    CacheKey, Context, DeviceMap, LookupCache, Options, TranslateError, combines, kernel_keyed,
+    lookups_and_removals, translate, warp_add,
 };
 
 /// Probed memory accesses in a kernel past which its probes share the hash map searches
@@ -193,10 +193,12 @@ pub enum InjectError {
     },
 }
 
-/// At a kernel's exit (the return at piece `piece`): the per-thread sum of combined atomic adds,
-/// added to memory, aggregated across the warp where the target allows.
-fn flush(n: &Names, piece: usize, sm: u32) -> String {
-    let (label, sum, addr) = (format!("${}_flush{piece}", n.stem), &n.sum, &n.sum_addr);
+/// At a kernel's exit (the return at piece `piece`): the per-thread sum of combining slot `slot`
+/// (of combined atomic adds), added to memory, aggregated across the warp where the target
+/// allows.
+fn flush(n: &Names, slot: usize, piece: usize, sm: u32) -> String {
+    let label = format!("${}_flush{piece}_{slot}", n.stem);
+    let (addr, sum) = (&n.sums[2 * slot], &n.sums[2 * slot + 1]);
     let r = |what: &str| format!("%{}_f{what}", n.stem);
     let (fq, ft) = (r("q"), r("t"));
     let w = [r("w0"), r("w1"), r("w2"), r("w3")];
@@ -221,8 +223,8 @@ fn flush(n: &Names, piece: usize, sm: u32) -> String {
 /// included).
 struct Names {
     stem: String,
-    sum_addr: String,
-    sum: String,
+    /// The combining slots' registers: address and sum, newer slot first.
+    sums: [String; 4],
     smid: String,
 }
 
@@ -233,8 +235,12 @@ impl Names {
             .find(|s| !text.contains(s.as_str()))
             .unwrap_or_default();
         Names {
-            sum_addr: format!("%{stem}_sum_addr"),
-            sum: format!("%{stem}_sum"),
+            sums: [
+                format!("%{stem}_sum_addr"),
+                format!("%{stem}_sum"),
+                format!("%{stem}_sum_addr1"),
+                format!("%{stem}_sum1"),
+            ],
             smid: format!("%{stem}_smid"),
             stem,
         }
@@ -245,17 +251,26 @@ impl Names {
 /// with these probes runs, so a thread may remember where its last lookup found a key: in GPU
 /// memory (nobody else writes it meanwhile), with keys of at most 8 bytes, and removed from by
 /// none of the probes (device inserts never reuse a removed entry's slot).
-fn lookup_caches(selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)]) -> BTreeMap<u64, usize> {
+///
+/// Each is numbered, and says whether every lookup of it is by the kernel's id
+/// ([`kernel_keyed`]): its cache then remembers that key only, with no key register.
+fn lookup_caches(
+    selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)],
+) -> BTreeMap<u64, (usize, bool)> {
     let mut removed = BTreeSet::new();
-    let mut looked_up: Vec<DeviceMap> = Vec::new();
+    let mut looked_up: Vec<(DeviceMap, bool)> = Vec::new();
     for (_, p, _) in selected {
         let (lookups, removals) = lookups_and_removals(p.program);
         let Some(removals) = removals else { return BTreeMap::new() };
         removed.extend(removals.iter().filter_map(|&m| p.maps.get(m as usize)).map(|b| b.addr));
-        looked_up.extend(lookups.iter().filter_map(|&m| p.maps.get(m as usize)).copied());
+        looked_up.extend(
+            lookups
+                .iter()
+                .filter_map(|&m| p.maps.get(m as usize).map(|b| (*b, kernel_keyed(p.program, m)))),
+        );
     }
-    let mut caches = BTreeMap::new();
-    for b in looked_up {
+    let mut caches: BTreeMap<u64, (usize, bool)> = BTreeMap::new();
+    for (b, by_kernel) in looked_up {
         let g = b.geometry;
         if matches!(g.kind, MapKind::Hash | MapKind::PerCpuHash)
             && g.key_size <= 8
@@ -263,7 +278,8 @@ fn lookup_caches(selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)]) -> BTreeMa
             && !removed.contains(&b.addr)
         {
             let next = caches.len();
-            caches.entry(b.addr).or_insert(next);
+            let entry = caches.entry(b.addr).or_insert((next, by_kernel));
+            entry.1 &= by_kernel;
         }
     }
     caches
@@ -403,9 +419,15 @@ pub fn inject_with(
             })
             .count();
         let outline = (probed > OUTLINE_SITES).then(|| format!("{}h", names.stem));
-        let combine_regs = [names.sum_addr.clone(), names.sum.clone()];
-        let cache_regs =
-            |j: usize| [format!("%{}_hk{j}", names.stem), format!("%{}_hp{j}", names.stem)];
+        let combine_regs = names.sums.clone();
+        let cache = |&(j, by_kernel): &(usize, bool)| LookupCache {
+            key: if by_kernel {
+                CacheKey::Constant(id)
+            } else {
+                CacheKey::Register(format!("%{}_hk{j}", names.stem))
+            },
+            value: format!("%{}_hp{j}", names.stem),
+        };
         let mut emit = |probe: usize,
                         p: &DeviceProbe<'_>,
                         context: Context,
@@ -423,8 +445,7 @@ pub fn inject_with(
             if entry {
                 options.smid = Some(names.smid.clone());
             }
-            options.lookup_cache =
-                p.maps.iter().map(|b| caches.get(&b.addr).map(|&j| cache_regs(j))).collect();
+            options.lookup_cache = p.maps.iter().map(|b| caches.get(&b.addr).map(cache)).collect();
             options.outline = outline.clone();
             let mut t = translate(p.program, &options)
                 .map_err(|error| InjectError::Translate { probe, error })?;
@@ -441,17 +462,23 @@ pub fn inject_with(
                 .or_default()
                 .push_str(&format!("\n\t.reg .b32 {smid};\n\tmov.u32 {smid}, %smid;\n"));
         }
-        for &j in caches.values() {
-            let [key, value] = cache_regs(j);
-            after.entry(f.body.start).or_default().push_str(&format!(
-                "\t.reg .b64 {key}, {value};\n\tmov.b64 {key}, 0;\n\tmov.b64 {value}, 0;\n"
-            ));
+        for c in caches.values().map(cache) {
+            let mut regs = Vec::new();
+            if let CacheKey::Register(key) = c.key {
+                regs.push(key);
+            }
+            regs.push(c.value);
+            let zeros: String = regs.iter().map(|r| format!("\tmov.b64 {r}, 0;\n")).collect();
+            let declared = format!("\t.reg .b64 {};\n{zeros}", regs.join(", "));
+            after.entry(f.body.start).or_default().push_str(&declared);
         }
         if combine {
-            let (addr, sum) = (&names.sum_addr, &names.sum);
-            after.entry(f.body.start).or_default().push_str(&format!(
-                "\t.reg .b64 {addr}, {sum};\n\tmov.b64 {addr}, 0;\n\tmov.b64 {sum}, 0;\n"
-            ));
+            let regs = names.sums.join(", ");
+            let zeros: String = names.sums.iter().map(|r| format!("\tmov.b64 {r}, 0;\n")).collect();
+            after
+                .entry(f.body.start)
+                .or_default()
+                .push_str(&format!("\t.reg .b64 {regs};\n{zeros}"));
         }
         if f.kind == FunctionKind::Entry {
             let open = f.body.start;
@@ -499,7 +526,9 @@ pub fn inject_with(
                 }
             }
             if combine {
-                code.push_str(&flush(&names, piece, sm));
+                for slot in 0..2 {
+                    code.push_str(&flush(&names, slot, piece, sm));
+                }
             }
             Ok(())
         };
@@ -531,7 +560,16 @@ pub fn inject_with(
                     if let (MemAccessCtx::TENSOR_COPY, Some(table)) =
                         (o.class, options.tensor_boxes)
                     {
-                        o.size_code = Some(tensor_maps::lookup_code(table));
+                        // In a kernel, the site remembers its last map in parameter space.
+                        let cache = entry.then(|| {
+                            let regs = [0, 1].map(|i| format!("%{}_tm{piece}_{i}", names.stem));
+                            after.entry(f.body.start).or_default().push_str(&format!(
+                                "\t.reg .b64 {};\n\t.reg .b32 {};\n\tmov.b64 {}, 0;\n",
+                                regs[0], regs[1], regs[0]
+                            ));
+                            regs
+                        });
+                        o.size_code = Some(tensor_maps::lookup_code(table, cache.as_ref()));
                     }
                     Some(o)
                 }

@@ -140,8 +140,14 @@ impl BoxTable {
 }
 
 /// PTX that computes, into the 32-bit register `{SIZE}`, the bytes of the box of the tensor map
-/// at the generic address in `{ADDR}`, from the table at `table` (0 when it is not there).
-pub(super) fn lookup_code(table: u64) -> String {
+/// at the generic address in `{ADDR}`, from the table at `table` (0 when it is not there); its
+/// labels start with `{LABEL}`.
+///
+/// With `cache`, two registers of the kernel (a 64-bit address, 0 at the kernel's start, and a
+/// 32-bit size), the site remembers its last map in parameter space (a `__grid_constant__`
+/// kernel parameter, which cannot change while the kernel runs) and its bytes: a copy through the
+/// same map again, as a kernel's loop makes, reads neither the map nor the table.
+pub(super) fn lookup_code(table: u64, cache: Option<&[String; 2]>) -> String {
     let r = |what: &str| format!("{{SIZE}}_{what}");
     let (h, p, s, e0, e1) = (r("h"), r("p"), r("s"), r("e0"), r("e1"));
     let w = |i: usize| r(&format!("w{i}"));
@@ -149,6 +155,12 @@ pub(super) fn lookup_code(table: u64) -> String {
         "\t{{\n\t.reg .b64 {h}, {s}, {e0}, {e1}, {};\n\t.reg .pred {p};\n",
         (0..16).map(w).collect::<Vec<_>>().join(", ")
     );
+    if let Some([addr, size]) = cache {
+        code.push_str(&format!(
+            "\tsetp.eq.u64 {p}, {{ADDR}}, {addr};\n\tmov.u32 {{SIZE}}, {size};\n\
+             \t@{p} bra {{LABEL}}_known;\n"
+        ));
+    }
     for pair in 0..8 {
         code.push_str(&format!(
             "\tld.v2.u64 {{{}, {}}}, [{{ADDR}}+{}];\n",
@@ -170,10 +182,17 @@ pub(super) fn lookup_code(table: u64) -> String {
          \tsetp.eq.u64 {p}, {e0}, {h};\n\
          \tshr.u64 {s}, {h}, 32;\n\tshr.u64 {e0}, {e1}, 32;\n\
          \tsetp.eq.and.u64 {p}, {s}, {e0}, {p};\n\
-         \tcvt.u32.u64 {{SIZE}}, {e1};\n\tselp.u32 {{SIZE}}, {{SIZE}}, 0, {p};\n\t}}\n",
+         \tcvt.u32.u64 {{SIZE}}, {e1};\n\tselp.u32 {{SIZE}}, {{SIZE}}, 0, {p};\n",
         mask = SLOTS - 1,
         table = table as i64,
     ));
+    if let Some([addr, size]) = cache {
+        code.push_str(&format!(
+            "\tisspacep.param {p}, {{ADDR}};\n\t@{p} mov.b64 {addr}, {{ADDR}};\n\
+             \t@{p} mov.u32 {size}, {{SIZE}};\n{{LABEL}}_known:\n"
+        ));
+    }
+    code.push_str("\t}\n");
     code
 }
 
@@ -226,7 +245,7 @@ mod tests {
 
     #[test]
     fn the_kernels_hash_is_the_hosts() {
-        let code = lookup_code(0x7000_0000);
+        let code = lookup_code(0x7000_0000, None);
         assert_eq!(code.matches("ld.v2.u64").count(), 8, "the map's 16 words");
         assert_eq!(code.matches("mul.lo.u64").count(), 16);
         assert!(code.contains(&format!("mov.b64 {{SIZE}}_h, {};", SEED as i64)));
@@ -234,5 +253,14 @@ mod tests {
         assert!(code.contains("and.b64 {SIZE}_s, {SIZE}_h, 4095;"));
         assert!(code.contains("add.s64 {SIZE}_s, {SIZE}_s, 1879048192;"));
         assert!(code.trim_end().ends_with('}'));
+        // A site that remembers its last map in parameter space skips all that.
+        let cache = ["%a".to_string(), "%s".to_string()];
+        let cached = lookup_code(0x7000_0000, Some(&cache));
+        let known = cached.find("@{SIZE}_p bra {LABEL}_known;").expect("the check");
+        assert!(known < cached.find("ld.v2.u64").expect("the map's words"));
+        assert!(
+            cached.contains("isspacep.param {SIZE}_p, {ADDR};\n\t@{SIZE}_p mov.b64 %a, {ADDR};")
+        );
+        assert!(cached.contains("{LABEL}_known:\n\t}"));
     }
 }

@@ -215,8 +215,8 @@ impl Emitter<'_> {
         let stable =
             |m: u32| self.options.lookup_cache.get(m as usize).is_some_and(Option::is_some);
         let combined = add && combinable(self.verified, self.verified.access(pc), &stable);
-        if let (Some([ca, cv]), true) = (&self.options.combine, combined) {
-            self.combined_add(pc, &b, off, &s, ca, cv);
+        if let (Some(slots), true) = (&self.options.combine, combined) {
+            self.combined_add(pc, &b, off, &s, slots);
             return;
         }
         match region {
@@ -278,31 +278,44 @@ impl Emitter<'_> {
     }
 
     /// A 64-bit add of `src` to the address `base + off`, combined per thread in the kernel's
-    /// registers `ca` (the address) and `cv` (the sum, not yet in memory): the same address
-    /// again adds to the sum; another one flushes the sum to the old address first (aggregated
-    /// across the warp on sm_80 and later) and starts a new one.
-    fn combined_add(&mut self, pc: usize, base: &str, off: i16, src: &str, ca: &str, cv: &str) {
+    /// two slots of registers (`[a0, s0, a1, s1]`: an address and the sum not yet in memory,
+    /// the newer slot first): the address of either slot adds to its sum; another address
+    /// flushes the older slot's sum to its address (aggregated across the warp on sm_80 and
+    /// later), moves the newer slot to the older, and starts a new sum in the newer. A probe
+    /// that adds to two values per access (a count and bytes) keeps both in registers.
+    fn combined_add(&mut self, pc: usize, base: &str, off: i16, src: &str, slots: &[String; 4]) {
+        let [a0, s0, a1, s1] = slots;
         let (t3, q0, q1) = (self.tmp64(3), self.pred(0), self.pred(1));
-        let (same, flush) = (self.local_label('C', pc), self.local_label('F', pc));
+        let (newer, flush) = (self.local_label('C', pc), self.local_label('F', pc));
+        let (older, done) = (format!("{newer}_older"), format!("{newer}_done"));
         self.line(format!("add.s64 {t3}, {base}, {off};"));
-        self.line(format!("setp.eq.u64 {q0}, {t3}, {ca};"));
-        self.line(format!("@{q0} bra {same};"));
-        self.line(format!("setp.eq.u64 {q1}, {ca}, 0;"));
+        self.line(format!("setp.eq.u64 {q0}, {t3}, {a0};"));
+        self.line(format!("@{q0} bra {newer};"));
+        self.line(format!("setp.eq.u64 {q0}, {t3}, {a1};"));
+        self.line(format!("@{q0} bra {older};"));
+        self.line(format!("setp.eq.u64 {q1}, {a1}, 0;"));
         self.line(format!("@{q1} bra {flush}_done;"));
         if self.options.sm >= 80 {
             let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.tmp32(i));
             let (q2, t2) = (self.pred(2), self.tmp64(2));
             // A map value: global memory (GPU memory, or host memory mapped into it).
-            let code = warp_add(ca, cv, None, ".global", [&w0, &w1, &w2, &w3], &q2, &t2, &flush);
+            let code = warp_add(a1, s1, None, ".global", [&w0, &w1, &w2, &w3], &q2, &t2, &flush);
             self.out.push_str(&code);
         } else {
-            self.line(format!("red.global.add.u64 [{ca}], {cv};"));
+            self.line(format!("red.global.add.u64 [{a1}], {s1};"));
             self.place(&format!("{flush}_done"));
         }
-        self.line(format!("mov.b64 {ca}, {t3};"));
-        self.line(format!("mov.b64 {cv}, 0;"));
-        self.place(&same);
-        self.line(format!("add.s64 {cv}, {cv}, {src};"));
+        self.line(format!("mov.b64 {a1}, {a0};"));
+        self.line(format!("mov.b64 {s1}, {s0};"));
+        self.line(format!("mov.b64 {a0}, {t3};"));
+        self.line(format!("mov.b64 {s0}, 0;"));
+        self.line(format!("bra {newer};"));
+        self.place(&older);
+        self.line(format!("add.s64 {s1}, {s1}, {src};"));
+        self.line(format!("bra {done};"));
+        self.place(&newer);
+        self.line(format!("add.s64 {s0}, {s0}, {src};"));
+        self.place(&done);
     }
 
     /// An atomic on a frame slot held in a register: only this thread sees it, so it is a plain

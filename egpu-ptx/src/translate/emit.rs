@@ -36,6 +36,9 @@ pub(super) struct Emitter<'a> {
     ///
     /// [`Translation::shared`]: super::Translation::shared
     pub(super) shared: BTreeMap<String, String>,
+    /// Labels to place after the code of the instruction at a pc (where a lookup's cache hit,
+    /// which cannot be null, goes on past the null check that follows the lookup).
+    pub(super) after: BTreeMap<usize, String>,
 }
 
 impl<'a> Emitter<'a> {
@@ -55,6 +58,7 @@ impl<'a> Emitter<'a> {
             in_registers: frame > 0 && stack_in_registers(verified, function),
             words: 0,
             shared: BTreeMap::new(),
+            after: BTreeMap::new(),
         }
     }
 
@@ -125,6 +129,9 @@ impl<'a> Emitter<'a> {
                 self.place(&label);
             }
             self.instruction(d.pc, d.insn)?;
+            if let Some(label) = self.after.remove(&d.pc) {
+                self.place(&label);
+            }
         }
         self.declare_map_words(words_at);
         if main {

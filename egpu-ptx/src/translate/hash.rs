@@ -14,14 +14,14 @@
 //! megabytes long, slow to compile and too long for the instruction cache, which then
 //! misses on the kernel's own hot loop.
 
-use egpu_ebpf::Reg;
 use egpu_ebpf::helpers::id as helper_id;
 use egpu_ebpf::verifier::Access;
+use egpu_ebpf::{Instruction, JmpCond, Operand, Reg, Width};
 use egpu_maps::layout::{DEVICE_OWNER, HASH_MULTIPLIER, HASH_SEED, hash_state as hs, shard};
 
 use super::emit::Emitter;
 use super::maps::MAX_WORDS;
-use super::{Context, DeviceMap, Options, TranslateError};
+use super::{CacheKey, Context, DeviceMap, Options, TranslateError};
 
 /// How many times a device insert re-reads a slot that another writer holds before passing it.
 const SPIN_LIMIT: u32 = 1 << 20;
@@ -74,13 +74,20 @@ impl Emitter<'_> {
             _ => None,
         };
         let done = format!("{hash}_done");
-        if let Some([ck, cp]) = &cache {
+        // The key the cache remembers: a register, or a constant.
+        let remembered = cache.as_ref().map(|c| match &c.key {
+            CacheKey::Register(reg) => reg.clone(),
+            CacheKey::Constant(k) => (*k as i64).to_string(),
+        });
+        if let (Some(c), Some(ck)) = (&cache, &remembered) {
             // This thread's last hit in this map, when it was this key: before the hash, which
             // a hit does not need.
+            let cp = &c.value;
             self.line(format!("setp.eq.u64 {q0}, {}, {ck};", key[0]));
             self.line(format!("setp.ne.and.u64 {q0}, {cp}, 0, {q0};"));
             self.line(format!("mov.b64 {r0}, {cp};"));
-            self.line(format!("@{q0} bra {done};"));
+            let hit = self.past_null_check(pc).unwrap_or_else(|| done.clone());
+            self.line(format!("@{q0} bra {hit};"));
         }
         let search = Search {
             id,
@@ -95,14 +102,42 @@ impl Emitter<'_> {
             Some(shared) => self.call_search(pc, m, &search, &shared)?,
             None => self.search(pc, m, &search, &format!("{hash}_s"))?,
         }
-        if let Some([ck, cp]) = &cache {
-            // A hit is remembered.
+        if let (Some(c), Some(ck)) = (&cache, &remembered) {
+            // A hit is remembered (only of the key a constant names).
             self.line(format!("setp.ne.u64 {q0}, {r0}, 0;"));
-            self.line(format!("@{q0} mov.b64 {ck}, {};", key[0]));
-            self.line(format!("@{q0} mov.b64 {cp}, {r0};"));
+            match c.key {
+                CacheKey::Register(_) => self.line(format!("@{q0} mov.b64 {ck}, {};", key[0])),
+                CacheKey::Constant(_) => {
+                    self.line(format!("setp.eq.and.u64 {q0}, {}, {ck}, {q0};", key[0]));
+                }
+            }
+            self.line(format!("@{q0} mov.b64 {}, {r0};", c.value));
         }
         self.place(&done);
         Ok(())
+    }
+
+    /// Where a lookup at `pc` that found its value (not null) goes on when the next instruction
+    /// tests the result for null, as a lookup's caller does: past the test (`jeq r0, 0`), or
+    /// to its target (`jne r0, 0`). `None` for another instruction.
+    fn past_null_check(&mut self, pc: usize) -> Option<String> {
+        let f = self.program.functions().get(self.function)?;
+        let next = self.program.decoded().iter().find(|d| d.pc == pc + 1 && d.pc < f.end)?;
+        let Instruction::Branch {
+            cond, width: Width::W64, dst: Reg::R0, src: Operand::Imm(0), ..
+        } = next.insn
+        else {
+            return None;
+        };
+        match cond {
+            JmpCond::Eq => {
+                let label = format!("{}_nonnull", self.local_label('H', pc));
+                self.after.insert(next.pc, label.clone());
+                Some(label)
+            }
+            JmpCond::Ne => Some(self.label(next.insn.jump_target(next.pc)? as usize)),
+            _ => None,
+        }
     }
 
     /// The search as a call of the module's shared `.func` for it, written the first time.

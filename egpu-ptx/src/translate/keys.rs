@@ -17,6 +17,18 @@ use egpu_ebpf::{
 /// Whether every lookup of map `m` in the program takes an 8-byte key that the program last
 /// stored, before the lookup in program order, from the context's kernel id or a constant.
 pub(crate) fn site_keyed(verified: &Verified, m: u32) -> bool {
+    keyed(verified, m, true)
+}
+
+/// Whether every lookup of map `m` in the program takes an 8-byte key that the program last
+/// stored, before the lookup in program order, from the context's kernel id (a lookup cache
+/// then remembers that key's value only: [`CacheKey::Constant`](super::CacheKey::Constant)).
+pub fn kernel_keyed(verified: &Verified, m: u32) -> bool {
+    keyed(verified, m, false)
+}
+
+/// [`site_keyed`], or with `constants` false [`kernel_keyed`].
+fn keyed(verified: &Verified, m: u32, constants: bool) -> bool {
     let program = verified.program();
     let kernel_id = match program.attach_point() {
         AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => {
@@ -51,10 +63,10 @@ pub(crate) fn site_keyed(verified: &Verified, m: u32) -> bool {
                 })
         });
         let constant = store.is_some_and(|j| match decoded[j].insn {
-            Instruction::Store { size: Size::DW, src: Operand::Imm(_), .. } => true,
+            Instruction::Store { size: Size::DW, src: Operand::Imm(_), .. } => constants,
             Instruction::Store { size: Size::DW, src: Operand::Reg(r), .. } => {
                 verified.access(decoded[j].pc).is_some_and(|a| a.offset == Some(key))
-                    && holds_site_constant(verified, &decoded[..j], r, kernel_id)
+                    && holds_site_constant(verified, &decoded[..j], r, kernel_id, constants)
             }
             _ => false,
         });
@@ -67,12 +79,13 @@ pub(crate) fn site_keyed(verified: &Verified, m: u32) -> bool {
 }
 
 /// Whether the last write of `reg` in `before` (in program order) loads the context's kernel id
-/// or a constant.
+/// (or, with `constants`, a constant).
 fn holds_site_constant(
     verified: &Verified,
     before: &[egpu_ebpf::Decoded],
     reg: Reg,
     kernel_id: i64,
+    constants: bool,
 ) -> bool {
     let clobbers = |d: &egpu_ebpf::Decoded| {
         d.insn.written_reg() == Some(reg)
@@ -85,8 +98,8 @@ fn holds_site_constant(
         Instruction::Load { size: Size::DW, signed: false, .. } => verified
             .access(w.pc)
             .is_some_and(|a| a.region == AccessRegion::Context && a.offset == Some(kernel_id)),
-        Instruction::Alu { op: AluOp::Mov, src: Operand::Imm(_), .. } => true,
-        Instruction::LoadImm64 { imm: Imm64::Value(_), .. } => true,
+        Instruction::Alu { op: AluOp::Mov, src: Operand::Imm(_), .. } => constants,
+        Instruction::LoadImm64 { imm: Imm64::Value(_), .. } => constants,
         _ => false,
     }
 }

@@ -98,8 +98,9 @@ use egpu_ebpf::{AttachPoint, DeviceEvent, Imm64, Instruction, MapKind, MemAccess
 pub use atomic::combines;
 pub(crate) use atomic::warp_add;
 pub use error::TranslateError;
+pub use keys::kernel_keyed;
 pub use maps::lookups_and_removals;
-pub use options::{Context, DeviceMap, Options, Translation};
+pub use options::{CacheKey, Context, DeviceMap, LookupCache, Options, Translation};
 pub use spread::adds_only;
 
 use emit::Emitter;

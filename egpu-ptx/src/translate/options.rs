@@ -77,11 +77,13 @@ pub struct Options {
     pub pid: u32,
     /// The device side of each map of the program's map table, in its order.
     pub maps: Vec<DeviceMap>,
-    /// Two 64-bit registers of the kernel, an address and a sum, through which atomic adds to
-    /// map values are combined per thread (see [`combines`](super::combines)); the kernel
-    /// starts them at 0 and flushes the sum (`red.add`) when it exits. `None`: every add is its
-    /// own atomic.
-    pub combine: Option<[String; 2]>,
+    /// Four 64-bit registers of the kernel, two slots of an address and a sum (the newer slot
+    /// first), through which atomic adds to map values are combined per thread (see
+    /// [`combines`](super::combines)): an add to either slot's address adds to its sum; an add
+    /// to another address flushes the older slot's sum (`red.add`), and the newer slot becomes
+    /// the older. The kernel starts them at 0 and flushes both sums when it exits. `None`:
+    /// every add is its own atomic.
+    pub combine: Option<[String; 4]>,
     /// The SM version the code will run on, from the module's `.target` (`sm_90`: 90). Below
     /// 80, adds are not aggregated across a warp (`redux.sync` needs sm_80).
     pub sm: u32,
@@ -95,7 +97,7 @@ pub struct Options {
     /// the kernel runs: in GPU memory (nobody else writes them) and removed from by no probe of
     /// the kernel (device inserts never reuse a removed entry's slot). `None` or missing: no
     /// cache.
-    pub lookup_cache: Vec<Option<[String; 2]>>,
+    pub lookup_cache: Vec<Option<LookupCache>>,
     /// A prefix, unique in the module, for the functions that translations into one module
     /// share: when given, the search of a hash map helper (everything past the lookup cache)
     /// is a call of a `.func` written once per map and helper
@@ -103,6 +105,26 @@ pub struct Options {
     /// sites, whose code would otherwise grow by a few hundred instructions per site. `None`:
     /// inline.
     pub outline: Option<String>,
+}
+
+/// Where a thread remembers its last hit in a hash map ([`Options::lookup_cache`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LookupCache {
+    /// The key remembered.
+    pub key: CacheKey,
+    /// A 64-bit register of the kernel: the value's address, 0 when none is remembered.
+    pub value: String,
+}
+
+/// The key a [`LookupCache`] remembers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CacheKey {
+    /// A 64-bit register of the kernel: the key of the last hit.
+    Register(String),
+    /// Only this key (the kernel's id, by which the probes look the map up): a lookup compares
+    /// its key with a constant, which the JIT folds when the key is one too, and the cache needs
+    /// no key register.
+    Constant(u64),
 }
 
 /// A map as the GPU sees it: the device address of its memory (header included) and its
