@@ -282,45 +282,40 @@ impl Emitter<'_> {
     /// the newer slot first): the address of either slot adds to its sum; another address
     /// flushes the older slot's sum to its address (aggregated across the warp on sm_80 and
     /// later), moves the newer slot to the older, and starts a new sum in the newer. A probe
-    /// that adds to two values per access (a count and bytes) keeps both in registers. An add
-    /// to the newer slot falls through; the rest is out of line ([`Emitter::out_of_line`]).
+    /// that adds to two values per access (a count and bytes) keeps both in registers.
     fn combined_add(&mut self, pc: usize, base: &str, off: i16, src: &str, slots: &[String; 4]) {
         let [a0, s0, a1, s1] = slots;
         let (t3, q0, q1) = (self.tmp64(3), self.pred(0), self.pred(1));
-        let (other, flush) = (self.local_label('C', pc), self.local_label('F', pc));
-        let (older, done) = (format!("{other}_older"), format!("{other}_done"));
-        // The newer slot's address: a register add, falling through.
+        let (newer, flush) = (self.local_label('C', pc), self.local_label('F', pc));
+        let (older, done) = (format!("{newer}_older"), format!("{newer}_done"));
         self.line(format!("add.s64 {t3}, {base}, {off};"));
-        self.line(format!("setp.ne.u64 {q0}, {t3}, {a0};"));
-        self.line(format!("@{q0} bra {other};"));
+        self.line(format!("setp.eq.u64 {q0}, {t3}, {a0};"));
+        self.line(format!("@{q0} bra {newer};"));
+        self.line(format!("setp.eq.u64 {q0}, {t3}, {a1};"));
+        self.line(format!("@{q0} bra {older};"));
+        self.line(format!("setp.eq.u64 {q1}, {a1}, 0;"));
+        self.line(format!("@{q1} bra {flush}_done;"));
+        if self.options.sm >= 80 {
+            let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.tmp32(i));
+            let (q2, t2) = (self.pred(2), self.tmp64(2));
+            // A map value: global memory (GPU memory, or host memory mapped into it).
+            let code = warp_add(a1, s1, None, ".global", [&w0, &w1, &w2, &w3], &q2, &t2, &flush);
+            self.out.push_str(&code);
+        } else {
+            self.line(format!("red.global.add.u64 [{a1}], {s1};"));
+            self.place(&format!("{flush}_done"));
+        }
+        self.line(format!("mov.b64 {a1}, {a0};"));
+        self.line(format!("mov.b64 {s1}, {s0};"));
+        self.line(format!("mov.b64 {a0}, {t3};"));
+        self.line(format!("mov.b64 {s0}, 0;"));
+        self.line(format!("bra {newer};"));
+        self.place(&older);
+        self.line(format!("add.s64 {s1}, {s1}, {src};"));
+        self.line(format!("bra {done};"));
+        self.place(&newer);
         self.line(format!("add.s64 {s0}, {s0}, {src};"));
         self.place(&done);
-        // The older slot's, or another address, out of line.
-        self.out_of_line(|e| {
-            e.place(&other);
-            e.line(format!("setp.eq.u64 {q0}, {t3}, {a1};"));
-            e.line(format!("@{q0} bra {older};"));
-            e.line(format!("setp.eq.u64 {q1}, {a1}, 0;"));
-            e.line(format!("@{q1} bra {flush}_done;"));
-            if e.options.sm >= 80 {
-                let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| e.tmp32(i));
-                let (q2, t2) = (e.pred(2), e.tmp64(2));
-                // A map value: global memory (GPU memory, or host memory mapped into it).
-                let w = [&*w0, &w1, &w2, &w3];
-                e.out.push_str(&warp_add(a1, s1, None, ".global", w, &q2, &t2, &flush));
-            } else {
-                e.line(format!("red.global.add.u64 [{a1}], {s1};"));
-                e.place(&format!("{flush}_done"));
-            }
-            e.line(format!("mov.b64 {a1}, {a0};"));
-            e.line(format!("mov.b64 {s1}, {s0};"));
-            e.line(format!("mov.b64 {a0}, {t3};"));
-            e.line(format!("mov.b64 {s0}, {src};"));
-            e.line(format!("bra {done};"));
-            e.place(&older);
-            e.line(format!("add.s64 {s1}, {s1}, {src};"));
-            e.line(format!("bra {done};"));
-        });
     }
 
     /// An atomic on a frame slot held in a register: only this thread sees it, so it is a plain

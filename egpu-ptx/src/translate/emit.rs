@@ -39,13 +39,6 @@ pub(super) struct Emitter<'a> {
     /// Labels to place after the code of the instruction at a pc (where a lookup's cache hit,
     /// which cannot be null, goes on past the null check that follows the lookup).
     pub(super) after: BTreeMap<usize, String>,
-    /// Code the main function's hot paths branch out to and back from (a lookup's cache miss,
-    /// a combined add to another address), placed after its last instruction so that the hot
-    /// paths fall through.
-    pub(super) cold: String,
-    /// Instructions whose work code placed elsewhere does (a null test that a lookup's miss
-    /// path makes itself), left out of the main stream.
-    pub(super) absorbed: BTreeSet<usize>,
 }
 
 impl<'a> Emitter<'a> {
@@ -66,8 +59,6 @@ impl<'a> Emitter<'a> {
             words: 0,
             shared: BTreeMap::new(),
             after: BTreeMap::new(),
-            cold: String::new(),
-            absorbed: BTreeSet::new(),
         }
     }
 
@@ -137,9 +128,6 @@ impl<'a> Emitter<'a> {
                 let label = self.label(d.pc);
                 self.place(&label);
             }
-            if self.absorbed.contains(&d.pc) {
-                continue;
-            }
             self.instruction(d.pc, d.insn)?;
             if let Some(label) = self.after.remove(&d.pc) {
                 self.place(&label);
@@ -148,11 +136,6 @@ impl<'a> Emitter<'a> {
         self.declare_map_words(words_at);
         if main {
             let exit = self.exit_label();
-            if !self.cold.is_empty() {
-                self.line(format!("bra {exit};"));
-                let cold = std::mem::take(&mut self.cold);
-                self.out.push_str(&cold);
-            }
             self.place(&exit);
             if let Some(result) = &self.options.result {
                 let r0 = self.reg(Reg::R0);
@@ -163,15 +146,6 @@ impl<'a> Emitter<'a> {
             self.out.push_str("}\n");
         }
         Ok(())
-    }
-
-    /// Writes what `write` writes into the cold code ([`Emitter::cold`]) instead of in line.
-    pub(super) fn out_of_line<T>(&mut self, write: impl FnOnce(&mut Self) -> T) -> T {
-        let hot = std::mem::take(&mut self.out);
-        let result = write(self);
-        let cold = std::mem::replace(&mut self.out, hot);
-        self.cold.push_str(&cold);
-        result
     }
 
     /// Lowers one instruction, in the file of its class.

@@ -79,6 +79,16 @@ impl Emitter<'_> {
             CacheKey::Register(reg) => reg.clone(),
             CacheKey::Constant(k) => (*k as i64).to_string(),
         });
+        if let (Some(c), Some(ck)) = (&cache, &remembered) {
+            // This thread's last hit in this map, when it was this key: before the hash, which
+            // a hit does not need.
+            let cp = &c.value;
+            self.line(format!("setp.eq.u64 {q0}, {}, {ck};", key[0]));
+            self.line(format!("setp.ne.and.u64 {q0}, {cp}, 0, {q0};"));
+            self.line(format!("mov.b64 {r0}, {cp};"));
+            let hit = self.past_null_check(pc).unwrap_or_else(|| done.clone());
+            self.line(format!("@{q0} bra {hit};"));
+        }
         let search = Search {
             id,
             map,
@@ -88,90 +98,23 @@ impl Emitter<'_> {
             flags: &r4,
             cached: cache.is_some(),
         };
-        let (Some(c), Some(ck)) = (&cache, &remembered) else {
-            self.search_here(pc, m, &search, &hash)?;
-            self.place(&done);
-            return Ok(());
-        };
-        // This thread's last hit in this map, when it was this key: before the hash, which a
-        // hit does not need.
-        let cp = &c.value;
-        self.line(format!("setp.eq.u64 {q0}, {}, {ck};", key[0]));
-        self.line(format!("setp.ne.and.u64 {q0}, {cp}, 0, {q0};"));
-        self.line(format!("mov.b64 {r0}, {cp};"));
-        // A hit is remembered (only of the key a constant names).
-        let remember = |e: &mut Self| {
-            e.line(format!("setp.ne.u64 {q0}, {r0}, 0;"));
+        match self.options.outline.clone() {
+            Some(shared) => self.call_search(pc, m, &search, &shared)?,
+            None => self.search(pc, m, &search, &format!("{hash}_s"))?,
+        }
+        if let (Some(c), Some(ck)) = (&cache, &remembered) {
+            // A hit is remembered (only of the key a constant names).
+            self.line(format!("setp.ne.u64 {q0}, {r0}, 0;"));
             match c.key {
-                CacheKey::Register(_) => e.line(format!("@{q0} mov.b64 {ck}, {};", key[0])),
+                CacheKey::Register(_) => self.line(format!("@{q0} mov.b64 {ck}, {};", key[0])),
                 CacheKey::Constant(_) => {
-                    e.line(format!("setp.eq.and.u64 {q0}, {}, {ck}, {q0};", key[0]));
+                    self.line(format!("setp.eq.and.u64 {q0}, {}, {ck}, {q0};", key[0]));
                 }
             }
-            e.line(format!("@{q0} mov.b64 {cp}, {r0};"));
-        };
-        if let Some(null) = self.absorbable_null_check(pc) {
-            // The hit falls through to what follows the null test; the miss, out of line,
-            // searches and makes the test itself.
-            let (miss, found) = (format!("{hash}_miss"), format!("{hash}_nonnull"));
-            self.line(format!("@!{q0} bra {miss};"));
-            self.place(&found);
-            self.absorbed.insert(pc + 1);
-            return self.out_of_line(|e| {
-                e.place(&miss);
-                e.search_here(pc, m, &search, &hash)?;
-                remember(e);
-                e.line(format!("setp.eq.u64 {q0}, {r0}, 0;"));
-                e.line(format!("@{q0} bra {null};"));
-                e.line(format!("bra {found};"));
-                Ok(())
-            });
+            self.line(format!("@{q0} mov.b64 {}, {r0};", c.value));
         }
-        let hit = self.past_null_check(pc).unwrap_or_else(|| done.clone());
-        self.line(format!("@{q0} bra {hit};"));
-        self.search_here(pc, m, &search, &hash)?;
-        remember(self);
         self.place(&done);
         Ok(())
-    }
-
-    /// The search, inline or as a call of the module's shared function for it.
-    fn search_here(
-        &mut self,
-        pc: usize,
-        m: Option<u32>,
-        search: &Search<'_>,
-        hash: &str,
-    ) -> Result<(), TranslateError> {
-        match self.options.outline.clone() {
-            Some(shared) => self.call_search(pc, m, search, &shared),
-            None => self.search(pc, m, search, &format!("{hash}_s")),
-        }
-    }
-
-    /// The label a null result of the lookup at `pc` jumps to, when the next instruction is
-    /// that test (`jeq r0, 0, …`, as a lookup's caller makes it) and no jump lands on it: the
-    /// lookup's miss path can then make the test itself, and the hit skip it.
-    fn absorbable_null_check(&self, pc: usize) -> Option<String> {
-        let f = self.program.functions().get(self.function)?;
-        let next = self.program.decoded().iter().find(|d| d.pc == pc + 1 && d.pc < f.end)?;
-        let Instruction::Branch {
-            cond: JmpCond::Eq,
-            width: Width::W64,
-            dst: Reg::R0,
-            src: Operand::Imm(0),
-            ..
-        } = next.insn
-        else {
-            return None;
-        };
-        let landed_on = self.program.decoded().iter().any(|d| {
-            (f.start..f.end).contains(&d.pc) && d.insn.jump_target(d.pc) == Some(next.pc as i64)
-        });
-        if landed_on || self.function != 0 {
-            return None;
-        }
-        Some(self.label(next.insn.jump_target(next.pc)? as usize))
     }
 
     /// Where a lookup at `pc` that found its value (not null) goes on when the next instruction
