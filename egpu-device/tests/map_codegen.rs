@@ -300,3 +300,38 @@ fn a_large_kernels_hash_searches_are_functions_it_shares() {
     assert_eq!(ptx.matches("ld.global.acquire.gpu.u64").count(), 2, "one search of each kind");
     assert!(ptx.len() < 20 * matmul.len(), "{} bytes from {}", ptx.len(), matmul.len());
 }
+
+#[test]
+fn a_run_of_copies_adds_up_its_bytes_and_runs_an_additive_probe_once() {
+    // bytes[kernel_id] += size, by Probe Rust's fetch_add: additive in the size.
+    let bytes = "mov %r9, %r1\nldxdw %r0, [%r9+8]\nstxdw [%r10-8], %r0\nlddw %r1, map[0]\n\
+                 mov %r2, %r10\nadd %r2, -8\ncall 1\njeq %r0, 0, missing\nldxw %r1, [%r9+16]\n\
+                 lock add [%r0], %r1\nja out\nmissing:\nstdw [%r10-16], 0\nlddw %r1, map[0]\n\
+                 mov %r2, %r10\nadd %r2, -8\nmov %r3, %r10\nadd %r3, -16\nmov %r4, 1\ncall 2\n\
+                 lddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -8\ncall 1\njeq %r0, 0, out\n\
+                 ldxw %r1, [%r9+16]\nlock add [%r0], %r1\nout:\nmov %r0, 0\nexit";
+    let matmul = read_workspace_file("tests/ptx/triton/triton_matmul_cp_async.ptx");
+    let maps = [hash_binding(8, false)];
+    let inject_one = |text: &str| {
+        let p = program(text, hash_def(8), DeviceEvent::GlobalLoad);
+        let probes = [DeviceProbe { program: &p, kernels: Kernels::All, maps: &maps }];
+        inject(&matmul, &probes).expect("instruments")
+    };
+    let injection = inject_one(bytes);
+    let copies = matmul.lines().filter(|l| l.trim_start().starts_with("cp.async.cg")).count();
+    let ptx = &injection.ptx;
+    let added = ptx.lines().filter(|l| l.contains("add.u32 %egpu1x_run, %egpu1x_run")).count();
+    let runs = ptx.matches("mov.u32 %egpu1x_run, 0;").count() - 1; // and its declaration
+    assert_eq!(added, copies, "every copy's bytes added up");
+    assert!(runs >= 2 && runs * 8 <= copies, "{runs} runs of {copies} copies");
+    // The probe runs once per run, with the run's total as its size.
+    let probe_copies = ptx.matches("mov.u32 %egpu1x_size").count();
+    assert_eq!(probe_copies, runs, "one probe per run, its size the total");
+    // Every copy is still a site of the probe, in the module's order.
+    let lines: Vec<usize> = injection.sites.iter().map(|s| s.line).collect();
+    assert!(lines.windows(2).all(|w| w[0] <= w[1]), "{lines:?}");
+    assert_eq!(injection.sites.len(), copies);
+    // A count (+= 1 per access) is not additive in the size: a probe per copy.
+    let count = bytes.replace("ldxw %r1, [%r9+16]", "mov %r1, 1");
+    assert!(!inject_one(&count).ptx.contains("_run"));
+}

@@ -39,6 +39,7 @@ use egpu_ebpf::verifier::Verified;
 use egpu_ebpf::{AttachPoint, DeviceEvent, MapKind, MemAccessCtx, kernel_id};
 
 mod access;
+mod runs;
 pub mod tensor_maps;
 
 use access::{Observation, Observed, observe, wrap_access};
@@ -411,13 +412,25 @@ pub fn inject_with(
             });
         // A kernel with many probed accesses shares the hash map searches (see Options::outline).
         let instructions = module.instructions(f);
+        // Runs of accesses whose probes run once (see `runs`), added up in one register.
+        let roles = runs::runs(&module, &instructions, &selected, &is_predicate, id);
+        let total = format!("%{}_run", names.stem);
+        if !roles.is_empty() {
+            after
+                .entry(f.body.start)
+                .or_default()
+                .push_str(&format!("\t.reg .b32 {total};\n\tmov.u32 {total}, 0;\n"));
+        }
+        let mut batched = Vec::new();
+        let adds = roles.values().filter(|r| **r == runs::Role::Adds).count();
         let probed = instructions
             .iter()
             .filter(|(_, insn)| match observe(insn, &is_predicate) {
                 Observation::Observed(o) => selected.iter().any(|(_, _, e)| *e == o.event),
                 _ => false,
             })
-            .count();
+            .count()
+            .saturating_sub(adds);
         let outline = (probed > OUTLINE_SITES).then(|| format!("{}h", names.stem));
         let combine_regs = names.sums.clone();
         let cache = |&(j, by_kernel): &(usize, bool)| LookupCache {
@@ -428,6 +441,7 @@ pub fn inject_with(
             },
             value: format!("%{}_hp{j}", names.stem),
         };
+        let first_site = sites.len();
         let mut emit = |probe: usize,
                         p: &DeviceProbe<'_>,
                         context: Context,
@@ -583,6 +597,15 @@ pub fn inject_with(
                 exit_code(&mut emit, &mut code, insn.line, piece)?;
             }
             if let Some(o) = &observed {
+                let role = roles.get(&piece).copied();
+                if role.is_some() {
+                    code.push_str(&runs::add_size(o, &total));
+                }
+                let last = Observed {
+                    size_code: Some(format!("\tmov.u32 {{SIZE}}, {total};\n")),
+                    ..o.clone()
+                };
+                let o = if role == Some(runs::Role::Last) { &last } else { o };
                 let site = |event| Site {
                     function: f.name.clone(),
                     line: insn.line,
@@ -597,6 +620,11 @@ pub fn inject_with(
                         continue;
                     }
                     covered = true;
+                    if role == Some(runs::Role::Adds) {
+                        // Its probes run at the run's last access.
+                        batched.push(site(e));
+                        continue;
+                    }
                     let addr = format!("%{}_addr{piece}_{i}", names.stem);
                     let size = format!("%{}_size{piece}_{i}", names.stem);
                     let body = emit(i, p, access_context(o, id, &addr, &size, this), site(e))?;
@@ -605,6 +633,9 @@ pub fn inject_with(
                 }
                 if !covered {
                     uncovered.push(site(o.event));
+                }
+                if role == Some(runs::Role::Last) {
+                    code.push_str(&format!("\tmov.u32 {total}, 0;\n"));
                 }
             }
             if code.is_empty() {
@@ -626,6 +657,9 @@ pub fn inject_with(
             exit_code(&mut emit, &mut code, module.pieces()[close].line, close)?;
             before.entry(close).or_default().push_str(&code);
         }
+        // In the order of the module's lines (the accesses of a run wait for its last).
+        sites.extend(batched);
+        sites[first_site..].sort_by_key(|s| s.line);
     }
     let mut out = String::with_capacity(ptx.len() * 2);
     let first_function = module.functions().first().map(|f| f.header);

@@ -79,6 +79,7 @@
 
 mod alu;
 mod atomic;
+mod batch;
 mod emit;
 mod error;
 mod frame;
@@ -97,6 +98,7 @@ use egpu_ebpf::{AttachPoint, DeviceEvent, Imm64, Instruction, MapKind, MemAccess
 
 pub use atomic::combines;
 pub(crate) use atomic::warp_add;
+pub use batch::{SiteConstants, batchable};
 pub use error::TranslateError;
 pub use keys::kernel_keyed;
 pub use maps::lookups_and_removals;
