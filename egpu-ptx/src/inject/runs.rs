@@ -3,7 +3,7 @@
 //!
 //! A run is two or more observed accesses of one attach point, class, operation and direction
 //! that follow one another in one straight line of code: no label between them (nothing jumps
-//! in), no branch, call or return (nothing jumps out), none of them guarded, each of a size
+//! in), no branch, call or return (nothing jumps out), none of them guarded or generic, each of a size
 //! known when instrumenting or of a `cp.async` (at most 16 bytes), and at most [`MAX_RUN`] of
 //! them. Every probe attached at that point must be [`batchable`] with the run's constants. At
 //! each access but the last, the access's size is added to a register of the function; at the
@@ -75,7 +75,9 @@ pub(super) fn runs(
             is_store: o.is_store,
         };
         let attached = selected.iter().filter(|(_, _, e)| *e == o.event);
+        // A generic access is one only when its address is global at run time: not in a run.
         let fits = insn.guard.is_none()
+            && !o.generic
             && (o.size_code.is_none() || o.class == MemAccessCtx::ASYNC_COPY)
             && attached.clone().next().is_some()
             && attached.clone().all(|&(i, p, _)| {

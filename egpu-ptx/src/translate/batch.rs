@@ -55,8 +55,8 @@ enum Value {
     /// A number known when translating.
     Const(u64),
     /// The same at every access of a run, not known when translating: a context field (at
-    /// this offset), or something computed.
-    Same(Option<i64>),
+    /// this offset, of this many bytes), or something computed.
+    Same(Option<(i64, u8)>),
     /// The access's `size`.
     Size,
     /// The context's address.
@@ -69,11 +69,11 @@ enum Value {
     Found(u32, Key),
 }
 
-/// A key: a constant, or a context field the same at every access of a run.
+/// A key: a constant, or a context field (offset, bytes) the same at every access of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Key {
     Const(u64),
-    Field(i64),
+    Field(i64, u8),
 }
 
 /// An add a path makes: the map, the key, the offset in the value.
@@ -132,26 +132,38 @@ enum Step {
     End,
 }
 
-/// A field of the access's context at byte `offset`.
-fn context_field(site: &SiteConstants, offset: i64) -> Option<Value> {
-    let at = |field: usize| offset == field as i64;
-    Some(if at(offset_of!(MemAccessCtx, addr)) || at(offset_of!(MemAccessCtx, site)) {
-        return None; // changes from access to access
-    } else if at(offset_of!(MemAccessCtx, size)) {
-        Value::Size
-    } else if at(offset_of!(MemAccessCtx, kernel_id)) {
-        Value::Const(site.kernel_id)
-    } else if at(offset_of!(MemAccessCtx, class)) {
-        Value::Const(u64::from(site.class))
-    } else if at(offset_of!(MemAccessCtx, op)) {
-        Value::Const(u64::from(site.op))
-    } else if at(offset_of!(MemAccessCtx, fetch)) {
-        Value::Const(u64::from(site.fetch))
-    } else if at(offset_of!(MemAccessCtx, is_store)) {
-        Value::Const(u64::from(site.is_store))
-    } else {
-        Value::Same(Some(offset))
+/// A load of `bytes` bytes of the access's context at byte `offset`; `None` when it reads
+/// what changes from access to access (the address, the site, part of the size).
+fn context_field(site: &SiteConstants, offset: i64, bytes: u8) -> Option<Value> {
+    let field = |at: usize, len: u8| (at as i64, len);
+    let exactly = |(at, len): (i64, u8)| offset == at && bytes == len;
+    let overlaps =
+        |(at, len): (i64, u8)| offset < at + i64::from(len) && at < offset + i64::from(bytes);
+    let size = field(offset_of!(MemAccessCtx, size), 4);
+    if exactly(size) {
+        return Some(Value::Size);
+    }
+    let varying =
+        [field(offset_of!(MemAccessCtx, addr), 8), size, field(offset_of!(MemAccessCtx, site), 4)];
+    if varying.into_iter().any(overlaps) {
+        return None;
+    }
+    let constants = [
+        (field(offset_of!(MemAccessCtx, kernel_id), 8), site.kernel_id),
+        (field(offset_of!(MemAccessCtx, class), 4), u64::from(site.class)),
+        (field(offset_of!(MemAccessCtx, op), 4), u64::from(site.op)),
+        (field(offset_of!(MemAccessCtx, fetch), 4), u64::from(site.fetch)),
+        (field(offset_of!(MemAccessCtx, is_store), 4), u64::from(site.is_store)),
+    ];
+    Some(match constants.into_iter().find(|(f, _)| exactly(*f)) {
+        Some((_, value)) => Value::Const(value),
+        None => Value::Same(Some((offset, bytes))),
     })
+}
+
+/// Whether map `m`'s keys are one word at most (the word [`key`] reads is the whole key).
+fn one_word_key(verified: &Verified, m: u32) -> bool {
+    verified.program().maps().get(m as usize).is_some_and(|d| d.key_size <= 8)
 }
 
 /// The key at the stack address `at` holds (a word written whole).
@@ -159,7 +171,7 @@ fn key(s: &State, at: Option<Value>) -> Option<Key> {
     let Some(Value::Stack(o)) = at else { return None };
     match s.stack.get(&o)? {
         Value::Const(c) => Some(Key::Const(*c)),
-        Value::Same(Some(field)) => Some(Key::Field(*field)),
+        Value::Same(Some((offset, bytes))) => Some(Key::Field(*offset, *bytes)),
         _ => None,
     }
 }
@@ -213,7 +225,7 @@ fn step(
         Instruction::Load { size, dst, .. } => {
             let a = verified.access(pc)?;
             let v = match (a.region, a.offset) {
-                (AccessRegion::Context, Some(o)) => context_field(site, o)?,
+                (AccessRegion::Context, Some(o)) => context_field(site, o, size.bytes() as u8)?,
                 (AccessRegion::OwnStack, Some(o)) if size == Size::DW => {
                     s.stack.get(&o).copied().unwrap_or(Value::Same(None))
                 }
@@ -277,7 +289,9 @@ fn step(
         Instruction::Call(CallTarget::Helper(id)) => {
             let r0 = match id {
                 helper_id::MAP_LOOKUP_ELEM => match (get(s, Reg::R1), key(s, get(s, Reg::R2))) {
-                    (Some(Value::Map(m)), Some(k)) => Value::Found(m, k),
+                    (Some(Value::Map(m)), Some(k)) if one_word_key(verified, m) => {
+                        Value::Found(m, k)
+                    }
                     _ => return None,
                 },
                 helper_id::MAP_UPDATE_ELEM => {
@@ -286,6 +300,9 @@ fn step(
                     else {
                         return None;
                     };
+                    if !one_word_key(verified, m) {
+                        return None;
+                    }
                     // Only zeros, only inserted.
                     let Some(Value::Stack(o)) = get(s, Reg::R3) else { return None };
                     let words = verified.program().maps().get(m as usize)?.value_size.div_ceil(8);
@@ -394,5 +411,14 @@ mod tests {
         // Another helper (a clock reads differently at every access).
         let clock = BYTES.replace("mov %r9, %r1\n", "mov %r9, %r1\ncall 5\n");
         assert!(!batchable(&verified(&clock), &ASYNC));
+        // Eight bytes at the size's offset (the size and the site), or a byte of the size as
+        // the key.
+        let wide = BYTES.replace("ldxw %r1, [%r9+16]", "ldxdw %r1, [%r9+16]");
+        assert!(!batchable(&verified(&wide), &ASYNC));
+        assert!(!batchable(&verified(&by("ldxb %r0, [%r9+17]")), &ASYNC));
+        // The class read together with the device as one word: not a constant, so both ways
+        // of its test are taken, and the count's is not additive.
+        let both = BYTES.replace("ldxw %r0, [%r9+76]", "ldxdw %r0, [%r9+72]");
+        assert!(!batchable(&verified(&both), &ASYNC));
     }
 }
