@@ -22,7 +22,10 @@
 //! ([`InjectOptions::tensor_boxes`], [`tensor_maps`]), else 0), and `op` an atomic's or reduction's operation. A bulk
 //! or tensor copy fires once, in the thread that issues it.
 //!
-//! A guarded instruction (`@%p ld.global …`) runs its probe only when the guard holds. Accesses
+//! A guarded instruction (`@%p ld.global …`) runs its probe only when the guard holds. In a
+//! run of accesses in straight-line code, a probe that only adds the access's size to map
+//! values ([`batchable`](crate::translate::batchable)) runs once, at the run's last access, with
+//! the run's total (`runs.rs`): the maps end the same. Accesses
 //! inside device functions (`.func`) are observed too, with the function's own name as the kernel
 //! id. Every instruction is judged by the PTX ISA's table ([`crate::ptx::memops`]):
 //! [`Injection::memory_instructions`] counts the global memory instructions of the module,
@@ -84,7 +87,8 @@ impl Kernels<'_> {
     }
 }
 
-/// A place where a probe was injected.
+/// A place where a probe was injected (or, for an access of a run of accesses, whose size its
+/// probe, at the run's last access, counts).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Site {
     /// The kernel or device function.
