@@ -414,7 +414,6 @@ pub fn inject_with(
                     |m: u32| p.maps.get(m as usize).is_some_and(|b| caches.contains_key(&b.addr));
                 combines(p.program, &stable)
             });
-        // A kernel with many probed accesses shares the hash map searches (see Options::outline).
         let instructions = module.instructions(f);
         // Runs of accesses whose probes run once (see `runs`), added up in one register.
         let roles = runs::runs(&module, &instructions, &selected, &is_predicate, id);
@@ -426,6 +425,7 @@ pub fn inject_with(
                 .push_str(&format!("\t.reg .b32 {total};\n\tmov.u32 {total}, 0;\n"));
         }
         let mut batched = Vec::new();
+        // A kernel with many copies of probes shares the hash map searches (Options::outline).
         let adds = roles.values().filter(|r| **r == runs::Role::Adds).count();
         let probed = instructions
             .iter()
