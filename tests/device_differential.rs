@@ -243,6 +243,8 @@ fn the_shared_probe_files_verify() {
     program(pages, vec![def("pages", MapKind::Hash, 8, 8, 64)], DeviceEvent::GlobalLoad);
     program(pages, vec![def("pages", MapKind::PerCpuHash, 8, 8, 64)], DeviceEvent::GlobalStore);
     program(RECORD, vec![def("events", MapKind::RingBuf, 0, 16, 64)], DeviceEvent::GlobalLoad);
+    let bytes = include_str!("probes/kernel_bytes.s");
+    program(bytes, vec![def("bytes", MapKind::Hash, 8, 8, 64)], DeviceEvent::GlobalLoad);
 }
 
 /// Blocks of the launch below, and entries of [`BLOCK_STEPS`].

@@ -422,6 +422,77 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
     (programs, bindings)
 }
 
+/// The corpus: CUDA C compiled by nvcc, and the PTX fixtures (nvcc, Triton's, Triton-style and
+/// hand-written), by name.
+fn corpus_sources(nvcc: &egpu_device::toolchain::Nvcc) -> Vec<(String, String)> {
+    let mut sources: Vec<(String, String)> = Vec::new();
+    for cu in corpus("tests/kernels", "cu") {
+        let ptx = nvcc.compile_ptx(&cu, ARCH).unwrap_or_else(|e| panic!("{}: {e}", shown(&cu)));
+        sources.push((format!("{} (nvcc)", shown(&cu)), ptx));
+    }
+    for file in ptx_fixtures() {
+        let ptx =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", shown(&file)));
+        sources.push((shown(&file), ptx));
+    }
+    sources
+}
+
+/// Probes that only add the bytes of each access (by kernel) run once per run of accesses
+/// (`inject/runs.rs`): over the whole corpus, with tensor copies looking their bytes up, the
+/// instrumented modules pass ptxas, and the Triton matmul's copies make runs.
+#[test]
+fn runs_of_accesses_pass_ptxas() {
+    use egpu_device::inject::{DeviceProbe, InjectOptions, Kernels, inject_with};
+    use egpu_device::translate::DeviceMap;
+    use egpu_ebpf::verifier::verify;
+    use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
+    use egpu_maps::layout::Geometry;
+
+    let Some(ptxas) = require_ptxas() else { return };
+    let Some(nvcc) = require_nvcc() else { return };
+    let bytes = egpu_test_support::read_workspace_file("tests/probes/kernel_bytes.s");
+    let def = MapDef {
+        name: "bytes".into(),
+        kind: MapKind::Hash,
+        key_size: 8,
+        value_size: 8,
+        capacity: 1024,
+    };
+    let program = |event| {
+        let p = Program::new(
+            assemble(&bytes).expect("assembles"),
+            vec![def.clone()],
+            AttachPoint::Device(event),
+        );
+        verify(&p.expect("a program")).expect("verified")
+    };
+    let (loads, stores) = (program(DeviceEvent::GlobalLoad), program(DeviceEvent::GlobalStore));
+    let geometry = Geometry::new(MapKind::Hash, 8, 8, 1024, 1, 0).expect("geometry");
+    let maps =
+        [DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false, spread: 0, drained: false }];
+    let probes = [
+        DeviceProbe { program: &loads, kernels: Kernels::All, maps: &maps },
+        DeviceProbe { program: &stores, kernels: Kernels::All, maps: &maps },
+    ];
+    let options = InjectOptions { tensor_boxes: Some(0x7f00_1000_0000) };
+    let (mut failures, mut runs) = (Vec::new(), 0);
+    for (name, ptx) in corpus_sources(&nvcc) {
+        let result =
+            inject_with(&ptx, &probes, &options).map_err(|e| e.to_string()).and_then(|i| {
+                let batched = i.ptx.matches("_run, 0;").count().saturating_sub(1);
+                runs += batched;
+                assert!(!i.ptx.contains("{ADDR}") && !i.ptx.contains("{SIZE}"), "{name}");
+                ptxas.check(&i.ptx, arch_of(&ptx)).map_err(|e| e.to_string())?;
+                Ok(format!("{batched} runs"))
+            });
+        report_line(Path::new(&name), result, &mut failures);
+    }
+    println!("runs of accesses over the corpus: {runs}, every module ptxas-valid");
+    assert!(failures.is_empty(), "{failures:#?}");
+    assert!(runs >= 4, "the Triton matmul's copies make runs");
+}
+
 /// Every kernel of the corpus (CUDA C compiled by nvcc, and the PTX fixtures: nvcc, Triton-style
 /// and hand-written) is instrumented at every attach point, with probes that read every context
 /// field and probes that update maps, and ptxas accepts the result. Prints what instrumentation
@@ -454,16 +525,7 @@ fn injected_corpus_passes_ptxas() {
             DeviceProbe { program: p, kernels: Kernels::All, maps }
         })
         .collect();
-    let mut sources: Vec<(String, String)> = Vec::new();
-    for cu in corpus("tests/kernels", "cu") {
-        let ptx = nvcc.compile_ptx(&cu, ARCH).unwrap_or_else(|e| panic!("{}: {e}", shown(&cu)));
-        sources.push((format!("{} (nvcc)", shown(&cu)), ptx));
-    }
-    for file in ptx_fixtures() {
-        let ptx =
-            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", shown(&file)));
-        sources.push((shown(&file), ptx));
-    }
+    let sources = corpus_sources(&nvcc);
     let mut failures = Vec::new();
     let (mut observed, mut memory, mut unobserved) = (0, 0, Vec::new());
     let mut classes = std::collections::BTreeMap::<u32, usize>::new();

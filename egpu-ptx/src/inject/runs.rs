@@ -3,12 +3,13 @@
 //!
 //! A run is two or more observed accesses of one attach point, class, operation and direction
 //! that follow one another in one straight line of code: no label between them (nothing jumps
-//! in), no branch, call or return (nothing jumps out), none of them guarded or generic, each of a size
-//! known when instrumenting or of a `cp.async` (at most 16 bytes), and at most [`MAX_RUN`] of
-//! them. Every probe attached at that point must be [`batchable`] with the run's constants. At
-//! each access but the last, the access's size is added to a register of the function; at the
-//! last, the probes run once with that register as their `size`, which then starts again at 0.
-//! Every access of a run is executed whenever its first is, so no size is left behind.
+//! in), no branch, call or return (nothing jumps out), none of them guarded or generic, each a
+//! load, store, atomic or tensor map write of a size known when instrumenting or a `cp.async`
+//! (at most 16 bytes; not bulk or tensor copies), and at most [`MAX_RUN`] of them. Every probe
+//! attached at that point must be [`batchable`] with the run's constants. At each access but the
+//! last, the access's size is added to a register of the function; at the last, the probes run
+//! once with that register as their `size`, which then starts again at 0. Every access of a run
+//! is executed whenever its first is, so no size is left behind.
 
 use std::collections::BTreeMap;
 
@@ -75,10 +76,17 @@ pub(super) fn runs(
             is_store: o.is_store,
         };
         let attached = selected.iter().filter(|(_, _, e)| *e == o.event);
-        // A generic access is one only when its address is global at run time: not in a run.
+        // A generic access is one only when its address is global at run time; a bulk copy's
+        // size may be large, a tensor copy's is looked up in its own code: not in a run.
+        let small = match o.class {
+            MemAccessCtx::LOAD_STORE | MemAccessCtx::ATOMIC | MemAccessCtx::TENSOR_MAP => {
+                o.size_code.is_none()
+            }
+            class => class == MemAccessCtx::ASYNC_COPY,
+        };
         let fits = insn.guard.is_none()
             && !o.generic
-            && (o.size_code.is_none() || o.class == MemAccessCtx::ASYNC_COPY)
+            && small
             && attached.clone().next().is_some()
             && attached.clone().all(|&(i, p, _)| {
                 *verdicts
