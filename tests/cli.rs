@@ -156,6 +156,23 @@ fn inject_writes_the_module_and_lists_the_sites() {
 }
 
 #[test]
+fn inject_says_which_accesses_make_runs() {
+    // bytes[kernel_id] += size: saxpy's two loads, one after the other, make one run.
+    let bytes = workspace_path("tests/probes/kernel_bytes.s");
+    let probe = format!("device::global_load={}", bytes.display());
+    let saxpy = saxpy();
+    let args = ["inject", saxpy.to_str().expect("a UTF-8 path"), "--probe", &probe];
+    let r = succeeds(&[&args[..], &["--map", "bytes=hash:8:8:1024"]].concat());
+    let line = format!(
+        "{}: 2 accesses in 1 run of straight-line code: probes that only add the size run once \
+         per run, at its last access, with the run's total",
+        saxpy.display()
+    );
+    assert!(r.stderr.lines().any(|l| l == line), "{}", r.stderr);
+    assert_eq!(r.stdout.matches("_run, 0;").count(), 2, "declared, then reset after the probe");
+}
+
+#[test]
 fn maps_are_declared_on_the_command_line() {
     let probes = workspace_path("tests/probes");
     let pages = probes.join("page_count.s");

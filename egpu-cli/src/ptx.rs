@@ -210,6 +210,14 @@ pub(crate) fn inject_cmd(a: InjectArgs) -> Result<(), Error> {
             injected.hints
         );
     }
+    if injected.runs > 0 {
+        let runs = if injected.runs == 1 { "run" } else { "runs" };
+        eprintln!(
+            "{module}: {} accesses in {} {runs} of straight-line code: probes that only add the \
+             size run once per run, at its last access, with the run's total",
+            injected.in_runs, injected.runs
+        );
+    }
     eprintln!("{} sites", injected.sites.len());
     match a.output {
         Some(path) => std::fs::write(&path, &injected.ptx)

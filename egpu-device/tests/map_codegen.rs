@@ -324,6 +324,7 @@ fn a_run_of_copies_adds_up_its_bytes_and_runs_an_additive_probe_once() {
     let runs = ptx.matches("mov.u32 %egpu1x_run, 0;").count() - 1; // and its declaration
     assert_eq!(added, copies, "every copy's bytes added up");
     assert!(runs >= 2 && runs * 8 <= copies, "{runs} runs of {copies} copies");
+    assert_eq!((injection.runs, injection.in_runs), (runs, copies), "as the injection says");
     // The probe runs once per run, with the run's total as its size.
     let probe_copies = ptx.matches("mov.u32 %egpu1x_size").count();
     assert_eq!(probe_copies, runs, "one probe per run, its size the total");

@@ -127,6 +127,11 @@ pub struct Injection {
     /// Hints about global memory that move no data (`prefetch`, `discard`, `applypriority`),
     /// which are not global memory instructions.
     pub hints: usize,
+    /// Runs of accesses whose probes run once, at the run's last access, with the run's total
+    /// size (`runs.rs`).
+    pub runs: usize,
+    /// The accesses of those runs.
+    pub in_runs: usize,
 }
 
 /// How much of a module's global memory instructions egpu observes: [`Injection`]'s counts
@@ -388,6 +393,7 @@ pub fn inject_with(
     let names = Names::new(ptx);
     let (mut unobserved, mut uncovered) = (Vec::new(), Vec::new());
     let (mut memory_instructions, mut observed, mut hints) = (0, 0, 0);
+    let (mut runs, mut in_runs) = (0, 0);
     let is_predicate = predicates(&module);
     for f in module.functions() {
         let mut index = 0u32;
@@ -427,6 +433,8 @@ pub fn inject_with(
         let mut batched = Vec::new();
         // A kernel with many copies of probes shares the hash map searches (Options::outline).
         let adds = roles.values().filter(|r| **r == runs::Role::Adds).count();
+        runs += roles.len() - adds;
+        in_runs += roles.len();
         let probed = instructions
             .iter()
             .filter(|(_, insn)| match observe(insn, &is_predicate) {
@@ -687,5 +695,15 @@ pub fn inject_with(
             out.push_str(code);
         }
     }
-    Ok(Injection { ptx: out, sites, memory_instructions, observed, unobserved, uncovered, hints })
+    Ok(Injection {
+        ptx: out,
+        sites,
+        memory_instructions,
+        observed,
+        unobserved,
+        uncovered,
+        hints,
+        runs,
+        in_runs,
+    })
 }
