@@ -304,12 +304,7 @@ fn a_large_kernels_hash_searches_are_functions_it_shares() {
 #[test]
 fn a_run_of_copies_adds_up_its_bytes_and_runs_an_additive_probe_once() {
     // bytes[kernel_id] += size, by Probe Rust's fetch_add: additive in the size.
-    let bytes = "mov %r9, %r1\nldxdw %r0, [%r9+8]\nstxdw [%r10-8], %r0\nlddw %r1, map[0]\n\
-                 mov %r2, %r10\nadd %r2, -8\ncall 1\njeq %r0, 0, missing\nldxw %r1, [%r9+16]\n\
-                 lock add [%r0], %r1\nja out\nmissing:\nstdw [%r10-16], 0\nlddw %r1, map[0]\n\
-                 mov %r2, %r10\nadd %r2, -8\nmov %r3, %r10\nadd %r3, -16\nmov %r4, 1\ncall 2\n\
-                 lddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -8\ncall 1\njeq %r0, 0, out\n\
-                 ldxw %r1, [%r9+16]\nlock add [%r0], %r1\nout:\nmov %r0, 0\nexit";
+    let bytes = include_str!("../../tests/probes/kernel_bytes.s");
     let matmul = read_workspace_file("tests/ptx/triton/triton_matmul_cp_async.ptx");
     let maps = [hash_binding(8, false)];
     let inject_one = |text: &str| {
