@@ -421,8 +421,11 @@ pub fn inject_with(
                 combines(p.program, &stable)
             });
         let instructions = module.instructions(f);
+        // What each instruction is to the injector, judged once.
+        let observations: Vec<Observation> =
+            instructions.iter().map(|(_, insn)| observe(insn, &is_predicate)).collect();
         // Runs of accesses whose probes run once (see `runs`), added up in one register.
-        let roles = runs::runs(&module, &instructions, &selected, &is_predicate, id);
+        let roles = runs::runs(&module, &instructions, &observations, &selected, id);
         let total = format!("%{}_run", names.stem);
         if !roles.is_empty() {
             after
@@ -431,13 +434,13 @@ pub fn inject_with(
                 .push_str(&format!("\t.reg .b32 {total};\n\tmov.u32 {total}, 0;\n"));
         }
         let mut batched = Vec::new();
-        // A kernel with many copies of probes shares the hash map searches (Options::outline).
         let adds = roles.values().filter(|r| **r == runs::Role::Adds).count();
         runs += roles.len() - adds;
         in_runs += roles.len();
-        let probed = instructions
+        // A kernel with many copies of probes shares the hash map searches (Options::outline).
+        let probed = observations
             .iter()
-            .filter(|(_, insn)| match observe(insn, &is_predicate) {
+            .filter(|o| match o {
                 Observation::Observed(o) => selected.iter().any(|(_, _, e)| *e == o.event),
                 _ => false,
             })
@@ -558,11 +561,10 @@ pub fn inject_with(
             }
             Ok(())
         };
-        for (piece, insn) in &instructions {
-            let (piece, insn) = (*piece, insn);
+        for ((piece, insn), observation) in instructions.iter().zip(observations) {
+            let piece = *piece;
             let mut code = String::new();
             let is_return = insn.is_return() && entry;
-            let observation = observe(insn, &is_predicate);
             let observed = match observation {
                 Observation::None => None,
                 Observation::Hint => {

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use egpu_ebpf::{DeviceEvent, MemAccessCtx};
 
 use super::DeviceProbe;
-use super::access::{Observation, Observed, observe};
+use super::access::{Observation, Observed};
 use crate::ptx::{PieceKind, PtxInstruction, PtxModule};
 use crate::translate::{SiteConstants, batchable};
 
@@ -32,13 +32,14 @@ pub(super) enum Role {
     Last,
 }
 
-/// The roles in runs of the accesses (by piece) of a function whose `instructions` these are,
-/// for `selected`'s probes (those attached to it, with their attach points).
+/// The roles in runs of the accesses (by piece) of a function whose `instructions` these are
+/// (with what each is to the injector, `observations`), for `selected`'s probes (those attached
+/// to it, with their attach points).
 pub(super) fn runs(
     module: &PtxModule,
     instructions: &[(usize, PtxInstruction<'_>)],
+    observations: &[Observation],
     selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)],
-    is_predicate: &dyn Fn(&str) -> bool,
     kernel_id: u64,
 ) -> BTreeMap<usize, Role> {
     let mut roles = BTreeMap::new();
@@ -56,7 +57,7 @@ pub(super) fn runs(
         }
         run.clear();
     };
-    for (piece, insn) in instructions {
+    for ((piece, insn), observation) in instructions.iter().zip(observations) {
         let labelled = previous
             .is_some_and(|p| (p + 1..*piece).any(|k| module.pieces()[k].kind == PieceKind::Label));
         previous = Some(*piece);
@@ -67,7 +68,7 @@ pub(super) fn runs(
             close(&mut run);
             continue;
         }
-        let Observation::Observed(o) = observe(insn, is_predicate) else { continue };
+        let Observation::Observed(o) = observation else { continue };
         let site = SiteConstants {
             kernel_id,
             class: o.class,
