@@ -277,7 +277,8 @@ fn item3_a_pack_probe_is_named_pack_colon_name() {
     let ptx = succeeds(&["translate", &entry]).stdout;
     PtxModule::parse(&ptx).unwrap_or_else(|e| panic!("{e}\n{ptx}"));
     assert!(ptx.contains(".entry probe(") && ptx.contains("%tid.x"), "{ptx}");
-    // Bytecode of the same program, its map declared: the same PTX.
+    // Bytecode of the same program, its map declared where the pack's first map is placed: the
+    // same PTX.
     let text = std::fs::read_to_string(&pack).expect("the pack");
     let back = Pack::parse(&text).expect("parses");
     let bytes = dir.file("entry.bin", back.probes()[0].program.program().to_bytes());
@@ -287,7 +288,7 @@ fn item3_a_pack_probe_is_named_pack_colon_name() {
         "--attach",
         "device::kernel_entry",
         "--map",
-        "COUNTS=hash:8:8:64",
+        "COUNTS=hash:8:8:64@7f0000000000",
     ]);
     assert_eq!(same.stdout, ptx);
     // What is not one probe of a pack is refused, saying what there is.
@@ -315,6 +316,48 @@ fn item3_a_pack_probe_is_named_pack_colon_name() {
     let r = succeeds(&["run", "--library", s(&library), "--probes", &entry, "--", "true"]);
     assert!(r.stderr.contains(&format!("egpu: 1 probes from {entry}")), "{}", r.stderr);
     fails(&["run", "--library", s(&library), "--probes", &nope, "--", "true"], 1, &["nope"]);
+}
+
+#[test]
+fn a_packs_probes_share_each_map_by_name() {
+    // `entry` counts in COUNTS; `exit`'s table is [OTHER, COUNTS] and it counts in COUNTS: one
+    // map, at the first placeholder address (0x7f0000000000) in both; OTHER is at the next.
+    let def = |name: &str| MapDef {
+        name: name.into(),
+        kind: MapKind::Hash,
+        key_size: 8,
+        value_size: 8,
+        capacity: 64,
+    };
+    let g = Geometry::new(MapKind::Hash, 8, 8, 64, 1, 0).expect("a geometry");
+    let count = |map: usize| {
+        format!(
+            "ldxdw %r6, [%r1+0]\nstxdw [%r10-8], %r6\nlddw %r1, map[{map}]\nmov %r2, %r10\n\
+             add %r2, -8\ncall 1\nmov %r0, 0\nexit"
+        )
+    };
+    let program = |code: String, maps: Vec<MapDef>, event| {
+        let p = Program::new(assemble(&code).expect("assembles"), maps, AttachPoint::Device(event))
+            .expect("a program");
+        verify(&p).expect("verifies")
+    };
+    let mut pack = Pack::new();
+    let entry = program(count(0), vec![def("COUNTS")], DeviceEvent::KernelEntry);
+    let exit = program(count(1), vec![def("OTHER"), def("COUNTS")], DeviceEvent::KernelExit);
+    pack.push("entry", entry, vec![g]).expect("pushed");
+    pack.push("exit", exit, vec![g, g]).expect("pushed");
+    let dir = TempDir::new("shared-maps");
+    let pack = dir.file("probes.pack", pack.to_text());
+    let r = succeeds(&["inject", s(&saxpy()), "--probe", s(&pack)]);
+    // A hash map's table follows its 128-byte header.
+    let table = |base: u64| format!(" {};", base + 128);
+    let (counts, other) = (0x7f00_0000_0000_u64, 0x7f01_0000_0000_u64);
+    let entry_code = &r.stdout[..r.stdout.find("ld.global.f32").expect("saxpy's first load")];
+    let exit_code = &r.stdout[r.stdout.rfind("ld.global.f32").expect("saxpy's last load")..];
+    for code in [entry_code, exit_code] {
+        assert!(code.contains(&table(counts)), "{}", r.stdout);
+        assert!(!code.contains(&table(other)), "{}", r.stdout);
+    }
 }
 
 /// A key size smaller than the program's keys is refused, not truncated: `page_count.s` keys

@@ -165,8 +165,15 @@ pub(crate) fn from_code(
     })
 }
 
+/// Where `egpu inject` and `egpu translate` place a pack's first map.
+pub(crate) const PLACEHOLDER_BASE: u64 = 0x7f00_0000_0000;
+/// The distance between two maps' placeholder addresses.
+pub(crate) const PLACEHOLDER_STRIDE: u64 = 1 << 32;
+
 /// The probes of `pack` that `name` selects (its `:NAME`, or every probe), as loaded programs
-/// with the pack's maps at address 0.
+/// with the pack's maps at placeholder addresses: one per map name, [`PLACEHOLDER_STRIDE`]
+/// apart from [`PLACEHOLDER_BASE`], so that probes sharing a map share its address, as in a
+/// process, and the code is the code a process would run (with other constants).
 pub(crate) fn from_pack(name: &ProgramName, pack: &Pack) -> Result<Vec<Loaded>, Error> {
     let probes = pack.probes();
     let chosen: Vec<_> = match &name.probe {
@@ -182,6 +189,14 @@ pub(crate) fn from_pack(name: &ProgramName, pack: &Pack) -> Result<Vec<Loaded>, 
         }
         None => probes.iter().collect(),
     };
+    let mut names: Vec<String> = Vec::new();
+    let mut address = |map: &str| {
+        let k = names.iter().position(|n| n == map).unwrap_or_else(|| {
+            names.push(map.to_owned());
+            names.len() - 1
+        });
+        PLACEHOLDER_BASE + k as u64 * PLACEHOLDER_STRIDE
+    };
     Ok(chosen
         .into_iter()
         .map(|p| Loaded {
@@ -190,8 +205,9 @@ pub(crate) fn from_pack(name: &ProgramName, pack: &Pack) -> Result<Vec<Loaded>, 
             bindings: p
                 .maps
                 .iter()
-                .map(|&geometry| DeviceMap {
-                    addr: 0,
+                .zip(p.program.program().maps())
+                .map(|(&geometry, def)| DeviceMap {
+                    addr: address(&def.name),
                     geometry,
                     live: false,
                     spread: 0,

@@ -24,6 +24,8 @@ pub(super) struct Observed {
     pub(super) generic: bool,
     /// PTX that computes the address into the register `{ADDR}`.
     pub(super) addr_code: String,
+    /// A tensor copy's tensor map register (the address of its map).
+    pub(super) tensor_map: Option<String>,
     /// Bytes, when known when instrumenting.
     pub(super) size: u32,
     /// PTX that computes the bytes into the 32-bit register `{SIZE}` (after the address, which
@@ -94,9 +96,11 @@ fn observed(
         _ if access.writes => DeviceEvent::GlobalStore,
         _ => DeviceEvent::GlobalLoad,
     };
+    let mut tensor_map = None;
     let addr_code = if access.class == MemClass::TensorCopy {
         // `[tensor_map, {coordinates}]`: the tensor map's address, in a register.
         let inner = operand.strip_prefix('[')?.split(',').next()?.trim();
+        tensor_map = Some(inner.to_owned());
         inner.starts_with('%').then(|| format!("\tmov.b64 {{ADDR}}, {inner};\n"))?
     } else {
         address_code(operand, !access.generic, "{ADDR}")?
@@ -135,6 +139,7 @@ fn observed(
         is_store: access.writes,
         generic: access.generic,
         addr_code,
+        tensor_map,
         size,
         size_code,
     })

@@ -433,6 +433,9 @@ pub fn inject_with(
                 .or_default()
                 .push_str(&format!("\t.reg .b32 {total};\n\tmov.u32 {total}, 0;\n"));
         }
+        // The tensor maps that are kernel parameters, and the register of each one's bytes.
+        let param_maps = tensor_maps::ParamMaps::new(module.piece_text(f.header), &instructions);
+        let mut known_boxes: BTreeMap<(&str, i64), String> = BTreeMap::new();
         let mut batched = Vec::new();
         let adds = roles.values().filter(|r| **r == runs::Role::Adds).count();
         runs += roles.len() - adds;
@@ -588,16 +591,22 @@ pub fn inject_with(
                     if let (MemAccessCtx::TENSOR_COPY, Some(table)) =
                         (o.class, options.tensor_boxes)
                     {
-                        // In a kernel, the site remembers its last map in parameter space.
-                        let cache = entry.then(|| {
-                            let regs = [0, 1].map(|i| format!("%{}_tm{piece}_{i}", names.stem));
-                            after.entry(f.body.start).or_default().push_str(&format!(
-                                "\t.reg .b64 {};\n\t.reg .b32 {};\n\tmov.b64 {}, 0;\n",
-                                regs[0], regs[1], regs[0]
-                            ));
-                            regs
+                        // In a kernel, a map that is a parameter is looked up once.
+                        let param = o.tensor_map.as_deref().filter(|_| entry);
+                        let known = param.and_then(|r| param_maps.param(r)).map(|key| {
+                            let next = known_boxes.len();
+                            known_boxes
+                                .entry(key)
+                                .or_insert_with(|| {
+                                    let known = format!("%{}_tb{next}", names.stem);
+                                    after.entry(f.body.start).or_default().push_str(&format!(
+                                        "\t.reg .b32 {known};\n\tmov.u32 {known}, -1;\n"
+                                    ));
+                                    known
+                                })
+                                .clone()
                         });
-                        o.size_code = Some(tensor_maps::lookup_code(table, cache.as_ref()));
+                        o.size_code = Some(tensor_maps::lookup_code(table, known.as_deref()));
                     }
                     Some(o)
                 }

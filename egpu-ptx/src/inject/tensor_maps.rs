@@ -22,6 +22,10 @@
 //! and the bytes with the hash's high half above them, so a kernel that reads a slot while the
 //! host rewrites it sees the slot whole or not at all.
 
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::ptx::PtxInstruction;
+
 /// Bytes of a tensor map (`CUtensorMap`).
 pub const MAP_BYTES: usize = 128;
 
@@ -143,11 +147,11 @@ impl BoxTable {
 /// at the generic address in `{ADDR}`, from the table at `table` (0 when it is not there); its
 /// labels start with `{LABEL}`.
 ///
-/// With `cache`, two registers of the kernel (a 64-bit address, 0 at the kernel's start, and a
-/// 32-bit size), the site remembers its last map in parameter space (a `__grid_constant__`
-/// kernel parameter, which cannot change while the kernel runs) and its bytes: a copy through the
-/// same map again, as a kernel's loop makes, reads neither the map nor the table.
-pub(super) fn lookup_code(table: u64, cache: Option<&[String; 2]>) -> String {
+/// With `known`, a 32-bit register of the kernel that holds `u32::MAX` at the kernel's start, the
+/// map is a kernel parameter (see [`ParamMaps`]), which cannot change while the kernel runs: the
+/// first copy through it looks its bytes up and leaves them there, and every later copy through
+/// it, at this site or another, as a kernel's loop makes, reads neither the map nor the table.
+pub(super) fn lookup_code(table: u64, known: Option<&str>) -> String {
     let r = |what: &str| format!("{{SIZE}}_{what}");
     let (h, p, s, e0, e1) = (r("h"), r("p"), r("s"), r("e0"), r("e1"));
     let w = |i: usize| r(&format!("w{i}"));
@@ -155,9 +159,9 @@ pub(super) fn lookup_code(table: u64, cache: Option<&[String; 2]>) -> String {
         "\t{{\n\t.reg .b64 {h}, {s}, {e0}, {e1}, {};\n\t.reg .pred {p};\n",
         (0..16).map(w).collect::<Vec<_>>().join(", ")
     );
-    if let Some([addr, size]) = cache {
+    if let Some(known) = known {
         code.push_str(&format!(
-            "\tsetp.eq.u64 {p}, {{ADDR}}, {addr};\n\tmov.u32 {{SIZE}}, {size};\n\
+            "\tsetp.ne.u32 {p}, {known}, -1;\n\tmov.u32 {{SIZE}}, {known};\n\
              \t@{p} bra {{LABEL}}_known;\n"
         ));
     }
@@ -186,14 +190,105 @@ pub(super) fn lookup_code(table: u64, cache: Option<&[String; 2]>) -> String {
         mask = SLOTS - 1,
         table = table as i64,
     ));
-    if let Some([addr, size]) = cache {
-        code.push_str(&format!(
-            "\tisspacep.param {p}, {{ADDR}};\n\t@{p} mov.b64 {addr}, {{ADDR}};\n\
-             \t@{p} mov.u32 {size}, {{SIZE}};\n{{LABEL}}_known:\n"
-        ));
+    if let Some(known) = known {
+        code.push_str(&format!("\tmov.u32 {known}, {{SIZE}};\n{{LABEL}}_known:\n"));
     }
     code.push_str("\t}\n");
     code
+}
+
+/// The tensor maps of a kernel that are its parameters (`__grid_constant__ const CUtensorMap`,
+/// Triton's host-side tensor descriptors, a map inside a parameter struct as CUTLASS passes
+/// them): such a map cannot change while the kernel runs, so its bytes are looked up once per
+/// thread ([`lookup_code`]'s `known`).
+///
+/// A copy's map register is traced back through its definitions, each the only one of its
+/// register in the function and unguarded: `cvta.param` (to a generic address) of a parameter's
+/// address (`mov` of the parameter's name, plus a constant), with `add`s of constants before or
+/// after. Any other definition, or more than one, and the map is not known to be a parameter.
+pub(super) struct ParamMaps<'a> {
+    instructions: &'a [(usize, PtxInstruction<'a>)],
+    /// Each register's definitions: the instructions that name it in their first operand
+    /// (outside an address).
+    definitions: BTreeMap<&'a str, Vec<usize>>,
+    /// The kernel's parameters' names.
+    params: BTreeSet<&'a str>,
+}
+
+impl<'a> ParamMaps<'a> {
+    /// The kernel with header `header` (its text, parameters included) and `instructions`.
+    pub(super) fn new(header: &'a str, instructions: &'a [(usize, PtxInstruction<'a>)]) -> Self {
+        let mut definitions: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+        for (k, (_, insn)) in instructions.iter().enumerate() {
+            let written = insn.operands.first().copied().unwrap_or_default();
+            for name in registers(written) {
+                definitions.entry(name).or_default().push(k);
+            }
+        }
+        let params = header
+            .split(['(', ')', ','])
+            .filter_map(|d| d.trim().strip_prefix(".param"))
+            .filter_map(|d| d.split('[').next()?.split_whitespace().last())
+            .collect();
+        ParamMaps { instructions, definitions, params }
+    }
+
+    /// The parameter, and the offset in it, whose generic address `register` holds wherever it
+    /// is read; `None` when that is not known.
+    pub(super) fn param(&self, register: &str) -> Option<(&'a str, i64)> {
+        match self.value(register, 0)? {
+            (param, offset, true) => Some((param, offset)),
+            _ => None,
+        }
+    }
+
+    /// What `register` holds: a parameter's address plus an offset, and whether it is generic.
+    fn value(&self, register: &str, depth: usize) -> Option<(&'a str, i64, bool)> {
+        let [k] = self.definitions.get(register)?.as_slice() else { return None };
+        let insn = &self.instructions.get(*k)?.1;
+        if insn.guard.is_some() || depth > 8 {
+            return None;
+        }
+        let source = |i: usize| insn.operands.get(i).copied();
+        match (insn.base(), insn.operands.len()) {
+            ("mov", 2) => {
+                let from = source(1)?;
+                if from.starts_with('%') {
+                    return self.value(from, depth + 1);
+                }
+                let (name, offset) = match from.split_once('+') {
+                    Some((name, offset)) => (name.trim(), offset.trim().parse().ok()?),
+                    None => (from, 0),
+                };
+                let param = self.params.get(name)?;
+                Some((param, offset, false))
+            }
+            ("cvta", 2) if insn.has("param") && !insn.has("to") => {
+                let (param, offset, generic) = self.value(source(1)?, depth + 1)?;
+                (!generic).then_some((param, offset, true))
+            }
+            ("add", 3) if insn.has("s64") || insn.has("u64") => {
+                let (from, constant) = match (source(1)?, source(2)?) {
+                    (a, b) if a.starts_with('%') && !b.starts_with('%') => (a, b),
+                    (a, b) if b.starts_with('%') && !a.starts_with('%') => (b, a),
+                    _ => return None,
+                };
+                let constant: i64 = constant.parse().ok()?;
+                let (param, offset, generic) = self.value(from, depth + 1)?;
+                Some((param, offset.checked_add(constant)?, generic))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The registers an instruction whose first operand is `operand` writes: `%r1`, `{%r1, %r2}`,
+/// `%r1|%p1`, `(%r1)`; none in an address (`[%rd1+8]`, which it reads).
+fn registers(operand: &str) -> impl Iterator<Item = &str> {
+    let written = if operand.starts_with('[') { "" } else { operand };
+    written
+        .split(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '%')))
+        .filter(|t| t.starts_with('%'))
 }
 
 #[cfg(test)]
@@ -253,14 +348,71 @@ mod tests {
         assert!(code.contains("and.b64 {SIZE}_s, {SIZE}_h, 4095;"));
         assert!(code.contains("add.s64 {SIZE}_s, {SIZE}_s, 1879048192;"));
         assert!(code.trim_end().ends_with('}'));
-        // A site that remembers its last map in parameter space skips all that.
-        let cache = ["%a".to_string(), "%s".to_string()];
-        let cached = lookup_code(0x7000_0000, Some(&cache));
+        // A map that is a kernel parameter is looked up once: then all that is skipped.
+        let cached = lookup_code(0x7000_0000, Some("%k"));
         let known = cached.find("@{SIZE}_p bra {LABEL}_known;").expect("the check");
+        assert!(cached.contains("setp.ne.u32 {SIZE}_p, %k, -1;"));
         assert!(known < cached.find("ld.v2.u64").expect("the map's words"));
-        assert!(
-            cached.contains("isspacep.param {SIZE}_p, {ADDR};\n\t@{SIZE}_p mov.b64 %a, {ADDR};")
-        );
-        assert!(cached.contains("{LABEL}_known:\n\t}"));
+        assert!(cached.contains("mov.u32 %k, {SIZE};\n{LABEL}_known:\n\t}"));
+    }
+
+    /// What `ParamMaps` makes of each register of `kernel`'s only kernel.
+    fn params_of(kernel: &str, registers: &[&str]) -> Vec<Option<(String, i64)>> {
+        let module = crate::ptx::PtxModule::parse(kernel).expect("the test's PTX");
+        let f = module.entries().next().expect("a kernel");
+        let instructions = module.instructions(f);
+        let maps = ParamMaps::new(module.piece_text(f.header), &instructions);
+        registers.iter().map(|r| maps.param(r).map(|(p, o)| (p.to_owned(), o))).collect()
+    }
+
+    #[test]
+    fn maps_that_are_kernel_parameters_are_found() {
+        // nvcc's `__grid_constant__ const CUtensorMap` parameters (tests/kernels/tensor_copy.cu).
+        let copy = include_str!("../../../tests/ptx/tensor_copy.ptx");
+        let found = params_of(copy, &["%rd4", "%rd6"]);
+        let param = |name: &str, offset| Some((name.to_owned(), offset));
+        assert_eq!(found, [param("tensor_copy_param_0", 0), param("tensor_copy_param_1", 0)]);
+        let kernel = "
+.version 8.0
+.target sm_90
+.address_size 64
+.global .align 128 .b8 map[128];
+.visible .entry k(
+	.param .align 64 .b8 k_param_0[384],
+	.param .u64 k_param_1
+)
+{
+	.reg .b64 %rd<20>;
+	.reg .pred %p<2>;
+	mov.b64 %rd1, k_param_0;
+	add.s64 %rd2, %rd1, 128;
+	cvta.param.u64 %rd3, %rd2;
+	cvta.param.u64 %rd4, %rd1;
+	add.s64 %rd5, 256, %rd4;
+	mov.u64 %rd6, %rd5;
+	mov.b64 %rd7, k_param_0+128;
+	cvta.param.u64 %rd8, %rd7;
+	cvta.param.u64 %rd9, %rd1;
+	mov.b64 %rd9, %rd3;
+	@%p1 cvta.param.u64 %rd10, %rd1;
+	ld.param.u64 %rd11, [k_param_1];
+	cvta.to.global.u64 %rd12, %rd11;
+	mov.u64 %rd13, map;
+	cvta.global.u64 %rd14, %rd13;
+	mov.b64 %rd15, k_param_1;
+	add.s64 %rd16, %rd3, %rd4;
+	ret;
+}
+";
+        let registers = [
+            "%rd3", "%rd5", "%rd6", "%rd8", // a map in a struct: +128, +256, +256, +128
+            "%rd1", "%rd7", // a parameter's address, not generic
+            "%rd9", "%rd10", // two definitions; a guarded one
+            "%rd12", "%rd14", // a map in global memory, by a pointer or a variable's address
+            "%rd16", "%rd19", // a sum of registers; never written
+        ];
+        let p = |offset| Some(("k_param_0".to_owned(), offset));
+        let expected = [p(128), p(256), p(256), p(128), None, None, None, None, None, None];
+        assert_eq!(params_of(kernel, &registers), [&expected[..], &[None, None]].concat());
     }
 }
