@@ -228,12 +228,22 @@ fn adds_by_the_kernels_id_are_combined_per_thread_and_adds_by_page_are_not() {
                      ldxw %r1, [%r9+16]\nlock add [%r0], %r1\nout:\nmov %r0, 0\nexit";
     let p = program(by_kernel, hash_def(8), DeviceEvent::GlobalLoad);
     let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, false)]);
-    assert!(ptx.contains("_sum_addr"), "combined per thread, flushed at the kernel's exit");
+    // Combined per thread in a sum of the map's own (one value: the kernel id's), which the
+    // kernel adds to the value it found (its lookup cache's) when it exits.
+    assert_eq!(ptx.matches("add.s64 %egpu_hs0, %egpu_hs0, ").count(), 2, "saxpy's two loads");
+    assert!(ptx.contains("setp.eq.or.u64 %egpu_fq, %egpu_hs0, 0, %egpu_fq;"), "{ptx}");
+    assert!(ptx.contains("match.any.sync.b64 %egpu_fw1, %egpu_hp0, "), "{ptx}");
     // Not when the map is read and written live by the host (its values may move).
     let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, true)]);
-    assert!(!ptx.contains("_sum_addr"));
+    assert!(!ptx.contains("_sum_addr") && !ptx.contains("_hs0"));
     // Not by page: the key changes from access to access.
-    assert!(!page_counts(false).contains("_sum_addr"));
+    let pages = page_counts(false);
+    assert!(!pages.contains("_sum_addr") && !pages.contains("_hs0"));
+    // Spread over per-SM copies: the value is the copy of the thread's SM, combined in a slot.
+    let mut spread = hash_binding(8, false);
+    spread.spread = 4;
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[spread]);
+    assert!(ptx.contains("bra $egpu0_C") && !ptx.contains("_hs0"), "{ptx}");
 }
 
 #[test]
@@ -262,10 +272,12 @@ fn a_map_looked_up_by_the_kernels_id_remembers_that_key_only_and_a_hit_skips_the
     let hit = ptx.lines().filter(|l| l.contains(" bra ") && l.ends_with("_nonnull;")).count();
     assert_eq!(hit, lookups, "{ptx}");
     assert_eq!(ptx.matches("_nonnull:").count(), lookups);
-    // Both values are combined, each in a slot of its own: neither flushes the other.
-    assert!(ptx.contains("_sum_addr1, "), "a second slot");
-    let site = &ptx[ptx.find("bra $egpu0_C").expect("a combined add")..];
-    assert!(site.find("_older;").expect("the older slot") < site.find("match.any").unwrap());
+    // Both values are combined, each in a sum of its own: no compare, no flush but at the exit.
+    for sum in ["%egpu_hs0", "%egpu_hs1"] {
+        assert_eq!(ptx.matches(&format!("add.s64 {sum}, {sum}, ")).count(), 2, "{ptx}");
+    }
+    let last_load = ptx.rfind("ld.global.f32").expect("saxpy's last load");
+    assert!(!ptx.contains("bra $egpu0_C") && ptx.find("match.any").unwrap() > last_load);
 }
 
 #[test]

@@ -203,24 +203,24 @@ pub enum InjectError {
     },
 }
 
-/// At a kernel's exit (the return at piece `piece`): the per-thread sum of combining slot `slot`
-/// (of combined atomic adds), added to memory, aggregated across the warp where the target
-/// allows.
-fn flush(n: &Names, slot: usize, piece: usize, sm: u32) -> String {
-    let label = format!("${}_flush{piece}_{slot}", n.stem);
-    let (addr, sum) = (&n.sums[2 * slot], &n.sums[2 * slot + 1]);
+/// At a kernel's exit: the per-thread `sum` of combined atomic adds to the value at `addr` (a
+/// combining slot's, [`Options::combine`], or a map's, [`LookupCache::sum`]), added to memory
+/// when both are nonzero, aggregated across the warp where the target allows; `label`, unique in
+/// the module, starts the labels.
+fn flush(n: &Names, addr: &str, sum: &str, label: &str, sm: u32) -> String {
     let r = |what: &str| format!("%{}_f{what}", n.stem);
     let (fq, ft) = (r("q"), r("t"));
     let w = [r("w0"), r("w1"), r("w2"), r("w3")];
     let add = if sm >= 80 {
         // The sum's address is a map value's: global memory.
-        warp_add(addr, sum, None, ".global", [&w[0], &w[1], &w[2], &w[3]], &fq, &ft, &label)
+        warp_add(addr, sum, None, ".global", [&w[0], &w[1], &w[2], &w[3]], &fq, &ft, label)
     } else {
         format!("\tred.global.add.u64 [{addr}], {sum};\n{label}_done:\n")
     };
     format!(
         "\t{{\n\t.reg .b32 {w0}, {w1}, {w2}, {w3};\n\t.reg .pred {fq};\n\t.reg .b64 {ft};\n\
-         \tsetp.eq.u64 {fq}, {addr}, 0;\n\t@{fq} bra {label}_done;\n{add}\t}}\n",
+         \tsetp.eq.u64 {fq}, {addr}, 0;\n\tsetp.eq.or.u64 {fq}, {sum}, 0, {fq};\n\
+         \t@{fq} bra {label}_done;\n{add}\t}}\n",
         w0 = w[0],
         w1 = w[1],
         w2 = w[2],
@@ -257,16 +257,27 @@ impl Names {
     }
 }
 
+/// A hash map with a lookup cache ([`lookup_caches`]).
+#[derive(Clone, Copy, Debug)]
+struct Cached {
+    /// Its number among the kernel's.
+    index: usize,
+    /// Every lookup of it is by the kernel's id.
+    by_kernel: bool,
+    /// Besides, no probe spreads it over SMs: the probes reach one value of it.
+    one_value: bool,
+}
+
 /// The hash maps (by device address, numbered) whose entries stay where they are while a kernel
 /// with these probes runs, so a thread may remember where its last lookup found a key: in GPU
 /// memory (nobody else writes it meanwhile), with keys of at most 8 bytes, and removed from by
 /// none of the probes (device inserts never reuse a removed entry's slot).
 ///
 /// Each is numbered, and says whether every lookup of it is by the kernel's id
-/// ([`kernel_keyed`]): its cache then remembers that key only, with no key register.
-fn lookup_caches(
-    selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)],
-) -> BTreeMap<u64, (usize, bool)> {
+/// ([`kernel_keyed`]): its cache then remembers that key only, with no key register; and
+/// whether, besides, no probe spreads it over SMs: then a thread's combined adds to that one
+/// value can be a sum of their own ([`LookupCache::sum`]).
+fn lookup_caches(selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)]) -> BTreeMap<u64, Cached> {
     let mut removed = BTreeSet::new();
     let mut looked_up: Vec<(DeviceMap, bool)> = Vec::new();
     for (_, p, _) in selected {
@@ -279,7 +290,7 @@ fn lookup_caches(
                 .filter_map(|&m| p.maps.get(m as usize).map(|b| (*b, kernel_keyed(p.program, m)))),
         );
     }
-    let mut caches: BTreeMap<u64, (usize, bool)> = BTreeMap::new();
+    let mut caches: BTreeMap<u64, Cached> = BTreeMap::new();
     for (b, by_kernel) in looked_up {
         let g = b.geometry;
         if matches!(g.kind, MapKind::Hash | MapKind::PerCpuHash)
@@ -288,8 +299,10 @@ fn lookup_caches(
             && !removed.contains(&b.addr)
         {
             let next = caches.len();
-            let entry = caches.entry(b.addr).or_insert((next, by_kernel));
-            entry.1 &= by_kernel;
+            let entry =
+                caches.entry(b.addr).or_insert(Cached { index: next, by_kernel, one_value: true });
+            entry.by_kernel &= by_kernel;
+            entry.one_value &= entry.by_kernel && b.spread == 0;
         }
     }
     caches
@@ -451,13 +464,14 @@ pub fn inject_with(
             .saturating_sub(adds);
         let outline = (probed > OUTLINE_SITES).then(|| format!("{}h", names.stem));
         let combine_regs = names.sums.clone();
-        let cache = |&(j, by_kernel): &(usize, bool)| LookupCache {
-            key: if by_kernel {
+        let cache = |c: &Cached| LookupCache {
+            key: if c.by_kernel {
                 CacheKey::Constant(id)
             } else {
-                CacheKey::Register(format!("%{}_hk{j}", names.stem))
+                CacheKey::Register(format!("%{}_hk{}", names.stem, c.index))
             },
-            value: format!("%{}_hp{j}", names.stem),
+            value: format!("%{}_hp{}", names.stem, c.index),
+            sum: (combine && c.one_value).then(|| format!("%{}_hs{}", names.stem, c.index)),
         };
         let first_site = sites.len();
         let mut emit = |probe: usize,
@@ -500,6 +514,7 @@ pub fn inject_with(
                 regs.push(key);
             }
             regs.push(c.value);
+            regs.extend(c.sum);
             let zeros: String = regs.iter().map(|r| format!("\tmov.b64 {r}, 0;\n")).collect();
             let declared = format!("\t.reg .b64 {};\n{zeros}", regs.join(", "));
             after.entry(f.body.start).or_default().push_str(&declared);
@@ -559,7 +574,15 @@ pub fn inject_with(
             }
             if combine {
                 for slot in 0..2 {
-                    code.push_str(&flush(&names, slot, piece, sm));
+                    let (addr, sum) = (&names.sums[2 * slot], &names.sums[2 * slot + 1]);
+                    let label = format!("${}_flush{piece}_{slot}", names.stem);
+                    code.push_str(&flush(&names, addr, sum, &label, sm));
+                }
+                for c in caches.values().map(cache) {
+                    if let Some(sum) = &c.sum {
+                        let label = format!("${}_flush{piece}_{}", names.stem, &sum[1..]);
+                        code.push_str(&flush(&names, &c.value, sum, &label, sm));
+                    }
                 }
             }
             Ok(())
