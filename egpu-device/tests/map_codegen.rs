@@ -239,6 +239,12 @@ fn adds_by_the_kernels_id_are_combined_per_thread_and_adds_by_page_are_not() {
     // Not by page: the key changes from access to access.
     let pages = page_counts(false);
     assert!(!pages.contains("_sum_addr") && !pages.contains("_hs0"));
+    // At a kernel's entry, which a thread runs once: one add, aggregated across the warp, not a
+    // sum held through the kernel.
+    let entry = program(by_kernel, hash_def(8), DeviceEvent::KernelEntry);
+    let ptx = instrument(&[(&entry, DeviceEvent::KernelEntry)], &[hash_binding(8, false)]);
+    let body = &ptx[..ptx.find("ld.global.f32").expect("saxpy's first load")];
+    assert!(body.contains("red.global.add.u64") && !ptx.contains("add.s64 %egpu_hs0"), "{ptx}");
     // Spread over per-SM copies: the value is the copy of the thread's SM, combined in a slot.
     let mut spread = hash_binding(8, false);
     spread.spread = 4;

@@ -485,7 +485,9 @@ pub fn inject_with(
             options.pid = std::process::id();
             options.maps = p.maps.to_vec();
             options.sm = sm;
-            if combine {
+            // A kernel's entry and exit run once per thread: nothing to combine there, and a
+            // sum kept from the entry would hold registers through the whole kernel.
+            if combine && matches!(options.context, Context::Access { .. }) {
                 options.combine = Some(combine_regs.clone());
             }
             if entry {
@@ -614,7 +616,7 @@ pub fn inject_with(
                     if let (MemAccessCtx::TENSOR_COPY, Some(table)) =
                         (o.class, options.tensor_boxes)
                     {
-                        // In a kernel, a map that is a parameter is looked up once.
+                        // In a kernel, a map that is a parameter is looked up when it starts.
                         let param = o.tensor_map.as_deref().filter(|_| entry);
                         let known = param.and_then(|r| param_maps.param(r)).map(|key| {
                             let next = known_boxes.len();
@@ -622,14 +624,17 @@ pub fn inject_with(
                                 .entry(key)
                                 .or_insert_with(|| {
                                     let known = format!("%{}_tb{next}", names.stem);
-                                    after.entry(f.body.start).or_default().push_str(&format!(
-                                        "\t.reg .b32 {known};\n\tmov.u32 {known}, -1;\n"
-                                    ));
+                                    let code =
+                                        tensor_maps::param_lookup_code(table, key.0, key.1, &known);
+                                    after.entry(f.body.start).or_default().push_str(&code);
                                     known
                                 })
                                 .clone()
                         });
-                        o.size_code = Some(tensor_maps::lookup_code(table, known.as_deref()));
+                        o.size_code = Some(match known {
+                            Some(known) => format!("\tmov.u32 {{SIZE}}, {known};\n"),
+                            None => tensor_maps::lookup_code(table),
+                        });
                     }
                     Some(o)
                 }

@@ -144,14 +144,8 @@ impl BoxTable {
 }
 
 /// PTX that computes, into the 32-bit register `{SIZE}`, the bytes of the box of the tensor map
-/// at the generic address in `{ADDR}`, from the table at `table` (0 when it is not there); its
-/// labels start with `{LABEL}`.
-///
-/// With `known`, a 32-bit register of the kernel that holds `u32::MAX` at the kernel's start, the
-/// map is a kernel parameter (see [`ParamMaps`]), which cannot change while the kernel runs: the
-/// first copy through it looks its bytes up and leaves them there, and every later copy through
-/// it, at this site or another, as a kernel's loop makes, reads neither the map nor the table.
-pub(super) fn lookup_code(table: u64, known: Option<&str>) -> String {
+/// at the generic address in `{ADDR}`, from the table at `table` (0 when it is not there).
+pub(super) fn lookup_code(table: u64) -> String {
     let r = |what: &str| format!("{{SIZE}}_{what}");
     let (h, p, s, e0, e1) = (r("h"), r("p"), r("s"), r("e0"), r("e1"));
     let w = |i: usize| r(&format!("w{i}"));
@@ -159,12 +153,6 @@ pub(super) fn lookup_code(table: u64, known: Option<&str>) -> String {
         "\t{{\n\t.reg .b64 {h}, {s}, {e0}, {e1}, {};\n\t.reg .pred {p};\n",
         (0..16).map(w).collect::<Vec<_>>().join(", ")
     );
-    if let Some(known) = known {
-        code.push_str(&format!(
-            "\tsetp.ne.u32 {p}, {known}, -1;\n\tmov.u32 {{SIZE}}, {known};\n\
-             \t@{p} bra {{LABEL}}_known;\n"
-        ));
-    }
     for pair in 0..8 {
         code.push_str(&format!(
             "\tld.v2.u64 {{{}, {}}}, [{{ADDR}}+{}];\n",
@@ -190,17 +178,29 @@ pub(super) fn lookup_code(table: u64, known: Option<&str>) -> String {
         mask = SLOTS - 1,
         table = table as i64,
     ));
-    if let Some(known) = known {
-        code.push_str(&format!("\tmov.u32 {known}, {{SIZE}};\n{{LABEL}}_known:\n"));
-    }
     code.push_str("\t}\n");
     code
+}
+
+/// PTX for a kernel's start that declares the 32-bit register `known` and looks up there the
+/// bytes of the tensor map at `offset` in kernel parameter `param` ([`ParamMaps`]): such a map
+/// cannot change while the kernel runs, so its copies take their size from `known`. Looked up
+/// before the kernel's own code, where few of its registers are live, rather than at a copy,
+/// maybe in a loop whose registers (a matmul's accumulators) would share the register file
+/// with the lookup's.
+pub(super) fn param_lookup_code(table: u64, param: &str, offset: i64, known: &str) -> String {
+    let addr = format!("{known}_a");
+    let lookup = lookup_code(table).replace("{SIZE}", known).replace("{ADDR}", &addr);
+    format!(
+        "\t.reg .b32 {known};\n\t{{\n\t.reg .b64 {addr};\n\tmov.b64 {addr}, {param};\n\
+         \tcvta.param.u64 {addr}, {addr};\n\tadd.s64 {addr}, {addr}, {offset};\n{lookup}\t}}\n"
+    )
 }
 
 /// The tensor maps of a kernel that are its parameters (`__grid_constant__ const CUtensorMap`,
 /// Triton's host-side tensor descriptors, a map inside a parameter struct as CUTLASS passes
 /// them): such a map cannot change while the kernel runs, so its bytes are looked up once per
-/// thread ([`lookup_code`]'s `known`).
+/// thread, when the kernel starts ([`param_lookup_code`]).
 ///
 /// A copy's map register is traced back through its definitions, each the only one of its
 /// register in the function and unguarded: `cvta.param` (to a generic address) of a parameter's
@@ -340,7 +340,7 @@ mod tests {
 
     #[test]
     fn the_kernels_hash_is_the_hosts() {
-        let code = lookup_code(0x7000_0000, None);
+        let code = lookup_code(0x7000_0000);
         assert_eq!(code.matches("ld.v2.u64").count(), 8, "the map's 16 words");
         assert_eq!(code.matches("mul.lo.u64").count(), 16);
         assert!(code.contains(&format!("mov.b64 {{SIZE}}_h, {};", SEED as i64)));
@@ -348,12 +348,15 @@ mod tests {
         assert!(code.contains("and.b64 {SIZE}_s, {SIZE}_h, 4095;"));
         assert!(code.contains("add.s64 {SIZE}_s, {SIZE}_s, 1879048192;"));
         assert!(code.trim_end().ends_with('}'));
-        // A map that is a kernel parameter is looked up once: then all that is skipped.
-        let cached = lookup_code(0x7000_0000, Some("%k"));
-        let known = cached.find("@{SIZE}_p bra {LABEL}_known;").expect("the check");
-        assert!(cached.contains("setp.ne.u32 {SIZE}_p, %k, -1;"));
-        assert!(known < cached.find("ld.v2.u64").expect("the map's words"));
-        assert!(cached.contains("mov.u32 %k, {SIZE};\n{LABEL}_known:\n\t}"));
+        // A map that is a kernel parameter is looked up when the kernel starts, from its address.
+        let start = param_lookup_code(0x7000_0000, "k_param_0", 128, "%k");
+        assert!(start.starts_with("\t.reg .b32 %k;\n"));
+        let address = "mov.b64 %k_a, k_param_0;\n\tcvta.param.u64 %k_a, %k_a;\n\t\
+                       add.s64 %k_a, %k_a, 128;\n";
+        assert!(start.contains(address), "{start}");
+        assert!(start.contains("ld.v2.u64 {%k_w0, %k_w1}, [%k_a+0];"), "{start}");
+        assert!(start.contains("selp.u32 %k, %k, 0, %k_p;"), "{start}");
+        assert!(!start.contains("{SIZE}") && !start.contains("{ADDR}"), "{start}");
     }
 
     /// What `ParamMaps` makes of each register of `kernel`'s only kernel.
