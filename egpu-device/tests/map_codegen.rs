@@ -349,3 +349,30 @@ fn a_run_of_copies_adds_up_its_bytes_and_runs_an_additive_probe_once() {
     let count = bytes.replace("ldxw %r1, [%r9+16]", "mov %r1, 1");
     assert!(!inject_one(&count).ptx.contains("_run"));
 }
+
+#[test]
+fn a_tensor_copys_probe_runs_just_after_the_copy() {
+    // So the copy stays next to the `elect.sync` that guards it (ptxas's uniform issue).
+    let copy = read_workspace_file("tests/ptx/tensor_copy.ptx");
+    let bytes = include_str!("../../tests/probes/kernel_bytes.s");
+    let maps = [hash_binding(8, false)];
+    let probes: Vec<_> = [DeviceEvent::GlobalLoad, DeviceEvent::GlobalStore]
+        .map(|event| program(bytes, hash_def(8), event))
+        .into_iter()
+        .collect();
+    let probes: Vec<DeviceProbe<'_>> = probes
+        .iter()
+        .map(|p| DeviceProbe { program: p, kernels: Kernels::All, maps: &maps })
+        .collect();
+    let ptx = inject(&copy, &probes).expect("instruments").ptx;
+    for copy in ["cp.async.bulk.tensor.2d.shared::cluster.global", "cp.async.bulk.tensor.2d.global"]
+    {
+        let at = ptx.find(copy).expect("the copy");
+        let next = ptx[at..].find(";\n").expect("its end") + at;
+        let after = &ptx[next..];
+        let probe = after.find(".reg .b64 %egpu_addr").expect("a probe after the copy");
+        let original = after.find("\n\t// end inline asm").unwrap_or(after.len());
+        assert!(probe < original, "the probe follows the copy at once:\n{ptx}");
+    }
+    assert_eq!(ptx.matches(".reg .b64 %egpu_addr").count(), 2, "one probe each");
+}

@@ -700,7 +700,18 @@ pub fn inject_with(
                     format!("\t@{bang}{} bra {skip};\n{code}{skip}:\n", g.predicate)
                 }
             };
-            before.entry(piece).or_default().push_str(&block);
+            // A bulk or tensor copy's probes run just after it: it writes no register, so their
+            // operands are the same, and the copy stays next to the `elect.sync` that guards it,
+            // which ptxas issues from the uniform datapath (before it, a divergent branch
+            // around the probes made it wait on its scoreboard in the TMA matmul's loop).
+            let copy = observed.as_ref().is_some_and(|o| {
+                matches!(o.class, MemAccessCtx::TENSOR_COPY | MemAccessCtx::BULK_COPY)
+            });
+            if copy {
+                after.entry(piece).or_default().push_str(&format!("\n{block}"));
+            } else {
+                before.entry(piece).or_default().push_str(&block);
+            }
         }
         if falls_off {
             let close = f.body.end - 1;
