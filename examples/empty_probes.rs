@@ -12,11 +12,11 @@
 
 use egpu::ebpf::MemAccessCtx;
 
-/// Runs before every read of global memory, and does nothing.
+/// Runs at every read of global memory, and does nothing.
 #[egpu::probe(device::global_load)]
 fn load(_ctx: &MemAccessCtx) {}
 
-/// Runs before every write of global memory, and does nothing.
+/// Runs at every write of global memory, and does nothing.
 #[egpu::probe(device::global_store)]
 fn store(_ctx: &MemAccessCtx) {}
 

@@ -76,7 +76,7 @@ fn exited(ctx: &KernelCtx) {
     EXITED.fetch_add(&ctx.kernel_id, 1);
 }
 
-/// Runs before every read of global memory a thread executes.
+/// Runs at every read of global memory a thread executes.
 #[egpu::probe(device::global_load)]
 fn loaded(ctx: &MemAccessCtx) {
     if ctx.class == MemAccessCtx::TENSOR_COPY {
@@ -89,7 +89,7 @@ fn loaded(ctx: &MemAccessCtx) {
     }
 }
 
-/// Runs before every write of global memory a thread executes (atomics aside).
+/// Runs at every write of global memory a thread executes (atomics aside).
 #[egpu::probe(device::global_store)]
 fn stored(ctx: &MemAccessCtx) {
     if ctx.class == MemAccessCtx::TENSOR_COPY {

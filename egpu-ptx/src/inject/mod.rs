@@ -11,8 +11,8 @@
 //! |---|---|---|
 //! | [`KernelEntry`](DeviceEvent::KernelEntry) | first thing in each kernel | [`KernelCtx`](egpu_ebpf::KernelCtx) |
 //! | [`KernelExit`](DeviceEvent::KernelExit) | before every `ret` and `exit` of a kernel | [`KernelCtx`](egpu_ebpf::KernelCtx) |
-//! | [`GlobalLoad`](DeviceEvent::GlobalLoad) | before every read of global memory: `ld.global` and `ldu.global` (any qualifiers: `.nc`, cache hints, vectors), generic `ld` and `ldu` whose address is global at run time, `cp.async`, and `cp.async.bulk` and tensor copies into shared memory | [`MemAccessCtx`] |
-//! | [`GlobalStore`](DeviceEvent::GlobalStore) | before every write: `st.global` and generic `st`, `cp.async.bulk` and tensor copies from shared memory, their reductions (`cp.reduce.async.bulk`), and writes of tensor maps (`tensormap.cp_fenceproxy`, `tensormap.replace.global`) | [`MemAccessCtx`] |
+//! | [`GlobalLoad`](DeviceEvent::GlobalLoad) | at every read of global memory (before it; just after a bulk or tensor copy): `ld.global` and `ldu.global` (any qualifiers: `.nc`, cache hints, vectors), generic `ld` and `ldu` whose address is global at run time, `cp.async`, and `cp.async.bulk` and tensor copies into shared memory | [`MemAccessCtx`] |
+//! | [`GlobalStore`](DeviceEvent::GlobalStore) | at every write (before it; just after a bulk or tensor copy): `st.global` and generic `st`, `cp.async.bulk` and tensor copies from shared memory, their reductions (`cp.reduce.async.bulk`), and writes of tensor maps (`tensormap.cp_fenceproxy`, `tensormap.replace.global`) | [`MemAccessCtx`] |
 //! | [`GlobalAtomic`](DeviceEvent::GlobalAtomic) | before every `atom` and `red` on global memory, generic ones whose address is global at run time | [`MemAccessCtx`] |
 //!
 //! The context's `class` says which kind of instruction fired ([`MemAccessCtx::class`]), `size`
