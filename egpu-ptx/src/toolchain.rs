@@ -1,4 +1,5 @@
-//! NVIDIA's compiler tools, run as programs: `ptxas` checks PTX, `nvcc` compiles CUDA C to PTX.
+//! NVIDIA's compiler tools, run as programs: `ptxas` checks PTX, `nvcc` compiles CUDA C to PTX
+//! (and to fat binaries, for tests of their reader).
 //!
 //! Neither needs a GPU or a driver, so tests use them on machines without either: `ptxas`
 //! assembles PTX for a target such as `sm_90` exactly as the driver's JIT would, refusing what the
@@ -286,16 +287,30 @@ impl Nvcc {
     /// [`ToolError::NvccFailed`] with nvcc's messages if it does not compile the file;
     /// [`ToolError::Io`] if nvcc cannot be run or its output read.
     pub fn compile_ptx(&self, cu: &Path, arch: &str) -> Result<String, ToolError> {
-        let ptx = TempFile::new("ptx");
-        let output = run(
-            "nvcc",
-            Command::new(&self.path)
-                .arg(format!("-arch={arch}"))
-                .arg("-ptx")
-                .arg("-o")
-                .arg(&ptx.0)
-                .arg(cu),
-        )?;
+        let ptx = self.compile(cu, &[&format!("-arch={arch}"), "-ptx"], "ptx")?;
+        String::from_utf8(ptx).map_err(|_| ToolError::NvccFailed {
+            file: cu.to_owned(),
+            status: "its PTX is not UTF-8".into(),
+            stderr: String::new(),
+        })
+    }
+
+    /// Compiles the CUDA C file `cu` to a fat binary with `nvcc -fatbin` and the arguments
+    /// `args` (the targets, `-arch=sm_90` or `-gencode …`, and options such as
+    /// `-Xfatbin=-compress-mode=speed`), and returns its bytes.
+    ///
+    /// # Errors
+    ///
+    /// As [`Nvcc::compile_ptx`].
+    pub fn compile_fatbin(&self, cu: &Path, args: &[&str]) -> Result<Vec<u8>, ToolError> {
+        self.compile(cu, &[args, &["-fatbin"]].concat(), "fatbin")
+    }
+
+    /// Runs `nvcc ARGS -o OUT CU` and returns what it wrote to OUT (a file with `extension`).
+    fn compile(&self, cu: &Path, args: &[&str], extension: &str) -> Result<Vec<u8>, ToolError> {
+        let out = TempFile::new(extension);
+        let output =
+            run("nvcc", Command::new(&self.path).args(args).arg("-o").arg(&out.0).arg(cu))?;
         if !output.status.success() {
             return Err(ToolError::NvccFailed {
                 file: cu.to_owned(),
@@ -303,9 +318,9 @@ impl Nvcc {
                 stderr: text_of(&output),
             });
         }
-        std::fs::read_to_string(&ptx.0).map_err(|source| ToolError::Io {
+        std::fs::read(&out.0).map_err(|source| ToolError::Io {
             tool: "nvcc",
-            what: format!("reading its output {}", ptx.0.display()),
+            what: format!("reading its output {}", out.0.display()),
             source,
         })
     }
