@@ -27,7 +27,7 @@ use std::sync::OnceLock;
 
 use crate::driver::{GpuInfo, GpuStatus, gpu_status};
 pub use egpu_ptx::testing::{
-    Decision, REQUIRE_PTXAS_ENV, cubin_with_ptx, require_nvcc, require_ptxas,
+    Decision, REQUIRE_PTXAS_ENV, cubin_with_ptx, fatbin_with, require_nvcc, require_ptxas,
 };
 
 /// The environment variable that turns a skipped GPU test into a failure when set to `1`.

@@ -314,11 +314,22 @@ fn the_objects_of_processes_that_died_are_removed() {
 /// What the library made of one module load: the launcher's output, what the driver was given,
 /// and the process's summary.
 fn load_module(dir: &Path, image: &Path, extra: &[(&str, &str)]) -> (String, String, String) {
+    load_module_as("module", dir, image, extra)
+}
+
+/// [`load_module`], the launcher in `mode` (`module`, or `wrapped`: the image in the runtime's
+/// wrapper of a fat binary).
+fn load_module_as(
+    mode: &str,
+    dir: &Path,
+    image: &Path,
+    extra: &[(&str, &str)],
+) -> (String, String, String) {
     let name = image.file_name().and_then(|n| n.to_str()).expect("a file name");
     let got = dir.join(format!("{name}.loaded"));
-    let summary = format!("summary-{name}-{}", extra.len());
+    let summary = format!("summary-{name}-{mode}-{}", extra.len());
     let out = Command::new(dir.join("launcher"))
-        .args(["module".as_ref(), image.as_os_str(), got.as_os_str()])
+        .args([mode.as_ref(), image.as_os_str(), got.as_os_str()])
         .env("LD_PRELOAD", preload_library())
         .env("LD_LIBRARY_PATH", dir)
         .env("EGPU_PROBES", probes_library())
@@ -390,5 +401,58 @@ fn modules_are_instrumented_with_the_users_device_probes() {
     // 13: this probe does not look at the flags, so the 2 captured launches count too.
     assert!(parent.contains("map LAUNCHES _Z5kernAPf 13\n"), "{parent}");
     assert!(parent.contains("map LAUNCHES _Z5kernBPf 4\n"), "{parent}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn fat_binaries_give_the_ptx_for_the_device() {
+    use egpu::device::fatbin::FLAG_LZ4;
+    use egpu::device::testing::fatbin_with;
+    let dir = build("fatbins");
+    let saxpy = include_str!("../../tests/ptx/saxpy.ptx");
+    let for_sm = |sm: u32| saxpy.replace(".target sm_90", &format!(".target sm_{sm}"));
+    assert!(saxpy.contains(".target sm_90"), "the test's PTX");
+    let (p80, p90) = (for_sm(80), for_sm(90));
+    let lz4 = lz4_flex::block::compress(p90.as_bytes());
+    let cubin = (2, 90, 0, &b"\x7fELF\0\0\0\0"[..], 8);
+    let write = |name: &str, bytes: &[u8]| {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).expect("a module file");
+        path
+    };
+    let both = write(
+        "both.fatbin",
+        &fatbin_with(&[
+            cubin,
+            (1, 80, 0, p80.as_bytes(), p80.len()),
+            (1, 90, FLAG_LZ4, &lz4, p90.len()),
+        ]),
+    );
+    // An sm_90 device: sm_90's PTX, decompressed, instrumented; loaded bare or in the runtime's
+    // wrapper. An sm_86 one: sm_80's.
+    for (mode, sm, target) in
+        [("module", "90", "sm_90"), ("wrapped", "90", "sm_90"), ("module", "86", "sm_80")]
+    {
+        let (stdout, loaded, summary) = load_module_as(mode, &dir, &both, &[("FAKE_SM", sm)]);
+        assert!(stdout.contains("module result 0 device maps 1"), "{stdout}");
+        assert!(
+            loaded.contains(&format!(".target {target}")) && loaded.contains("egpu"),
+            "{loaded}"
+        );
+        assert!(summary.contains("instrumented modules 1 not 0\n"), "{mode} {sm}: {summary}");
+    }
+    // Cubins only, or a compressed size that lies: loaded as it came, the summary says why.
+    let cubins = write("cubins.fatbin", &fatbin_with(&[cubin]));
+    let lie = write("lie.fatbin", &fatbin_with(&[(1, 90, FLAG_LZ4, &lz4, p90.len() + 1)]));
+    for (image, why) in [
+        (&cubins, "not instrumented: a fat binary with no PTX for sm_90 (cubins only)"),
+        (&lie, "not instrumented: reading the fat binary: a compressed payload is corrupt"),
+    ] {
+        let (stdout, loaded, summary) = load_module(&dir, image, &[]);
+        assert!(stdout.contains("module result 0"), "{stdout}");
+        assert_eq!(loaded, "(a fat binary)");
+        assert!(summary.contains("instrumented modules 0 not 1\n"), "{summary}");
+        assert!(summary.contains(why), "{summary}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -41,13 +41,15 @@ pub const MAGIC: u32 = 0xBA55_ED50;
 /// Bytes of a container's header.
 pub const HEADER_BYTES: usize = 16;
 /// Bytes of an entry's header at least.
-const ENTRY_BYTES: usize = 64;
+pub const ENTRY_BYTES: usize = 64;
 /// The most bytes a container spans, or an entry holds uncompressed (a program's whole GPU code
 /// is far less; a larger claim is a lie).
 pub const MAX_BYTES: usize = 1 << 30;
 
-const LZ4: u64 = 0x2000;
-const ZSTD: u64 = 0x8000;
+/// The flag of an entry whose payload is compressed with LZ4 (block format).
+pub const FLAG_LZ4: u64 = 0x2000;
+/// The flag of an entry whose payload is compressed with Zstandard.
+pub const FLAG_ZSTD: u64 = 0x8000;
 
 /// Why bytes are not a fat binary egpu can read.
 #[derive(Clone, Debug, PartialEq, Eq, Error)]
@@ -251,7 +253,7 @@ fn read_container<'a>(c: &'a [u8], out: &mut Vec<Entry<'a>>) -> Result<(), Fatbi
             .ok_or(FatbinError::Malformed("an entry's payload runs past its container"))?;
         let compressed = u32_at(e, 16)? as usize;
         let flags = u64_at(e, 40)?;
-        let compression = match (flags & LZ4 != 0, flags & ZSTD != 0, compressed) {
+        let compression = match (flags & FLAG_LZ4 != 0, flags & FLAG_ZSTD != 0, compressed) {
             (false, false, _) => Compression::None,
             (true, false, 1..) => Compression::Lz4,
             (false, true, 1..) => Compression::Zstd,
@@ -300,35 +302,7 @@ pub fn ptx_for(b: &[u8], arch: u32) -> Result<Option<String>, FatbinError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A container of `entries` (kind, arch, flags, payload, uncompressed size), laid out as
-    /// nvcc lays them out.
-    fn container(entries: &[(u16, u32, u64, &[u8], usize)]) -> Vec<u8> {
-        let mut body = Vec::new();
-        for &(kind, arch, flags, payload, size) in entries {
-            let padded = payload.len().div_ceil(8) * 8;
-            let compressed = if flags & (LZ4 | ZSTD) != 0 { payload.len() } else { 0 };
-            let mut h = vec![0u8; ENTRY_BYTES];
-            h[0..2].copy_from_slice(&kind.to_le_bytes());
-            h[4..8].copy_from_slice(&(ENTRY_BYTES as u32).to_le_bytes());
-            h[8..16].copy_from_slice(&(padded as u64).to_le_bytes());
-            h[16..20].copy_from_slice(&(compressed as u32).to_le_bytes());
-            h[24..26].copy_from_slice(&0u16.to_le_bytes());
-            h[26..28].copy_from_slice(&9u16.to_le_bytes());
-            h[28..32].copy_from_slice(&arch.to_le_bytes());
-            h[40..48].copy_from_slice(&(flags | 0x11).to_le_bytes());
-            h[56..64].copy_from_slice(&(size as u64).to_le_bytes());
-            body.extend(h);
-            body.extend(payload);
-            body.resize(body.len() + padded - payload.len(), 0);
-        }
-        let mut c = MAGIC.to_le_bytes().to_vec();
-        c.extend(1u16.to_le_bytes());
-        c.extend(16u16.to_le_bytes());
-        c.extend((body.len() as u64).to_le_bytes());
-        c.extend(body);
-        c
-    }
+    use crate::testing::fatbin_with as container;
 
     #[test]
     fn the_ptx_for_a_device_is_the_newest_it_runs() {
@@ -338,7 +312,7 @@ mod tests {
         let mut fatbin = container(&[
             (1, 80, 0, p80.as_bytes(), p80.len()),
             (2, 90, 0, b"\x7fELF", 4),
-            (1, 90, LZ4, &lz4, p90.len()),
+            (1, 90, FLAG_LZ4, &lz4, p90.len()),
         ]);
         // A second container, as in a program's section, after zero padding.
         fatbin.resize(fatbin.len().div_ceil(16) * 16 + 8, 0);
@@ -356,15 +330,15 @@ mod tests {
     fn lies_are_refused() {
         let text = b".version 9.0\n";
         let lz4 = lz4_flex::block::compress(text);
-        let good = container(&[(1, 90, LZ4, &lz4, text.len())]);
+        let good = container(&[(1, 90, FLAG_LZ4, &lz4, text.len())]);
         assert!(ptx_for(&good, 90).is_ok());
         // The uncompressed size, too large and too small.
         for size in [text.len() + 1, text.len() - 1, MAX_BYTES + 1] {
-            let lie = container(&[(1, 90, LZ4, &lz4, size)]);
+            let lie = container(&[(1, 90, FLAG_LZ4, &lz4, size)]);
             assert!(ptx_for(&lie, 90).is_err(), "{size}");
         }
         // Both compressions at once; a container longer than its bytes; a foreign magic.
-        assert!(entries(&container(&[(1, 90, LZ4 | ZSTD, &lz4, 13)])).is_err());
+        assert!(entries(&container(&[(1, 90, FLAG_LZ4 | FLAG_ZSTD, &lz4, 13)])).is_err());
         assert!(entries(&good[..good.len() - 1]).is_err());
         assert_eq!(entries(b"\x7fELF...."), Err(FatbinError::NotFatbin));
         assert_eq!(extent(&good[..3]), Err(FatbinError::NotFatbin));

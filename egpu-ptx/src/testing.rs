@@ -110,6 +110,37 @@ impl<T> Decision<T> {
     }
 }
 
+/// A fat binary container of `entries`, each (kind: 1 PTX, 2 cubin; architecture; flags, such
+/// as [`FLAG_LZ4`](crate::fatbin::FLAG_LZ4); payload, compressed if the flags say so; its size
+/// uncompressed), laid out as nvcc lays them out (see [`crate::fatbin`]).
+pub fn fatbin_with(entries: &[(u16, u32, u64, &[u8], usize)]) -> Vec<u8> {
+    use crate::fatbin::{ENTRY_BYTES, FLAG_LZ4, FLAG_ZSTD, MAGIC};
+    let mut body = Vec::new();
+    for &(kind, arch, flags, payload, size) in entries {
+        let padded = payload.len().div_ceil(8) * 8;
+        let compressed = if flags & (FLAG_LZ4 | FLAG_ZSTD) != 0 { payload.len() } else { 0 };
+        let mut h = vec![0u8; ENTRY_BYTES];
+        h[0..2].copy_from_slice(&kind.to_le_bytes());
+        h[4..8].copy_from_slice(&(ENTRY_BYTES as u32).to_le_bytes());
+        h[8..16].copy_from_slice(&(padded as u64).to_le_bytes());
+        h[16..20].copy_from_slice(&(compressed as u32).to_le_bytes());
+        h[26..28].copy_from_slice(&9u16.to_le_bytes());
+        h[28..32].copy_from_slice(&arch.to_le_bytes());
+        // 64-bit, Linux, as nvcc marks every entry.
+        h[40..48].copy_from_slice(&(flags | 0x11).to_le_bytes());
+        h[56..64].copy_from_slice(&(size as u64).to_le_bytes());
+        body.extend(h);
+        body.extend(payload);
+        body.resize(body.len() + padded - payload.len(), 0);
+    }
+    let mut c = MAGIC.to_le_bytes().to_vec();
+    c.extend(1u16.to_le_bytes());
+    c.extend(16u16.to_le_bytes());
+    c.extend((body.len() as u64).to_le_bytes());
+    c.extend(body);
+    c
+}
+
 /// A minimal cubin (an ELF64 file) that keeps `ptx` in its `.nv_debug_ptx_txt` section, as
 /// Triton's do: a null section, the section names, and the PTX (see [`crate::cubin`]).
 pub fn cubin_with_ptx(ptx: &[u8]) -> Vec<u8> {

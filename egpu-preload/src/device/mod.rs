@@ -2,9 +2,9 @@
 //!
 //! `EGPU_PROBES` names a probe pack ([`egpu::pack`]): its text, or a shared library made with
 //! `egpu::export_probes!`. Its host probes are attached beside the built-in ones; its device
-//! probes are injected into every module the program loads that carries PTX (PTX text, or a
-//! cubin that keeps its PTX, as Triton's do), which is then loaded in the module's place, so the
-//! program launches instrumented kernels without knowing. The maps live in shared memory as
+//! probes are injected into every module the program loads that carries PTX (PTX text, a cubin
+//! that keeps its PTX, as Triton's do, or a fat binary: [`images`]), which is then loaded in the
+//! module's place, so the program launches instrumented kernels without knowing. The maps live in shared memory as
 //! `egpu-<pid>-u-<MAP>`, live for `egpu maps PID`; the maps device probes use have a part in GPU
 //! memory in each context ([`parts`]), which the probes update at GPU speed and egpu merges into
 //! the shared map while they run. Each such context also keeps the bytes of the tensor maps'
@@ -15,13 +15,13 @@
 //! refuses, is loaded as it came (and counted, with the reason, in the summary).
 
 pub(crate) mod boxes;
+mod images;
 mod parts;
 
-use std::ffi::{CStr, CString, c_void};
+use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use egpu::device::cubin::{self, Extent};
 use egpu::device::inject::{DeviceProbe, InjectOptions, Injection, Kernels, inject_with};
 use egpu::device::translate::{DeviceMap, adds_only};
 use egpu::ebpf::verifier::Verified;
@@ -31,6 +31,7 @@ use egpu::maps::{Placement, RawMap};
 use egpu::pack::Pack;
 
 use crate::CuResult;
+pub(crate) use images::ptx_of;
 pub(crate) use parts::synced;
 pub(crate) use parts::{Teardown, finish, fork_guard, merging, teardown};
 
@@ -280,42 +281,6 @@ fn create(
         }
     }
     RawMap::create(geometry, &Placement::Process).ok()
-}
-
-/// The PTX `image` carries: its text, or a cubin's `.nv_debug_ptx_txt`; `None` for other images
-/// (fat binaries, cubins without PTX).
-///
-/// # Safety
-///
-/// `image` is a module image as `cuModuleLoadData` takes: a NUL-terminated PTX text or a
-/// complete ELF or fat binary.
-pub(crate) unsafe fn ptx_of(image: *const c_void) -> Result<Option<String>, String> {
-    // SAFETY: every image has at least 4 bytes (a PTX text's could end sooner: stop at a NUL).
-    let head: Vec<u8> = (0..4)
-        .map(|i| unsafe { image.cast::<u8>().add(i).read() })
-        .take_while(|&b| b != 0)
-        .collect();
-    if head == b"\x7fELF" {
-        let mut len = cubin::HEADER_BYTES;
-        loop {
-            // SAFETY: `extent` asked for these bytes, which the ELF file's headers say it has.
-            let bytes = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), len) };
-            match cubin::extent(bytes).map_err(|e| format!("reading the cubin: {e}"))? {
-                Extent::NeedMore(n) if n > len => len = n,
-                Extent::NeedMore(_) => return Err("reading the cubin: its extent".into()),
-                Extent::Total(_) => {
-                    return cubin::embedded_ptx(bytes)
-                        .map_err(|e| format!("reading the cubin: {e}"));
-                }
-            }
-        }
-    }
-    if head == 0xba55_ed50_u32.to_le_bytes() {
-        return Ok(None);
-    }
-    // SAFETY: not ELF nor a fat binary: PTX text, NUL-terminated.
-    let text = unsafe { CStr::from_ptr(image.cast()) };
-    text.to_str().map(|t| Some(t.to_owned())).map_err(|_| "the PTX is not UTF-8".into())
 }
 
 /// The summary's lines for the user's probes: modules instrumented and not (with why), and

@@ -43,7 +43,7 @@ pub(super) static CTX_PUSH: Hook<PushFn> = Hook::new(c"cuCtxPushCurrent_v2", std
 pub(super) static CTX_POP: Hook<CtxFn> = Hook::new(c"cuCtxPopCurrent_v2", std::ptr::null_mut);
 static STREAM_CREATE: Hook<StreamCreateFn> = Hook::new(c"cuStreamCreate", std::ptr::null_mut);
 static ALLOC_HOST: Hook<AllocHostFn> = Hook::new(c"cuMemAllocHost_v2", std::ptr::null_mut);
-static CTX_GET_DEVICE: Hook<DeviceFn> = Hook::new(c"cuCtxGetDevice", std::ptr::null_mut);
+pub(super) static CTX_GET_DEVICE: Hook<DeviceFn> = Hook::new(c"cuCtxGetDevice", std::ptr::null_mut);
 static PRIMARY_STATE: Hook<StateFn> = Hook::new(c"cuDevicePrimaryCtxGetState", std::ptr::null_mut);
 
 /// `CU_STREAM_NON_BLOCKING`: a stream that does not wait for the legacy default stream.

@@ -8,8 +8,8 @@ use egpu::ebpf::ModuleLoadCtx;
 use super::event::observe;
 use crate::{CuResult, Handle, defaults};
 
-/// A module load: whether the image carries PTX egpu could instrument (PTX text, or a cubin that
-/// keeps its PTX), and the PTX's size.
+/// A module load: whether the image carries PTX egpu could instrument (PTX text, a cubin that
+/// keeps its PTX, or a fat binary with PTX for the device), and the PTX's size.
 pub(super) fn module(image: *const c_void) -> ModuleLoadCtx {
     module_with(ptx(image).ok().flatten().as_deref())
 }

@@ -1,0 +1,121 @@
+//! The PTX a module image carries, read from the bare pointer the driver is given: PTX text, a
+//! cubin that keeps its PTX (`.nv_debug_ptx_txt`, as Triton's do), or a fat binary (nvcc's
+//! container, maybe compressed), from which the PTX for the current device's architecture is
+//! taken. Every length comes from headers checked before more bytes are read.
+
+use std::ffi::{CStr, c_int, c_void};
+
+use egpu::device::cubin::{self, Extent};
+use egpu::device::fatbin;
+
+use super::parts::CTX_GET_DEVICE;
+use crate::CuResult;
+use crate::real::Hook;
+
+type AttributeFn = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult;
+static ATTRIBUTE: Hook<AttributeFn> = Hook::new(c"cuDeviceGetAttribute", std::ptr::null_mut);
+
+/// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR` and `_MINOR`.
+const MAJOR: c_int = 75;
+const MINOR: c_int = 76;
+
+/// The magic number of the runtime's wrapper of a fat binary (`__fatBinC_Wrapper_t`: magic,
+/// version, then a pointer to the fat binary).
+const WRAPPER_MAGIC: u32 = 0x4662_43B1;
+
+/// The PTX `image` carries: its text, a cubin's `.nv_debug_ptx_txt`, or a fat binary's PTX for
+/// the current device; `None` for a cubin without PTX.
+///
+/// # Errors
+///
+/// Why the image could not be read, or a fat binary has no PTX the device runs: the module is
+/// then loaded as it came, and the summary says why.
+///
+/// # Safety
+///
+/// `image` is a module image as `cuModuleLoadData` takes: a NUL-terminated PTX text, a complete
+/// ELF file or fat binary, or the runtime's wrapper of one.
+pub(crate) unsafe fn ptx_of(image: *const c_void) -> Result<Option<String>, String> {
+    // SAFETY: every image has at least 4 bytes (a PTX text's could end sooner: stop at a NUL).
+    let head: Vec<u8> = (0..4)
+        .map(|i| unsafe { image.cast::<u8>().add(i).read() })
+        .take_while(|&b| b != 0)
+        .collect();
+    if head == b"\x7fELF" {
+        // SAFETY: a complete ELF file, as the caller says.
+        return unsafe { cubin_ptx(image) };
+    }
+    if head == fatbin::MAGIC.to_le_bytes() {
+        // SAFETY: a complete fat binary, as the caller says.
+        return unsafe { fatbin_ptx(image) }.map(Some);
+    }
+    if head == WRAPPER_MAGIC.to_le_bytes() {
+        // SAFETY: the wrapper's third field, 8 bytes in, points to the fat binary.
+        let inner = unsafe { image.cast::<u8>().add(8).cast::<*const c_void>().read_unaligned() };
+        if inner.is_null() {
+            return Err("a fat binary wrapper without a fat binary".into());
+        }
+        // SAFETY: the fat binary the wrapper points to, complete.
+        return unsafe { fatbin_ptx(inner) }.map(Some);
+    }
+    // SAFETY: not ELF nor a fat binary: PTX text, NUL-terminated.
+    let text = unsafe { CStr::from_ptr(image.cast()) };
+    text.to_str().map(|t| Some(t.to_owned())).map_err(|_| "the PTX is not UTF-8".into())
+}
+
+/// The PTX the cubin at `image` keeps.
+///
+/// # Safety
+///
+/// `image` is a complete ELF file.
+unsafe fn cubin_ptx(image: *const c_void) -> Result<Option<String>, String> {
+    let mut len = cubin::HEADER_BYTES;
+    loop {
+        // SAFETY: `extent` asked for these bytes, which the ELF file's headers say it has.
+        let bytes = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), len) };
+        match cubin::extent(bytes).map_err(|e| format!("reading the cubin: {e}"))? {
+            Extent::NeedMore(n) if n > len => len = n,
+            Extent::NeedMore(_) => return Err("reading the cubin: its extent".into()),
+            Extent::Total(_) => {
+                return cubin::embedded_ptx(bytes).map_err(|e| format!("reading the cubin: {e}"));
+            }
+        }
+    }
+}
+
+/// The PTX for the current device in the fat binary at `image`.
+///
+/// # Safety
+///
+/// `image` is a complete fat binary.
+unsafe fn fatbin_ptx(image: *const c_void) -> Result<String, String> {
+    // SAFETY: a fat binary starts with its header.
+    let header = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), fatbin::HEADER_BYTES) };
+    let len = fatbin::extent(header).map_err(|e| format!("reading the fat binary: {e}"))?;
+    // SAFETY: the header says the container spans `len` bytes.
+    let bytes = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), len) };
+    let arch = device_arch();
+    let ptx = fatbin::ptx_for(bytes, arch.unwrap_or(u32::MAX))
+        .map_err(|e| format!("reading the fat binary: {e}"))?;
+    ptx.ok_or_else(|| match arch {
+        Some(arch) => format!("a fat binary with no PTX for sm_{arch} (cubins only)"),
+        None => "a fat binary with no PTX (cubins only)".into(),
+    })
+}
+
+/// The current context's device's architecture (`90` for sm_90), if the driver says.
+fn device_arch() -> Option<u32> {
+    let (get_device, attribute) = (CTX_GET_DEVICE.get_or_ask()?, ATTRIBUTE.get_or_ask()?);
+    let mut device: c_int = 0;
+    // SAFETY: the driver writes one device.
+    if unsafe { get_device(&mut device) } != 0 {
+        return None;
+    }
+    let read = |which| {
+        let mut value: c_int = 0;
+        // SAFETY: the driver writes one value.
+        (unsafe { attribute(&mut value, which, device) } == 0).then_some(value)
+    };
+    let (major, minor) = (read(MAJOR)?, read(MINOR)?);
+    u32::try_from(major * 10 + minor).ok()
+}
