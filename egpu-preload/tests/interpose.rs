@@ -429,10 +429,16 @@ fn fat_binaries_give_the_ptx_for_the_device() {
         ]),
     );
     // An sm_90 device: sm_90's PTX, decompressed, instrumented; loaded bare or in the runtime's
-    // wrapper. An sm_86 one: sm_80's.
-    for (mode, sm, target) in
-        [("module", "90", "sm_90"), ("wrapped", "90", "sm_90"), ("module", "86", "sm_80")]
-    {
+    // wrapper, through cuModuleLoadData, cuModuleLoadFatBinary (which takes fat binaries only:
+    // the PTX goes to cuModuleLoadData) and cuLibraryLoadData. An sm_86 one: sm_80's.
+    let ways = [
+        ("module", "90", "sm_90"),
+        ("wrapped", "90", "sm_90"),
+        ("fatbinary", "90", "sm_90"),
+        ("library", "90", "sm_90"),
+        ("module", "86", "sm_80"),
+    ];
+    for (mode, sm, target) in ways {
         let (stdout, loaded, summary) = load_module_as(mode, &dir, &both, &[("FAKE_SM", sm)]);
         assert!(stdout.contains("module result 0 device maps 1"), "{stdout}");
         assert!(

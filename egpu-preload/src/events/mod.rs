@@ -49,7 +49,7 @@ use launch::{LaunchConfig, capture, count_capture, graph, launch_ctx, launch_ex}
 use memory::{Copy2dDriver, Copy3d, Copy3dDriver, Extent, HostPtr, PitchedPtr};
 use memory::{alloc, allocated, copy, driver_copy_2d, driver_copy_3d, free};
 use memory::{runtime_copy, runtime_copy_3d, runtime_set_3d, set};
-use modules::{load, load_module, loaded, module};
+use modules::{load, load_fatbinary, load_module};
 use tensor_maps::{TensorMap, encoded, im2col, replaced, tiled};
 use trampoline::driver;
 // What the trampolines' expansions use.
@@ -353,9 +353,9 @@ entry_points! {
     MODULE_LOAD_DATA_EX cuModuleLoadDataEx (out: *mut Handle, image: *const c_void, n: c_uint, options: *mut c_int, values: *mut *mut c_void)
         => load(out, image);
     MODULE_LOAD_FATBIN cuModuleLoadFatBinary (out: *mut Handle, image: *const c_void)
-        => driver(|_, _| module(image), loaded(out));
+        => load_fatbinary(out, image);
     LIBRARY_LOAD_DATA cuLibraryLoadData (out: *mut Handle, code: *const c_void, jit_options: *mut c_int, jit_values: *mut *mut c_void, jit_n: c_uint, library_options: *mut c_int, library_values: *mut *mut c_void, library_n: c_uint)
-        => driver(|_, _| module(code), loaded(out));
+        => load(out, code);
 
     // Tensor maps: each recorded with its box's bytes, for the instrumented tensor copies. The
     // enumerations (interleave, swizzle, L2 promotion, out-of-bounds fill) are C `int`s.

@@ -8,12 +8,6 @@ use egpu::ebpf::ModuleLoadCtx;
 use super::event::observe;
 use crate::{CuResult, Handle, defaults};
 
-/// A module load: whether the image carries PTX egpu could instrument (PTX text, a cubin that
-/// keeps its PTX, or a fat binary with PTX for the device), and the PTX's size.
-pub(super) fn module(image: *const c_void) -> ModuleLoadCtx {
-    module_with(ptx(image).ok().flatten().as_deref())
-}
-
 fn module_with(ptx: Option<&str>) -> ModuleLoadCtx {
     let mut ctx = ModuleLoadCtx::default();
     if let Some(ptx) = ptx {
@@ -96,3 +90,27 @@ macro_rules! load {
     };
 }
 pub(super) use load;
+
+/// Defines the interposed `cuModuleLoadFatBinary` ([`load_module`]): the caller's fat binary goes
+/// to it, and the instrumented PTX to `cuModuleLoadData` (a loader of fat binaries need not take
+/// PTX text).
+macro_rules! load_fatbinary {
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $out:ident, $image:ident) => {
+        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            let original = $image;
+            load_module($out, $image, |$image| {
+                if $image == original {
+                    // SAFETY: the driver's function, with the caller's arguments.
+                    return unsafe { real($($arg),*) };
+                }
+                match MODULE_LOAD_DATA.get_or_ask() {
+                    // SAFETY: the driver's cuModuleLoadData, with the caller's place for the
+                    // module and the instrumented PTX, NUL-terminated.
+                    Some(load_data) => unsafe { load_data($out, $image) },
+                    None => NOT_FOUND,
+                }
+            })
+        });
+    };
+}
+pub(super) use load_fatbinary;
