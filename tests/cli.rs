@@ -173,6 +173,63 @@ fn inject_says_which_accesses_make_runs() {
 }
 
 #[test]
+fn inject_takes_a_fat_binarys_ptx_for_an_architecture() {
+    use egpu_device::testing::fatbin_with;
+    let dir = TempDir::new("fatbin");
+    let text = std::fs::read_to_string(saxpy()).expect("saxpy.ptx");
+    let for_sm = |sm: u32| text.replace(".target sm_90", &format!(".target sm_{sm}"));
+    let (p80, p90) = (for_sm(80), for_sm(90));
+    let cubin = (2, 90, 0, &b"\x7fELF\0\0\0\0"[..], 8);
+    let both = dir.file(
+        "both.fatbin",
+        fatbin_with(&[
+            cubin,
+            (1, 80, 0, p80.as_bytes(), p80.len()),
+            (1, 90, 0, p90.as_bytes(), p90.len()),
+        ]),
+    );
+    let probe =
+        format!("device::kernel_entry={}", workspace_path("tests/probes/count.s").display());
+    let inject = |extra: &[&str]| -> Vec<String> {
+        let head = ["inject", both.to_str().expect("a UTF-8 path"), "--probe", &probe];
+        head.iter().chain(extra).map(|a| a.to_string()).collect()
+    };
+    // The newest PTX by default, else the newest a device of the architecture runs.
+    let r = succeeds(&inject(&["--map", "counts=array:4:8:1"]));
+    assert!(r.stdout.contains(".target sm_90") && r.stdout.contains("egpu"), "{}", r.stdout);
+    let r = succeeds(&inject(&["--map", "counts=array:4:8:1", "--arch", "sm_86"]));
+    assert!(r.stdout.contains(".target sm_80"), "{}", r.stdout);
+    fails(
+        &inject(&["--map", "counts=array:4:8:1", "--arch", "sm_75"]),
+        1,
+        &["a fat binary with no PTX for sm_75"],
+    );
+    fails(&inject(&["--arch", "ninety"]), 2, &["not an architecture such as sm_90"]);
+    // Cubins only, and a fat binary cut short: said, with the file's name.
+    let cubins = dir.file("cubins.fatbin", fatbin_with(&[cubin]));
+    let args = [
+        "inject",
+        cubins.to_str().expect("a UTF-8 path"),
+        "--probe",
+        &probe,
+        "--map",
+        "counts=array:4:8:1",
+    ];
+    fails(&args, 1, &["cubins.fatbin: a fat binary with no PTX (cubins only)"]);
+    let bytes = std::fs::read(&both).expect("the fat binary");
+    let cut = dir.file("cut.fatbin", bytes[..bytes.len() - 9].to_vec());
+    let args = [
+        "inject",
+        cut.to_str().expect("a UTF-8 path"),
+        "--probe",
+        &probe,
+        "--map",
+        "counts=array:4:8:1",
+    ];
+    fails(&args, 1, &["cut.fatbin: malformed fat binary"]);
+}
+
+#[test]
 fn maps_are_declared_on_the_command_line() {
     let probes = workspace_path("tests/probes");
     let pages = probes.join("page_count.s");

@@ -94,9 +94,13 @@ observed ones no probe attaches to.
 MAP declares the next entry of the map table of the assembly and bytecode programs:
 NAME=KIND:KEY:VALUE:CAPACITY[:SM_SHARDS][@ADDRESS] (see `egpu help translate`).")]
 pub(crate) struct InjectArgs {
-    /// The PTX module
+    /// The PTX module: PTX text, a cubin that keeps its PTX, or a fat binary
     #[arg(value_name = "MODULE.ptx")]
     pub(crate) module: PathBuf,
+    /// Of a fat binary, take the PTX a device of this architecture runs (sm_90)
+    /// [default: the newest]
+    #[arg(long = "arch", value_name = "sm_NN", value_parser = parse_arch)]
+    pub(crate) arch: Option<u32>,
     /// A probe to inject
     #[arg(long = "probe", value_name = "[ATTACH=]PROGRAM", required = true)]
     pub(crate) probes: Vec<String>,
@@ -113,6 +117,12 @@ pub(crate) struct InjectArgs {
     /// there [default: none, their size is 0]
     #[arg(long = "tensor-boxes", value_name = "ADDRESS", value_parser = parse_address)]
     pub(crate) tensor_boxes: Option<u64>,
+}
+
+/// An architecture, `sm_90` (or `90`): 90.
+fn parse_arch(text: &str) -> Result<u32, String> {
+    let digits = text.strip_prefix("sm_").unwrap_or(text);
+    digits.parse().map_err(|_| format!("not an architecture such as sm_90: `{text}`"))
 }
 
 /// An address, decimal or `0x` hexadecimal.

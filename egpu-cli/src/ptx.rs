@@ -123,6 +123,28 @@ fn probe_flag(spec: &str, maps: &[crate::args::MapFlag]) -> Result<(Vec<Loaded>,
 }
 
 /// `egpu inject`.
+/// The PTX of the module file at `path`: its text, a cubin's kept PTX, or a fat binary's for a
+/// device of architecture `arch` (the newest when `None`).
+fn module_ptx(path: &Path, arch: Option<u32>) -> Result<String, Error> {
+    let module = path.display();
+    let bytes = std::fs::read(path).map_err(|e| Error::Failed(format!("reading {module}: {e}")))?;
+    let failed = |why: String| Error::Failed(format!("{module}: {why}"));
+    if bytes.starts_with(&egpu_device::fatbin::MAGIC.to_le_bytes()) {
+        let ptx = egpu_device::fatbin::ptx_for(&bytes, arch.unwrap_or(u32::MAX))
+            .map_err(|e| failed(e.to_string()))?;
+        return ptx.ok_or_else(|| match arch {
+            Some(arch) => failed(format!("a fat binary with no PTX for sm_{arch}")),
+            None => failed("a fat binary with no PTX (cubins only)".into()),
+        });
+    }
+    if bytes.starts_with(b"\x7fELF") {
+        let ptx = egpu_device::cubin::embedded_ptx(&bytes).map_err(|e| failed(e.to_string()))?;
+        return ptx.ok_or_else(|| failed("a cubin that keeps no PTX".into()));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| failed("neither PTX text, a cubin nor a fat binary".into()))
+}
+
 pub(crate) fn inject_cmd(a: InjectArgs) -> Result<(), Error> {
     let mut programs = Vec::new();
     let mut code = false;
@@ -140,8 +162,7 @@ pub(crate) fn inject_cmd(a: InjectArgs) -> Result<(), Error> {
         });
     }
     let module = a.module.display().to_string();
-    let ptx = std::fs::read_to_string(&a.module)
-        .map_err(|e| Error::Failed(format!("reading {module}: {e}")))?;
+    let ptx = module_ptx(&a.module, a.arch)?;
     let names: Vec<&str> = a.kernels.iter().map(String::as_str).collect();
     let selection = if names.is_empty() { Kernels::All } else { Kernels::Named(&names) };
     let probes: Vec<DeviceProbe<'_>> = programs
