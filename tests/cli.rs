@@ -217,7 +217,7 @@ fn inject_takes_a_fat_binarys_ptx_for_an_architecture() {
     ];
     fails(&args, 1, &["cubins.fatbin: a fat binary with no PTX (cubins only)"]);
     let bytes = std::fs::read(&both).expect("the fat binary");
-    let cut = dir.file("cut.fatbin", bytes[..bytes.len() - 9].to_vec());
+    let cut = dir.file("cut.fatbin", &bytes[..bytes.len() - 9]);
     let args = [
         "inject",
         cut.to_str().expect("a UTF-8 path"),
