@@ -462,3 +462,36 @@ fn fat_binaries_give_the_ptx_for_the_device() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_cubin_without_its_ptx_finds_it_in_tritons_cache() {
+    let dir = build("caches");
+    let saxpy = include_str!("../../tests/ptx/saxpy.ptx");
+    // A cubin whose PTX section is renamed: it keeps none.
+    let mut cubin = egpu::device::testing::cubin_with_ptx(b"not this");
+    let at = cubin.windows(17).position(|w| w == b".nv_debug_ptx_txt").expect("the section name");
+    cubin[at + 16] = b'0';
+    let image = dir.join("kernel.cubin");
+    std::fs::write(&image, &cubin).expect("the image");
+    // Triton's cache: <cache>/<hash>/<name>.cubin with <name>.ptx beside it.
+    let cache = dir.join("triton-cache");
+    let folder = cache.join("7a1e5c0ffee");
+    std::fs::create_dir_all(&folder).expect("the cache");
+    std::fs::write(folder.join("saxpy.cubin"), &cubin).expect("the cached cubin");
+    std::fs::write(folder.join("saxpy.ptx"), saxpy).expect("its PTX");
+    let env = [("TRITON_CACHE_DIR", cache.to_str().expect("a UTF-8 path"))];
+    let (stdout, loaded, summary) = load_module(&dir, &image, &env);
+    assert!(stdout.contains("module result 0 device maps 1"), "{stdout}");
+    assert!(loaded.contains(".entry saxpy") && loaded.contains("egpu"), "{loaded}");
+    assert!(summary.contains("instrumented modules 1 not 0\n"), "{summary}");
+    // A cached cubin of the same size whose bytes differ is not it: loaded as it came.
+    let mut other = cubin.clone();
+    *other.last_mut().expect("bytes") ^= 1;
+    std::fs::write(folder.join("saxpy.cubin"), &other).expect("another cubin");
+    let again = dir.join("again.cubin");
+    std::fs::write(&again, &cubin).expect("the image");
+    let (_, loaded, summary) = load_module(&dir, &again, &env);
+    assert_eq!(loaded, "(an ELF file)");
+    assert!(summary.contains("instrumented modules 0 not 0\n"), "{summary}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,5 +1,6 @@
 //! The PTX a module image carries, read from the bare pointer the driver is given: PTX text, a
-//! cubin that keeps its PTX (`.nv_debug_ptx_txt`, as Triton's do), or a fat binary (nvcc's
+//! cubin that keeps its PTX (`.nv_debug_ptx_txt`, as Triton's do) or whose PTX Triton keeps
+//! beside it in its cache ([`super::caches`]), or a fat binary (nvcc's
 //! container, maybe compressed), from which the PTX for the current device's architecture is
 //! taken. Every length comes from headers checked before more bytes are read.
 
@@ -63,7 +64,7 @@ pub(crate) unsafe fn ptx_of(image: *const c_void) -> Result<Option<String>, Stri
     text.to_str().map(|t| Some(t.to_owned())).map_err(|_| "the PTX is not UTF-8".into())
 }
 
-/// The PTX the cubin at `image` keeps.
+/// The PTX the cubin at `image` keeps, or that Triton keeps beside it ([`super::caches`]).
 ///
 /// # Safety
 ///
@@ -77,7 +78,10 @@ unsafe fn cubin_ptx(image: *const c_void) -> Result<Option<String>, String> {
             Extent::NeedMore(n) if n > len => len = n,
             Extent::NeedMore(_) => return Err("reading the cubin: its extent".into()),
             Extent::Total(_) => {
-                return cubin::embedded_ptx(bytes).map_err(|e| format!("reading the cubin: {e}"));
+                let kept =
+                    cubin::embedded_ptx(bytes).map_err(|e| format!("reading the cubin: {e}"))?;
+                // Else the PTX Triton keeps beside the same cubin in its cache.
+                return Ok(kept.or_else(|| super::caches::ptx_beside(bytes)));
             }
         }
     }

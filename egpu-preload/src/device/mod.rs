@@ -15,6 +15,7 @@
 //! refuses, is loaded as it came (and counted, with the reason, in the summary).
 
 pub(crate) mod boxes;
+mod caches;
 mod images;
 mod parts;
 
