@@ -206,27 +206,15 @@ fn inject_takes_a_fat_binarys_ptx_for_an_architecture() {
     );
     fails(&inject(&["--arch", "ninety"]), 2, &["not an architecture such as sm_90"]);
     // Cubins only, and a fat binary cut short: said, with the file's name.
+    let inject_file = |path: &Path, why: &str| {
+        let file = path.to_str().expect("a UTF-8 path");
+        fails(&["inject", file, "--probe", &probe, "--map", "counts=array:4:8:1"], 1, &[why]);
+    };
     let cubins = dir.file("cubins.fatbin", fatbin_with(&[cubin]));
-    let args = [
-        "inject",
-        cubins.to_str().expect("a UTF-8 path"),
-        "--probe",
-        &probe,
-        "--map",
-        "counts=array:4:8:1",
-    ];
-    fails(&args, 1, &["cubins.fatbin: a fat binary with no PTX (cubins only)"]);
+    inject_file(&cubins, "cubins.fatbin: a fat binary with no PTX (cubins only)");
     let bytes = std::fs::read(&both).expect("the fat binary");
     let cut = dir.file("cut.fatbin", &bytes[..bytes.len() - 9]);
-    let args = [
-        "inject",
-        cut.to_str().expect("a UTF-8 path"),
-        "--probe",
-        &probe,
-        "--map",
-        "counts=array:4:8:1",
-    ];
-    fails(&args, 1, &["cut.fatbin: malformed fat binary"]);
+    inject_file(&cut, "cut.fatbin: malformed fat binary");
 }
 
 #[test]

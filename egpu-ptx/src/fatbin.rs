@@ -162,25 +162,23 @@ impl Entry<'_> {
     }
 }
 
-fn u16_at(b: &[u8], at: usize) -> Result<u16, FatbinError> {
-    b.get(at..at + 2)
+/// The `N` bytes at `at`.
+fn bytes_at<const N: usize>(b: &[u8], at: usize) -> Result<[u8; N], FatbinError> {
+    b.get(at..at.saturating_add(N))
         .and_then(|s| s.try_into().ok())
-        .map(u16::from_le_bytes)
         .ok_or(FatbinError::Malformed("a header runs past the end"))
+}
+
+fn u16_at(b: &[u8], at: usize) -> Result<u16, FatbinError> {
+    bytes_at(b, at).map(u16::from_le_bytes)
 }
 
 fn u32_at(b: &[u8], at: usize) -> Result<u32, FatbinError> {
-    b.get(at..at + 4)
-        .and_then(|s| s.try_into().ok())
-        .map(u32::from_le_bytes)
-        .ok_or(FatbinError::Malformed("a header runs past the end"))
+    bytes_at(b, at).map(u32::from_le_bytes)
 }
 
 fn u64_at(b: &[u8], at: usize) -> Result<u64, FatbinError> {
-    b.get(at..at + 8)
-        .and_then(|s| s.try_into().ok())
-        .map(u64::from_le_bytes)
-        .ok_or(FatbinError::Malformed("a header runs past the end"))
+    bytes_at(b, at).map(u64::from_le_bytes)
 }
 
 fn size_at(b: &[u8], at: usize) -> Result<usize, FatbinError> {
