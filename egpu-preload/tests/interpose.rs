@@ -368,7 +368,7 @@ fn modules_are_instrumented_with_the_users_device_probes() {
         assert!(stdout.contains("module result 0 device maps 1"), "{stdout}");
         assert!(loaded.contains(".entry saxpy") && loaded.contains("egpu"), "{loaded}");
         assert_ne!(loaded, saxpy);
-        assert!(summary.contains("instrumented modules 1 not 0\n"), "{summary}");
+        assert!(summary.contains("modules instrumented: 1, not instrumentable: 0\n"), "{summary}");
         assert!(summary.contains("modules ptx 1 "), "the load is counted as PTX: {summary}");
         // saxpy's two loads and its store, observed (`egpu inject` prints the same count).
         assert!(summary.contains("observed 3 of 3 global memory instructions\n"), "{summary}");
@@ -377,13 +377,16 @@ fn modules_are_instrumented_with_the_users_device_probes() {
     let (stdout, loaded, summary) = load_module(&dir, &narrow, &[]);
     assert!(stdout.contains("module result 0"), "{stdout}");
     assert!(!loaded.contains("egpu") && loaded.contains(".address_size 32"), "{loaded}");
-    assert!(summary.contains("instrumented modules 0 not 1\n"), "{summary}");
-    assert!(summary.contains("not instrumented: instrumenting: "), "{summary}");
+    let why = "modules instrumented: 0, not instrumentable: 1 (not instrumentable PTX: 1)\n";
+    assert!(summary.contains(why), "{summary}");
+    assert!(summary.contains("not instrumentable: not instrumentable PTX: "), "{summary}");
     // A driver that refuses the instrumented PTX gets the original, and the program goes on.
     let (stdout, loaded, summary) = load_module(&dir, &ptx, &[("FAKE_REFUSE_PROBES", "1")]);
     assert!(stdout.contains("module result 0"), "{stdout}");
     assert_eq!(loaded, saxpy);
-    assert!(summary.contains("not instrumented: the driver refused"), "{summary}");
+    let why = "not instrumentable: 1 (refused by the driver: 1)\nnot instrumentable: refused by \
+               the driver: CUresult ";
+    assert!(summary.contains(why), "{summary}");
 
     // The pack's host probe counts launches per kernel beside the built-in ones.
     let out = Command::new(dir.join("launcher"))
@@ -445,19 +448,25 @@ fn fat_binaries_give_the_ptx_for_the_device() {
             loaded.contains(&format!(".target {target}")) && loaded.contains("egpu"),
             "{loaded}"
         );
-        assert!(summary.contains("instrumented modules 1 not 0\n"), "{mode} {sm}: {summary}");
+        assert!(
+            summary.contains("modules instrumented: 1, not instrumentable: 0\n"),
+            "{mode} {sm}: {summary}"
+        );
     }
     // Cubins only, or a compressed size that lies: loaded as it came, the summary says why.
     let cubins = write("cubins.fatbin", &fatbin_with(&[cubin]));
     let lie = write("lie.fatbin", &fatbin_with(&[(1, 90, FLAG_LZ4, &lz4, p90.len() + 1)]));
     for (image, why) in [
-        (&cubins, "not instrumented: a fat binary with no PTX for sm_90 (cubins only)"),
-        (&lie, "not instrumented: reading the fat binary: a compressed payload is corrupt"),
+        (&cubins, "(no PTX: 1)\nnot instrumentable: no PTX: a fat binary with no PTX for sm_90"),
+        (
+            &lie,
+            "(unreadable image: 1)\nnot instrumentable: unreadable image: reading the fat binary: a compressed payload is corrupt",
+        ),
     ] {
         let (stdout, loaded, summary) = load_module(&dir, image, &[]);
         assert!(stdout.contains("module result 0"), "{stdout}");
         assert_eq!(loaded, "(a fat binary)");
-        assert!(summary.contains("instrumented modules 0 not 1\n"), "{summary}");
+        assert!(summary.contains("modules instrumented: 0, not instrumentable: 1 ("), "{summary}");
         assert!(summary.contains(why), "{summary}");
     }
     let _ = std::fs::remove_dir_all(&dir);
@@ -483,7 +492,7 @@ fn a_cubin_without_its_ptx_finds_it_in_tritons_cache() {
     let (stdout, loaded, summary) = load_module(&dir, &image, &env);
     assert!(stdout.contains("module result 0 device maps 1"), "{stdout}");
     assert!(loaded.contains(".entry saxpy") && loaded.contains("egpu"), "{loaded}");
-    assert!(summary.contains("instrumented modules 1 not 0\n"), "{summary}");
+    assert!(summary.contains("modules instrumented: 1, not instrumentable: 0\n"), "{summary}");
     // A cached cubin of the same size whose bytes differ is not it: loaded as it came.
     let mut other = cubin.clone();
     *other.last_mut().expect("bytes") ^= 1;
@@ -492,6 +501,8 @@ fn a_cubin_without_its_ptx_finds_it_in_tritons_cache() {
     std::fs::write(&again, &cubin).expect("the image");
     let (_, loaded, summary) = load_module(&dir, &again, &env);
     assert_eq!(loaded, "(an ELF file)");
-    assert!(summary.contains("instrumented modules 0 not 0\n"), "{summary}");
+    let why = "modules instrumented: 0, not instrumentable: 1 (no PTX: 1)\nnot instrumentable: no \
+               PTX: a cubin that keeps no PTX, none beside it";
+    assert!(summary.contains(why), "{summary}");
     let _ = std::fs::remove_dir_all(&dir);
 }

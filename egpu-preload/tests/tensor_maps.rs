@@ -130,7 +130,7 @@ fn the_encoders_answer_as_the_driver_does_and_each_map_is_counted() {
     assert_eq!(map(&alone, "A2")[8..16], 0x7f00_0050_0000_u64.to_le_bytes());
     assert_eq!(map(&alone, "A2")[16..], map(&alone, "A")[16..]);
     let summary = summary.expect("a summary");
-    assert!(summary.contains("instrumented modules 1 not 0\n"), "{summary}");
+    assert!(summary.contains("modules instrumented: 1, not instrumentable: 0\n"), "{summary}");
     assert!(summary.contains("tensor maps recorded 6, box bytes unknown for 1\n"), "{summary}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,6 +9,7 @@ use std::ffi::{CStr, c_int, c_void};
 use egpu::device::cubin::{self, Extent};
 use egpu::device::fatbin;
 
+use super::Why;
 use super::parts::CTX_GET_DEVICE;
 use crate::CuResult;
 use crate::real::Hook;
@@ -24,19 +25,19 @@ const MINOR: c_int = 76;
 /// version, then a pointer to the fat binary).
 const WRAPPER_MAGIC: u32 = 0x4662_43B1;
 
-/// The PTX `image` carries: its text, a cubin's `.nv_debug_ptx_txt`, or a fat binary's PTX for
-/// the current device; `None` for a cubin without PTX.
+/// The PTX `image` carries: its text, a cubin's `.nv_debug_ptx_txt` (or the PTX a cache keeps
+/// beside it), or a fat binary's PTX for the current device.
 ///
 /// # Errors
 ///
-/// Why the image could not be read, or a fat binary has no PTX the device runs: the module is
-/// then loaded as it came, and the summary says why.
+/// Why there is none: the image carries no PTX the device runs, or could not be read. The
+/// module is then loaded as it came, and the summary says why.
 ///
 /// # Safety
 ///
 /// `image` is a module image as `cuModuleLoadData` takes: a NUL-terminated PTX text, a complete
 /// ELF file or fat binary, or the runtime's wrapper of one.
-pub(crate) unsafe fn ptx_of(image: *const c_void) -> Result<Option<String>, String> {
+pub(crate) unsafe fn ptx_of(image: *const c_void) -> Result<String, Refusal> {
     // SAFETY: every image has at least 4 bytes (a PTX text's could end sooner: stop at a NUL).
     let head: Vec<u8> = (0..4)
         .map(|i| unsafe { image.cast::<u8>().add(i).read() })
@@ -48,20 +49,27 @@ pub(crate) unsafe fn ptx_of(image: *const c_void) -> Result<Option<String>, Stri
     }
     if head == fatbin::MAGIC.to_le_bytes() {
         // SAFETY: a complete fat binary, as the caller says.
-        return unsafe { fatbin_ptx(image) }.map(Some);
+        return unsafe { fatbin_ptx(image) };
     }
     if head == WRAPPER_MAGIC.to_le_bytes() {
         // SAFETY: the wrapper's third field, 8 bytes in, points to the fat binary.
         let inner = unsafe { image.cast::<u8>().add(8).cast::<*const c_void>().read_unaligned() };
         if inner.is_null() {
-            return Err("a fat binary wrapper without a fat binary".into());
+            return Err(unreadable("a fat binary wrapper without a fat binary"));
         }
         // SAFETY: the fat binary the wrapper points to, complete.
-        return unsafe { fatbin_ptx(inner) }.map(Some);
+        return unsafe { fatbin_ptx(inner) };
     }
     // SAFETY: not ELF nor a fat binary: PTX text, NUL-terminated.
     let text = unsafe { CStr::from_ptr(image.cast()) };
-    text.to_str().map(|t| Some(t.to_owned())).map_err(|_| "the PTX is not UTF-8".into())
+    text.to_str().map(str::to_owned).map_err(|_| unreadable("the PTX is not UTF-8"))
+}
+
+/// Why an image has no PTX to instrument: the kind, and the details.
+pub(crate) type Refusal = (Why, String);
+
+fn unreadable(detail: impl std::fmt::Display) -> Refusal {
+    (Why::Unreadable, detail.to_string())
 }
 
 /// The PTX the cubin at `image` keeps, or that Triton keeps beside it ([`super::caches`]).
@@ -69,19 +77,23 @@ pub(crate) unsafe fn ptx_of(image: *const c_void) -> Result<Option<String>, Stri
 /// # Safety
 ///
 /// `image` is a complete ELF file.
-unsafe fn cubin_ptx(image: *const c_void) -> Result<Option<String>, String> {
+unsafe fn cubin_ptx(image: *const c_void) -> Result<String, Refusal> {
     let mut len = cubin::HEADER_BYTES;
     loop {
         // SAFETY: `extent` asked for these bytes, which the ELF file's headers say it has.
         let bytes = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), len) };
-        match cubin::extent(bytes).map_err(|e| format!("reading the cubin: {e}"))? {
+        let read = |e| unreadable(format_args!("reading the cubin: {e}"));
+        match cubin::extent(bytes).map_err(read)? {
             Extent::NeedMore(n) if n > len => len = n,
-            Extent::NeedMore(_) => return Err("reading the cubin: its extent".into()),
+            Extent::NeedMore(_) => return Err(unreadable("reading the cubin: its extent")),
             Extent::Total(_) => {
-                let kept =
-                    cubin::embedded_ptx(bytes).map_err(|e| format!("reading the cubin: {e}"))?;
+                let kept = cubin::embedded_ptx(bytes).map_err(read)?;
                 // Else the PTX Triton keeps beside the same cubin in its cache.
-                return Ok(kept.or_else(|| super::caches::ptx_beside(bytes)));
+                return kept.or_else(|| super::caches::ptx_beside(bytes)).ok_or_else(|| {
+                    let detail = "a cubin that keeps no PTX, none beside it in Triton's or \
+                                  Inductor's cache";
+                    (Why::NoPtx, detail.into())
+                });
             }
         }
     }
@@ -92,18 +104,18 @@ unsafe fn cubin_ptx(image: *const c_void) -> Result<Option<String>, String> {
 /// # Safety
 ///
 /// `image` is a complete fat binary.
-unsafe fn fatbin_ptx(image: *const c_void) -> Result<String, String> {
+unsafe fn fatbin_ptx(image: *const c_void) -> Result<String, Refusal> {
     // SAFETY: a fat binary starts with its header.
     let header = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), fatbin::HEADER_BYTES) };
-    let len = fatbin::extent(header).map_err(|e| format!("reading the fat binary: {e}"))?;
+    let read = |e| unreadable(format_args!("reading the fat binary: {e}"));
+    let len = fatbin::extent(header).map_err(read)?;
     // SAFETY: the header says the container spans `len` bytes.
     let bytes = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), len) };
     let arch = device_arch();
-    let ptx = fatbin::ptx_for(bytes, arch.unwrap_or(u32::MAX))
-        .map_err(|e| format!("reading the fat binary: {e}"))?;
+    let ptx = fatbin::ptx_for(bytes, arch.unwrap_or(u32::MAX)).map_err(read)?;
     ptx.ok_or_else(|| match arch {
-        Some(arch) => format!("a fat binary with no PTX for sm_{arch} (cubins only)"),
-        None => "a fat binary with no PTX (cubins only)".into(),
+        Some(arch) => (Why::NoPtx, format!("a fat binary with no PTX for sm_{arch} (cubins only)")),
+        None => (Why::NoPtx, "a fat binary with no PTX (cubins only)".into()),
     })
 }
 

@@ -32,7 +32,7 @@ use egpu::maps::{Placement, RawMap};
 use egpu::pack::Pack;
 
 use crate::CuResult;
-pub(crate) use images::ptx_of;
+pub(crate) use images::{Refusal, ptx_of};
 pub(crate) use parts::synced;
 pub(crate) use parts::{Teardown, finish, fork_guard, merging, teardown};
 
@@ -87,11 +87,40 @@ fn spread(device: &[(Verified, Vec<usize>)], adds: &[Vec<bool>], m: usize) -> u3
     if only && n.is_power_of_two() { n } else { 0 }
 }
 
-/// Modules instrumented, and modules that carried PTX but were loaded as they came.
+/// Modules instrumented, and modules loaded as they came (with the user's device probes).
 static INSTRUMENTED: AtomicU64 = AtomicU64::new(0);
-static NOT_INSTRUMENTED: AtomicU64 = AtomicU64::new(0);
-/// Why modules were not instrumented: each distinct reason once.
-static REASONS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static NOT_INSTRUMENTABLE: AtomicU64 = AtomicU64::new(0);
+/// Why modules were not instrumented: by kind, how many; and each distinct detail once.
+static KINDS: Mutex<Vec<(Why, u64)>> = Mutex::new(Vec::new());
+static DETAILS: Mutex<Vec<(Why, String)>> = Mutex::new(Vec::new());
+
+/// The kinds of reason a module is loaded as it came, as the summary names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Why {
+    /// The image carries no PTX (machine code only), nor does any cache keep it.
+    NoPtx,
+    /// The image (a cubin, a fat binary, PTX text) could not be read.
+    Unreadable,
+    /// The PTX could not be instrumented.
+    Instrumenting,
+    /// The maps' GPU memory could not be made ready in the module's context.
+    Maps,
+    /// The driver refused the instrumented PTX.
+    Driver,
+}
+
+impl Why {
+    fn name(self) -> &'static str {
+        match self {
+            Why::NoPtx => "no PTX",
+            Why::Unreadable => "unreadable image",
+            Why::Instrumenting => "not instrumentable PTX",
+            Why::Maps => "no maps in the context",
+            Why::Driver => "refused by the driver",
+        }
+    }
+}
+
 /// Over the modules instrumented: their global memory instructions (M), those observed (N).
 static MEMORY_INSTRUCTIONS: AtomicU64 = AtomicU64::new(0);
 static OBSERVED: AtomicU64 = AtomicU64::new(0);
@@ -113,14 +142,21 @@ fn count_coverage(injection: &Injection) {
     }
 }
 
-pub(crate) fn refused(reason: String) {
-    NOT_INSTRUMENTED.fetch_add(1, Ordering::Relaxed);
+/// Counts a module loaded as it came, and why.
+pub(crate) fn refused(why: Why, detail: String) {
+    NOT_INSTRUMENTABLE.fetch_add(1, Ordering::Relaxed);
     if crate::log_enabled("modules") {
-        eprintln!("egpu: a module loaded uninstrumented: {reason}");
+        eprintln!("egpu: a module loaded uninstrumented: {}: {detail}", why.name());
     }
-    let mut reasons = REASONS.lock().unwrap_or_else(|p| p.into_inner());
-    if !reasons.contains(&reason) && reasons.len() < 16 {
-        reasons.push(reason);
+    let mut kinds = KINDS.lock().unwrap_or_else(|p| p.into_inner());
+    match kinds.iter_mut().find(|(w, _)| *w == why) {
+        Some((_, n)) => *n += 1,
+        None => kinds.push((why, 1)),
+    }
+    drop(kinds);
+    let mut details = DETAILS.lock().unwrap_or_else(|p| p.into_inner());
+    if !details.iter().any(|(w, d)| *w == why && *d == detail) && details.len() < 16 {
+        details.push((why, detail));
     }
 }
 
@@ -190,7 +226,7 @@ impl UserProbes {
         let (addresses, table) = match parts::addresses(&self.maps, &self.on_device) {
             Ok(a) => a,
             Err(reason) => {
-                refused(reason);
+                refused(Why::Maps, reason);
                 return None;
             }
         };
@@ -228,12 +264,12 @@ impl UserProbes {
             Ok(injection) => match CString::new(injection.ptx) {
                 Ok(text) => Some(text),
                 Err(_) => {
-                    refused("the instrumented PTX holds a NUL byte".into());
+                    refused(Why::Instrumenting, "the instrumented PTX holds a NUL byte".into());
                     None
                 }
             },
             Err(e) => {
-                refused(format!("instrumenting: {e}"));
+                refused(Why::Instrumenting, e.to_string());
                 None
             }
         }
@@ -245,7 +281,7 @@ impl UserProbes {
         if result == 0 {
             INSTRUMENTED.fetch_add(1, Ordering::Relaxed);
         } else {
-            refused(format!("the driver refused the instrumented PTX (CUresult {result})"));
+            refused(Why::Driver, format!("CUresult {result} for the instrumented PTX"));
         }
     }
 }
@@ -288,12 +324,18 @@ fn create(
 /// what their maps hold.
 pub(crate) fn summary(user: &UserProbes, names: &builtin::Builtin) -> String {
     let mut text = format!(
-        "instrumented modules {} not {}\n",
+        "modules instrumented: {}, not instrumentable: {}",
         INSTRUMENTED.load(Ordering::Relaxed),
-        NOT_INSTRUMENTED.load(Ordering::Relaxed)
+        NOT_INSTRUMENTABLE.load(Ordering::Relaxed)
     );
-    for reason in REASONS.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-        text.push_str(&format!("not instrumented: {reason}\n"));
+    let kinds = KINDS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    if !kinds.is_empty() {
+        let each: Vec<String> = kinds.iter().map(|(w, n)| format!("{}: {n}", w.name())).collect();
+        text.push_str(&format!(" ({})", each.join(", ")));
+    }
+    text.push('\n');
+    for (why, detail) in DETAILS.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        text.push_str(&format!("not instrumentable: {}: {detail}\n", why.name()));
     }
     text.push_str(&format!(
         "observed {} of {} global memory instructions\n",

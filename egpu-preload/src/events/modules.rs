@@ -6,6 +6,7 @@ use std::ffi::c_void;
 use egpu::ebpf::ModuleLoadCtx;
 
 use super::event::observe;
+use crate::device::Refusal;
 use crate::{CuResult, Handle, defaults};
 
 fn module_with(ptx: Option<&str>) -> ModuleLoadCtx {
@@ -18,12 +19,9 @@ fn module_with(ptx: Option<&str>) -> ModuleLoadCtx {
 }
 
 /// The PTX of the caller's module image (see [`crate::device::ptx_of`]).
-fn ptx(image: *const c_void) -> Result<Option<String>, String> {
-    if image.is_null() {
-        return Ok(None);
-    }
-    // SAFETY: the caller's image, which the driver is about to read.
-    unsafe { crate::device::ptx_of(image) }
+fn ptx(image: *const c_void) -> Option<Result<String, Refusal>> {
+    // SAFETY: the caller's image, which the driver is about to read (none: the driver fails).
+    (!image.is_null()).then(|| unsafe { crate::device::ptx_of(image) })
 }
 
 /// After a module load: the handle it wrote to `out`.
@@ -48,9 +46,9 @@ pub(super) fn load_module(
     let ptx = ptx(image);
     let user = defaults::user().filter(|u| u.on_device());
     let instrumented = match (&user, &ptx) {
-        (Some(user), Ok(Some(text))) => user.instrument(text),
-        (Some(_), Err(reason)) => {
-            crate::device::refused(reason.clone());
+        (Some(user), Some(Ok(text))) => user.instrument(text),
+        (Some(_), Some(Err((why, detail)))) => {
+            crate::device::refused(*why, detail.clone());
             None
         }
         _ => None,
@@ -65,7 +63,7 @@ pub(super) fn load_module(
         }
         load(image)
     };
-    let mut build = module_with(ptx.ok().flatten().as_deref());
+    let mut build = module_with(ptx.and_then(Result::ok).as_deref());
     build.instrumented = u32::from(instrumented.is_some());
     observe(
         |_, _| build,
