@@ -3,7 +3,10 @@
 //! uninstrumented kernel measured in the same process, median of several interleaved runs.
 //!
 //! Also: the time to instrument and load a ~40 KB module against loading it uninstrumented, both
-//! with the driver's JIT cache off, and the registers and local memory that instrumentation adds.
+//! with the driver's JIT cache off; the time to take a fat binary's PTX, instrument and load it
+//! against loading the fat binary as it is (the driver picks its cubin: no JIT), as the preloaded
+//! library does with nvcc's fat binaries; and the registers and local memory that
+//! instrumentation adds.
 //!
 //! Without a GPU it says why and exits 0, or fails when `EGPU_REQUIRE_GPU=1`.
 
@@ -214,6 +217,7 @@ fn main() {
     println!("trace: {records} records of 16 bytes in the last run, {dropped} dropped");
 
     load_times(&gpu, &ptx, &empty);
+    fatbin_load_times(&gpu, &empty, info.compute_capability.0 * 10 + info.compute_capability.1);
     if !failed.is_empty() {
         println!("targets missed: {}", failed.join("; "));
     }
@@ -248,6 +252,60 @@ fn load_times(gpu: &Gpu, saxpy: &str, empty: &[Verified; 2]) {
     println!(
         "load of a {} KB module ({i} kernels), JIT cache off: {:.1} ms; instrument + load: {:.1} ms; ratio {:.2}x (target <=1.5x)",
         module.len() / 1024,
+        p.as_secs_f64() * 1e3,
+        q.as_secs_f64() * 1e3,
+        q.as_secs_f64() / p.as_secs_f64()
+    );
+}
+
+/// Instrument-and-load of the PTX in nvcc's fat binaries (compressed, as nvcc 13 makes them by
+/// default) against loading each fat binary as it is, JIT cache off: what the preloaded library
+/// costs a CUDA C program's module loads. nvcc (on PATH, or EGPU_NVCC) makes the fat binaries
+/// from tests/kernels; without it, says so.
+fn fatbin_load_times(gpu: &Gpu, empty: &[Verified; 2], arch: u32) {
+    use egpu::device::fatbin::ptx_for;
+    let nvcc = match egpu::device::toolchain::Nvcc::find() {
+        Ok(nvcc) => nvcc,
+        Err(e) => {
+            println!("fat binary load: not measured, no nvcc: {e}");
+            return;
+        }
+    };
+    let kernels = egpu_test_support::workspace_path("tests/kernels");
+    let mut fatbins = Vec::new();
+    for name in ["saxpy", "atomics", "async_copy", "reduce", "vectors", "local_array"] {
+        let cu = kernels.join(format!("{name}.cu"));
+        match nvcc.compile_fatbin(&cu, &[&format!("-arch=sm_{arch}")]) {
+            Ok(bytes) => fatbins.push(bytes),
+            Err(e) => println!("fat binary load: {name}.cu: {e}"),
+        }
+    }
+    let probes: Vec<DeviceProbe<'_>> = empty
+        .iter()
+        .map(|p| DeviceProbe { program: p, kernels: Kernels::All, maps: &[] })
+        .collect();
+    let (mut plain, mut instrumented) = (Vec::new(), Vec::new());
+    for _ in 0..5 {
+        let start = Instant::now();
+        for fatbin in &fatbins {
+            drop(gpu.load_image(fatbin).expect("the fat binary loads"));
+        }
+        plain.push(start.elapsed());
+        let start = Instant::now();
+        for fatbin in &fatbins {
+            let ptx = ptx_for(fatbin, arch).expect("a fat binary").expect("with PTX");
+            let text = inject(&ptx, &probes).expect("instruments").ptx;
+            drop(gpu.load_ptx(&text).expect("loads instrumented"));
+        }
+        instrumented.push(start.elapsed());
+    }
+    let (p, q) = (median(plain), median(instrumented));
+    let bytes: usize = fatbins.iter().map(Vec::len).sum();
+    println!(
+        "fat binary load ({} of nvcc's, {} KB, compressed), JIT cache off: as they are {:.1} ms; \
+         PTX taken, instrumented and loaded: {:.1} ms; ratio {:.1}x",
+        fatbins.len(),
+        bytes / 1024,
         p.as_secs_f64() * 1e3,
         q.as_secs_f64() * 1e3,
         q.as_secs_f64() / p.as_secs_f64()

@@ -181,6 +181,40 @@ impl Gpu {
             },
             log: String::new(),
         })?;
+        self.load_bytes(image.as_bytes_with_nul())
+    }
+
+    /// Loads a module image as the driver takes it, through `cuModuleLoadDataEx`: a cubin or a
+    /// fat binary (`fatbin::extent` and `cubin::extent` say whether one is whole), or PTX text
+    /// ending in a NUL.
+    ///
+    /// # Errors
+    ///
+    /// [`JitError`] when the image is not one of those, whole, or the driver refuses it.
+    pub fn load_image(&self, image: &[u8]) -> Result<Module<'_>, JitError> {
+        let whole = match image.get(..4) {
+            Some(b"\x7fELF") => matches!(
+                crate::cubin::extent(image),
+                Ok(crate::cubin::Extent::Total(n)) if n <= image.len()
+            ),
+            Some(m) if m == crate::fatbin::MAGIC.to_le_bytes() => {
+                crate::fatbin::extent(image).is_ok_and(|n| n <= image.len())
+            }
+            _ => image.last() == Some(&0),
+        };
+        if !whole {
+            let error = DriverError::Call {
+                call: "cuModuleLoadDataEx",
+                code: 200,
+                name: "CUDA_ERROR_INVALID_IMAGE (not a whole cubin, fat binary or PTX text)".into(),
+            };
+            return Err(JitError { error, log: String::new() });
+        }
+        self.load_bytes(image)
+    }
+
+    /// Loads `image`, whole (checked by the caller).
+    fn load_bytes(&self, image: &[u8]) -> Result<Module<'_>, JitError> {
         guarded(move || {
             self.bind()?;
             let mut info = vec![0u8; LOG_BYTES];
@@ -201,7 +235,7 @@ impl Gpu {
                 std::ptr::without_provenance_mut(1),
             ];
             let mut module: CUmodule = std::ptr::null_mut();
-            // SAFETY: `image` is a NUL-terminated PTX text; `options` and `values` have the same
+            // SAFETY: `image` is a whole image (the callers check); `options` and `values` have the same
             // length, given as the count; the log buffers are live and as large as said, and
             // outlive the call; `module` is live and writable.
             let result = unsafe {

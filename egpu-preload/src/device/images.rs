@@ -43,26 +43,64 @@ pub(crate) unsafe fn ptx_of(image: *const c_void) -> Result<String, Refusal> {
         .map(|i| unsafe { image.cast::<u8>().add(i).read() })
         .take_while(|&b| b != 0)
         .collect();
-    if head == b"\x7fELF" {
+    let bytes: &[u8] = if head == b"\x7fELF" {
         // SAFETY: a complete ELF file, as the caller says.
-        return unsafe { cubin_ptx(image) };
-    }
-    if head == fatbin::MAGIC.to_le_bytes() {
+        unsafe { cubin_bytes(image) }?
+    } else if head == fatbin::MAGIC.to_le_bytes() {
         // SAFETY: a complete fat binary, as the caller says.
-        return unsafe { fatbin_ptx(image) };
-    }
-    if head == WRAPPER_MAGIC.to_le_bytes() {
+        unsafe { fatbin_bytes(image) }?
+    } else if head == WRAPPER_MAGIC.to_le_bytes() {
         // SAFETY: the wrapper's third field, 8 bytes in, points to the fat binary.
         let inner = unsafe { image.cast::<u8>().add(8).cast::<*const c_void>().read_unaligned() };
         if inner.is_null() {
             return Err(unreadable("a fat binary wrapper without a fat binary"));
         }
         // SAFETY: the fat binary the wrapper points to, complete.
-        return unsafe { fatbin_ptx(inner) };
+        unsafe { fatbin_bytes(inner) }?
+    } else {
+        // SAFETY: not ELF nor a fat binary: PTX text, NUL-terminated.
+        unsafe { CStr::from_ptr(image.cast()) }.to_bytes()
+    };
+    ptx_in(bytes)
+}
+
+/// The PTX the image `bytes` carries (as [`ptx_of`]), from a file: every length checked against
+/// the bytes there are.
+///
+/// # Errors
+///
+/// As [`ptx_of`]'s.
+pub(crate) fn ptx_in(bytes: &[u8]) -> Result<String, Refusal> {
+    if bytes.starts_with(b"\x7fELF") {
+        let read = |e| unreadable(format_args!("reading the cubin: {e}"));
+        let len = match cubin::extent(bytes).map_err(read)? {
+            Extent::Total(n) if n <= bytes.len() => n,
+            _ => return Err(unreadable("reading the cubin: it is cut short")),
+        };
+        let bytes = &bytes[..len];
+        let kept = cubin::embedded_ptx(bytes).map_err(read)?;
+        // Else the PTX Triton keeps beside the same cubin in its cache.
+        return kept.or_else(|| super::caches::ptx_beside(bytes)).ok_or_else(|| {
+            let detail = format!(
+                "a cubin of {len} bytes that keeps no PTX, none beside it in Triton's or \
+                 Inductor's cache"
+            );
+            (Why::NoPtx, detail)
+        });
     }
-    // SAFETY: not ELF nor a fat binary: PTX text, NUL-terminated.
-    let text = unsafe { CStr::from_ptr(image.cast()) };
-    text.to_str().map(str::to_owned).map_err(|_| unreadable("the PTX is not UTF-8"))
+    if bytes.starts_with(&fatbin::MAGIC.to_le_bytes()) {
+        let arch = device_arch();
+        let ptx = fatbin::ptx_for(bytes, arch.unwrap_or(u32::MAX))
+            .map_err(|e| unreadable(format_args!("reading the fat binary: {e}")))?;
+        return ptx.ok_or_else(|| match arch {
+            Some(arch) => {
+                (Why::NoPtx, format!("a fat binary with no PTX for sm_{arch} (cubins only)"))
+            }
+            None => (Why::NoPtx, "a fat binary with no PTX (cubins only)".into()),
+        });
+    }
+    let text = bytes.split(|&b| b == 0).next().unwrap_or_default();
+    std::str::from_utf8(text).map(str::to_owned).map_err(|_| unreadable("the PTX is not UTF-8"))
 }
 
 /// Why an image has no PTX to instrument: the kind, and the details.
@@ -72,51 +110,41 @@ fn unreadable(detail: impl std::fmt::Display) -> Refusal {
     (Why::Unreadable, detail.to_string())
 }
 
-/// The PTX the cubin at `image` keeps, or that Triton keeps beside it ([`super::caches`]).
+/// The bytes of the cubin at `image`, as long as its ELF headers say.
 ///
 /// # Safety
 ///
-/// `image` is a complete ELF file.
-unsafe fn cubin_ptx(image: *const c_void) -> Result<String, Refusal> {
+/// `image` is a complete ELF file, which lives as long as the caller uses the bytes.
+unsafe fn cubin_bytes<'a>(image: *const c_void) -> Result<&'a [u8], Refusal> {
     let mut len = cubin::HEADER_BYTES;
     loop {
         // SAFETY: `extent` asked for these bytes, which the ELF file's headers say it has.
         let bytes = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), len) };
-        let read = |e| unreadable(format_args!("reading the cubin: {e}"));
-        match cubin::extent(bytes).map_err(read)? {
+        match cubin::extent(bytes)
+            .map_err(|e| unreadable(format_args!("reading the cubin: {e}")))?
+        {
             Extent::NeedMore(n) if n > len => len = n,
             Extent::NeedMore(_) => return Err(unreadable("reading the cubin: its extent")),
-            Extent::Total(_) => {
-                let kept = cubin::embedded_ptx(bytes).map_err(read)?;
-                // Else the PTX Triton keeps beside the same cubin in its cache.
-                return kept.or_else(|| super::caches::ptx_beside(bytes)).ok_or_else(|| {
-                    let detail = "a cubin that keeps no PTX, none beside it in Triton's or \
-                                  Inductor's cache";
-                    (Why::NoPtx, detail.into())
-                });
+            Extent::Total(n) => {
+                // SAFETY: as many bytes as the headers say the file has.
+                return Ok(unsafe { std::slice::from_raw_parts(image.cast::<u8>(), n) });
             }
         }
     }
 }
 
-/// The PTX for the current device in the fat binary at `image`.
+/// The bytes of the fat binary at `image`, as long as its header says.
 ///
 /// # Safety
 ///
-/// `image` is a complete fat binary.
-unsafe fn fatbin_ptx(image: *const c_void) -> Result<String, Refusal> {
+/// `image` is a complete fat binary, which lives as long as the caller uses the bytes.
+unsafe fn fatbin_bytes<'a>(image: *const c_void) -> Result<&'a [u8], Refusal> {
     // SAFETY: a fat binary starts with its header.
     let header = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), fatbin::HEADER_BYTES) };
-    let read = |e| unreadable(format_args!("reading the fat binary: {e}"));
-    let len = fatbin::extent(header).map_err(read)?;
+    let len = fatbin::extent(header)
+        .map_err(|e| unreadable(format_args!("reading the fat binary: {e}")))?;
     // SAFETY: the header says the container spans `len` bytes.
-    let bytes = unsafe { std::slice::from_raw_parts(image.cast::<u8>(), len) };
-    let arch = device_arch();
-    let ptx = fatbin::ptx_for(bytes, arch.unwrap_or(u32::MAX)).map_err(read)?;
-    ptx.ok_or_else(|| match arch {
-        Some(arch) => (Why::NoPtx, format!("a fat binary with no PTX for sm_{arch} (cubins only)")),
-        None => (Why::NoPtx, "a fat binary with no PTX (cubins only)".into()),
-    })
+    Ok(unsafe { std::slice::from_raw_parts(image.cast::<u8>(), len) })
 }
 
 /// The current context's device's architecture (`90` for sm_90), if the driver says.

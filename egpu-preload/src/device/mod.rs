@@ -32,7 +32,7 @@ use egpu::maps::{Placement, RawMap};
 use egpu::pack::Pack;
 
 use crate::CuResult;
-pub(crate) use images::{Refusal, ptx_of};
+pub(crate) use images::{Refusal, ptx_in, ptx_of};
 pub(crate) use parts::synced;
 pub(crate) use parts::{Teardown, finish, fork_guard, merging, teardown};
 
@@ -283,6 +283,18 @@ impl UserProbes {
         } else {
             refused(Why::Driver, format!("CUresult {result} for the instrumented PTX"));
         }
+    }
+}
+
+/// Before a stream capture begins: the maps' parts made in the current context, so that a module
+/// loaded during the capture (the runtime's lazy loading of a kernel's module at its first
+/// launch, captured) finds them; they cannot be made during it.
+pub(crate) fn before_capture() {
+    if let Some(user) = crate::defaults::user().filter(|u| u.on_device())
+        && let Err(reason) = parts::addresses(&user.maps, &user.on_device)
+        && crate::log_enabled("modules")
+    {
+        eprintln!("egpu: before a capture: {reason}");
     }
 }
 

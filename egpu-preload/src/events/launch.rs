@@ -37,12 +37,16 @@ fn ask_captured(stream: Handle) -> u32 {
 }
 
 /// Defines an entry point that begins (`begin`) or ends (`end`) a stream capture: counted in
-/// `defaults::HOT.captures` ([`count_capture`]), no event.
+/// `defaults::HOT.captures` ([`count_capture`]), no event; before a capture begins, the maps'
+/// parts are made in the context ([`crate::device::before_capture`]).
 macro_rules! capture {
     (begin) => { 1 };
     (end) => { -1 };
     ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $edge:ident) => {
         interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            if capture!($edge) > 0 {
+                crate::device::before_capture();
+            }
             // SAFETY: the driver's function, with the caller's arguments unchanged.
             let result = unsafe { real($($arg),*) };
             count_capture(result, capture!($edge));

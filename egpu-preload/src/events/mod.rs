@@ -37,7 +37,7 @@ mod modules;
 mod tensor_maps;
 mod trampoline;
 
-use std::ffi::{CStr, c_int, c_uint, c_void};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 
 use egpu::ebpf::{AllocCtx, MemcpyCtx, SyncCtx};
 
@@ -49,7 +49,7 @@ use launch::{LaunchConfig, capture, count_capture, graph, launch_ctx, launch_ex}
 use memory::{Copy2dDriver, Copy3d, Copy3dDriver, Extent, HostPtr, PitchedPtr};
 use memory::{alloc, allocated, copy, driver_copy_2d, driver_copy_3d, free};
 use memory::{runtime_copy, runtime_copy_3d, runtime_set_3d, set};
-use modules::{load, load_fatbinary, load_module};
+use modules::{load, load_fatbinary, load_file, load_module, load_with, read_file};
 use tensor_maps::{TensorMap, encoded, im2col, replaced, tiled};
 use trampoline::driver;
 // What the trampolines' expansions use.
@@ -356,6 +356,10 @@ entry_points! {
         => load_fatbinary(out, image);
     LIBRARY_LOAD_DATA cuLibraryLoadData (out: *mut Handle, code: *const c_void, jit_options: *mut c_int, jit_values: *mut *mut c_void, jit_n: c_uint, library_options: *mut c_int, library_values: *mut *mut c_void, library_n: c_uint)
         => load(out, code);
+    MODULE_LOAD cuModuleLoad (out: *mut Handle, path: *const c_char)
+        => load_file(out, path, image => MODULE_LOAD_DATA(out, image));
+    LIBRARY_LOAD_FILE cuLibraryLoadFromFile (out: *mut Handle, path: *const c_char, jit_options: *mut c_int, jit_values: *mut *mut c_void, jit_n: c_uint, library_options: *mut c_int, library_values: *mut *mut c_void, library_n: c_uint)
+        => load_file(out, path, image => LIBRARY_LOAD_DATA(out, image, jit_options, jit_values, jit_n, library_options, library_values, library_n));
 
     // Tensor maps: each recorded with its box's bytes, for the instrumented tensor copies. The
     // enumerations (interleave, swizzle, L2 promotion, out-of-bounds fill) are C `int`s.

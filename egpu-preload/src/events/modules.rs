@@ -2,6 +2,7 @@
 //! instrumented loaded in place of the program's.
 
 use std::ffi::c_void;
+use std::os::unix::ffi::OsStrExt;
 
 use egpu::ebpf::ModuleLoadCtx;
 
@@ -43,7 +44,18 @@ pub(super) fn load_module(
     image: *const c_void,
     load: impl Fn(*const c_void) -> CuResult,
 ) -> CuResult {
-    let ptx = ptx(image);
+    load_with(out, image, ptx(image), load)
+}
+
+/// [`load_module`] of an image whose PTX the caller found (`ptx`, `None` where there is no image
+/// to read).
+#[inline]
+pub(super) fn load_with(
+    out: *mut Handle,
+    image: *const c_void,
+    ptx: Option<Result<String, Refusal>>,
+    load: impl Fn(*const c_void) -> CuResult,
+) -> CuResult {
     let user = defaults::user().filter(|u| u.on_device());
     let instrumented = match (&user, &ptx) {
         (Some(user), Some(Ok(text))) => user.instrument(text),
@@ -112,3 +124,48 @@ macro_rules! load_fatbinary {
     };
 }
 pub(super) use load_fatbinary;
+
+/// The bytes of the module file at `path` (a cubin, a fat binary or PTX text), NUL-terminated;
+/// `None` when it cannot be read (the driver's loader then says why).
+pub(super) fn read_file(path: *const std::ffi::c_char) -> Option<Vec<u8>> {
+    if path.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's NUL-terminated file name, which the driver is about to read.
+    let name = unsafe { std::ffi::CStr::from_ptr(path) };
+    let path = std::path::Path::new(std::ffi::OsStr::from_bytes(name.to_bytes()));
+    let size = std::fs::metadata(path).ok()?.len();
+    if size > egpu::device::cubin::MAX_BYTES as u64 {
+        return None;
+    }
+    let mut bytes = std::fs::read(path).ok()?;
+    bytes.push(0);
+    Some(bytes)
+}
+
+/// Defines an interposed load of a module file (`cuModuleLoad`, `cuLibraryLoadFromFile`) whose
+/// arguments `$out` and `$path` are where the handle goes and the file's name: the file is read
+/// ([`read_file`]) and its PTX instrumented loaded through `$data` (the loader of images, with
+/// `$data_arg`s, in which `$image` is the instrumented PTX); else the caller's call.
+macro_rules! load_file {
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $out:ident, $path:ident, $image:ident => $data:ident($($data_arg:expr),*)) => {
+        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            let bytes = read_file($path);
+            let file = bytes.as_ref().map_or(std::ptr::null(), |b| b.as_ptr().cast::<c_void>());
+            let ptx = bytes.as_deref().map(crate::device::ptx_in);
+            load_with($out, file, ptx, |$image| {
+                if $image == file {
+                    // SAFETY: the driver's function, with the caller's arguments.
+                    return unsafe { real($($arg),*) };
+                }
+                match $data.get_or_ask() {
+                    // SAFETY: the driver's loader of images, with the caller's place for the
+                    // handle and options, and the instrumented PTX, NUL-terminated.
+                    Some(load_data) => unsafe { load_data($($data_arg),*) },
+                    None => NOT_FOUND,
+                }
+            })
+        });
+    };
+}
+pub(super) use load_file;

@@ -51,14 +51,16 @@ def parse_summaries(prefix):
             elif words[0] == "sets":
                 observed["sets"] += int(words[1])
                 observed["sets bytes"] += int(words[2])
+            elif words[:2] == ["modules", "instrumented:"]:
+                # `modules instrumented: X, not instrumentable: Y (reason: n, ...)`
+                observed["modules instrumented"] += int(words[2].rstrip(","))
+                observed["modules not instrumentable"] += int(words[5])
+                print(f"  | summary: {line.strip()}")
             elif words[0] == "modules":
                 observed[f"modules {words[1]}"] += int(words[2])
-            elif words[:2] == ["instrumented", "modules"]:
-                observed["instrumented modules"] += int(words[2])
-                observed["modules not instrumented"] += int(words[4])
             elif words[0] == "map" and len(words) >= 4 and re.fullmatch(r"\d+", words[-1]):
                 observed[" ".join(words[:-1])] += int(words[-1])
-            elif words[:2] == ["not", "instrumented:"]:
+            elif words[:2] == ["not", "instrumentable:"]:
                 print(f"  | summary: {line.strip()}")
             elif words[0] == "probes":
                 for field in words[1:]:
