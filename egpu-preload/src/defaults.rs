@@ -41,7 +41,8 @@ static REGISTERED: AtomicBool = AtomicBool::new(false);
 /// and each line read costs.
 #[repr(C, align(64))]
 pub(crate) struct Hot {
-    /// [`READY`], [`FORKED`] and [`PAUSED`]: events are observed when it is `READY` alone.
+    /// [`READY`], [`FORKED`], [`PAUSED`] and [`SWAPPING`]: events are observed when it is
+    /// `READY` alone (the trampolines' way) or has `READY` and not `PAUSED` (the whole way).
     gate: AtomicU8,
     /// Stream captures begun and not yet ended in this process (see `events::launch`).
     pub(crate) captures: AtomicI64,
@@ -55,6 +56,9 @@ pub(crate) const READY: u8 = 1;
 const FORKED: u8 = 2;
 /// [`Hot::gate`]: the probes are paused ([`set_enabled`]): events go straight to the driver.
 pub(crate) const PAUSED: u8 = 4;
+/// [`Hot::gate`]: a launch's function may be swapped for another (a waiting library's kernel,
+/// `device::libraries`): every call takes the whole way, which swaps.
+const SWAPPING: u8 = 8;
 
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 impl Hot {
@@ -210,6 +214,12 @@ pub(crate) fn set_enabled(on: bool) -> Option<bool> {
         HOT.gate.fetch_or(PAUSED, Ordering::Relaxed)
     };
     Some(was & PAUSED == 0)
+}
+
+/// From now on, every interposed call of the driver takes the whole way ([`SWAPPING`]), where
+/// launches swap their function (`device::libraries::launched`).
+pub(crate) fn swap_launches() {
+    HOT.gate.fetch_or(SWAPPING, Ordering::Release);
 }
 
 /// Kernel names by `CUfunction`, resolved once each.

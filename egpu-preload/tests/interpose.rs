@@ -509,3 +509,38 @@ fn a_cubin_without_its_ptx_finds_it_in_tritons_cache() {
     assert!(summary.contains(why) && summary.contains("keeps no PTX, none beside it"), "{summary}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A library loaded with no current context (the runtime's eager loading), or on a machine with
+/// two devices, waits: loaded as it came, its kernel runs instrumented in the context that
+/// launches it, however the program finds it (its kernel handle, cuKernelGetFunction,
+/// cuLibraryGetModule), from one module loaded there.
+#[test]
+fn a_library_waits_for_the_context_that_runs_its_kernels() {
+    let dir = build("libraries");
+    let ptx = include_str!("../../tests/ptx/saxpy.ptx").replace("saxpy", "kernC");
+    let image = dir.join("library.ptx");
+    std::fs::write(&image, &ptx).expect("the library");
+    for (current, devices) in [("none", "1"), ("current", "2")] {
+        let got = dir.join(format!("loaded-{current}"));
+        let summary = format!("summary-eager-{current}");
+        let out = Command::new(dir.join("launcher"))
+            .args(["eager".as_ref(), image.as_os_str(), got.as_os_str(), current.as_ref()])
+            .env("LD_PRELOAD", preload_library())
+            .env("LD_LIBRARY_PATH", &dir)
+            .env("EGPU_PROBES", probes_library())
+            .env("EGPU_SUMMARY", dir.join(&summary))
+            .env("FAKE_DEVICES", devices)
+            .output()
+            .expect("running the launcher");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(stdout.contains("eager done"), "{stdout}");
+        assert_eq!(stdout.matches("launched kernC\n").count(), 3, "{current}: {stdout}");
+        let loaded = std::fs::read_to_string(&got).expect("what the driver was given");
+        assert!(loaded.contains(".entry kernC") && loaded.contains("egpu"), "{loaded}");
+        let summary = summary_texts(&dir, &summary).into_values().next().expect("a summary");
+        let once = "modules instrumented: 1, not instrumentable: 0\n";
+        assert!(summary.contains(once), "{current}: {summary}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -17,6 +17,7 @@
 pub(crate) mod boxes;
 mod caches;
 mod images;
+pub(crate) mod libraries;
 mod parts;
 
 use std::ffi::CString;

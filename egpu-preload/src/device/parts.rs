@@ -45,12 +45,6 @@ static STREAM_CREATE: Hook<StreamCreateFn> = Hook::new(c"cuStreamCreate", std::p
 static ALLOC_HOST: Hook<AllocHostFn> = Hook::new(c"cuMemAllocHost_v2", std::ptr::null_mut);
 pub(super) static CTX_GET_DEVICE: Hook<DeviceFn> = Hook::new(c"cuCtxGetDevice", std::ptr::null_mut);
 static PRIMARY_STATE: Hook<StateFn> = Hook::new(c"cuDevicePrimaryCtxGetState", std::ptr::null_mut);
-type RetainFn = unsafe extern "C" fn(*mut Handle, c_int) -> CuResult;
-type ReleaseFn = unsafe extern "C" fn(c_int) -> CuResult;
-static PRIMARY_RETAIN: Hook<RetainFn> = Hook::new(c"cuDevicePrimaryCtxRetain", std::ptr::null_mut);
-static PRIMARY_RELEASE: Hook<ReleaseFn> =
-    Hook::new(c"cuDevicePrimaryCtxRelease_v2", std::ptr::null_mut);
-static DEVICE_COUNT: Hook<DeviceFn> = Hook::new(c"cuDeviceGetCount", std::ptr::null_mut);
 
 /// `CU_STREAM_NON_BLOCKING`: a stream that does not wait for the legacy default stream.
 const NON_BLOCKING: c_uint = 1;
@@ -131,6 +125,15 @@ pub(super) fn capturing() -> bool {
     crate::defaults::HOT.captures.load(Ordering::Relaxed) > 0
 }
 
+/// The current context, if one is.
+pub(crate) fn current_context() -> Option<Handle> {
+    let get_current = CTX_GET_CURRENT.get_or_ask()?;
+    let mut context: Handle = std::ptr::null_mut();
+    // SAFETY: the driver writes one handle.
+    let asked = unsafe { get_current(&mut context) };
+    (asked == 0 && !context.is_null()).then_some(context)
+}
+
 /// Checks a driver call's result.
 pub(super) fn cu(result: CuResult, what: &str) -> Result<(), String> {
     if result == 0 { Ok(()) } else { Err(format!("{what} returned {result}")) }
@@ -145,64 +148,7 @@ pub(crate) fn addresses(
     maps: &[(String, RawMap)],
     used: &[(usize, u32)],
 ) -> Result<(Vec<u64>, u64), String> {
-    let get_current = CTX_GET_CURRENT.get_or_ask().ok_or("the driver lacks cuCtxGetCurrent")?;
-    let mut context: Handle = std::ptr::null_mut();
-    // SAFETY: the driver writes one handle.
-    cu(unsafe { get_current(&mut context) }, "cuCtxGetCurrent")?;
-    if !context.is_null() {
-        return addresses_in(context, maps, used);
-    }
-    // No context is current: a library (which belongs to no context) loaded before the program
-    // made one current, as the runtime's eager loading does. With one device whose primary
-    // context is active, that is where its kernels run.
-    let primary = only_primary().ok_or(
-        "no current context to put the maps in (and no one \
-                                         active primary context)",
-    )?;
-    let (push, pop) = (CTX_PUSH.get_or_ask(), CTX_POP.get_or_ask());
-    let (Some(push), Some(pop)) = (push, pop) else {
-        return Err("the driver lacks cuCtxPushCurrent".into());
-    };
-    // SAFETY: the primary context, alive (active); popped right after.
-    cu(unsafe { push(primary) }, "cuCtxPushCurrent")?;
-    let made = addresses_in(primary, maps, used);
-    let mut popped: Handle = std::ptr::null_mut();
-    // SAFETY: pops the context pushed above.
-    unsafe { pop(&mut popped) };
-    made
-}
-
-/// The primary context of the machine's one device, when it is active.
-fn only_primary() -> Option<Handle> {
-    let (count, state) = (DEVICE_COUNT.get_or_ask()?, PRIMARY_STATE.get_or_ask()?);
-    let (retain, release) = (PRIMARY_RETAIN.get_or_ask()?, PRIMARY_RELEASE.get_or_ask()?);
-    let mut n: c_int = 0;
-    // SAFETY: the driver writes one count.
-    if unsafe { count(&mut n) } != 0 || n != 1 {
-        return None;
-    }
-    let (mut flags, mut active): (c_uint, c_int) = (0, 0);
-    // SAFETY: the driver writes the flags and whether it is active, of device 0.
-    if unsafe { state(0, &mut flags, &mut active) } != 0 || active == 0 {
-        return None;
-    }
-    let mut context: Handle = std::ptr::null_mut();
-    // SAFETY: retains the active primary context, then lets go of that reference: another
-    // holds it (it is active), so it lives on.
-    if unsafe { retain(&mut context, 0) } != 0 {
-        return None;
-    }
-    // SAFETY: the reference taken just above.
-    unsafe { release(0) };
-    (!context.is_null()).then_some(context)
-}
-
-/// [`addresses`] in `context`, current.
-fn addresses_in(
-    context: Handle,
-    maps: &[(String, RawMap)],
-    used: &[(usize, u32)],
-) -> Result<(Vec<u64>, u64), String> {
+    let context = current_context().ok_or("no current context to put the maps in")?;
     let pid = std::process::id();
     let mut contexts = lock();
     let index = match contexts.iter().position(|c| c.pid == pid && c.context == context as usize) {

@@ -49,9 +49,10 @@ use launch::{LaunchConfig, capture, count_capture, graph, launch_ctx, launch_ex}
 use memory::{Copy2dDriver, Copy3d, Copy3dDriver, Extent, HostPtr, PitchedPtr};
 use memory::{alloc, allocated, copy, driver_copy_2d, driver_copy_3d, free};
 use memory::{runtime_copy, runtime_copy_3d, runtime_set_3d, set};
-use modules::{load, load_fatbinary, load_file, load_module, load_with, read_file};
+use modules::{library, read_file};
+use modules::{load, load_fatbinary, load_file, load_lib, load_library, load_module, load_with};
 use tensor_maps::{TensorMap, encoded, im2col, replaced, tiled};
-use trampoline::driver;
+use trampoline::{driver, swapped};
 // What the trampolines' expansions use.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 use crate::defaults;
@@ -355,11 +356,11 @@ entry_points! {
     MODULE_LOAD_FATBIN cuModuleLoadFatBinary (out: *mut Handle, image: *const c_void)
         => load_fatbinary(out, image);
     LIBRARY_LOAD_DATA cuLibraryLoadData (out: *mut Handle, code: *const c_void, jit_options: *mut c_int, jit_values: *mut *mut c_void, jit_n: c_uint, library_options: *mut c_int, library_values: *mut *mut c_void, library_n: c_uint)
-        => load(out, code);
+        => load_lib(out, code);
     MODULE_LOAD cuModuleLoad (out: *mut Handle, path: *const c_char)
-        => load_file(out, path, image => MODULE_LOAD_DATA(out, image));
+        => load_file(out, path, false, image => MODULE_LOAD_DATA(out, image));
     LIBRARY_LOAD_FILE cuLibraryLoadFromFile (out: *mut Handle, path: *const c_char, jit_options: *mut c_int, jit_values: *mut *mut c_void, jit_n: c_uint, library_options: *mut c_int, library_values: *mut *mut c_void, library_n: c_uint)
-        => load_file(out, path, image => LIBRARY_LOAD_DATA(out, image, jit_options, jit_values, jit_n, library_options, library_values, library_n));
+        => load_file(out, path, true, image => LIBRARY_LOAD_DATA(out, image, jit_options, jit_values, jit_n, library_options, library_values, library_n));
 
     // Tensor maps: each recorded with its box's bytes, for the instrumented tensor copies. The
     // enumerations (interleave, swizzle, L2 promotion, out-of-bounds fill) are C `int`s.
@@ -380,7 +381,14 @@ entry_points! {
     PRIMARY_RESET cuDevicePrimaryCtxReset_v2 (device: c_int)
         => merge_point(Some(Teardown::Reset(device)));
     MODULE_UNLOAD cuModuleUnload (module: Handle) => merge_point(None);
-    LIBRARY_UNLOAD cuLibraryUnload (library: Handle) => merge_point(None);
+    LIBRARY_UNLOAD cuLibraryUnload (library: Handle) => library(unload(library));
+    // Lookups in libraries: kernels of libraries that wait for a context found instrumented.
+    LIBRARY_GET_KERNEL cuLibraryGetKernel (out: *mut Handle, library: Handle, name: *const c_char)
+        => library(get_kernel(out, library, name));
+    KERNEL_GET_FUNCTION cuKernelGetFunction (out: *mut Handle, kernel: Handle)
+        => library(function(out, kernel));
+    LIBRARY_GET_MODULE cuLibraryGetModule (out: *mut Handle, library: Handle)
+        => library(module(out, library));
     STREAM_QUERY cuStreamQuery +ptsz (stream: Handle) => merge_point(None);
     EVENT_QUERY cuEventQuery (event: Handle) => merge_point(None);
 

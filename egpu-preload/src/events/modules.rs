@@ -7,7 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use egpu::ebpf::ModuleLoadCtx;
 
 use super::event::observe;
-use crate::device::Refusal;
+use crate::device::{Refusal, libraries};
 use crate::{CuResult, Handle, defaults};
 
 fn module_with(ptx: Option<&str>) -> ModuleLoadCtx {
@@ -44,19 +44,48 @@ pub(super) fn load_module(
     image: *const c_void,
     load: impl Fn(*const c_void) -> CuResult,
 ) -> CuResult {
-    load_with(out, image, ptx(image), load)
+    load_with(out, image, ptx(image), false, load)
+}
+
+/// [`load_module`] for a library (`cuLibraryLoadData`): one that waits for a context
+/// ([`libraries::waits`]) is loaded as it came, and its kernels instrumented in each context
+/// where the program finds them.
+#[inline]
+pub(super) fn load_library(
+    out: *mut Handle,
+    image: *const c_void,
+    load: impl Fn(*const c_void) -> CuResult,
+) -> CuResult {
+    load_with(out, image, ptx(image), true, load)
 }
 
 /// [`load_module`] of an image whose PTX the caller found (`ptx`, `None` where there is no image
-/// to read).
+/// to read), a library's when `library`.
 #[inline]
 pub(super) fn load_with(
     out: *mut Handle,
     image: *const c_void,
     ptx: Option<Result<String, Refusal>>,
+    library: bool,
     load: impl Fn(*const c_void) -> CuResult,
 ) -> CuResult {
     let user = defaults::user().filter(|u| u.on_device());
+    if library && user.is_some() && matches!(ptx, Some(Ok(_))) && libraries::waits() {
+        let build = module_with(ptx.as_ref().and_then(|p| p.as_ref().ok()).map(String::as_str));
+        let text = ptx.and_then(Result::ok).unwrap_or_default();
+        return observe(
+            |_, _| build,
+            || {
+                let result = load(image);
+                if result == 0 && !out.is_null() {
+                    // SAFETY: the driver wrote the handle to the caller's pointer.
+                    libraries::defer(unsafe { out.read() }, text);
+                }
+                result
+            },
+            loaded(out),
+        );
+    }
     let instrumented = match (&user, &ptx) {
         (Some(user), Some(Ok(text))) => user.instrument(text),
         (Some(_), Some(Err((why, detail)))) => {
@@ -101,6 +130,60 @@ macro_rules! load {
 }
 pub(super) use load;
 
+/// [`load!`] for a library ([`load_library`]).
+macro_rules! load_lib {
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $out:ident, $image:ident) => {
+        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            // SAFETY: the driver's function, with the caller's arguments (or the instrumented
+            // image); the JIT and library options pass through.
+            load_library($out, $image, |$image| unsafe { real($($arg),*) })
+        });
+    };
+}
+pub(super) use load_lib;
+
+/// Defines an interposed lookup in a library or of a kernel's function ([`libraries`]):
+/// `get_kernel(out, library, name)` (`cuLibraryGetKernel`: the kernel handle remembered),
+/// `kernel_function(out, kernel)` (`cuKernelGetFunction`) and `library_module(out, library)`
+/// (`cuLibraryGetModule`): the instrumented function or module in the current context, when the
+/// library waits; `unload(library)` (`cuLibraryUnload`): forgotten, and the merger woken after.
+macro_rules! library {
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) get_kernel($out:ident, $library:ident, $kname:ident)) => {
+        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            // SAFETY: the driver's function, with the caller's arguments unchanged.
+            let result = unsafe { real($($arg),*) };
+            if result == 0 && !$out.is_null() {
+                // SAFETY: the driver wrote the handle to the caller's pointer.
+                crate::device::libraries::found(unsafe { $out.read() }, $library, $kname);
+            }
+            result
+        });
+    };
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $lookup:ident($out:ident, $of:ident)) => {
+        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            if !$out.is_null() && let Some(found) = crate::device::libraries::$lookup($of) {
+                // SAFETY: the caller's place for the handle.
+                unsafe { $out.write(found) };
+                return 0;
+            }
+            // SAFETY: the driver's function, with the caller's arguments unchanged.
+            unsafe { real($($arg),*) }
+        });
+    };
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) unload($library:ident)) => {
+        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            crate::device::libraries::unloaded($library);
+            // SAFETY: the driver's function, with the caller's arguments unchanged.
+            let result = unsafe { real($($arg),*) };
+            if result == 0 {
+                crate::device::synced();
+            }
+            result
+        });
+    };
+}
+pub(super) use library;
+
 /// Defines the interposed `cuModuleLoadFatBinary` ([`load_module`]): the caller's fat binary goes
 /// to it, and the instrumented PTX to `cuModuleLoadData` (a loader of fat binaries need not take
 /// PTX text).
@@ -144,16 +227,17 @@ pub(super) fn read_file(path: *const std::ffi::c_char) -> Option<Vec<u8>> {
 }
 
 /// Defines an interposed load of a module file (`cuModuleLoad`, `cuLibraryLoadFromFile`) whose
-/// arguments `$out` and `$path` are where the handle goes and the file's name: the file is read
+/// arguments `$out` and `$path` are where the handle goes and the file's name (a library's when
+/// `$library`): the file is read
 /// ([`read_file`]) and its PTX instrumented loaded through `$data` (the loader of images, with
 /// `$data_arg`s, in which `$image` is the instrumented PTX); else the caller's call.
 macro_rules! load_file {
-    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $out:ident, $path:ident, $image:ident => $data:ident($($data_arg:expr),*)) => {
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $out:ident, $path:ident, $library:literal, $image:ident => $data:ident($($data_arg:expr),*)) => {
         interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
             let bytes = read_file($path);
             let file = bytes.as_ref().map_or(std::ptr::null(), |b| b.as_ptr().cast::<c_void>());
             let ptx = bytes.as_deref().map(crate::device::ptx_in);
-            load_with($out, file, ptx, |$image| {
+            load_with($out, file, ptx, $library, |$image| {
                 if $image == file {
                     // SAFETY: the driver's function, with the caller's arguments.
                     return unsafe { real($($arg),*) };

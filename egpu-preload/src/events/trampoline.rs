@@ -15,16 +15,38 @@ use crate::defaults;
 
 /// Defines an interposed entry point of the driver that makes one event of each call
 /// ([`observe`](super::event::observe)), from `$build` and `$after` as `runtime!` takes them: on
-/// x86-64 Linux entered through a trampoline ([`trampolined`]), elsewhere as the runtime's.
+/// x86-64 Linux entered through a trampoline ([`trampolined`]), elsewhere as the runtime's. A
+/// launch's function (the argument named `f`) is swapped as [`swapped`] says.
 macro_rules! driver {
     ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $build:expr, $after:expr) => {
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-        runtime!($hook $name $symbol; ($($arg: $ty),*) $build, $after);
+        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            $(let $arg = swapped!($arg $arg);)*
+            // SAFETY: the driver's function, with the caller's arguments (a launch's function
+            // swapped).
+            let call = move || unsafe { real($($arg),*) };
+            observe($build, call, $after)
+        });
         #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
         trampolined!($hook $name $symbol; ($($arg: $ty),*) $build, $after);
     };
 }
 pub(super) use driver;
+
+/// An argument of a driver's entry point as the driver is to get it: a launch's function (`f`)
+/// swapped for the one the launch runs (`crate::device::libraries::launched`: a waiting
+/// library's kernel handle becomes its instrumented function in the current context); any
+/// other, as it is. The trampolines leave launches to the whole way while any function may be
+/// swapped (`defaults::swap_launches`).
+macro_rules! swapped {
+    (f $value:expr) => {
+        crate::device::libraries::launched($value)
+    };
+    ($other:ident $value:expr) => {
+        $value
+    };
+}
+pub(super) use swapped;
 
 /// The probes' part of a call entered through a trampoline ([`trampolined`]), before the
 /// driver's function, to which the trampoline then jumps: the event posted to the probes at its
@@ -97,7 +119,9 @@ macro_rules! trampolined {
             /// As the driver's function.
             pub(super) unsafe extern "C" fn full($($arg: $ty),*) -> CuResult {
                 let Some(real) = $hook.get() else { return NOT_FOUND };
-                // SAFETY: the driver's function, with the caller's arguments unchanged.
+                $(let $arg = swapped!($arg $arg);)*
+                // SAFETY: the driver's function, with the caller's arguments (a launch's
+                // function swapped, `swapped!`).
                 let call = move || unsafe { real($($arg),*) };
                 observe_apart($build, call, $after)
             }
