@@ -217,6 +217,7 @@ fn hand_out(symbol: &CStr, version: Option<c_int>, flags: u64, found: *mut c_voi
             None => events::exact(name).map_or(found, |e| e.hook.keep(found)),
             Some(v) => events::by_base(name, v, per_thread)
                 .find(|e| exported_as(found, e.exact))
+                .or_else(|| only_form(name, v, per_thread))
                 .map_or(found, |e| e.hook.keep(found)),
         },
     };
@@ -229,6 +230,22 @@ fn hand_out(symbol: &CStr, version: Option<c_int>, flags: u64, found: *mut c_voi
         eprintln!("egpu: {how}: {}: {what}", symbol.to_string_lossy());
     }
     given
+}
+
+/// The CUDA version whose entry points the table knows every form of (13.0).
+const KNOWN_VERSION: c_int = 13000;
+
+/// The one entry point `cuGetProcAddress` can mean by base name `name` at `version`, when the
+/// table has a single form of it, unversioned, and the version asked for is one the table knows:
+/// the driver may hand out a function other than the one it exports under that name (CUDA 13's
+/// `cuModuleLoadData`, `cuModuleLoad`, `cuModuleLoadFatBinary`), of the same signature.
+fn only_form(name: &[u8], version: c_int, per_thread: bool) -> Option<&'static events::Entry> {
+    if version > KNOWN_VERSION {
+        return None;
+    }
+    let mut forms = events::by_base(name, version, per_thread);
+    let first = forms.next()?;
+    (forms.next().is_none() && first.exact.to_bytes() == name).then_some(first)
 }
 
 /// Whether `EGPU_LOG` (a comma-separated list) names `what`: `lookups` prints every lookup of a

@@ -434,7 +434,8 @@ fn fat_binaries_give_the_ptx_for_the_device() {
     // An sm_90 device: sm_90's PTX, decompressed, instrumented; loaded bare or in the runtime's
     // wrapper, through cuModuleLoadData, cuModuleLoadFatBinary (which takes fat binaries only:
     // the PTX goes to cuModuleLoadData) and cuLibraryLoadData, and from the file, through
-    // cuModuleLoad and cuLibraryLoadFromFile. An sm_86 one: sm_80's.
+    // cuModuleLoad and cuLibraryLoadFromFile, and through the cuModuleLoadData cuGetProcAddress
+    // hands out (a function the driver does not export under that name). An sm_86 one: sm_80's.
     let ways = [
         ("module", "90", "sm_90"),
         ("wrapped", "90", "sm_90"),
@@ -442,6 +443,7 @@ fn fat_binaries_give_the_ptx_for_the_device() {
         ("library", "90", "sm_90"),
         ("file", "90", "sm_90"),
         ("libfile", "90", "sm_90"),
+        ("procaddress", "90", "sm_90"),
         ("module", "86", "sm_80"),
     ];
     for (mode, sm, target) in ways {

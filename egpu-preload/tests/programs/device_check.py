@@ -17,8 +17,11 @@ The programs:
   kernels from the caches. Expected: the runs PyTorch's profiler counted × bytes per run.
 - CUDA C (device_bytes.cu, built here with nvcc): plain, atomic and `cp.async` accesses, launched
   directly and from CUDA graphs (captured, and built by hand), with the static and the shared
-  runtime, lazy and eager module loading, fat binaries compressed (nvcc's default) and not; and
-  `cuda-graph`, whose kernels run from graphs only. Expected: the program's own totals.
+  runtime, lazy and eager module loading, fat binaries compressed (nvcc's default) and not;
+  `cuda-graph`, whose kernels run from graphs only; and `cuda-driver-loads` (driver_loads.cu),
+  the same kernels' fat binary loaded by every way of the driver API (cuModuleLoadData, ...Ex,
+  cuModuleLoadFatBinary, cuModuleLoad, cuLibraryLoadData, cuLibraryLoadFromFile, and
+  cuModuleLoadData as cuGetProcAddress hands it out). Expected: the program's own totals.
 
 Classes, and the maps of the kernel_bytes pack that count them: `load` (LOADED: ld.global and
 the like), `store` (STORED), `atomic` (ATOMIC), `async copy` (ASYNC + TENSOR_LOADED +
@@ -274,6 +277,18 @@ def cuda_programs(work):
                              {"CUDA_MODULE_LOADING": loading}))
     if "shared" in exes:
         programs.append(("cuda-graph", [exes["shared"], "graphs"], {}))
+    # The driver API's every way to load a module, from a fat binary of the same kernels.
+    fatbin = os.path.join(work, "device_bytes.fatbin")
+    loads = os.path.join(work, "driver_loads")
+    for what, command in (("fatbin", [nvcc, "-fatbin", "-arch=sm_90", source, "-o", fatbin]),
+                          ("driver_loads", [nvcc, "-O2", "-arch=sm_90",
+                                            os.path.join(HERE, "driver_loads.cu"), "-o", loads,
+                                            "-lcuda"])):
+        b = subprocess.run(command, capture_output=True, text=True)
+        if b.returncode != 0:
+            failures.append(f"nvcc {what}: {b.stderr.strip()[-400:]}")
+            return programs, failures
+    programs.append(("cuda-driver-loads", [loads, fatbin], {}))
     return programs, failures
 
 
