@@ -401,6 +401,10 @@ fn modules_are_instrumented_with_the_users_device_probes() {
         .into_values()
         .find(|t| t.contains("_Z5kernAPf"))
         .expect("the parent's summary");
+    // No module was instrumented: every kernel launched ran as it came, and the summary names
+    // them, with their launches (the captured ones not among them).
+    let missed = "kernels launched uninstrumented: 4 of 4 (_Z5kernAPf ×11, _Z5kernBPf ×4, kernC ×4";
+    assert!(parent.contains(missed), "{parent}");
     // 13: this probe does not look at the flags, so the 2 captured launches count too.
     assert!(parent.contains("map LAUNCHES _Z5kernAPf 13\n"), "{parent}");
     assert!(parent.contains("map LAUNCHES _Z5kernBPf 4\n"), "{parent}");
@@ -543,6 +547,8 @@ fn a_library_waits_for_the_context_that_runs_its_kernels() {
         let summary = summary_texts(&dir, &summary).into_values().next().expect("a summary");
         let once = "modules instrumented: 1, not instrumentable: 0\n";
         assert!(summary.contains(once), "{current}: {summary}");
+        let all = "kernels launched uninstrumented: 0 of 1\n";
+        assert!(summary.contains(all), "{current}: {summary}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -29,10 +29,7 @@ impl Builtin {
     /// ```
     pub fn report(&self, health: Option<Health>) -> String {
         let mut text = format!("pid {}\n", self.pid);
-        let mut kernels: Vec<(u64, u64)> = HashMap::<u64, u64>::from_raw(self.launches.clone())
-            .map(|m| m.iter().collect())
-            .unwrap_or_default();
-        kernels.sort();
+        let kernels = self.launches_by_kernel();
         let run: u64 = kernels.iter().filter(|(id, _)| *id < CAPTURED).map(|(_, n)| n).sum();
         let _ = writeln!(text, "launches {run}");
         if run > 0 {
@@ -87,6 +84,22 @@ impl Builtin {
             );
         }
         text
+    }
+
+    /// Launches counted per kernel id, in id order: the kernels' (ids below the captured and
+    /// graph launches' own), then those.
+    pub fn launches_by_kernel(&self) -> Vec<(u64, u64)> {
+        let mut kernels: Vec<(u64, u64)> = HashMap::<u64, u64>::from_raw(self.launches.clone())
+            .map(|m| m.iter().collect())
+            .unwrap_or_default();
+        kernels.sort();
+        kernels
+    }
+
+    /// The kernels launched (not in graphs), with how many times, and their names.
+    pub fn kernels_launched(&self) -> Vec<(u64, u64, String)> {
+        let kernels = self.launches_by_kernel().into_iter().filter(|(id, _)| *id < CAPTURED);
+        kernels.map(|(id, n)| (id, n, self.name(id))).collect()
     }
 
     /// Process `pid`'s user maps in shared memory, by name.

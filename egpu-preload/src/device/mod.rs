@@ -122,6 +122,8 @@ impl Why {
     }
 }
 
+/// The ids of the kernels of the modules instrumented, sorted.
+static KERNELS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
 /// Over the modules instrumented: their global memory instructions (M), those observed (N).
 static MEMORY_INSTRUCTIONS: AtomicU64 = AtomicU64::new(0);
 static OBSERVED: AtomicU64 = AtomicU64::new(0);
@@ -141,6 +143,51 @@ fn count_coverage(injection: &Injection) {
             None => {}
         }
     }
+}
+
+/// Remembers the kernels (`.entry` functions) of a module instrumented, by id.
+fn remember_kernels(ptx: &str) {
+    let mut kernels = KERNELS.lock().unwrap_or_else(|p| p.into_inner());
+    for line in ptx.lines() {
+        let words = line.split_whitespace().take_while(|w| !w.starts_with('('));
+        let mut words = words.skip_while(|w| *w != ".entry").skip(1);
+        if let Some(name) = words.next().map(|w| w.split('(').next().unwrap_or(w))
+            && !name.is_empty()
+        {
+            let id = egpu::ebpf::kernel_id(name);
+            if let Err(at) = kernels.binary_search(&id) {
+                kernels.insert(at, id);
+            }
+        }
+    }
+}
+
+/// The summary's line of the kernels launched that ran uninstrumented (their modules were not
+/// instrumented, or never seen loaded): how many of those launched, and the most launched.
+fn uninstrumented_line(names: &builtin::Builtin) -> String {
+    const SHOWN: usize = 6;
+    let kernels = KERNELS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let launched = names.kernels_launched();
+    let mut missed: Vec<&(u64, u64, String)> =
+        launched.iter().filter(|(id, _, _)| kernels.binary_search(id).is_err()).collect();
+    missed.sort_by_key(|(id, n, _)| (std::cmp::Reverse(*n), *id));
+    let mut line =
+        format!("kernels launched uninstrumented: {} of {}", missed.len(), launched.len());
+    if !missed.is_empty() {
+        let shown: Vec<String> = missed
+            .iter()
+            .take(SHOWN)
+            .map(|(id, n, name)| match name.is_empty() {
+                true => format!("{id:#018x} ×{n}"),
+                false => format!("{name} ×{n}"),
+            })
+            .collect();
+        let more = missed.len().saturating_sub(SHOWN);
+        let more = if more > 0 { format!(", and {more} more") } else { String::new() };
+        line.push_str(&format!(" ({}{more})", shown.join(", ")));
+    }
+    line.push('\n');
+    line
 }
 
 /// Counts a module loaded as it came, and why.
@@ -260,6 +307,7 @@ impl UserProbes {
         }
         if let Ok(injection) = &injected {
             count_coverage(injection);
+            remember_kernels(ptx);
         }
         match injected {
             Ok(injection) => match CString::new(injection.ptx) {
@@ -349,6 +397,9 @@ pub(crate) fn summary(user: &UserProbes, names: &builtin::Builtin) -> String {
     text.push('\n');
     for (why, detail) in DETAILS.lock().unwrap_or_else(|p| p.into_inner()).iter() {
         text.push_str(&format!("not instrumentable: {}: {detail}\n", why.name()));
+    }
+    if user.on_device() {
+        text.push_str(&uninstrumented_line(names));
     }
     text.push_str(&format!(
         "observed {} of {} global memory instructions\n",
