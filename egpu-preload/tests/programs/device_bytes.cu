@@ -23,15 +23,7 @@
 #include <cstring>
 #include <cuda_runtime.h>
 
-#define CHECK(call)                                                                   \
-    do {                                                                              \
-        cudaError_t e_ = (call);                                                      \
-        if (e_ != cudaSuccess) {                                                      \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call,             \
-                    cudaGetErrorString(e_));                                          \
-            return 1;                                                                 \
-        }                                                                             \
-    } while (0)
+#include "cuda_check.h"
 
 constexpr int N = 1 << 20;  // elements of every vector; a multiple of every block
 constexpr int BLOCK = 256;
