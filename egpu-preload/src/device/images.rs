@@ -163,3 +163,45 @@ fn device_arch() -> Option<u32> {
     let (major, minor) = (read(MAJOR)?, read(MINOR)?);
     u32::try_from(major * 10 + minor).ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use egpu::device::fatbin::FLAG_LZ4;
+    use egpu::device::testing::{cubin_with_ptx, fatbin_with};
+
+    use super::*;
+
+    /// A module file cut short anywhere, or with any byte changed, gives the PTX or a reason:
+    /// never a panic, never a read past its bytes (the file's length bounds every read).
+    #[test]
+    fn a_module_file_cut_short_or_changed_gives_a_reason() {
+        let ptx =
+            ".version 8.0\n.target sm_90\n.address_size 64\n.visible .entry k()\n{\nret;\n}\n";
+        let lz4 = lz4_flex::block::compress(ptx.as_bytes());
+        let images = [
+            cubin_with_ptx(ptx.as_bytes()),
+            fatbin_with(&[(1, 90, FLAG_LZ4, &lz4, ptx.len())]),
+            fatbin_with(&[(1, 90, 0, ptx.as_bytes(), ptx.len())]),
+        ];
+        let (mut refused, mut read) = (0, 0);
+        for image in &images {
+            assert_eq!(ptx_in(image).as_deref().map(str::trim_end), Ok(ptx.trim_end()));
+            for len in 0..image.len() {
+                match ptx_in(&image[..len]) {
+                    Ok(_) => read += 1,
+                    Err(_) => refused += 1,
+                }
+            }
+            for at in 0..image.len() {
+                let mut changed = image.clone();
+                changed[at] ^= 0x5a;
+                // PTX or a reason: what matters is that it returns.
+                let _ = ptx_in(&changed);
+            }
+        }
+        // Cut short, a cubin or fat binary is refused (a prefix of no magic reads as text).
+        assert!(refused > 0 && read < refused, "{read} read, {refused} refused");
+        let (why, detail) = ptx_in(&images[0][..100]).expect_err("a cubin cut short");
+        assert_eq!(why, Why::Unreadable, "{detail}");
+    }
+}
