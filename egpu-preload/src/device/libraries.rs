@@ -12,6 +12,7 @@
 //! function in the launching context ([`launched`]). `cuLibraryGetKernel` records which library
 //! and name a kernel handle stands for.
 
+use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -40,10 +41,10 @@ struct Library {
 #[derive(Default)]
 struct State {
     libraries: Vec<Library>,
-    /// Kernel handles: (kernel, index of its library, name).
-    kernels: Vec<(usize, usize, CString)>,
-    /// Functions made: (kernel, context, function).
-    functions: Vec<(usize, usize, usize)>,
+    /// Kernel handles: the index of each one's library, and its name.
+    kernels: HashMap<usize, (usize, CString)>,
+    /// Functions made, by kernel handle and context.
+    functions: HashMap<(usize, usize), usize>,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -91,8 +92,7 @@ pub(crate) fn found(kernel: Handle, library: Handle, name: *const c_char) {
     };
     // SAFETY: the caller's NUL-terminated name, which the driver just read.
     let name = unsafe { CStr::from_ptr(name) }.to_owned();
-    state.kernels.retain(|k| k.0 != kernel as usize);
-    state.kernels.push((kernel as usize, index, name));
+    state.kernels.insert(kernel as usize, (index, name));
 }
 
 /// Library `library` forgotten (unloaded).
@@ -108,9 +108,9 @@ pub(crate) fn unloaded(library: Handle) {
         let l = &mut state.libraries[index];
         l.handle = 0;
         l.ptx.clear();
-        let gone: Vec<usize> = state.kernels.iter().filter(|k| k.1 == index).map(|k| k.0).collect();
-        state.kernels.retain(|k| k.1 != index);
-        state.functions.retain(|f| !gone.contains(&f.0));
+        state.kernels.retain(|_, k| k.0 != index);
+        let kernels = &state.kernels;
+        state.functions.retain(|f, _| kernels.contains_key(&f.0));
     }
 }
 
@@ -132,15 +132,15 @@ pub(crate) fn function(kernel: Handle) -> Option<Handle> {
     if !ANY.load(Ordering::Acquire) {
         return None;
     }
-    let context = parts::current_context()? as usize;
     let mut state = lock();
     let state = state.as_mut()?;
+    // Most launches are of functions, not of a waiting library's kernel handles.
+    let (index, name) = state.kernels.get(&(kernel as usize)).cloned()?;
+    let context = parts::current_context()? as usize;
     let key = (kernel as usize, context);
-    if let Some(f) = state.functions.iter().find(|f| (f.0, f.1) == key) {
-        return Some(f.2 as Handle);
+    if let Some(&f) = state.functions.get(&key) {
+        return Some(f as Handle);
     }
-    let (index, name) =
-        state.kernels.iter().find(|k| k.0 == kernel as usize).map(|k| (k.1, k.2.clone()))?;
     let module = module_in(state, index, context as Handle)?;
     let get = MODULE_GET_FUNCTION.get_or_ask()?;
     let mut f: Handle = std::ptr::null_mut();
@@ -148,7 +148,7 @@ pub(crate) fn function(kernel: Handle) -> Option<Handle> {
     if unsafe { get(&mut f, module, name.as_ptr()) } != 0 || f.is_null() {
         return None;
     }
-    state.functions.push((key.0, key.1, f as usize));
+    state.functions.insert(key, f as usize);
     Some(f)
 }
 
