@@ -95,23 +95,37 @@ pub(crate) fn found(kernel: Handle, library: Handle, name: *const c_char) {
     state.kernels.insert(kernel as usize, (index, name));
 }
 
-/// Library `library` forgotten (unloaded).
+/// Library `library` forgotten (the program unloads it), and the modules made of it unloaded.
 pub(crate) fn unloaded(library: Handle) {
     if !ANY.load(Ordering::Acquire) {
         return;
     }
+    let modules = forget(library);
+    if let Some(unload) = crate::events::MODULE_UNLOAD.get_or_ask() {
+        for module in modules {
+            // SAFETY: a module this library loaded, unloaded once (forgotten above).
+            unsafe { unload(module as Handle) };
+        }
+    }
+}
+
+/// Forgets `library`: the modules made of it.
+fn forget(library: Handle) -> Vec<usize> {
     let mut state = lock();
-    let Some(state) = state.as_mut() else { return };
+    let Some(state) = state.as_mut() else { return Vec::new() };
+    let mut modules = Vec::new();
     if let Some(index) = state.libraries.iter().position(|l| l.handle == library as usize) {
         // Its kernels' handles go too; the indices of the libraries after it stay (the entry
         // stays, emptied), so that the other kernels still name theirs.
         let l = &mut state.libraries[index];
         l.handle = 0;
-        l.ptx.clear();
+        l.ptx = String::new();
+        modules = l.modules.drain(..).map(|(_, m)| m).filter(|&m| m != 0).collect();
         state.kernels.retain(|_, k| k.0 != index);
         let kernels = &state.kernels;
         state.functions.retain(|f, _| kernels.contains_key(&f.0));
     }
+    modules
 }
 
 /// The module of `library` instrumented in the current context, when the library waits.

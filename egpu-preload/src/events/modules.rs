@@ -144,9 +144,10 @@ pub(super) use load_lib;
 
 /// Defines an interposed lookup in a library or of a kernel's function ([`libraries`]):
 /// `get_kernel(out, library, name)` (`cuLibraryGetKernel`: the kernel handle remembered),
-/// `kernel_function(out, kernel)` (`cuKernelGetFunction`) and `library_module(out, library)`
+/// `function(out, kernel)` (`cuKernelGetFunction`) and `module(out, library)`
 /// (`cuLibraryGetModule`): the instrumented function or module in the current context, when the
-/// library waits; `unload(library)` (`cuLibraryUnload`): forgotten, and the merger woken after.
+/// library waits ([`libraries::function`], [`libraries::module`]); `unload(library)`
+/// (`cuLibraryUnload`): forgotten with its instrumented modules, and the merger woken after.
 macro_rules! library {
     ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) get_kernel($out:ident, $library:ident, $kname:ident)) => {
         interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
