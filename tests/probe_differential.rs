@@ -294,6 +294,18 @@ fn call_helpers(ctx: &mut Ctx) -> u64 {
     h
 }
 
+/// The warp's helpers, as a thread (a warp of one lane) sees them: it leads, alone, and its
+/// access's sectors are those it spans (an access of `d & 127` bytes at `a`).
+#[egpu::probe(user)]
+fn warp_helpers(ctx: &mut Ctx) -> u64 {
+    let mut sectors = 0;
+    if egpu::helpers::warp_leader() {
+        sectors = egpu::helpers::warp_sectors(ctx.a, ctx.d & 127);
+    }
+    ctx.out3 = egpu::helpers::warp_lanes();
+    sectors as u64
+}
+
 // --- control flow -----------------------------------------------------------------------------
 
 /// `match` as a value: literals, alternatives, ranges, constants and `_`.
@@ -713,7 +725,7 @@ fn twins_and_programs_agree() {
         sixteen_bits: sx, inner_consts: zx, usize_math: us, count_by_key: unit, insert_remove: unit,
         array_counters: unit, map_loop: zx, several_maps: unit, struct_keys: unit,
         struct_values: zx, ring_records: unit, per_cpu_counters: unit, array_locals: zx,
-        field_counters: unit,
+        field_counters: unit, warp_helpers: zx,
     ];
     let mut rng = Rng::from_env("probe differential", 0x0b5e_55ed_d1ff_0001);
     let maps = maps();

@@ -31,6 +31,12 @@ pub mod id {
     pub const RINGBUF_OUTPUT: u32 = 130;
     /// `long bpf_loop(nr_loops, callback_fn, callback_ctx, flags)`.
     pub const LOOP: u32 = 181;
+    /// `u32 egpu_warp_lanes(void)`: the lanes of the warp running the call.
+    pub const WARP_LANES: u32 = super::EGPU_HELPER_BASE;
+    /// `u32 egpu_warp_leader(void)`: 1 in the lowest lane of those running the call, else 0.
+    pub const WARP_LEADER: u32 = super::EGPU_HELPER_BASE + 1;
+    /// `u32 egpu_warp_sectors(addr, size)`: the 32-byte sectors the lanes' accesses touch.
+    pub const WARP_SECTORS: u32 = super::EGPU_HELPER_BASE + 2;
 }
 
 /// What a helper argument must be. The verifier checks calls against these.
@@ -269,6 +275,43 @@ pub const HELPERS: &[HelperInfo] = &[
               call, and requires flags to be 0 and the callback to return 0 or 1",
         gpu: "the same, as a loop in the probe's code: each call is a call of the callback's \
               function",
+        on_cpu: true,
+        on_gpu: true,
+    },
+    HelperInfo {
+        id: id::WARP_LANES,
+        name: "egpu_warp_lanes",
+        args: &[],
+        ret: RetKind::Scalar,
+        cpu: "1: a thread is a warp of one lane",
+        gpu: "the lanes of the warp that run the call together (the population count of \
+              activemask)",
+        on_cpu: true,
+        on_gpu: true,
+    },
+    HelperInfo {
+        id: id::WARP_LEADER,
+        name: "egpu_warp_leader",
+        args: &[],
+        ret: RetKind::Scalar,
+        cpu: "1: the one lane leads",
+        gpu: "1 in the lowest of the lanes that run the call together (activemask), 0 in the \
+              others: one lane per warp-level request does the warp's work",
+        on_cpu: true,
+        on_gpu: true,
+    },
+    HelperInfo {
+        id: id::WARP_SECTORS,
+        name: "egpu_warp_sectors",
+        args: &[arg("addr", ArgKind::Scalar), arg("size", ArgKind::Scalar)],
+        ret: RetKind::Scalar,
+        cpu: "the 32-byte sectors that size bytes at addr touch (at least 1): a warp of one lane",
+        gpu: "the distinct 32-byte sectors that the accesses of size bytes at addr of the lanes \
+              running the call together touch, the same in every lane (match.any.sync on each \
+              lane's first sector, a vote of the groups' lowest lanes, and redux.sync of the \
+              sectors past a lane's first, which only an access of over 32 bytes or a \
+              misaligned one has: those are counted per lane, an upper bound); 32 for 32 lanes \
+              reading 4 bytes 128 bytes apart, 4 for 32 lanes reading consecutive floats",
         on_cpu: true,
         on_gpu: true,
     },

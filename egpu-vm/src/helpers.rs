@@ -147,6 +147,20 @@ fn get_current_pid_tgid(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     ((pid as u64) << 32) | tid as u32 as u64
 }
 
+fn warp_lanes(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    1
+}
+
+fn warp_leader(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    1
+}
+
+/// The 32-byte sectors that `size` bytes at `addr` touch (at least 1): a warp of one lane.
+fn warp_sectors(addr: u64, size: u64, _: u64, _: u64, _: u64) -> u64 {
+    let last = addr.saturating_add(size.max(1) - 1);
+    (last >> 5) - (addr >> 5) + 1
+}
+
 /// The helpers' computations, for native code (`egpu::helpers`, a probe's twin).
 pub mod native {
     /// Time in ns: `CLOCK_MONOTONIC`.
@@ -160,6 +174,18 @@ pub mod native {
     /// A pseudo-random `u32` from a per-thread generator.
     pub fn prandom_u32() -> u32 {
         super::get_prandom_u32(0, 0, 0, 0, 0) as u32
+    }
+    /// The lanes of the warp running the call: 1 on the CPU.
+    pub fn warp_lanes() -> u32 {
+        super::warp_lanes(0, 0, 0, 0, 0) as u32
+    }
+    /// Whether this lane leads the warp: always on the CPU.
+    pub fn warp_leader() -> bool {
+        super::warp_leader(0, 0, 0, 0, 0) != 0
+    }
+    /// The 32-byte sectors that `size` bytes at `addr` touch.
+    pub fn warp_sectors(addr: u64, size: u32) -> u32 {
+        super::warp_sectors(addr, u64::from(size), 0, 0, 0) as u32
     }
 }
 
@@ -372,6 +398,9 @@ bindings! {
     get_prandom_u32: id::GET_PRANDOM_U32,
     get_smp_processor_id: id::GET_SMP_PROCESSOR_ID,
     get_current_pid_tgid: id::GET_CURRENT_PID_TGID,
+    warp_lanes: id::WARP_LANES,
+    warp_leader: id::WARP_LEADER,
+    warp_sectors: id::WARP_SECTORS,
     bad_callx: BAD_CALLX,
     add32: atomic_helper(AtomicOp::Add, Size::W),
     add64: atomic_helper(AtomicOp::Add, Size::DW),
@@ -403,3 +432,22 @@ fn alignment_probe(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
 
 #[cfg(not(test))]
 const ALIGNMENT_PROBE: u32 = u32::MAX;
+
+#[cfg(test)]
+mod tests {
+    use super::native;
+
+    /// On the CPU a thread is a warp of one lane: it leads, alone, and its access's sectors are
+    /// the 32-byte sectors it spans (at least 1, for 0 bytes too, and never past the top).
+    #[test]
+    fn a_thread_is_a_warp_of_one_lane() {
+        assert_eq!(native::warp_lanes(), 1);
+        assert!(native::warp_leader());
+        let cases = [(0, 4, 1), (28, 4, 1), (30, 4, 2), (0, 32, 1), (0, 33, 2), (64, 128, 4)];
+        for (addr, size, sectors) in cases {
+            assert_eq!(native::warp_sectors(addr, size), sectors, "{size} bytes at {addr}");
+        }
+        assert_eq!(native::warp_sectors(96, 0), 1);
+        assert_eq!(native::warp_sectors(u64::MAX - 1, 16), 1);
+    }
+}

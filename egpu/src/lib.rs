@@ -66,6 +66,23 @@ pub mod helpers {
     pub fn prandom_u32() -> u32 {
         egpu_vm::native::prandom_u32()
     }
+
+    /// The lanes of the warp that run the call together: 1 on the CPU, where a thread is a warp
+    /// of one lane.
+    pub fn warp_lanes() -> u32 {
+        egpu_vm::native::warp_lanes()
+    }
+
+    /// Whether this lane is the lowest of those running the call together: always, on the CPU.
+    pub fn warp_leader() -> bool {
+        egpu_vm::native::warp_leader()
+    }
+
+    /// The distinct 32-byte sectors that the accesses of `size` bytes at `addr` of the lanes
+    /// running the call together touch: on the CPU, those of the one access (at least 1).
+    pub fn warp_sectors(addr: u64, size: u32) -> u32 {
+        egpu_vm::native::warp_sectors(addr, size)
+    }
 }
 
 /// Prints from a probe: `egpu::print!("launch {} took {} ns", id, ns)` records the format and up

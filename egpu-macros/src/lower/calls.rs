@@ -8,8 +8,15 @@ use syn::{Expr, Ident, Pat};
 
 use super::{Kind, Lower};
 
-/// The helpers a probe may call, by name.
-const HELPERS: [&str; 3] = ["ktime_ns", "cpu_id", "prandom_u32"];
+/// The helpers a probe may call, by name, with how many arguments each takes.
+const HELPERS: [(&str, usize); 6] = [
+    ("ktime_ns", 0),
+    ("cpu_id", 0),
+    ("prandom_u32", 0),
+    ("warp_lanes", 0),
+    ("warp_leader", 0),
+    ("warp_sectors", 2),
+];
 
 impl Lower {
     /// The path of a method call's receiver when it is a `static` (not a local or the context).
@@ -143,12 +150,18 @@ impl Lower {
             return self.error(span, "only egpu's helpers can be called");
         };
         let name = path.path.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
-        if HELPERS.contains(&name.as_str()) {
-            if !call.args.is_empty() {
-                return self.error(span, format!("`{name}` takes no arguments"));
+        if let Some(&(_, arity)) = HELPERS.iter().find(|(h, _)| *h == name) {
+            if call.args.len() != arity {
+                let takes = match arity {
+                    0 => "no arguments".to_string(),
+                    1 => "1 argument".to_string(),
+                    n => format!("{n} arguments"),
+                };
+                return self.error(span, format!("`{name}` takes {takes}"));
             }
+            let args: Vec<TokenStream> = call.args.iter().map(|a| self.expr(a)).collect();
             let f = Ident::new(&name, path.span());
-            return quote_spanned!(span=> #p::helpers::#f());
+            return quote_spanned!(span=> #p::helpers::#f(#(#args),*));
         }
         if self.helper.as_ref().is_some_and(|h| path.path.is_ident(h)) {
             return self.error(span, "a helper cannot call itself: probes do not recurse");

@@ -2,9 +2,9 @@
 
 use egpu_ebpf::helpers::id;
 
-use super::val;
 use super::values::Val;
-use crate::ir::{Expr, Ty};
+use super::{expr, val};
+use crate::ir::{CallArg, Expr, Ty};
 
 /// Time in ns: the monotonic clock on the CPU, `%globaltimer` on the GPU.
 pub fn ktime_ns() -> Val<u64> {
@@ -19,4 +19,23 @@ pub fn cpu_id() -> Val<u32> {
 /// A pseudo-random `u32`.
 pub fn prandom_u32() -> Val<u32> {
     val(Expr::Call(Ty::U32, id::GET_PRANDOM_U32, vec![]))
+}
+
+/// The lanes of the warp that run the call together (1 on the CPU).
+pub fn warp_lanes() -> Val<u32> {
+    val(Expr::Call(Ty::U32, id::WARP_LANES, vec![]))
+}
+
+/// Whether this lane is the lowest of those running the call together (always, on the CPU):
+/// where one lane does the warp's work.
+pub fn warp_leader() -> Val<bool> {
+    val(Expr::Call(Ty::Bool, id::WARP_LEADER, vec![]))
+}
+
+/// The distinct 32-byte sectors that the accesses of `size` bytes at `addr` of the lanes running
+/// the call together touch (on the CPU, those of the one access): 4 for 32 lanes reading
+/// consecutive floats, 32 for 32 lanes reading floats 128 bytes apart.
+pub fn warp_sectors(addr: Val<u64>, size: Val<u32>) -> Val<u32> {
+    let args = vec![CallArg::Value(expr(addr)), CallArg::Value(expr(size))];
+    val(Expr::Call(Ty::U32, id::WARP_SECTORS, args))
 }

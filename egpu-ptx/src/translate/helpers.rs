@@ -1,7 +1,8 @@
 //! The helpers other than the maps', inlined: `bpf_ktime_get_ns` (`%globaltimer`),
 //! `bpf_get_prandom_u32` (a hash of the clock and the thread's place in the grid),
-//! `bpf_get_smp_processor_id` (the SM id) and `bpf_get_current_pid_tgid` (the host process, a
-//! constant). The map helpers go to [`maps`](super::maps); any other is refused.
+//! `bpf_get_smp_processor_id` (the SM id), `bpf_get_current_pid_tgid` (the host process, a
+//! constant) and the warp's (`egpu_warp_lanes`, `egpu_warp_leader`, `egpu_warp_sectors`: over
+//! the lanes that run the call together, `activemask`). The map helpers go to [`maps`](super::maps); any other is refused.
 
 use egpu_ebpf::Reg;
 use egpu_ebpf::helpers::id as helper_id;
@@ -26,6 +27,20 @@ impl Emitter<'_> {
                 self.line(format!("mov.b64 {r0}, {};", v as i64));
             }
             helper_id::GET_PRANDOM_U32 => self.prandom_u32(),
+            helper_id::WARP_LANES => {
+                self.line(format!("activemask.b32 {w0};"));
+                self.line(format!("popc.b32 {w0}, {w0};"));
+                self.line(format!("cvt.u64.u32 {r0}, {w0};"));
+            }
+            helper_id::WARP_LEADER => {
+                let (w1, q0) = (self.tmp32(1), self.pred(0));
+                self.line(format!("activemask.b32 {w0};"));
+                self.line(format!("mov.u32 {w1}, %lanemask_lt;"));
+                self.line(format!("and.b32 {w1}, {w1}, {w0};"));
+                self.line(format!("setp.eq.u32 {q0}, {w1}, 0;"));
+                self.line(format!("selp.u64 {r0}, 1, 0, {q0};"));
+            }
+            helper_id::WARP_SECTORS => self.warp_sectors(),
             helper_id::MAP_LOOKUP_ELEM
             | helper_id::MAP_UPDATE_ELEM
             | helper_id::MAP_DELETE_ELEM => {
@@ -57,6 +72,36 @@ impl Emitter<'_> {
         self.line(format!("shr.u64 {t1}, {t0}, 31;"));
         self.line(format!("xor.b64 {t0}, {t0}, {t1};"));
         self.line(format!("and.b64 {r0}, {t0}, 4294967295;"));
+    }
+
+    /// `egpu_warp_sectors(addr, size)`: the distinct 32-byte sectors of the lanes' accesses
+    /// running together: the groups of lanes whose first sector is the same
+    /// (`match.any.sync`), counted by their lowest lanes (a vote), plus each lane's sectors past
+    /// its first (`redux.sync`; none for a naturally aligned access of at most 32 bytes).
+    fn warp_sectors(&mut self) {
+        let (r0, addr, size) = (self.reg(Reg::R0), self.reg(Reg::R1), self.reg(Reg::R2));
+        let [w0, w1, w2, w3] = [self.tmp32(0), self.tmp32(1), self.tmp32(2), self.tmp32(3)];
+        let [t0, t1] = [self.tmp64(0), self.tmp64(1)];
+        let q0 = self.pred(0);
+        self.line(format!("activemask.b32 {w0};"));
+        self.line(format!("shr.u64 {t0}, {addr}, 5;"));
+        // The lane's sectors past its first, at most 2^20.
+        self.line(format!("max.u64 {t1}, {size}, 1;"));
+        self.line(format!("add.u64 {t1}, {t1}, {addr};"));
+        self.line(format!("sub.u64 {t1}, {t1}, 1;"));
+        self.line(format!("shr.u64 {t1}, {t1}, 5;"));
+        self.line(format!("sub.u64 {t1}, {t1}, {t0};"));
+        self.line(format!("min.u64 {t1}, {t1}, 1048576;"));
+        self.line(format!("match.any.sync.b64 {w1}, {t0}, {w0};"));
+        self.line(format!("mov.u32 {w2}, %lanemask_lt;"));
+        self.line(format!("and.b32 {w2}, {w2}, {w1};"));
+        self.line(format!("setp.eq.u32 {q0}, {w2}, 0;"));
+        self.line(format!("vote.sync.ballot.b32 {w3}, {q0}, {w0};"));
+        self.line(format!("popc.b32 {w3}, {w3};"));
+        self.line(format!("cvt.u32.u64 {w2}, {t1};"));
+        self.line(format!("redux.sync.add.u32 {w2}, {w2}, {w0};"));
+        self.line(format!("add.u32 {w3}, {w3}, {w2};"));
+        self.line(format!("cvt.u64.u32 {r0}, {w3};"));
     }
 
     /// The refusal of helper `id`, called at `pc`.
