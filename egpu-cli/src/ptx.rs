@@ -122,29 +122,24 @@ fn probe_flag(spec: &str, maps: &[crate::args::MapFlag]) -> Result<(Vec<Loaded>,
     }
 }
 
-/// `egpu inject`.
 /// The PTX of the module file at `path`: its text, a cubin's kept PTX, or a fat binary's for a
 /// device of architecture `arch` (the newest when `None`).
 fn module_ptx(path: &Path, arch: Option<u32>) -> Result<String, Error> {
+    use egpu_device::image::{ModulePtx, module_ptx};
     let module = path.display();
     let bytes = std::fs::read(path).map_err(|e| Error::Failed(format!("reading {module}: {e}")))?;
     let failed = |why: String| Error::Failed(format!("{module}: {why}"));
-    if bytes.starts_with(&egpu_device::fatbin::MAGIC.to_le_bytes()) {
-        let ptx = egpu_device::fatbin::ptx_for(&bytes, arch.unwrap_or(u32::MAX))
-            .map_err(|e| failed(e.to_string()))?;
-        return ptx.ok_or_else(|| match arch {
-            Some(arch) => failed(format!("a fat binary with no PTX for sm_{arch}")),
-            None => failed("a fat binary with no PTX (cubins only)".into()),
-        });
+    match module_ptx(&bytes, arch.unwrap_or(u32::MAX)).map_err(|e| failed(e.to_string()))? {
+        ModulePtx::Ptx(ptx) => Ok(ptx),
+        ModulePtx::CubinWithout { .. } => Err(failed("a cubin that keeps no PTX".into())),
+        ModulePtx::FatbinWithout => Err(failed(match arch {
+            Some(arch) => format!("a fat binary with no PTX for sm_{arch}"),
+            None => "a fat binary with no PTX (cubins only)".into(),
+        })),
     }
-    if bytes.starts_with(b"\x7fELF") {
-        let ptx = egpu_device::cubin::embedded_ptx(&bytes).map_err(|e| failed(e.to_string()))?;
-        return ptx.ok_or_else(|| failed("a cubin that keeps no PTX".into()));
-    }
-    String::from_utf8(bytes)
-        .map_err(|_| failed("neither PTX text, a cubin nor a fat binary".into()))
 }
 
+/// `egpu inject`.
 pub(crate) fn inject_cmd(a: InjectArgs) -> Result<(), Error> {
     let mut programs = Vec::new();
     let mut code = false;

@@ -83,6 +83,6 @@ pub mod maps;
 pub mod tensor_maps;
 pub mod testing;
 
-pub use egpu_ptx::{cubin, fatbin, inject, ptx, toolchain, translate};
+pub use egpu_ptx::{cubin, fatbin, image, inject, ptx, toolchain, translate};
 
 pub use driver::{DriverError, GpuInfo, GpuStatus, devices, gpu_status};

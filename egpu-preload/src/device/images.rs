@@ -8,6 +8,7 @@ use std::ffi::{CStr, c_int, c_void};
 
 use egpu::device::cubin::{self, Extent};
 use egpu::device::fatbin;
+use egpu::device::image::{ImageError, ModulePtx, module_ptx};
 
 use super::Why;
 use super::parts::CTX_GET_DEVICE;
@@ -65,42 +66,36 @@ pub(crate) unsafe fn ptx_of(image: *const c_void) -> Result<String, Refusal> {
 }
 
 /// The PTX the image `bytes` carries (as [`ptx_of`]), from a file: every length checked against
-/// the bytes there are.
+/// the bytes there are ([`module_ptx`]).
 ///
 /// # Errors
 ///
 /// As [`ptx_of`]'s.
 pub(crate) fn ptx_in(bytes: &[u8]) -> Result<String, Refusal> {
-    if bytes.starts_with(b"\x7fELF") {
-        let read = |e| unreadable(format_args!("reading the cubin: {e}"));
-        let len = match cubin::extent(bytes).map_err(read)? {
-            Extent::Total(n) if n <= bytes.len() => n,
-            _ => return Err(unreadable("reading the cubin: it is cut short")),
-        };
-        let bytes = &bytes[..len];
-        let kept = cubin::embedded_ptx(bytes).map_err(read)?;
-        // Else the PTX Triton keeps beside the same cubin in its cache.
-        return kept.or_else(|| super::caches::ptx_beside(bytes)).ok_or_else(|| {
-            let detail = format!(
-                "a cubin of {len} bytes that keeps no PTX, none beside it in Triton's or \
-                 Inductor's cache"
-            );
-            (Why::NoPtx, detail)
-        });
-    }
-    if bytes.starts_with(&fatbin::MAGIC.to_le_bytes()) {
-        let arch = device_arch();
-        let ptx = fatbin::ptx_for(bytes, arch.unwrap_or(u32::MAX))
-            .map_err(|e| unreadable(format_args!("reading the fat binary: {e}")))?;
-        return ptx.ok_or_else(|| match arch {
+    // Only a fat binary's PTX depends on the device (the driver is asked once per such load).
+    let arch = if bytes.starts_with(&fatbin::MAGIC.to_le_bytes()) { device_arch() } else { None };
+    match module_ptx(bytes, arch.unwrap_or(u32::MAX)) {
+        Ok(ModulePtx::Ptx(ptx)) => Ok(ptx),
+        // The PTX Triton keeps beside the same cubin in its cache.
+        Ok(ModulePtx::CubinWithout { len }) => {
+            super::caches::ptx_beside(&bytes[..len]).ok_or_else(|| {
+                let detail = format!(
+                    "a cubin of {len} bytes that keeps no PTX, none beside it in Triton's or \
+                     Inductor's cache"
+                );
+                (Why::NoPtx, detail)
+            })
+        }
+        Ok(ModulePtx::FatbinWithout) => Err(match arch {
             Some(arch) => {
                 (Why::NoPtx, format!("a fat binary with no PTX for sm_{arch} (cubins only)"))
             }
             None => (Why::NoPtx, "a fat binary with no PTX (cubins only)".into()),
-        });
+        }),
+        Err(ImageError::Cubin(e)) => Err(unreadable(format_args!("reading the cubin: {e}"))),
+        Err(ImageError::Fatbin(e)) => Err(unreadable(format_args!("reading the fat binary: {e}"))),
+        Err(e) => Err(unreadable(e)),
     }
-    let text = bytes.split(|&b| b == 0).next().unwrap_or_default();
-    std::str::from_utf8(text).map(str::to_owned).map_err(|_| unreadable("the PTX is not UTF-8"))
 }
 
 /// Why an image has no PTX to instrument: the kind, and the details.

@@ -72,7 +72,8 @@ pub(crate) fn defer(handle: Handle, ptx: String) {
     }
     let mut state = lock();
     let state = state.get_or_insert_with(State::default);
-    state.libraries.retain(|l| l.handle != handle as usize);
+    // Kernels name their library by index: entries are never removed (an unloaded one is
+    // emptied), and a live handle is never loaded twice.
     state.libraries.push(Library { handle: handle as usize, ptx, modules: Vec::new() });
     ANY.store(true, Ordering::Release);
     // Launches of its kernel handles must reach [`launched`]: the trampolines' way.

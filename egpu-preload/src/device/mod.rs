@@ -145,19 +145,13 @@ fn count_coverage(injection: &Injection) {
     }
 }
 
-/// Remembers the kernels (`.entry` functions) of a module instrumented, by id.
-fn remember_kernels(ptx: &str) {
+/// Remembers the kernels of a module instrumented, by id.
+fn remember_kernels(injection: &Injection) {
     let mut kernels = KERNELS.lock().unwrap_or_else(|p| p.into_inner());
-    for line in ptx.lines() {
-        let words = line.split_whitespace().take_while(|w| !w.starts_with('('));
-        let mut words = words.skip_while(|w| *w != ".entry").skip(1);
-        if let Some(name) = words.next().map(|w| w.split('(').next().unwrap_or(w))
-            && !name.is_empty()
-        {
-            let id = egpu::ebpf::kernel_id(name);
-            if let Err(at) = kernels.binary_search(&id) {
-                kernels.insert(at, id);
-            }
+    for name in &injection.kernels {
+        let id = egpu::ebpf::kernel_id(name);
+        if let Err(at) = kernels.binary_search(&id) {
+            kernels.insert(at, id);
         }
     }
 }
@@ -307,7 +301,7 @@ impl UserProbes {
         }
         if let Ok(injection) = &injected {
             count_coverage(injection);
-            remember_kernels(ptx);
+            remember_kernels(injection);
         }
         match injected {
             Ok(injection) => match CString::new(injection.ptx) {

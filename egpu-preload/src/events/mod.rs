@@ -12,8 +12,14 @@
 //!   the trampoline;
 //! - `capture(begin)`, `capture(end)`: a stream capture begun or ended, counted, no event
 //!   ([`launch`]);
-//! - `load(out, image)`: a module load, whose image the user's device probes instrument
-//!   ([`modules`]);
+//! - `load(out, image, library)`: a module (or, `true`, library) load, whose image the user's
+//!   device probes instrument ([`modules`]); `load_fatbinary(out, image)`, the same for
+//!   `cuModuleLoadFatBinary`, whose instrumented PTX goes to `cuModuleLoadData`;
+//!   `load_file(out, path, library, image => LOADER(...))`, a module file's, read and its PTX
+//!   loaded through the image loader `LOADER`;
+//! - `library(...)`: lookups in libraries (`cuLibraryGetKernel`, `cuKernelGetFunction`,
+//!   `cuLibraryGetModule`) and their unloads, for libraries whose instrumentation waits for a
+//!   context ([`crate::device::libraries`]);
 //! - `tensor_map(encoded(map, bytes))`, `tensor_map(replaced(map))`: no event, but the tensor map
 //!   at `map` recorded with its box's bytes once the call made it (`bytes`, computed from the
 //!   encoder's arguments), or with those recorded for it before the call changed its address
@@ -50,7 +56,7 @@ use memory::{Copy2dDriver, Copy3d, Copy3dDriver, Extent, HostPtr, PitchedPtr};
 use memory::{alloc, allocated, copy, driver_copy_2d, driver_copy_3d, free};
 use memory::{runtime_copy, runtime_copy_3d, runtime_set_3d, set};
 use modules::{library, read_file};
-use modules::{load, load_fatbinary, load_file, load_lib, load_library, load_module, load_with};
+use modules::{load, load_fatbinary, load_file, load_module, load_with};
 use tensor_maps::{TensorMap, encoded, im2col, replaced, tiled};
 use trampoline::{driver, swapped};
 // What the trampolines' expansions use.
@@ -350,13 +356,13 @@ entry_points! {
         => driver(|_, _| sync(context, SyncCtx::CONTEXT), nothing);
 
     // Module loads: with the user's device probes, `load`s load the image's PTX instrumented.
-    MODULE_LOAD_DATA cuModuleLoadData (out: *mut Handle, image: *const c_void) => load(out, image);
+    MODULE_LOAD_DATA cuModuleLoadData (out: *mut Handle, image: *const c_void) => load(out, image, false);
     MODULE_LOAD_DATA_EX cuModuleLoadDataEx (out: *mut Handle, image: *const c_void, n: c_uint, options: *mut c_int, values: *mut *mut c_void)
-        => load(out, image);
+        => load(out, image, false);
     MODULE_LOAD_FATBIN cuModuleLoadFatBinary (out: *mut Handle, image: *const c_void)
         => load_fatbinary(out, image);
     LIBRARY_LOAD_DATA cuLibraryLoadData (out: *mut Handle, code: *const c_void, jit_options: *mut c_int, jit_values: *mut *mut c_void, jit_n: c_uint, library_options: *mut c_int, library_values: *mut *mut c_void, library_n: c_uint)
-        => load_lib(out, code);
+        => load(out, code, true);
     MODULE_LOAD cuModuleLoad (out: *mut Handle, path: *const c_char)
         => load_file(out, path, false, image => MODULE_LOAD_DATA(out, image));
     LIBRARY_LOAD_FILE cuLibraryLoadFromFile (out: *mut Handle, path: *const c_char, jit_options: *mut c_int, jit_values: *mut *mut c_void, jit_n: c_uint, library_options: *mut c_int, library_values: *mut *mut c_void, library_n: c_uint)

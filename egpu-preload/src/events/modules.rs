@@ -35,32 +35,24 @@ pub(super) fn loaded(out: *mut Handle) -> impl FnOnce(&mut ModuleLoadCtx, CuResu
     }
 }
 
-/// A module load through `load` (the driver's, given an image): with the user's device probes,
-/// the image's PTX instrumented is loaded in its place (the original when the driver refuses
-/// it), as one event. (Inlined into the two entry points that call it, in another module.)
+/// A module load through `load` (the driver's, given an image; a library's when `library`):
+/// with the user's device probes, the image's PTX instrumented is loaded in its place (the
+/// original when the driver refuses it), as one event; a library that waits for a context
+/// ([`libraries::waits`]) is loaded as it came, and its kernels instrumented in each context
+/// where the program finds them. (Inlined into the entry points that call it, in another
+/// module.)
 #[inline]
 pub(super) fn load_module(
     out: *mut Handle,
     image: *const c_void,
+    library: bool,
     load: impl Fn(*const c_void) -> CuResult,
 ) -> CuResult {
-    load_with(out, image, ptx(image), false, load)
-}
-
-/// [`load_module`] for a library (`cuLibraryLoadData`): one that waits for a context
-/// ([`libraries::waits`]) is loaded as it came, and its kernels instrumented in each context
-/// where the program finds them.
-#[inline]
-pub(super) fn load_library(
-    out: *mut Handle,
-    image: *const c_void,
-    load: impl Fn(*const c_void) -> CuResult,
-) -> CuResult {
-    load_with(out, image, ptx(image), true, load)
+    load_with(out, image, ptx(image), library, load)
 }
 
 /// [`load_module`] of an image whose PTX the caller found (`ptx`, `None` where there is no image
-/// to read), a library's when `library`.
+/// to read).
 #[inline]
 pub(super) fn load_with(
     out: *mut Handle,
@@ -70,9 +62,10 @@ pub(super) fn load_with(
     load: impl Fn(*const c_void) -> CuResult,
 ) -> CuResult {
     let user = defaults::user().filter(|u| u.on_device());
-    if library && user.is_some() && matches!(ptx, Some(Ok(_))) && libraries::waits() {
-        let build = module_with(ptx.as_ref().and_then(|p| p.as_ref().ok()).map(String::as_str));
-        let text = ptx.and_then(Result::ok).unwrap_or_default();
+    if let (true, Some(_), Some(Ok(text))) = (library, &user, &ptx)
+        && libraries::waits()
+    {
+        let (build, text) = (module_with(Some(text)), text.clone());
         return observe(
             |_, _| build,
             || {
@@ -116,31 +109,19 @@ pub(super) fn load_with(
 }
 
 /// Defines an interposed module load ([`load_module`]) whose arguments `$out` and `$image` are
-/// where the module's handle goes and the image: the driver's function is called with the
-/// caller's arguments, the image (`$image`) the one loaded (the instrumented one, or the
-/// caller's).
+/// where the module's handle goes and the image (a library's when `$library`): the driver's
+/// function is called with the caller's arguments, the image (`$image`) the one loaded (the
+/// instrumented one, or the caller's).
 macro_rules! load {
-    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $out:ident, $image:ident) => {
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $out:ident, $image:ident, $library:literal) => {
         interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
             // SAFETY: the driver's function, with the caller's arguments (or the instrumented
-            // image); the JIT options pass through.
-            load_module($out, $image, |$image| unsafe { real($($arg),*) })
+            // image); the JIT and library options pass through.
+            load_module($out, $image, $library, |$image| unsafe { real($($arg),*) })
         });
     };
 }
 pub(super) use load;
-
-/// [`load!`] for a library ([`load_library`]).
-macro_rules! load_lib {
-    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $out:ident, $image:ident) => {
-        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
-            // SAFETY: the driver's function, with the caller's arguments (or the instrumented
-            // image); the JIT and library options pass through.
-            load_library($out, $image, |$image| unsafe { real($($arg),*) })
-        });
-    };
-}
-pub(super) use load_lib;
 
 /// Defines an interposed lookup in a library or of a kernel's function ([`libraries`]):
 /// `get_kernel(out, library, name)` (`cuLibraryGetKernel`: the kernel handle remembered),
@@ -192,7 +173,7 @@ macro_rules! load_fatbinary {
     ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $out:ident, $image:ident) => {
         interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
             let original = $image;
-            load_module($out, $image, |$image| {
+            load_module($out, $image, false, |$image| {
                 if $image == original {
                     // SAFETY: the driver's function, with the caller's arguments.
                     return unsafe { real($($arg),*) };

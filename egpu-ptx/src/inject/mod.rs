@@ -132,6 +132,8 @@ pub struct Injection {
     pub runs: usize,
     /// The accesses of those runs.
     pub in_runs: usize,
+    /// The module's kernels (`.entry` functions), by name, in order.
+    pub kernels: Vec<String>,
 }
 
 /// How much of a module's global memory instructions egpu observes: [`Injection`]'s counts
@@ -755,5 +757,6 @@ pub fn inject_with(
         hints,
         runs,
         in_runs,
+        kernels: module.entries().map(|f| f.name.clone()).collect(),
     })
 }
