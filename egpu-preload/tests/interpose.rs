@@ -519,7 +519,8 @@ fn a_cubin_without_its_ptx_finds_it_in_tritons_cache() {
 /// A library loaded with no current context (the runtime's eager loading), or on a machine with
 /// two devices, waits: loaded as it came, its kernel runs instrumented in the context that
 /// launches it, however the program finds it (its kernel handle, cuKernelGetFunction,
-/// cuLibraryGetModule), from one module loaded there, which is unloaded with the library.
+/// cuLibraryGetModule), from one module loaded there, which is unloaded with the library; what
+/// the program sets on the kernel and the library's globals are the module's.
 #[test]
 fn a_library_waits_for_the_context_that_runs_its_kernels() {
     let dir = build("libraries");
@@ -542,6 +543,10 @@ fn a_library_waits_for_the_context_that_runs_its_kernels() {
         assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
         assert!(stdout.contains("eager done"), "{stdout}");
         assert_eq!(stdout.matches("launched kernC\n").count(), 3, "{current}: {stdout}");
+        // What the program set on the kernel handle is set on the function it runs, and the
+        // library's global is the module's, which that function reads.
+        let same = "global at 0x7000; attribute set: kernC 8=65536\n";
+        assert!(stdout.contains(same), "{current}: {stdout}");
         // The one module made of the library goes with it.
         assert!(stdout.contains("unloads: 1 modules, 1 libraries\n"), "{stdout}");
         let loaded = std::fs::read_to_string(&got).expect("what the driver was given");

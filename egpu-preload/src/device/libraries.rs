@@ -10,7 +10,11 @@
 //! `cuLibraryGetModule` gives the module, `cuKernelGetFunction` its function, and a launch of
 //! a library's kernel handle (`cuLaunchKernel` takes a `CUkernel` as its function) launches its
 //! function in the launching context ([`launched`]). `cuLibraryGetKernel` records which library
-//! and name a kernel handle stands for.
+//! and name a kernel handle stands for. What the program sets on a kernel handle
+//! (`cuKernelSetAttribute`, `cuKernelSetCacheConfig`: a larger dynamic shared memory, say) is
+//! set on its instrumented functions too ([`set`]), and its library's globals are the module's
+//! (`cuLibraryGetGlobal`, `cuLibraryGetManaged`: [`global`]), so that the program and the
+//! kernels it runs see the same variables.
 
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
@@ -26,6 +30,52 @@ static MODULE_GET_FUNCTION: Hook<GetFunctionFn> =
     Hook::new(c"cuModuleGetFunction", std::ptr::null_mut);
 type CountFn = unsafe extern "C" fn(*mut c_int) -> CuResult;
 static DEVICE_COUNT: Hook<CountFn> = Hook::new(c"cuDeviceGetCount", std::ptr::null_mut);
+type GetGlobalFn = unsafe extern "C" fn(*mut u64, *mut usize, Handle, *const c_char) -> CuResult;
+static MODULE_GET_GLOBAL: Hook<GetGlobalFn> =
+    Hook::new(c"cuModuleGetGlobal_v2", std::ptr::null_mut);
+type SetAttributeFn = unsafe extern "C" fn(Handle, c_int, c_int) -> CuResult;
+static FUNC_SET_ATTRIBUTE: Hook<SetAttributeFn> =
+    Hook::new(c"cuFuncSetAttribute", std::ptr::null_mut);
+type SetCacheFn = unsafe extern "C" fn(Handle, c_int) -> CuResult;
+static FUNC_SET_CACHE: Hook<SetCacheFn> = Hook::new(c"cuFuncSetCacheConfig", std::ptr::null_mut);
+
+/// What a program set on a kernel handle, to be set on its instrumented functions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Setting {
+    /// `cuKernelSetAttribute(attribute, value, ...)`.
+    Attribute(c_int, c_int),
+    /// `cuKernelSetCacheConfig(..., config, ...)`.
+    CacheConfig(c_int),
+}
+
+impl Setting {
+    /// Whether `other` replaces this one (the same attribute, or a cache config).
+    fn same_kind(self, other: Setting) -> bool {
+        match (self, other) {
+            (Setting::Attribute(a, _), Setting::Attribute(b, _)) => a == b,
+            (Setting::CacheConfig(_), Setting::CacheConfig(_)) => true,
+            _ => false,
+        }
+    }
+
+    /// Sets it on function `f`.
+    fn apply(self, f: Handle) {
+        match self {
+            Setting::Attribute(attribute, value) => {
+                if let Some(set) = FUNC_SET_ATTRIBUTE.get_or_ask() {
+                    // SAFETY: a function egpu made, and the program's attribute and value.
+                    unsafe { set(f, attribute, value) };
+                }
+            }
+            Setting::CacheConfig(config) => {
+                if let Some(set) = FUNC_SET_CACHE.get_or_ask() {
+                    // SAFETY: a function egpu made, and the program's configuration.
+                    unsafe { set(f, config) };
+                }
+            }
+        }
+    }
+}
 
 /// Whether any library waits: the launches' check, before the lock.
 static ANY: AtomicBool = AtomicBool::new(false);
@@ -45,6 +95,8 @@ struct State {
     kernels: HashMap<usize, (usize, CString)>,
     /// Functions made, by kernel handle and context.
     functions: HashMap<(usize, usize), usize>,
+    /// What the program set on kernel handles, in order.
+    settings: HashMap<usize, Vec<Setting>>,
 }
 
 static STATE: Mutex<Option<State>> = Mutex::new(None);
@@ -125,6 +177,7 @@ fn forget(library: Handle) -> Vec<usize> {
         state.kernels.retain(|_, k| k.0 != index);
         let kernels = &state.kernels;
         state.functions.retain(|f, _| kernels.contains_key(&f.0));
+        state.settings.retain(|k, _| kernels.contains_key(k));
     }
     modules
 }
@@ -163,8 +216,46 @@ pub(crate) fn function(kernel: Handle) -> Option<Handle> {
     if unsafe { get(&mut f, module, name.as_ptr()) } != 0 || f.is_null() {
         return None;
     }
+    for setting in state.settings.get(&key.0).into_iter().flatten() {
+        setting.apply(f);
+    }
     state.functions.insert(key, f as usize);
     Some(f)
+}
+
+/// After the program set `setting` on kernel handle `kernel`: set on its instrumented
+/// functions, made and to be made, when its library waits.
+pub(crate) fn set(kernel: Handle, setting: Setting) {
+    if !ANY.load(Ordering::Acquire) {
+        return;
+    }
+    let mut state = lock();
+    let Some(state) = state.as_mut() else { return };
+    if !state.kernels.contains_key(&(kernel as usize)) {
+        return;
+    }
+    let settings = state.settings.entry(kernel as usize).or_default();
+    settings.retain(|s| !s.same_kind(setting));
+    settings.push(setting);
+    for (_, &f) in state.functions.iter().filter(|((k, _), _)| *k == kernel as usize) {
+        setting.apply(f as Handle);
+    }
+}
+
+/// A global (or managed) variable `name` of `library`, when the library waits: the one of its
+/// instrumented module in the current context, whose kernels the program runs
+/// (`cuModuleGetGlobal`'s result); `None` to ask the driver for the library's.
+pub(crate) fn global(
+    address: *mut u64,
+    bytes: *mut usize,
+    library: Handle,
+    name: *const c_char,
+) -> Option<CuResult> {
+    let module = module(library)?;
+    let get = MODULE_GET_GLOBAL.get_or_ask()?;
+    // SAFETY: the caller's places for the address and size (each may be null, as the driver
+    // allows) and name, and a module egpu loaded.
+    Some(unsafe { get(address, bytes, module, name) })
 }
 
 /// The function a launch of `f` runs: `f`'s instrumented function in the current context when

@@ -395,6 +395,14 @@ entry_points! {
         => library(function(out, kernel));
     LIBRARY_GET_MODULE cuLibraryGetModule (out: *mut Handle, library: Handle)
         => library(module(out, library));
+    LIBRARY_GET_GLOBAL cuLibraryGetGlobal (address: *mut DevicePtr, bytes: *mut usize, library: Handle, name: *const c_char)
+        => library(global(address, bytes, library, name));
+    LIBRARY_GET_MANAGED cuLibraryGetManaged (address: *mut DevicePtr, bytes: *mut usize, library: Handle, name: *const c_char)
+        => library(global(address, bytes, library, name));
+    KERNEL_SET_ATTRIBUTE cuKernelSetAttribute (attribute: c_int, value: c_int, kernel: Handle, device: c_int)
+        => library(set(kernel, crate::device::libraries::Setting::Attribute(attribute, value)));
+    KERNEL_SET_CACHE cuKernelSetCacheConfig (kernel: Handle, config: c_int, device: c_int)
+        => library(set(kernel, crate::device::libraries::Setting::CacheConfig(config)));
     STREAM_QUERY cuStreamQuery +ptsz (stream: Handle) => merge_point(None);
     EVENT_QUERY cuEventQuery (event: Handle) => merge_point(None);
 

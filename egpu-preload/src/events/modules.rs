@@ -127,7 +127,10 @@ pub(super) use load;
 /// `get_kernel(out, library, name)` (`cuLibraryGetKernel`: the kernel handle remembered),
 /// `function(out, kernel)` (`cuKernelGetFunction`) and `module(out, library)`
 /// (`cuLibraryGetModule`): the instrumented function or module in the current context, when the
-/// library waits ([`libraries::function`], [`libraries::module`]); `unload(library)`
+/// library waits ([`libraries::function`], [`libraries::module`]); `global(address, bytes,
+/// library, name)` (`cuLibraryGetGlobal`, `cuLibraryGetManaged`): that module's variable;
+/// `set(kernel, setting)` (`cuKernelSetAttribute`, `cuKernelSetCacheConfig`): set on the
+/// kernel's instrumented functions too ([`libraries::set`]); `unload(library)`
 /// (`cuLibraryUnload`): forgotten with its instrumented modules, and the merger woken after.
 macro_rules! library {
     ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) get_kernel($out:ident, $library:ident, $kname:ident)) => {
@@ -150,6 +153,27 @@ macro_rules! library {
             }
             // SAFETY: the driver's function, with the caller's arguments unchanged.
             unsafe { real($($arg),*) }
+        });
+    };
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) global($address:ident, $bytes:ident, $library:ident, $vname:ident)) => {
+        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            if let Some(result) =
+                crate::device::libraries::global($address, $bytes, $library, $vname)
+            {
+                return result;
+            }
+            // SAFETY: the driver's function, with the caller's arguments unchanged.
+            unsafe { real($($arg),*) }
+        });
+    };
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) set($kernel:ident, $setting:expr)) => {
+        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            // SAFETY: the driver's function, with the caller's arguments unchanged.
+            let result = unsafe { real($($arg),*) };
+            if result == 0 {
+                crate::device::libraries::set($kernel, $setting);
+            }
+            result
         });
     };
     ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) unload($library:ident)) => {
