@@ -46,19 +46,14 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True  # no __pycache__ in the working tree
+from bench_kernels import kernel_id  # noqa: E402 (the FNV-1a id of a kernel's name, shared)
 CLASSES = ("load", "store", "atomic", "async copy")
 # The kernel_bytes maps that count each class.
 MAPS = {"load": ("LOADED",), "store": ("STORED",), "atomic": ("ATOMIC",),
         "async copy": ("ASYNC", "TENSOR_LOADED", "TENSOR_STORED")}
 TRITON = ("add", "softmax", "layernorm", "matmul", "matmul_tma", "histogram")
-
-
-def fnv(name):
-    """A kernel's id as egpu computes it: the 64-bit FNV-1a hash of its (mangled) name."""
-    h = 0xCBF29CE484222325
-    for b in name.encode():
-        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return h
 
 
 # --- what the programs say -------------------------------------------------------------------
@@ -148,7 +143,7 @@ def summaries(prefix):
 
 
 def observed(maps, name, cls):
-    keys = {name, str(fnv(name))}
+    keys = {name, str(kernel_id(name))}
     return sum(maps.get((m, k), 0) for m in MAPS[cls] for k in keys)
 
 
@@ -348,7 +343,7 @@ results ok add 1
     assert want["triton_tem_fused_mm_0"]["read"] == 64
     assert results(out) == ["name add_kernel sum 1.5 hash ab check ok", "results ok add 1"]
     maps = collections.Counter({("LOADED", "add_kernel"): 3200, ("STORED", "add_kernel"): 1600,
-                                ("LOADED", str(fnv("_Z9histogramPKjPj"))): 40,
+                                ("LOADED", str(kernel_id("_Z9histogramPKjPj"))): 40,
                                 ("ATOMIC", "_Z9histogramPKjPj"): 40,
                                 ("ASYNC", "triton_tem_fused_mm_0"): 64,
                                 ("STORED", "triton_tem_fused_mm_0"): 31})
