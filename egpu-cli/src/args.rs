@@ -42,6 +42,9 @@ pub(crate) enum Command {
     Run(RunArgs),
     /// List the processes with egpu maps in shared memory, or print one process's maps.
     Maps(MapsArgs),
+    /// Measure the memory traffic and GPU time of a command's kernels.
+    #[command(subcommand)]
+    Mem(MemCommand),
     /// List the attach points with their contexts, and the helpers (as `bpftrace -l`).
     List(ListArgs),
     /// Print a completion script for a shell (`egpu completions bash`).
@@ -191,6 +194,52 @@ pub(crate) struct RunArgs {
     /// The command and its arguments (after `--` when the command starts with `-`)
     #[arg(value_name = "COMMAND", required = true, num_args = 1.., trailing_var_arg = true)]
     pub(crate) command: Vec<OsString>,
+    /// More of the command's environment (`egpu mem run`'s).
+    #[arg(skip)]
+    pub(crate) env: Vec<(OsString, OsString)>,
+}
+
+/// `egpu mem`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum MemCommand {
+    /// Run a command with the sets' probes in its kernels, then print a table per process.
+    Run(MemRunArgs),
+    /// Print the tables of recordings (`.egpumem` files, or folders of them).
+    Report(MemReportArgs),
+}
+
+/// `egpu mem run`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+The sets are device probes injected into every kernel COMMAND loads with PTX:
+  counts  accesses and bytes per kernel and class (load, store, atomic, async and tensor copy)
+  timing  each launch's GPU time, from the device clock (%globaltimer) at block 0's start and
+          at each block's end
+Each process that launched kernels writes its recording, DIR/<pid>.egpumem (JSON lines: a
+header naming the device, the driver and egpu, a line per kernel and per launch timed), and
+the table is printed from it. Kernels without PTX (cuBLAS, ATen's) are listed with their
+launches, as not instrumentable. Exits as COMMAND does.")]
+pub(crate) struct MemRunArgs {
+    /// The sets to run, separated by commas
+    #[arg(long, value_name = "SETS", value_delimiter = ',', default_value = "counts,timing")]
+    pub(crate) sets: Vec<egpu::host::mem::Set>,
+    /// Keep the recordings in DIR (created if need be) [default: a temporary folder, removed]
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out: Option<PathBuf>,
+    /// The preloaded library
+    #[arg(long, value_name = "PATH")]
+    pub(crate) library: Option<PathBuf>,
+    /// The command and its arguments (after `--` when the command starts with `-`)
+    #[arg(value_name = "COMMAND", required = true, num_args = 1.., trailing_var_arg = true)]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `egpu mem report`.
+#[derive(Debug, Args)]
+pub(crate) struct MemReportArgs {
+    /// Recordings, or folders whose `.egpumem` files are read
+    #[arg(value_name = "PATH", required = true)]
+    pub(crate) paths: Vec<PathBuf>,
 }
 
 /// `egpu maps`.

@@ -6,6 +6,8 @@
 //! egpu run [--summary PATH] [--library PATH] [--probes PACK[:NAME]] [--metrics ADDRESS
 //!          [--kernel-names]] [--otlp URL [--otlp-every SECONDS]] [--] COMMAND [ARGS]...
 //! egpu maps [PID [--watch SECONDS]] [--json]
+//! egpu mem run [--sets SETS] [--out DIR] [--library PATH] [--] COMMAND [ARGS]...
+//! egpu mem report PATH...
 //! egpu list [PATTERN] [-v] [--json]
 //! egpu completions SHELL
 //! egpu help [SUBCOMMAND]
@@ -26,11 +28,13 @@
 //! | `ptx.rs` | `translate` and `inject` |
 //! | `run.rs` | `run`, the metrics server, the OTLP pusher |
 //! | `maps.rs` | `maps`, its JSON |
+//! | `mem.rs` | `mem run` (`run` with the sets' pack) and `mem report` |
 //! | `list.rs` | `list`: attach points, contexts' fields and helpers, from egpu-ebpf's tables |
 
 mod args;
 mod list;
 mod maps;
+mod mem;
 mod metrics;
 mod program;
 mod ptx;
@@ -51,6 +55,7 @@ fn main() -> ExitCode {
         Command::Inject(a) => ptx::inject_cmd(a).map(|()| ExitCode::SUCCESS),
         Command::Run(a) => run::run_cmd(a),
         Command::Maps(a) => maps::maps_cmd(a).map(|()| ExitCode::SUCCESS),
+        Command::Mem(m) => mem::mem_cmd(m),
         Command::List(a) => list::list_cmd(a).map(|()| ExitCode::SUCCESS),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "egpu", &mut std::io::stdout());

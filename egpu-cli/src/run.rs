@@ -37,7 +37,7 @@ pub(crate) fn run_cmd(a: RunArgs) -> Result<ExitCode, Error> {
     }
     let command = &a.command;
     let mut child = std::process::Command::new(&command[0]);
-    child.args(&command[1..]).env("LD_PRELOAD", preload);
+    child.args(&command[1..]).env("LD_PRELOAD", preload).envs(a.env.iter().cloned());
     // Read here first, so that a pack that cannot be read stops before the command starts.
     let mut one_probe = None;
     if let Some(probes) = &a.probes {

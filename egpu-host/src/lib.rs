@@ -486,6 +486,7 @@ mod egpu_root {
         pub(crate) use egpu_probe::twin;
     }
 }
+pub mod mem;
 #[cfg(feature = "otlp")]
 pub mod otlp;
 pub mod pack;

@@ -280,6 +280,9 @@ fn write_summary() {
             let _ = file.write_all(text.as_bytes());
         }
     }
+    if let Some(user) = &d.user {
+        crate::device::mem::write(user, &d.builtin);
+    }
     builtin::unlink(d.pid);
 }
 

@@ -588,8 +588,10 @@ fields::contexts! {
         pub sm: u32,
         /// The CUDA device ordinal (0 until launches fill it).
         pub device: u32,
-        /// Which launch of the kernel this thread runs in: an id per launch, the same in the launch's
-        /// host context and every device context of it (0 until launches fill it).
+        /// Which launch this thread runs in: on the GPU, `%gridid`, the number the GPU gives each
+        /// grid it starts in a context (the same for every thread of the launch, different for
+        /// every launch of the context, whichever kernel, and growing with them; a CUDA graph's
+        /// kernel nodes get a new one at every replay). On the CPU VM, what the caller puts.
         pub launch_id: u64,
     }
 }
@@ -619,8 +621,7 @@ fields::contexts! {
         /// 1 when the access writes global memory (a store, a copy or reduction to global
         /// memory, an atomic), 0 when it only reads it.
         pub is_store: u32,
-        /// Which launch of the kernel the access is in (see [`KernelCtx::launch_id`]; 0 until
-        /// launches fill it).
+        /// Which launch the access is in: `%gridid` on the GPU (see [`KernelCtx::launch_id`]).
         pub launch_id: u64,
         /// The CUDA device ordinal (0 until launches fill it).
         pub device: u32,

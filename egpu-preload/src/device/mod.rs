@@ -18,6 +18,7 @@ pub(crate) mod boxes;
 mod caches;
 mod images;
 pub(crate) mod libraries;
+pub(crate) mod mem;
 mod parts;
 
 use std::ffi::CString;

@@ -235,6 +235,7 @@ fn make(
             device = -1;
         }
     }
+    super::mem::saw_device(device);
     let mut staging: *mut c_void = std::ptr::null_mut();
     // SAFETY: the driver writes one pointer to `staging_len` bytes (at least 8).
     cu(unsafe { alloc_host(&mut staging, staging_len.max(8)) }, "cuMemAllocHost")?;

@@ -32,6 +32,8 @@ enum Word {
     AddrHi,
     /// The warp's index in its block, computed from the thread's.
     Warp,
+    /// A half of `%gridid` (the launch's id): the high one when `true`.
+    Grid(bool),
 }
 
 /// The 4-byte words of a device context, by offset. The offsets come from the context structs
@@ -54,6 +56,8 @@ fn context_word(context: &Context, offset: usize) -> Word {
                 o if o == offset_of!(C, warp) => Word::Warp,
                 o if o == offset_of!(C, lane) => Word::Special("%laneid"),
                 o if o == offset_of!(C, sm) => Word::Special("%smid"),
+                o if o == offset_of!(C, launch_id) => Word::Grid(false),
+                o if o == offset_of!(C, launch_id) + 4 => Word::Grid(true),
                 o => dims(o, offset_of!(C, thread), TID)
                     .or_else(|| dims(o, offset_of!(C, block), CTAID))
                     .or_else(|| dims(o, offset_of!(C, block_dim), NTID))
@@ -80,6 +84,8 @@ fn context_word(context: &Context, offset: usize) -> Word {
                 o if o == offset_of!(C, lane) => Word::Special("%laneid"),
                 o if o == offset_of!(C, sm) => Word::Special("%smid"),
                 o if o == offset_of!(C, is_store) => Word::Const(u32::from(is_store)),
+                o if o == offset_of!(C, launch_id) => Word::Grid(false),
+                o if o == offset_of!(C, launch_id) + 4 => Word::Grid(true),
                 o => dims(o, offset_of!(C, thread), TID)
                     .or_else(|| dims(o, offset_of!(C, block), CTAID))
                     .unwrap_or(Word::Const(0)),
@@ -183,6 +189,10 @@ impl Emitter<'_> {
                 self.line(format!("mov.b64 {d}, {addr};"));
                 return;
             }
+            if context_word(&context, offset) == Word::Grid(false) {
+                self.line(format!("mov.u64 {d}, %gridid;"));
+                return;
+            }
             self.read_context_word(&context, offset, &w0);
             self.read_context_word(&context, offset + 4, &w1);
             self.line(format!("mov.b64 {d}, {{{w0}, {w1}}};"));
@@ -218,6 +228,14 @@ impl Emitter<'_> {
                 let t0 = self.tmp64(0);
                 let shift = if word == Word::AddrHi { 32 } else { 0 };
                 self.line(format!("shr.u64 {t0}, {addr}, {shift};"));
+                self.line(format!("cvt.u32.u64 {into}, {t0};"));
+            }
+            Word::Grid(high) => {
+                let t0 = self.tmp64(0);
+                self.line(format!("mov.u64 {t0}, %gridid;"));
+                if high {
+                    self.line(format!("shr.u64 {t0}, {t0}, 32;"));
+                }
                 self.line(format!("cvt.u32.u64 {into}, {t0};"));
             }
             Word::Warp => {
@@ -269,6 +287,40 @@ impl Emitter<'_> {
         } else {
             self.line(format!("cvt.u32.u64 {w0}, {value};"));
             self.line(format!("st{space}.u{bits} {addr}, {w0};"));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::offset_of;
+
+    use egpu_ebpf::verifier::verify;
+    use egpu_ebpf::{AttachPoint, DeviceEvent, KernelCtx, MemAccessCtx, Program, assemble};
+
+    use super::super::{Context, Options, translate};
+
+    /// The launch's id is `%gridid`, read whole or by halves, in both device contexts.
+    #[test]
+    fn launch_id_reads_the_grid_id() {
+        let at = [offset_of!(KernelCtx, launch_id), offset_of!(MemAccessCtx, launch_id)];
+        for (event, offset) in [(DeviceEvent::KernelEntry, at[0]), (DeviceEvent::GlobalLoad, at[1])]
+        {
+            let context = match event {
+                DeviceEvent::KernelEntry => Context::Kernel { kernel_id: 7 },
+                _ => Context::load_store(7, "%rd9".into(), 4, 0, false),
+            };
+            let text = format!(
+                "ldxdw %r6, [%r1+{offset}]\nldxw %r7, [%r1+{}]\nadd %r6, %r7\nmov %r0, %r6\nexit",
+                offset + 4
+            );
+            let slots = assemble(&text).expect("assembles");
+            let program = Program::new(slots, vec![], AttachPoint::Device(event)).expect("program");
+            let verified = verify(&program).expect("verified");
+            let body = translate(&verified, &Options::new("t", context)).expect("translated").body;
+            assert!(body.contains("mov.u64 %"), "{body}");
+            assert_eq!(body.matches("%gridid").count(), 2, "{body}");
+            assert!(body.contains("shr.u64") && body.contains(", 32;"), "{body}");
         }
     }
 }

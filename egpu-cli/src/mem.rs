@@ -1,0 +1,116 @@
+//! `egpu mem run`: `egpu run` with the built-in sets' pack as its probes and `EGPU_MEM_OUT`
+//! naming where each process writes its recording; then the table of each recording. `egpu mem
+//! report`: the tables of recordings already written.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use egpu::host::mem::{Recording, table};
+
+use crate::args::{MemCommand, MemReportArgs, MemRunArgs, OtlpProtocol, RunArgs};
+use crate::{Error, failed};
+
+/// `egpu mem`.
+pub(crate) fn mem_cmd(command: MemCommand) -> Result<ExitCode, Error> {
+    match command {
+        MemCommand::Run(a) => run(a),
+        MemCommand::Report(a) => report(a).map(|()| ExitCode::SUCCESS),
+    }
+}
+
+/// A folder of egpu's own, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run(a: MemRunArgs) -> Result<ExitCode, Error> {
+    let (out, _scratch) = match &a.out {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| failed(format!("{}: {e}", dir.display())))?;
+            (dir.canonicalize().map_err(|e| failed(format!("{}: {e}", dir.display())))?, None)
+        }
+        None => {
+            let dir = std::env::temp_dir().join(format!("egpu-mem-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).map_err(|e| failed(format!("{}: {e}", dir.display())))?;
+            (dir.clone(), Some(Scratch(dir)))
+        }
+    };
+    // Recordings of an earlier run in the same folder would be read as this run's.
+    for old in recordings_in(&out)? {
+        std::fs::remove_file(&old).map_err(|e| failed(format!("{}: {e}", old.display())))?;
+    }
+    let pack = egpu::host::mem::pack(&a.sets).map_err(failed)?;
+    let pack_path = out.join("sets.pack");
+    std::fs::write(&pack_path, pack.to_text())
+        .map_err(|e| failed(format!("{}: {e}", pack_path.display())))?;
+    let sets: Vec<&str> = a.sets.iter().map(|s| s.name()).collect();
+    eprintln!("egpu: mem sets {}; recordings in {}", sets.join(","), out.display());
+    let run = RunArgs {
+        summary: None,
+        library: a.library,
+        probes: Some(pack_path.to_string_lossy().into_owned()),
+        metrics: None,
+        kernel_names: false,
+        otlp: None,
+        otlp_every: std::time::Duration::from_secs(10),
+        otlp_protocol: OtlpProtocol::Json,
+        linger: None,
+        command: a.command,
+        env: vec![("EGPU_MEM_OUT".into(), out.clone().into_os_string())],
+    };
+    let code = crate::run::run_cmd(run)?;
+    let files = recordings_in(&out)?;
+    if files.is_empty() {
+        eprintln!("egpu: no process wrote a recording (did the command use CUDA?)");
+    }
+    print_tables(&files)?;
+    Ok(code)
+}
+
+/// The `.egpumem` files in `dir`, by name.
+fn recordings_in(dir: &Path) -> Result<Vec<PathBuf>, Error> {
+    let entries = std::fs::read_dir(dir).map_err(|e| failed(format!("{}: {e}", dir.display())))?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "egpumem"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Prints the table of each recording that holds kernels (processes that launched none, such
+/// as a program's helpers, are left out); a recording that cannot be read is an error.
+fn print_tables(files: &[PathBuf]) -> Result<(), Error> {
+    let mut first = true;
+    for file in files {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| failed(format!("{}: {e}", file.display())))?;
+        let recording =
+            Recording::parse(&text).map_err(|e| failed(format!("{}: {e}", file.display())))?;
+        if recording.kernels.is_empty() {
+            continue;
+        }
+        if !first {
+            println!();
+        }
+        first = false;
+        print!("{}", table::render(&recording));
+    }
+    Ok(())
+}
+
+fn report(a: MemReportArgs) -> Result<(), Error> {
+    let mut files = Vec::new();
+    for path in &a.paths {
+        if path.is_dir() {
+            files.extend(recordings_in(path)?);
+        } else {
+            files.push(path.clone());
+        }
+    }
+    print_tables(&files)
+}

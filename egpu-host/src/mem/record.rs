@@ -1,0 +1,332 @@
+//! A recording of `egpu mem`: what the sets measured in one process, read from their maps when
+//! the process ends, as JSON lines (the file extension is `.egpumem`).
+//!
+//! The first line is the [`Header`] (`"type":"header"`), which names the format and its
+//! version, the device, the driver and the egpu that recorded it; then a line per kernel the
+//! process launched (`"type":"kernel"`, [`Kernel`]) and one per launch timed
+//! (`"type":"launch"`, [`Launch`]). Fields are added, never renamed or removed, within a
+//! version; a reader of version 1 ignores fields it does not know.
+
+use std::collections::BTreeMap;
+
+use egpu_maps::{HashMap, PerCpuHashMap, RawMap};
+use serde::{Deserialize, Serialize};
+
+use super::sets::{COUNT_MAPS, Start};
+
+/// The format's name, in every header.
+pub const FORMAT: &str = "egpu-mem";
+/// The format's version.
+pub const VERSION: u32 = 1;
+
+/// Who recorded, on what.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Header {
+    /// [`FORMAT`].
+    pub format: String,
+    /// [`VERSION`].
+    pub version: u32,
+    /// egpu's version and commit (`0.1.0 8fef15e1a2b3`).
+    pub egpu: String,
+    /// The device's name (`NVIDIA H200`); empty when no context was seen.
+    pub device: String,
+    /// The CUDA driver's version (`13.0`).
+    pub driver: String,
+    /// The device's streaming multiprocessors.
+    pub sms: u32,
+    /// The device's peak memory bandwidth in bytes per second (memory clock × bus width × 2),
+    /// 0 when the driver does not say.
+    pub peak_bytes_per_second: f64,
+    /// The recording process.
+    pub pid: u32,
+    /// Its command line.
+    pub command: String,
+    /// The sets that ran (`counts`, `timing`).
+    pub sets: Vec<String>,
+}
+
+/// The accesses and bytes of a kernel, every launch, by class of instruction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Traffic {
+    /// `ld`/`ldu` and bulk copies from global memory, per thread.
+    pub loads: u64,
+    /// Their bytes.
+    pub loaded: u64,
+    /// `st`, bulk copies to global memory and tensor map writes.
+    pub stores: u64,
+    /// Their bytes.
+    pub stored: u64,
+    /// Atomics and reductions on global memory.
+    pub atomics: u64,
+    /// Their operands' bytes.
+    pub atomic: u64,
+    /// `cp.async` copies.
+    pub asyncs: u64,
+    /// The bytes they read.
+    #[serde(rename = "async")]
+    pub async_bytes: u64,
+    /// Tensor copies from global memory.
+    pub tensor_loads: u64,
+    /// Their boxes' bytes.
+    pub tensor_loaded: u64,
+    /// Tensor copies to global memory.
+    pub tensor_stores: u64,
+    /// Their boxes' bytes.
+    pub tensor_stored: u64,
+}
+
+impl Traffic {
+    /// The fields in the order of the `counts` maps.
+    fn fields(&mut self) -> [&mut u64; 12] {
+        [
+            &mut self.loads,
+            &mut self.loaded,
+            &mut self.stores,
+            &mut self.stored,
+            &mut self.atomics,
+            &mut self.atomic,
+            &mut self.asyncs,
+            &mut self.async_bytes,
+            &mut self.tensor_loads,
+            &mut self.tensor_loaded,
+            &mut self.tensor_stores,
+            &mut self.tensor_stored,
+        ]
+    }
+
+    /// Bytes read from global memory, every class but atomics.
+    pub fn read(&self) -> u64 {
+        self.loaded + self.async_bytes + self.tensor_loaded
+    }
+
+    /// Bytes written to global memory, every class but atomics.
+    pub fn written(&self) -> u64 {
+        self.stored + self.tensor_stored
+    }
+
+    /// Every byte moved: read, written and the atomics' operands.
+    pub fn total(&self) -> u64 {
+        self.read() + self.written() + self.atomic
+    }
+}
+
+/// A kernel the process launched.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Kernel {
+    /// Its (mangled) name.
+    pub name: String,
+    /// Its id: the FNV-1a hash of the name, in hexadecimal.
+    pub id: String,
+    /// Launches the host saw (graph replays aside).
+    pub launches: u64,
+    /// Whether its module was instrumented; `false`: it ran without probes (no PTX, …), and the
+    /// device's columns are unknown, not zero.
+    pub instrumented: bool,
+    /// What it moved, with the `counts` set.
+    pub traffic: Option<Traffic>,
+    /// Launches timed by the `timing` set (graph replays included).
+    pub timed: u64,
+    /// Their GPU time, in nanoseconds.
+    pub gpu_ns: u64,
+}
+
+/// A launch timed by the `timing` set.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Launch {
+    /// Its `%gridid`: unique in its context, growing with the launches.
+    pub grid: u64,
+    /// The kernel's id, in hexadecimal.
+    pub kernel: String,
+    /// `%globaltimer` when the first thread of block 0 started, in nanoseconds.
+    pub start_ns: u64,
+    /// The latest end of a block's first thread, in nanoseconds.
+    pub end_ns: u64,
+    /// Blocks in the grid.
+    pub blocks: u64,
+    /// Threads per block.
+    pub threads: u64,
+}
+
+impl Launch {
+    /// Its GPU time in nanoseconds.
+    pub fn duration_ns(&self) -> u64 {
+        self.end_ns.saturating_sub(self.start_ns)
+    }
+}
+
+/// One line of a recording.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+enum Line {
+    Header(Header),
+    Kernel(Kernel),
+    Launch(Launch),
+}
+
+/// What one process recorded.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Recording {
+    /// Who recorded, on what.
+    pub header: Header,
+    /// The kernels, most GPU time first, then most bytes, then most launches.
+    pub kernels: Vec<Kernel>,
+    /// The launches timed, by grid id.
+    pub launches: Vec<Launch>,
+}
+
+/// Why a recording could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordingError {
+    /// Nothing in it.
+    #[error("an empty recording: an egpu-mem recording starts with its header line")]
+    Empty,
+    /// The first line is not a header.
+    #[error(
+        "line 1 is not an egpu-mem header (`{{\"type\":\"header\",\"format\":\"egpu-mem\",...}}`)"
+    )]
+    NoHeader,
+    /// A version this egpu does not read.
+    #[error("egpu-mem version {found}; this egpu reads version {VERSION}")]
+    Version {
+        /// The version found.
+        found: u32,
+    },
+    /// A line that is not a record.
+    #[error("line {line}: {reason}")]
+    Line {
+        /// The line (from 1).
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The hexadecimal form of a kernel id.
+pub fn kernel_hex(id: u64) -> String {
+    format!("{id:016x}")
+}
+
+impl Recording {
+    /// Reads what the sets' maps hold (`maps`, by the names the sets gave them), for the
+    /// kernels the host saw launched (`launched`: id, launches, name), with `instrumented`
+    /// saying whose module was; kernels the maps hold and `launched` lacks (graph replays) are
+    /// named by `name`.
+    pub fn collect(
+        header: Header,
+        maps: &[(String, RawMap)],
+        launched: &[(u64, u64, String)],
+        instrumented: &dyn Fn(u64) -> bool,
+        name: &dyn Fn(u64) -> String,
+    ) -> Recording {
+        let map = |n: &str| maps.iter().find(|(m, _)| m == n).map(|(_, raw)| raw.clone());
+        let mut kernels: BTreeMap<u64, Kernel> = BTreeMap::new();
+        fn kernel<'k>(
+            kernels: &'k mut BTreeMap<u64, Kernel>,
+            id: u64,
+            name: impl FnOnce() -> String,
+            instrumented: &dyn Fn(u64) -> bool,
+        ) -> &'k mut Kernel {
+            kernels.entry(id).or_insert_with(|| Kernel {
+                name: name(),
+                id: kernel_hex(id),
+                instrumented: instrumented(id),
+                ..Kernel::default()
+            })
+        }
+        for (id, n, named) in launched {
+            kernel(&mut kernels, *id, || named.clone(), instrumented).launches += n;
+        }
+        let counts: Vec<Option<HashMap<u64, u64>>> =
+            COUNT_MAPS.iter().map(|n| map(n).and_then(|raw| HashMap::from_raw(raw).ok())).collect();
+        if counts.iter().all(Option::is_some) {
+            for (column, m) in counts.iter().flatten().enumerate() {
+                for (id, v) in m.iter() {
+                    let k = kernel(&mut kernels, id, || name(id), instrumented);
+                    *k.traffic.get_or_insert_with(Traffic::default).fields()[column] += v;
+                }
+            }
+            // An instrumented kernel that moved nothing moved nothing (it is not unknown).
+            for k in kernels.values_mut().filter(|k| k.instrumented) {
+                k.traffic.get_or_insert_with(Traffic::default);
+            }
+        }
+        let mut launches = Vec::new();
+        let starts = map("STARTS").and_then(|raw| HashMap::<u64, Start>::from_raw(raw).ok());
+        let ends = map("ENDS").and_then(|raw| PerCpuHashMap::<u64, u64>::from_raw(raw).ok());
+        if let (Some(starts), Some(ends)) = (starts, ends) {
+            for (grid, s) in starts.iter() {
+                let Some(end) = ends.get(&grid).and_then(|e| e.sm.into_iter().max()) else {
+                    continue;
+                };
+                let launch = Launch {
+                    grid,
+                    kernel: kernel_hex(s.kernel),
+                    start_ns: s.start,
+                    end_ns: end.max(s.start),
+                    blocks: s.blocks,
+                    threads: s.threads,
+                };
+                let k = kernel(&mut kernels, s.kernel, || name(s.kernel), instrumented);
+                k.timed += 1;
+                k.gpu_ns += launch.duration_ns();
+                launches.push(launch);
+            }
+        }
+        launches.sort_by_key(|l| l.grid);
+        let mut kernels: Vec<Kernel> = kernels.into_values().collect();
+        kernels.sort_by_key(|k| {
+            let bytes = k.traffic.map_or(0, |t| t.total());
+            (std::cmp::Reverse(k.gpu_ns), std::cmp::Reverse(bytes), std::cmp::Reverse(k.launches))
+        });
+        Recording { header, kernels, launches }
+    }
+
+    /// The recording as JSON lines, each ending with a newline.
+    pub fn to_jsonl(&self) -> String {
+        let mut text = String::new();
+        let mut line = |l: Line| {
+            // Serialising these types cannot fail: no maps with non-string keys, no I/O.
+            text.push_str(&serde_json::to_string(&l).unwrap_or_default());
+            text.push('\n');
+        };
+        line(Line::Header(self.header.clone()));
+        self.kernels.iter().for_each(|k| line(Line::Kernel(k.clone())));
+        self.launches.iter().for_each(|l| line(Line::Launch(l.clone())));
+        text
+    }
+
+    /// Reads a recording written by [`Recording::to_jsonl`] (blank lines are skipped).
+    pub fn parse(text: &str) -> Result<Recording, RecordingError> {
+        let mut lines = text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty());
+        let Some((_, first)) = lines.next() else { return Err(RecordingError::Empty) };
+        let header = match serde_json::from_str::<Line>(first) {
+            Ok(Line::Header(h)) if h.format == FORMAT => h,
+            _ => {
+                // A header of another version may not parse as this one's: its version first.
+                let v: Option<u32> = serde_json::from_str::<serde_json::Value>(first)
+                    .ok()
+                    .filter(|v| v["format"] == FORMAT)
+                    .and_then(|v| v["version"].as_u64())
+                    .and_then(|v| u32::try_from(v).ok());
+                return Err(match v {
+                    Some(found) if found != VERSION => RecordingError::Version { found },
+                    _ => RecordingError::NoHeader,
+                });
+            }
+        };
+        if header.version != VERSION {
+            return Err(RecordingError::Version { found: header.version });
+        }
+        let mut recording = Recording { header, ..Recording::default() };
+        for (i, text) in lines {
+            let at = |reason: String| RecordingError::Line { line: i + 1, reason };
+            match serde_json::from_str::<Line>(text).map_err(|e| at(e.to_string()))? {
+                Line::Header(_) => return Err(at("a second header".into())),
+                Line::Kernel(k) => recording.kernels.push(k),
+                Line::Launch(l) => recording.launches.push(l),
+            }
+        }
+        Ok(recording)
+    }
+}

@@ -1,0 +1,145 @@
+//! The device probe sets of `egpu mem`, in Probe Rust. Every map is a `static` here; a set's
+//! probes go into a pack ([`super::pack`]) whose maps the preloaded library creates under these
+//! names, and [`Recording::collect`](super::Recording::collect) reads them back by name.
+//!
+//! - `counts`: per kernel (keyed by its id), the accesses each class of instruction made and
+//!   their bytes, one pair of maps per column. The key is the kernel's id at every access, so a
+//!   thread's adds combine in its registers until it exits (one flush per thread and map).
+//! - `timing`: per launch (keyed by `%gridid`), the device clock (`%globaltimer`) when the
+//!   first thread of block 0 starts, and, per SM, when the first thread of each block ends
+//!   (the last store wins). A launch's GPU time is the latest end over the SMs less the start.
+//!   One map write per block: the cost does not grow with the threads.
+
+use bytemuck::{Pod, Zeroable};
+use egpu_ebpf::{KernelCtx, MemAccessCtx};
+use egpu_macros::probe;
+use egpu_maps::{HashMap, PerCpuHashMap, Shards};
+use egpu_probe::Probe;
+
+/// Kernels the `counts` maps hold.
+pub const KERNELS: u32 = 1024;
+/// Launches the `timing` maps hold; later ones are not timed (and counted as such).
+pub const LAUNCHES: u32 = 8192;
+/// SM shards of [`ENDS`]: one per SM up to this many (`%smid % SM_SHARDS` above).
+pub const SM_SHARDS: u32 = 128;
+
+macro_rules! kernel_maps {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        $( $(#[$doc])* pub(super) static $name: HashMap<u64, u64> = HashMap::with_capacity(KERNELS); )*
+        /// The `counts` maps' names, in the order of [`super::record::Traffic`]'s fields.
+        pub(super) const COUNT_MAPS: &[&str] = &[$(stringify!($name)),*];
+    };
+}
+
+kernel_maps! {
+    /// `ld`/`ldu` and bulk copies (`cp.async.bulk`) from global memory, per thread.
+    LOADS,
+    /// Their bytes.
+    LOADED,
+    /// `st`, bulk copies to global memory and tensor map writes, per thread.
+    STORES,
+    /// Their bytes.
+    STORED,
+    /// `atom` and `red` on global memory, per thread.
+    ATOMICS,
+    /// The bytes of their operands.
+    ATOMIC,
+    /// `cp.async` (global to shared memory), per thread.
+    ASYNCS,
+    /// The bytes they read (a copy whose `src-size` is 0 reads none).
+    ASYNC,
+    /// Tensor copies from global memory (`cp.async.bulk.tensor`), one per copy.
+    TENSOR_LOADS,
+    /// Their boxes' bytes (0 for a tensor map egpu did not see encoded).
+    TENSOR_LOADED,
+    /// Tensor copies and reductions to global memory.
+    TENSOR_STORES,
+    /// Their boxes' bytes.
+    TENSOR_STORED,
+}
+
+/// Every read of global memory.
+#[probe(device::global_load, crate = crate::egpu_root)]
+fn count_loads(ctx: &MemAccessCtx) {
+    if ctx.class == MemAccessCtx::TENSOR_COPY {
+        TENSOR_LOADS.fetch_add(&ctx.kernel_id, 1);
+        TENSOR_LOADED.fetch_add(&ctx.kernel_id, ctx.size as u64);
+    } else if ctx.class == MemAccessCtx::ASYNC_COPY {
+        ASYNCS.fetch_add(&ctx.kernel_id, 1);
+        ASYNC.fetch_add(&ctx.kernel_id, ctx.size as u64);
+    } else {
+        LOADS.fetch_add(&ctx.kernel_id, 1);
+        LOADED.fetch_add(&ctx.kernel_id, ctx.size as u64);
+    }
+}
+
+/// Every write of global memory but atomics.
+#[probe(device::global_store, crate = crate::egpu_root)]
+fn count_stores(ctx: &MemAccessCtx) {
+    if ctx.class == MemAccessCtx::TENSOR_COPY {
+        TENSOR_STORES.fetch_add(&ctx.kernel_id, 1);
+        TENSOR_STORED.fetch_add(&ctx.kernel_id, ctx.size as u64);
+    } else {
+        STORES.fetch_add(&ctx.kernel_id, 1);
+        STORED.fetch_add(&ctx.kernel_id, ctx.size as u64);
+    }
+}
+
+/// Every atomic on global memory.
+#[probe(device::global_atomic, crate = crate::egpu_root)]
+fn count_atomics(ctx: &MemAccessCtx) {
+    ATOMICS.fetch_add(&ctx.kernel_id, 1);
+    ATOMIC.fetch_add(&ctx.kernel_id, ctx.size as u64);
+}
+
+/// A launch's start, written by the first thread of its block 0.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct Start {
+    /// The kernel's id.
+    pub kernel: u64,
+    /// `%globaltimer` when the thread started, in nanoseconds.
+    pub start: u64,
+    /// Blocks in the grid.
+    pub blocks: u64,
+    /// Threads in a block.
+    pub threads: u64,
+}
+
+/// Launches by `%gridid`: their kernel and start.
+pub(super) static STARTS: HashMap<u64, Start> = HashMap::with_capacity(LAUNCHES);
+/// Launches by `%gridid`: per SM, when the first thread of the last block to end there ended.
+pub(super) static ENDS: PerCpuHashMap<u64, u64> =
+    PerCpuHashMap::with_shards(LAUNCHES, Shards::new(1, SM_SHARDS));
+
+/// The first thread of a launch's block 0 records the launch's start.
+#[probe(device::kernel_entry, crate = crate::egpu_root)]
+fn launch_starts(ctx: &KernelCtx) {
+    let first = ctx.thread[0] | ctx.thread[1] | ctx.thread[2];
+    if (first | ctx.block[0] | ctx.block[1] | ctx.block[2]) == 0 {
+        let blocks = ctx.grid_dim[0] as u64 * ctx.grid_dim[1] as u64 * ctx.grid_dim[2] as u64;
+        let threads = ctx.block_dim[0] as u64 * ctx.block_dim[1] as u64 * ctx.block_dim[2] as u64;
+        let now = egpu_vm::native::ktime_ns();
+        STARTS
+            .insert(&ctx.launch_id, &Start { kernel: ctx.kernel_id, start: now, blocks, threads });
+    }
+}
+
+/// The first thread of each block records, in its SM's shard, when it ends.
+#[probe(device::kernel_exit, crate = crate::egpu_root)]
+fn block_ends(ctx: &KernelCtx) {
+    if (ctx.thread[0] | ctx.thread[1] | ctx.thread[2]) == 0 {
+        let now = egpu_vm::native::ktime_ns();
+        ENDS.insert(&ctx.launch_id, &now);
+    }
+}
+
+/// The `counts` probes.
+pub(super) fn counts() -> [&'static Probe; 3] {
+    [count_loads::probe(), count_stores::probe(), count_atomics::probe()]
+}
+
+/// The `timing` probes.
+pub(super) fn timing() -> [&'static Probe; 2] {
+    [launch_starts::probe(), block_ends::probe()]
+}

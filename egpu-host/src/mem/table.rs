@@ -1,0 +1,129 @@
+//! The table `egpu mem` prints: a line per kernel, most GPU time first.
+
+use std::fmt::Write as _;
+
+use super::record::{Kernel, Recording};
+
+/// Bytes as a person reads them (`1.50 GB`, decimal units).
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1000.0 && unit + 1 < UNITS.len() {
+        v /= 1000.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{n} B") } else { format!("{v:.2} {}", UNITS[unit]) }
+}
+
+/// A kernel's achieved bandwidth, bytes per second, and whether it is exact: every launch
+/// whose bytes were counted was timed (graph replays are timed and counted but not launched
+/// by the host); otherwise the bytes are scaled to the launches timed, which assumes they are
+/// alike.
+pub fn bandwidth(k: &Kernel) -> Option<(f64, bool)> {
+    let total = k.traffic?.total();
+    if k.gpu_ns == 0 {
+        return None;
+    }
+    let exact = k.timed >= k.launches;
+    let share = if exact { 1.0 } else { k.timed as f64 / k.launches.max(1) as f64 };
+    Some((total as f64 * share / (k.gpu_ns as f64 * 1e-9), exact))
+}
+
+/// A kernel's name cut to `width` characters (the end kept: templates' parameters come last
+/// but the name first, so the start is kept and the cut marked with `…`).
+fn cut(name: &str, width: usize) -> String {
+    if name.chars().count() <= width {
+        return name.to_owned();
+    }
+    let kept: String = name.chars().take(width - 1).collect();
+    format!("{kept}…")
+}
+
+/// The table of `recording`.
+pub fn render(recording: &Recording) -> String {
+    let h = &recording.header;
+    let mut text = String::new();
+    let peak = h.peak_bytes_per_second;
+    let device = if h.device.is_empty() { "no device seen" } else { h.device.as_str() };
+    let _ = writeln!(
+        text,
+        "process {} ({}): {device}, driver {}, peak {}, sets {}",
+        h.pid,
+        cut(&h.command, 60),
+        h.driver,
+        if peak > 0.0 { format!("{}/s", bytes(peak as u64)) } else { "unknown".into() },
+        h.sets.join(",")
+    );
+    let _ = writeln!(
+        text,
+        "{:<40} {:>8} {:>11} {:>11} {:>11} {:>11} {:>12} {:>6} {:>8}",
+        "kernel",
+        "launches",
+        "GPU time",
+        "read",
+        "written",
+        "atomic",
+        "bandwidth",
+        "peak",
+        "B/access"
+    );
+    for k in &recording.kernels {
+        let time = if k.timed > 0 {
+            format!("{:.3} ms", k.gpu_ns as f64 / 1e6)
+        } else if k.instrumented {
+            "-".into()
+        } else {
+            "(no probes)".into()
+        };
+        let _ = write!(text, "{:<40} {:>8} {:>11} ", cut(&k.name, 40), k.launches, time);
+        match k.traffic {
+            Some(t) => {
+                let accesses = t.loads + t.stores + t.atomics + t.asyncs;
+                let per = if accesses > 0 {
+                    format!(
+                        "{:.1}",
+                        (t.loaded + t.stored + t.atomic + t.async_bytes) as f64 / accesses as f64
+                    )
+                } else {
+                    "-".into()
+                };
+                let (bw, of_peak) = match bandwidth(k) {
+                    Some((bw, exact)) => (
+                        format!("{}{}/s", if exact { "" } else { "~" }, bytes(bw as u64)),
+                        if peak > 0.0 { format!("{:.0}%", 100.0 * bw / peak) } else { "-".into() },
+                    ),
+                    None => ("-".into(), "-".into()),
+                };
+                let _ = writeln!(
+                    text,
+                    "{:>11} {:>11} {:>11} {:>12} {:>6} {:>8}",
+                    bytes(t.read()),
+                    bytes(t.written()),
+                    bytes(t.atomic),
+                    bw,
+                    of_peak,
+                    per
+                );
+            }
+            None if !k.instrumented => {
+                let _ = writeln!(text, "{:>11}", "not instrumentable");
+            }
+            None => {
+                let _ = writeln!(text, "{:>11}", "-");
+            }
+        }
+    }
+    let timed: u64 = recording.kernels.iter().map(|k| k.timed).sum();
+    let launched: u64 = recording.kernels.iter().map(|k| k.launches).sum();
+    let total: u64 = recording.kernels.iter().filter_map(|k| k.traffic).map(|t| t.total()).sum();
+    let gpu: u64 = recording.kernels.iter().map(|k| k.gpu_ns).sum();
+    let _ = writeln!(
+        text,
+        "{} kernels, {launched} launches ({timed} timed), {} moved, {:.3} ms of GPU time in kernels timed",
+        recording.kernels.len(),
+        bytes(total),
+        gpu as f64 / 1e6
+    );
+    text
+}

@@ -1,0 +1,197 @@
+//! The sets on the CPU VM, read back into a recording by the names the maps have; the
+//! recording's text form; the sets injected into corpus kernels and checked by ptxas.
+
+use egpu_ebpf::{KernelCtx, MemAccessCtx};
+use egpu_maps::RawMap;
+
+use super::sets::*;
+use super::*;
+
+fn access(kernel_id: u64, size: u32, class: u32) -> MemAccessCtx {
+    MemAccessCtx { kernel_id, size, class, ..MemAccessCtx::default() }
+}
+
+fn maps() -> Vec<(String, RawMap)> {
+    let mut maps: Vec<(String, RawMap)> = [
+        &LOADS,
+        &LOADED,
+        &STORES,
+        &STORED,
+        &ATOMICS,
+        &ATOMIC,
+        &ASYNCS,
+        &ASYNC,
+        &TENSOR_LOADS,
+        &TENSOR_LOADED,
+        &TENSOR_STORES,
+        &TENSOR_STORED,
+    ]
+    .iter()
+    .zip(COUNT_MAPS)
+    .map(|(m, name)| (name.to_string(), m.raw().clone()))
+    .collect();
+    maps.push(("STARTS".into(), STARTS.raw().clone()));
+    maps.push(("ENDS".into(), ENDS.raw().clone()));
+    maps
+}
+
+#[test]
+fn the_sets_fill_a_recording() {
+    let mut vms = counts().map(|p| p.vm().expect("a VM"));
+    let (k1, k2) = (0x11, 0x22);
+    // (probe: 0 loads, 1 stores, 2 atomics; the access)
+    for (probe, mut ctx) in [
+        (0, access(k1, 4, MemAccessCtx::LOAD_STORE)),
+        (0, access(k1, 16, MemAccessCtx::LOAD_STORE)),
+        (0, access(k1, 16, MemAccessCtx::ASYNC_COPY)),
+        (0, access(k2, 4096, MemAccessCtx::TENSOR_COPY)),
+        (1, access(k1, 8, MemAccessCtx::LOAD_STORE)),
+        (1, access(k2, 128, MemAccessCtx::TENSOR_MAP)),
+        (2, access(k2, 4, MemAccessCtx::ATOMIC)),
+    ] {
+        vms[probe].run_ctx(&mut ctx).expect("runs");
+    }
+    let [mut starts, mut ends] = timing().map(|p| p.vm().expect("a VM"));
+    let kernel = |launch_id, block: u32, thread: u32| KernelCtx {
+        kernel_id: k1,
+        launch_id,
+        block: [block, 0, 0],
+        thread: [thread, 0, 0],
+        grid_dim: [4, 1, 1],
+        block_dim: [64, 1, 1],
+        ..KernelCtx::default()
+    };
+    // Launch 9: only block 0's first thread starts it; every block's first thread ends it.
+    for (block, thread) in [(1, 0), (0, 5), (0, 0)] {
+        starts.run_ctx(&mut kernel(9, block, thread)).expect("runs");
+    }
+    for block in 0..4 {
+        ends.run_ctx(&mut kernel(9, block, 0)).expect("runs");
+        ends.run_ctx(&mut kernel(9, block, 1)).expect("runs");
+    }
+    let header =
+        Header { format: record::FORMAT.into(), version: record::VERSION, ..Header::default() };
+    let launched = [(k1, 1, "one".to_string()), (0x33, 2, "cublas".to_string())];
+    let recording = Recording::collect(header, &maps(), &launched, &|id| id != 0x33, &|id| {
+        format!("kernel {id:x}")
+    });
+    let by = |name: &str| recording.kernels.iter().find(|k| k.name == name).expect(name).clone();
+    let one = by("one");
+    let t = one.traffic.expect("counted");
+    assert_eq!(
+        (t.loads, t.loaded, t.asyncs, t.async_bytes, t.stores, t.stored),
+        (2, 20, 1, 16, 1, 8)
+    );
+    assert_eq!((t.read(), t.written(), t.total()), (36, 8, 44));
+    assert_eq!((one.launches, one.timed), (1, 1));
+    let two = by("kernel 22");
+    let t = two.traffic.expect("counted");
+    assert_eq!(
+        (t.tensor_loads, t.tensor_loaded, t.stores, t.stored, t.atomics, t.atomic),
+        (1, 4096, 1, 128, 1, 4)
+    );
+    assert!(two.instrumented && two.launches == 0);
+    let cublas = by("cublas");
+    assert!(!cublas.instrumented && cublas.traffic.is_none() && cublas.launches == 2);
+    let [launch] = recording.launches.as_slice() else { panic!("{:?}", recording.launches) };
+    assert_eq!((launch.grid, launch.blocks, launch.threads), (9, 4, 64));
+    assert!(launch.end_ns >= launch.start_ns && launch.start_ns > 0, "{launch:?}");
+    assert_eq!(one.gpu_ns, launch.duration_ns());
+
+    // The text form gives the same back; the table names every kernel.
+    let text = recording.to_jsonl();
+    assert!(
+        text.starts_with("{\"type\":\"header\",\"format\":\"egpu-mem\",\"version\":1"),
+        "{text}"
+    );
+    assert_eq!(Recording::parse(&text).expect("parses"), recording);
+    let table = table::render(&recording);
+    for name in ["one", "kernel 22", "cublas", "not instrumentable", "36 B"] {
+        assert!(table.contains(name), "{name} in\n{table}");
+    }
+}
+
+#[test]
+fn bad_recordings_are_refused_with_their_reason() {
+    let header = "{\"type\":\"header\",\"format\":\"egpu-mem\",\"version\":1,\"egpu\":\"\",\"device\":\"\",\"driver\":\"\",\"sms\":0,\"peak_bytes_per_second\":0.0,\"pid\":1,\"command\":\"\",\"sets\":[]}";
+    assert!(Recording::parse(header).is_ok());
+    let cases: [(String, &str); 6] = [
+        (String::new(), "empty"),
+        ("{\"type\":\"kernel\"}".into(), "not an egpu-mem header"),
+        (header.replace("\"version\":1", "\"version\":7"), "version 7"),
+        (format!("{header}\n{{\"type\":\"launch\",\"grid\":\"x\"}}"), "line 2"),
+        (format!("{header}\n{header}"), "a second header"),
+        (format!("{header}\nnot json"), "line 2"),
+    ];
+    for (text, says) in cases {
+        let e = Recording::parse(&text).expect_err(&text).to_string();
+        assert!(e.contains(says), "{text:?}: {e}");
+    }
+    // Every prefix of a good recording, and every byte changed, is read or refused: no panic.
+    let good = format!(
+        "{header}\n{{\"type\":\"launch\",\"grid\":3,\"kernel\":\"0a\",\"start_ns\":1,\"end_ns\":5,\"blocks\":1,\"threads\":32}}\n"
+    );
+    for cut in 0..good.len() {
+        let _ = Recording::parse(&good[..cut]);
+    }
+    let mut bytes = good.clone().into_bytes();
+    for i in 0..bytes.len() {
+        let was = bytes[i];
+        bytes[i] = b'}';
+        let _ = Recording::parse(&String::from_utf8_lossy(&bytes));
+        bytes[i] = was;
+    }
+}
+
+#[test]
+fn the_pack_names_each_set_once() {
+    let pack = pack(&[Set::Counts, Set::Timing, Set::Counts]).expect("a pack");
+    assert_eq!(pack.probes().len(), 5);
+    let again = crate::pack::Pack::parse(&pack.to_text()).expect("read back");
+    assert_eq!(again.probes().len(), 5);
+    assert_eq!("timing".parse::<Set>(), Ok(Set::Timing));
+    let e = "pages".parse::<Set>().expect_err("not yet a set").to_string();
+    assert!(e.contains("counts, timing"), "{e}");
+}
+
+#[test]
+fn the_sets_in_corpus_kernels_pass_ptxas() {
+    use egpu_device::inject::{DeviceProbe, Kernels, inject};
+    use egpu_device::translate::DeviceMap;
+    let Some(ptxas) = egpu_device::testing::require_ptxas() else { return };
+    let Some(nvcc) = egpu_device::testing::require_nvcc() else { return };
+    let pack = pack(&Set::ALL).expect("a pack");
+    let bound: Vec<Vec<DeviceMap>> = pack
+        .probes()
+        .iter()
+        .map(|p| {
+            p.maps
+                .iter()
+                .enumerate()
+                .map(|(i, &geometry)| DeviceMap {
+                    addr: 0x7f00_0000_0000 + ((i as u64) << 28),
+                    geometry,
+                    live: false,
+                    spread: 0,
+                    drained: false,
+                })
+                .collect()
+        })
+        .collect();
+    let device: Vec<DeviceProbe<'_>> = pack
+        .probes()
+        .iter()
+        .zip(&bound)
+        .map(|(p, maps)| DeviceProbe { program: &p.program, kernels: Kernels::All, maps })
+        .collect();
+    let kernels = egpu_test_support::workspace_path("tests/kernels");
+    for name in ["saxpy", "atomics", "async_copy", "vectors"] {
+        let ptx = nvcc.compile_ptx(&kernels.join(format!("{name}.cu")), "sm_90").expect("PTX");
+        let injected = inject(&ptx, &device).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert!(
+            injected.ptx.contains("%gridid") && injected.ptx.contains("%globaltimer"),
+            "{name}"
+        );
+        ptxas.check(&injected.ptx, "sm_90").unwrap_or_else(|e| panic!("{name}: {e}"));
+    }
+}

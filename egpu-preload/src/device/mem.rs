@@ -1,0 +1,104 @@
+//! `egpu mem`'s recording: when `EGPU_MEM_OUT` names a folder, the process writes what the
+//! built-in sets' maps hold ([`egpu::host::mem::Recording`]) to `<folder>/<pid>.egpumem` when it
+//! exits, after the device parts are merged, beside the kernels it launched and the device it
+//! ran on (the first whose context got map parts; device 0 when none did).
+
+use std::ffi::{c_char, c_int};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use egpu::host::builtin::Builtin;
+use egpu::host::mem::{self, Header, Recording};
+
+use super::UserProbes;
+use crate::CuResult;
+use crate::real::Hook;
+
+type VersionFn = unsafe extern "C" fn(*mut c_int) -> CuResult;
+type NameFn = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> CuResult;
+type AttributeFn = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult;
+static DRIVER_VERSION: Hook<VersionFn> = Hook::new(c"cuDriverGetVersion", std::ptr::null_mut);
+static DEVICE_NAME: Hook<NameFn> = Hook::new(c"cuDeviceGetName", std::ptr::null_mut);
+static ATTRIBUTE: Hook<AttributeFn> = Hook::new(c"cuDeviceGetAttribute", std::ptr::null_mut);
+
+/// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`, `..._MEMORY_CLOCK_RATE` (kHz),
+/// `..._GLOBAL_MEMORY_BUS_WIDTH` (bits).
+const SMS: c_int = 16;
+const MEMORY_CLOCK_KHZ: c_int = 36;
+const BUS_BITS: c_int = 37;
+
+/// The device of the first context given map parts.
+static DEVICE: AtomicI32 = AtomicI32::new(-1);
+
+/// A context on `device` got map parts.
+pub(super) fn saw_device(device: c_int) {
+    if device >= 0 {
+        let _ = DEVICE.compare_exchange(-1, device, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
+/// The header's device fields, asked of the driver (empty where it does not answer).
+fn header() -> Header {
+    let device = DEVICE.load(Ordering::Relaxed).max(0);
+    let mut h = Header {
+        format: mem::record::FORMAT.into(),
+        version: mem::record::VERSION,
+        egpu: mem::egpu_build(),
+        pid: std::process::id(),
+        command: std::fs::read("/proc/self/cmdline")
+            .map(|b| String::from_utf8_lossy(&b).trim_end_matches('\0').replace('\0', " "))
+            .unwrap_or_default(),
+        ..Header::default()
+    };
+    if let Some(version) = DRIVER_VERSION.get_or_ask() {
+        let mut v: c_int = 0;
+        // SAFETY: the driver writes one int.
+        if unsafe { version(&mut v) } == 0 {
+            h.driver = format!("{}.{}", v / 1000, v % 1000 / 10);
+        }
+    }
+    if let Some(name) = DEVICE_NAME.get_or_ask() {
+        let mut buf = [0 as c_char; 256];
+        // SAFETY: the driver writes at most `len` bytes, NUL-terminated.
+        if unsafe { name(buf.as_mut_ptr(), buf.len() as c_int, device) } == 0 {
+            // SAFETY: NUL-terminated within the buffer (its last byte is never written).
+            let s = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
+            h.device = s.to_string_lossy().into_owned();
+        }
+    }
+    if let Some(attribute) = ATTRIBUTE.get_or_ask() {
+        let get = |a: c_int| {
+            let mut v: c_int = 0;
+            // SAFETY: the driver writes one int.
+            if unsafe { attribute(&mut v, a, device) } == 0 { v.max(0) } else { 0 }
+        };
+        h.sms = get(SMS) as u32;
+        // Double data rate: two transfers per clock.
+        h.peak_bytes_per_second =
+            get(MEMORY_CLOCK_KHZ) as f64 * 1e3 * 2.0 * get(BUS_BITS) as f64 / 8.0;
+    }
+    h
+}
+
+/// Writes the recording when `EGPU_MEM_OUT` asks for one.
+pub(crate) fn write(user: &UserProbes, names: &Builtin) {
+    let Some(folder) = std::env::var_os("EGPU_MEM_OUT").filter(|f| !f.is_empty()) else { return };
+    let mut header = header();
+    let has = |name: &str| user.maps.iter().any(|(n, _)| n == name);
+    header.sets = [("counts", "LOADED"), ("timing", "STARTS")]
+        .iter()
+        .filter(|(_, map)| has(map))
+        .map(|(set, _)| set.to_string())
+        .collect();
+    let kernels = super::KERNELS.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let recording = Recording::collect(
+        header,
+        &user.maps,
+        &names.kernels_launched(),
+        &|id| kernels.binary_search(&id).is_ok(),
+        &|id| names.name(id),
+    );
+    let path = std::path::Path::new(&folder).join(format!("{}.egpumem", std::process::id()));
+    if let Err(e) = std::fs::write(&path, recording.to_jsonl()) {
+        eprintln!("egpu: writing {}: {e}", path.display());
+    }
+}

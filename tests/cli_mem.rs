@@ -1,0 +1,84 @@
+//! `egpu mem run` and `egpu mem report` on the stand-in driver (`egpu-preload/tests/fixture`):
+//! the sets' pack goes into the modules the program loads, each process writes its recording,
+//! and the table lists the kernels it launched, those without PTX as not instrumentable.
+
+mod cli_support;
+use cli_support::{fails, succeeds};
+
+#[path = "../egpu-preload/tests/support/mod.rs"]
+mod support;
+
+use egpu::host::mem::Recording;
+
+/// The recordings in `dir`.
+fn recordings(dir: &std::path::Path) -> Vec<Recording> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).expect("the folder") {
+        let path = entry.expect("an entry").path();
+        if path.extension().is_some_and(|x| x == "egpumem") {
+            let text = std::fs::read_to_string(&path).expect("a recording");
+            found.push(Recording::parse(&text).unwrap_or_else(|e| panic!("{text}: {e}")));
+        }
+    }
+    found
+}
+
+#[test]
+fn mem_run_records_each_process_and_prints_its_table() {
+    let dir = support::build("cli-mem");
+    let library = support::preload_library();
+    let launcher = dir.join("launcher");
+    let out = dir.join("mem");
+    let args = |extra: &[&std::ffi::OsStr]| {
+        let mut a: Vec<std::ffi::OsString> =
+            ["mem", "run", "--library"].iter().map(Into::into).collect();
+        a.push(library.clone().into());
+        a.push("--out".into());
+        a.push(out.clone().into());
+        a.push("--".into());
+        a.push(launcher.clone().into());
+        a.extend(extra.iter().map(|s| s.into()));
+        a
+    };
+    // The launcher's kernels come from no module with PTX: launched, not instrumentable.
+    let r = succeeds(&args(&[]));
+    assert!(r.stderr.contains("egpu: mem sets counts,timing; recordings in"), "{}", r.stderr);
+    // The parent and its children (forked, and one made by exec) each wrote one.
+    let all = recordings(&out);
+    assert_eq!(all.len(), 3, "{all:?}");
+    let parent = all
+        .iter()
+        .find(|rec| rec.kernels.iter().any(|k| k.name == "_Z5kernAPf"))
+        .expect("the parent's recording");
+    let h = &parent.header;
+    assert_eq!((h.format.as_str(), h.version), ("egpu-mem", 1));
+    assert_eq!(h.sets, ["counts", "timing"]);
+    assert!(h.command.contains("launcher") && h.egpu.starts_with(env!("CARGO_PKG_VERSION")));
+    let kern = parent.kernels.iter().find(|k| k.name == "_Z5kernAPf").expect("the kernel");
+    assert_eq!((kern.launches, kern.instrumented, kern.traffic), (11, false, None));
+    assert!(
+        r.stdout.contains("_Z5kernAPf") && r.stdout.contains("not instrumentable"),
+        "{}",
+        r.stdout
+    );
+    // `egpu mem report` prints the same table from the folder.
+    let again = succeeds(&["mem".as_ref(), "report".as_ref(), out.as_os_str()]);
+    assert!(r.stdout.ends_with(&again.stdout), "{}\n{}", r.stdout, again.stdout);
+
+    // A module with PTX is loaded instrumented with the sets: the launch's id and the clock.
+    let ptx = egpu_test_support::workspace_path("tests/ptx/saxpy.ptx");
+    let got = dir.join("got.ptx");
+    succeeds(&args(&["module".as_ref(), ptx.as_os_str(), got.as_os_str()]));
+    let loaded = std::fs::read_to_string(&got).expect("what the driver got");
+    assert!(loaded.contains("%gridid") && loaded.contains("%globaltimer"), "{loaded}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn mem_refuses_what_it_cannot_do() {
+    fails(&["mem", "run", "--sets", "pages", "--", "true"], 2, &["no set is named `pages`"]);
+    fails(&["mem", "report", "/nonexistent/x.egpumem"], 1, &["/nonexistent/x.egpumem"]);
+    let dir = cli_support::TempDir::new("mem-report");
+    let bad = dir.file("bad.egpumem", "{\"type\":\"kernel\"}\n");
+    fails(&["mem".as_ref(), "report".as_ref(), bad.as_os_str()], 1, &["not an egpu-mem header"]);
+}
