@@ -1,0 +1,274 @@
+"""`egpu mem` in real programs: each program runs bare and under `egpu mem run` (the `counts`
+and `timing` sets), and what the recordings say is compared with what the program says of
+itself. Run on the GPU machine by target/gpu-bundle/run.sh (the `mem-programs` item); it needs
+nvcc, PyTorch and Triton there.
+
+    python3 mem_check.py --egpu bin/egpu --work DIR [--keep OUT] [--only NAME]
+    python3 mem_check.py --self-test          (no GPU: the parsers and the verdicts)
+
+The programs: mem_timing.cu (saxpy over 2^28 floats, blocks that end at different times, a tiny
+kernel launched directly and from a graph, each launch between CUDA events), and the coverage
+check's programs (device_check.py: Triton, torch.compile, CUDA C with graphs and every way of
+loading a module). Each prints what its kernels move (`expect bytes`) and, mem_timing.cu, each
+launch's time by CUDA events (`expect times NAME ms ...`, in launch order). Checked:
+
+- bytes: per kernel and class (load, store, atomic, async copy), the recording's `traffic`
+  against the program's figures, exactly;
+- durations: per launch, egpu's GPU time (`launch` lines, by kernel in `%gridid` order, the last
+  ones when the program timed fewer than ran) within 5% of the events' or, for launches under
+  the clock floor (FLOOR_US: what CUDA events themselves add around a launch), within it;
+- bandwidth: per kernel timed, bytes per launch over egpu's mean duration against the same
+  bytes over the events' mean, within 5%.
+
+It prints, over all programs, `bytes exact: K/K kernels`, `durations within 5%: K/K kernels` and
+`bandwidth within 5%: K/K kernels`, and fails when any is not K/K, K is 0, results differ or a
+run fails. With --keep, the recordings are copied there (a folder per program).
+"""
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True
+import device_check  # noqa: E402 (the coverage check's programs, parsers and verdicts)
+
+CLASSES = device_check.CLASSES
+# Launches shorter than this are compared within it: the events bracketing a launch add a few
+# microseconds of their own, which no device clock sees.
+FLOOR_US = 5.0
+
+
+def recordings(folder):
+    """The recordings in `folder`: [(header, kernels, launches)]."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.egpumem"))):
+        header, kernels, launches = None, [], []
+        with open(path) as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                rec = json.loads(line)
+                kind = rec.pop("type")
+                if kind == "header":
+                    header = rec
+                elif kind == "kernel":
+                    kernels.append(rec)
+                elif kind == "launch":
+                    launches.append(rec)
+        out.append((header, kernels, launches))
+    return out
+
+
+def traffic_maps(recs):
+    """The recordings' traffic as device_check's map counts, {(MAP, kernel name): bytes}, so
+    that its verdicts apply unchanged."""
+    maps = {}
+    fields = {"LOADED": "loaded", "STORED": "stored", "ATOMIC": "atomic", "ASYNC": "async",
+              "TENSOR_LOADED": "tensor_loaded", "TENSOR_STORED": "tensor_stored"}
+    for _, kernels, _ in recs:
+        for k in kernels:
+            t = k.get("traffic")
+            if not t:
+                continue
+            for m, field in fields.items():
+                maps[(m, k["name"])] = maps.get((m, k["name"]), 0) + t.get(field, 0)
+    return maps
+
+
+def expected_times(text):
+    """{kernel: [ms per launch]} from `expect times NAME ms ...` lines."""
+    out = {}
+    for line in text.splitlines():
+        w = line.split()
+        if w[:2] == ["expect", "times"] and len(w) >= 3:
+            out[w[2]] = [float(v) for v in w[3:]]
+    return out
+
+
+def durations(recs):
+    """{kernel name: [ns per launch, in %gridid order]}."""
+    out = {}
+    for _, kernels, launches in recs:
+        names = {k["id"]: k["name"] for k in kernels}
+        for l in sorted(launches, key=lambda l: l["grid"]):
+            name = names.get(l["kernel"], l["kernel"])
+            out.setdefault(name, []).append(l["end_ns"] - l["start_ns"])
+    return out
+
+
+def time_verdicts(times, got, expected_bytes):
+    """Rows (kernel, launches compared, worst difference, ok) and per kernel whether every
+    duration is within 5% (or the floor), and whether the bandwidth is within 5%."""
+    rows, within, bandwidth = [], [], []
+    for name, want in times.items():
+        have = got.get(name, [])
+        if len(have) < len(want) or not want:
+            rows.append((name, f"{len(have)} timed of {len(want)}", None, False))
+            within.append(False)
+            continue
+        have = have[-len(want):]
+        worst, ok = 0.0, True
+        for ms, ns in zip(want, have):
+            ev_us, eg_us = ms * 1000.0, ns / 1000.0
+            diff = abs(eg_us - ev_us)
+            good = diff <= 0.05 * ev_us or (ev_us < FLOOR_US * 20 and diff <= FLOOR_US)
+            ok &= good
+            worst = max(worst, diff / ev_us if ev_us else float("inf"))
+        rows.append((name, f"{len(want)} launches", worst, ok))
+        within.append(ok)
+        total = expected_bytes.get(name)
+        if total and all(v is not None for v in total.values()):
+            runs = len(got.get(name, []))
+            per = sum(v for v in total.values()) / max(runs, 1)
+            ev = per / (sum(want) / len(want) / 1e3)
+            eg = per / (sum(have) / len(have) / 1e9)
+            bandwidth.append((name, ev, eg, abs(eg - ev) <= 0.05 * ev))
+    return rows, within, bandwidth
+
+
+def check_program(name, command, args, env, totals):
+    env = dict(os.environ, **(env or {}))
+    env.pop("LD_PRELOAD", None)
+    shown = " ".join([os.path.basename(command[0]), *command[1:]])
+    print(f"\n=== {name}: {shown}", flush=True)
+    rc, bare, err = device_check.run(command, env)
+    if rc != 0:
+        print("\n".join(f"  | {l}" for l in (bare + err).splitlines()[-20:]))
+        return [f"{name}: exits {rc} bare"]
+    out_dir = os.path.join(args.work, f"mem-{name}")
+    shutil.rmtree(out_dir, ignore_errors=True)
+    prefix = os.path.join(args.work, f"summary-{name}")
+    for old in glob.glob(prefix + ".*"):
+        os.remove(old)
+    env["EGPU_SUMMARY"] = prefix
+    wrapped = [args.egpu, "mem", "run", "--out", out_dir, "--", *command]
+    rc, out, err = device_check.run(wrapped, env)
+    if rc != 0:
+        print("\n".join(f"  | {l}" for l in (out + err).splitlines()[-30:]))
+        return [f"{name}: exits {rc} under egpu mem"]
+    if args.keep:
+        shutil.copytree(out_dir, os.path.join(args.keep, name), dirs_exist_ok=True)
+    # The tables egpu printed (after the program's own output).
+    table = out[out.find("process "):] if "process " in out else ""
+    print("\n".join(f"  | {l}" for l in table.splitlines()))
+    recs = recordings(out_dir)
+    expected = device_check.expected_bytes(out)
+    rows, per_class, exact = device_check.verdicts(expected, traffic_maps(recs))
+    for kernel, cls, want, got in rows:
+        if want != got:
+            print(f"  differs: {kernel} {cls} expected {want} observed {got}")
+    failures = []
+    print(f"  {device_check.exact_line(per_class, exact)}")
+    times = expected_times(out)
+    trows, within, bw = time_verdicts(times, durations(recs), expected)
+    for kernel, what, worst, ok in trows:
+        w = f"worst {100 * worst:.2f}%" if worst is not None else ""
+        print(f"  duration {kernel}: {what} {w} {'ok' if ok else 'NOT within'}")
+    for kernel, ev, eg, ok in bw:
+        print(f"  bandwidth {kernel}: events {ev / 1e9:.1f} GB/s, egpu {eg / 1e9:.1f} GB/s "
+              f"({100 * (eg / ev - 1):+.2f}%) {'ok' if ok else 'NOT within'}")
+    same = device_check.results(bare) == device_check.results(out) and bool(
+        device_check.results(bare))
+    print(f"  results identical: {'yes' if same else 'NO'}")
+    _, modules, details, _ = device_check.summaries(prefix)
+    print(f"  {device_check.modules_line(modules)}")
+    totals["exact"] += exact
+    totals["durations"] += within
+    totals["bandwidth"] += [ok for *_, ok in bw]
+    if not all(exact) or not all(within) or not all(ok for *_, ok in bw):
+        failures.append(f"{name}: not exact or not within")
+    if not same:
+        failures.append(f"{name}: results differ under egpu mem (or none printed)")
+    return failures
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--egpu")
+    ap.add_argument("--work", default="/tmp/egpu-mem-programs")
+    ap.add_argument("--keep", help="copy the recordings here")
+    ap.add_argument("--only", default="", help="programs whose name contains this")
+    ap.add_argument("--self-test", action="store_true")
+    args = ap.parse_args()
+    if args.self_test:
+        return self_test()
+    if not args.egpu:
+        ap.error("--egpu is needed")
+    args.egpu = os.path.abspath(args.egpu)
+    os.makedirs(args.work, exist_ok=True)
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+    nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+    timing = os.path.join(args.work, "mem_timing")
+    b = subprocess.run([nvcc, "-O2", "-arch=sm_90", os.path.join(HERE, "mem_timing.cu"), "-o",
+                        timing], capture_output=True, text=True)
+    failures = [] if b.returncode == 0 else [f"nvcc mem_timing: {b.stderr.strip()[-400:]}"]
+    programs = [("mem-timing", [timing], {})] if b.returncode == 0 else []
+    python = sys.executable or "python3"
+    programs += [(f"triton-{k}", [python, os.path.join(HERE, "bench_kernels.py"), "--launches",
+                                  "3", "--only", k], {}) for k in device_check.TRITON]
+    caches = {"TORCHINDUCTOR_CACHE_DIR": os.path.join(args.work, "inductor-cache"),
+              "TRITON_CACHE_DIR": os.path.join(args.work, "triton-cache")}
+    for d in caches.values():
+        shutil.rmtree(d, ignore_errors=True)
+    programs.append(("torch-compile", [python, os.path.join(HERE, "inductor.py")], caches))
+    cuda, more = device_check.cuda_programs(args.work)
+    programs += cuda
+    failures += more
+    totals = {"exact": [], "durations": [], "bandwidth": []}
+    for name, command, env in programs:
+        if args.only and args.only not in name:
+            continue
+        try:
+            failures += check_program(name, command, args, env, totals)
+        except subprocess.TimeoutExpired:
+            failures.append(f"{name}: timed out")
+    print("\n=== egpu mem in programs")
+    for what, key in (("bytes exact", "exact"), ("durations within 5%", "durations"),
+                      ("bandwidth within 5%", "bandwidth")):
+        got = totals[key]
+        print(f"  {what}: {sum(got)}/{len(got)} kernels")
+        if not got:
+            failures.append(f"{what}: no kernel")
+    for f in failures:
+        print(f"  failure: {f}")
+    return 1 if failures else 0
+
+
+def self_test():
+    out = "expect times _Z4tinyPf 0.004 0.005\nexpect times _Z5saxpy 1.0 1.0\n"
+    times = expected_times(out)
+    assert times == {"_Z4tinyPf": [0.004, 0.005], "_Z5saxpy": [1.0, 1.0]}, times
+    # tiny: 3 µs against 4 µs is within the floor; saxpy: the last two of three, one 6% off.
+    got = {"_Z4tinyPf": [3000, 5200], "_Z5saxpy": [5, 1_000_000, 1_060_000]}
+    expected = {"_Z5saxpy": {"load": 2000, "store": 1000, "atomic": 0, "async copy": 0}}
+    rows, within, bw = time_verdicts(times, got, expected)
+    assert within == [True, False], rows
+    name, ev, eg, ok = bw[0]
+    assert name == "_Z5saxpy" and abs(ev - 1e6) < 1 and abs(eg - 1e9 / 1030) < 1 and ok, bw
+    path = "/tmp/egpu-mem-check-self-test"
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "1.egpumem"), "w") as f:
+        f.write('{"type":"header","format":"egpu-mem","version":1}\n'
+                '{"type":"kernel","name":"k","id":"0a","launches":2,"instrumented":true,'
+                '"traffic":{"loaded":8,"stored":4,"atomic":0,"async":2,"tensor_loaded":1,'
+                '"tensor_stored":0},"timed":2,"gpu_ns":30}\n'
+                '{"type":"launch","grid":9,"kernel":"0a","start_ns":10,"end_ns":30}\n'
+                '{"type":"launch","grid":4,"kernel":"0a","start_ns":0,"end_ns":10}\n')
+    recs = recordings(path)
+    assert durations(recs) == {"k": [10, 20]}, durations(recs)
+    maps = traffic_maps(recs)
+    assert maps[("LOADED", "k")] == 8 and maps[("ASYNC", "k")] == 2, maps
+    shutil.rmtree(path)
+    print("mem_check self-test: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+// Kernels whose bytes and GPU time are known, for `egpu mem` on the GPU machine
+// (egpu-preload/tests/programs/mem_check.py runs it bare and under `egpu mem run`). Each launch
+// is bracketed by CUDA events on its stream, recorded in the same run as egpu's own clocks:
+//
+// - `saxpy` over 2^28 floats (one element per thread): 8 bytes read and 4 written per element;
+//   the reference for bandwidth (memory-bound);
+// - `spin`: each block spins on the clock for a time that grows with its index, so blocks end
+//   at different times and the last to end is not the last to start;
+// - `tiny`: 2^12 elements, a few microseconds: the clocks' resolution shows;
+// - a graph of `tiny`, replayed 3 times: each replay is a launch of its own (its `%gridid`).
+//
+// It prints per kernel `expect bytes NAME load L store S atomic 0 async 0` and
+// `expect times NAME t1 t2 ...` (each launch's event time, ms, in launch order; graph replays
+// included), and `results ...` (checksums that must not change under egpu).
+//     nvcc -O2 -arch=sm_90 mem_timing.cu -o mem_timing
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+#include <cuda_runtime.h>
+
+#include "cuda_check.h"
+
+constexpr int BLOCK = 256;
+
+__global__ void saxpy(float a, const float *x, float *y, long long n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+
+// Spins for (blockIdx.x % 8 + 1) * 20 µs of the global timer, then writes one word per block.
+__global__ void spin(unsigned long long *out) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    unsigned long long wait = (blockIdx.x % 8 + 1) * 20000ull;
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < wait);
+    if (threadIdx.x == 0) out[blockIdx.x] = blockIdx.x;
+}
+
+__global__ void tiny(float *v) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    v[i] = v[i] * 0.5f + 1.0f;
+}
+
+static uint64_t fnv(const void *data, size_t bytes) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < bytes; i++) h = (h ^ ((const unsigned char *)data)[i]) * 0x100000001b3ull;
+    return h;
+}
+
+struct Timed {
+    const char *name;
+    std::vector<cudaEvent_t> marks;  // start, end, start, end, ...
+};
+
+static int mark(Timed &t, cudaStream_t s) {
+    cudaEvent_t e;
+    CHECK(cudaEventCreate(&e));
+    CHECK(cudaEventRecord(e, s));
+    t.marks.push_back(e);
+    return 0;
+}
+
+static int report(Timed &t) {
+    printf("expect times %s", t.name);
+    for (size_t i = 0; i + 1 < t.marks.size(); i += 2) {
+        float ms = 0;
+        CHECK(cudaEventElapsedTime(&ms, t.marks[i], t.marks[i + 1]));
+        printf(" %.6f", ms);
+    }
+    printf("\n");
+    return 0;
+}
+
+int main() {
+    const long long n = 1ll << 28;
+    const int small = 1 << 12, spin_blocks = 132 * 4;
+    float *x, *y, *v;
+    unsigned long long *spun;
+    CHECK(cudaMalloc(&x, n * sizeof(float)));
+    CHECK(cudaMalloc(&y, n * sizeof(float)));
+    CHECK(cudaMalloc(&v, small * sizeof(float)));
+    CHECK(cudaMalloc(&spun, spin_blocks * sizeof(unsigned long long)));
+    std::vector<float> host(n);
+    for (long long i = 0; i < n; i++) host[i] = (float)(i % 1013) * 0.5f;
+    CHECK(cudaMemcpy(x, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(y, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(v, host.data(), small * sizeof(float), cudaMemcpyHostToDevice));
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    // Warm up (the module loaded, instrumented, the clocks up), not counted.
+    saxpy<<<(unsigned)((n + BLOCK - 1) / BLOCK), BLOCK, 0, s>>>(0.0f, x, y, n);
+    CHECK(cudaStreamSynchronize(s));
+
+    Timed ts{"_Z5saxpyfPKfPfx", {}}, tspin{"_Z4spinPy", {}}, ttiny{"_Z4tinyPf", {}};
+    const int saxpy_runs = 5, spin_runs = 2, tiny_runs = 4, replays = 3;
+    for (int r = 0; r < saxpy_runs; r++) {
+        if (mark(ts, s)) return 1;
+        saxpy<<<(unsigned)((n + BLOCK - 1) / BLOCK), BLOCK, 0, s>>>(1.5f, x, y, n);
+        if (mark(ts, s)) return 1;
+    }
+    for (int r = 0; r < spin_runs; r++) {
+        if (mark(tspin, s)) return 1;
+        spin<<<spin_blocks, 128, 0, s>>>(spun);
+        if (mark(tspin, s)) return 1;
+    }
+    for (int r = 0; r < tiny_runs; r++) {
+        if (mark(ttiny, s)) return 1;
+        tiny<<<small / BLOCK, BLOCK, 0, s>>>(v);
+        if (mark(ttiny, s)) return 1;
+    }
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    tiny<<<small / BLOCK, BLOCK, 0, s>>>(v);
+    CHECK(cudaStreamEndCapture(s, &graph));
+    CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int r = 0; r < replays; r++) {
+        if (mark(ttiny, s)) return 1;
+        CHECK(cudaGraphLaunch(exec, s));
+        if (mark(ttiny, s)) return 1;
+    }
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaGetLastError());
+
+    std::vector<float> hy(n), hv(small);
+    std::vector<unsigned long long> hs(spin_blocks);
+    CHECK(cudaMemcpy(hy.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(hv.data(), v, small * sizeof(float), cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(hs.data(), spun, hs.size() * 8, cudaMemcpyDeviceToHost));
+    printf("results y %016llx v %016llx spin %016llx\n", (unsigned long long)fnv(hy.data(), n * 4),
+           (unsigned long long)fnv(hv.data(), small * 4), (unsigned long long)fnv(hs.data(), hs.size() * 8));
+    // The warm-up launch of saxpy counts: it ran under egpu too.
+    const long long sr = saxpy_runs + 1, tr = tiny_runs + replays;
+    printf("expect bytes _Z5saxpyfPKfPfx load %lld store %lld atomic 0 async 0\n", sr * n * 8, sr * n * 4);
+    printf("expect bytes _Z4spinPy load 0 store %lld atomic 0 async 0\n", spin_runs * spin_blocks * 8ll);
+    printf("expect bytes _Z4tinyPf load %lld store %lld atomic 0 async 0\n", tr * small * 4ll, tr * small * 4ll);
+    if (report(ts) || report(tspin) || report(ttiny)) return 1;
+    return 0;
+}
