@@ -161,10 +161,12 @@ fn the_sets_in_corpus_kernels_pass_ptxas() {
     let Some(ptxas) = egpu_device::testing::require_ptxas() else { return };
     let Some(nvcc) = egpu_device::testing::require_nvcc() else { return };
     let pack = pack(&Set::ALL).expect("a pack");
+    // As the preloaded library binds them: maps only added to spread over 16 per-SM copies.
     let bound: Vec<Vec<DeviceMap>> = pack
         .probes()
         .iter()
         .map(|p| {
+            let adds = egpu_device::translate::adds_only(&p.program);
             p.maps
                 .iter()
                 .enumerate()
@@ -172,7 +174,7 @@ fn the_sets_in_corpus_kernels_pass_ptxas() {
                     addr: 0x7f00_0000_0000 + ((i as u64) << 28),
                     geometry,
                     live: false,
-                    spread: 0,
+                    spread: if adds[i] { 16 } else { 0 },
                     drained: false,
                 })
                 .collect()

@@ -9,6 +9,10 @@
 // - `tiny`: 2^12 elements, a few microseconds: the clocks' resolution shows;
 // - a graph of `tiny`, replayed 3 times: each replay is a launch of its own (its `%gridid`).
 //
+// `mem_timing bench STEPS` instead runs saxpy STEPS times after a warm-up and prints
+// `steps_per_second S` (wall clock, synchronised at the end): the benchmark's workload
+// (bench_mem.py).
+//
 // It prints per kernel `expect bytes NAME load L store S atomic 0 async 0` and
 // `expect times NAME t1 t2 ...` (each launch's event time, ms, in launch order; graph replays
 // included), and `results ...` (checksums that must not change under egpu).
@@ -16,6 +20,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <ctime>
 #include <vector>
 #include <cuda_runtime.h>
 
@@ -74,7 +80,35 @@ static int report(Timed &t) {
     return 0;
 }
 
-int main() {
+static int bench(int steps) {
+    const long long n = 1ll << 28;
+    float *x, *y;
+    CHECK(cudaMalloc(&x, n * sizeof(float)));
+    CHECK(cudaMalloc(&y, n * sizeof(float)));
+    CHECK(cudaMemset(x, 0, n * sizeof(float)));
+    CHECK(cudaMemset(y, 0, n * sizeof(float)));
+    const unsigned grid = (unsigned)((n + BLOCK - 1) / BLOCK);
+    for (int i = 0; i < 3; i++) saxpy<<<grid, BLOCK>>>(1.0f, x, y, n);
+    CHECK(cudaDeviceSynchronize());
+    cudaEvent_t a, b;
+    CHECK(cudaEventCreate(&a));
+    CHECK(cudaEventCreate(&b));
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK(cudaEventRecord(a));
+    for (int i = 0; i < steps; i++) saxpy<<<grid, BLOCK>>>(1.0f, x, y, n);
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaDeviceSynchronize());
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, a, b));
+    double secs = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    printf("steps_per_second %.3f gpu_ms_per_step %.4f\n", steps / secs, ms / steps);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 2 && strcmp(argv[1], "bench") == 0) return bench(atoi(argv[2]));
     const long long n = 1ll << 28;
     const int small = 1 << 12, spin_blocks = 132 * 4;
     float *x, *y, *v;

@@ -208,21 +208,45 @@ pub enum InjectError {
 /// At a kernel's exit: the per-thread `sum` of combined atomic adds to the value at `addr` (a
 /// combining slot's, [`Options::combine`], or a map's, [`LookupCache::sum`]), added to memory
 /// when both are nonzero, aggregated across the warp where the target allows; `label`, unique in
-/// the module, starts the labels.
-fn flush(n: &Names, addr: &str, sum: &str, label: &str, sm: u32) -> String {
+/// the module, starts the labels. With `spread` (the map's binding, spread over per-SM copies),
+/// the sum goes to the copy of the thread's SM, as the probes' own adds do.
+fn flush(
+    n: &Names,
+    addr: &str,
+    sum: &str,
+    label: &str,
+    sm: u32,
+    spread: Option<DeviceMap>,
+) -> String {
     let r = |what: &str| format!("%{}_f{what}", n.stem);
-    let (fq, ft) = (r("q"), r("t"));
+    let (fq, ft, fa) = (r("q"), r("t"), r("a"));
     let w = [r("w0"), r("w1"), r("w2"), r("w3")];
+    let (to, copy) = match spread.filter(|m| m.spread > 0) {
+        Some(m) => {
+            let g = m.geometry;
+            let slots_bytes = u64::from(g.slots) * u64::from(g.slot_stride);
+            let shift = g.total_bytes - g.slot_offset(0, 0) as u64;
+            let code = format!(
+                "\tand.b32 {w0}, {smid}, {mask};\n\tmul.wide.u32 {ft}, {w0}, {slots_bytes};\n\
+                 \tadd.s64 {fa}, {addr}, {shift};\n\tadd.s64 {fa}, {fa}, {ft};\n",
+                w0 = w[0],
+                smid = n.smid,
+                mask = m.spread - 1,
+            );
+            (fa.clone(), format!("\t.reg .b64 {fa};\n{code}"))
+        }
+        None => (addr.to_owned(), String::new()),
+    };
     let add = if sm >= 80 {
         // The sum's address is a map value's: global memory.
-        warp_add(addr, sum, None, ".global", [&w[0], &w[1], &w[2], &w[3]], &fq, &ft, label)
+        warp_add(&to, sum, None, ".global", [&w[0], &w[1], &w[2], &w[3]], &fq, &ft, label)
     } else {
-        format!("\tred.global.add.u64 [{addr}], {sum};\n{label}_done:\n")
+        format!("\tred.global.add.u64 [{to}], {sum};\n{label}_done:\n")
     };
     format!(
         "\t{{\n\t.reg .b32 {w0}, {w1}, {w2}, {w3};\n\t.reg .pred {fq};\n\t.reg .b64 {ft};\n\
          \tsetp.eq.u64 {fq}, {addr}, 0;\n\tsetp.eq.or.u64 {fq}, {sum}, 0, {fq};\n\
-         \t@{fq} bra {label}_done;\n{add}\t}}\n",
+         \t@{fq} bra {label}_done;\n{copy}{add}\t}}\n",
         w0 = w[0],
         w1 = w[1],
         w2 = w[2],
@@ -266,8 +290,11 @@ struct Cached {
     index: usize,
     /// Every lookup of it is by the kernel's id.
     by_kernel: bool,
-    /// Besides, no probe spreads it over SMs: the probes reach one value of it.
+    /// Besides, every probe binds it alike: the probes reach one value of it (or, spread over
+    /// per-SM copies, that value's copy of the thread's SM).
     one_value: bool,
+    /// Its binding.
+    map: DeviceMap,
 }
 
 /// The hash maps (by device address, numbered) whose entries stay where they are while a kernel
@@ -301,10 +328,14 @@ fn lookup_caches(selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)]) -> BTreeMa
             && !removed.contains(&b.addr)
         {
             let next = caches.len();
-            let entry =
-                caches.entry(b.addr).or_insert(Cached { index: next, by_kernel, one_value: true });
+            let entry = caches.entry(b.addr).or_insert(Cached {
+                index: next,
+                by_kernel,
+                one_value: true,
+                map: b,
+            });
             entry.by_kernel &= by_kernel;
-            entry.one_value &= entry.by_kernel && b.spread == 0;
+            entry.one_value &= entry.by_kernel && b.spread == entry.map.spread;
         }
     }
     caches
@@ -580,12 +611,13 @@ pub fn inject_with(
                 for slot in 0..2 {
                     let (addr, sum) = (&names.sums[2 * slot], &names.sums[2 * slot + 1]);
                     let label = format!("${}_flush{piece}_{slot}", names.stem);
-                    code.push_str(&flush(&names, addr, sum, &label, sm));
+                    code.push_str(&flush(&names, addr, sum, &label, sm, None));
                 }
-                for c in caches.values().map(cache) {
+                for cached in caches.values() {
+                    let c = cache(cached);
                     if let Some(sum) = &c.sum {
                         let label = format!("${}_flush{piece}_{}", names.stem, &sum[1..]);
-                        code.push_str(&flush(&names, &c.value, sum, &label, sm));
+                        code.push_str(&flush(&names, &c.value, sum, &label, sm, Some(cached.map)));
                     }
                 }
             }

@@ -304,15 +304,24 @@ impl Emitter<'_> {
                 self.line(format!("setp.eq.u32 {q0}, {w6}, 1;"));
                 self.line(format!("@{q0} mov.b64 {r0}, -17;"));
                 self.line(format!("@{q0} bra {done};"));
-                let writing = hs::WRITING << hs::SHIFT | u64::from(DEVICE_OWNER) << hs::OWNER_SHIFT;
-                self.swap_state(writing, scope, &lp);
-                for (w, v) in s.value.iter().enumerate() {
-                    self.line(format!(
-                        "st.global.u64 [{t4}+{}], {v};",
-                        g.value_offset as usize + w * 8
-                    ));
+                if let [v] = s.value {
+                    // One word: a store replaces it whole, so no reader sees half of it and no
+                    // writer need hold the slot (writers of one key would queue on its state
+                    // word: a block's end written by every block of a launch, say).
+                    let at = g.value_offset;
+                    self.line(format!("st.global.relaxed.{scope}.u64 [{t4}+{at}], {v};"));
+                } else {
+                    let writing =
+                        hs::WRITING << hs::SHIFT | u64::from(DEVICE_OWNER) << hs::OWNER_SHIFT;
+                    self.swap_state(writing, scope, &lp);
+                    for (w, v) in s.value.iter().enumerate() {
+                        self.line(format!(
+                            "st.global.u64 [{t4}+{}], {v};",
+                            g.value_offset as usize + w * 8
+                        ));
+                    }
+                    self.line(format!("st.global.release.{scope}.u64 [{t4}], {t5};"));
                 }
-                self.line(format!("st.global.release.{scope}.u64 [{t4}], {t5};"));
                 result(self, 0);
             }
             _ => {

@@ -114,12 +114,12 @@ pub struct LookupCache {
     pub key: CacheKey,
     /// A 64-bit register of the kernel: the value's address, 0 when none is remembered.
     pub value: String,
-    /// With a key of [`CacheKey::Constant`], of a map not spread over SMs: a 64-bit register of
-    /// the kernel that holds the thread's combined adds ([`combines`](super::combines)) to the
-    /// value's first 8 bytes not yet in memory. Such an add is one register add, with no
-    /// compare: every value of the map the probes reach is the kernel id's, at `value`. The
-    /// kernel starts it at 0 and adds it to the value when it exits. `None`: those adds go
-    /// through [`Options::combine`]'s slots.
+    /// With a key of [`CacheKey::Constant`]: a 64-bit register of the kernel that holds the
+    /// thread's combined adds ([`combines`](super::combines)) to the value's first 8 bytes not
+    /// yet in memory. Such an add is one register add, with no compare: every value of the map
+    /// the probes reach is the kernel id's, at `value` (or, for a map spread over per-SM copies,
+    /// that value's copy of the thread's SM). The kernel starts it at 0 and adds it there when
+    /// it exits. `None`: those adds go through [`Options::combine`]'s slots.
     pub sum: Option<String>,
 }
 

@@ -1,0 +1,126 @@
+"""`egpu mem`'s benchmark on the GPU machine: steps per second of saxpy over 2^28 floats
+(mem_timing.cu's `bench` mode) and of a torch.compile'd transformer block (mem_model.py,
+mode="max-autotune"), bare and under `egpu mem run` with each set, as ratios to the bare runs of
+the same round (rounds interleaved, the median ratio), each beside the share of GPU time spent
+in the kernels egpu instruments (from a profiled step of the bare run and the recording's
+`instrumented` flags). Also the model's first call (compile, autotuning, JIT) bare and under
+`counts`, each from empty caches.
+
+    python3 bench_mem.py --egpu bin/egpu --work DIR [--rounds 3]
+
+Targets (issue 22): counts <= 1.1x, timing <= 1.02x.
+"""
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+VARIANTS = (("counts", 1.1), ("timing", 1.02), ("counts,timing", None))
+
+
+def value(text, key):
+    for line in text.splitlines():
+        w = line.split()
+        if len(w) >= 2 and w[0] == key:
+            return float(w[1])
+    return None
+
+
+def run(command, env, timeout=900):
+    p = subprocess.run(command, capture_output=True, text=True, env=env, timeout=timeout)
+    if p.returncode != 0:
+        sys.stdout.write("".join(f"  | {l}\n" for l in (p.stdout + p.stderr).splitlines()[-25:]))
+        raise RuntimeError(f"{' '.join(command[:4])}...: exit {p.returncode}")
+    return p.stdout
+
+
+def instrumented_share(profiled, folder):
+    """The share of the profiled GPU time in kernels the recordings in `folder` call
+    instrumented."""
+    inst = set()
+    for path in glob.glob(os.path.join(folder, "*.egpumem")):
+        for line in open(path):
+            rec = json.loads(line)
+            if rec.get("type") == "kernel" and rec.get("instrumented"):
+                inst.add(rec["name"])
+    total = sum(profiled.values())
+    return sum(us for name, us in profiled.items() if name in inst) / total if total else 0.0
+
+
+def profiled_kernels(text):
+    out = {}
+    for line in text.splitlines():
+        w = line.split(maxsplit=3)
+        if len(w) == 4 and w[:2] == ["profiled", "kernel"]:
+            out[w[3]] = out.get(w[3], 0.0) + float(w[2])
+    return out
+
+
+def bench(name, command, args, env, profiled):
+    print(f"\n=== {name}: steps per second, bare and under egpu mem run (ratio: bare / egpu)",
+          flush=True)
+    ratios = {v: [] for v, _ in VARIANTS}
+    shares = {}
+    for r in range(args.rounds):
+        bare = value(run(command, env), "steps_per_second")
+        line = f"  round {r + 1}: bare {bare:.2f}/s"
+        for v, _ in VARIANTS:
+            out_dir = os.path.join(args.work, f"rec-{name}-{v.replace(',', '+')}")
+            shutil.rmtree(out_dir, ignore_errors=True)
+            got = value(run([args.egpu, "mem", "run", "--sets", v, "--out", out_dir, "--",
+                             *command], env), "steps_per_second")
+            ratios[v].append(bare / got)
+            shares[v] = instrumented_share(profiled, out_dir) if profiled else 1.0
+            line += f", {v} {got:.2f}/s"
+        print(line, flush=True)
+    for v, target in VARIANTS:
+        ratio = statistics.median(ratios[v])
+        verdict = "" if target is None else (
+            f" (target <= {target}: {'met' if ratio <= target else 'NOT met'})")
+        print(f"  {name} {v}: {ratio:.3f}x, instrumented kernels' share of GPU time "
+              f"{100 * shares[v]:.0f}%{verdict}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--egpu", required=True)
+    ap.add_argument("--work", default="/tmp/egpu-bench-mem")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default="", help="saxpy or model")
+    args = ap.parse_args()
+    args.egpu = os.path.abspath(args.egpu)
+    os.makedirs(args.work, exist_ok=True)
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    if args.only in ("", "saxpy"):
+        nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
+        exe = os.path.join(args.work, "mem_timing")
+        subprocess.run([nvcc, "-O2", "-arch=sm_90", os.path.join(HERE, "mem_timing.cu"), "-o",
+                        exe], check=True)
+        bench("saxpy", [exe, "bench", "200"], args, env, None)
+    if args.only in ("", "model"):
+        python = sys.executable or "python3"
+        model = [python, os.path.join(HERE, "mem_model.py")]
+        caches = {"TORCHINDUCTOR_CACHE_DIR": os.path.join(args.work, "inductor-cache"),
+                  "TRITON_CACHE_DIR": os.path.join(args.work, "triton-cache")}
+        menv = dict(env, **caches)
+        print("\n=== model: the first call (compile, autotuning, JIT), from empty caches")
+        for label, prefix in (("bare", []), ("counts", [args.egpu, "mem", "run", "--sets",
+                                                         "counts", "--"])):
+            for d in caches.values():
+                shutil.rmtree(d, ignore_errors=True)
+            out = run([*prefix, *model, "--steps", "3"], menv, timeout=1800)
+            print(f"  model {label}: first call {value(out, 'compile_seconds'):.1f} s", flush=True)
+        profiled = profiled_kernels(run([*model, "--steps", "3", "--profile"], menv))
+        bench("model", [*model, "--steps", "30"], args, menv, profiled)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
