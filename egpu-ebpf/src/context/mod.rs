@@ -591,7 +591,7 @@ fields::contexts! {
         /// Which launch this thread runs in: on the GPU, `%gridid`, the number the GPU gives each
         /// grid it starts in a context (the same for every thread of the launch, different for
         /// every launch of the context, whichever kernel, and growing with them; a CUDA graph's
-        /// kernel nodes get a new one at every replay). On the CPU VM, what the caller puts.
+        /// kernel node keeps one for all its replays). On the CPU VM, what the caller puts.
         pub launch_id: u64,
     }
 }

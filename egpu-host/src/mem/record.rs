@@ -124,9 +124,9 @@ pub struct Kernel {
     pub instrumented: bool,
     /// What it moved, with the `counts` set.
     pub traffic: Option<Traffic>,
-    /// Launches timed by the `timing` set (graph replays included).
+    /// Runs timed by the `timing` set (graph replays included).
     pub timed: u64,
-    /// Their GPU time, in nanoseconds.
+    /// Their GPU time, in nanoseconds (a graph node's replays counted at its last one's time).
     pub gpu_ns: u64,
 }
 
@@ -145,6 +145,14 @@ pub struct Launch {
     pub blocks: u64,
     /// Threads per block.
     pub threads: u64,
+    /// Times it ran: more than 1 for a CUDA graph's kernel node (every replay has the node's
+    /// grid id), whose times are then the last replay's.
+    #[serde(default = "one")]
+    pub runs: u64,
+}
+
+fn one() -> u64 {
+    1
 }
 
 impl Launch {
@@ -254,6 +262,7 @@ impl Recording {
         let mut launches = Vec::new();
         let starts = map("STARTS").and_then(|raw| HashMap::<u64, Start>::from_raw(raw).ok());
         let ends = map("ENDS").and_then(|raw| PerCpuHashMap::<u64, u64>::from_raw(raw).ok());
+        let runs = map("RUNS").and_then(|raw| HashMap::<u64, u64>::from_raw(raw).ok());
         if let (Some(starts), Some(ends)) = (starts, ends) {
             for (grid, s) in starts.iter() {
                 let Some(end) = ends.get(&grid).and_then(|e| e.sm.into_iter().max()) else {
@@ -266,10 +275,11 @@ impl Recording {
                     end_ns: end.max(s.start),
                     blocks: s.blocks,
                     threads: s.threads,
+                    runs: runs.as_ref().and_then(|r| r.get(&grid)).unwrap_or(1).max(1),
                 };
                 let k = kernel(&mut kernels, s.kernel, || name(s.kernel), instrumented);
-                k.timed += 1;
-                k.gpu_ns += launch.duration_ns();
+                k.timed += launch.runs;
+                k.gpu_ns += launch.duration_ns() * launch.runs;
                 launches.push(launch);
             }
         }

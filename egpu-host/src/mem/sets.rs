@@ -8,7 +8,9 @@
 //! - `timing`: per launch (keyed by `%gridid`), the device clock (`%globaltimer`) when the
 //!   first thread of block 0 starts, and, per SM, when the first thread of each block ends
 //!   (the last store wins). A launch's GPU time is the latest end over the SMs less the start.
-//!   One map write per block: the cost does not grow with the threads.
+//!   One map write per block: the cost does not grow with the threads. A CUDA graph's kernel
+//!   node has one grid id for all its replays: the maps hold its last replay's times, and how
+//!   many times it ran.
 
 use bytemuck::{Pod, Zeroable};
 use egpu_ebpf::{KernelCtx, MemAccessCtx};
@@ -106,8 +108,11 @@ pub struct Start {
     pub threads: u64,
 }
 
-/// Launches by `%gridid`: their kernel and start.
+/// Launches by `%gridid`: their kernel and start (a CUDA graph's kernel node keeps its grid id
+/// at every replay: the last replay's).
 pub(super) static STARTS: HashMap<u64, Start> = HashMap::with_capacity(LAUNCHES);
+/// Launches by `%gridid`: how many times they ran (graph replays).
+pub(super) static RUNS: HashMap<u64, u64> = HashMap::with_capacity(LAUNCHES);
 /// Launches by `%gridid`: per SM, when the first thread of the last block to end there ended.
 pub(super) static ENDS: PerCpuHashMap<u64, u64> =
     PerCpuHashMap::with_shards(LAUNCHES, Shards::new(1, SM_SHARDS));

@@ -32,6 +32,7 @@ fn maps() -> Vec<(String, RawMap)> {
     .collect();
     maps.push(("STARTS".into(), STARTS.raw().clone()));
     maps.push(("ENDS".into(), ENDS.raw().clone()));
+    maps.push(("RUNS".into(), RUNS.raw().clone()));
     maps
 }
 
@@ -94,7 +95,7 @@ fn the_sets_fill_a_recording() {
     let cublas = by("cublas");
     assert!(!cublas.instrumented && cublas.traffic.is_none() && cublas.launches == 2);
     let [launch] = recording.launches.as_slice() else { panic!("{:?}", recording.launches) };
-    assert_eq!((launch.grid, launch.blocks, launch.threads), (9, 4, 64));
+    assert_eq!((launch.grid, launch.blocks, launch.threads, launch.runs), (9, 4, 64, 1));
     assert!(launch.end_ns >= launch.start_ns && launch.start_ns > 0, "{launch:?}");
     assert_eq!(one.gpu_ns, launch.duration_ns());
 
@@ -131,6 +132,8 @@ fn bad_recordings_are_refused_with_their_reason() {
     let good = format!(
         "{header}\n{{\"type\":\"launch\",\"grid\":3,\"kernel\":\"0a\",\"start_ns\":1,\"end_ns\":5,\"blocks\":1,\"threads\":32}}\n"
     );
+    // A launch line without `runs` (a field added within version 1) ran once.
+    assert_eq!(Recording::parse(&good).expect("parses").launches[0].runs, 1);
     for cut in 0..good.len() {
         let _ = Recording::parse(&good[..cut]);
     }

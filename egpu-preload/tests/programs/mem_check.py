@@ -14,9 +14,9 @@ launch's time by CUDA events (`expect times NAME ms ...`, in launch order). Chec
 
 - bytes: per kernel and class (load, store, atomic, async copy), the recording's `traffic`
   against the program's figures, exactly;
-- durations: per launch, egpu's GPU time (`launch` lines, by kernel in `%gridid` order, the last
-  ones when the program timed fewer than ran) within 5% of the events' or, for launches under
-  the clock floor (FLOOR_US: what CUDA events themselves add around a launch), within it;
+- durations: per launch, egpu's GPU time (`launch` lines, by kernel in `%gridid` order, from
+  the program's `first`) within 5% of the events' or within the events' floor (an empty
+  kernel's event time, which the program prints: what the events add around any launch);
 - bandwidth: per kernel timed, bytes per launch over egpu's mean duration against the same
   bytes over the events' mean, within 5%.
 
@@ -39,8 +39,7 @@ sys.dont_write_bytecode = True
 import device_check  # noqa: E402 (the coverage check's programs, parsers and verdicts)
 
 CLASSES = device_check.CLASSES
-# Launches shorter than this are compared within it: the events bracketing a launch add a few
-# microseconds of their own, which no device clock sees.
+# The events' floor when the program does not print one, in microseconds.
 FLOOR_US = 5.0
 
 
@@ -82,13 +81,16 @@ def traffic_maps(recs):
 
 
 def expected_times(text):
-    """{kernel: [ms per launch]} from `expect times NAME ms ...` lines."""
-    out = {}
+    """({kernel: (first, [ms per launch])}, floor in µs) from `expect times NAME first F ms ...`
+    and `expect floor US` lines."""
+    out, floor = {}, FLOOR_US
     for line in text.splitlines():
         w = line.split()
-        if w[:2] == ["expect", "times"] and len(w) >= 3:
-            out[w[2]] = [float(v) for v in w[3:]]
-    return out
+        if w[:2] == ["expect", "times"] and len(w) >= 5 and w[3] == "first":
+            out[w[2]] = (int(w[4]), [float(v) for v in w[5:]])
+        elif w[:2] == ["expect", "floor"] and len(w) == 3:
+            floor = float(w[2])
+    return out, floor
 
 
 def durations(recs):
@@ -102,28 +104,28 @@ def durations(recs):
     return out
 
 
-def time_verdicts(times, got, expected_bytes):
-    """Rows (kernel, launches compared, worst difference, ok) and per kernel whether every
-    duration is within 5% (or the floor), and whether the bandwidth is within 5%."""
+def time_verdicts(times, floor, got, expected_bytes):
+    """Rows (kernel, what was compared, worst difference, ok, [(events µs, egpu µs)]) and per
+    kernel whether every duration is within 5% (or the floor), and whether the bandwidth is
+    within 5%."""
     rows, within, bandwidth = [], [], []
-    for name, want in times.items():
-        have = got.get(name, [])
+    for name, (first, want) in times.items():
+        have = got.get(name, [])[first:first + len(want)]
         if len(have) < len(want) or not want:
-            rows.append((name, f"{len(have)} timed of {len(want)}", None, False))
+            rows.append((name, f"{len(have)} timed of {len(want)}", None, False, []))
             within.append(False)
             continue
-        have = have[-len(want):]
-        worst, ok = 0.0, True
+        worst, ok, pairs = 0.0, True, []
         for ms, ns in zip(want, have):
             ev_us, eg_us = ms * 1000.0, ns / 1000.0
             diff = abs(eg_us - ev_us)
-            good = diff <= 0.05 * ev_us or (ev_us < FLOOR_US * 20 and diff <= FLOOR_US)
-            ok &= good
+            ok &= diff <= max(0.05 * ev_us, floor)
             worst = max(worst, diff / ev_us if ev_us else float("inf"))
-        rows.append((name, f"{len(want)} launches", worst, ok))
+            pairs.append((ev_us, eg_us))
+        rows.append((name, f"{len(want)} launches", worst, ok, pairs))
         within.append(ok)
         total = expected_bytes.get(name)
-        if total and all(v is not None for v in total.values()):
+        if total and all(v is not None for v in total.values()) and sum(want) > 50 * floor / 1e3:
             runs = len(got.get(name, []))
             per = sum(v for v in total.values()) / max(runs, 1)
             ev = per / (sum(want) / len(want) / 1e3)
@@ -165,11 +167,15 @@ def check_program(name, command, args, env, totals):
             print(f"  differs: {kernel} {cls} expected {want} observed {got}")
     failures = []
     print(f"  {device_check.exact_line(per_class, exact)}")
-    times = expected_times(out)
-    trows, within, bw = time_verdicts(times, durations(recs), expected)
-    for kernel, what, worst, ok in trows:
+    times, floor = expected_times(out)
+    trows, within, bw = time_verdicts(times, floor, durations(recs), expected)
+    if times:
+        print(f"  events' floor (an empty kernel): {floor:.1f} us")
+    for kernel, what, worst, ok, pairs in trows:
         w = f"worst {100 * worst:.2f}%" if worst is not None else ""
-        print(f"  duration {kernel}: {what} {w} {'ok' if ok else 'NOT within'}")
+        shown = ", ".join(f"{ev:.1f}/{eg:.1f}" for ev, eg in pairs[:6])
+        print(f"  duration {kernel}: {what} {w} {'ok' if ok else 'NOT within'} "
+              f"(events/egpu us: {shown})")
     for kernel, ev, eg, ok in bw:
         print(f"  bandwidth {kernel}: events {ev / 1e9:.1f} GB/s, egpu {eg / 1e9:.1f} GB/s "
               f"({100 * (eg / ev - 1):+.2f}%) {'ok' if ok else 'NOT within'}")
@@ -242,13 +248,15 @@ def main():
 
 
 def self_test():
-    out = "expect times _Z4tinyPf 0.004 0.005\nexpect times _Z5saxpy 1.0 1.0\n"
-    times = expected_times(out)
-    assert times == {"_Z4tinyPf": [0.004, 0.005], "_Z5saxpy": [1.0, 1.0]}, times
-    # tiny: 3 µs against 4 µs is within the floor; saxpy: the last two of three, one 6% off.
-    got = {"_Z4tinyPf": [3000, 5200], "_Z5saxpy": [5, 1_000_000, 1_060_000]}
+    out = ("expect times _Z4tinyPf first 0 0.004 0.005\nexpect times _Z5saxpy first 1 1.0 1.0\n"
+           "expect floor 2.5\n")
+    times, floor = expected_times(out)
+    assert times == {"_Z4tinyPf": (0, [0.004, 0.005]), "_Z5saxpy": (1, [1.0, 1.0])}, times
+    assert floor == 2.5
+    # tiny: 2 µs off is within the floor; saxpy: the two after the first, one 6% off.
+    got = {"_Z4tinyPf": [2000, 5200, 9], "_Z5saxpy": [5, 1_000_000, 1_060_000]}
     expected = {"_Z5saxpy": {"load": 2000, "store": 1000, "atomic": 0, "async copy": 0}}
-    rows, within, bw = time_verdicts(times, got, expected)
+    rows, within, bw = time_verdicts(times, floor, got, expected)
     assert within == [True, False], rows
     name, ev, eg, ok = bw[0]
     assert name == "_Z5saxpy" and abs(ev - 1e6) < 1 and abs(eg - 1e9 / 1030) < 1 and ok, bw

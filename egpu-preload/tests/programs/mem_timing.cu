@@ -7,15 +7,22 @@
 // - `spin`: each block spins on the clock for a time that grows with its index, so blocks end
 //   at different times and the last to end is not the last to start;
 // - `tiny`: 2^12 elements, a few microseconds: the clocks' resolution shows;
-// - a graph of `tiny`, replayed 3 times: each replay is a launch of its own (its `%gridid`).
+// - a graph of `tiny`, replayed 3 times (a graph's kernel node keeps one `%gridid` for all its
+//   replays: egpu counts the runs and times the last);
+// - `empty`: no work at all, whose event time is the floor of what events can time.
+//
+// Before each timed launch a `hold` kernel keeps the GPU busy for 50 µs, so that the events and
+// the launch are queued before the GPU reaches them: the events then time the kernel, not the
+// host's launch path.
 //
 // `mem_timing bench STEPS` instead runs saxpy STEPS times after a warm-up and prints
 // `steps_per_second S` (wall clock, synchronised at the end): the benchmark's workload
 // (bench_mem.py).
 //
 // It prints per kernel `expect bytes NAME load L store S atomic 0 async 0` and
-// `expect times NAME t1 t2 ...` (each launch's event time, ms, in launch order; graph replays
-// included), and `results ...` (checksums that must not change under egpu).
+// `expect times NAME first F t1 t2 ...` (the event time of the kernel's launches F, F+1, ...
+// in launch order, ms), `expect floor US` (an empty kernel's event time, µs) and `results ...`
+// (checksums that must not change under egpu).
 //     nvcc -O2 -arch=sm_90 mem_timing.cu -o mem_timing
 #include <cstdint>
 #include <cstdio>
@@ -45,6 +52,17 @@ __global__ void spin(unsigned long long *out) {
     if (threadIdx.x == 0) out[blockIdx.x] = blockIdx.x;
 }
 
+// Holds the GPU for `ns` of the global timer.
+__global__ void hold(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do {
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+    } while (now - start < ns);
+}
+
+__global__ void empty() {}
+
 __global__ void tiny(float *v) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     v[i] = v[i] * 0.5f + 1.0f;
@@ -61,7 +79,8 @@ struct Timed {
     std::vector<cudaEvent_t> marks;  // start, end, start, end, ...
 };
 
-static int mark(Timed &t, cudaStream_t s) {
+static int mark(Timed &t, cudaStream_t s, bool start) {
+    if (start) hold<<<1, 1, 0, s>>>(50000);
     cudaEvent_t e;
     CHECK(cudaEventCreate(&e));
     CHECK(cudaEventRecord(e, s));
@@ -69,8 +88,8 @@ static int mark(Timed &t, cudaStream_t s) {
     return 0;
 }
 
-static int report(Timed &t) {
-    printf("expect times %s", t.name);
+static int report(Timed &t, int first) {
+    printf("expect times %s first %d", t.name, first);
     for (size_t i = 0; i + 1 < t.marks.size(); i += 2) {
         float ms = 0;
         CHECK(cudaEventElapsedTime(&ms, t.marks[i], t.marks[i + 1]));
@@ -128,22 +147,27 @@ int main(int argc, char **argv) {
     saxpy<<<(unsigned)((n + BLOCK - 1) / BLOCK), BLOCK, 0, s>>>(0.0f, x, y, n);
     CHECK(cudaStreamSynchronize(s));
 
-    Timed ts{"_Z5saxpyfPKfPfx", {}}, tspin{"_Z4spinPy", {}}, ttiny{"_Z4tinyPf", {}};
+    Timed ts{"_Z5saxpyfPKfPfx", {}}, tspin{"_Z4spinPy", {}}, ttiny{"_Z4tinyPf", {}}, tempty{"_Z5emptyv", {}};
     const int saxpy_runs = 5, spin_runs = 2, tiny_runs = 4, replays = 3;
     for (int r = 0; r < saxpy_runs; r++) {
-        if (mark(ts, s)) return 1;
+        if (mark(ts, s, true)) return 1;
         saxpy<<<(unsigned)((n + BLOCK - 1) / BLOCK), BLOCK, 0, s>>>(1.5f, x, y, n);
-        if (mark(ts, s)) return 1;
+        if (mark(ts, s, false)) return 1;
     }
     for (int r = 0; r < spin_runs; r++) {
-        if (mark(tspin, s)) return 1;
+        if (mark(tspin, s, true)) return 1;
         spin<<<spin_blocks, 128, 0, s>>>(spun);
-        if (mark(tspin, s)) return 1;
+        if (mark(tspin, s, false)) return 1;
     }
     for (int r = 0; r < tiny_runs; r++) {
-        if (mark(ttiny, s)) return 1;
+        if (mark(ttiny, s, true)) return 1;
         tiny<<<small / BLOCK, BLOCK, 0, s>>>(v);
-        if (mark(ttiny, s)) return 1;
+        if (mark(ttiny, s, false)) return 1;
+    }
+    for (int r = 0; r < 5; r++) {
+        if (mark(tempty, s, true)) return 1;
+        empty<<<1, 32, 0, s>>>();
+        if (mark(tempty, s, false)) return 1;
     }
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -151,11 +175,7 @@ int main(int argc, char **argv) {
     tiny<<<small / BLOCK, BLOCK, 0, s>>>(v);
     CHECK(cudaStreamEndCapture(s, &graph));
     CHECK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int r = 0; r < replays; r++) {
-        if (mark(ttiny, s)) return 1;
-        CHECK(cudaGraphLaunch(exec, s));
-        if (mark(ttiny, s)) return 1;
-    }
+    for (int r = 0; r < replays; r++) CHECK(cudaGraphLaunch(exec, s));
     CHECK(cudaStreamSynchronize(s));
     CHECK(cudaGetLastError());
 
@@ -171,6 +191,14 @@ int main(int argc, char **argv) {
     printf("expect bytes _Z5saxpyfPKfPfx load %lld store %lld atomic 0 async 0\n", sr * n * 8, sr * n * 4);
     printf("expect bytes _Z4spinPy load 0 store %lld atomic 0 async 0\n", spin_runs * spin_blocks * 8ll);
     printf("expect bytes _Z4tinyPf load %lld store %lld atomic 0 async 0\n", tr * small * 4ll, tr * small * 4ll);
-    if (report(ts) || report(tspin) || report(ttiny)) return 1;
+    // The warm-up saxpy ran first; the graph's node is tiny's last launch.
+    if (report(ts, 1) || report(tspin, 0) || report(ttiny, 0)) return 1;
+    float floor_ms = 1e9;
+    for (size_t i = 0; i + 1 < tempty.marks.size(); i += 2) {
+        float ms = 0;
+        CHECK(cudaEventElapsedTime(&ms, tempty.marks[i], tempty.marks[i + 1]));
+        if (ms < floor_ms) floor_ms = ms;
+    }
+    printf("expect floor %.3f\n", floor_ms * 1000);
     return 0;
 }
