@@ -9,7 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use egpu_maps::{HashMap, PerCpuHashMap, RawMap};
+use egpu_maps::{Array, HashMap, PerCpuArray, RawMap};
 use serde::{Deserialize, Serialize};
 
 use super::sets::{COUNT_MAPS, Start};
@@ -260,22 +260,26 @@ impl Recording {
             }
         }
         let mut launches = Vec::new();
-        let starts = map("STARTS").and_then(|raw| HashMap::<u64, Start>::from_raw(raw).ok());
-        let ends = map("ENDS").and_then(|raw| PerCpuHashMap::<u64, u64>::from_raw(raw).ok());
+        let starts = map("STARTS").and_then(|raw| Array::<Start>::from_raw(raw).ok());
+        let ends = map("ENDS").and_then(|raw| PerCpuArray::<u64>::from_raw(raw).ok());
         let runs = map("RUNS").and_then(|raw| HashMap::<u64, u64>::from_raw(raw).ok());
         if let (Some(starts), Some(ends)) = (starts, ends) {
-            for (grid, s) in starts.iter() {
-                let Some(end) = ends.get(&grid).and_then(|e| e.sm.into_iter().max()) else {
-                    continue;
-                };
+            for (slot, s) in starts.to_vec().into_iter().enumerate() {
+                // A slot no launch reached, or one whose blocks ended before it began (an
+                // earlier launch's, at the same slot).
+                let Ok(per_sm) = ends.get(slot as u32) else { continue };
+                // Device writers' shards, and the host's (the CPU VM's, in tests).
+                let all = per_sm.sm.into_iter().chain(per_sm.cpu);
+                let end = all.filter(|&e| e >= s.start).max();
+                let (Some(end), true) = (end, s.start > 0) else { continue };
                 let launch = Launch {
-                    grid,
+                    grid: s.grid,
                     kernel: kernel_hex(s.kernel),
                     start_ns: s.start,
-                    end_ns: end.max(s.start),
+                    end_ns: end,
                     blocks: s.blocks,
                     threads: s.threads,
-                    runs: runs.as_ref().and_then(|r| r.get(&grid)).unwrap_or(1).max(1),
+                    runs: runs.as_ref().and_then(|r| r.get(&s.grid)).unwrap_or(1).max(1),
                 };
                 let k = kernel(&mut kernels, s.kernel, || name(s.kernel), instrumented);
                 k.timed += launch.runs;

@@ -5,23 +5,25 @@
 //! - `counts`: per kernel (keyed by its id), the accesses each class of instruction made and
 //!   their bytes, one pair of maps per column. The key is the kernel's id at every access, so a
 //!   thread's adds combine in its registers until it exits (one flush per thread and map).
-//! - `timing`: per launch (keyed by `%gridid`), the device clock (`%globaltimer`) when the
+//! - `timing`: per launch (at a slot of `%gridid`), the device clock (`%globaltimer`) when the
 //!   first thread of block 0 starts, and, per SM, when the first thread of each block ends
 //!   (the last store wins). A launch's GPU time is the latest end over the SMs less the start.
-//!   One map write per block: the cost does not grow with the threads. A CUDA graph's kernel
-//!   node has one grid id for all its replays: the maps hold its last replay's times, and how
-//!   many times it ran.
+//!   A thread tests its index and goes on; the first thread of a block writes one word when it
+//!   ends. A CUDA graph's kernel node has one grid id for all its replays: the maps hold its
+//!   last replay's times, and how many times it ran.
 
 use bytemuck::{Pod, Zeroable};
 use egpu_ebpf::{KernelCtx, MemAccessCtx};
 use egpu_macros::probe;
-use egpu_maps::{HashMap, PerCpuHashMap, Shards};
+use egpu_maps::{Array, HashMap, PerCpuArray, Shards};
 use egpu_probe::Probe;
 
 /// Kernels the `counts` maps hold.
 pub const KERNELS: u32 = 1024;
-/// Launches the `timing` maps hold; later ones are not timed (and counted as such).
-pub const LAUNCHES: u32 = 8192;
+/// Launches the `timing` maps hold: the latest this many.
+pub const LAUNCHES: u32 = 4096;
+/// Launches whose runs the `timing` maps count (graph nodes replayed: see [`RUNS`]).
+pub const RUN_KEYS: u32 = 16384;
 /// SM shards of [`ENDS`]: one per SM up to this many (`%smid % SM_SHARDS` above).
 pub const SM_SHARDS: u32 = 128;
 
@@ -98,6 +100,8 @@ fn count_atomics(ctx: &MemAccessCtx) {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
 pub struct Start {
+    /// The launch's `%gridid`.
+    pub grid: u64,
     /// The kernel's id.
     pub kernel: u64,
     /// `%globaltimer` when the thread started, in nanoseconds.
@@ -108,34 +112,45 @@ pub struct Start {
     pub threads: u64,
 }
 
-/// Launches by `%gridid`: their kernel and start (a CUDA graph's kernel node keeps its grid id
-/// at every replay: the last replay's).
-pub(super) static STARTS: HashMap<u64, Start> = HashMap::with_capacity(LAUNCHES);
-/// Launches by `%gridid`: how many times they ran (graph replays).
-pub(super) static RUNS: HashMap<u64, u64> = HashMap::with_capacity(LAUNCHES);
-/// Launches by `%gridid`: per SM, when the first thread of the last block to end there ended.
-pub(super) static ENDS: PerCpuHashMap<u64, u64> =
-    PerCpuHashMap::with_shards(LAUNCHES, Shards::new(1, SM_SHARDS));
+/// Launches' starts, at their slot (`%gridid % LAUNCHES`: the latest launches are kept).
+pub(super) static STARTS: Array<Start> = Array::with_len(LAUNCHES);
+/// Launches' ends at their slot, per SM: when the first thread of the last block to end there
+/// ended (a store per block, the last one stays). An SM's value older than the slot's start is
+/// an earlier launch's.
+pub(super) static ENDS: PerCpuArray<u64> =
+    PerCpuArray::with_shards(LAUNCHES, Shards::new(1, SM_SHARDS));
+/// Launches by `%gridid`: how many times they ran (a CUDA graph's kernel node keeps its grid id
+/// at every replay; the maps then hold its last replay's times). A launch missing here (the
+/// map full) ran once.
+pub(super) static RUNS: HashMap<u64, u64> = HashMap::with_capacity(RUN_KEYS);
 
-/// The first thread of a launch's block 0 records the launch's start.
+/// The first thread of a launch's block 0 records the launch's start. Every other thread tests
+/// one index and goes on.
 #[probe(device::kernel_entry, crate = crate::egpu_root)]
 fn launch_starts(ctx: &KernelCtx) {
-    let first = ctx.thread[0] | ctx.thread[1] | ctx.thread[2];
-    if (first | ctx.block[0] | ctx.block[1] | ctx.block[2]) == 0 {
-        let blocks = ctx.grid_dim[0] as u64 * ctx.grid_dim[1] as u64 * ctx.grid_dim[2] as u64;
-        let threads = ctx.block_dim[0] as u64 * ctx.block_dim[1] as u64 * ctx.block_dim[2] as u64;
-        let now = egpu_vm::native::ktime_ns();
-        STARTS
-            .insert(&ctx.launch_id, &Start { kernel: ctx.kernel_id, start: now, blocks, threads });
+    if ctx.thread[0] == 0 {
+        if (ctx.block[0] | ctx.thread[1] | ctx.thread[2] | ctx.block[1] | ctx.block[2]) == 0 {
+            let blocks = ctx.grid_dim[0] as u64 * ctx.grid_dim[1] as u64 * ctx.grid_dim[2] as u64;
+            let threads =
+                ctx.block_dim[0] as u64 * ctx.block_dim[1] as u64 * ctx.block_dim[2] as u64;
+            let start = egpu_vm::native::ktime_ns();
+            let grid = ctx.launch_id;
+            let slot = (grid % LAUNCHES as u64) as u32;
+            STARTS.set(slot, &Start { grid, kernel: ctx.kernel_id, start, blocks, threads });
+            RUNS.fetch_add(&grid, 1);
+        }
     }
 }
 
-/// The first thread of each block records, in its SM's shard, when it ends.
+/// The first thread of each block records, at the launch's slot in its SM's shard, when it
+/// ends.
 #[probe(device::kernel_exit, crate = crate::egpu_root)]
 fn block_ends(ctx: &KernelCtx) {
-    if (ctx.thread[0] | ctx.thread[1] | ctx.thread[2]) == 0 {
-        let now = egpu_vm::native::ktime_ns();
-        ENDS.insert(&ctx.launch_id, &now);
+    if ctx.thread[0] == 0 {
+        if (ctx.thread[1] | ctx.thread[2]) == 0 {
+            let slot = (ctx.launch_id % LAUNCHES as u64) as u32;
+            ENDS.set(slot, &egpu_vm::native::ktime_ns());
+        }
     }
 }
 

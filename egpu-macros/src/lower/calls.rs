@@ -97,6 +97,10 @@ impl Lower {
                 let (key, value) = (self.by_ref(key), self.by_ref(value));
                 quote_spanned!(span=> #p::hash_insert(&#map, #name, #key, #value);)
             }
+            ("set", [index, value]) => {
+                let (index, value) = (self.expr(index), self.by_ref(value));
+                quote_spanned!(span=> #p::array_set(&#map, #name, #index, #value);)
+            }
             ("remove", [key]) => {
                 let key = self.by_ref(key);
                 quote_spanned!(span=> #p::hash_remove(&#map, #name, #key);)
@@ -107,7 +111,7 @@ impl Lower {
             }
             (other, _) => self.error(
                 m.method.span(),
-                format!("`{other}` is not a map operation probes support: `fetch_add`, `fetch_add_field`, `insert`, `remove`, `output`, and `get` in `if let`"),
+                format!("`{other}` is not a map operation probes support: `fetch_add`, `fetch_add_field`, `insert`, `set`, `remove`, `output`, and `get` in `if let`"),
             ),
         }
     }

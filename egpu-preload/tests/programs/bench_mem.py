@@ -1,5 +1,6 @@
 """`egpu mem`'s benchmark on the GPU machine: steps per second of saxpy over 2^28 floats
-(mem_timing.cu's `bench` mode) and of a torch.compile'd transformer block (mem_model.py,
+(mem_timing.cu's `bench` mode: the GPU benchmark's grid-stride saxpy, and `saxpy-flat`, one
+element per thread) and of a torch.compile'd transformer block (mem_model.py,
 mode="max-autotune"), bare and under `egpu mem run` with each set, as ratios to the bare runs of
 the same round (rounds interleaved, the median ratio), each beside the share of GPU time spent
 in the kernels egpu instruments (from a profiled step of the bare run and the recording's
@@ -104,6 +105,7 @@ def main():
         subprocess.run([nvcc, "-O2", "-arch=sm_90", os.path.join(HERE, "mem_timing.cu"), "-o",
                         exe], check=True)
         bench("saxpy", [exe, "bench", "200"], args, env, None)
+        bench("saxpy-flat", [exe, "bench", "200", "flat"], args, env, None)
     if args.only in ("", "model"):
         python = sys.executable or "python3"
         model = [python, os.path.join(HERE, "mem_model.py")]

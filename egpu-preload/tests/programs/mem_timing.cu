@@ -15,9 +15,12 @@
 // the launch are queued before the GPU reaches them: the events then time the kernel, not the
 // host's launch path.
 //
-// `mem_timing bench STEPS` instead runs saxpy STEPS times after a warm-up and prints
+// `mem_timing bench STEPS [flat]` instead runs saxpy STEPS times after a warm-up and prints
 // `steps_per_second S` (wall clock, synchronised at the end): the benchmark's workload
-// (bench_mem.py).
+// (bench_mem.py). Its saxpy is the GPU benchmark's (benches/device.rs): a grid-stride loop, 8
+// blocks of 256 threads per SM; with `flat`, the one above, one element per thread, where what
+// a probe set costs each thread once (its lookups and its sums' flush at exit) is not spread
+// over several elements.
 //
 // It prints per kernel `expect bytes NAME load L store S atomic 0 async 0` and
 // `expect times NAME first F t1 t2 ...` (the event time of the kernel's launches F, F+1, ...
@@ -39,6 +42,12 @@ constexpr int BLOCK = 256;
 __global__ void saxpy(float a, const float *x, float *y, long long n) {
     long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = a * x[i] + y[i];
+}
+
+__global__ void saxpy_loop(float a, const float *x, float *y, long long n) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x)
+        y[i] = a * x[i] + y[i];
 }
 
 // Spins for (blockIdx.x % 8 + 1) * 20 µs of the global timer, then writes one word per block.
@@ -99,15 +108,23 @@ static int report(Timed &t, int first) {
     return 0;
 }
 
-static int bench(int steps) {
+static int bench(int steps, bool flat) {
     const long long n = 1ll << 28;
     float *x, *y;
     CHECK(cudaMalloc(&x, n * sizeof(float)));
     CHECK(cudaMalloc(&y, n * sizeof(float)));
     CHECK(cudaMemset(x, 0, n * sizeof(float)));
     CHECK(cudaMemset(y, 0, n * sizeof(float)));
-    const unsigned grid = (unsigned)((n + BLOCK - 1) / BLOCK);
-    for (int i = 0; i < 3; i++) saxpy<<<grid, BLOCK>>>(1.0f, x, y, n);
+    int sms = 0;
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const unsigned grid = flat ? (unsigned)((n + BLOCK - 1) / BLOCK) : (unsigned)sms * 8;
+    auto step = [&]() {
+        if (flat)
+            saxpy<<<grid, BLOCK>>>(1.0f, x, y, n);
+        else
+            saxpy_loop<<<grid, BLOCK>>>(1.0f, x, y, n);
+    };
+    for (int i = 0; i < 3; i++) step();
     CHECK(cudaDeviceSynchronize());
     cudaEvent_t a, b;
     CHECK(cudaEventCreate(&a));
@@ -115,7 +132,7 @@ static int bench(int steps) {
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     CHECK(cudaEventRecord(a));
-    for (int i = 0; i < steps; i++) saxpy<<<grid, BLOCK>>>(1.0f, x, y, n);
+    for (int i = 0; i < steps; i++) step();
     CHECK(cudaEventRecord(b));
     CHECK(cudaDeviceSynchronize());
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -127,7 +144,8 @@ static int bench(int steps) {
 }
 
 int main(int argc, char **argv) {
-    if (argc > 2 && strcmp(argv[1], "bench") == 0) return bench(atoi(argv[2]));
+    if (argc > 2 && strcmp(argv[1], "bench") == 0)
+        return bench(atoi(argv[2]), argc > 3 && strcmp(argv[3], "flat") == 0);
     const long long n = 1ll << 28;
     const int small = 1 << 12, spin_blocks = 132 * 4;
     float *x, *y, *v;

@@ -202,6 +202,29 @@ pub fn hash_insert<M: KeyedMap>(
     )));
 }
 
+/// `array.set(index, &value)` (`bpf_map_update_elem`, any flags): the element replaced whole,
+/// when the index is in range.
+pub fn array_set<M: IndexedMap>(
+    map: &'static M,
+    name: &str,
+    index: Val<u32>,
+    value: impl AsPlace<M::Value>,
+) {
+    let Some(m) = map_ref(map as *const M as usize, name, map.raw_map()) else { return };
+    let key = spill("index", index);
+    let value = value.place("value");
+    push(Stmt::Eval(Expr::Call(
+        Ty::I64,
+        id::MAP_UPDATE_ELEM,
+        vec![
+            CallArg::Map(m),
+            CallArg::Addr(key),
+            CallArg::Addr(value),
+            CallArg::Value(Expr::Const(Ty::U64, 0)),
+        ],
+    )));
+}
+
 /// `map.remove(&key)` on a hash map (`bpf_map_delete_elem`).
 pub fn hash_remove<M: KeyedMap>(map: &'static M, name: &str, key: impl AsPlace<M::Key>) {
     let Some(m) = map_ref(map as *const M as usize, name, map.raw_map()) else { return };

@@ -32,7 +32,7 @@ use crate::ir::{BufDecl, Expr, ProbeIr, SourceLoc, Stmt, Ty};
 
 pub use control::{Inline, Placeholder, at, brk, cont, if_, repeat, ret, ret_unit};
 pub use maps::{
-    IndexedMap, KeyedMap, array_fetch_add, array_fetch_add_field, hash_fetch_add,
+    IndexedMap, KeyedMap, array_fetch_add, array_fetch_add_field, array_set, hash_fetch_add,
     hash_fetch_add_field, hash_get, hash_insert, hash_remove, print, print_arg, ring_output,
 };
 pub use ops::{
