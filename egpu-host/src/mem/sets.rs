@@ -125,20 +125,19 @@ pub(super) static ENDS: PerCpuArray<u64> =
 pub(super) static RUNS: HashMap<u64, u64> = HashMap::with_capacity(RUN_KEYS);
 
 /// The first thread of a launch's block 0 records the launch's start. Every other thread tests
-/// one index and goes on.
+/// one index and goes on (`&&` does not evaluate its right side when its left is false).
 #[probe(device::kernel_entry, crate = crate::egpu_root)]
 fn launch_starts(ctx: &KernelCtx) {
-    if ctx.thread[0] == 0 {
-        if (ctx.block[0] | ctx.thread[1] | ctx.thread[2] | ctx.block[1] | ctx.block[2]) == 0 {
-            let blocks = ctx.grid_dim[0] as u64 * ctx.grid_dim[1] as u64 * ctx.grid_dim[2] as u64;
-            let threads =
-                ctx.block_dim[0] as u64 * ctx.block_dim[1] as u64 * ctx.block_dim[2] as u64;
-            let start = egpu_vm::native::ktime_ns();
-            let grid = ctx.launch_id;
-            let slot = (grid % LAUNCHES as u64) as u32;
-            STARTS.set(slot, &Start { grid, kernel: ctx.kernel_id, start, blocks, threads });
-            RUNS.fetch_add(&grid, 1);
-        }
+    if ctx.thread[0] == 0
+        && (ctx.block[0] | ctx.thread[1] | ctx.thread[2] | ctx.block[1] | ctx.block[2]) == 0
+    {
+        let blocks = ctx.grid_dim[0] as u64 * ctx.grid_dim[1] as u64 * ctx.grid_dim[2] as u64;
+        let threads = ctx.block_dim[0] as u64 * ctx.block_dim[1] as u64 * ctx.block_dim[2] as u64;
+        let start = egpu_vm::native::ktime_ns();
+        let grid = ctx.launch_id;
+        let slot = (grid % LAUNCHES as u64) as u32;
+        STARTS.set(slot, &Start { grid, kernel: ctx.kernel_id, start, blocks, threads });
+        RUNS.fetch_add(&grid, 1);
     }
 }
 
@@ -146,11 +145,9 @@ fn launch_starts(ctx: &KernelCtx) {
 /// ends.
 #[probe(device::kernel_exit, crate = crate::egpu_root)]
 fn block_ends(ctx: &KernelCtx) {
-    if ctx.thread[0] == 0 {
-        if (ctx.thread[1] | ctx.thread[2]) == 0 {
-            let slot = (ctx.launch_id % LAUNCHES as u64) as u32;
-            ENDS.set(slot, &egpu_vm::native::ktime_ns());
-        }
+    if ctx.thread[0] == 0 && (ctx.thread[1] | ctx.thread[2]) == 0 {
+        let slot = (ctx.launch_id % LAUNCHES as u64) as u32;
+        ENDS.set(slot, &egpu_vm::native::ktime_ns());
     }
 }
 
