@@ -254,6 +254,22 @@ fn flush(
     )
 }
 
+/// A probe's `body` between a note of the lanes that run it and, on sm_70 and later, a
+/// `bar.warp.sync` of them: the lanes that took different paths in the probe (one lane of a
+/// warp that inserts, the others that find) run on together after it. Without it `ptxas` may
+/// leave them apart for the rest of the kernel, which then runs the kernel's own code once per
+/// group (measured on the H200: a probe at kernel entry whose first thread took its slow path
+/// made a grid-stride saxpy 1.41× slower, every other thread having skipped it).
+fn converged(prefix: &str, body: String, sm: u32) -> String {
+    if sm < 70 {
+        return body;
+    }
+    let mask = format!("%{prefix}_lanes");
+    format!(
+        "\t{{\n\t.reg .b32 {mask};\n\tactivemask.b32 {mask};\n{body}\tbar.warp.sync {mask};\n\t}}\n"
+    )
+}
+
 /// The names the injector declares in a module: all start with a stem that appears nowhere in
 /// the module's text, so they cannot meet the module's own names (a module instrumented before
 /// included).
@@ -533,7 +549,7 @@ pub fn inject_with(
             shared.append(&mut t.shared);
             functions.push_str(&t.functions);
             sites.push(site);
-            Ok(t.body)
+            Ok(converged(&options.prefix, t.body, sm))
         };
         if entry {
             // The SM a thread runs on never changes: read it once.
