@@ -231,8 +231,8 @@ fn adds_by_the_kernels_id_are_combined_per_thread_and_adds_by_page_are_not() {
     let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, false)]);
     // Combined per thread in a sum of the map's own (one value: the kernel id's), which the
     // kernel adds to the value it found (its lookup cache's) when it exits.
-    assert_eq!(ptx.matches("add.s64 %egpu_hs0, %egpu_hs0, ").count(), 2, "saxpy's two loads");
-    assert!(ptx.contains("setp.eq.or.u64 %egpu_fq, %egpu_hs0, 0, %egpu_fq;"), "{ptx}");
+    assert_eq!(ptx.matches("add.s64 %egpu_hs0_0, %egpu_hs0_0, ").count(), 2, "saxpy's two loads");
+    assert!(ptx.contains("setp.eq.or.u64 %egpu_fq, %egpu_hs0_0, 0, %egpu_fq;"), "{ptx}");
     assert!(ptx.contains("match.any.sync.b64 %egpu_fw1, %egpu_hp0, "), "{ptx}");
     // Not when the map is read and written live by the host (its values may move).
     let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, true)]);
@@ -251,7 +251,7 @@ fn adds_by_the_kernels_id_are_combined_per_thread_and_adds_by_page_are_not() {
     let mut spread = hash_binding(8, false);
     spread.spread = 4;
     let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[spread]);
-    assert_eq!(ptx.matches("add.s64 %egpu_hs0, %egpu_hs0, ").count(), 2, "{ptx}");
+    assert_eq!(ptx.matches("add.s64 %egpu_hs0_0, %egpu_hs0_0, ").count(), 2, "{ptx}");
     assert!(ptx.contains("and.b32 %egpu_fw0, %egpu_smid, 3;") && !ptx.contains("bra $egpu0_C"));
 }
 
@@ -282,11 +282,45 @@ fn a_map_looked_up_by_the_kernels_id_remembers_that_key_only_and_a_hit_skips_the
     assert_eq!(hit, lookups, "{ptx}");
     assert_eq!(ptx.matches("_nonnull:").count(), lookups);
     // Both values are combined, each in a sum of its own: no compare, no flush but at the exit.
-    for sum in ["%egpu_hs0", "%egpu_hs1"] {
+    for sum in ["%egpu_hs0_0", "%egpu_hs1_0"] {
         assert_eq!(ptx.matches(&format!("add.s64 {sum}, {sum}, ")).count(), 2, "{ptx}");
     }
     let last_load = ptx.rfind("ld.global.f32").expect("saxpy's last load");
     assert!(!ptx.contains("bra $egpu0_C") && ptx.find("match.any").unwrap() > last_load);
+}
+
+#[test]
+fn each_field_a_probe_adds_to_has_a_sum_of_its_own() {
+    // value[kernel_id] = { count, bytes }: count += 1 at offset 0, bytes += size at offset 8.
+    let fields = "mov %r9, %r1\nldxdw %r0, [%r9+8]\nstxdw [%r10-8], %r0\nlddw %r1, map[0]\n\
+                  mov %r2, %r10\nadd %r2, -8\ncall 1\njeq %r0, 0, out\nmov %r1, 1\n\
+                  lock add [%r0], %r1\nldxw %r1, [%r9+16]\nlock add [%r0+8], %r1\nout:\n\
+                  mov %r0, 0\nexit";
+    let def = vec![MapDef {
+        name: "traffic".into(),
+        kind: MapKind::Hash,
+        key_size: 8,
+        value_size: 16,
+        capacity: 64,
+    }];
+    let p = program(fields, def, DeviceEvent::GlobalLoad);
+    let geometry = Geometry::new(MapKind::Hash, 8, 16, 64, 1, 0).expect("a geometry");
+    let mut map =
+        DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false, spread: 16, drained: false };
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[map]);
+    for sum in ["%egpu_hs0_0", "%egpu_hs0_8"] {
+        assert_eq!(ptx.matches(&format!("add.s64 {sum}, {sum}, ")).count(), 2, "{ptx}");
+        assert!(ptx.contains(&format!("setp.eq.or.u64 %egpu_fq, {sum}, 0, %egpu_fq;")), "{ptx}");
+    }
+    assert!(!ptx.contains("bra $egpu0_C"), "no combining slot: {ptx}");
+    // Flushed to its field in the copy of the thread's SM.
+    assert!(ptx.contains("and.b32 %egpu_fw0, %egpu_smid, 15;"), "{ptx}");
+    map.spread = 0;
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[map]);
+    assert!(ptx.contains("add.s64 %egpu_fa, %egpu_hp0, 8;"), "{ptx}");
+    if let Some(ptxas) = egpu_device::testing::require_ptxas() {
+        ptxas.check(&ptx, "sm_90").expect("ptxas takes it");
+    }
 }
 
 #[test]

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use egpu_maps::{Array, HashMap, PerCpuArray, RawMap};
 use serde::{Deserialize, Serialize};
 
-use super::sets::{COUNT_MAPS, Start};
+use super::sets::{Atomics, Reads, Start, Writes};
 
 /// The format's name, in every header.
 pub const FORMAT: &str = "egpu-mem";
@@ -76,24 +76,6 @@ pub struct Traffic {
 }
 
 impl Traffic {
-    /// The fields in the order of the `counts` maps.
-    fn fields(&mut self) -> [&mut u64; 12] {
-        [
-            &mut self.loads,
-            &mut self.loaded,
-            &mut self.stores,
-            &mut self.stored,
-            &mut self.atomics,
-            &mut self.atomic,
-            &mut self.asyncs,
-            &mut self.async_bytes,
-            &mut self.tensor_loads,
-            &mut self.tensor_loaded,
-            &mut self.tensor_stores,
-            &mut self.tensor_stored,
-        ]
-    }
-
     /// Bytes read from global memory, every class but atomics.
     pub fn read(&self) -> u64 {
         self.loaded + self.async_bytes + self.tensor_loaded
@@ -245,14 +227,27 @@ impl Recording {
         for (id, n, named) in launched {
             kernel(&mut kernels, *id, || named.clone(), instrumented).launches += n;
         }
-        let counts: Vec<Option<HashMap<u64, u64>>> =
-            COUNT_MAPS.iter().map(|n| map(n).and_then(|raw| HashMap::from_raw(raw).ok())).collect();
-        if counts.iter().all(Option::is_some) {
-            for (column, m) in counts.iter().flatten().enumerate() {
-                for (id, v) in m.iter() {
-                    let k = kernel(&mut kernels, id, || name(id), instrumented);
-                    *k.traffic.get_or_insert_with(Traffic::default).fields()[column] += v;
-                }
+        let reads = map("READS").and_then(|raw| HashMap::<u64, Reads>::from_raw(raw).ok());
+        let writes = map("WRITES").and_then(|raw| HashMap::<u64, Writes>::from_raw(raw).ok());
+        let atomics = map("ATOMICS").and_then(|raw| HashMap::<u64, Atomics>::from_raw(raw).ok());
+        if let (Some(reads), Some(writes), Some(atomics)) = (reads, writes, atomics) {
+            for (id, r) in reads.iter() {
+                let k = kernel(&mut kernels, id, || name(id), instrumented);
+                let t = k.traffic.get_or_insert_with(Traffic::default);
+                (t.loads, t.loaded, t.asyncs, t.async_bytes) =
+                    (r.loads, r.loaded, r.asyncs, r.async_bytes);
+                (t.tensor_loads, t.tensor_loaded) = (r.tensor_loads, r.tensor_loaded);
+            }
+            for (id, w) in writes.iter() {
+                let k = kernel(&mut kernels, id, || name(id), instrumented);
+                let t = k.traffic.get_or_insert_with(Traffic::default);
+                (t.stores, t.stored, t.tensor_stores, t.tensor_stored) =
+                    (w.stores, w.stored, w.tensor_stores, w.tensor_stored);
+            }
+            for (id, a) in atomics.iter() {
+                let k = kernel(&mut kernels, id, || name(id), instrumented);
+                let t = k.traffic.get_or_insert_with(Traffic::default);
+                (t.atomics, t.atomic) = (a.atomics, a.atomic);
             }
             // An instrumented kernel that moved nothing moved nothing (it is not unknown).
             for k in kernels.values_mut().filter(|k| k.instrumented) {

@@ -3,8 +3,9 @@
 //! names, and [`Recording::collect`](super::Recording::collect) reads them back by name.
 //!
 //! - `counts`: per kernel (keyed by its id), the accesses each class of instruction made and
-//!   their bytes, one pair of maps per column. The key is the kernel's id at every access, so a
-//!   thread's adds combine in its registers until it exits (one flush per thread and map).
+//!   their bytes, the fields of a value per direction ([`Reads`], [`Writes`], [`Atomics`]). The key is the kernel's id at every
+//!   access, so the kernel looks the value up once per thread, keeps a sum per field the thread
+//!   adds to in a register, and adds them when the thread exits, aggregated across the warp.
 //! - `timing`: per launch (at a slot of `%gridid`), the device clock (`%globaltimer`) when the
 //!   first thread of block 0 starts, and, per SM, when the first thread of each block ends
 //!   (the last store wins). A launch's GPU time is the latest end over the SMs less the start.
@@ -16,84 +17,103 @@ use bytemuck::{Pod, Zeroable};
 use egpu_ebpf::{KernelCtx, MemAccessCtx};
 use egpu_macros::probe;
 use egpu_maps::{Array, HashMap, PerCpuArray, Shards};
+
 use egpu_probe::Probe;
 
 /// Kernels the `counts` maps hold.
 pub const KERNELS: u32 = 1024;
-/// Launches the `timing` maps hold: the latest this many.
+/// Launches the `timing` maps hold: the latest this many (a power of two: a slot is the grid
+/// id's low bits).
 pub const LAUNCHES: u32 = 4096;
 /// Launches whose runs the `timing` maps count (graph nodes replayed: see [`RUNS`]).
 pub const RUN_KEYS: u32 = 16384;
 /// SM shards of [`ENDS`]: one per SM up to this many (`%smid % SM_SHARDS` above).
 pub const SM_SHARDS: u32 = 128;
 
-macro_rules! kernel_maps {
-    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
-        $( $(#[$doc])* pub(super) static $name: HashMap<u64, u64> = HashMap::with_capacity(KERNELS); )*
-        /// The `counts` maps' names, in the order of [`super::record::Traffic`]'s fields.
-        pub(super) const COUNT_MAPS: &[&str] = &[$(stringify!($name)),*];
-    };
+/// What a kernel read, every launch: one value per kernel, whose fields the probes add to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct Reads {
+    /// `ld`/`ldu` and bulk copies from global memory, per thread.
+    pub loads: u64,
+    /// Their bytes.
+    pub loaded: u64,
+    /// `cp.async` copies, per thread.
+    pub asyncs: u64,
+    /// The bytes they read (a copy whose `src-size` is 0 reads none).
+    pub async_bytes: u64,
+    /// Tensor copies from global memory (`cp.async.bulk.tensor`), one per copy.
+    pub tensor_loads: u64,
+    /// Their boxes' bytes (0 for a tensor map egpu did not see encoded).
+    pub tensor_loaded: u64,
 }
 
-kernel_maps! {
-    /// `ld`/`ldu` and bulk copies (`cp.async.bulk`) from global memory, per thread.
-    LOADS,
-    /// Their bytes.
-    LOADED,
+/// What a kernel wrote, every launch (atomics aside).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct Writes {
     /// `st`, bulk copies to global memory and tensor map writes, per thread.
-    STORES,
+    pub stores: u64,
     /// Their bytes.
-    STORED,
-    /// `atom` and `red` on global memory, per thread.
-    ATOMICS,
-    /// The bytes of their operands.
-    ATOMIC,
-    /// `cp.async` (global to shared memory), per thread.
-    ASYNCS,
-    /// The bytes they read (a copy whose `src-size` is 0 reads none).
-    ASYNC,
-    /// Tensor copies from global memory (`cp.async.bulk.tensor`), one per copy.
-    TENSOR_LOADS,
-    /// Their boxes' bytes (0 for a tensor map egpu did not see encoded).
-    TENSOR_LOADED,
+    pub stored: u64,
     /// Tensor copies and reductions to global memory.
-    TENSOR_STORES,
+    pub tensor_stores: u64,
     /// Their boxes' bytes.
-    TENSOR_STORED,
+    pub tensor_stored: u64,
 }
+
+/// A kernel's atomics on global memory, every launch.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct Atomics {
+    /// `atom` and `red`, per thread.
+    pub atomics: u64,
+    /// The bytes of their operands.
+    pub atomic: u64,
+}
+
+/// Reads per kernel (one map per probe: a probe's zero values for missing keys share its
+/// 512-byte stack).
+pub(super) static READS: HashMap<u64, Reads> = HashMap::with_capacity(KERNELS);
+/// Writes per kernel.
+pub(super) static WRITES: HashMap<u64, Writes> = HashMap::with_capacity(KERNELS);
+/// Atomics per kernel.
+pub(super) static ATOMICS: HashMap<u64, Atomics> = HashMap::with_capacity(KERNELS);
 
 /// Every read of global memory.
 #[probe(device::global_load, crate = crate::egpu_root)]
 fn count_loads(ctx: &MemAccessCtx) {
+    let bytes = ctx.size as u64;
     if ctx.class == MemAccessCtx::TENSOR_COPY {
-        TENSOR_LOADS.fetch_add(&ctx.kernel_id, 1);
-        TENSOR_LOADED.fetch_add(&ctx.kernel_id, ctx.size as u64);
+        READS.fetch_add_field(&ctx.kernel_id, |t| &t.tensor_loads, 1);
+        READS.fetch_add_field(&ctx.kernel_id, |t| &t.tensor_loaded, bytes);
     } else if ctx.class == MemAccessCtx::ASYNC_COPY {
-        ASYNCS.fetch_add(&ctx.kernel_id, 1);
-        ASYNC.fetch_add(&ctx.kernel_id, ctx.size as u64);
+        READS.fetch_add_field(&ctx.kernel_id, |t| &t.asyncs, 1);
+        READS.fetch_add_field(&ctx.kernel_id, |t| &t.async_bytes, bytes);
     } else {
-        LOADS.fetch_add(&ctx.kernel_id, 1);
-        LOADED.fetch_add(&ctx.kernel_id, ctx.size as u64);
+        READS.fetch_add_field(&ctx.kernel_id, |t| &t.loads, 1);
+        READS.fetch_add_field(&ctx.kernel_id, |t| &t.loaded, bytes);
     }
 }
 
 /// Every write of global memory but atomics.
 #[probe(device::global_store, crate = crate::egpu_root)]
 fn count_stores(ctx: &MemAccessCtx) {
+    let bytes = ctx.size as u64;
     if ctx.class == MemAccessCtx::TENSOR_COPY {
-        TENSOR_STORES.fetch_add(&ctx.kernel_id, 1);
-        TENSOR_STORED.fetch_add(&ctx.kernel_id, ctx.size as u64);
+        WRITES.fetch_add_field(&ctx.kernel_id, |t| &t.tensor_stores, 1);
+        WRITES.fetch_add_field(&ctx.kernel_id, |t| &t.tensor_stored, bytes);
     } else {
-        STORES.fetch_add(&ctx.kernel_id, 1);
-        STORED.fetch_add(&ctx.kernel_id, ctx.size as u64);
+        WRITES.fetch_add_field(&ctx.kernel_id, |t| &t.stores, 1);
+        WRITES.fetch_add_field(&ctx.kernel_id, |t| &t.stored, bytes);
     }
 }
 
 /// Every atomic on global memory.
 #[probe(device::global_atomic, crate = crate::egpu_root)]
 fn count_atomics(ctx: &MemAccessCtx) {
-    ATOMICS.fetch_add(&ctx.kernel_id, 1);
-    ATOMIC.fetch_add(&ctx.kernel_id, ctx.size as u64);
+    ATOMICS.fetch_add_field(&ctx.kernel_id, |t| &t.atomics, 1);
+    ATOMICS.fetch_add_field(&ctx.kernel_id, |t| &t.atomic, ctx.size as u64);
 }
 
 /// A launch's start, written by the first thread of its block 0.
@@ -135,7 +155,7 @@ fn launch_starts(ctx: &KernelCtx) {
         let threads = ctx.block_dim[0] as u64 * ctx.block_dim[1] as u64 * ctx.block_dim[2] as u64;
         let start = egpu_vm::native::ktime_ns();
         let grid = ctx.launch_id;
-        let slot = (grid % LAUNCHES as u64) as u32;
+        let slot = (grid & (LAUNCHES as u64 - 1)) as u32;
         STARTS.set(slot, &Start { grid, kernel: ctx.kernel_id, start, blocks, threads });
         RUNS.fetch_add(&grid, 1);
     }
@@ -146,7 +166,7 @@ fn launch_starts(ctx: &KernelCtx) {
 #[probe(device::kernel_exit, crate = crate::egpu_root)]
 fn block_ends(ctx: &KernelCtx) {
     if ctx.thread[0] == 0 && (ctx.thread[1] | ctx.thread[2]) == 0 {
-        let slot = (ctx.launch_id % LAUNCHES as u64) as u32;
+        let slot = (ctx.launch_id & (LAUNCHES as u64 - 1)) as u32;
         ENDS.set(slot, &egpu_vm::native::ktime_ns());
     }
 }

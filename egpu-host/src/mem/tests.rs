@@ -12,28 +12,17 @@ fn access(kernel_id: u64, size: u32, class: u32) -> MemAccessCtx {
 }
 
 fn maps() -> Vec<(String, RawMap)> {
-    let mut maps: Vec<(String, RawMap)> = [
-        &LOADS,
-        &LOADED,
-        &STORES,
-        &STORED,
-        &ATOMICS,
-        &ATOMIC,
-        &ASYNCS,
-        &ASYNC,
-        &TENSOR_LOADS,
-        &TENSOR_LOADED,
-        &TENSOR_STORES,
-        &TENSOR_STORED,
+    [
+        ("READS", READS.raw()),
+        ("WRITES", WRITES.raw()),
+        ("ATOMICS", ATOMICS.raw()),
+        ("STARTS", STARTS.raw()),
+        ("ENDS", ENDS.raw()),
+        ("RUNS", RUNS.raw()),
     ]
-    .iter()
-    .zip(COUNT_MAPS)
-    .map(|(m, name)| (name.to_string(), m.raw().clone()))
-    .collect();
-    maps.push(("STARTS".into(), STARTS.raw().clone()));
-    maps.push(("ENDS".into(), ENDS.raw().clone()));
-    maps.push(("RUNS".into(), RUNS.raw().clone()));
-    maps
+    .into_iter()
+    .map(|(name, raw)| (name.to_string(), raw.clone()))
+    .collect()
 }
 
 #[test]

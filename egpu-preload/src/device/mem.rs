@@ -84,7 +84,7 @@ pub(crate) fn write(user: &UserProbes, names: &Builtin) {
     let Some(folder) = std::env::var_os("EGPU_MEM_OUT").filter(|f| !f.is_empty()) else { return };
     let mut header = header();
     let has = |name: &str| user.maps.iter().any(|(n, _)| n == name);
-    header.sets = [("counts", "LOADED"), ("timing", "STARTS")]
+    header.sets = [("counts", "READS"), ("timing", "STARTS")]
         .iter()
         .filter(|(_, map)| has(map))
         .map(|(set, _)| set.to_string())

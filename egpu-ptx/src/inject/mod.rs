@@ -36,22 +36,23 @@
 //!
 //! [`MemAccessCtx::class`]: egpu_ebpf::MemAccessCtx::class
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use egpu_ebpf::verifier::Verified;
-use egpu_ebpf::{AttachPoint, DeviceEvent, MapKind, MemAccessCtx, kernel_id};
+use egpu_ebpf::{AttachPoint, DeviceEvent, MemAccessCtx, kernel_id};
 
 mod access;
 mod runs;
+mod sums;
 pub mod tensor_maps;
 
 use access::{Observation, Observed, observe, wrap_access};
 
 use crate::ptx::{FunctionKind, MemClass, PieceKind, PtxError, PtxInstruction, PtxModule};
 use crate::translate::{
-    CacheKey, Context, DeviceMap, LookupCache, Options, TranslateError, combines, kernel_keyed,
-    lookups_and_removals, translate, warp_add,
+    CacheKey, Context, DeviceMap, LookupCache, Options, TranslateError, combines, translate,
 };
+use sums::{Cached, converged, flush, lookup_caches, sum_register};
 
 /// Probed memory accesses in a kernel past which its probes share the hash map searches
 /// ([`Options::outline`]): a few hundred instructions each, which inline would make a large
@@ -205,71 +206,6 @@ pub enum InjectError {
     },
 }
 
-/// At a kernel's exit: the per-thread `sum` of combined atomic adds to the value at `addr` (a
-/// combining slot's, [`Options::combine`], or a map's, [`LookupCache::sum`]), added to memory
-/// when both are nonzero, aggregated across the warp where the target allows; `label`, unique in
-/// the module, starts the labels. With `spread` (the map's binding, spread over per-SM copies),
-/// the sum goes to the copy of the thread's SM, as the probes' own adds do.
-fn flush(
-    n: &Names,
-    addr: &str,
-    sum: &str,
-    label: &str,
-    sm: u32,
-    spread: Option<DeviceMap>,
-) -> String {
-    let r = |what: &str| format!("%{}_f{what}", n.stem);
-    let (fq, ft, fa) = (r("q"), r("t"), r("a"));
-    let w = [r("w0"), r("w1"), r("w2"), r("w3")];
-    let (to, copy) = match spread.filter(|m| m.spread > 0) {
-        Some(m) => {
-            let g = m.geometry;
-            let slots_bytes = u64::from(g.slots) * u64::from(g.slot_stride);
-            let shift = g.total_bytes - g.slot_offset(0, 0) as u64;
-            let code = format!(
-                "\tand.b32 {w0}, {smid}, {mask};\n\tmul.wide.u32 {ft}, {w0}, {slots_bytes};\n\
-                 \tadd.s64 {fa}, {addr}, {shift};\n\tadd.s64 {fa}, {fa}, {ft};\n",
-                w0 = w[0],
-                smid = n.smid,
-                mask = m.spread - 1,
-            );
-            (fa.clone(), format!("\t.reg .b64 {fa};\n{code}"))
-        }
-        None => (addr.to_owned(), String::new()),
-    };
-    let add = if sm >= 80 {
-        // The sum's address is a map value's: global memory.
-        warp_add(&to, sum, None, ".global", [&w[0], &w[1], &w[2], &w[3]], &fq, &ft, label)
-    } else {
-        format!("\tred.global.add.u64 [{to}], {sum};\n{label}_done:\n")
-    };
-    format!(
-        "\t{{\n\t.reg .b32 {w0}, {w1}, {w2}, {w3};\n\t.reg .pred {fq};\n\t.reg .b64 {ft};\n\
-         \tsetp.eq.u64 {fq}, {addr}, 0;\n\tsetp.eq.or.u64 {fq}, {sum}, 0, {fq};\n\
-         \t@{fq} bra {label}_done;\n{copy}{add}\t}}\n",
-        w0 = w[0],
-        w1 = w[1],
-        w2 = w[2],
-        w3 = w[3],
-    )
-}
-
-/// A probe's `body` between a note of the lanes that run it and, on sm_70 and later, a
-/// `bar.warp.sync` of them: the lanes that took different paths in the probe (one lane of a
-/// warp that inserts, the others that find) run on together after it. Without it `ptxas` may
-/// leave them apart for the rest of the kernel, which then runs the kernel's own code once per
-/// group (measured on the H200: a probe at kernel entry whose first thread took its slow path
-/// made a grid-stride saxpy 1.41× slower, every other thread having skipped it).
-fn converged(prefix: &str, body: String, sm: u32) -> String {
-    if sm < 70 {
-        return body;
-    }
-    let mask = format!("%{prefix}_lanes");
-    format!(
-        "\t{{\n\t.reg .b32 {mask};\n\tactivemask.b32 {mask};\n{body}\tbar.warp.sync {mask};\n\t}}\n"
-    )
-}
-
 /// The names the injector declares in a module: all start with a stem that appears nowhere in
 /// the module's text, so they cannot meet the module's own names (a module instrumented before
 /// included).
@@ -297,64 +233,6 @@ impl Names {
             stem,
         }
     }
-}
-
-/// A hash map with a lookup cache ([`lookup_caches`]).
-#[derive(Clone, Copy, Debug)]
-struct Cached {
-    /// Its number among the kernel's.
-    index: usize,
-    /// Every lookup of it is by the kernel's id.
-    by_kernel: bool,
-    /// Besides, every probe binds it alike: the probes reach one value of it (or, spread over
-    /// per-SM copies, that value's copy of the thread's SM).
-    one_value: bool,
-    /// Its binding.
-    map: DeviceMap,
-}
-
-/// The hash maps (by device address, numbered) whose entries stay where they are while a kernel
-/// with these probes runs, so a thread may remember where its last lookup found a key: in GPU
-/// memory (nobody else writes it meanwhile), with keys of at most 8 bytes, and removed from by
-/// none of the probes (device inserts never reuse a removed entry's slot).
-///
-/// Each is numbered, and says whether every lookup of it is by the kernel's id
-/// ([`kernel_keyed`]): its cache then remembers that key only, with no key register; and
-/// whether, besides, no probe spreads it over SMs: then a thread's combined adds to that one
-/// value can be a sum of their own ([`LookupCache::sum`]).
-fn lookup_caches(selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)]) -> BTreeMap<u64, Cached> {
-    let mut removed = BTreeSet::new();
-    let mut looked_up: Vec<(DeviceMap, bool)> = Vec::new();
-    for (_, p, _) in selected {
-        let (lookups, removals) = lookups_and_removals(p.program);
-        let Some(removals) = removals else { return BTreeMap::new() };
-        removed.extend(removals.iter().filter_map(|&m| p.maps.get(m as usize)).map(|b| b.addr));
-        looked_up.extend(
-            lookups
-                .iter()
-                .filter_map(|&m| p.maps.get(m as usize).map(|b| (*b, kernel_keyed(p.program, m)))),
-        );
-    }
-    let mut caches: BTreeMap<u64, Cached> = BTreeMap::new();
-    for (b, by_kernel) in looked_up {
-        let g = b.geometry;
-        if matches!(g.kind, MapKind::Hash | MapKind::PerCpuHash)
-            && g.key_size <= 8
-            && !b.live
-            && !removed.contains(&b.addr)
-        {
-            let next = caches.len();
-            let entry = caches.entry(b.addr).or_insert(Cached {
-                index: next,
-                by_kernel,
-                one_value: true,
-                map: b,
-            });
-            entry.by_kernel &= by_kernel;
-            entry.one_value &= entry.by_kernel && b.spread == entry.map.spread;
-        }
-    }
-    caches
 }
 
 /// The context of a probe at observed access `o`, whose address (and size) the probe's block
@@ -520,7 +398,11 @@ pub fn inject_with(
                 CacheKey::Register(format!("%{}_hk{}", names.stem, c.index))
             },
             value: format!("%{}_hp{}", names.stem, c.index),
-            sum: (combine && c.one_value).then(|| format!("%{}_hs{}", names.stem, c.index)),
+            sums: if combine && c.one_value {
+                c.fields.iter().map(|&o| (o, sum_register(&names, c, o))).collect()
+            } else {
+                Vec::new()
+            },
         };
         let first_site = sites.len();
         let mut emit = |probe: usize,
@@ -565,7 +447,7 @@ pub fn inject_with(
                 regs.push(key);
             }
             regs.push(c.value);
-            regs.extend(c.sum);
+            regs.extend(c.sums.into_iter().map(|(_, r)| r));
             let zeros: String = regs.iter().map(|r| format!("\tmov.b64 {r}, 0;\n")).collect();
             let declared = format!("\t.reg .b64 {};\n{zeros}", regs.join(", "));
             after.entry(f.body.start).or_default().push_str(&declared);
@@ -627,13 +509,14 @@ pub fn inject_with(
                 for slot in 0..2 {
                     let (addr, sum) = (&names.sums[2 * slot], &names.sums[2 * slot + 1]);
                     let label = format!("${}_flush{piece}_{slot}", names.stem);
-                    code.push_str(&flush(&names, addr, sum, &label, sm, None));
+                    code.push_str(&flush(&names, (addr, 0), sum, &label, sm, None));
                 }
                 for cached in caches.values() {
                     let c = cache(cached);
-                    if let Some(sum) = &c.sum {
+                    for (offset, sum) in &c.sums {
                         let label = format!("${}_flush{piece}_{}", names.stem, &sum[1..]);
-                        code.push_str(&flush(&names, &c.value, sum, &label, sm, Some(cached.map)));
+                        let at = (c.value.as_str(), *offset);
+                        code.push_str(&flush(&names, at, sum, &label, sm, Some(cached.map)));
                     }
                 }
             }

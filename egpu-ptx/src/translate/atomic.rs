@@ -216,10 +216,16 @@ impl Emitter<'_> {
             |m: u32| self.options.lookup_cache.get(m as usize).is_some_and(Option::is_some);
         let combined = add && combinable(self.verified, self.verified.access(pc), &stable);
         if let (Some(slots), true) = (&self.options.combine, combined) {
-            if let (Some(AccessRegion::MapValue(m)), 0) = (region, off) {
+            if let Some(Access { region: AccessRegion::MapValue(m), offset: Some(at), .. }) =
+                self.verified.access(pc)
+            {
                 let cache = self.options.lookup_cache.get(m as usize).cloned().flatten();
-                if let Some(sum) = cache.and_then(|c| c.sum) {
-                    // The kernel id's value: the one this thread's sum goes to when it exits.
+                let sum = cache.and_then(|c| {
+                    c.sums.into_iter().find(|(o, _)| i64::from(*o) == at).map(|(_, r)| r)
+                });
+                if let Some(sum) = sum {
+                    // A field of the kernel id's value: where this thread's sum goes when it
+                    // exits.
                     self.line(format!("add.s64 {sum}, {sum}, {s};"));
                     return;
                 }

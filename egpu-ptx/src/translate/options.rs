@@ -114,13 +114,14 @@ pub struct LookupCache {
     pub key: CacheKey,
     /// A 64-bit register of the kernel: the value's address, 0 when none is remembered.
     pub value: String,
-    /// With a key of [`CacheKey::Constant`]: a 64-bit register of the kernel that holds the
-    /// thread's combined adds ([`combines`](super::combines)) to the value's first 8 bytes not
-    /// yet in memory. Such an add is one register add, with no compare: every value of the map
-    /// the probes reach is the kernel id's, at `value` (or, for a map spread over per-SM copies,
-    /// that value's copy of the thread's SM). The kernel starts it at 0 and adds it there when
-    /// it exits. `None`: those adds go through [`Options::combine`]'s slots.
-    pub sum: Option<String>,
+    /// With a key of [`CacheKey::Constant`]: per 8-byte field of the value (by its offset), a
+    /// 64-bit register of the kernel that holds the thread's combined adds
+    /// ([`combines`](super::combines)) to that field not yet in memory. Such an add is one
+    /// register add, with no compare: every value of the map the probes reach is the kernel
+    /// id's, at `value` (or, for a map spread over per-SM copies, that value's copy of the
+    /// thread's SM). The kernel starts them at 0 and adds them there when it exits. Adds to
+    /// other fields, or with no sums, go through [`Options::combine`]'s slots.
+    pub sums: Vec<(u32, String)>,
 }
 
 /// The key a [`LookupCache`] remembers.

@@ -1,0 +1,175 @@
+//! The registers a kernel keeps for its probes' hash maps, and what it does with them when a
+//! thread ends: each map with a lookup cache ([`lookup_caches`]) remembers where its last lookup
+//! found a key; a map looked up only by the kernel's id keeps, besides, a sum per 8-byte field
+//! its probes add to ([`Cached::fields`]), which the thread adds to the value when it exits
+//! ([`flush`]), aggregated across the warp. And every probe's lanes run on together after it
+//! ([`converged`]).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use egpu_ebpf::verifier::AccessRegion;
+use egpu_ebpf::{AtomicOp, DeviceEvent, Instruction, MapKind, Size};
+
+use super::{DeviceProbe, Names};
+use crate::translate::{DeviceMap, kernel_keyed, lookups_and_removals, warp_add};
+
+/// A hash map with a lookup cache ([`lookup_caches`]).
+#[derive(Clone, Debug)]
+pub(super) struct Cached {
+    /// Its number among the kernel's.
+    pub(super) index: usize,
+    /// Every lookup of it is by the kernel's id.
+    pub(super) by_kernel: bool,
+    /// Besides, every probe binds it alike: the probes reach one value of it (or, spread over
+    /// per-SM copies, that value's copy of the thread's SM).
+    pub(super) one_value: bool,
+    /// Its binding.
+    pub(super) map: DeviceMap,
+    /// The offsets in the value of the 8-byte fields the probes at accesses add to (64-bit
+    /// adds whose old value is not read): with `one_value`, each gets a sum of the thread's.
+    pub(super) fields: BTreeSet<u32>,
+}
+
+/// The hash maps (by device address, numbered) whose entries stay where they are while a kernel
+/// with these probes runs, so a thread may remember where its last lookup found a key: in GPU
+/// memory (nobody else writes it meanwhile), with keys of at most 8 bytes, and removed from by
+/// none of the probes (device inserts never reuse a removed entry's slot).
+///
+/// Each is numbered, and says whether every lookup of it is by the kernel's id
+/// ([`kernel_keyed`]): its cache then remembers that key only, with no key register; and
+/// whether, besides, every probe binds it alike: then a thread's combined adds to each field of
+/// that one value can be a sum of their own ([`LookupCache::sums`](crate::translate::LookupCache::sums)).
+pub(super) fn lookup_caches(
+    selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)],
+) -> BTreeMap<u64, Cached> {
+    let mut removed = BTreeSet::new();
+    let mut looked_up: Vec<(DeviceMap, bool)> = Vec::new();
+    for (_, p, _) in selected {
+        let (lookups, removals) = lookups_and_removals(p.program);
+        let Some(removals) = removals else { return BTreeMap::new() };
+        removed.extend(removals.iter().filter_map(|&m| p.maps.get(m as usize)).map(|b| b.addr));
+        looked_up.extend(
+            lookups
+                .iter()
+                .filter_map(|&m| p.maps.get(m as usize).map(|b| (*b, kernel_keyed(p.program, m)))),
+        );
+    }
+    let mut caches: BTreeMap<u64, Cached> = BTreeMap::new();
+    for (b, by_kernel) in looked_up {
+        let g = b.geometry;
+        if matches!(g.kind, MapKind::Hash | MapKind::PerCpuHash)
+            && g.key_size <= 8
+            && !b.live
+            && !removed.contains(&b.addr)
+        {
+            let next = caches.len();
+            let entry = caches.entry(b.addr).or_insert(Cached {
+                index: next,
+                by_kernel,
+                one_value: true,
+                map: b,
+                fields: BTreeSet::new(),
+            });
+            entry.by_kernel &= by_kernel;
+            entry.one_value &= entry.by_kernel && b.spread == entry.map.spread;
+        }
+    }
+    // The fields the probes at accesses add to (a kernel's entry and exit run once per thread:
+    // their adds are not combined).
+    for (_, p, event) in selected {
+        if matches!(event, DeviceEvent::KernelEntry | DeviceEvent::KernelExit) {
+            continue;
+        }
+        for d in p.program.program().decoded() {
+            let Instruction::Atomic { op: AtomicOp::Add, fetch: false, size: Size::DW, .. } =
+                d.insn
+            else {
+                continue;
+            };
+            let Some(a) = p.program.access(d.pc) else { continue };
+            let (AccessRegion::MapValue(m), Some(offset)) = (a.region, a.offset) else { continue };
+            let cached = p.maps.get(m as usize).and_then(|b| caches.get_mut(&b.addr));
+            if let (Some(c), Ok(offset)) = (cached, u32::try_from(offset))
+                && offset % 8 == 0
+            {
+                c.fields.insert(offset);
+            }
+        }
+    }
+    caches
+}
+
+/// The sum register of field `offset` of cached map `c`.
+pub(super) fn sum_register(names: &Names, c: &Cached, offset: u32) -> String {
+    format!("%{}_hs{}_{offset}", names.stem, c.index)
+}
+
+/// At a kernel's exit: the per-thread `sum` of combined atomic adds to the value at `addr` +
+/// `offset` (a combining slot's, [`Options::combine`](crate::translate::Options::combine), or a
+/// map field's), added to memory when both are nonzero, aggregated across the warp where the
+/// target allows; `label`, unique in the module, starts the labels. With `spread` (the map's
+/// binding, spread over per-SM copies), the sum goes to the copy of the thread's SM, as the
+/// probes' own adds do.
+pub(super) fn flush(
+    n: &Names,
+    (addr, offset): (&str, u32),
+    sum: &str,
+    label: &str,
+    sm: u32,
+    spread: Option<DeviceMap>,
+) -> String {
+    let r = |what: &str| format!("%{}_f{what}", n.stem);
+    let (fq, ft, fa) = (r("q"), r("t"), r("a"));
+    let w = [r("w0"), r("w1"), r("w2"), r("w3")];
+    let (to, at) = match spread.filter(|m| m.spread > 0) {
+        Some(m) => {
+            let g = m.geometry;
+            let slots_bytes = u64::from(g.slots) * u64::from(g.slot_stride);
+            let shift = g.total_bytes - g.slot_offset(0, 0) as u64 + u64::from(offset);
+            let code = format!(
+                "\t.reg .b64 {fa};\n\tand.b32 {w0}, {smid}, {mask};\n\
+                 \tmul.wide.u32 {ft}, {w0}, {slots_bytes};\n\tadd.s64 {fa}, {addr}, {shift};\n\
+                 \tadd.s64 {fa}, {fa}, {ft};\n",
+                w0 = w[0],
+                smid = n.smid,
+                mask = m.spread - 1,
+            );
+            (fa.clone(), code)
+        }
+        None if offset != 0 => {
+            (fa.clone(), format!("\t.reg .b64 {fa};\n\tadd.s64 {fa}, {addr}, {offset};\n"))
+        }
+        None => (addr.to_owned(), String::new()),
+    };
+    let add = if sm >= 80 {
+        // The sum's address is a map value's: global memory.
+        warp_add(&to, sum, None, ".global", [&w[0], &w[1], &w[2], &w[3]], &fq, &ft, label)
+    } else {
+        format!("\tred.global.add.u64 [{to}], {sum};\n{label}_done:\n")
+    };
+    format!(
+        "\t{{\n\t.reg .b32 {w0}, {w1}, {w2}, {w3};\n\t.reg .pred {fq};\n\t.reg .b64 {ft};\n\
+         \tsetp.eq.u64 {fq}, {addr}, 0;\n\tsetp.eq.or.u64 {fq}, {sum}, 0, {fq};\n\
+         \t@{fq} bra {label}_done;\n{at}{add}\t}}\n",
+        w0 = w[0],
+        w1 = w[1],
+        w2 = w[2],
+        w3 = w[3],
+    )
+}
+
+/// A probe's `body` between a note of the lanes that run it and, on sm_70 and later, a
+/// `bar.warp.sync` of them: the lanes that took different paths in the probe (one lane of a
+/// warp that inserts, the others that find) run on together after it. Without it `ptxas` may
+/// leave them apart for the rest of the kernel, which then runs the kernel's own code once per
+/// group (measured on the H200: a probe at kernel entry whose first thread took its slow path
+/// made a grid-stride saxpy 1.41× slower, every other thread having skipped it).
+pub(super) fn converged(prefix: &str, body: String, sm: u32) -> String {
+    if sm < 70 {
+        return body;
+    }
+    let mask = format!("%{prefix}_lanes");
+    format!(
+        "\t{{\n\t.reg .b32 {mask};\n\tactivemask.b32 {mask};\n{body}\tbar.warp.sync {mask};\n\t}}\n"
+    )
+}
