@@ -246,6 +246,16 @@ pub(crate) fn kernel_id(f: Handle) -> u64 {
     })
 }
 
+/// Records `name` under its kernel id in the built-in name table: the kernels of a module
+/// instrumented are named there even when they only run from graphs, which no launch names.
+pub(crate) fn record_kernel_name(name: &str) {
+    if let Ok(state) = STATE.lock()
+        && let Some(d) = state.as_ref()
+    {
+        d.builtin.record_name(egpu::ebpf::kernel_id(name), name);
+    }
+}
+
 /// The mangled name of `f`, from the driver's `cuFuncGetName`, or `cuKernelGetName` when `f` is
 /// a `CUkernel` (what the CUDA runtime launches), both CUDA 12.3.
 fn function_name(f: Handle) -> Option<String> {

@@ -1,9 +1,11 @@
 //! `egpu mem`'s recording: when `EGPU_MEM_OUT` names a folder, the process writes what the
 //! built-in sets' maps hold ([`egpu::host::mem::Recording`]) to `<folder>/<pid>.egpumem` when it
 //! exits, after the device parts are merged, beside the kernels it launched and the device it
-//! ran on (the first whose context got map parts; device 0 when none did).
+//! ran on (the first whose context got map parts, asked of the driver then; device 0 when none
+//! did).
 
 use std::ffi::{c_char, c_int};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use egpu::host::builtin::Builtin;
@@ -28,12 +30,24 @@ const BUS_BITS: c_int = 37;
 
 /// The device of the first context given map parts.
 static DEVICE: AtomicI32 = AtomicI32::new(-1);
+/// The header, made when that context got its parts: at exit the driver may be shut down
+/// already (the shared CUDA runtime shuts it down before the process's last handlers run).
+static HEADER: OnceLock<Header> = OnceLock::new();
 
 /// A context on `device` got map parts.
 pub(super) fn saw_device(device: c_int) {
-    if device >= 0 {
-        let _ = DEVICE.compare_exchange(-1, device, Ordering::Relaxed, Ordering::Relaxed);
+    if device >= 0
+        && DEVICE.compare_exchange(-1, device, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    {
+        let _ = HEADER.set(header());
     }
+}
+
+/// This process's command line.
+fn command() -> String {
+    std::fs::read("/proc/self/cmdline")
+        .map(|b| String::from_utf8_lossy(&b).trim_end_matches('\0').replace('\0', " "))
+        .unwrap_or_default()
 }
 
 /// The header's device fields, asked of the driver (empty where it does not answer).
@@ -44,9 +58,7 @@ fn header() -> Header {
         version: mem::record::VERSION,
         egpu: mem::egpu_build(),
         pid: std::process::id(),
-        command: std::fs::read("/proc/self/cmdline")
-            .map(|b| String::from_utf8_lossy(&b).trim_end_matches('\0').replace('\0', " "))
-            .unwrap_or_default(),
+        command: command(),
         ..Header::default()
     };
     if let Some(version) = DRIVER_VERSION.get_or_ask() {
@@ -82,7 +94,9 @@ fn header() -> Header {
 /// Writes the recording when `EGPU_MEM_OUT` asks for one.
 pub(crate) fn write(user: &UserProbes, names: &Builtin) {
     let Some(folder) = std::env::var_os("EGPU_MEM_OUT").filter(|f| !f.is_empty()) else { return };
-    let mut header = header();
+    let mut header = HEADER.get().cloned().unwrap_or_else(header);
+    // A child made by `fork` inherits its parent's header: this process's own.
+    (header.pid, header.command) = (std::process::id(), command());
     let has = |name: &str| user.maps.iter().any(|(n, _)| n == name);
     header.sets = [("counts", "READS"), ("timing", "STARTS")]
         .iter()

@@ -146,15 +146,21 @@ fn count_coverage(injection: &Injection) {
     }
 }
 
-/// Remembers the kernels of a module instrumented, by id.
+/// Remembers the kernels of a module instrumented, by id, and their names.
 fn remember_kernels(injection: &Injection) {
-    let mut kernels = KERNELS.lock().unwrap_or_else(|p| p.into_inner());
-    for name in &injection.kernels {
-        let id = egpu::ebpf::kernel_id(name);
-        if let Err(at) = kernels.binary_search(&id) {
-            kernels.insert(at, id);
+    let mut new = Vec::new();
+    {
+        let mut kernels = KERNELS.lock().unwrap_or_else(|p| p.into_inner());
+        for name in &injection.kernels {
+            let id = egpu::ebpf::kernel_id(name);
+            if let Err(at) = kernels.binary_search(&id) {
+                kernels.insert(at, id);
+                new.push(name);
+            }
         }
     }
+    // With KERNELS released: the exit takes the process's state, then KERNELS.
+    new.into_iter().for_each(|name| crate::defaults::record_kernel_name(name));
 }
 
 /// The summary's line of the kernels launched that ran uninstrumented (their modules were not

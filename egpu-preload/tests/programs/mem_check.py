@@ -75,8 +75,11 @@ def traffic_maps(recs):
             t = k.get("traffic")
             if not t:
                 continue
-            for m, field in fields.items():
-                maps[(m, k["name"])] = maps.get((m, k["name"]), 0) + t.get(field, 0)
+            # Under its name and its id (in decimal, as device_check looks kernels up): a kernel
+            # whose name egpu did not learn is still found.
+            for key in {k["name"], str(int(k["id"], 16))}:
+                for m, field in fields.items():
+                    maps[(m, key)] = maps.get((m, key), 0) + t.get(field, 0)
     return maps
 
 
@@ -273,6 +276,7 @@ def self_test():
     assert durations(recs) == {"k": [10, 20]}, durations(recs)
     maps = traffic_maps(recs)
     assert maps[("LOADED", "k")] == 8 and maps[("ASYNC", "k")] == 2, maps
+    assert maps[("LOADED", "10")] == 8, maps
     shutil.rmtree(path)
     print("mem_check self-test: ok")
     return 0
