@@ -82,3 +82,39 @@ fn mem_refuses_what_it_cannot_do() {
     let bad = dir.file("bad.egpumem", "{\"type\":\"kernel\"}\n");
     fails(&["mem".as_ref(), "report".as_ref(), bad.as_os_str()], 1, &["not an egpu-mem header"]);
 }
+
+/// A recording made on the H200 (`mem_check.py`'s `mem_timing.cu`, commit in its header):
+/// read back, its figures as the program's own, its table printed by `egpu mem report`.
+#[test]
+fn an_h200_recording_reads_back_and_prints() {
+    let path = egpu_test_support::workspace_path("tests/data/mem/mem_timing-h200.egpumem");
+    let text = std::fs::read_to_string(&path).expect("the recording");
+    let rec = Recording::parse(&text).expect("a recording of this version");
+    assert_eq!((rec.header.device.as_str(), rec.header.sms), ("NVIDIA H200", 132));
+    let kernel = |name: &str| rec.kernels.iter().find(|k| k.name == name).expect(name).clone();
+    // saxpy over 2^28 floats, 6 launches: 8 bytes read and 4 written per element, 4-byte accesses.
+    let saxpy = kernel("_Z5saxpyfPKfPfx");
+    let t = saxpy.traffic.expect("counted");
+    let n = 6u64 << 28;
+    assert_eq!((t.loads, t.loaded, t.stores, t.stored), (2 * n, 8 * n, n, 4 * n));
+    assert_eq!((saxpy.launches, saxpy.timed), (6, 6));
+    // tiny: 5 launches, and a graph of it replayed 3 times (one grid id, 3 runs).
+    let tiny = kernel("_Z4tinyPf");
+    assert_eq!((tiny.launches, tiny.timed), (5, 8));
+    let tiny_launches: Vec<_> = rec.launches.iter().filter(|l| l.kernel == tiny.id).collect();
+    assert_eq!(tiny_launches.iter().map(|l| l.runs).collect::<Vec<_>>(), [1, 1, 1, 1, 1, 3]);
+    // A kernel's GPU time is its launches' (a graph node's at each of its runs).
+    for k in &rec.kernels {
+        let ns: u64 = rec
+            .launches
+            .iter()
+            .filter(|l| l.kernel == k.id)
+            .map(|l| l.duration_ns() * l.runs)
+            .sum();
+        assert_eq!(ns, k.gpu_ns, "{}", k.name);
+    }
+    let r = succeeds(&["mem".as_ref(), "report".as_ref(), path.as_os_str()]);
+    for needle in ["NVIDIA H200", "_Z5saxpyfPKfPfx", "12.88 GB", "6.44 GB", "39 timed"] {
+        assert!(r.stdout.contains(needle), "{needle} in\n{}", r.stdout);
+    }
+}
