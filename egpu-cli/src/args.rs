@@ -92,7 +92,9 @@ device::kernel_exit, device::global_load, device::global_store or device::global
 sites are listed on standard error, then `observed N of M global memory instructions` (by the
 PTX ISA's table: loads, stores, atomics, asynchronous, bulk and tensor copies, tensor map
 writes, texture, surface, multimem and wmma accesses), the ones not observed with why, and the
-observed ones no probe attaches to.
+observed ones no probe attaches to. A cubin's register counts (or, with --arch, those of the fat
+binary's cubin for it) bound the instrumented kernels (`.maxnreg`), so that each keeps its
+blocks per SM.
 
 MAP declares the next entry of the map table of the assembly and bytecode programs:
 NAME=KIND:KEY:VALUE:CAPACITY[:SM_SHARDS][@ADDRESS] (see `egpu help translate`).")]

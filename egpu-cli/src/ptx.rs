@@ -124,13 +124,16 @@ fn probe_flag(spec: &str, maps: &[crate::args::MapFlag]) -> Result<(Vec<Loaded>,
 
 /// The PTX of the module file at `path`: its text, a cubin's kept PTX, or a fat binary's for a
 /// device of architecture `arch` (the newest when `None`).
-fn module_ptx(path: &Path, arch: Option<u32>) -> Result<String, Error> {
-    use egpu_device::image::{ModulePtx, module_ptx};
+fn module_ptx(path: &Path, arch: Option<u32>) -> Result<(String, Registers), Error> {
+    use egpu_device::image::{ModulePtx, module_ptx, register_counts};
     let module = path.display();
     let bytes = std::fs::read(path).map_err(|e| Error::Failed(format!("reading {module}: {e}")))?;
     let failed = |why: String| Error::Failed(format!("{module}: {why}"));
     match module_ptx(&bytes, arch.unwrap_or(u32::MAX)).map_err(|e| failed(e.to_string()))? {
-        ModulePtx::Ptx(ptx) => Ok(ptx),
+        // The registers its machine code takes (a cubin's, a fat binary's for `--arch`).
+        ModulePtx::Ptx(ptx) => {
+            Ok((ptx, register_counts(&bytes, arch.unwrap_or(0)).into_iter().collect()))
+        }
         ModulePtx::CubinWithout { .. } => Err(failed("a cubin that keeps no PTX".into())),
         ModulePtx::FatbinWithout => Err(failed(match arch {
             Some(arch) => format!("a fat binary with no PTX for sm_{arch}"),
@@ -138,6 +141,9 @@ fn module_ptx(path: &Path, arch: Option<u32>) -> Result<String, Error> {
         })),
     }
 }
+
+/// Registers per thread, by kernel.
+type Registers = std::collections::BTreeMap<String, u32>;
 
 /// `egpu inject`.
 pub(crate) fn inject_cmd(a: InjectArgs) -> Result<(), Error> {
@@ -157,14 +163,14 @@ pub(crate) fn inject_cmd(a: InjectArgs) -> Result<(), Error> {
         });
     }
     let module = a.module.display().to_string();
-    let ptx = module_ptx(&a.module, a.arch)?;
+    let (ptx, registers) = module_ptx(&a.module, a.arch)?;
     let names: Vec<&str> = a.kernels.iter().map(String::as_str).collect();
     let selection = if names.is_empty() { Kernels::All } else { Kernels::Named(&names) };
     let probes: Vec<DeviceProbe<'_>> = programs
         .iter()
         .map(|p| DeviceProbe { program: &p.verified, kernels: selection, maps: &p.bindings })
         .collect();
-    let options = InjectOptions { tensor_boxes: a.tensor_boxes };
+    let options = InjectOptions { tensor_boxes: a.tensor_boxes, registers };
     let injected = inject_with(&ptx, &probes, &options)
         .map_err(|e| Error::Failed(format!("{module}: {e}")))?;
     // A kernel named that the module lacks is a mistake, not an empty selection.

@@ -275,7 +275,10 @@ impl<'g> Instrumenter<'g> {
                 maps: &p.maps,
             })
             .collect();
-        let options = InjectOptions { tensor_boxes: self.tensor_maps.map(TensorMaps::device_ptr) };
+        let options = InjectOptions {
+            tensor_boxes: self.tensor_maps.map(TensorMaps::device_ptr),
+            ..InjectOptions::default()
+        };
         let injected =
             inject_with(ptx, &probes, &options).map_err(|e| Fallback::Inject(e.to_string()))?;
         let module = self.gpu.load_ptx(&injected.ptx).map_err(Fallback::Load)?;

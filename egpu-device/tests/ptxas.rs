@@ -487,7 +487,8 @@ fn runs_of_accesses_pass_ptxas() {
         DeviceProbe { program: &loads, kernels: Kernels::All, maps: &maps },
         DeviceProbe { program: &stores, kernels: Kernels::All, maps: &maps },
     ];
-    let options = InjectOptions { tensor_boxes: Some(0x7f00_1000_0000) };
+    let options =
+        InjectOptions { tensor_boxes: Some(0x7f00_1000_0000), ..InjectOptions::default() };
     let (mut failures, mut runs) = (Vec::new(), 0);
     for (name, ptx) in corpus_sources(&nvcc) {
         let result =
@@ -545,7 +546,8 @@ fn injected_corpus_passes_ptxas() {
         let result = (|| -> Result<String, String> {
             let before = ptxas.check(ptx, arch_of(ptx)).map_err(|e| format!("original: {e}"))?;
             // Tensor copies look their box up in a table, as under the preloaded library.
-            let options = InjectOptions { tensor_boxes: Some(0x7f00_1000_0000) };
+            let options =
+                InjectOptions { tensor_boxes: Some(0x7f00_1000_0000), ..InjectOptions::default() };
             let injected = inject_with(ptx, &probes, &options).map_err(|e| e.to_string())?;
             observed += injected.observed;
             memory += injected.memory_instructions;

@@ -109,38 +109,108 @@ pub fn extent(b: &[u8]) -> Result<Extent, CubinError> {
     Ok(if b.len() < end { Extent::NeedMore(end) } else { Extent::Total(end) })
 }
 
-/// The PTX kept in the cubin `b` (its `.nv_debug_ptx_txt` section, whose lines ptxas ends with
-/// NUL bytes), or `None` when it keeps none.
-pub fn embedded_ptx(b: &[u8]) -> Result<Option<String>, CubinError> {
+/// A section of a cubin: its name, type, link and bytes.
+struct Section<'b> {
+    name: &'b [u8],
+    kind: u32,
+    link: usize,
+    bytes: &'b [u8],
+}
+
+/// The cubin's sections (none for a file without a section table), every offset checked.
+fn sections(b: &[u8]) -> Result<Vec<Section<'_>>, CubinError> {
     let (offset, size, count) = table(b)?;
     checked_end(offset, size * count)?;
+    if count == 0 {
+        return Ok(Vec::new());
+    }
     let header = |i: usize| offset + i * size;
+    const NOBITS: u32 = 8;
     let section = |i: usize| -> Result<&[u8], CubinError> {
+        if u32_at(b, header(i) + 4)? == NOBITS {
+            return Ok(&[]);
+        }
         let (start, len) = (u64_at(b, header(i) + 0x18)?, u64_at(b, header(i) + 0x20)?);
         b.get(start..checked_end(start, len)?)
             .ok_or(CubinError::Malformed("a section beyond the image"))
     };
     let names_index = u16_at(b, 0x3e)? as usize;
-    if count == 0 {
-        return Ok(None);
-    }
     if names_index >= count {
         return Err(CubinError::Malformed("no section names"));
     }
     let names = section(names_index)?;
-    for i in 0..count {
-        let at = u32_at(b, header(i))? as usize;
-        let name = names.get(at..).ok_or(CubinError::Malformed("a name beyond the names"))?;
-        let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
-        if name == PTX_SECTION {
-            // ptxas keeps the lines NUL-terminated.
-            let text = std::str::from_utf8(section(i)?).map_err(|_| CubinError::NotText)?;
-            let mut text = text.replace('\0', "\n").trim_matches('\n').to_owned();
-            text.push('\n');
-            return Ok(Some(text));
+    (0..count)
+        .map(|i| {
+            let at = u32_at(b, header(i))? as usize;
+            let name = names.get(at..).ok_or(CubinError::Malformed("a name beyond the names"))?;
+            Ok(Section {
+                name: &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())],
+                kind: u32_at(b, header(i) + 4)?,
+                link: u32_at(b, header(i) + 0x28)? as usize,
+                bytes: section(i)?,
+            })
+        })
+        .collect()
+}
+
+/// The PTX kept in the cubin `b` (its `.nv_debug_ptx_txt` section, whose lines ptxas ends with
+/// NUL bytes), or `None` when it keeps none.
+pub fn embedded_ptx(b: &[u8]) -> Result<Option<String>, CubinError> {
+    let Some(kept) = sections(b)?.into_iter().find(|s| s.name == PTX_SECTION) else {
+        return Ok(None);
+    };
+    // ptxas keeps the lines NUL-terminated.
+    let text = std::str::from_utf8(kept.bytes).map_err(|_| CubinError::NotText)?;
+    let mut text = text.replace('\0', "\n").trim_matches('\n').to_owned();
+    text.push('\n');
+    Ok(Some(text))
+}
+
+/// The registers per thread of each function of the cubin `b`, by name: what `ptxas` allotted,
+/// as the `.nv.info` section's `EIATTR_REGCOUNT` attributes record it (format `EIFMT_SVAL`,
+/// attribute 0x2f: the function's symbol index, then its count). Attributes of other formats are
+/// stepped over; an attribute cut short ends the reading.
+pub fn register_counts(b: &[u8]) -> Result<Vec<(String, u32)>, CubinError> {
+    const SYMTAB: u32 = 2;
+    const SVAL: u8 = 0x04;
+    const REGCOUNT: u8 = 0x2f;
+    const SYMBOL_BYTES: usize = 24;
+    let sections = sections(b)?;
+    let (Some(info), Some(symtab)) = (
+        sections.iter().find(|s| s.name == b".nv.info"),
+        sections.iter().find(|s| s.kind == SYMTAB),
+    ) else {
+        return Ok(Vec::new());
+    };
+    let strings = sections.get(symtab.link).map_or(&[][..], |s| s.bytes);
+    let symbol = |i: usize| -> Option<String> {
+        let at = i.checked_mul(SYMBOL_BYTES)?;
+        let name_at = u32_at(symtab.bytes, at).ok()? as usize;
+        let name = strings.get(name_at..)?;
+        let name = &name[..name.iter().position(|&c| c == 0)?];
+        std::str::from_utf8(name).ok().map(str::to_owned)
+    };
+    let (mut counts, mut at, bytes) = (Vec::new(), 0, info.bytes);
+    while let (Some(&format), Some(&attribute)) = (bytes.get(at), bytes.get(at + 1)) {
+        if format != SVAL {
+            // NVAL, BVAL and HVAL attributes take four bytes.
+            at += 4;
+            continue;
         }
+        let Ok(size) = u16_at(bytes, at + 2) else { break };
+        let payload = at + 4;
+        if attribute == REGCOUNT && size >= 8 {
+            let (Ok(index), Ok(count)) = (u32_at(bytes, payload), u32_at(bytes, payload + 4))
+            else {
+                break;
+            };
+            if let Some(name) = symbol(index as usize) {
+                counts.push((name, count));
+            }
+        }
+        at = payload + size as usize;
     }
-    Ok(None)
+    Ok(counts)
 }
 
 #[cfg(test)]

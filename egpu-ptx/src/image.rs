@@ -60,6 +60,26 @@ pub fn module_ptx(bytes: &[u8], arch: u32) -> Result<ModulePtx, ImageError> {
     std::str::from_utf8(text).map(|t| ModulePtx::Ptx(t.to_owned())).map_err(|_| ImageError::NotText)
 }
 
+/// The registers per thread of each kernel the image `bytes` holds machine code for (a cubin's,
+/// or a fat binary's cubin for architecture `arch`), by name: what the driver would run had egpu
+/// not instrumented it ([`cubin::register_counts`]). Empty for PTX text, for a fat binary with
+/// no cubin for `arch`, and for an image that cannot be read: it only bounds what an
+/// instrumented kernel may take.
+pub fn register_counts(bytes: &[u8], arch: u32) -> Vec<(String, u32)> {
+    if bytes.starts_with(b"\x7fELF") {
+        return cubin::register_counts(bytes).unwrap_or_default();
+    }
+    if !bytes.starts_with(&fatbin::MAGIC.to_le_bytes()) {
+        return Vec::new();
+    }
+    let entries = fatbin::entries(bytes).unwrap_or_default();
+    let cubin = entries.iter().find(|e| e.kind == fatbin::Kind::Cubin && e.arch == arch);
+    cubin
+        .and_then(|e| e.data().ok())
+        .map(|data| cubin::register_counts(&data).unwrap_or_default())
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -81,5 +101,8 @@ mod tests {
         assert!(matches!(module_ptx(&with_ptx[..20], 90), Err(ImageError::Fatbin(_))));
         assert_eq!(module_ptx(b"PTX\0after", 90), Ok(ModulePtx::Ptx("PTX".into())));
         assert_eq!(module_ptx(b"\xff\xfe", 90), Err(ImageError::NotText));
+        // No machine code, or none readable: no register counts.
+        assert!(register_counts(ptx.as_bytes(), 90).is_empty());
+        assert!(register_counts(&cubins, 90).is_empty() && register_counts(&cubin, 90).is_empty());
     }
 }

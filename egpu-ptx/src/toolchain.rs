@@ -217,6 +217,15 @@ impl Ptxas {
     /// [`ToolError::PtxasRejected`] with ptxas's errors and the lines of the PTX they name, if
     /// ptxas refuses the PTX; [`ToolError::Io`] if the files cannot be written or ptxas run.
     pub fn check(&self, ptx: &str, arch: &str) -> Result<PtxasReport, ToolError> {
+        self.compile(ptx, arch).map(|(report, _)| report)
+    }
+
+    /// Compiles `ptx` for `arch` as [`Ptxas::check`] does: its report, and the cubin.
+    ///
+    /// # Errors
+    ///
+    /// As [`Ptxas::check`]'s, and [`ToolError::Io`] if the cubin cannot be read.
+    pub fn compile(&self, ptx: &str, arch: &str) -> Result<(PtxasReport, Vec<u8>), ToolError> {
         let input = TempFile::new("ptx");
         let cubin = TempFile::new("cubin");
         std::fs::write(&input.0, ptx).map_err(|source| ToolError::Io {
@@ -235,7 +244,12 @@ impl Ptxas {
         )?;
         let stderr = text_of(&output);
         if output.status.success() {
-            Ok(parse_report(&stderr))
+            let bytes = std::fs::read(&cubin.0).map_err(|source| ToolError::Io {
+                tool: "ptxas",
+                what: format!("reading {}", cubin.0.display()),
+                source,
+            })?;
+            Ok((parse_report(&stderr), bytes))
         } else {
             let errors = parse_diagnostics(&stderr, ptx)
                 .into_iter()

@@ -4,11 +4,13 @@
 //! container, maybe compressed), from which the PTX for the current device's architecture is
 //! taken. Every length comes from headers checked before more bytes are read.
 
+use std::collections::BTreeMap;
 use std::ffi::{CStr, c_int, c_void};
+use std::sync::Mutex;
 
 use egpu::device::cubin::{self, Extent};
 use egpu::device::fatbin;
-use egpu::device::image::{ImageError, ModulePtx, module_ptx};
+use egpu::device::image::{ImageError, ModulePtx, module_ptx, register_counts};
 
 use super::Why;
 use super::parts::CTX_GET_DEVICE;
@@ -74,6 +76,7 @@ pub(crate) unsafe fn ptx_of(image: *const c_void) -> Result<String, Refusal> {
 pub(crate) fn ptx_in(bytes: &[u8]) -> Result<String, Refusal> {
     // Only a fat binary's PTX depends on the device (the driver is asked once per such load).
     let arch = if bytes.starts_with(&fatbin::MAGIC.to_le_bytes()) { device_arch() } else { None };
+    remember_registers(bytes, arch);
     match module_ptx(bytes, arch.unwrap_or(u32::MAX)) {
         Ok(ModulePtx::Ptx(ptx)) => Ok(ptx),
         // The PTX Triton keeps beside the same cubin in its cache.
@@ -96,6 +99,28 @@ pub(crate) fn ptx_in(bytes: &[u8]) -> Result<String, Refusal> {
         Err(ImageError::Fatbin(e)) => Err(unreadable(format_args!("reading the fat binary: {e}"))),
         Err(e) => Err(unreadable(e)),
     }
+}
+
+/// The registers per thread of the kernels of the images read, by name (`EGPU_MAXNREG=0`: none
+/// kept): what their machine code takes, which their instrumented form keeps to
+/// (`InjectOptions::registers`).
+static REGISTERS: Mutex<BTreeMap<String, u32>> = Mutex::new(BTreeMap::new());
+
+/// Remembers the registers the kernels of the image `bytes` take (a cubin's, or a fat binary's
+/// cubin for `arch`).
+fn remember_registers(bytes: &[u8], arch: Option<u32>) {
+    if std::env::var("EGPU_MAXNREG").is_ok_and(|v| v == "0") {
+        return;
+    }
+    let counts = register_counts(bytes, arch.unwrap_or(0));
+    if !counts.is_empty() {
+        REGISTERS.lock().unwrap_or_else(|p| p.into_inner()).extend(counts);
+    }
+}
+
+/// The registers per thread of the kernels read so far, by name.
+pub(crate) fn registers() -> BTreeMap<String, u32> {
+    REGISTERS.lock().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 /// Why an image has no PTX to instrument: the kind, and the details.

@@ -302,7 +302,8 @@ impl UserProbes {
             .zip(&bindings)
             .map(|((program, _), maps)| DeviceProbe { program, kernels: Kernels::All, maps })
             .collect();
-        let injected = inject_with(ptx, &probes, &InjectOptions { tensor_boxes: Some(table) });
+        let options = InjectOptions { tensor_boxes: Some(table), registers: images::registers() };
+        let injected = inject_with(ptx, &probes, &options);
         if crate::log_enabled("modules") {
             dump(ptx, injected.as_ref().ok().map(|i| i.ptx.as_str()));
         }

@@ -42,6 +42,7 @@ use egpu_ebpf::verifier::Verified;
 use egpu_ebpf::{AttachPoint, DeviceEvent, MemAccessCtx, kernel_id};
 
 mod access;
+mod occupancy;
 mod runs;
 mod sums;
 pub mod tensor_maps;
@@ -293,6 +294,11 @@ pub struct InjectOptions {
     /// ([`tensor_maps`]): tensor copies then carry their box's bytes in their `size` (0 where
     /// the table does not know their map, and without a table).
     pub tensor_boxes: Option<u64>,
+    /// The registers per thread each kernel was compiled to, by name, when known (the cubin the
+    /// program loaded: [`crate::cubin::register_counts`]): the instrumented kernel then declares
+    /// `.maxnreg`, the most registers that keep its blocks per SM (`occupancy.rs`). Empty: no
+    /// limit.
+    pub registers: BTreeMap<String, u32>,
 }
 
 /// Instruments `ptx` with `probes`.
@@ -361,6 +367,15 @@ pub fn inject_with(
                 combines(p.program, &stable)
             });
         let instructions = module.instructions(f);
+        // The registers the kernel was compiled to, kept (its blocks per SM with them).
+        if let (true, Some(&registers)) = (entry, options.registers.get(&f.name)) {
+            let moves = instructions.iter().any(|(_, i)| i.opcode.starts_with("setmaxnreg"));
+            let body = if moves { "setmaxnreg" } else { "" };
+            let header = module.piece_text(f.header);
+            if let Some(line) = occupancy::limit(header, body, registers, sm) {
+                before.entry(f.body.start).or_default().push_str(&line);
+            }
+        }
         // What each instruction is to the injector, judged once.
         let observations: Vec<Observation> =
             instructions.iter().map(|(_, insn)| observe(insn, &is_predicate)).collect();
