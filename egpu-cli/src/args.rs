@@ -217,6 +217,8 @@ The sets are device probes injected into every kernel COMMAND loads with PTX:
   counts  accesses and bytes per kernel and class (load, store, atomic, async and tensor copy)
   timing  each launch's GPU time, from the device clock (%globaltimer) at block 0's start and
           at each block's end
+  pattern per kernel and access site, the warp-level requests, the 32-byte sectors they
+          touched and the fewest they could have (coalescing)
 Each process that launched kernels writes its recording, DIR/<pid>.egpumem (JSON lines: a
 header naming the device, the driver and egpu, a line per kernel and per launch timed), and
 the table is printed from it. Kernels without PTX (cuBLAS, ATen's) are listed with their

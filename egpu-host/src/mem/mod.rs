@@ -11,6 +11,7 @@
 //! |---|---|---|
 //! | `counts` | per kernel, accesses and bytes by class (load, store, atomic, async copy, tensor copy) | two adds per access, combined in the thread's registers until it exits |
 //! | `timing` | per launch (`%gridid`), the device clock at block 0's start and at each block's end | a compare per thread at entry and exit; one map write per block |
+//! | `pattern` | per kernel and site, the warp-level requests, the 32-byte sectors they touched and the fewest they could have | per access, the warp's lanes and sectors (`match.any`, `redux`), and a hash map update by the lowest lane |
 
 pub mod record;
 pub mod sets;
@@ -19,7 +20,9 @@ pub mod table;
 use std::fmt;
 use std::str::FromStr;
 
-pub use record::{Header, Kernel, Launch, Recording, RecordingError, Traffic};
+pub use record::{
+    Coalescing, Header, Kernel, Launch, Recording, RecordingError, Seen, SiteRecord, Traffic,
+};
 
 use crate::pack::{Pack, PackError};
 
@@ -40,11 +43,13 @@ pub enum Set {
     Counts,
     /// GPU time per launch.
     Timing,
+    /// Sectors per warp-level request against the fewest, per kernel and site.
+    Pattern,
 }
 
 impl Set {
     /// Every set, in the order `egpu mem` lists them.
-    pub const ALL: [Set; 2] = [Set::Counts, Set::Timing];
+    pub const ALL: [Set; 3] = [Set::Counts, Set::Timing, Set::Pattern];
     /// The sets `egpu mem run` runs unless told otherwise.
     pub const DEFAULT: [Set; 2] = [Set::Counts, Set::Timing];
 
@@ -53,6 +58,7 @@ impl Set {
         match self {
             Set::Counts => "counts",
             Set::Timing => "timing",
+            Set::Pattern => "pattern",
         }
     }
 
@@ -60,6 +66,7 @@ impl Set {
         match self {
             Set::Counts => sets::counts().to_vec(),
             Set::Timing => sets::timing().to_vec(),
+            Set::Pattern => sets::pattern().to_vec(),
         }
     }
 }
@@ -72,7 +79,7 @@ impl fmt::Display for Set {
 
 /// A name that is no set.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("no set is named `{0}`: the sets are counts, timing")]
+#[error("no set is named `{0}`: the sets are counts, timing, pattern")]
 pub struct UnknownSet(pub String);
 
 impl FromStr for Set {

@@ -3,8 +3,8 @@
 //!
 //! The first line is the [`Header`] (`"type":"header"`), which names the format and its
 //! version, the device, the driver and the egpu that recorded it; then a line per kernel the
-//! process launched (`"type":"kernel"`, [`Kernel`]) and one per launch timed
-//! (`"type":"launch"`, [`Launch`]). Fields are added, never renamed or removed, within a
+//! process launched (`"type":"kernel"`, [`Kernel`]), one per launch timed (`"type":"launch"`,
+//! [`Launch`]) and one per site the `pattern` set saw (`"type":"site"`, [`SiteRecord`]). Fields are added, never renamed or removed, within a
 //! version; a reader of version 1 ignores fields it does not know.
 
 use std::collections::BTreeMap;
@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use egpu_maps::{Array, HashMap, PerCpuArray, RawMap};
 use serde::{Deserialize, Serialize};
 
-use super::sets::{Atomics, Reads, Start, Writes};
+use super::sets::{Atomics, Reads, Requests, Site, Start, Writes};
 
 /// The format's name, in every header.
 pub const FORMAT: &str = "egpu-mem";
@@ -110,6 +110,78 @@ pub struct Kernel {
     pub timed: u64,
     /// Their GPU time, in nanoseconds (a graph node's replays counted at its last one's time).
     pub gpu_ns: u64,
+    /// Its requests' coalescing, with the `pattern` set (every site's summed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<Coalescing>,
+}
+
+/// Warp-level requests and the 32-byte sectors they touched, against the fewest their bytes
+/// could have taken.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Coalescing {
+    /// Requests: the accesses of the lanes that ran a site together.
+    pub requests: u64,
+    /// Lanes taking part, summed over the requests.
+    pub lanes: u64,
+    /// Sectors touched.
+    pub sectors: u64,
+    /// The fewest sectors the requests' bytes could have taken.
+    pub minimum: u64,
+    /// Bytes the lanes moved.
+    pub bytes: u64,
+}
+
+impl Coalescing {
+    /// Sectors per request.
+    pub fn sectors_per_request(&self) -> f64 {
+        self.sectors as f64 / self.requests.max(1) as f64
+    }
+
+    /// The fewest sectors over those touched: 1 when fully coalesced.
+    pub fn efficiency(&self) -> f64 {
+        if self.sectors == 0 { 1.0 } else { self.minimum as f64 / self.sectors as f64 }
+    }
+
+    fn add(&mut self, r: &Requests) {
+        self.requests += r.requests;
+        self.lanes += r.lanes;
+        self.sectors += r.sectors;
+        self.minimum += r.minimum;
+        self.bytes += r.bytes;
+    }
+}
+
+/// A site of a kernel the `pattern` set saw.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SiteRecord {
+    /// The kernel's id, in hexadecimal.
+    pub kernel: String,
+    /// The access's index among the kernel's observed accesses.
+    pub site: u32,
+    /// Its class ([`MemAccessCtx::class`](egpu_ebpf::MemAccessCtx::class)).
+    pub class: u32,
+    /// The PTX line of its instruction, where egpu kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line: Option<u32>,
+    /// What it does: `load`, `store` or `atomic`, where egpu kept it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access: Option<String>,
+    /// What its requests did.
+    #[serde(flatten)]
+    pub requests: Coalescing,
+}
+
+/// What the process saw besides the maps, for [`Recording::collect`].
+#[allow(missing_debug_implementations)]
+pub struct Seen<'a> {
+    /// The kernels the host saw launched: id, launches, name.
+    pub launched: &'a [(u64, u64, String)],
+    /// Whether the kernel of this id was instrumented.
+    pub instrumented: &'a dyn Fn(u64) -> bool,
+    /// The name of the kernel of this id.
+    pub name: &'a dyn Fn(u64) -> String,
+    /// The PTX line of a kernel's site, and what it does (`load`, `store`, `atomic`).
+    pub site: &'a dyn Fn(u64, u32) -> Option<(u32, &'static str)>,
 }
 
 /// A launch timed by the `timing` set.
@@ -151,6 +223,7 @@ enum Line {
     Header(Header),
     Kernel(Kernel),
     Launch(Launch),
+    Site(SiteRecord),
 }
 
 /// What one process recorded.
@@ -162,6 +235,8 @@ pub struct Recording {
     pub kernels: Vec<Kernel>,
     /// The launches timed, by grid id.
     pub launches: Vec<Launch>,
+    /// The sites the `pattern` set saw, least coalesced first.
+    pub sites: Vec<SiteRecord>,
 }
 
 /// Why a recording could not be read.
@@ -199,16 +274,10 @@ pub fn kernel_hex(id: u64) -> String {
 
 impl Recording {
     /// Reads what the sets' maps hold (`maps`, by the names the sets gave them), for the
-    /// kernels the host saw launched (`launched`: id, launches, name), with `instrumented`
-    /// saying whose module was; kernels the maps hold and `launched` lacks (graph replays) are
-    /// named by `name`.
-    pub fn collect(
-        header: Header,
-        maps: &[(String, RawMap)],
-        launched: &[(u64, u64, String)],
-        instrumented: &dyn Fn(u64) -> bool,
-        name: &dyn Fn(u64) -> String,
-    ) -> Recording {
+    /// kernels the host saw launched ([`Seen`]); kernels the maps hold and the host did not
+    /// launch (graph replays) are named by `seen.name`.
+    pub fn collect(header: Header, maps: &[(String, RawMap)], seen: &Seen<'_>) -> Recording {
+        let (launched, instrumented, name) = (seen.launched, seen.instrumented, seen.name);
         let map = |n: &str| maps.iter().find(|(m, _)| m == n).map(|(_, raw)| raw.clone());
         let mut kernels: BTreeMap<u64, Kernel> = BTreeMap::new();
         fn kernel<'k>(
@@ -283,12 +352,33 @@ impl Recording {
             }
         }
         launches.sort_by_key(|l| l.grid);
+        let mut sites = Vec::new();
+        if let Some(map) =
+            map("SITES").and_then(|raw| HashMap::<Site, Requests>::from_raw(raw).ok())
+        {
+            for (s, r) in map.iter() {
+                let k = kernel(&mut kernels, s.kernel, || name(s.kernel), instrumented);
+                k.pattern.get_or_insert_with(Coalescing::default).add(&r);
+                let mut requests = Coalescing::default();
+                requests.add(&r);
+                let (kernel, site, class) = (kernel_hex(s.kernel), s.site, s.class);
+                let (line, access) = match (seen.site)(s.kernel, s.site) {
+                    Some((line, access)) => (Some(line), Some(access.to_owned())),
+                    None => (None, None),
+                };
+                sites.push(SiteRecord { kernel, site, class, line, access, requests });
+            }
+        }
+        sites.sort_by(|a, b| {
+            let key = |s: &SiteRecord| (s.requests.efficiency(), s.kernel.clone(), s.site);
+            key(a).partial_cmp(&key(b)).unwrap_or(std::cmp::Ordering::Equal)
+        });
         let mut kernels: Vec<Kernel> = kernels.into_values().collect();
         kernels.sort_by_key(|k| {
             let bytes = k.traffic.map_or(0, |t| t.total());
             (std::cmp::Reverse(k.gpu_ns), std::cmp::Reverse(bytes), std::cmp::Reverse(k.launches))
         });
-        Recording { header, kernels, launches }
+        Recording { header, kernels, launches, sites }
     }
 
     /// The recording as JSON lines, each ending with a newline.
@@ -302,6 +392,7 @@ impl Recording {
         line(Line::Header(self.header.clone()));
         self.kernels.iter().for_each(|k| line(Line::Kernel(k.clone())));
         self.launches.iter().for_each(|l| line(Line::Launch(l.clone())));
+        self.sites.iter().for_each(|s| line(Line::Site(s.clone())));
         text
     }
 
@@ -334,6 +425,7 @@ impl Recording {
                 Line::Header(_) => return Err(at("a second header".into())),
                 Line::Kernel(k) => recording.kernels.push(k),
                 Line::Launch(l) => recording.launches.push(l),
+                Line::Site(s) => recording.sites.push(s),
             }
         }
         Ok(recording)

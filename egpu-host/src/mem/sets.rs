@@ -15,7 +15,7 @@
 
 use bytemuck::{Pod, Zeroable};
 use egpu_ebpf::{KernelCtx, MemAccessCtx};
-use egpu_macros::probe;
+use egpu_macros::{helper, probe};
 use egpu_maps::{Array, HashMap, PerCpuArray, Shards};
 
 use egpu_probe::Probe;
@@ -25,6 +25,8 @@ pub const KERNELS: u32 = 1024;
 /// Launches the `timing` maps hold: the latest this many (a power of two: a slot is the grid
 /// id's low bits).
 pub const LAUNCHES: u32 = 4096;
+/// Kernel sites the `pattern` map holds.
+pub const SITE_KEYS: u32 = 16384;
 /// Launches whose runs the `timing` maps count (graph nodes replayed: see [`RUNS`]).
 pub const RUN_KEYS: u32 = 16384;
 /// SM shards of [`ENDS`]: one per SM up to this many (`%smid % SM_SHARDS` above).
@@ -169,6 +171,77 @@ fn block_ends(ctx: &KernelCtx) {
         let slot = (ctx.launch_id & (LAUNCHES as u64 - 1)) as u32;
         ENDS.set(slot, &egpu_vm::native::ktime_ns());
     }
+}
+
+/// A site of a kernel: the access's index among the kernel's observed accesses, and its class.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct Site {
+    /// The kernel's id.
+    pub kernel: u64,
+    /// The access's index among the kernel's observed accesses (`MemAccessCtx::site`).
+    pub site: u32,
+    /// Its class (`MemAccessCtx::class`).
+    pub class: u32,
+}
+
+/// What the warp-level requests at a site did.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct Requests {
+    /// Requests: the accesses of the lanes that ran the site together.
+    pub requests: u64,
+    /// Lanes taking part, summed over the requests.
+    pub lanes: u64,
+    /// 32-byte sectors the requests touched.
+    pub sectors: u64,
+    /// The fewest sectors their bytes could have taken (contiguous and aligned).
+    pub minimum: u64,
+    /// Bytes the lanes moved.
+    pub bytes: u64,
+}
+
+/// The requests per kernel and site.
+pub(super) static SITES: HashMap<Site, Requests> = HashMap::with_capacity(SITE_KEYS);
+
+/// Records the request a lane takes part in: every lane computes the warp's figures (the warp
+/// helpers work over the lanes running together), the lowest adds them.
+#[helper(crate = crate::egpu_root)]
+fn request(kernel: u64, site: u32, class: u32, addr: u64, size: u32) {
+    let lanes = egpu_vm::native::warp_lanes();
+    let sectors = egpu_vm::native::warp_sectors(addr, size);
+    let bytes = lanes as u64 * size as u64;
+    if egpu_vm::native::warp_leader() {
+        let key = Site { kernel, site, class };
+        SITES.fetch_add_field(&key, |r| &r.requests, 1);
+        SITES.fetch_add_field(&key, |r| &r.lanes, lanes as u64);
+        SITES.fetch_add_field(&key, |r| &r.sectors, sectors as u64);
+        SITES.fetch_add_field(&key, |r| &r.minimum, (bytes + 31) / 32);
+        SITES.fetch_add_field(&key, |r| &r.bytes, bytes);
+    }
+}
+
+/// Every read of global memory, as a request of the lanes that make it.
+#[probe(device::global_load, crate = crate::egpu_root)]
+fn pattern_loads(ctx: &MemAccessCtx) {
+    request(ctx.kernel_id, ctx.site, ctx.class, ctx.addr, ctx.size);
+}
+
+/// Every write of global memory.
+#[probe(device::global_store, crate = crate::egpu_root)]
+fn pattern_stores(ctx: &MemAccessCtx) {
+    request(ctx.kernel_id, ctx.site, ctx.class, ctx.addr, ctx.size);
+}
+
+/// Every atomic on global memory.
+#[probe(device::global_atomic, crate = crate::egpu_root)]
+fn pattern_atomics(ctx: &MemAccessCtx) {
+    request(ctx.kernel_id, ctx.site, ctx.class, ctx.addr, ctx.size);
+}
+
+/// The `pattern` probes.
+pub(super) fn pattern() -> [&'static Probe; 3] {
+    [pattern_loads::probe(), pattern_stores::probe(), pattern_atomics::probe()]
 }
 
 /// The `counts` probes.

@@ -97,20 +97,31 @@ pub fn render(recording: &Recording) -> String {
                 };
                 let _ = writeln!(
                     text,
-                    "{:>11} {:>11} {:>11} {:>12} {:>6} {:>8}",
+                    "{:>11} {:>11} {:>11} {:>12} {:>6} {:>8} {:>9}",
                     bytes(t.read()),
                     bytes(t.written()),
                     bytes(t.atomic),
                     bw,
                     of_peak,
-                    per
+                    per,
+                    coalesced(k)
                 );
             }
             None if !k.instrumented => {
                 let _ = writeln!(text, "{:>11}", "not instrumentable");
             }
             None => {
-                let _ = writeln!(text, "{:>11}", "-");
+                let _ = writeln!(
+                    text,
+                    "{:>11} {:>11} {:>11} {:>12} {:>6} {:>8} {:>9}",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    "-",
+                    coalesced(k)
+                );
             }
         }
     }
@@ -125,5 +136,29 @@ pub fn render(recording: &Recording) -> String {
         bytes(total),
         gpu as f64 / 1e6
     );
+    // The least coalesced sites (the recording keeps them least coalesced first).
+    let names: std::collections::BTreeMap<&str, &str> =
+        recording.kernels.iter().map(|k| (k.id.as_str(), k.name.as_str())).collect();
+    for s in recording.sites.iter().filter(|s| s.requests.efficiency() < 0.99).take(SITES_SHOWN) {
+        let kernel = names.get(s.kernel.as_str()).copied().unwrap_or(s.kernel.as_str());
+        let at = s.line.map_or(format!("site {}", s.site), |l| format!("PTX line {l}"));
+        let _ = writeln!(
+            text,
+            "  {} {at}: {:.1} sectors per request, {:.0}% of them needed ({} requests)",
+            cut(kernel, 40),
+            s.requests.sectors_per_request(),
+            100.0 * s.requests.efficiency(),
+            s.requests.requests
+        );
+    }
     text
+}
+
+/// Sites listed under the table, least coalesced first.
+const SITES_SHOWN: usize = 8;
+
+/// A kernel's coalescing: the fewest sectors its requests could have taken over those they
+/// touched, with the `pattern` set.
+fn coalesced(k: &Kernel) -> String {
+    k.pattern.map_or("-".into(), |p| format!("{:.0}%", 100.0 * p.efficiency()))
 }

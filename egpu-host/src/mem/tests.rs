@@ -19,6 +19,7 @@ fn maps() -> Vec<(String, RawMap)> {
         ("STARTS", STARTS.raw()),
         ("ENDS", ENDS.raw()),
         ("RUNS", RUNS.raw()),
+        ("SITES", SITES.raw()),
     ]
     .into_iter()
     .map(|(name, raw)| (name.to_string(), raw.clone()))
@@ -62,9 +63,19 @@ fn the_sets_fill_a_recording() {
     let header =
         Header { format: record::FORMAT.into(), version: record::VERSION, ..Header::default() };
     let launched = [(k1, 1, "one".to_string()), (0x33, 2, "cublas".to_string())];
-    let recording = Recording::collect(header, &maps(), &launched, &|id| id != 0x33, &|id| {
-        format!("kernel {id:x}")
-    });
+    // Site 3 of k1: two one-lane requests of 4 bytes, one within a sector, one across two.
+    let [mut pattern_loads, ..] = pattern().map(|p| p.vm().expect("a VM"));
+    for addr in [64, 30] {
+        let mut ctx = MemAccessCtx { addr, site: 3, ..access(k1, 4, MemAccessCtx::LOAD_STORE) };
+        pattern_loads.run_ctx(&mut ctx).expect("runs");
+    }
+    let seen = Seen {
+        launched: &launched,
+        instrumented: &|id| id != 0x33,
+        name: &|id| format!("kernel {id:x}"),
+        site: &|kernel, site| (kernel == k1 && site == 3).then_some((120, "load")),
+    };
+    let recording = Recording::collect(header, &maps(), &seen);
     let by = |name: &str| recording.kernels.iter().find(|k| k.name == name).expect(name).clone();
     let one = by("one");
     let t = one.traffic.expect("counted");
@@ -87,6 +98,14 @@ fn the_sets_fill_a_recording() {
     assert_eq!((launch.grid, launch.blocks, launch.threads, launch.runs), (9, 4, 64, 1));
     assert!(launch.end_ns >= launch.start_ns && launch.start_ns > 0, "{launch:?}");
     assert_eq!(one.gpu_ns, launch.duration_ns());
+    let [site] = recording.sites.as_slice() else { panic!("{:?}", recording.sites) };
+    assert_eq!(
+        (site.site, site.line, site.requests.requests, site.requests.sectors),
+        (3, Some(120), 2, 3)
+    );
+    assert_eq!((site.requests.minimum, site.requests.bytes, site.requests.lanes), (2, 8, 2));
+    assert_eq!(site.access.as_deref(), Some("load"));
+    assert_eq!(one.pattern.map(|p| p.efficiency()), Some(2.0 / 3.0));
 
     // The text form gives the same back; the table names every kernel.
     let text = recording.to_jsonl();
@@ -96,7 +115,8 @@ fn the_sets_fill_a_recording() {
     );
     assert_eq!(Recording::parse(&text).expect("parses"), recording);
     let table = table::render(&recording);
-    for name in ["one", "kernel 22", "cublas", "not instrumentable", "36 B"] {
+    for name in ["one", "kernel 22", "cublas", "not instrumentable", "36 B", "67%", "PTX line 120"]
+    {
         assert!(table.contains(name), "{name} in\n{table}");
     }
 }
@@ -141,9 +161,10 @@ fn the_pack_names_each_set_once() {
     assert_eq!(pack.probes().len(), 5);
     let again = crate::pack::Pack::parse(&pack.to_text()).expect("read back");
     assert_eq!(again.probes().len(), 5);
+    assert_eq!(super::pack(&Set::ALL).expect("every set").probes().len(), 8);
     assert_eq!("timing".parse::<Set>(), Ok(Set::Timing));
     let e = "pages".parse::<Set>().expect_err("not yet a set").to_string();
-    assert!(e.contains("counts, timing"), "{e}");
+    assert!(e.contains("counts, timing, pattern"), "{e}");
 }
 
 #[test]

@@ -4,12 +4,15 @@
 //! ran on (the first whose context got map parts, asked of the driver then; device 0 when none
 //! did).
 
+use std::collections::BTreeMap;
 use std::ffi::{c_char, c_int};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Mutex, OnceLock};
 
+use egpu::device::inject::Injection;
+use egpu::ebpf::DeviceEvent;
 use egpu::host::builtin::Builtin;
-use egpu::host::mem::{self, Header, Recording};
+use egpu::host::mem::{self, Header, Recording, Seen};
 
 use super::UserProbes;
 use crate::CuResult;
@@ -33,6 +36,31 @@ static DEVICE: AtomicI32 = AtomicI32::new(-1);
 /// The header, made when that context got its parts: at exit the driver may be shut down
 /// already (the shared CUDA runtime shuts it down before the process's last handlers run).
 static HEADER: OnceLock<Header> = OnceLock::new();
+
+/// The PTX line of each access site of the kernels instrumented, and what it does, by kernel id
+/// and site index.
+static LINES: Mutex<BTreeMap<(u64, u32), SiteLine>> = Mutex::new(BTreeMap::new());
+
+/// A site's PTX line, and what it does (`load`, `store`, `atomic`).
+type SiteLine = (u32, &'static str);
+
+/// Remembers where the access sites of an instrumented module are in its PTX.
+pub(super) fn remember_sites(injection: &Injection) {
+    if std::env::var_os("EGPU_MEM_OUT").is_none() {
+        return;
+    }
+    let mut lines = LINES.lock().unwrap_or_else(|p| p.into_inner());
+    for s in &injection.sites {
+        let access = match s.event {
+            DeviceEvent::GlobalLoad => "load",
+            DeviceEvent::GlobalStore => "store",
+            DeviceEvent::GlobalAtomic => "atomic",
+            _ => continue,
+        };
+        let line = u32::try_from(s.line).unwrap_or(u32::MAX);
+        lines.insert((egpu::ebpf::kernel_id(&s.function), s.index), (line, access));
+    }
+}
 
 /// A context on `device` got map parts.
 pub(super) fn saw_device(device: c_int) {
@@ -98,19 +126,20 @@ pub(crate) fn write(user: &UserProbes, names: &Builtin) {
     // A child made by `fork` inherits its parent's header: this process's own.
     (header.pid, header.command) = (std::process::id(), command());
     let has = |name: &str| user.maps.iter().any(|(n, _)| n == name);
-    header.sets = [("counts", "READS"), ("timing", "STARTS")]
+    header.sets = [("counts", "READS"), ("timing", "STARTS"), ("pattern", "SITES")]
         .iter()
         .filter(|(_, map)| has(map))
         .map(|(set, _)| set.to_string())
         .collect();
     let kernels = super::KERNELS.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    let recording = Recording::collect(
-        header,
-        &user.maps,
-        &names.kernels_launched(),
-        &|id| kernels.binary_search(&id).is_ok(),
-        &|id| names.name(id),
-    );
+    let lines = LINES.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let seen = Seen {
+        launched: &names.kernels_launched(),
+        instrumented: &|id| kernels.binary_search(&id).is_ok(),
+        name: &|id| names.name(id),
+        site: &|kernel, site| lines.get(&(kernel, site)).copied(),
+    };
+    let recording = Recording::collect(header, &user.maps, &seen);
     let path = std::path::Path::new(&folder).join(format!("{}.egpumem", std::process::id()));
     if let Err(e) = std::fs::write(&path, recording.to_jsonl()) {
         eprintln!("egpu: writing {}: {e}", path.display());

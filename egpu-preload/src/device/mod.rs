@@ -310,6 +310,7 @@ impl UserProbes {
         if let Ok(injection) = &injected {
             count_coverage(injection);
             remember_kernels(injection);
+            mem::remember_sites(injection);
         }
         match injected {
             Ok(injection) => match CString::new(injection.ptx) {

@@ -18,10 +18,12 @@ launch's time by CUDA events (`expect times NAME ms ...`, in launch order). Chec
   the program's `first`) within 5% of the events' or within the events' floor (an empty
   kernel's event time, which the program prints: what the events add around any launch);
 - bandwidth: per kernel timed, bytes per launch over egpu's mean duration against the same
-  bytes over the events' mean, within 5%.
+  bytes over the events' mean, within 5%;
+- pattern (a program that prints `expect pattern NAME load SECTORS`, run again under
+  `--sets pattern`): the sectors per warp-level request of the kernel's loads, exactly.
 
-It prints, over all programs, `bytes exact: K/K kernels`, `durations within 5%: K/K kernels` and
-`bandwidth within 5%: K/K kernels`, and fails when any is not K/K, K is 0, results differ or a
+It prints, over all programs, `bytes exact: K/K kernels`, `durations within 5%: K/K kernels`,
+`bandwidth within 5%: K/K kernels` and `pattern exact: K/K kernels`, and fails when any is not K/K, K is 0, results differ or a
 run fails. With --keep, the recordings are copied there (a folder per program).
 """
 
@@ -44,10 +46,10 @@ FLOOR_US = 5.0
 
 
 def recordings(folder):
-    """The recordings in `folder`: [(header, kernels, launches)]."""
+    """The recordings in `folder`: [(header, kernels, launches, sites)]."""
     out = []
     for path in sorted(glob.glob(os.path.join(folder, "*.egpumem"))):
-        header, kernels, launches = None, [], []
+        header, kernels, launches, sites = None, [], [], []
         with open(path) as f:
             for line in f:
                 if not line.strip():
@@ -60,7 +62,9 @@ def recordings(folder):
                     kernels.append(rec)
                 elif kind == "launch":
                     launches.append(rec)
-        out.append((header, kernels, launches))
+                elif kind == "site":
+                    sites.append(rec)
+        out.append((header, kernels, launches, sites))
     return out
 
 
@@ -70,7 +74,7 @@ def traffic_maps(recs):
     maps = {}
     fields = {"LOADED": "loaded", "STORED": "stored", "ATOMIC": "atomic", "ASYNC": "async",
               "TENSOR_LOADED": "tensor_loaded", "TENSOR_STORED": "tensor_stored"}
-    for _, kernels, _ in recs:
+    for _, kernels, _, _ in recs:
         for k in kernels:
             t = k.get("traffic")
             if not t:
@@ -96,10 +100,32 @@ def expected_times(text):
     return out, floor
 
 
+def expected_patterns(text):
+    """{(kernel, access): sectors per request} from `expect pattern NAME ACCESS SECTORS` lines."""
+    out = {}
+    for line in text.splitlines():
+        w = line.split()
+        if w[:2] == ["expect", "pattern"] and len(w) == 5:
+            out[(w[2], w[3])] = float(w[4])
+    return out
+
+
+def patterns(recs):
+    """{(kernel name, access): sectors per request} over each kernel's sites of that access."""
+    sums = {}
+    for _, kernels, _, sites in recs:
+        names = {k["id"]: k["name"] for k in kernels}
+        for s in sites:
+            key = (names.get(s["kernel"], s["kernel"]), s.get("access", "?"))
+            requests, sectors = sums.get(key, (0, 0))
+            sums[key] = (requests + s["requests"], sectors + s["sectors"])
+    return {k: sectors / requests for k, (requests, sectors) in sums.items() if requests}
+
+
 def durations(recs):
     """{kernel name: [ns per launch, in %gridid order]}."""
     out = {}
-    for _, kernels, launches in recs:
+    for _, kernels, launches, _ in recs:
         names = {k["id"]: k["name"] for k in kernels}
         for l in sorted(launches, key=lambda l: l["grid"]):
             name = names.get(l["kernel"], l["kernel"])
@@ -187,6 +213,28 @@ def check_program(name, command, args, env, totals):
     print(f"  results identical: {'yes' if same else 'NO'}")
     _, modules, details, _ = device_check.summaries(prefix)
     print(f"  {device_check.modules_line(modules)}")
+    want_patterns = expected_patterns(out)
+    if want_patterns:
+        pattern_dir = out_dir + "-pattern"
+        shutil.rmtree(pattern_dir, ignore_errors=True)
+        rc, pout, perr = device_check.run(
+            [args.egpu, "mem", "run", "--sets", "pattern", "--out", pattern_dir, "--", *command],
+            env)
+        got = patterns(recordings(pattern_dir)) if rc == 0 else {}
+        if args.keep and rc == 0:
+            shutil.copytree(pattern_dir, os.path.join(args.keep, name + "-pattern"),
+                            dirs_exist_ok=True)
+        for (kernel, access), want in sorted(want_patterns.items()):
+            have = got.get((kernel, access))
+            ok = have == want
+            totals["pattern"].append(ok)
+            shown = f"{have:.2f}" if have is not None else "none"
+            print(f"  pattern {kernel} {access}: {shown} sectors per request, expected {want:g} "
+                  f"{'ok' if ok else 'NOT exact'}")
+            if not ok:
+                failures.append(f"{name}: pattern of {kernel}")
+        table = pout[pout.find("process "):] if "process " in pout else ""
+        print("\n".join(f"  | {l}" for l in table.splitlines() if "sectors per request" in l))
     totals["exact"] += exact
     totals["durations"] += within
     totals["bandwidth"] += [ok for *_, ok in bw]
@@ -230,7 +278,7 @@ def main():
     cuda, more = device_check.cuda_programs(args.work)
     programs += cuda
     failures += more
-    totals = {"exact": [], "durations": [], "bandwidth": []}
+    totals = {"exact": [], "durations": [], "bandwidth": [], "pattern": []}
     for name, command, env in programs:
         if args.only and args.only not in name:
             continue
@@ -240,7 +288,7 @@ def main():
             failures.append(f"{name}: timed out")
     print("\n=== egpu mem in programs")
     for what, key in (("bytes exact", "exact"), ("durations within 5%", "durations"),
-                      ("bandwidth within 5%", "bandwidth")):
+                      ("bandwidth within 5%", "bandwidth"), ("pattern exact", "pattern")):
         got = totals[key]
         print(f"  {what}: {sum(got)}/{len(got)} kernels")
         if not got:
@@ -271,12 +319,18 @@ def self_test():
                 '"traffic":{"loaded":8,"stored":4,"atomic":0,"async":2,"tensor_loaded":1,'
                 '"tensor_stored":0},"timed":2,"gpu_ns":30}\n'
                 '{"type":"launch","grid":9,"kernel":"0a","start_ns":10,"end_ns":30}\n'
-                '{"type":"launch","grid":4,"kernel":"0a","start_ns":0,"end_ns":10}\n')
+                '{"type":"launch","grid":4,"kernel":"0a","start_ns":0,"end_ns":10}\n'
+                '{"type":"site","kernel":"0a","site":0,"class":0,"access":"load","requests":4,'
+                '"lanes":128,"sectors":16,"minimum":16,"bytes":512}\n'
+                '{"type":"site","kernel":"0a","site":2,"class":0,"access":"load","requests":4,'
+                '"lanes":128,"sectors":128,"minimum":16,"bytes":512}\n')
     recs = recordings(path)
     assert durations(recs) == {"k": [10, 20]}, durations(recs)
     maps = traffic_maps(recs)
     assert maps[("LOADED", "k")] == 8 and maps[("ASYNC", "k")] == 2, maps
     assert maps[("LOADED", "10")] == 8, maps
+    assert patterns(recs) == {("k", "load"): 18.0}, patterns(recs)
+    assert expected_patterns("expect pattern k load 4\n") == {("k", "load"): 4.0}
     shutil.rmtree(path)
     print("mem_check self-test: ok")
     return 0

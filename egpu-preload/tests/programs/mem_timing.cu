@@ -9,7 +9,9 @@
 // - `tiny`: 2^12 elements, a few microseconds: the clocks' resolution shows;
 // - a graph of `tiny`, replayed 3 times (a graph's kernel node keeps one `%gridid` for all its
 //   replays: egpu counts the runs and times the last);
-// - `empty`: no work at all, whose event time is the floor of what events can time.
+// - `empty`: no work at all, whose event time is the floor of what events can time;
+// - `strided`: each thread reads the float 32 floats after its neighbour's (128 bytes apart:
+//   32 sectors per warp's request where 4 would do) and writes one, unit stride.
 //
 // Before each timed launch a `hold` kernel keeps the GPU busy for 50 µs, so that the events and
 // the launch are queued before the GPU reaches them: the events then time the kernel, not the
@@ -71,6 +73,11 @@ __global__ void hold(unsigned long long ns) {
 }
 
 __global__ void empty() {}
+
+__global__ void strided(const float *x, float *y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    y[i] = x[(long long)i * 32];
+}
 
 __global__ void tiny(float *v) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -199,16 +206,28 @@ int main(int argc, char **argv) {
     CHECK(cudaStreamEndCapture(s, &graph));
     CHECK(cudaGraphInstantiate(&exec, graph, 0));
     for (int r = 0; r < replays; r++) CHECK(cudaGraphLaunch(exec, s));
+    // 2^20 threads reading 32 floats apart over x (2^25 floats), writing the first 2^20 of v2.
+    const int strided_n = 1 << 20;
+    float *v2;
+    CHECK(cudaMalloc(&v2, strided_n * sizeof(float)));
+    strided<<<strided_n / BLOCK, BLOCK, 0, s>>>(x, v2);
     CHECK(cudaStreamSynchronize(s));
     CHECK(cudaGetLastError());
+    std::vector<float> hv2(strided_n);
+    CHECK(cudaMemcpy(hv2.data(), v2, strided_n * sizeof(float), cudaMemcpyDeviceToHost));
 
     std::vector<float> hy(n), hv(small);
     std::vector<unsigned long long> hs(spin_blocks);
     CHECK(cudaMemcpy(hy.data(), y, n * sizeof(float), cudaMemcpyDeviceToHost));
     CHECK(cudaMemcpy(hv.data(), v, small * sizeof(float), cudaMemcpyDeviceToHost));
     CHECK(cudaMemcpy(hs.data(), spun, hs.size() * 8, cudaMemcpyDeviceToHost));
-    printf("results y %016llx v %016llx spin %016llx\n", (unsigned long long)fnv(hy.data(), n * 4),
-           (unsigned long long)fnv(hv.data(), small * 4), (unsigned long long)fnv(hs.data(), hs.size() * 8));
+    printf("results y %016llx v %016llx spin %016llx strided %016llx\n", (unsigned long long)fnv(hy.data(), n * 4),
+           (unsigned long long)fnv(hv.data(), small * 4), (unsigned long long)fnv(hs.data(), hs.size() * 8),
+           (unsigned long long)fnv(hv2.data(), strided_n * 4));
+    // Sectors per warp-level request of each kernel's loads: unit stride, and 128 bytes apart.
+    printf("expect pattern _Z5saxpyfPKfPfx load 4\n");
+    printf("expect pattern _Z7stridedPKfPf load 32\n");
+    printf("expect bytes _Z7stridedPKfPf load %lld store %lld atomic 0 async 0\n", strided_n * 4ll, strided_n * 4ll);
     // The warm-up launch of saxpy counts: it ran under egpu too.
     const long long sr = saxpy_runs + 1, tr = tiny_runs + replays + 1;
     printf("expect bytes _Z5saxpyfPKfPfx load %lld store %lld atomic 0 async 0\n", sr * n * 8, sr * n * 4);

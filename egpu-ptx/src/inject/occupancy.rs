@@ -4,9 +4,12 @@
 //! waves (measured on the H200: nvcc's grid-stride saxpy, 30 registers, took 48 with the
 //! `counts` set, 5 blocks of 256 threads per SM instead of 8: 2.03× its time). When the
 //! registers the kernel was compiled to are known (a cubin's `EIATTR_REGCOUNT`,
-//! [`crate::cubin::register_counts`]), the instrumented kernel declares `.maxnreg`: the most
-//! registers that keep every block size's blocks per SM, so that `ptxas` keeps what does not fit
-//! in local memory instead.
+//! [`crate::cubin::register_counts`]) and given ([`InjectOptions::registers`](super::InjectOptions::registers)),
+//! the instrumented kernel declares `.maxnreg`: the most registers that keep every block size's
+//! blocks per SM, so that `ptxas` keeps what does not fit in local memory instead. Whether that
+//! pays depends on where the spills land: on the H200 the saxpy above took 2.69× with its sums
+//! spilled in its loop, against 2.01× with fewer blocks, so the preloaded library asks for it
+//! only with `EGPU_MAXNREG=1`.
 
 /// An SM's limits, by architecture: registers, resident warps and resident blocks.
 fn limits(sm: u32) -> Option<(u32, u32, u32)> {
