@@ -114,7 +114,28 @@ fn an_h200_recording_reads_back_and_prints() {
         assert_eq!(ns, k.gpu_ns, "{}", k.name);
     }
     let r = succeeds(&["mem".as_ref(), "report".as_ref(), path.as_os_str()]);
-    for needle in ["NVIDIA H200", "_Z5saxpyfPKfPfx", "12.88 GB", "6.44 GB", "39 timed"] {
+    for needle in ["NVIDIA H200", "_Z5saxpyfPKfPfx", "12.88 GB", "6.44 GB", "40 timed"] {
         assert!(r.stdout.contains(needle), "{needle} in\n{}", r.stdout);
     }
+    // The same program under the `pattern` set: unit-stride 4-byte loads make 4 sectors per
+    // warp's request, the fewest; loads 128 bytes apart, 32.
+    let path = egpu_test_support::workspace_path("tests/data/mem/mem_timing-pattern-h200.egpumem");
+    let rec = Recording::parse(&std::fs::read_to_string(&path).expect("read")).expect("parses");
+    let id = |name: &str| rec.kernels.iter().find(|k| k.name == name).expect(name).id.clone();
+    let loads = |name: &str| {
+        let id = id(name);
+        let sites: Vec<_> = rec
+            .sites
+            .iter()
+            .filter(|s| s.kernel == id && s.access.as_deref() == Some("load"))
+            .collect();
+        let (requests, sectors, minimum) = sites.iter().fold((0, 0, 0), |(r, s, m), site| {
+            (r + site.requests.requests, s + site.requests.sectors, m + site.requests.minimum)
+        });
+        (sectors / requests, minimum / requests)
+    };
+    assert_eq!(loads("_Z5saxpyfPKfPfx"), (4, 4));
+    assert_eq!(loads("_Z7stridedPKfPf"), (32, 4));
+    let r = succeeds(&["mem".as_ref(), "report".as_ref(), path.as_os_str()]);
+    assert!(r.stdout.contains("32.0 sectors per request, 12% of them needed"), "{}", r.stdout);
 }

@@ -287,6 +287,21 @@ def cuda_programs(work):
     return programs, failures
 
 
+def coverage_programs(work):
+    """[(name, command, env)] of every program of the check (Triton's kernels, torch.compile's
+    with its caches emptied, the CUDA C flavours), and the failures building them."""
+    python = sys.executable or "python3"
+    programs = [(f"triton-{k}", [python, os.path.join(HERE, "bench_kernels.py"), "--launches",
+                                 "3", "--only", k], {}) for k in TRITON]
+    caches = {"TORCHINDUCTOR_CACHE_DIR": os.path.join(work, "inductor-cache"),
+              "TRITON_CACHE_DIR": os.path.join(work, "triton-cache")}
+    for d in caches.values():
+        shutil.rmtree(d, ignore_errors=True)
+    programs.append(("torch-compile", [python, os.path.join(HERE, "inductor.py")], caches))
+    cuda, failures = cuda_programs(work)
+    return programs + cuda, failures
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--egpu")
@@ -301,16 +316,7 @@ def main():
         ap.error("--egpu and --pack are needed")
     args.egpu, args.pack = os.path.abspath(args.egpu), os.path.abspath(args.pack)
     os.makedirs(args.work, exist_ok=True)
-    python = sys.executable or "python3"
-    programs = [(f"triton-{k}", [python, os.path.join(HERE, "bench_kernels.py"), "--launches",
-                                 "3", "--only", k], {}) for k in TRITON]
-    caches = {"TORCHINDUCTOR_CACHE_DIR": os.path.join(args.work, "inductor-cache"),
-              "TRITON_CACHE_DIR": os.path.join(args.work, "triton-cache")}
-    for d in caches.values():
-        shutil.rmtree(d, ignore_errors=True)
-    programs.append(("torch-compile", [python, os.path.join(HERE, "inductor.py")], caches))
-    cuda, failures = cuda_programs(args.work)
-    programs += cuda
+    programs, failures = coverage_programs(args.work)
     verdict = []
     for name, command, env in programs:
         if args.only and args.only not in name:

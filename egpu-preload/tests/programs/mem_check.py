@@ -79,11 +79,11 @@ def traffic_maps(recs):
             t = k.get("traffic")
             if not t:
                 continue
-            # Under its name and its id (in decimal, as device_check looks kernels up): a kernel
-            # whose name egpu did not learn is still found.
-            for key in {k["name"], str(int(k["id"], 16))}:
-                for m, field in fields.items():
-                    maps[(m, key)] = maps.get((m, key), 0) + t.get(field, 0)
+            # Under its name, or its id (in decimal, as device_check looks kernels up by either,
+            # summing both) when egpu did not learn the name.
+            key = k["name"] or str(int(k["id"], 16))
+            for m, field in fields.items():
+                maps[(m, key)] = maps.get((m, key), 0) + t.get(field, 0)
     return maps
 
 
@@ -267,16 +267,8 @@ def main():
                         timing], capture_output=True, text=True)
     failures = [] if b.returncode == 0 else [f"nvcc mem_timing: {b.stderr.strip()[-400:]}"]
     programs = [("mem-timing", [timing], {})] if b.returncode == 0 else []
-    python = sys.executable or "python3"
-    programs += [(f"triton-{k}", [python, os.path.join(HERE, "bench_kernels.py"), "--launches",
-                                  "3", "--only", k], {}) for k in device_check.TRITON]
-    caches = {"TORCHINDUCTOR_CACHE_DIR": os.path.join(args.work, "inductor-cache"),
-              "TRITON_CACHE_DIR": os.path.join(args.work, "triton-cache")}
-    for d in caches.values():
-        shutil.rmtree(d, ignore_errors=True)
-    programs.append(("torch-compile", [python, os.path.join(HERE, "inductor.py")], caches))
-    cuda, more = device_check.cuda_programs(args.work)
-    programs += cuda
+    coverage, more = device_check.coverage_programs(args.work)
+    programs += coverage
     failures += more
     totals = {"exact": [], "durations": [], "bandwidth": [], "pattern": []}
     for name, command, env in programs:
@@ -328,7 +320,8 @@ def self_test():
     assert durations(recs) == {"k": [10, 20]}, durations(recs)
     maps = traffic_maps(recs)
     assert maps[("LOADED", "k")] == 8 and maps[("ASYNC", "k")] == 2, maps
-    assert maps[("LOADED", "10")] == 8, maps
+    assert ("LOADED", "10") not in maps, "counted once, under the name"
+    assert device_check.observed(maps, "k", "load") == 8
     assert patterns(recs) == {("k", "load"): 18.0}, patterns(recs)
     assert expected_patterns("expect pattern k load 4\n") == {("k", "load"): 4.0}
     shutil.rmtree(path)

@@ -188,8 +188,11 @@ pub fn hash_insert<M: KeyedMap>(
     value: impl AsPlace<M::Value>,
 ) {
     let Some(m) = map_ref(map as *const M as usize, name, map.raw_map()) else { return };
-    let key = key.place("key");
-    let value = value.place("value");
+    update(m, key.place("key"), value.place("value"));
+}
+
+/// `bpf_map_update_elem(map, key, value, BPF_ANY)`, its result dropped.
+fn update(m: MapRef, key: Place, value: Place) {
     push(Stmt::Eval(Expr::Call(
         Ty::I64,
         id::MAP_UPDATE_ELEM,
@@ -211,18 +214,7 @@ pub fn array_set<M: IndexedMap>(
     value: impl AsPlace<M::Value>,
 ) {
     let Some(m) = map_ref(map as *const M as usize, name, map.raw_map()) else { return };
-    let key = spill("index", index);
-    let value = value.place("value");
-    push(Stmt::Eval(Expr::Call(
-        Ty::I64,
-        id::MAP_UPDATE_ELEM,
-        vec![
-            CallArg::Map(m),
-            CallArg::Addr(key),
-            CallArg::Addr(value),
-            CallArg::Value(Expr::Const(Ty::U64, 0)),
-        ],
-    )));
+    update(m, spill("index", index), value.place("value"));
 }
 
 /// `map.remove(&key)` on a hash map (`bpf_map_delete_elem`).
