@@ -27,9 +27,9 @@ pub const KERNELS: u32 = 1024;
 pub const LAUNCHES: u32 = 4096;
 /// Kernel sites the `pattern` map holds.
 pub const SITE_KEYS: u32 = 16384;
-/// Launches whose runs the `timing` maps count (graph nodes replayed: see [`RUNS`]).
+/// Launches whose runs the `timing` maps count (graph nodes replayed: see `RUNS`).
 pub const RUN_KEYS: u32 = 16384;
-/// SM shards of [`ENDS`]: one per SM up to this many (`%smid % SM_SHARDS` above).
+/// SM shards of the `timing` set's ends: one per SM up to this many (`%smid % SM_SHARDS` above).
 pub const SM_SHARDS: u32 = 128;
 
 /// What a kernel read, every launch: one value per kernel, whose fields the probes add to.
