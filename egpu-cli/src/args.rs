@@ -219,6 +219,7 @@ The sets are device probes injected into every kernel COMMAND loads with PTX:
           at each block's end
   pattern per kernel and access site, the warp-level requests, the 32-byte sectors they
           touched and the fewest they could have (coalescing)
+  pages   per kernel, accesses per page of --page-size, and the addresses its atomics meet at
 Each process that launched kernels writes its recording, DIR/<pid>.egpumem (JSON lines: a
 header naming the device, the driver and egpu, a line per kernel and per launch timed), and
 the table is printed from it. Kernels without PTX (cuBLAS, ATen's) are listed with their
@@ -227,6 +228,9 @@ pub(crate) struct MemRunArgs {
     /// The sets to run, separated by commas
     #[arg(long, value_name = "SETS", value_delimiter = ',', default_value = "counts,timing")]
     pub(crate) sets: Vec<egpu::host::mem::Set>,
+    /// The pages the `pages` set counts accesses by: 4k, 64k or 2m
+    #[arg(long, value_name = "SIZE", default_value = "4k")]
+    pub(crate) page_size: egpu::host::mem::PageSize,
     /// Keep the recordings in DIR (created if need be) [default: a temporary folder, removed]
     #[arg(long, value_name = "DIR")]
     pub(crate) out: Option<PathBuf>,

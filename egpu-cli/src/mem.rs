@@ -43,7 +43,7 @@ fn run(a: MemRunArgs) -> Result<ExitCode, Error> {
     for old in recordings_in(&out)? {
         std::fs::remove_file(&old).map_err(|e| failed(format!("{}: {e}", old.display())))?;
     }
-    let pack = egpu::host::mem::pack(&a.sets).map_err(failed)?;
+    let pack = egpu::host::mem::pack(&a.sets, a.page_size).map_err(failed)?;
     let pack_path = out.join("sets.pack");
     std::fs::write(&pack_path, pack.to_text())
         .map_err(|e| failed(format!("{}: {e}", pack_path.display())))?;
@@ -60,7 +60,10 @@ fn run(a: MemRunArgs) -> Result<ExitCode, Error> {
         otlp_protocol: OtlpProtocol::Json,
         linger: None,
         command: a.command,
-        env: vec![("EGPU_MEM_OUT".into(), out.clone().into_os_string())],
+        env: vec![
+            ("EGPU_MEM_OUT".into(), out.clone().into_os_string()),
+            ("EGPU_MEM_PAGE_BYTES".into(), a.page_size.bytes().to_string().into()),
+        ],
     };
     let code = crate::run::run_cmd(run)?;
     let files = recordings_in(&out)?;

@@ -12,7 +12,9 @@
 //! | `counts` | per kernel, accesses and bytes by class (load, store, atomic, async copy, tensor copy) | two adds per access, combined in the thread's registers until it exits |
 //! | `timing` | per launch (`%gridid`), the device clock at block 0's start and at each block's end | a compare per thread at entry and exit; one map write per block |
 //! | `pattern` | per kernel and site, the warp-level requests, the 32-byte sectors they touched and the fewest they could have | per access, the warp's lanes and sectors (`match.any`, `redux`), and a hash map update by the lowest lane |
+//! | `pages` | per kernel, accesses per page (4 KiB, 64 KiB or 2 MiB: [`PageSize`]); atomics per 8-byte address | per access, an add to its page's count, combined in the thread's registers while the page stays the same |
 
+pub mod pages;
 pub mod record;
 pub mod sets;
 pub mod table;
@@ -21,7 +23,8 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use record::{
-    Coalescing, Header, Kernel, Launch, Recording, RecordingError, Seen, SiteRecord, Traffic,
+    Coalescing, Count, Header, Kernel, Launch, PageUse, Recording, RecordingError, Seen,
+    SiteRecord, Traffic,
 };
 
 use crate::pack::{Pack, PackError};
@@ -45,11 +48,13 @@ pub enum Set {
     Timing,
     /// Sectors per warp-level request against the fewest, per kernel and site.
     Pattern,
+    /// Accesses per page, per kernel; atomics per address.
+    Pages,
 }
 
 impl Set {
     /// Every set, in the order `egpu mem` lists them.
-    pub const ALL: [Set; 3] = [Set::Counts, Set::Timing, Set::Pattern];
+    pub const ALL: [Set; 4] = [Set::Counts, Set::Timing, Set::Pattern, Set::Pages];
     /// The sets `egpu mem run` runs unless told otherwise.
     pub const DEFAULT: [Set; 2] = [Set::Counts, Set::Timing];
 
@@ -59,14 +64,16 @@ impl Set {
             Set::Counts => "counts",
             Set::Timing => "timing",
             Set::Pattern => "pattern",
+            Set::Pages => "pages",
         }
     }
 
-    fn probes(self) -> Vec<&'static egpu_probe::Probe> {
+    fn probes(self, page: PageSize) -> Vec<&'static egpu_probe::Probe> {
         match self {
             Set::Counts => sets::counts().to_vec(),
             Set::Timing => sets::timing().to_vec(),
             Set::Pattern => sets::pattern().to_vec(),
+            Set::Pages => pages::pages(page.shift()).map(|p| p.to_vec()).unwrap_or_default(),
         }
     }
 }
@@ -79,7 +86,7 @@ impl fmt::Display for Set {
 
 /// A name that is no set.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("no set is named `{0}`: the sets are counts, timing, pattern")]
+#[error("no set is named `{0}`: the sets are counts, timing, pattern, pages")]
 pub struct UnknownSet(pub String);
 
 impl FromStr for Set {
@@ -89,8 +96,53 @@ impl FromStr for Set {
     }
 }
 
-/// The pack of `sets`' probes (each set once).
-pub fn pack(sets: &[Set]) -> Result<Pack, PackError> {
+/// The size of the pages the `pages` set counts accesses by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PageSize {
+    /// 4 KiB.
+    #[default]
+    Kib4,
+    /// 64 KiB.
+    Kib64,
+    /// 2 MiB.
+    Mib2,
+}
+
+impl PageSize {
+    /// log2 of its bytes.
+    pub fn shift(self) -> u32 {
+        match self {
+            PageSize::Kib4 => pages::PAGE_SHIFTS[0],
+            PageSize::Kib64 => pages::PAGE_SHIFTS[1],
+            PageSize::Mib2 => pages::PAGE_SHIFTS[2],
+        }
+    }
+
+    /// Its bytes.
+    pub fn bytes(self) -> u64 {
+        1 << self.shift()
+    }
+}
+
+/// A page size that is none of egpu's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no page size `{0}`: 4k, 64k or 2m")]
+pub struct UnknownPageSize(pub String);
+
+impl FromStr for PageSize {
+    type Err = UnknownPageSize;
+    fn from_str(s: &str) -> Result<PageSize, UnknownPageSize> {
+        match s.to_ascii_lowercase().trim_end_matches('b').trim_end_matches('i') {
+            "4k" => Ok(PageSize::Kib4),
+            "64k" => Ok(PageSize::Kib64),
+            "2m" => Ok(PageSize::Mib2),
+            _ => Err(UnknownPageSize(s.to_owned())),
+        }
+    }
+}
+
+/// The pack of `sets`' probes (each set once); the `pages` set counts by pages of `page`.
+pub fn pack(sets: &[Set], page: PageSize) -> Result<Pack, PackError> {
     let mut pack = Pack::new();
     let mut seen = Vec::new();
     for &set in sets {
@@ -98,7 +150,7 @@ pub fn pack(sets: &[Set]) -> Result<Pack, PackError> {
             continue;
         }
         seen.push(set);
-        for probe in set.probes() {
+        for probe in set.probes(page) {
             pack.add(probe)?;
         }
     }

@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use egpu_maps::{Array, HashMap, PerCpuArray, RawMap};
 use serde::{Deserialize, Serialize};
 
+use super::pages::{Address, Page};
 use super::sets::{Atomics, Reads, Requests, Site, Start, Writes};
 
 /// The format's name, in every header.
@@ -41,8 +42,11 @@ pub struct Header {
     pub pid: u32,
     /// Its command line.
     pub command: String,
-    /// The sets that ran (`counts`, `timing`).
+    /// The sets that ran (`counts`, `timing`, `pattern`, `pages`).
     pub sets: Vec<String>,
+    /// The bytes of the pages the `pages` set counted by (0 without it).
+    #[serde(default)]
+    pub page_bytes: u64,
 }
 
 /// The accesses and bytes of a kernel, every launch, by class of instruction.
@@ -113,7 +117,35 @@ pub struct Kernel {
     /// Its requests' coalescing, with the `pattern` set (every site's summed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pattern: Option<Coalescing>,
+    /// The pages it touched, with the `pages` set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages: Option<PageUse>,
 }
+
+/// The pages of global memory a kernel touched, every launch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PageUse {
+    /// Pages touched.
+    pub distinct: u64,
+    /// Accesses, every page's.
+    pub accesses: u64,
+    /// The most accessed pages (their first byte's address), most first.
+    pub hottest: Vec<Count>,
+    /// The 8-byte addresses its atomics reached most, most first: where threads contend.
+    pub contended: Vec<Count>,
+}
+
+/// How many times an address was reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Count {
+    /// The address.
+    pub address: u64,
+    /// The accesses.
+    pub count: u64,
+}
+
+/// Pages and addresses a kernel's entry lists.
+const HOTTEST: usize = 8;
 
 /// Warp-level requests and the 32-byte sectors they touched, against the fewest their bytes
 /// could have taken.
@@ -352,6 +384,35 @@ impl Recording {
             }
         }
         launches.sort_by_key(|l| l.grid);
+        let page_bytes = header.page_bytes.max(1);
+        if let Some(pages) = map("PAGES").and_then(|raw| HashMap::<Page, u64>::from_raw(raw).ok()) {
+            let mut by_kernel: BTreeMap<u64, Vec<Count>> = BTreeMap::new();
+            for (p, count) in pages.iter() {
+                let address = p.page.saturating_mul(page_bytes);
+                by_kernel.entry(p.kernel).or_default().push(Count { address, count });
+            }
+            let contended = map("CONTENDED")
+                .and_then(|raw| HashMap::<Address, u64>::from_raw(raw).ok())
+                .map(|m| m.iter().collect::<Vec<_>>())
+                .unwrap_or_default();
+            for (id, mut counts) in by_kernel {
+                counts.sort_by_key(|c| (std::cmp::Reverse(c.count), c.address));
+                let mut atomics: Vec<Count> = contended
+                    .iter()
+                    .filter(|(a, _)| a.kernel == id)
+                    .map(|(a, count)| Count { address: a.addr, count: *count })
+                    .collect();
+                atomics.sort_by_key(|c| (std::cmp::Reverse(c.count), c.address));
+                atomics.truncate(HOTTEST);
+                let k = kernel(&mut kernels, id, || name(id), instrumented);
+                k.pages = Some(PageUse {
+                    distinct: counts.len() as u64,
+                    accesses: counts.iter().map(|c| c.count).sum(),
+                    hottest: counts.into_iter().take(HOTTEST).collect(),
+                    contended: atomics,
+                });
+            }
+        }
         let mut sites = Vec::new();
         if let Some(map) =
             map("SITES").and_then(|raw| HashMap::<Site, Requests>::from_raw(raw).ok())

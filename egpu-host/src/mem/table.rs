@@ -97,14 +97,15 @@ pub fn render(recording: &Recording) -> String {
                 };
                 let _ = writeln!(
                     text,
-                    "{:>11} {:>11} {:>11} {:>12} {:>6} {:>8} {:>9}",
+                    "{:>11} {:>11} {:>11} {:>12} {:>6} {:>8} {:>9} {:>8}",
                     bytes(t.read()),
                     bytes(t.written()),
                     bytes(t.atomic),
                     bw,
                     of_peak,
                     per,
-                    coalesced(k)
+                    coalesced(k),
+                    pages(k)
                 );
             }
             None if !k.instrumented => {
@@ -113,14 +114,15 @@ pub fn render(recording: &Recording) -> String {
             None => {
                 let _ = writeln!(
                     text,
-                    "{:>11} {:>11} {:>11} {:>12} {:>6} {:>8} {:>9}",
+                    "{:>11} {:>11} {:>11} {:>12} {:>6} {:>8} {:>9} {:>8}",
                     "-",
                     "-",
                     "-",
                     "-",
                     "-",
                     "-",
-                    coalesced(k)
+                    coalesced(k),
+                    pages(k)
                 );
             }
         }
@@ -151,7 +153,23 @@ pub fn render(recording: &Recording) -> String {
             s.requests.requests
         );
     }
+    // Where each kernel's atomics meet most.
+    for k in &recording.kernels {
+        let Some(top) = k.pages.as_ref().and_then(|p| p.contended.first()) else { continue };
+        let _ = writeln!(
+            text,
+            "  {} contends at {:#x}: {} atomics there",
+            cut(&k.name, 40),
+            top.address,
+            top.count
+        );
+    }
     text
+}
+
+/// The pages a kernel touched, with the `pages` set.
+fn pages(k: &Kernel) -> String {
+    k.pages.as_ref().map_or("-".into(), |p| p.distinct.to_string())
 }
 
 /// Sites listed under the table, least coalesced first.

@@ -6,6 +6,7 @@ use egpu_maps::RawMap;
 
 use super::sets::*;
 use super::*;
+use super::{Count, PageSize};
 
 fn access(kernel_id: u64, size: u32, class: u32) -> MemAccessCtx {
     MemAccessCtx { kernel_id, size, class, ..MemAccessCtx::default() }
@@ -20,6 +21,8 @@ fn maps() -> Vec<(String, RawMap)> {
         ("ENDS", ENDS.raw()),
         ("RUNS", RUNS.raw()),
         ("SITES", SITES.raw()),
+        ("PAGES", super::pages::PAGES.raw()),
+        ("CONTENDED", super::pages::CONTENDED.raw()),
     ]
     .into_iter()
     .map(|(name, raw)| (name.to_string(), raw.clone()))
@@ -60,8 +63,12 @@ fn the_sets_fill_a_recording() {
         ends.run_ctx(&mut kernel(9, block, 0)).expect("runs");
         ends.run_ctx(&mut kernel(9, block, 1)).expect("runs");
     }
-    let header =
-        Header { format: record::FORMAT.into(), version: record::VERSION, ..Header::default() };
+    let header = Header {
+        format: record::FORMAT.into(),
+        version: record::VERSION,
+        page_bytes: 4096,
+        ..Header::default()
+    };
     let launched = [(k1, 1, "one".to_string()), (0x33, 2, "cublas".to_string())];
     // Site 3 of k1: two one-lane requests of 4 bytes, one within a sector, one across two.
     let [mut pattern_loads, ..] = pattern().map(|p| p.vm().expect("a VM"));
@@ -69,6 +76,16 @@ fn the_sets_fill_a_recording() {
         let mut ctx = MemAccessCtx { addr, site: 3, ..access(k1, 4, MemAccessCtx::LOAD_STORE) };
         pattern_loads.run_ctx(&mut ctx).expect("runs");
     }
+    // Pages of 4 KiB: two accesses in page 5 (one an atomic at 0x5008), one in page 9.
+    let [mut page_loads, _, mut page_atomics] =
+        super::pages::pages(12).expect("4 KiB").map(|p| p.vm().expect("a VM"));
+    for addr in [0x5000, 0x9ff8] {
+        let mut ctx = MemAccessCtx { addr, ..access(k1, 8, MemAccessCtx::LOAD_STORE) };
+        page_loads.run_ctx(&mut ctx).expect("runs");
+    }
+    page_atomics
+        .run_ctx(&mut MemAccessCtx { addr: 0x500c, ..access(k1, 4, MemAccessCtx::ATOMIC) })
+        .expect("runs");
     let seen = Seen {
         launched: &launched,
         instrumented: &|id| id != 0x33,
@@ -106,6 +123,10 @@ fn the_sets_fill_a_recording() {
     assert_eq!((site.requests.minimum, site.requests.bytes, site.requests.lanes), (2, 8, 2));
     assert_eq!(site.access.as_deref(), Some("load"));
     assert_eq!(one.pattern.map(|p| p.efficiency()), Some(2.0 / 3.0));
+    let pages = one.pages.clone().expect("pages");
+    assert_eq!((pages.distinct, pages.accesses), (2, 3));
+    assert_eq!(pages.hottest[0], Count { address: 0x5000, count: 2 });
+    assert_eq!(pages.contended, [Count { address: 0x5008, count: 1 }]);
 
     // The text form gives the same back; the table names every kernel.
     let text = recording.to_jsonl();
@@ -157,14 +178,21 @@ fn bad_recordings_are_refused_with_their_reason() {
 
 #[test]
 fn the_pack_names_each_set_once() {
-    let pack = pack(&[Set::Counts, Set::Timing, Set::Counts]).expect("a pack");
+    let pack = pack(&[Set::Counts, Set::Timing, Set::Counts], PageSize::default()).expect("a pack");
     assert_eq!(pack.probes().len(), 5);
     let again = crate::pack::Pack::parse(&pack.to_text()).expect("read back");
     assert_eq!(again.probes().len(), 5);
-    assert_eq!(super::pack(&Set::ALL).expect("every set").probes().len(), 8);
+    assert_eq!(super::pack(&Set::ALL, PageSize::Mib2).expect("every set").probes().len(), 11);
+    assert_eq!(
+        ("4k".parse(), "64KiB".parse(), "2m".parse()),
+        (Ok(PageSize::Kib4), Ok(PageSize::Kib64), Ok(PageSize::Mib2))
+    );
+    assert!(
+        "8k".parse::<PageSize>().expect_err("no such size").to_string().contains("4k, 64k or 2m")
+    );
     assert_eq!("timing".parse::<Set>(), Ok(Set::Timing));
-    let e = "pages".parse::<Set>().expect_err("not yet a set").to_string();
-    assert!(e.contains("counts, timing, pattern"), "{e}");
+    let e = "timeline".parse::<Set>().expect_err("not yet a set").to_string();
+    assert!(e.contains("counts, timing, pattern, pages"), "{e}");
 }
 
 #[test]
@@ -173,7 +201,7 @@ fn the_sets_in_corpus_kernels_pass_ptxas() {
     use egpu_device::translate::DeviceMap;
     let Some(ptxas) = egpu_device::testing::require_ptxas() else { return };
     let Some(nvcc) = egpu_device::testing::require_nvcc() else { return };
-    let pack = pack(&Set::ALL).expect("a pack");
+    let pack = pack(&Set::ALL, PageSize::Kib64).expect("a pack");
     // As the preloaded library binds them: maps only added to spread over 16 per-SM copies.
     let bound: Vec<Vec<DeviceMap>> = pack
         .probes()
