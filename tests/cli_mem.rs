@@ -77,7 +77,11 @@ fn mem_run_records_each_process_and_prints_its_table() {
 #[test]
 fn mem_refuses_what_it_cannot_do() {
     fails(&["mem", "run", "--sets", "timeline", "--", "true"], 2, &["no set is named `timeline`"]);
-    fails(&["mem", "run", "--page-size", "8k", "--", "true"], 2, &["no page size `8k`: 4k, 64k or 2m"]);
+    fails(
+        &["mem", "run", "--page-size", "8k", "--", "true"],
+        2,
+        &["no page size `8k`: 4k, 64k or 2m"],
+    );
     fails(&["mem", "report", "/nonexistent/x.egpumem"], 1, &["/nonexistent/x.egpumem"]);
     let dir = cli_support::TempDir::new("mem-report");
     let bad = dir.file("bad.egpumem", "{\"type\":\"kernel\"}\n");
