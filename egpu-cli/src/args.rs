@@ -220,9 +220,10 @@ The sets are device probes injected into every kernel COMMAND loads with PTX:
   pattern per kernel and access site, the warp-level requests, the 32-byte sectors they
           touched and the fewest they could have (coalescing)
   pages   per kernel, accesses per page of --page-size, and the addresses its atomics meet at
+
 Each process that launched kernels writes its recording, DIR/<pid>.egpumem (JSON lines: a
-header naming the device, the driver and egpu, a line per kernel and per launch timed), and
-the table is printed from it. Kernels without PTX (cuBLAS, ATen's) are listed with their
+header naming the device, the driver and egpu, a line per kernel, per launch timed and per
+site), and the table is printed from it. Kernels without PTX (cuBLAS, ATen's) are listed with their
 launches, as not instrumentable. Exits as COMMAND does.")]
 pub(crate) struct MemRunArgs {
     /// The sets to run, separated by commas
