@@ -71,6 +71,14 @@ fn mem_run_records_each_process_and_prints_its_table() {
     succeeds(&args(&["module".as_ref(), ptx.as_os_str(), got.as_os_str()]));
     let loaded = std::fs::read_to_string(&got).expect("what the driver got");
     assert!(loaded.contains("%gridid") && loaded.contains("%globaltimer"), "{loaded}");
+    // Other sets: their pack in the module, their names and page size in the header.
+    let mut pages = args(&["module".as_ref(), ptx.as_os_str(), got.as_os_str()]);
+    pages.splice(2..2, ["--sets", "pages,pattern", "--page-size", "64k"].map(Into::into));
+    succeeds(&pages);
+    let loaded = std::fs::read_to_string(&got).expect("what the driver got");
+    assert!(loaded.contains("match.any.sync") && !loaded.contains("%gridid"), "{loaded}");
+    let header = recordings(&out).into_iter().next().expect("a recording").header;
+    assert_eq!((header.sets, header.page_bytes), (vec!["pattern".into(), "pages".into()], 65536));
     let _ = std::fs::remove_dir_all(&dir);
 }
 

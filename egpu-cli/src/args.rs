@@ -230,7 +230,7 @@ pub(crate) struct MemRunArgs {
     #[arg(long, value_name = "SETS", value_delimiter = ',', default_value = "counts,timing")]
     pub(crate) sets: Vec<egpu::host::mem::Set>,
     /// The pages the `pages` set counts accesses by: 4k, 64k or 2m
-    #[arg(long, value_name = "SIZE", default_value = "4k")]
+    #[arg(long, value_name = "SIZE", default_value = "2m")]
     pub(crate) page_size: egpu::host::mem::PageSize,
     /// Keep the recordings in DIR (created if need be) [default: a temporary folder, removed]
     #[arg(long, value_name = "DIR")]

@@ -100,11 +100,11 @@ impl FromStr for Set {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum PageSize {
     /// 4 KiB.
-    #[default]
     Kib4,
     /// 64 KiB.
     Kib64,
-    /// 2 MiB.
+    /// 2 MiB: the default, the page of the GPU's large allocations.
+    #[default]
     Mib2,
 }
 

@@ -9,10 +9,12 @@ use egpu_macros::probe;
 use egpu_maps::HashMap;
 use egpu_probe::Probe;
 
-/// Pages the `pages` map holds (every kernel's).
-pub const PAGE_KEYS: u32 = 1 << 16;
+/// Pages the `pages` map holds, every kernel's (a GPU part of the map has 16 copies, one per
+/// group of SMs: 17 MB with these; accesses past it are refused and counted). 2 MiB pages cover
+/// 32 GiB with it.
+pub const PAGE_KEYS: u32 = 1 << 14;
 /// Addresses the atomics map holds.
-pub const ADDRESS_KEYS: u32 = 1 << 14;
+pub const ADDRESS_KEYS: u32 = 1 << 12;
 
 /// A page of a kernel: its number (the address over the page size).
 #[repr(C)]

@@ -26,7 +26,7 @@ pub const KERNELS: u32 = 1024;
 /// id's low bits).
 pub const LAUNCHES: u32 = 4096;
 /// Kernel sites the `pattern` map holds.
-pub const SITE_KEYS: u32 = 16384;
+pub const SITE_KEYS: u32 = 4096;
 /// Launches whose runs the `timing` maps count (graph nodes replayed: see `RUNS`).
 pub const RUN_KEYS: u32 = 16384;
 /// SM shards of the `timing` set's ends: one per SM up to this many (`%smid % SM_SHARDS` above).

@@ -57,7 +57,7 @@ pub fn render(recording: &Recording) -> String {
     );
     let _ = writeln!(
         text,
-        "{:<40} {:>8} {:>11} {:>11} {:>11} {:>11} {:>12} {:>6} {:>8}",
+        "{:<40} {:>8} {:>11} {:>11} {:>11} {:>11} {:>12} {:>6} {:>8} {:>9} {:>8}",
         "kernel",
         "launches",
         "GPU time",
@@ -66,7 +66,9 @@ pub fn render(recording: &Recording) -> String {
         "atomic",
         "bandwidth",
         "peak",
-        "B/access"
+        "B/access",
+        "coalesced",
+        "pages"
     );
     for k in &recording.kernels {
         let time = if k.timed > 0 {

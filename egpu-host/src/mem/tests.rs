@@ -136,8 +136,10 @@ fn the_sets_fill_a_recording() {
     );
     assert_eq!(Recording::parse(&text).expect("parses"), recording);
     let table = table::render(&recording);
-    for name in ["one", "kernel 22", "cublas", "not instrumentable", "36 B", "67%", "PTX line 120"]
-    {
+    let header = table.lines().nth(1).expect("the header");
+    assert!(header.ends_with("B/access coalesced    pages"), "{header}");
+    let shown = ["one", "kernel 22", "cublas", "not instrumentable", "36 B", "67%", "PTX line 120"];
+    for name in shown.into_iter().chain(["one contends at 0x5008: 1 atomics there"]) {
         assert!(table.contains(name), "{name} in\n{table}");
     }
 }

@@ -125,12 +125,6 @@ pub(crate) fn write(user: &UserProbes, names: &Builtin) {
     let mut header = HEADER.get().cloned().unwrap_or_else(header);
     // A child made by `fork` inherits its parent's header: this process's own.
     (header.pid, header.command) = (std::process::id(), command());
-    // The page size the pack counts by, which `egpu mem run` says.
-    header.page_bytes = std::env::var("EGPU_MEM_PAGE_BYTES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .filter(|_| header.sets.iter().any(|s| s == "pages"))
-        .unwrap_or(0);
     let has = |name: &str| user.maps.iter().any(|(n, _)| n == name);
     header.sets =
         [("counts", "READS"), ("timing", "STARTS"), ("pattern", "SITES"), ("pages", "PAGES")]
@@ -138,6 +132,12 @@ pub(crate) fn write(user: &UserProbes, names: &Builtin) {
             .filter(|(_, map)| has(map))
             .map(|(set, _)| set.to_string())
             .collect();
+    // The page size the pack counts by, which `egpu mem run` says.
+    header.page_bytes = std::env::var("EGPU_MEM_PAGE_BYTES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|_| has("PAGES"))
+        .unwrap_or(0);
     let kernels = super::KERNELS.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let lines = LINES.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let seen = Seen {
