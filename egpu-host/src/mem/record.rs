@@ -47,6 +47,10 @@ pub struct Header {
     /// The bytes of the pages the `pages` set counted by (0 without it).
     #[serde(default)]
     pub page_bytes: u64,
+    /// Entries the sets' maps refused, full (a kernel, page, site or address past their
+    /// capacity goes uncounted), by map; absent: none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub refused: BTreeMap<String, u64>,
 }
 
 /// The accesses and bytes of a kernel, every launch, by class of instruction.
@@ -308,7 +312,15 @@ impl Recording {
     /// Reads what the sets' maps hold (`maps`, by the names the sets gave them), for the
     /// kernels the host saw launched ([`Seen`]); kernels the maps hold and the host did not
     /// launch (graph replays) are named by `seen.name`.
-    pub fn collect(header: Header, maps: &[(String, RawMap)], seen: &Seen<'_>) -> Recording {
+    pub fn collect(mut header: Header, maps: &[(String, RawMap)], seen: &Seen<'_>) -> Recording {
+        const SETS_MAPS: [&str; 8] =
+            ["READS", "WRITES", "ATOMICS", "STARTS", "RUNS", "SITES", "PAGES", "CONTENDED"];
+        header.refused = maps
+            .iter()
+            .filter(|(name, _)| SETS_MAPS.contains(&name.as_str()))
+            .map(|(name, raw)| (name.clone(), raw.refused()))
+            .filter(|(_, n)| *n > 0)
+            .collect();
         let (launched, instrumented, name) = (seen.launched, seen.instrumented, seen.name);
         let map = |n: &str| maps.iter().find(|(m, _)| m == n).map(|(_, raw)| raw.clone());
         let mut kernels: BTreeMap<u64, Kernel> = BTreeMap::new();

@@ -155,6 +155,10 @@ pub fn render(recording: &Recording) -> String {
             s.requests.requests
         );
     }
+    // What the maps could not hold.
+    for (map, n) in &h.refused {
+        let _ = writeln!(text, "  {map} was full: {n} entries refused, their counts left out");
+    }
     // Where each kernel's atomics meet most.
     for k in &recording.kernels {
         let Some(top) = k.pages.as_ref().and_then(|p| p.contended.first()) else { continue };

@@ -136,6 +136,7 @@ fn the_sets_fill_a_recording() {
     );
     assert_eq!(Recording::parse(&text).expect("parses"), recording);
     let table = table::render(&recording);
+    assert!(recording.header.refused.is_empty(), "{:?}", recording.header.refused);
     let header = table.lines().nth(1).expect("the header");
     assert!(header.ends_with("B/access coalesced    pages"), "{header}");
     let shown = ["one", "kernel 22", "cublas", "not instrumentable", "36 B", "67%", "PTX line 120"];
@@ -239,4 +240,31 @@ fn the_sets_in_corpus_kernels_pass_ptxas() {
         );
         ptxas.check(&injected.ptx, "sm_90").unwrap_or_else(|e| panic!("{name}: {e}"));
     }
+}
+
+#[test]
+fn a_full_map_is_said_full() {
+    use super::pages::Page;
+    use egpu_maps::{HashMap, Placement};
+    let pages = HashMap::<Page, u64>::create(1, Placement::Process).expect("a map");
+    for page in [1, 2, 3] {
+        let _ = pages.insert(&Page { kernel: 5, page }, &1);
+    }
+    let refused = pages.refused();
+    assert!(refused >= 1, "{refused}");
+    let seen =
+        Seen { launched: &[], instrumented: &|_| true, name: &|_| "k".into(), site: &|_, _| None };
+    let maps = [("PAGES".to_string(), pages.raw().clone())];
+    let recording =
+        Recording::collect(Header { page_bytes: 4096, ..Header::default() }, &maps, &seen);
+    assert_eq!(recording.header.refused.get("PAGES"), Some(&refused));
+    let table = table::render(&recording);
+    assert!(table.contains(&format!("PAGES was full: {refused} entries refused")), "{table}");
+    let again = Recording::parse(
+        &recording
+            .to_jsonl()
+            .replace("\"format\":\"\"", "\"format\":\"egpu-mem\"")
+            .replace("\"version\":0", "\"version\":1"),
+    );
+    assert_eq!(again.expect("parses").header.refused, recording.header.refused);
 }
