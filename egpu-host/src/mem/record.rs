@@ -86,17 +86,17 @@ pub struct Traffic {
 impl Traffic {
     /// Bytes read from global memory, every class but atomics.
     pub fn read(&self) -> u64 {
-        self.loaded + self.async_bytes + self.tensor_loaded
+        self.loaded.saturating_add(self.async_bytes).saturating_add(self.tensor_loaded)
     }
 
     /// Bytes written to global memory, every class but atomics.
     pub fn written(&self) -> u64 {
-        self.stored + self.tensor_stored
+        self.stored.saturating_add(self.tensor_stored)
     }
 
     /// Every byte moved: read, written and the atomics' operands.
     pub fn total(&self) -> u64 {
-        self.read() + self.written() + self.atomic
+        self.read().saturating_add(self.written()).saturating_add(self.atomic)
     }
 }
 
@@ -179,11 +179,11 @@ impl Coalescing {
     }
 
     fn add(&mut self, r: &Requests) {
-        self.requests += r.requests;
-        self.lanes += r.lanes;
-        self.sectors += r.sectors;
-        self.minimum += r.minimum;
-        self.bytes += r.bytes;
+        self.requests = self.requests.saturating_add(r.requests);
+        self.lanes = self.lanes.saturating_add(r.lanes);
+        self.sectors = self.sectors.saturating_add(r.sectors);
+        self.minimum = self.minimum.saturating_add(r.minimum);
+        self.bytes = self.bytes.saturating_add(r.bytes);
     }
 }
 
@@ -338,7 +338,8 @@ impl Recording {
             })
         }
         for (id, n, named) in launched {
-            kernel(&mut kernels, *id, || named.clone(), instrumented).launches += n;
+            let k = kernel(&mut kernels, *id, || named.clone(), instrumented);
+            k.launches = k.launches.saturating_add(*n);
         }
         let reads = map("READS").and_then(|raw| HashMap::<u64, Reads>::from_raw(raw).ok());
         let writes = map("WRITES").and_then(|raw| HashMap::<u64, Writes>::from_raw(raw).ok());
@@ -390,8 +391,9 @@ impl Recording {
                     runs: runs.as_ref().and_then(|r| r.get(&s.grid)).unwrap_or(1).max(1),
                 };
                 let k = kernel(&mut kernels, s.kernel, || name(s.kernel), instrumented);
-                k.timed += launch.runs;
-                k.gpu_ns += launch.duration_ns() * launch.runs;
+                k.timed = k.timed.saturating_add(launch.runs);
+                k.gpu_ns =
+                    k.gpu_ns.saturating_add(launch.duration_ns().saturating_mul(launch.runs));
                 launches.push(launch);
             }
         }
@@ -419,7 +421,7 @@ impl Recording {
                 let k = kernel(&mut kernels, id, || name(id), instrumented);
                 k.pages = Some(PageUse {
                     distinct: counts.len() as u64,
-                    accesses: counts.iter().map(|c| c.count).sum(),
+                    accesses: counts.iter().fold(0u64, |a, c| a.saturating_add(c.count)),
                     hottest: counts.into_iter().take(HOTTEST).collect(),
                     contended: atomics,
                 });

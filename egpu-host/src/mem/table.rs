@@ -81,11 +81,11 @@ pub fn render(recording: &Recording) -> String {
         let _ = write!(text, "{:<40} {:>8} {:>11} ", cut(&k.name, 40), k.launches, time);
         match k.traffic {
             Some(t) => {
-                let accesses = t.loads + t.stores + t.atomics + t.asyncs;
+                let accesses = add([t.loads, t.stores, t.atomics, t.asyncs]);
                 let per = if accesses > 0 {
                     format!(
                         "{:.1}",
-                        (t.loaded + t.stored + t.atomic + t.async_bytes) as f64 / accesses as f64
+                        add([t.loaded, t.stored, t.atomic, t.async_bytes]) as f64 / accesses as f64
                     )
                 } else {
                     "-".into()
@@ -129,10 +129,10 @@ pub fn render(recording: &Recording) -> String {
             }
         }
     }
-    let timed: u64 = recording.kernels.iter().map(|k| k.timed).sum();
-    let launched: u64 = recording.kernels.iter().map(|k| k.launches).sum();
-    let total: u64 = recording.kernels.iter().filter_map(|k| k.traffic).map(|t| t.total()).sum();
-    let gpu: u64 = recording.kernels.iter().map(|k| k.gpu_ns).sum();
+    let timed = add(recording.kernels.iter().map(|k| k.timed));
+    let launched = add(recording.kernels.iter().map(|k| k.launches));
+    let total = add(recording.kernels.iter().filter_map(|k| k.traffic).map(|t| t.total()));
+    let gpu = add(recording.kernels.iter().map(|k| k.gpu_ns));
     let _ = writeln!(
         text,
         "{} kernels, {launched} launches ({timed} timed), {} moved, {:.3} ms of GPU time in kernels timed",
@@ -171,6 +171,11 @@ pub fn render(recording: &Recording) -> String {
         );
     }
     text
+}
+
+/// The sum of `values`, at most `u64::MAX` (a recording's numbers are whatever it says).
+fn add(values: impl IntoIterator<Item = u64>) -> u64 {
+    values.into_iter().fold(0, u64::saturating_add)
 }
 
 /// The pages a kernel touched, with the `pages` set.

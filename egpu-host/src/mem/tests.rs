@@ -161,6 +161,13 @@ fn bad_recordings_are_refused_with_their_reason() {
         let e = Recording::parse(&text).expect_err(&text).to_string();
         assert!(e.contains(says), "{text:?}: {e}");
     }
+    // Numbers as large as they come sum to the largest, and print.
+    let max = u64::MAX;
+    let huge = format!(
+        "{header}\n{{\"type\":\"kernel\",\"name\":\"k\",\"id\":\"0a\",\"launches\":{max},\"instrumented\":true,\"traffic\":{{\"loads\":{max},\"loaded\":{max},\"stores\":{max},\"stored\":{max},\"atomics\":{max},\"atomic\":{max},\"asyncs\":{max},\"async\":{max},\"tensor_loads\":0,\"tensor_loaded\":0,\"tensor_stores\":0,\"tensor_stored\":0}},\"timed\":{max},\"gpu_ns\":{max}}}\n{{\"type\":\"kernel\",\"name\":\"j\",\"id\":\"0b\",\"launches\":{max},\"instrumented\":false,\"timed\":{max},\"gpu_ns\":{max}}}\n"
+    );
+    let table = table::render(&Recording::parse(&huge).expect("parses"));
+    assert!(table.contains("18.45 EB") || table.contains("18446744073709551615"), "{table}");
     // Every prefix of a good recording, and every byte changed, is read or refused: no panic.
     let good = format!(
         "{header}\n{{\"type\":\"launch\",\"grid\":3,\"kernel\":\"0a\",\"start_ns\":1,\"end_ns\":5,\"blocks\":1,\"threads\":32}}\n"

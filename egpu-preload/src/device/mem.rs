@@ -98,9 +98,9 @@ fn header() -> Header {
     }
     if let Some(name) = DEVICE_NAME.get_or_ask() {
         let mut buf = [0 as c_char; 256];
-        // SAFETY: the driver writes at most `len` bytes, NUL-terminated.
-        if unsafe { name(buf.as_mut_ptr(), buf.len() as c_int, device) } == 0 {
-            // SAFETY: NUL-terminated within the buffer (its last byte is never written).
+        // SAFETY: the driver writes at most `len` bytes, the buffer's all but its last.
+        if unsafe { name(buf.as_mut_ptr(), buf.len() as c_int - 1, device) } == 0 {
+            // SAFETY: NUL-terminated within the buffer: its last byte is never written.
             let s = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
             h.device = s.to_string_lossy().into_owned();
         }
