@@ -68,6 +68,16 @@ impl Set {
         }
     }
 
+    /// The map of the set's pack whose presence in a process says the set ran there.
+    pub fn map(self) -> &'static str {
+        match self {
+            Set::Counts => "READS",
+            Set::Timing => "STARTS",
+            Set::Pattern => "SITES",
+            Set::Pages => "PAGES",
+        }
+    }
+
     fn probes(self, page: PageSize) -> Vec<&'static egpu_probe::Probe> {
         match self {
             Set::Counts => sets::counts().to_vec(),

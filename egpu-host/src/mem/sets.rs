@@ -3,15 +3,19 @@
 //! names, and [`Recording::collect`](super::Recording::collect) reads them back by name.
 //!
 //! - `counts`: per kernel (keyed by its id), the accesses each class of instruction made and
-//!   their bytes, the fields of a value per direction ([`Reads`], [`Writes`], [`Atomics`]). The key is the kernel's id at every
-//!   access, so the kernel looks the value up once per thread, keeps a sum per field the thread
-//!   adds to in a register, and adds them when the thread exits, aggregated across the warp.
+//!   their bytes, the fields of a value per direction ([`Reads`], [`Writes`], [`Atomics`]). The
+//!   key is the kernel's id at every access, so the kernel looks the value up once per thread,
+//!   keeps a sum per field the thread adds to in a register, and adds them when the thread
+//!   exits, aggregated across the warp.
 //! - `timing`: per launch (at a slot of `%gridid`), the device clock (`%globaltimer`) when the
 //!   first thread of block 0 starts, and, per SM, when the first thread of each block ends
 //!   (the last store wins). A launch's GPU time is the latest end over the SMs less the start.
 //!   A thread tests its index and goes on; the first thread of a block writes one word when it
 //!   ends. A CUDA graph's kernel node has one grid id for all its replays: the maps hold its
 //!   last replay's times, and how many times it ran.
+//! - `pattern`: per kernel, site and class, the warp-level requests, their lanes, the 32-byte
+//!   sectors they touched and the fewest they could have (the warp helpers; the lowest lane
+//!   adds). `pages` is in `pages.rs`.
 
 use bytemuck::{Pod, Zeroable};
 use egpu_ebpf::{KernelCtx, MemAccessCtx};

@@ -12,7 +12,7 @@ use std::sync::{Mutex, OnceLock};
 use egpu::device::inject::Injection;
 use egpu::ebpf::DeviceEvent;
 use egpu::host::builtin::Builtin;
-use egpu::host::mem::{self, Header, Recording, Seen};
+use egpu::host::mem::{self, Header, Recording, Seen, Set};
 
 use super::UserProbes;
 use crate::CuResult;
@@ -126,17 +126,12 @@ pub(crate) fn write(user: &UserProbes, names: &Builtin) {
     // A child made by `fork` inherits its parent's header: this process's own.
     (header.pid, header.command) = (std::process::id(), command());
     let has = |name: &str| user.maps.iter().any(|(n, _)| n == name);
-    header.sets =
-        [("counts", "READS"), ("timing", "STARTS"), ("pattern", "SITES"), ("pages", "PAGES")]
-            .iter()
-            .filter(|(_, map)| has(map))
-            .map(|(set, _)| set.to_string())
-            .collect();
+    header.sets = Set::ALL.iter().filter(|s| has(s.map())).map(|s| s.name().to_owned()).collect();
     // The page size the pack counts by, which `egpu mem run` says.
     header.page_bytes = std::env::var("EGPU_MEM_PAGE_BYTES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .filter(|_| has("PAGES"))
+        .filter(|_| has(Set::Pages.map()))
         .unwrap_or(0);
     let kernels = super::KERNELS.lock().unwrap_or_else(|p| p.into_inner()).clone();
     let lines = LINES.lock().unwrap_or_else(|p| p.into_inner()).clone();

@@ -370,9 +370,8 @@ pub fn inject_with(
         // The registers the kernel was compiled to, kept (its blocks per SM with them).
         if let (true, Some(&registers)) = (entry, options.registers.get(&f.name)) {
             let moves = instructions.iter().any(|(_, i)| i.opcode.starts_with("setmaxnreg"));
-            let body = if moves { "setmaxnreg" } else { "" };
             let header = module.piece_text(f.header);
-            if let Some(line) = occupancy::limit(header, body, registers, sm) {
+            if let Some(line) = occupancy::limit(header, moves, registers, sm) {
                 before.entry(f.body.start).or_default().push_str(&line);
             }
         }

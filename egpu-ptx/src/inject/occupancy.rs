@@ -45,13 +45,18 @@ pub(super) fn most_registers(registers: u32, sm: u32) -> Option<u32> {
     Some(most)
 }
 
-/// The `.maxnreg` line to put before the body of the kernel whose header is `header` and body
-/// `body`, compiled to `registers`, for `sm_NN`: none when the kernel limits its registers or
-/// its blocks per SM itself (`.maxnreg`, `.minnctapersm`, `.maxnctapersm`) or moves registers
-/// between its warps (`setmaxnreg`), or for an unknown architecture.
-pub(super) fn limit(header: &str, body: &str, registers: u32, sm: u32) -> Option<String> {
+/// The `.maxnreg` line to put before the body of the kernel whose header is `header`, compiled
+/// to `registers`, for `sm_NN`: none when the kernel limits its registers or its blocks per SM
+/// itself (`.maxnreg`, `.minnctapersm`, `.maxnctapersm`) or moves registers between its warps
+/// (`moves_registers`: it has `setmaxnreg`), or for an unknown architecture.
+pub(super) fn limit(
+    header: &str,
+    moves_registers: bool,
+    registers: u32,
+    sm: u32,
+) -> Option<String> {
     let own = [".maxnreg", ".minnctapersm", ".maxnctapersm"];
-    if own.iter().any(|d| header.contains(d)) || body.contains("setmaxnreg") {
+    if moves_registers || own.iter().any(|d| header.contains(d)) {
         return None;
     }
     most_registers(registers, sm).map(|n| format!(".maxnreg {n}\n"))
@@ -82,9 +87,9 @@ mod tests {
 
     #[test]
     fn kernels_that_bound_themselves_get_no_limit() {
-        assert_eq!(limit(".entry k()", "{ ret; }", 30, 90).as_deref(), Some(".maxnreg 32\n"));
-        assert_eq!(limit(".entry k() .maxnreg 40", "{ ret; }", 30, 90), None);
-        assert_eq!(limit(".entry k() .minnctapersm 2", "{ ret; }", 30, 90), None);
-        assert_eq!(limit(".entry k()", "{ setmaxnreg.inc.sync.aligned.u32 240; }", 30, 90), None);
+        assert_eq!(limit(".entry k()", false, 30, 90).as_deref(), Some(".maxnreg 32\n"));
+        assert_eq!(limit(".entry k() .maxnreg 40", false, 30, 90), None);
+        assert_eq!(limit(".entry k() .minnctapersm 2", false, 30, 90), None);
+        assert_eq!(limit(".entry k()", true, 30, 90), None);
     }
 }
