@@ -11,7 +11,7 @@
 //!   while kernels run, a group of lanes claims room, takes tickets and publishes its records
 //!   by one atomic add each and one sequence word.
 
-use egpu_device::inject::{DeviceProbe, Kernels, inject};
+use egpu_device::inject::{DeviceProbe, InjectOptions, Kernels, inject, inject_with};
 use egpu_device::translate::{DeviceMap, adds_only};
 use egpu_ebpf::verifier::{Verified, verify};
 use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
@@ -230,10 +230,13 @@ fn adds_by_the_kernels_id_are_combined_per_thread_and_adds_by_page_are_not() {
     let p = program(by_kernel, hash_def(8), DeviceEvent::GlobalLoad);
     let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, false)]);
     // Combined per thread in a sum of the map's own (one value: the kernel id's), which the
-    // kernel adds to the value it found (its lookup cache's) when it exits.
+    // kernel adds to the value it found (its lookup cache's) when it exits; every lane that
+    // adds has the same address (one key, one value): no `match.any`.
     assert_eq!(ptx.matches("add.s64 %egpu_hs0_0, %egpu_hs0_0, ").count(), 2, "saxpy's two loads");
     assert!(ptx.contains("setp.eq.or.u64 %egpu_fq, %egpu_hs0_0, 0, %egpu_fq;"), "{ptx}");
-    assert!(ptx.contains("match.any.sync.b64 %egpu_fw1, %egpu_hp0, "), "{ptx}");
+    let flush = &ptx[ptx.find("setp.eq.or.u64 %egpu_fq, %egpu_hs0_0").expect("the flush")..];
+    let flush = &flush[..flush.find("_done:").expect("its end")];
+    assert!(!flush.contains("match.any") && flush.contains("redux.sync.add.u32"), "{flush}");
     // Not when the map is read and written live by the host (its values may move).
     let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, true)]);
     assert!(!ptx.contains("_sum_addr") && !ptx.contains("_hs0"));
@@ -401,7 +404,10 @@ fn a_tensor_copys_probe_runs_just_after_the_copy() {
         .iter()
         .map(|p| DeviceProbe { program: p, kernels: Kernels::All, maps: &maps })
         .collect();
-    let ptx = inject(&copy, &probes).expect("instruments").ptx;
+    // With a table of boxes, so that a copy's size is known at run time only (else it is 0,
+    // and the probe, adding it, runs as nothing: `summaries.rs`).
+    let options = InjectOptions { tensor_boxes: Some(0x7e00_0000_0000), ..Default::default() };
+    let ptx = inject_with(&copy, &probes, &options).expect("instruments").ptx;
     for copy in ["cp.async.bulk.tensor.2d.shared::cluster.global", "cp.async.bulk.tensor.2d.global"]
     {
         let at = ptx.find(copy).expect("the copy");
@@ -412,4 +418,38 @@ fn a_tensor_copys_probe_runs_just_after_the_copy() {
         assert!(probe < original, "the probe follows the copy at once:\n{ptx}");
     }
     assert_eq!(ptx.matches(".reg .b64 %egpu_addr").count(), 2, "one probe each");
+}
+
+#[test]
+fn a_probe_that_only_adds_numbers_known_at_the_site_runs_as_register_adds() {
+    // bytes[kernel_id] += size, inserting the value when missing (Probe Rust's `fetch_add`):
+    // at a 4-byte load its only effect is `+= 4` to the kernel's value. No probe at the loads:
+    // an add of 4 to the thread's sum; when the thread exits, one lane of the warp looks the
+    // value up (or inserts it) for all, and each adds its sum.
+    let bytes = include_str!("../../tests/probes/kernel_bytes.s");
+    let p = program(bytes, hash_def(8), DeviceEvent::GlobalLoad);
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, false)]);
+    assert_eq!(ptx.matches("add.u64 %egpu_hs0_0, %egpu_hs0_0, 4;").count(), 2, "two loads: {ptx}");
+    let exit = ptx.find("vote.sync.any.pred").expect("the exit's lookup");
+    assert!(!ptx[..exit].contains("%egpu_hp0, 0;\n\tsetp") && !ptx[..exit].contains("atom."));
+    assert!(ptx[exit..].contains("shfl.sync.idx.b32") && ptx[exit..].contains(".cas.b64"));
+    assert!(ptx.contains("setp.eq.or.u64 %egpu_fq, %egpu_hs0_0, 0, %egpu_fq;"), "{ptx}");
+    // A count (`+= 1`) too; at a generic access (global only at run time) the probe runs.
+    let count = bytes.replace("ldxw %r1, [%r9+16]", "mov %r1, 1");
+    let p = program(&count, hash_def(8), DeviceEvent::GlobalLoad);
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, false)]);
+    assert_eq!(ptx.matches("add.u64 %egpu_hs0_0, %egpu_hs0_0, 1;").count(), 2, "{ptx}");
+    let generic = saxpy().replace("ld.global.f32", "ld.f32");
+    let maps = [hash_binding(8, false)];
+    let ptx = inject(&generic, &[DeviceProbe { program: &p, kernels: Kernels::All, maps: &maps }])
+        .expect("instruments")
+        .ptx;
+    assert_eq!(ptx.matches("add.u64 %egpu_hs0_0, %egpu_hs0_0, 1;").count(), 1, "{ptx}");
+    // The probe's two paths to its add (found; inserted, then found).
+    assert_eq!(ptx.matches("add.s64 %egpu_hs0_0, %egpu_hs0_0, ").count(), 2, "{ptx}");
+    // By the address: not a number known at the site.
+    let by_address = bytes.replace("ldxdw %r0, [%r9+8]", "ldxdw %r0, [%r9+0]");
+    let p = program(&by_address, hash_def(8), DeviceEvent::GlobalLoad);
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, false)]);
+    assert!(!ptx.contains("vote.sync.any.pred") && !ptx.contains("_hs0"), "{ptx}");
 }

@@ -450,9 +450,10 @@ fn corpus_sources(nvcc: &egpu_device::toolchain::Nvcc) -> Vec<(String, String)> 
     sources
 }
 
-/// Probes that only add the bytes of each access (by kernel) run once per run of accesses
-/// (`inject/runs.rs`): over the whole corpus, with tensor copies looking their bytes up, the
-/// instrumented modules pass ptxas, and the Triton matmul's copies make runs.
+/// Probes that only add the bytes of each access (by block: by the kernel's id, they would run
+/// as register adds, `inject/summaries.rs`) run once per run of accesses (`inject/runs.rs`):
+/// over the whole corpus, with tensor copies looking their bytes up, the instrumented modules
+/// pass ptxas, and the Triton matmul's copies make runs.
 #[test]
 fn runs_of_accesses_pass_ptxas() {
     use egpu_device::inject::{DeviceProbe, InjectOptions, Kernels, inject_with};
@@ -463,7 +464,8 @@ fn runs_of_accesses_pass_ptxas() {
 
     let Some(ptxas) = require_ptxas() else { return };
     let Some(nvcc) = require_nvcc() else { return };
-    let bytes = egpu_test_support::read_workspace_file("tests/probes/kernel_bytes.s");
+    let bytes = egpu_test_support::read_workspace_file("tests/probes/kernel_bytes.s")
+        .replace("ldxdw %r0, [%r9+8]", "ldxw %r0, [%r9+36]");
     let def = MapDef {
         name: "bytes".into(),
         kind: MapKind::Hash,

@@ -44,6 +44,7 @@ use egpu_ebpf::{AttachPoint, DeviceEvent, MemAccessCtx, kernel_id};
 mod access;
 mod occupancy;
 mod runs;
+mod summaries;
 mod sums;
 pub mod tensor_maps;
 
@@ -378,8 +379,24 @@ pub fn inject_with(
         // What each instruction is to the injector, judged once.
         let observations: Vec<Observation> =
             instructions.iter().map(|(_, insn)| observe(insn, &is_predicate)).collect();
-        // Runs of accesses whose probes run once (see `runs`), added up in one register.
-        let roles = runs::runs(&module, &instructions, &observations, &selected, id);
+        // Probes that run as adds (see `summaries`), and runs of accesses whose probes run
+        // once (see `runs`), added up in one register.
+        let summed = if combine {
+            let boxes = options.tensor_boxes.is_some();
+            summaries::summaries(
+                &names,
+                &instructions,
+                &observations,
+                &selected,
+                &caches,
+                id,
+                boxes,
+            )
+        } else {
+            summaries::Summaries::default()
+        };
+        let roles =
+            runs::runs(&module, &instructions, &observations, &selected, id, &|p| summed.at(p));
         let total = format!("%{}_run", names.stem);
         if !roles.is_empty() {
             after
@@ -519,6 +536,13 @@ pub fn inject_with(
                     code.push_str(&emit(i, p, Context::Kernel { kernel_id: id }, site)?);
                 }
             }
+            for cached in caches.values().filter(|c| summed.maps.contains(&c.map.addr)) {
+                // The values the probes that ran as adds never looked up.
+                let prefix = format!("{}x{piece}_{}", names.stem, cached.index);
+                let t = summaries::exit_lookup(&names, cached, id, &prefix, sm)
+                    .map_err(|error| InjectError::Translate { probe: 0, error })?;
+                code.push_str(&t.body);
+            }
             if combine {
                 for slot in 0..2 {
                     let (addr, sum) = (&names.sums[2 * slot], &names.sums[2 * slot + 1]);
@@ -618,6 +642,11 @@ pub fn inject_with(
                         continue;
                     }
                     covered = true;
+                    if let Some(adds) = summed.code.get(&(piece, i)) {
+                        code.push_str(adds);
+                        batched.push(site(e));
+                        continue;
+                    }
                     if role == Some(runs::Role::Adds) {
                         // Its probes run at the run's last access.
                         batched.push(site(e));

@@ -34,13 +34,15 @@ pub(super) enum Role {
 
 /// The roles in runs of the accesses (by piece) of a function whose `instructions` these are
 /// (with what each is to the injector, `observations`), for `selected`'s probes (those attached
-/// to it, with their attach points).
+/// to it, with their attach points); the accesses `apart` names are in no run (their probes
+/// run as adds, `summaries.rs`).
 pub(super) fn runs(
     module: &PtxModule,
     instructions: &[(usize, PtxInstruction<'_>)],
     observations: &[Observation],
     selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)],
     kernel_id: u64,
+    apart: &dyn Fn(usize) -> bool,
 ) -> BTreeMap<usize, Role> {
     let mut roles = BTreeMap::new();
     let mut run: Vec<usize> = Vec::new();
@@ -85,7 +87,8 @@ pub(super) fn runs(
             }
             class => class == MemAccessCtx::ASYNC_COPY,
         };
-        let fits = insn.guard.is_none()
+        let fits = !apart(*piece)
+            && insn.guard.is_none()
             && !o.generic
             && small
             && attached.clone().next().is_some()

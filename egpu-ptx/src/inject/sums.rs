@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use egpu_ebpf::verifier::AccessRegion;
-use egpu_ebpf::{AtomicOp, DeviceEvent, Instruction, MapKind, Size};
+use egpu_ebpf::{AtomicOp, DeviceEvent, Instruction, MapDef, MapKind, Size};
 
 use super::{DeviceProbe, Names};
 use crate::translate::{DeviceMap, kernel_keyed, lookups_and_removals, warp_add};
@@ -25,6 +25,8 @@ pub(super) struct Cached {
     pub(super) one_value: bool,
     /// Its binding.
     pub(super) map: DeviceMap,
+    /// Its declaration (of the first probe that names it).
+    pub(super) def: MapDef,
     /// The offsets in the value of the 8-byte fields the probes at accesses add to (64-bit
     /// adds whose old value is not read): with `one_value`, each gets a sum of the thread's.
     pub(super) fields: BTreeSet<u32>,
@@ -43,19 +45,19 @@ pub(super) fn lookup_caches(
     selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)],
 ) -> BTreeMap<u64, Cached> {
     let mut removed = BTreeSet::new();
-    let mut looked_up: Vec<(DeviceMap, bool)> = Vec::new();
+    let mut looked_up: Vec<(DeviceMap, &MapDef, bool)> = Vec::new();
     for (_, p, _) in selected {
         let (lookups, removals) = lookups_and_removals(p.program);
         let Some(removals) = removals else { return BTreeMap::new() };
         removed.extend(removals.iter().filter_map(|&m| p.maps.get(m as usize)).map(|b| b.addr));
-        looked_up.extend(
-            lookups
-                .iter()
-                .filter_map(|&m| p.maps.get(m as usize).map(|b| (*b, kernel_keyed(p.program, m)))),
-        );
+        let defs = p.program.program().maps();
+        looked_up.extend(lookups.iter().filter_map(|&m| {
+            let (b, def) = (p.maps.get(m as usize)?, defs.get(m as usize)?);
+            Some((*b, def, kernel_keyed(p.program, m)))
+        }));
     }
     let mut caches: BTreeMap<u64, Cached> = BTreeMap::new();
-    for (b, by_kernel) in looked_up {
+    for (b, def, by_kernel) in looked_up {
         let g = b.geometry;
         if matches!(g.kind, MapKind::Hash | MapKind::PerCpuHash)
             && g.key_size <= 8
@@ -68,6 +70,7 @@ pub(super) fn lookup_caches(
                 by_kernel,
                 one_value: true,
                 map: b,
+                def: def.clone(),
                 fields: BTreeSet::new(),
             });
             entry.by_kernel &= by_kernel;
@@ -143,7 +146,10 @@ pub(super) fn flush(
     };
     let add = if sm >= 80 {
         // The sum's address is a map value's: global memory.
-        warp_add(&to, sum, None, ".global", [&w[0], &w[1], &w[2], &w[3]], &fq, &ft, label)
+        // A cached map's value is the same for every lane that gets here (its address not
+        // null): one key, and the copy of the warp's SM.
+        let uniform = spread.is_some();
+        warp_add(uniform, &to, sum, None, ".global", [&w[0], &w[1], &w[2], &w[3]], &fq, &ft, label)
     } else {
         format!("\tred.global.add.u64 [{to}], {sum};\n{label}_done:\n")
     };

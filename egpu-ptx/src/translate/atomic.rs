@@ -24,9 +24,11 @@ use super::spread::lands_at;
 /// 32-bit registers, `pred` a predicate, `tmp64` a 64-bit register, all free; `label` is a unique
 /// label stem.
 /// When `known` holds the value every lane adds (a constant), the group's sum is its size times
-/// that value, with no vote and no `redux.sync`.
+/// that value, with no vote and no `redux.sync`. With `uniform`, the caller knows every active
+/// lane has the same `addr`: the group is the active lanes, with no `match.any.sync`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn warp_add(
+    uniform: bool,
     addr: &str,
     val: &str,
     known: Option<i64>,
@@ -37,10 +39,14 @@ pub(crate) fn warp_add(
     label: &str,
 ) -> String {
     let [w0, w1, w2, w3] = tmp32;
-    let group = format!(
-        "\tactivemask.b32 {w0};\n\
-         \tmatch.any.sync.b64 {w1}, {addr}, {w0};\n"
-    );
+    let group = if uniform {
+        format!("\tactivemask.b32 {w0};\n\tmov.b32 {w1}, {w0};\n")
+    } else {
+        format!(
+            "\tactivemask.b32 {w0};\n\
+             \tmatch.any.sync.b64 {w1}, {addr}, {w0};\n"
+        )
+    };
     let leader = format!(
         "\tmov.u32 {w0}, %lanemask_lt;\n\
          \tand.b32 {w3}, {w0}, {w1};\n\
@@ -243,7 +249,7 @@ impl Emitter<'_> {
                 let label = self.local_label('W', pc);
                 let known = self.constant_before(pc, src);
                 let w = [&*w0, &w1, &w2, &w3];
-                let code = warp_add(&t3, &s, known, ".global", w, &q2, &t2, &label);
+                let code = warp_add(false, &t3, &s, known, ".global", w, &q2, &t2, &label);
                 self.out.push_str(&code);
             }
             Some(AccessRegion::Context | AccessRegion::MapValue(_)) => atom(self),
@@ -313,7 +319,8 @@ impl Emitter<'_> {
             let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.tmp32(i));
             let (q2, t2) = (self.pred(2), self.tmp64(2));
             // A map value: global memory (GPU memory, or host memory mapped into it).
-            let code = warp_add(a1, s1, None, ".global", [&w0, &w1, &w2, &w3], &q2, &t2, &flush);
+            let code =
+                warp_add(false, a1, s1, None, ".global", [&w0, &w1, &w2, &w3], &q2, &t2, &flush);
             self.out.push_str(&code);
         } else {
             self.line(format!("red.global.add.u64 [{a1}], {s1};"));

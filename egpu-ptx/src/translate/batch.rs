@@ -76,8 +76,17 @@ enum Key {
     Field(i64, u8),
 }
 
-/// An add a path makes: the map, the key, the offset in the value.
-type Add = (u32, Key, i16);
+/// An add a path makes: the map, the key, the offset in the value, what it adds.
+type Add = (u32, Key, i16, Addend);
+
+/// What an add adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Addend {
+    /// The access's `size`.
+    Size,
+    /// A number known when translating.
+    Const(u64),
+}
 
 /// One path's state.
 #[derive(Clone, Debug)]
@@ -93,9 +102,51 @@ struct State {
 /// Whether `verified`, at a site of `site`'s constants, may run once per run of accesses with
 /// `size` the run's total (see the module's documentation).
 pub fn batchable(verified: &Verified, site: &SiteConstants) -> bool {
+    paths(verified, site).is_some_and(|adds| adds.iter().all(|a| a.3 == Addend::Size))
+}
+
+/// An add of a probe's [`summary`]: to the 8-byte field at `offset` of map `map`'s value under
+/// key `key`, `value`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SummaryAdd {
+    /// The map (its index in the program's map table).
+    pub map: u32,
+    /// The key, a constant (the kernel's id, for example).
+    pub key: u64,
+    /// The field's offset in the value.
+    pub offset: i16,
+    /// What the probe adds to it at the site.
+    pub value: u64,
+}
+
+/// What `verified` does at an access site of `site`'s constants whose size is `size`, when that
+/// is always the same: adds of numbers known now to fields of map values under constant keys
+/// (looked up, and inserted as zeros when missing, as [`batchable`]'s probes do), the same on
+/// every path. The injector then adds the numbers to registers of the thread's and the values
+/// get the sums once, when the thread exits, with no probe at the access at all. `None` when
+/// the probe does anything else (reads the address, the site or a map value, calls another
+/// helper, keys by a context field, adds something only known at run time).
+pub fn summary(verified: &Verified, site: &SiteConstants, size: u32) -> Option<Vec<SummaryAdd>> {
+    let adds = paths(verified, site)?;
+    adds.into_iter()
+        .map(|(map, key, offset, addend)| {
+            let Key::Const(key) = key else { return None };
+            let value = match addend {
+                Addend::Size => u64::from(size),
+                Addend::Const(c) => c,
+            };
+            Some(SummaryAdd { map, key, offset, value })
+        })
+        .collect()
+}
+
+/// The adds every path of `verified` makes at a site of `site`'s constants (sorted), when they
+/// are the same on every path and the program does nothing else (see the module's
+/// documentation); `None` otherwise.
+fn paths(verified: &Verified, site: &SiteConstants) -> Option<Vec<Add>> {
     let program = verified.program();
     if program.functions().len() > 1 {
-        return false;
+        return None;
     }
     let decoded = program.decoded();
     let at = |pc: usize| decoded.iter().find(|d| d.pc == pc).map(|d| d.insn);
@@ -110,20 +161,22 @@ pub fn batchable(verified: &Verified, site: &SiteConstants) -> bool {
     while let Some(mut s) = pending.pop() {
         loop {
             steps += 1;
-            let Some(insn) = at(s.pc).filter(|_| steps <= STEPS) else { return false };
-            match step(verified, site, insn, &mut s, &mut pending) {
-                Some(Step::Next) => s.pc += insn.slots(),
-                Some(Step::Jumped) => {}
-                Some(Step::End) => {
+            let insn = at(s.pc).filter(|_| steps <= STEPS)?;
+            match step(verified, site, insn, &mut s, &mut pending)? {
+                Step::Next => s.pc += insn.slots(),
+                Step::Jumped => {}
+                Step::End => {
                     s.adds.sort_unstable();
                     ends.push(std::mem::take(&mut s.adds));
                     break;
                 }
-                None => return false,
             }
         }
     }
-    ends.windows(2).all(|w| w[0] == w[1])
+    if !ends.windows(2).all(|w| w[0] == w[1]) {
+        return None;
+    }
+    Some(ends.pop().unwrap_or_default())
 }
 
 enum Step {
@@ -243,11 +296,13 @@ fn step(
             s.stack.insert(o - o.rem_euclid(8), if whole { v } else { Value::Same(None) });
         }
         Instruction::Atomic { op: AtomicOp::Add, fetch: false, size: Size::DW, base, off, src } => {
-            let (Some(Value::Found(m, key)), Some(Value::Size)) = (get(s, base), get(s, src))
-            else {
-                return None;
+            let Some(Value::Found(m, key)) = get(s, base) else { return None };
+            let addend = match get(s, src) {
+                Some(Value::Size) => Addend::Size,
+                Some(Value::Const(c)) => Addend::Const(c),
+                _ => return None,
             };
-            s.adds.push((m, key, off));
+            s.adds.push((m, key, off, addend));
         }
         Instruction::Atomic { .. } => return None,
         Instruction::Jump { .. } => {

@@ -1,0 +1,205 @@
+//! Probes that run as a few register adds: at an access whose size is known when instrumenting,
+//! a probe whose only effect is to add numbers known then to fields of map values looked up by
+//! the kernel's id ([`summary`]: `counts` += 1, `bytes` += the size) is not run at all. The
+//! injector adds the numbers to the thread's sum of each field instead (the registers
+//! [`LookupCache::sums`](crate::translate::LookupCache::sums) names, which the probes that do
+//! run add to as well), and when the thread exits, one lane of the warp looks the value up (or
+//! inserts it) and every lane adds its sums to it ([`exit_lookup`], then the flush of
+//! `sums.rs`). A loop's accesses then cost it an add per field and nothing else: no branch, no
+//! register holding a value's address.
+//!
+//! The maps end the same as with the probe at every access: the same adds, to the same values,
+//! made visible when the kernel completes (as every combined add is); when the map is full
+//! and the value cannot be inserted, the thread's adds are dropped, as each one would have been.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use egpu_ebpf::verifier::{Verified, verify};
+use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MemAccessCtx, Program, assemble};
+
+use super::DeviceProbe;
+use super::Names;
+use super::access::{Observation, Observed};
+use super::sums::{Cached, sum_register};
+use crate::ptx::PtxInstruction;
+use crate::translate::{
+    CacheKey, Context, LookupCache, Options, SiteConstants, TranslateError, Translation, summary,
+    translate,
+};
+
+/// The code that replaces each summarized probe at each access, by (piece, probe index); the
+/// maps (by device address) whose values they add to.
+#[derive(Default)]
+pub(super) struct Summaries {
+    pub(super) code: BTreeMap<(usize, usize), String>,
+    pub(super) maps: BTreeSet<u64>,
+}
+
+impl Summaries {
+    /// Whether any probe at the access of `piece` runs as adds (such an access is in no run).
+    pub(super) fn at(&self, piece: usize) -> bool {
+        self.code.range((piece, 0)..=(piece, usize::MAX)).next().is_some()
+    }
+}
+
+/// A probe (its index) at a kind of access: class, operation, fetch, store, size.
+type Verdict = (usize, u32, u32, bool, bool, u32);
+
+/// The probes of `selected` that run as adds at the accesses of a kernel (whose id is `id`),
+/// given its `instructions` and what each is to the injector (`observations`), and the hash
+/// maps with lookup caches (`caches`, whose sum registers the adds go to). With `boxes` (a table
+/// of tensor map boxes), a tensor copy's size is looked up at run time: its probes run.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn summaries(
+    names: &Names,
+    instructions: &[(usize, PtxInstruction<'_>)],
+    observations: &[Observation],
+    selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)],
+    caches: &BTreeMap<u64, Cached>,
+    id: u64,
+    boxes: bool,
+) -> Summaries {
+    let mut out = Summaries::default();
+    let mut verdicts: BTreeMap<Verdict, Option<String>> = BTreeMap::new();
+    for ((piece, _), observation) in instructions.iter().zip(observations) {
+        let Observation::Observed(o) = observation else { continue };
+        if o.generic || o.size_code.is_some() || (boxes && o.class == MemAccessCtx::TENSOR_COPY) {
+            continue;
+        }
+        for &(i, p, e) in selected {
+            if e != o.event {
+                continue;
+            }
+            let key = (i, o.class, o.op, o.fetch, o.is_store, o.size);
+            let code = verdicts
+                .entry(key)
+                .or_insert_with(|| adds(names, p, o, caches, id, &mut out.maps))
+                .clone();
+            if let Some(code) = code {
+                out.code.insert((*piece, i), code);
+            }
+        }
+    }
+    out
+}
+
+/// The adds that stand for probe `p` at access `o`, when it can run as adds.
+fn adds(
+    names: &Names,
+    p: &DeviceProbe<'_>,
+    o: &Observed,
+    caches: &BTreeMap<u64, Cached>,
+    id: u64,
+    maps: &mut BTreeSet<u64>,
+) -> Option<String> {
+    let site = SiteConstants {
+        kernel_id: id,
+        class: o.class,
+        op: o.op,
+        fetch: o.fetch,
+        is_store: o.is_store,
+    };
+    let adds = summary(p.program, &site, o.size)?;
+    let mut code = String::new();
+    let mut used = Vec::new();
+    for a in adds {
+        let binding = p.maps.get(a.map as usize)?;
+        let c = caches.get(&binding.addr)?;
+        let offset = u32::try_from(a.offset).ok()?;
+        // The exit's lookup inserts zeros from the stack, beside the key (512 bytes).
+        let fits = 8 + 8 * c.def.value_size.div_ceil(8) <= 512;
+        if a.key != id || !c.by_kernel || !c.one_value || !c.fields.contains(&offset) || !fits {
+            return None;
+        }
+        used.push(binding.addr);
+        if a.value != 0 {
+            let sum = sum_register(names, c, offset);
+            code.push_str(&format!("\tadd.u64 {sum}, {sum}, {};\n", a.value));
+        }
+    }
+    maps.extend(used);
+    Some(code)
+}
+
+/// The code a thread runs when it exits to find the value of cached map `c` under the kernel's
+/// id `id`, into the cache's register (`value`), when any of its sums of that map's fields is
+/// not zero (only one lane of the warp searches; the others get its answer); `prefix` starts
+/// its names, unique in the module. The value is inserted (zeros) when missing; when the map
+/// is full, the register stays 0 and the flush adds nothing.
+pub(super) fn exit_lookup(
+    names: &Names,
+    c: &Cached,
+    id: u64,
+    prefix: &str,
+    sm: u32,
+) -> Result<Translation, TranslateError> {
+    let value = format!("%{}_hp{}", names.stem, c.index);
+    let mut options = Options::new(prefix, Context::Kernel { kernel_id: id });
+    options.maps = vec![c.map];
+    options.sm = sm;
+    options.lookup_cache = vec![Some(LookupCache {
+        key: CacheKey::Constant(id),
+        value: value.clone(),
+        sums: Vec::new(),
+    })];
+    let program = lookup_program(&c.def, id).ok_or_else(|| TranslateError::MapUse {
+        pc: 0,
+        name: c.def.name.clone(),
+        why: "its value is too large to insert from a thread's stack".into(),
+    })?;
+    let mut t = translate(&program, &options)?;
+    let sums: Vec<String> = c.fields.iter().map(|&o| sum_register(names, c, o)).collect();
+    let r = |what: &str| format!("%{prefix}_x{what}");
+    let (lanes, lt, leader, lo, hi) = (r("lanes"), r("lt"), r("leader"), r("lo"), r("hi"));
+    let (nz, any, lead) = (r("nz"), r("any"), r("lead"));
+    let mut code = format!(
+        "\t{{\n\t.reg .b32 {lanes}, {lt}, {leader}, {lo}, {hi};\n\t.reg .pred {nz}, {any}, {lead};\n\
+         \tactivemask.b32 {lanes};\n\tsetp.ne.u64 {nz}, {}, 0;\n",
+        sums[0]
+    );
+    for s in &sums[1..] {
+        code.push_str(&format!("\tsetp.ne.or.u64 {nz}, {s}, 0, {nz};\n"));
+    }
+    let (skip, done) = (format!("${prefix}_xskip"), format!("${prefix}_xdone"));
+    code.push_str(&format!(
+        "\tvote.sync.any.pred {any}, {nz}, {lanes};\n\t@!{any} bra {done};\n\
+         \tmov.u32 {lt}, %lanemask_lt;\n\tand.b32 {lt}, {lt}, {lanes};\n\
+         \tsetp.eq.u32 {lead}, {lt}, 0;\n\t@!{lead} bra {skip};\n"
+    ));
+    code.push_str(&t.body);
+    code.push_str(&format!(
+        "{skip}:\n\tbrev.b32 {leader}, {lanes};\n\tbfind.shiftamt.u32 {leader}, {leader};\n\
+         \tmov.b64 {{{lo}, {hi}}}, {value};\n\
+         \tshfl.sync.idx.b32 {lo}, {lo}, {leader}, 31, {lanes};\n\
+         \tshfl.sync.idx.b32 {hi}, {hi}, {leader}, 31, {lanes};\n\
+         \tmov.b64 {value}, {{{lo}, {hi}}};\n{done}:\n\t}}\n"
+    ));
+    t.body = code;
+    Ok(t)
+}
+
+/// The program that looks the kernel's value of a map declared as `def` up, inserting zeros
+/// when it is missing, as Probe Rust's `fetch_add_field` does.
+fn lookup_program(def: &MapDef, id: u64) -> Option<Verified> {
+    let words = def.value_size.div_ceil(8);
+    let value_at = 8 + 8 * words;
+    let mut text = format!(
+        "lddw %r1, {id:#x}\nstxdw [%r10-8], %r1\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -8\n\
+         call 1\njne %r0, 0, out\n"
+    );
+    for w in 1..=words {
+        text.push_str(&format!("stdw [%r10-{}], 0\n", 8 + 8 * w));
+    }
+    text.push_str(&format!(
+        "lddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -8\nmov %r3, %r10\nadd %r3, -{value_at}\n\
+         mov %r4, 1\ncall 2\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -8\ncall 1\n\
+         out:\nmov %r0, 0\nexit"
+    ));
+    let program = Program::new(
+        assemble(&text).ok()?,
+        vec![def.clone()],
+        AttachPoint::Device(DeviceEvent::KernelExit),
+    )
+    .ok()?;
+    verify(&program).ok()
+}
