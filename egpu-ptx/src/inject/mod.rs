@@ -25,7 +25,9 @@
 //! A guarded instruction (`@%p ld.global …`) runs its probe only when the guard holds. In a
 //! run of accesses in straight-line code, a probe that only adds the access's size to map
 //! values ([`batchable`](crate::translate::batchable)) runs once, at the run's last access, with
-//! the run's total (`runs.rs`): the maps end the same. Accesses
+//! the run's total (`runs.rs`): the maps end the same. A probe whose only effect at an access
+//! of known size is adding numbers known then to the kernel's value (a count, the bytes) does
+//! not run there at all: the numbers go to the thread's sums (`summaries.rs`). Accesses
 //! inside device functions (`.func`) are observed too, with the function's own name as the kernel
 //! id. Every instruction is judged by the PTX ISA's table ([`crate::ptx::memops`]):
 //! [`Injection::memory_instructions`] counts the global memory instructions of the module,

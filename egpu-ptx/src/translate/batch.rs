@@ -20,6 +20,11 @@
 //!   run's adds are refused together, where one by one they would each be;
 //! - it calls no helper but the map lookup and update and `bpf_get_smp_processor_id`, and no
 //!   local function.
+//!
+//! The same walk gives [`summary`]: where each add adds `size` or a number known now (a count's
+//! 1), its keys are constants and the access's size is known when instrumenting, the probe's
+//! whole effect at the site is a list of numbers to add to fields of values, which the injector
+//! adds to registers instead of running the probe (`inject/summaries.rs`).
 
 use std::collections::BTreeMap;
 use std::mem::offset_of;
