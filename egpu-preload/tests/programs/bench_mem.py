@@ -26,7 +26,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 VARIANTS = (("counts", "counts", 1.1, {}),
             ("counts, .maxnreg", "counts", None, {"EGPU_MAXNREG": "1"}),
             ("timing", "timing", 1.02, {}),
-            ("counts,timing", "counts,timing", None, {}))
+            ("counts,timing", "counts,timing", None, {}),
+            # `egpu mem run`'s default sampling: one warp in 32.
+            ("timeline 1/32", "timeline", None, {}))
 
 
 def value(text, key):
