@@ -13,9 +13,9 @@
 //! The cost for a warp not sampled is a multiply and a compare. Each record carries log2 N, so
 //! its reader scales it without being told.
 //!
-//! A sampled request is recorded by its leader lane ([`warp_leader`](crate::helpers)): one
+//! A sampled request is recorded by its leader lane (`warp_leader`): one
 //! [`Record`] (the device clock, the SM, the leader's address, the access's size, the lanes
-//! that ran it together, class and direction, kernel and launch) into [`TIMELINE`], a ring per
+//! that ran it together, class and direction, kernel and launch) into `TIMELINE`, a ring per
 //! SM. A full ring drops the record and counts the drop in its shard: per SM. The preloaded
 //! library drains the rings while the program runs ([`super::windows::Timeline`]), and adds the
 //! records to fine bins, from which the recording's windows are cut.
