@@ -79,12 +79,38 @@ fn mem_run_records_each_process_and_prints_its_table() {
     assert!(loaded.contains("match.any.sync") && !loaded.contains("%gridid"), "{loaded}");
     let header = recordings(&out).into_iter().next().expect("a recording").header;
     assert_eq!((header.sets, header.page_bytes), (vec!["pattern".into(), "pages".into()], 65536));
+    assert!(header.timeline.is_none());
+    // The timeline: its ring's records published by the warp's leader; its summary in the header.
+    let mut timeline = args(&["module".as_ref(), ptx.as_os_str(), got.as_os_str()]);
+    let options = ["--sets", "timeline", "--sample", "4", "--window", "10us", "--kernel", "sax"];
+    timeline.splice(2..2, options.map(Into::into));
+    let r = succeeds(&timeline);
+    let loaded = std::fs::read_to_string(&got).expect("what the driver got");
+    assert!(loaded.contains("st.release.gpu.global") && loaded.contains("%smid"), "{loaded}");
+    assert!(r.stderr.contains("egpu: mem sets timeline;"), "{}", r.stderr);
+    let recording = recordings(&out).into_iter().next().expect("a recording");
+    let t = recording.header.timeline.clone().expect("the timeline's summary");
+    assert_eq!((t.sample, t.window_ns, t.records, t.dropped), (4, 10_000, 0, 0));
+    let table = egpu::host::mem::table::render(&recording);
+    assert!(table.contains("timeline: 1 in 4 warps sampled, 0 records"), "{table}");
+    // --kernel: a module none of whose kernels match is loaded as it came.
+    let original = std::fs::read_to_string(&ptx).expect("the module");
+    let mut none = args(&["module".as_ref(), ptx.as_os_str(), got.as_os_str()]);
+    none.splice(2..2, ["--kernel", "^sax$"].map(Into::into));
+    succeeds(&none);
+    assert_eq!(std::fs::read_to_string(&got).expect("what the driver got"), original);
+    none.splice(2..4, ["--kernel", "^saxpy$"].map(Into::into));
+    succeeds(&none);
+    assert!(std::fs::read_to_string(&got).expect("loaded").contains("%globaltimer"));
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn mem_refuses_what_it_cannot_do() {
-    fails(&["mem", "run", "--sets", "timeline", "--", "true"], 2, &["no set is named `timeline`"]);
+    fails(&["mem", "run", "--sets", "heatmap", "--", "true"], 2, &["no set is named `heatmap`"]);
+    fails(&["mem", "run", "--sample", "3", "--", "true"], 2, &["a power of two from 1 to 1024"]);
+    fails(&["mem", "run", "--window", "1ns", "--", "true"], 2, &["from 128ns to 60s"]);
+    fails(&["mem", "run", "--kernel", "(", "--", "true"], 2, &["--kernel"]);
     fails(
         &["mem", "run", "--page-size", "8k", "--", "true"],
         2,

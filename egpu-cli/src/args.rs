@@ -220,10 +220,14 @@ The sets are device probes injected into every kernel COMMAND loads with PTX:
   pattern per kernel and access site, the warp-level requests, the 32-byte sectors they
           touched and the fewest they could have (coalescing)
   pages   per kernel, accesses per page of --page-size, and the addresses its atomics meet at
+  timeline one warp in --sample N: each request's device time, SM, address, size and lanes;
+          bandwidth per kernel over windows of --window, and up to --max-records records kept
 
 Each process that launched kernels writes its recording, DIR/<pid>.egpumem (JSON lines: a
 header naming the device, the driver and egpu, a line per kernel, per launch timed and per
-site), and the table is printed from it. Kernels without PTX (cuBLAS, ATen's) are listed with their
+site, per window and per record kept), and the table is printed from it. --kernel REGEX
+instruments only the kernels whose mangled name (`_Z5saxpyfPKfPfx`) it matches (anywhere in
+the name; anchor it with ^ and $), through EGPU_KERNELS. Kernels without PTX (cuBLAS, ATen's) are listed with their
 launches, as not instrumentable. Exits as COMMAND does.")]
 pub(crate) struct MemRunArgs {
     /// The sets to run, separated by commas
@@ -232,6 +236,19 @@ pub(crate) struct MemRunArgs {
     /// The pages the `pages` set counts accesses by: 4k, 64k or 2m
     #[arg(long, value_name = "SIZE", default_value = "2m")]
     pub(crate) page_size: egpu::host::mem::PageSize,
+    /// The `timeline` set records one warp in N (a power of two, 1 to 1024)
+    #[arg(long, value_name = "N", default_value = "32")]
+    pub(crate) sample: egpu::host::mem::Sampling,
+    /// The `timeline` set's windows: 100us, 1ms, … [default: a 50th of each kernel's longest
+    /// launch, at least 1us]
+    #[arg(long, value_name = "DURATION", value_parser = window)]
+    pub(crate) window: Option<Duration>,
+    /// Raw records of the `timeline` set a recording keeps (a uniform sample of them all)
+    #[arg(long, value_name = "N", default_value_t = egpu::host::mem::windows::KEEP)]
+    pub(crate) max_records: usize,
+    /// Instrument only the kernels whose mangled name this regular expression matches
+    #[arg(long, value_name = "REGEX", value_parser = kernel_regex)]
+    pub(crate) kernel: Option<String>,
     /// Keep the recordings in DIR (created if need be) [default: a temporary folder, removed]
     #[arg(long, value_name = "DIR")]
     pub(crate) out: Option<PathBuf>,
@@ -383,6 +400,21 @@ pub(crate) fn linger(s: &str) -> Result<Duration, String> {
         return Err("at most a year".into());
     }
     Ok(d)
+}
+
+/// `--window`'s duration: `100us`, `1ms` (humantime's units), from 128 ns to a minute.
+pub(crate) fn window(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("a duration such as 100us or 1ms ({e})"))?;
+    if d < Duration::from_nanos(128) || d > Duration::from_secs(60) {
+        return Err("from 128ns to 60s".into());
+    }
+    Ok(d)
+}
+
+/// `--kernel`'s regular expression, checked here (the preloaded library matches it).
+fn kernel_regex(s: &str) -> Result<String, String> {
+    regex_lite::Regex::new(s).map(|_| s.to_owned()).map_err(|e| e.to_string())
 }
 
 /// A process id.

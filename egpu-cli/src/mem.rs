@@ -2,10 +2,11 @@
 //! naming where each process writes its recording; then the table of each recording. `egpu mem
 //! report`: the tables of recordings already written.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use egpu::host::mem::{Recording, table};
+use egpu::host::mem::{Recording, Set, table};
 
 use crate::args::{MemCommand, MemReportArgs, MemRunArgs, OtlpProtocol, RunArgs};
 use crate::{Error, failed};
@@ -43,12 +44,13 @@ fn run(a: MemRunArgs) -> Result<ExitCode, Error> {
     for old in recordings_in(&out)? {
         std::fs::remove_file(&old).map_err(|e| failed(format!("{}: {e}", old.display())))?;
     }
-    let pack = egpu::host::mem::pack(&a.sets, a.page_size).map_err(failed)?;
+    let pack = egpu::host::mem::pack_sampled(&a.sets, a.page_size, a.sample).map_err(failed)?;
     let pack_path = out.join("sets.pack");
     std::fs::write(&pack_path, pack.to_text())
         .map_err(|e| failed(format!("{}: {e}", pack_path.display())))?;
     let sets: Vec<&str> = a.sets.iter().map(|s| s.name()).collect();
     eprintln!("egpu: mem sets {}; recordings in {}", sets.join(","), out.display());
+    let env = mem_env(&a, &out);
     let run = RunArgs {
         summary: None,
         library: a.library,
@@ -60,10 +62,7 @@ fn run(a: MemRunArgs) -> Result<ExitCode, Error> {
         otlp_protocol: OtlpProtocol::Json,
         linger: None,
         command: a.command,
-        env: vec![
-            ("EGPU_MEM_OUT".into(), out.clone().into_os_string()),
-            ("EGPU_MEM_PAGE_BYTES".into(), a.page_size.bytes().to_string().into()),
-        ],
+        env,
     };
     let code = crate::run::run_cmd(run)?;
     let files = recordings_in(&out)?;
@@ -72,6 +71,29 @@ fn run(a: MemRunArgs) -> Result<ExitCode, Error> {
     }
     print_tables(&files)?;
     Ok(code)
+}
+
+/// The environment `egpu mem run` gives the command: where to write recordings, and the
+/// options the preloaded library reads.
+fn mem_env(a: &MemRunArgs, out: &Path) -> Vec<(OsString, OsString)> {
+    let mut env: Vec<(OsString, OsString)> = vec![
+        ("EGPU_MEM_OUT".into(), out.as_os_str().to_owned()),
+        ("EGPU_MEM_PAGE_BYTES".into(), a.page_size.bytes().to_string().into()),
+        ("EGPU_MEM_SAMPLE".into(), a.sample.n().to_string().into()),
+        ("EGPU_MEM_MAX_RECORDS".into(), a.max_records.to_string().into()),
+    ];
+    if let Some(w) = a.window {
+        env.push(("EGPU_MEM_WINDOW_NS".into(), w.as_nanos().to_string().into()));
+    }
+    if let Some(regex) = &a.kernel {
+        env.push(("EGPU_KERNELS".into(), regex.into()));
+    }
+    // The timeline's rings hold what the SMs record between two merges: merges every 20 ms
+    // (not 100) unless the environment says.
+    if a.sets.contains(&Set::Timeline) && std::env::var_os("EGPU_MERGE_MS").is_none() {
+        env.push(("EGPU_MERGE_MS".into(), "20".into()));
+    }
+    env
 }
 
 /// The `.egpumem` files in `dir`, by name.

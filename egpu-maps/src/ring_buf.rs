@@ -180,6 +180,13 @@ impl<T: Pod> RingBuf<T> {
         self.raw().refused()
     }
 
+    /// Records dropped because the ring was full, per shard: the host's shards first, then each
+    /// SM's (none when the map's memory cannot be made).
+    pub fn shard_drops(&self) -> Vec<u64> {
+        let Ok(raw) = self.try_raw() else { return Vec::new() };
+        (0..raw.geometry().shards()).map(|s| raw.ring(s).drops()).collect()
+    }
+
     /// Records reserved by producers that died before committing them, skipped by the consumer.
     pub fn lost(&self) -> u64 {
         let raw = self.raw();

@@ -13,11 +13,14 @@
 //! | `timing` | per launch (`%gridid`), the device clock at block 0's start and at each block's end | a compare per thread at entry and exit; one map write per block |
 //! | `pattern` | per kernel and site, the warp-level requests, the 32-byte sectors they touched and the fewest they could have | per access, the warp's lanes and sectors (`match.any`, `redux`), and a hash map update by the lowest lane |
 //! | `pages` | per kernel, accesses per page (4 KiB, 64 KiB or 2 MiB: [`PageSize`]); atomics per 8-byte address | per access, an add to its page's count, combined in the thread's registers while the page stays the same |
+//! | `timeline` | one warp in N ([`timeline`]): each request's device time, SM, address, size and lanes in a ring per SM; bandwidth over time windows ([`windows`]) | per access, a load of N, a multiply and a compare; for a sampled warp, the warp's lanes and a ring record by its leader |
 
 pub mod pages;
 pub mod record;
 pub mod sets;
 pub mod table;
+pub mod timeline;
+pub mod windows;
 
 use std::fmt;
 use std::str::FromStr;
@@ -26,6 +29,8 @@ pub use record::{
     Coalescing, Count, Header, Kernel, Launch, PageUse, Recording, RecordingError, Seen,
     SiteRecord, Traffic,
 };
+pub use timeline::{Sampling, UnknownSampling};
+pub use windows::{Sample, Timeline, TimelineSummary, Window};
 
 use crate::pack::{Pack, PackError};
 
@@ -50,11 +55,13 @@ pub enum Set {
     Pattern,
     /// Accesses per page, per kernel; atomics per address.
     Pages,
+    /// Sampled requests with the device clock: bandwidth over time.
+    Timeline,
 }
 
 impl Set {
     /// Every set, in the order `egpu mem` lists them.
-    pub const ALL: [Set; 4] = [Set::Counts, Set::Timing, Set::Pattern, Set::Pages];
+    pub const ALL: [Set; 5] = [Set::Counts, Set::Timing, Set::Pattern, Set::Pages, Set::Timeline];
     /// The sets `egpu mem run` runs unless told otherwise.
     pub const DEFAULT: [Set; 2] = [Set::Counts, Set::Timing];
 
@@ -65,6 +72,7 @@ impl Set {
             Set::Timing => "timing",
             Set::Pattern => "pattern",
             Set::Pages => "pages",
+            Set::Timeline => "timeline",
         }
     }
 
@@ -75,15 +83,19 @@ impl Set {
             Set::Timing => "STARTS",
             Set::Pattern => "SITES",
             Set::Pages => "PAGES",
+            Set::Timeline => "TIMELINE",
         }
     }
 
-    fn probes(self, page: PageSize) -> Vec<&'static egpu_probe::Probe> {
+    fn probes(self, page: PageSize, sampling: Sampling) -> Vec<&'static egpu_probe::Probe> {
         match self {
             Set::Counts => sets::counts().to_vec(),
             Set::Timing => sets::timing().to_vec(),
             Set::Pattern => sets::pattern().to_vec(),
             Set::Pages => pages::pages(page.shift()).map(|p| p.to_vec()).unwrap_or_default(),
+            Set::Timeline => {
+                timeline::timeline(sampling.shift()).map(|p| p.to_vec()).unwrap_or_default()
+            }
         }
     }
 }
@@ -96,7 +108,7 @@ impl fmt::Display for Set {
 
 /// A name that is no set.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("no set is named `{0}`: the sets are counts, timing, pattern, pages")]
+#[error("no set is named `{0}`: the sets are counts, timing, pattern, pages, timeline")]
 pub struct UnknownSet(pub String);
 
 impl FromStr for Set {
@@ -151,8 +163,14 @@ impl FromStr for PageSize {
     }
 }
 
-/// The pack of `sets`' probes (each set once); the `pages` set counts by pages of `page`.
+/// The pack of `sets`' probes (each set once); the `pages` set counts by pages of `page`, the
+/// `timeline` set samples one warp in 32.
 pub fn pack(sets: &[Set], page: PageSize) -> Result<Pack, PackError> {
+    pack_sampled(sets, page, Sampling::DEFAULT)
+}
+
+/// [`pack`], the `timeline` set sampling as `sampling` says.
+pub fn pack_sampled(sets: &[Set], page: PageSize, sampling: Sampling) -> Result<Pack, PackError> {
     let mut pack = Pack::new();
     let mut seen = Vec::new();
     for &set in sets {
@@ -160,7 +178,7 @@ pub fn pack(sets: &[Set], page: PageSize) -> Result<Pack, PackError> {
             continue;
         }
         seen.push(set);
-        for probe in set.probes(page) {
+        for probe in set.probes(page, sampling) {
             pack.add(probe)?;
         }
     }
@@ -169,3 +187,5 @@ pub fn pack(sets: &[Set], page: PageSize) -> Result<Pack, PackError> {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_timeline;

@@ -4,8 +4,10 @@
 //! The first line is the [`Header`] (`"type":"header"`), which names the format and its
 //! version, the device, the driver and the egpu that recorded it; then a line per kernel the
 //! process launched (`"type":"kernel"`, [`Kernel`]), one per launch timed (`"type":"launch"`,
-//! [`Launch`]) and one per site the `pattern` set saw (`"type":"site"`, [`SiteRecord`]). Fields are added, never renamed or removed, within a
-//! version; a reader of version 1 ignores fields it does not know.
+//! [`Launch`]) and one per site the `pattern` set saw (`"type":"site"`, [`SiteRecord`]); with the
+//! `timeline` set, one per time window of a launch (`"type":"window"`, [`Window`]) and one per
+//! raw record kept (`"type":"sample"`, [`Sample`]). Fields and line kinds are added, never
+//! renamed or removed, within a version; a reader of version 1 ignores fields it does not know.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +16,7 @@ use serde::{Deserialize, Serialize};
 
 use super::pages::{Address, Page};
 use super::sets::{Atomics, Reads, Requests, Site, Start, Writes};
+use super::windows::{Sample, TimelineSummary, Window};
 
 /// The format's name, in every header.
 pub const FORMAT: &str = "egpu-mem";
@@ -51,6 +54,9 @@ pub struct Header {
     /// capacity goes uncounted), by map; absent: none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub refused: BTreeMap<String, u64>,
+    /// With the `timeline` set: the sampling, the records and the rings' drops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<TimelineSummary>,
 }
 
 /// The accesses and bytes of a kernel, every launch, by class of instruction.
@@ -260,6 +266,8 @@ enum Line {
     Kernel(Kernel),
     Launch(Launch),
     Site(SiteRecord),
+    Window(Window),
+    Sample(Sample),
 }
 
 /// What one process recorded.
@@ -273,6 +281,10 @@ pub struct Recording {
     pub launches: Vec<Launch>,
     /// The sites the `pattern` set saw, least coalesced first.
     pub sites: Vec<SiteRecord>,
+    /// The `timeline` set's windows, by kernel, launch and time.
+    pub windows: Vec<Window>,
+    /// The `timeline` set's raw records kept, by time.
+    pub samples: Vec<Sample>,
 }
 
 /// Why a recording could not be read.
@@ -301,6 +313,18 @@ pub enum RecordingError {
         /// What is wrong.
         reason: String,
     },
+}
+
+/// The kinds of line this egpu reads.
+const KINDS: [&str; 6] = ["header", "kernel", "launch", "site", "window", "sample"];
+
+/// Whether `text` is a JSON object whose `type` is a string this egpu does not know (a kind a
+/// later egpu writes within version 1).
+fn later_kind(text: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| v.get("type").and_then(|t| t.as_str()).map(|t| !KINDS.contains(&t)))
+        .unwrap_or(false)
 }
 
 /// The hexadecimal form of a kernel id.
@@ -453,7 +477,7 @@ impl Recording {
             let bytes = k.traffic.map_or(0, |t| t.total());
             (std::cmp::Reverse(k.gpu_ns), std::cmp::Reverse(bytes), std::cmp::Reverse(k.launches))
         });
-        Recording { header, kernels, launches, sites }
+        Recording { header, kernels, launches, sites, ..Recording::default() }
     }
 
     /// The recording as JSON lines, each ending with a newline.
@@ -468,6 +492,8 @@ impl Recording {
         self.kernels.iter().for_each(|k| line(Line::Kernel(k.clone())));
         self.launches.iter().for_each(|l| line(Line::Launch(l.clone())));
         self.sites.iter().for_each(|s| line(Line::Site(s.clone())));
+        self.windows.iter().for_each(|w| line(Line::Window(w.clone())));
+        self.samples.iter().for_each(|s| line(Line::Sample(s.clone())));
         text
     }
 
@@ -496,11 +522,19 @@ impl Recording {
         let mut recording = Recording { header, ..Recording::default() };
         for (i, text) in lines {
             let at = |reason: String| RecordingError::Line { line: i + 1, reason };
-            match serde_json::from_str::<Line>(text).map_err(|e| at(e.to_string()))? {
+            let line = match serde_json::from_str::<Line>(text) {
+                Ok(line) => line,
+                // A kind of line a later egpu writes: skipped.
+                Err(_) if later_kind(text) => continue,
+                Err(e) => return Err(at(e.to_string())),
+            };
+            match line {
                 Line::Header(_) => return Err(at("a second header".into())),
                 Line::Kernel(k) => recording.kernels.push(k),
                 Line::Launch(l) => recording.launches.push(l),
                 Line::Site(s) => recording.sites.push(s),
+                Line::Window(w) => recording.windows.push(w),
+                Line::Sample(s) => recording.samples.push(s),
             }
         }
         Ok(recording)

@@ -170,6 +170,8 @@ pub fn render(recording: &Recording) -> String {
             top.count
         );
     }
+    // Bandwidth over time, with the `timeline` set.
+    text.push_str(&super::windows::render(recording));
     text
 }
 

@@ -192,7 +192,7 @@ fn the_pack_names_each_set_once() {
     assert_eq!(pack.probes().len(), 5);
     let again = crate::pack::Pack::parse(&pack.to_text()).expect("read back");
     assert_eq!(again.probes().len(), 5);
-    assert_eq!(super::pack(&Set::ALL, PageSize::Mib2).expect("every set").probes().len(), 11);
+    assert_eq!(super::pack(&Set::ALL, PageSize::Mib2).expect("every set").probes().len(), 14);
     assert_eq!(
         ("4k".parse(), "64KiB".parse(), "2m".parse()),
         (Ok(PageSize::Kib4), Ok(PageSize::Kib64), Ok(PageSize::Mib2))
@@ -201,8 +201,9 @@ fn the_pack_names_each_set_once() {
         "8k".parse::<PageSize>().expect_err("no such size").to_string().contains("4k, 64k or 2m")
     );
     assert_eq!("timing".parse::<Set>(), Ok(Set::Timing));
-    let e = "timeline".parse::<Set>().expect_err("not yet a set").to_string();
-    assert!(e.contains("counts, timing, pattern, pages"), "{e}");
+    assert_eq!("timeline".parse::<Set>(), Ok(Set::Timeline));
+    let e = "heatmap".parse::<Set>().expect_err("not a set").to_string();
+    assert!(e.contains("counts, timing, pattern, pages, timeline"), "{e}");
 }
 
 #[test]
@@ -226,7 +227,8 @@ fn the_sets_in_corpus_kernels_pass_ptxas() {
                     geometry,
                     live: false,
                     spread: if adds[i] { 16 } else { 0 },
-                    drained: false,
+                    // Rings are drained while kernels run, as the preloaded library binds them.
+                    drained: geometry.kind == egpu_ebpf::MapKind::RingBuf,
                 })
                 .collect()
         })
@@ -245,6 +247,8 @@ fn the_sets_in_corpus_kernels_pass_ptxas() {
             injected.ptx.contains("%gridid") && injected.ptx.contains("%globaltimer"),
             "{name}"
         );
+        // The timeline's ring records, published by the warp's leader.
+        assert!(injected.ptx.contains("st.release.gpu.global.u64"), "{name}");
         ptxas.check(&injected.ptx, "sm_90").unwrap_or_else(|e| panic!("{name}: {e}"));
     }
 }

@@ -69,6 +69,7 @@ pub(super) fn saw_device(device: c_int) {
     {
         let _ = HEADER.set(header());
     }
+    super::timeline::start();
 }
 
 /// This process's command line.
@@ -141,7 +142,8 @@ pub(crate) fn write(user: &UserProbes, names: &Builtin) {
         name: &|id| names.name(id),
         site: &|kernel, site| lines.get(&(kernel, site)).copied(),
     };
-    let recording = Recording::collect(header, &user.maps, &seen);
+    let mut recording = Recording::collect(header, &user.maps, &seen);
+    super::timeline::finish(&mut recording, &user.maps);
     let path = std::path::Path::new(&folder).join(format!("{}.egpumem", std::process::id()));
     if let Err(e) = std::fs::write(&path, recording.to_jsonl()) {
         eprintln!("egpu: writing {}: {e}", path.display());

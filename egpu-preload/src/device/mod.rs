@@ -17,9 +17,11 @@
 pub(crate) mod boxes;
 mod caches;
 mod images;
+mod kernels;
 pub(crate) mod libraries;
 pub(crate) mod mem;
 mod parts;
+mod timeline;
 
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -146,12 +148,14 @@ fn count_coverage(injection: &Injection) {
     }
 }
 
-/// Remembers the kernels of a module instrumented, by id, and their names.
-fn remember_kernels(injection: &Injection) {
+/// Remembers the kernels of a module instrumented (those `selected`, when only some were), by
+/// id, and their names.
+fn remember_kernels(injection: &Injection, selected: Option<&[String]>) {
     let mut new = Vec::new();
     {
         let mut kernels = KERNELS.lock().unwrap_or_else(|p| p.into_inner());
-        for name in &injection.kernels {
+        let chosen = |name: &String| selected.is_none_or(|s| s.contains(name));
+        for name in injection.kernels.iter().filter(|n| chosen(n)) {
             let id = egpu::ebpf::kernel_id(name);
             if let Err(at) = kernels.binary_search(&id) {
                 kernels.insert(at, id);
@@ -272,6 +276,16 @@ impl UserProbes {
         if self.device.is_empty() {
             return None;
         }
+        // `EGPU_KERNELS`: a module none of whose kernels it picks is loaded as it came.
+        let selected = kernels::selected(ptx);
+        if selected.as_ref().is_some_and(|s| s.is_empty()) {
+            return None;
+        }
+        let names: Vec<&str> = selected.iter().flatten().map(String::as_str).collect();
+        let kernels = match &selected {
+            Some(_) => Kernels::Named(&names),
+            None => Kernels::All,
+        };
         let (addresses, table) = match parts::addresses(&self.maps, &self.on_device) {
             Ok(a) => a,
             Err(reason) => {
@@ -300,7 +314,7 @@ impl UserProbes {
             .device
             .iter()
             .zip(&bindings)
-            .map(|((program, _), maps)| DeviceProbe { program, kernels: Kernels::All, maps })
+            .map(|((program, _), maps)| DeviceProbe { program, kernels, maps })
             .collect();
         let options = InjectOptions { tensor_boxes: Some(table), registers: images::registers() };
         let injected = inject_with(ptx, &probes, &options);
@@ -309,7 +323,7 @@ impl UserProbes {
         }
         if let Ok(injection) = &injected {
             count_coverage(injection);
-            remember_kernels(injection);
+            remember_kernels(injection, selected.as_deref());
             mem::remember_sites(injection);
         }
         match injected {

@@ -26,7 +26,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 VARIANTS = (("counts", "counts", {None: 1.1}, {}),
             ("timing", "timing", {None: 1.02}, {}),
             ("counts,timing", "counts,timing", {}, {}),
-            ("pages", "pages", {"model": 2.0, None: 3.0}, {}))
+            ("pages", "pages", {"model": 2.0, None: 3.0}, {}),
+            # `egpu mem run`'s default sampling: one warp in 32.
+            ("timeline 1/32", "timeline", {None: 1.5}, {}))
 
 
 def value(text, key):

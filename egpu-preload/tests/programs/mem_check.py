@@ -20,7 +20,10 @@ launch's time by CUDA events (`expect times NAME ms ...`, in launch order). Chec
 - bandwidth: per kernel timed, bytes per launch over egpu's mean duration against the same
   bytes over the events' mean, within 5%;
 - pattern (a program that prints `expect pattern NAME load SECTORS`, run again under
-  `--sets pattern`): the sectors per warp-level request of the kernel's loads, exactly.
+  `--sets pattern`): the sectors per warp-level request of the kernel's loads, exactly;
+- timeline (a program that prints `expect phases NAME`, run again under `--sets
+  counts,timeline`: mem_timeline.py): the kernel's windows show its two phases and sum to its
+  bytes within the sampling's error.
 
 It prints, over all programs, `bytes exact: K/K kernels`, `durations within 5%: K/K kernels`,
 `bandwidth within 5%: K/K kernels` and `pattern exact: K/K kernels`, and fails when any is not K/K, K is 0, results differ or a
@@ -39,6 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True
 import device_check  # noqa: E402 (the coverage check's programs, parsers and verdicts)
+import mem_timeline  # noqa: E402 (the timeline set's check)
 
 CLASSES = device_check.CLASSES
 # The events' floor when the program does not print one, in microseconds.
@@ -235,6 +239,7 @@ def check_program(name, command, args, env, totals):
                 failures.append(f"{name}: pattern of {kernel}")
         table = pout[pout.find("process "):] if "process " in pout else ""
         print("\n".join(f"  | {l}" for l in table.splitlines() if "sectors per request" in l))
+    failures += mem_timeline.check(name, command, args, env, out, device_check.run, totals)
     totals["exact"] += exact
     totals["durations"] += within
     totals["bandwidth"] += [ok for *_, ok in bw]
@@ -270,7 +275,7 @@ def main():
     coverage, more = device_check.coverage_programs(args.work)
     programs += coverage
     failures += more
-    totals = {"exact": [], "durations": [], "bandwidth": [], "pattern": []}
+    totals = {"exact": [], "durations": [], "bandwidth": [], "pattern": [], "timeline": []}
     for name, command, env in programs:
         if args.only and args.only not in name:
             continue
@@ -280,7 +285,8 @@ def main():
             failures.append(f"{name}: timed out")
     print("\n=== egpu mem in programs")
     for what, key in (("bytes exact", "exact"), ("durations within 5%", "durations"),
-                      ("bandwidth within 5%", "bandwidth"), ("pattern exact", "pattern")):
+                      ("bandwidth within 5%", "bandwidth"), ("pattern exact", "pattern"),
+                      ("timeline's phases", "timeline")):
         got = totals[key]
         print(f"  {what}: {sum(got)}/{len(got)} kernels")
         if not got:
@@ -325,6 +331,7 @@ def self_test():
     assert patterns(recs) == {("k", "load"): 18.0}, patterns(recs)
     assert expected_patterns("expect pattern k load 4\n") == {("k", "load"): 4.0}
     shutil.rmtree(path)
+    mem_timeline.self_test()
     print("mem_check self-test: ok")
     return 0
 

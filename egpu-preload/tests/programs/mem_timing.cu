@@ -11,7 +11,11 @@
 //   replays: egpu counts the runs and times the last);
 // - `empty`: no work at all, whose event time is the floor of what events can time;
 // - `strided`: each thread reads the float 32 floats after its neighbour's (128 bytes apart:
-//   32 sectors per warp's request where 4 would do) and writes one, unit stride.
+//   32 sectors per warp's request where 4 would do) and writes one, unit stride;
+// - `phases`: two phases of different speed in one launch, every block resident at once (8
+//   blocks of 256 threads per SM, a grid-stride loop): first it streams 2^26 floats (read and
+//   written, at full speed), then each thread follows a chain of dependent loads through 64 MiB
+//   (a load's latency each): the `timeline` set's windows must show both (`expect phases`).
 //
 // Before each timed launch a `hold` kernel keeps the GPU busy for 50 µs, so that the events and
 // the launch are queued before the GPU reaches them: the events then time the kernel, not the
@@ -82,6 +86,15 @@ __global__ void strided(const float *x, float *y) {
 __global__ void tiny(float *v) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     v[i] = v[i] * 0.5f + 1.0f;
+}
+
+__global__ void phases(const float *x, float *y, long long n, const int *chain, int hops, int *out) {
+    long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    long long threads = (long long)gridDim.x * blockDim.x;
+    for (long long i = t; i < n; i += threads) y[i] = x[i] * 2.0f;
+    int at = (int)(t & ((1 << 24) - 1));
+    for (int h = 0; h < hops; h++) at = chain[at];
+    out[t] = at;
 }
 
 static uint64_t fnv(const void *data, size_t bytes) {
@@ -215,6 +228,27 @@ int main(int argc, char **argv) {
     CHECK(cudaGetLastError());
     std::vector<float> hv2(strided_n);
     CHECK(cudaMemcpy(hv2.data(), v2, strided_n * sizeof(float), cudaMemcpyDeviceToHost));
+
+    // Two phases: streaming, then dependent loads (a permutation of 2^24 ints: i -> i * P + Q).
+    const int chain_n = 1 << 24, hops = 256;
+    std::vector<int> hc(chain_n);
+    for (long long i = 0; i < chain_n; i++) hc[i] = (int)((i * 1000003ll + 12345) & (chain_n - 1));
+    int *chain, *chased;
+    int sms = 0;
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const long long phase_threads = (long long)sms * 8 * BLOCK, streamed = 1ll << 26;
+    CHECK(cudaMalloc(&chain, chain_n * sizeof(int)));
+    CHECK(cudaMalloc(&chased, phase_threads * sizeof(int)));
+    CHECK(cudaMemcpy(chain, hc.data(), chain_n * sizeof(int), cudaMemcpyHostToDevice));
+    phases<<<sms * 8, BLOCK, 0, s>>>(x, y, streamed, chain, hops, chased);
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaGetLastError());
+    std::vector<int> hchased(phase_threads);
+    CHECK(cudaMemcpy(hchased.data(), chased, phase_threads * sizeof(int), cudaMemcpyDeviceToHost));
+    printf("results phases %016llx\n", (unsigned long long)fnv(hchased.data(), phase_threads * 4));
+    printf("expect bytes _Z6phasesPKfPfxPKiiPi load %lld store %lld atomic 0 async 0\n",
+           streamed * 4 + phase_threads * hops * 4, streamed * 4 + phase_threads * 4);
+    printf("expect phases _Z6phasesPKfPfxPKiiPi\n");
 
     std::vector<float> hy(n), hv(small);
     std::vector<unsigned long long> hs(spin_blocks);

@@ -1,0 +1,204 @@
+//! The `timeline` set on the CPU VM (sampling, records, drops), its windows, and the
+//! recording's new lines.
+
+use std::sync::Mutex;
+
+use egpu_ebpf::MemAccessCtx;
+use egpu_maps::RingBuf;
+
+use super::timeline::{LOAD, Record, STORE, TIMELINE, timeline};
+use super::windows::{self, BIN_NS, Timeline, Window};
+use super::{Recording, record, table};
+
+/// The set's maps are statics: one test at a time uses them.
+static MAPS: Mutex<()> = Mutex::new(());
+
+fn access(block: u32, warp: u32, addr: u64) -> MemAccessCtx {
+    MemAccessCtx {
+        kernel_id: 0x77,
+        launch_id: 5,
+        block: [block, 0, 0],
+        warp,
+        addr,
+        size: 4,
+        sm: 3,
+        ..MemAccessCtx::default()
+    }
+}
+
+/// Runs the load probe once for each of `blocks` × `warps` warps with N = `1 << shift`; the
+/// records drained.
+fn run_warps(shift: u32, blocks: u32, warps: u32) -> Vec<Record> {
+    let probes = timeline(shift).expect("probes for N");
+    let [mut loads, ..] = probes.map(|p| p.vm().expect("a VM"));
+    for block in 0..blocks {
+        for warp in 0..warps {
+            let mut ctx = access(block, warp, 0x1000 + u64::from(block * 32 + warp) * 4);
+            loads.run_ctx(&mut ctx).expect("runs");
+        }
+    }
+    let ring = RingBuf::<Record>::from_raw(TIMELINE.raw().clone()).expect("the ring");
+    let mut consumer = ring.consumer().expect("the consumer");
+    consumer.drain().collect()
+}
+
+#[test]
+fn every_warp_is_recorded_at_one_in_one() {
+    let _maps = MAPS.lock().unwrap_or_else(|p| p.into_inner());
+    let records = run_warps(0, 16, 8);
+    assert_eq!(records.len(), 128);
+    let r = records[9];
+    assert_eq!((r.kernel, r.launch, r.size, r.lanes, r.sm), (0x77, 5, 4, 1, 3));
+    assert_eq!((r.class(), r.access(), r.bytes(), r.shift()), (0, LOAD, 4, 0));
+    assert_eq!(r.addr, 0x1000 + (32 + 1) * 4, "block 1, warp 1");
+    assert!(r.time > 0, "{r:?}");
+    // A store is a store; an atomic's class is kept.
+    let probes = timeline(3).expect("N = 8");
+    let [_, mut stores, _] = probes.map(|p| p.vm().expect("a VM"));
+    stores.run_ctx(&mut access(0, 0, 8)).expect("runs");
+    let ring = RingBuf::<Record>::from_raw(TIMELINE.raw().clone()).expect("the ring");
+    let [store] = ring.consumer().expect("consumer").drain().collect::<Vec<_>>()[..] else {
+        panic!("one record")
+    };
+    assert_eq!((store.access(), store.shift()), (STORE, 3));
+    assert!(timeline(11).is_none());
+    let n = |s: &str| s.parse::<super::Sampling>().map(|s| s.n());
+    assert_eq!((n("1"), n("32"), n("1024")), (Ok(1), Ok(32), Ok(1024)));
+    for bad in ["0", "3", "2048", "x"] {
+        assert!(n(bad).expect_err(bad).to_string().contains("power of two from 1 to 1024"));
+    }
+}
+
+#[test]
+fn one_warp_in_n_is_recorded() {
+    let _maps = MAPS.lock().unwrap_or_else(|p| p.into_inner());
+    // 4096 warps: 128 blocks of 32 warps (N divides the warps per block: a modulo would pick
+    // warp 0 of every block; the hash spreads them).
+    let records = run_warps(5, 128, 32);
+    let n = records.len();
+    assert!((96..=160).contains(&n), "{n} of 4096 warps at 1 in 32 (128 expected)");
+    let warps: std::collections::BTreeSet<u64> =
+        records.iter().map(|r| (r.addr - 0x1000) / 4 % 32).collect();
+    assert!(warps.len() > 16, "sampled warps of a block: {warps:?}");
+    let records = run_warps(2, 32, 32);
+    assert!((200..=312).contains(&records.len()), "{} of 1024 at 1 in 4", records.len());
+}
+
+#[test]
+fn a_full_ring_drops_and_counts() {
+    let _maps = MAPS.lock().unwrap_or_else(|p| p.into_inner());
+    let capacity = super::timeline::RECORDS_PER_SM;
+    let ring = RingBuf::<Record>::from_raw(TIMELINE.raw().clone()).expect("the ring");
+    let before = ring.shard_drops();
+    let records = run_warps(0, capacity / 32 + 1, 32); // 32 more than the ring holds
+    assert_eq!(records.len(), capacity as usize);
+    let drops = ring.shard_drops();
+    assert_eq!(drops.len() as u32, 1 + super::sets::SM_SHARDS);
+    assert_eq!(drops[0] - before[0], 32, "{drops:?}");
+    // The drops as the recording says them: per SM (the shards after the host's).
+    let mut recording = Recording::default();
+    let mut device_drops = vec![0u64; drops.len()];
+    (device_drops[0], device_drops[4], device_drops[9]) = (2, 7, 1);
+    Timeline::new(32, 10).finish(&mut recording, None, &device_drops, 1);
+    let t = recording.header.timeline.clone().expect("a summary");
+    assert_eq!(t.dropped, 10);
+    let by_sm: Vec<(String, u64)> = t.dropped_by_sm.into_iter().collect();
+    assert_eq!(by_sm, [("3".to_string(), 7), ("8".to_string(), 1)]);
+    let table = table::render(&recording);
+    assert!(table.contains("1 in 32 warps sampled, 0 records, 0 kept; 10 dropped"), "{table}");
+}
+
+/// A kernel of two phases: 10 µs of 1000 requests of 128 bytes, then 10 µs of 100.
+fn two_phases(t: &mut Timeline) {
+    let start = 1_000_000;
+    for i in 0..1000 {
+        t.add(&record(start + i * 10, 0x10, 1, 128));
+    }
+    for i in 0..100 {
+        t.add(&record(start + 10_000 + i * 100, 0x10, 1, 128));
+    }
+    // Another kernel, another launch.
+    t.add(&record(5_000_000, 0x20, 2, 64));
+}
+
+/// A request of 32 lanes sampled one warp in 32.
+fn record(time: u64, kernel: u64, launch: u64, bytes: u32) -> Record {
+    Record { time, kernel, launch, size: bytes / 32, lanes: 32, kind: 5 << 16, ..Record::default() }
+}
+
+#[test]
+fn windows_sum_to_the_sampled_bytes_and_show_both_phases() {
+    let mut t = Timeline::new(32, 50);
+    two_phases(&mut t);
+    assert_eq!(t.records(), 1101);
+    for window in [None, Some(1000), Some(333)] {
+        let all = t.windows(window);
+        let of = |k: &str| all.iter().filter(|w| w.kernel.ends_with(k)).collect::<Vec<_>>();
+        let ten: Vec<&Window> = of("10");
+        let sum: u64 = ten.iter().map(|w| w.bytes).sum();
+        assert_eq!(sum, 1100 * 128 * 32, "{window:?}");
+        assert_eq!(of("20").iter().map(|w| w.bytes).sum::<u64>(), 64 * 32);
+        // Windows follow each other from the first record's bin to the last's.
+        for pair in ten.windows(2) {
+            assert_eq!(pair[0].end_ns, pair[1].start_ns);
+        }
+        let len = ten[0].duration_ns();
+        assert_eq!(len % BIN_NS, 0);
+        let stats = windows::stats(&all, &ten[0].kernel).expect("stats");
+        assert!(stats.max > 3.0 * stats.min, "{window:?}: {stats:?}");
+        assert!(stats.min > 0.0, "{window:?}: {stats:?}");
+    }
+    // Automatic: a 50th of the 20 µs launch, but at least 1 µs: 1024 ns in whole bins.
+    let auto = t.windows(None);
+    let w = auto.iter().find(|w| w.kernel.ends_with("10")).expect("a window");
+    assert_eq!(w.duration_ns(), 1024);
+    let n = auto.iter().filter(|w| w.kernel.ends_with("10")).count();
+    assert_eq!(n, 20);
+    // At 1 µs (1024 ns), the fast phase's windows hold 102 or 103 of its requests of 4 kB.
+    let s = windows::stats(&t.windows(Some(1000)), &auto[0].kernel).expect("stats");
+    let most = 103.0 * 128.0 * 32.0 / 1024e-9;
+    assert!(s.max <= most + 1.0 && s.max >= most * 102.0 / 103.0 - 1.0, "{s:?}");
+}
+
+#[test]
+fn the_recording_keeps_windows_and_samples() {
+    let mut t = Timeline::new(32, 50);
+    two_phases(&mut t);
+    let header = record::Header {
+        format: record::FORMAT.into(),
+        version: record::VERSION,
+        ..record::Header::default()
+    };
+    let mut recording = Recording { header, ..Recording::default() };
+    recording.kernels.push(record::Kernel {
+        name: "two_phases".into(),
+        id: record::kernel_hex(0x10),
+        instrumented: true,
+        ..record::Kernel::default()
+    });
+    t.finish(&mut recording, Some(1000), &[0, 0, 3], 1);
+    // A uniform sample of 50 of the 1101 records, by time.
+    assert_eq!(recording.samples.len(), 50);
+    assert!(recording.samples.windows(2).all(|p| p[0].time_ns <= p[1].time_ns));
+    let late = recording.samples.iter().filter(|s| s.time_ns > 1_005_000).count();
+    assert!(late > 5, "{late} of 50 past the first 5 µs");
+    let text = recording.to_jsonl();
+    assert!(text.contains("\"type\":\"window\",\"kernel\":\"0000000000000010\",\"launch\":1,"));
+    assert!(text.contains("\"type\":\"sample\",\"time_ns\":"));
+    assert!(text.contains("\"timeline\":{\"sample\":32,\"window_ns\":1000,\"records\":1101"));
+    let again = Recording::parse(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(again, recording);
+    let table = table::render(&again);
+    assert!(table.contains("two_phases windows: 20 × 1.0 µs, min "), "{table}");
+    assert!(table.contains("3 dropped, rings full, on 1 SMs"), "{table}");
+    // A bad window line is refused with its line; a line of a kind this egpu does not know
+    // (a later egpu's) is skipped.
+    let first = text.lines().next().expect("the header");
+    let bad = format!("{first}\n{{\"type\":\"window\",\"kernel\":\"10\",\"launch\":\"x\"}}");
+    let e = Recording::parse(&bad).expect_err("a bad window").to_string();
+    assert!(e.contains("line 2"), "{e}");
+    let bad = format!("{first}\n{{\"type\":\"sample\",\"time_ns\":1}}");
+    assert!(Recording::parse(&bad).is_err());
+    let later = format!("{first}\n{{\"type\":\"heatmap\",\"cells\":[1,2]}}\n");
+    assert!(Recording::parse(&later).expect("skipped").windows.is_empty());
+}
