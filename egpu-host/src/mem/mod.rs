@@ -23,7 +23,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use record::{
-    Coalescing, Count, Header, Kernel, Launch, PageUse, Recording, RecordingError, Seen,
+    Coalescing, Count, EventTiming, Header, Kernel, Launch, PageUse, Recording, RecordingError, Seen,
     SiteRecord, Traffic,
 };
 
