@@ -174,8 +174,7 @@ fn time_launch(
     per_thread: bool,
     call: impl FnOnce() -> CuResult,
 ) -> CuResult {
-    let stream =
-        if stream.is_null() && per_thread { STREAM_PER_THREAD as Handle } else { stream };
+    let stream = if stream.is_null() && per_thread { STREAM_PER_THREAD as Handle } else { stream };
     if crate::events::captured(stream) != 0 {
         count(TimingCount::Captured);
         return call();

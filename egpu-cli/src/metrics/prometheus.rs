@@ -149,10 +149,8 @@ fn encode_builtin(
                 Value::Counter(n) => ConstCounter::new(*n).encode(series)?,
                 Value::Gauge(x) => ConstGauge::new(*x).encode(series)?,
                 Value::Histogram(h) => {
-                    let mut buckets: Vec<(f64, u64)> = (0u32..)
-                        .zip(&h.buckets)
-                        .map(|(b, n)| (h.bound(b), *n))
-                        .collect();
+                    let mut buckets: Vec<(f64, u64)> =
+                        (0u32..).zip(&h.buckets).map(|(b, n)| (h.bound(b), *n)).collect();
                     // Values past the last bound.
                     let seen: u64 = h.buckets.iter().sum();
                     buckets.push((f64::INFINITY, h.count.saturating_sub(seen)));

@@ -46,20 +46,21 @@ pub struct Histogram {
     pub sum: u64,
     /// How many values there were.
     pub count: u64,
-    /// What a unit of the values is in the metric's unit: 1 for counts and bytes, `1e-9` for
-    /// nanoseconds shown in seconds. The bounds and the sum are rendered times it.
-    pub scale: f64,
+    /// How many of the values make one of the metric's unit: 1 for counts and bytes, `1e9`
+    /// for nanoseconds shown in seconds. The bounds and the sum are rendered divided by it.
+    pub per_unit: f64,
 }
 
 impl Histogram {
-    /// The upper bound of bucket `b` in the metric's unit: [`bucket_bound`] times the scale.
+    /// The upper bound of bucket `b` in the metric's unit: [`bucket_bound`] over
+    /// [`per_unit`](Self::per_unit).
     pub fn bound(&self, b: u32) -> f64 {
-        bucket_bound(b) as f64 * self.scale
+        bucket_bound(b) as f64 / self.per_unit
     }
 
     /// The sum in the metric's unit.
     pub fn scaled_sum(&self) -> f64 {
-        self.sum as f64 * self.scale
+        self.sum as f64 / self.per_unit
     }
 }
 
@@ -186,7 +187,7 @@ pub fn metrics(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
     ));
     let histogram = |b: &Builtin, map: &egpu_maps::RawMap, first: u32, sum: u64, count: u64| {
         let buckets = (0..RENDERED_BUCKETS).map(|i| b.array(map, first + i)).collect();
-        Value::Histogram(Histogram { buckets, sum, count, scale: 1.0 })
+        Value::Histogram(Histogram { buckets, sum, count, per_unit: 1.0 })
     };
     for (otel, unit, prometheus, offset, help) in [
         (
@@ -297,7 +298,7 @@ pub fn metrics(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
             };
             let mut attributes = pid(b);
             attributes.push(("cuda_synchronize_kind", (*kind_name).into()));
-            let value = Value::Histogram(Histogram { scale: 1e-9, ..h });
+            let value = Value::Histogram(Histogram { per_unit: 1e9, ..h });
             waits.push(Point { attributes, value });
         }
     }
@@ -357,7 +358,7 @@ const SYNC_KIND_NAMES: [&str; SYNC_SLOTS as usize] = ["Stream", "Event", "Contex
 fn kernel_durations(processes: &[Builtin], options: MetricsOptions) -> Metric {
     let value = |t: &KernelTime| {
         let buckets = t.buckets[..RENDERED_BUCKETS as usize].to_vec();
-        Value::Histogram(Histogram { buckets, sum: t.sum_ns, count: t.count, scale: 1e-9 })
+        Value::Histogram(Histogram { buckets, sum: t.sum_ns, count: t.count, per_unit: 1e9 })
     };
     let mut points = Vec::new();
     for b in processes {

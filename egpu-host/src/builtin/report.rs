@@ -102,7 +102,8 @@ impl Builtin {
                 .collect();
             let buckets = if buckets.is_empty() { "-".into() } else { buckets.join(",") };
             let name = self.name(id);
-            let _ = writeln!(text, "kernel_time {id:#018x} {} {} {buckets} {name}", t.count, t.sum_ns);
+            let _ =
+                writeln!(text, "kernel_time {id:#018x} {} {} {buckets} {name}", t.count, t.sum_ns);
         }
         let counts = [
             TimingCount::Timed,

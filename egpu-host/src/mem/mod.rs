@@ -23,8 +23,8 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use record::{
-    Coalescing, Count, EventTiming, Header, Kernel, Launch, PageUse, Recording, RecordingError, Seen,
-    SiteRecord, Traffic,
+    Coalescing, Count, EventTiming, Header, Kernel, Launch, PageUse, Recording, RecordingError,
+    Seen, SiteRecord, Traffic,
 };
 
 use crate::pack::{Pack, PackError};
