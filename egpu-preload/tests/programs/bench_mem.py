@@ -22,10 +22,13 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# (label, sets, target, environment): `counts` also with the registers bound (.maxnreg).
+# (label, sets, target, environment): `counts` also with the registers bound (.maxnreg);
+# `timing-events`, the `timing` set with every launch also timed by CUDA events
+# (`--kernel-times`, as EGPU_KERNEL_TIMES=1): its cost beside `timing`'s is the events'.
 VARIANTS = (("counts", "counts", 1.1, {}),
             ("counts, .maxnreg", "counts", None, {"EGPU_MAXNREG": "1"}),
             ("timing", "timing", 1.02, {}),
+            ("timing-events", "timing", None, {"EGPU_KERNEL_TIMES": "1"}),
             ("counts,timing", "counts,timing", None, {}))
 
 
