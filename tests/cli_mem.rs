@@ -106,6 +106,35 @@ fn mem_run_records_each_process_and_prints_its_table() {
 }
 
 #[test]
+fn mem_run_with_kernel_times_gives_kernels_without_probes_a_gpu_time() {
+    let dir = support::build("cli-mem-times");
+    let library = support::preload_library();
+    let out = dir.join("mem");
+    let mut args: Vec<std::ffi::OsString> =
+        ["mem", "run", "--kernel-times", "--library"].iter().map(Into::into).collect();
+    args.extend([library.into(), "--out".into(), out.clone().into(), "--".into()]);
+    args.extend([dir.join("launcher").into(), "times".into()]);
+    let r = succeeds(&args);
+    let all = recordings(&out);
+    assert_eq!(all.len(), 1, "{all:?}");
+    let rec = &all[0];
+    // kernA: 5 launches timed, 4 us each on the stand-in's clock (one more was captured).
+    let kern = rec.kernels.iter().find(|k| k.name == "_Z5kernAPf").expect("the kernel");
+    assert_eq!((kern.instrumented, kern.event_launches, kern.event_ns), (false, 5, 20_000));
+    let events = rec.header.events.expect("the event timing's counts");
+    assert_eq!((events.timed, events.captured, events.failed), (8, 1, 0));
+    let row = r.stdout.lines().find(|l| l.starts_with("_Z5kernAPf")).expect("its row");
+    assert!(row.contains("0.020 ms (events)") && row.contains("not instrumentable"), "{row}");
+    assert!(
+        r.stdout
+            .contains("(events): GPU time from CUDA events around each launch: 8 launches timed"),
+        "{}",
+        r.stdout
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn mem_refuses_what_it_cannot_do() {
     fails(&["mem", "run", "--sets", "heatmap", "--", "true"], 2, &["no set is named `heatmap`"]);
     fails(&["mem", "run", "--sample", "3", "--", "true"], 2, &["a power of two from 1 to 1024"]);

@@ -160,3 +160,47 @@ fn item9_metrics_linger_then_exit_with_the_commands_status() {
         );
     }
 }
+
+#[test]
+fn kernel_times_are_served_as_durations_in_seconds() {
+    let dir = support::build("cli-times");
+    let launcher = dir.join("launcher");
+    // The launcher times kernA 3 times (4 us each on the stand-in's clock), kernB twice, kernC
+    // once, synchronises, says `ready PID` and waits for a line.
+    let (mut child, _, address) = start(
+        &["--kernel-times", "--kernel-names"],
+        &[launcher.as_os_str(), "times".as_ref(), "wait".as_ref()],
+    );
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("its output"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("a line");
+    let pid = line.trim().strip_prefix("ready ").expect("ready <pid>").to_string();
+    let kernel = |k: &str| format!("pid=\"{pid}\",cuda_kernel_name=\"{k}\"");
+    let a = format!("gpu_cuda_kernel_duration_seconds_count{{{}}} 3", kernel("_Z5kernAPf"));
+    let response = scrape_until(&address, &a);
+    for line in [
+        "# TYPE gpu_cuda_kernel_duration_seconds histogram".to_owned(),
+        format!(
+            "gpu_cuda_kernel_duration_seconds_bucket{{{},le=\"4.095e-06\"}} 3",
+            kernel("_Z5kernAPf")
+        ),
+        format!(
+            "gpu_cuda_kernel_duration_seconds_bucket{{{},le=\"2.047e-06\"}} 0",
+            kernel("_Z5kernAPf")
+        ),
+        format!("gpu_cuda_kernel_duration_seconds_count{{{}}} 2", kernel("_Z5kernBPf")),
+        format!(
+            "gpu_cuda_kernel_duration_seconds_bucket{{{},le=\"8.191e-06\"}} 2",
+            kernel("_Z5kernBPf")
+        ),
+        format!("gpu_cuda_kernel_duration_seconds_count{{{}}} 1", kernel("kernC")),
+        format!(
+            "gpu_cuda_synchronize_duration_seconds_count{{pid=\"{pid}\",cuda_synchronize_kind=\"Context\"}} 1"
+        ),
+    ] {
+        assert!(response.lines().any(|l| l == line), "{line:?} in\n{response}");
+    }
+    child.stdin.take().expect("its input").write_all(b"go\n").expect("a line");
+    assert!(child.wait().expect("egpu run").success());
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -155,6 +155,12 @@ standard error). The counts of processes that exited stay in what is served and 
 --otlp: pushes the same metrics to an OpenTelemetry collector (OTLP/HTTP, JSON; a URL like
 http://127.0.0.1:4318) every --otlp-every seconds and when COMMAND ends (an egpu built with
 the `otlp` feature).
+--kernel-times: every kernel launch (with PTX or not: cuBLAS, ATen) is timed on the GPU by a pair
+of CUDA events recorded on its stream around it (pooled, harvested without blocking; launches
+in stream captures are not timed), into gpu.cuda.kernel.duration (seconds, a histogram per
+process, per kernel with --kernel-names); the time spent in synchronisations goes into
+gpu.cuda.synchronize.duration. Its cost: two event records per launch, and every CUDA call
+taking the library's slower path ($EGPU_KERNEL_TIMES=1 does the same).
 
 Exits as COMMAND does: 127 when it is not found, 126 when it cannot be run, 128+N when signal N
 ended it; egpu's own usage errors exit with 2 and its failures with 1, before COMMAND starts.")]
@@ -193,6 +199,10 @@ pub(crate) struct RunArgs {
     /// Keep serving the last metrics this long after the command ends (30s, 5m, 1h30m)
     #[arg(long, value_name = "DURATION", value_parser = linger, requires = "metrics")]
     pub(crate) linger: Option<Duration>,
+    /// Time every kernel launch on the GPU with CUDA events around it (costs two event
+    /// records per launch)
+    #[arg(long)]
+    pub(crate) kernel_times: bool,
     /// The command and its arguments (after `--` when the command starts with `-`)
     #[arg(value_name = "COMMAND", required = true, num_args = 1.., trailing_var_arg = true)]
     pub(crate) command: Vec<OsString>,
@@ -227,8 +237,11 @@ Each process that launched kernels writes its recording, DIR/<pid>.egpumem (JSON
 header naming the device, the driver and egpu, a line per kernel, per launch timed and per
 site, per window and per record kept), and the table is printed from it. --kernel REGEX
 instruments only the kernels whose mangled name (`_Z5saxpyfPKfPfx`) it matches (anywhere in
-the name; anchor it with ^ and $), through EGPU_KERNELS. Kernels without PTX (cuBLAS, ATen's) are listed with their
-launches, as not instrumentable. Exits as COMMAND does.")]
+the name; anchor it with ^ and $), through EGPU_KERNELS. Kernels without PTX (cuBLAS, ATen's)
+are listed with their launches, as not instrumentable; with --kernel-times every launch is also
+timed by a pair of CUDA events around it (two event records per launch), whose GPU time the
+table shows, marked `(events)`, where the `timing` set did not time the kernel. Exits as
+COMMAND does.")]
 pub(crate) struct MemRunArgs {
     /// The sets to run, separated by commas
     #[arg(long, value_name = "SETS", value_delimiter = ',', default_value = "counts,timing")]
@@ -252,6 +265,10 @@ pub(crate) struct MemRunArgs {
     /// Keep the recordings in DIR (created if need be) [default: a temporary folder, removed]
     #[arg(long, value_name = "DIR")]
     pub(crate) out: Option<PathBuf>,
+    /// Also time every kernel launch with CUDA events around it, those without PTX included
+    /// (costs two event records per launch)
+    #[arg(long)]
+    pub(crate) kernel_times: bool,
     /// The preloaded library
     #[arg(long, value_name = "PATH")]
     pub(crate) library: Option<PathBuf>,

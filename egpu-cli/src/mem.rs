@@ -61,6 +61,7 @@ fn run(a: MemRunArgs) -> Result<ExitCode, Error> {
         otlp_every: std::time::Duration::from_secs(10),
         otlp_protocol: OtlpProtocol::Json,
         linger: None,
+        kernel_times: a.kernel_times,
         command: a.command,
         env,
     };

@@ -49,6 +49,9 @@ pub(crate) fn run_cmd(a: RunArgs) -> Result<ExitCode, Error> {
     if let Some(path) = &a.summary {
         child.env("EGPU_SUMMARY", summary_base(path)?);
     }
+    if a.kernel_times {
+        child.env("EGPU_KERNEL_TIMES", "1");
+    }
     let options = egpu::host::builtin::MetricsOptions::default().with_kernel_names(a.kernel_names);
     let descendants = Descendants::new();
     if a.metrics.is_some() || otlp.is_some() {

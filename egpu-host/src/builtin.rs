@@ -20,6 +20,9 @@
 //! | `sizes` | hash, address → bytes | the live allocations' sizes, for the bytes frees release |
 //! | `freed` | array of one `u64` | bytes released by frees of allocations seen |
 //! | `names` | hash, kernel id → name (128 bytes, NUL-padded) | kernel names, written by the library |
+//! | `kernel_times` | hash, kernel id → [`KernelTime`] | GPU time per launch from CUDA events (`EGPU_KERNEL_TIMES=1`), written by the library |
+//! | `kernel_timing` | array of `u64` | the event timing's counts ([`TimingCount`]) |
+//! | `sync_times` | array of `u64` | histograms of the time spent in synchronisations per `SyncCtx` kind (with the kernel times) |
 //!
 //! The probes that fill them are Probe Rust (`builtin/probes.rs`), built and verified once per
 //! process; [`Builtin::programs`] binds each one's map table, by name, to these maps. The report
@@ -54,7 +57,7 @@ pub const KERNELS: u32 = 4096;
 pub const NAME_BYTES: usize = 128;
 
 /// Every map's name, as [`shared_name`] places it.
-pub const MAPS: [&str; 11] = [
+pub const MAPS: [&str; 14] = [
     "launches",
     "copies",
     "allocations",
@@ -66,6 +69,9 @@ pub const MAPS: [&str; 11] = [
     "sizes",
     "freed",
     "names",
+    "kernel_times",
+    "kernel_timing",
+    "sync_times",
 ];
 
 /// Buckets of a histogram: bucket `b` counts the values with `b` significant bits (0 for 0, 1 for
@@ -96,6 +102,54 @@ const COPY_SIZE_SLOTS: u32 = 6 * BUCKETS;
 /// `health`: the probe set's runs, faults, refusals and skipped fires, mirrored by its worker.
 const HEALTH: u32 = 4;
 
+/// `sync_times`: per `SyncCtx` kind (0–3), a histogram of the nanoseconds a synchronisation
+/// took at `kind * (BUCKETS + 1)`, their sum after it.
+const SYNC_TIME_SLOTS: u32 = SYNC_SLOTS * (BUCKETS + 1);
+
+/// Buckets of a kernel's time histogram ([`KernelTime::buckets`]): bucket `b` counts the
+/// durations of `b` significant bits in nanoseconds (up to `2^41 − 1` ns, 37 minutes; longer
+/// ones count in the count and sum only).
+pub const TIME_BUCKETS: usize = 41;
+
+/// A kernel's GPU time from CUDA events: the launches timed, their nanoseconds, and a histogram
+/// of them (bucket `b`: durations of `b` significant bits).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+pub struct KernelTime {
+    /// Launches timed.
+    pub count: u64,
+    /// Their GPU time, in nanoseconds.
+    pub sum_ns: u64,
+    /// The durations' histogram (not cumulative).
+    pub buckets: [u64; TIME_BUCKETS],
+}
+
+impl Default for KernelTime {
+    fn default() -> KernelTime {
+        bytemuck::Zeroable::zeroed()
+    }
+}
+
+/// What the event timing counts in `kernel_timing`, by slot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimingCount {
+    /// Launches timed (their pair of events harvested).
+    Timed = 0,
+    /// Launches not timed: their stream was capturing (an event recorded there would become a
+    /// node of the graph).
+    Captured = 1,
+    /// Launches not timed: every pair of events of the context was in flight.
+    PoolFull = 2,
+    /// Event calls that failed (the launch went on, untimed).
+    Failed = 3,
+    /// Launches timed whose events had not finished when their context went, or at exit.
+    Lost = 4,
+}
+
+/// `kernel_timing`'s slots ([`TimingCount`]).
+const TIMING_SLOTS: u32 = 8;
+
 /// Live allocations `sizes` tracks at most (others' frees release no counted bytes).
 const LIVE_ALLOCATIONS: u32 = 1 << 16;
 
@@ -104,7 +158,7 @@ fn def(name: &str, kind: MapKind, key_size: u32, value_size: u32, capacity: u32)
 }
 
 /// The maps, in [`MAPS`] order.
-fn maps() -> [MapDef; 11] {
+fn maps() -> [MapDef; 14] {
     let tally = size_of::<Tally>() as u32;
     [
         def("launches", MapKind::Hash, 8, 8, KERNELS),
@@ -118,6 +172,9 @@ fn maps() -> [MapDef; 11] {
         def("sizes", MapKind::Hash, 8, 8, LIVE_ALLOCATIONS),
         def("freed", MapKind::Array, 4, 8, 1),
         def("names", MapKind::Hash, 8, NAME_BYTES as u32, KERNELS),
+        def("kernel_times", MapKind::Hash, 8, size_of::<KernelTime>() as u32, KERNELS),
+        def("kernel_timing", MapKind::Array, 4, 8, TIMING_SLOTS),
+        def("sync_times", MapKind::Array, 4, 8, SYNC_TIME_SLOTS),
     ]
 }
 
@@ -159,6 +216,9 @@ pub struct Builtin {
     sizes: RawMap,
     freed: RawMap,
     names: RawMap,
+    kernel_times: RawMap,
+    kernel_timing: RawMap,
+    sync_times: RawMap,
 }
 
 impl Builtin {
@@ -206,7 +266,10 @@ impl Builtin {
             sizes,
             freed,
             names,
-        ] = <[RawMap; 11]>::try_from(maps).expect("one map per entry of MAPS");
+            kernel_times,
+            kernel_timing,
+            sync_times,
+        ] = <[RawMap; 14]>::try_from(maps).expect("one map per entry of MAPS");
         Builtin {
             pid,
             launches,
@@ -220,6 +283,9 @@ impl Builtin {
             sizes,
             freed,
             names,
+            kernel_times,
+            kernel_timing,
+            sync_times,
         }
     }
 
@@ -237,6 +303,9 @@ impl Builtin {
             "sizes" => &self.sizes,
             "freed" => &self.freed,
             "names" => &self.names,
+            "kernel_times" => &self.kernel_times,
+            "kernel_timing" => &self.kernel_timing,
+            "sync_times" => &self.sync_times,
             _ => return None,
         })
     }
@@ -256,6 +325,52 @@ impl Builtin {
     /// order of its map table.
     pub fn programs(&self) -> Result<Vec<(Verified, Vec<RawMap>)>, BuiltinError> {
         probes::all().into_iter().map(|probe| self.bind(probe)).collect()
+    }
+
+    /// The probes that go with the kernel times from CUDA events (`EGPU_KERNEL_TIMES=1`),
+    /// attached only then, as [`programs`](Self::programs) gives them: the time spent in
+    /// synchronisations, into `sync_times` (it reads the clock at the entry and exit of every
+    /// synchronisation).
+    pub fn timing_programs(&self) -> Result<Vec<(Verified, Vec<RawMap>)>, BuiltinError> {
+        probes::timing().into_iter().map(|probe| self.bind(probe)).collect()
+    }
+
+    /// Adds a launch of kernel `id` that took `ns` nanoseconds of GPU time (from CUDA events) to
+    /// `kernel_times`; false when the map is full.
+    pub fn record_kernel_time(&self, id: u64, ns: u64) -> bool {
+        let Ok(times) = HashMap::<u64, KernelTime>::from_raw(self.kernel_times.clone()) else {
+            return false;
+        };
+        let bucket = (u64::BITS - ns.leading_zeros()) as usize;
+        let add = |offset: usize, n: u64| times.word::<u64>(&id, offset).map(|w| w.fetch_add(n));
+        let counted = add(0, 1).is_ok();
+        let _ = add(8, ns);
+        if bucket < TIME_BUCKETS {
+            let _ = add(16 + 8 * bucket, 1);
+        }
+        counted
+    }
+
+    /// The kernel times from CUDA events, by kernel id, in id order.
+    pub fn kernel_times(&self) -> Vec<(u64, KernelTime)> {
+        let mut times: Vec<(u64, KernelTime)> =
+            HashMap::<u64, KernelTime>::from_raw(self.kernel_times.clone())
+                .map(|m| m.iter().collect())
+                .unwrap_or_default();
+        times.sort_by_key(|(id, _)| *id);
+        times
+    }
+
+    /// Adds `n` to the event timing's count `what`.
+    pub fn count_timing(&self, what: TimingCount, n: u64) {
+        if let Ok(a) = Array::<u64>::from_raw(self.kernel_timing.clone()) {
+            let _ = a.fetch_add(what as u32, n);
+        }
+    }
+
+    /// The event timing's count `what`.
+    pub fn timing_count(&self, what: TimingCount) -> u64 {
+        self.array(&self.kernel_timing, what as u32)
     }
 
     /// `probe`'s program with these maps in the order of its map table: each entry bound to the

@@ -449,6 +449,53 @@ fn the_built_in_probes_fill_the_report_and_the_prometheus_metrics() {
 }
 
 #[test]
+fn kernel_and_synchronisation_times_are_histograms_in_seconds() {
+    use super::builtin::{MetricsOptions, Value, metrics, otlp_json};
+    let (_, b) = super::builtin::sample::filled();
+    // The report: per kernel its launches timed, nanoseconds and buckets; the synchronisation.
+    let report = b.report(None);
+    for line in [" 2 8000 12:2 _Z1av", " 1 1000000 20:1 k\"2", "sync_time context 1 1500"] {
+        assert!(report.contains(line), "{line:?} in\n{report}");
+    }
+    let histogram = |all: &[super::builtin::Metric], name: &str, label: Option<(&str, &str)>| {
+        let m = all.iter().find(|m| m.prometheus == name).unwrap_or_else(|| panic!("{name}"));
+        assert_eq!((m.unit, m.kind), ("s", super::builtin::Kind::Histogram), "{name}");
+        let p =
+            m.points.iter().find(|p| label.is_none_or(|l| p.attributes[1] == (l.0, l.1.into())));
+        match p.unwrap_or_else(|| panic!("{name} {label:?} in {m:?}")).value.clone() {
+            Value::Histogram(h) => h,
+            other => panic!("{name}: {other:?}"),
+        }
+    };
+    // Without kernel names: one series per process, every kernel's launches.
+    let all = metrics(std::slice::from_ref(&b), MetricsOptions::default());
+    let h = histogram(&all, "gpu_cuda_kernel_duration_seconds", None);
+    assert_eq!((h.count, h.sum, h.buckets.len()), (3, 1_008_000, 41));
+    assert_eq!((h.buckets[12], h.buckets[20], h.buckets.iter().sum::<u64>()), (2, 1, 3));
+    assert!((h.scaled_sum() - 1.008e-3).abs() < 1e-12 && (h.bound(12) - 4.095e-6).abs() < 1e-15);
+    // With them: a series per kernel.
+    let named =
+        metrics(std::slice::from_ref(&b), MetricsOptions::default().with_kernel_names(true));
+    let a =
+        histogram(&named, "gpu_cuda_kernel_duration_seconds", Some(("cuda_kernel_name", "_Z1av")));
+    assert_eq!((a.count, a.sum), (2, 8000));
+    let sync = histogram(
+        &all,
+        "gpu_cuda_synchronize_duration_seconds",
+        Some(("cuda_synchronize_kind", "Context")),
+    );
+    assert_eq!((sync.count, sync.sum, sync.buckets[11]), (1, 1500, 1));
+    // OTLP: the bounds and the sum in seconds.
+    let json = otlp_json(&[b], MetricsOptions::default(), 1, 2);
+    let at =
+        json.find("{\"name\":\"gpu.cuda.kernel.duration\",\"unit\":\"s\",").expect("the metric");
+    let part = &json[at..];
+    assert!(part.contains("\"count\":\"3\",\"sum\":0.001008,"), "{part}");
+    assert!(part.contains("\"explicitBounds\":[0,1e-9,3e-9,7e-9,"), "{part}");
+    assert!(json.contains("{\"name\":\"gpu.cuda.synchronize.duration\",\"unit\":\"s\","), "{json}");
+}
+
+#[test]
 fn the_age_of_a_maps_device_part_is_reported_and_exported() {
     use super::builtin::{Builtin, MetricsOptions, Value, metrics, otlp_json, user_map_name};
     use egpu_maps::layout::Geometry;

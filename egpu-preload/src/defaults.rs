@@ -82,10 +82,11 @@ thread_local! {
 /// first and so run after these), so that the child never inherits one that a thread it does
 /// not have holds.
 extern "C" fn before_fork() {
+    let times = crate::kernel_times::fork_guard();
     let state: Box<dyn std::any::Any> = Box::new(STATE.lock().unwrap_or_else(|p| p.into_inner()));
     let names: Box<dyn std::any::Any> = Box::new(NAMES.write().unwrap_or_else(|p| p.into_inner()));
     let parts = crate::device::fork_guard();
-    let _ = FORK_GUARDS.try_with(|g| *g.borrow_mut() = vec![state, names, parts]);
+    let _ = FORK_GUARDS.try_with(|g| *g.borrow_mut() = vec![times, state, names, parts]);
 }
 
 fn release_fork_guards() {
@@ -109,6 +110,7 @@ extern "C" fn forked_child() {
 extern "C" fn exiting() {
     // The device parts of the maps merged, after the GPU's work, before anything is reported.
     crate::device::finish();
+    crate::kernel_times::finish();
     write_summary();
 }
 
@@ -179,7 +181,13 @@ fn set_up(probes: &HostProbes, pid: u32) -> Option<Defaults> {
     let builtin = Builtin::create(pid, shared).ok()?;
     probes.mirror_health(builtin.health_map().clone());
     let programs = builtin.programs().ok()?;
-    let attached = attach_all(probes, &programs)?;
+    let mut attached = attach_all(probes, &programs)?;
+    if crate::kernel_times::enabled() {
+        // The time spent in synchronisations, and every launch the whole way, to be timed.
+        let timing = builtin.timing_programs().ok()?;
+        attached.extend(attach_all(probes, &timing)?);
+        swap_launches();
+    }
     let user = UserProbes::set_up(pid, shared).map(Arc::new);
     let mut user_attached = Vec::new();
     for (program, maps) in user.iter().flat_map(|u| &u.host) {
@@ -217,9 +225,17 @@ pub(crate) fn set_enabled(on: bool) -> Option<bool> {
 }
 
 /// From now on, every interposed call of the driver takes the whole way ([`SWAPPING`]), where
-/// launches swap their function (`device::libraries::launched`).
+/// launches swap their function (`device::libraries::launched`) and are timed
+/// (`kernel_times`).
 pub(crate) fn swap_launches() {
     HOT.gate.fetch_or(SWAPPING, Ordering::Release);
+}
+
+/// `f` with the process's built-in maps, when they are set up; its answer.
+pub(crate) fn with_builtin<T>(f: impl FnOnce(&Builtin) -> T) -> Option<T> {
+    let state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    let d = state.as_ref().filter(|d| d.pid == std::process::id())?;
+    Some(f(&d.builtin))
 }
 
 /// Kernel names by `CUfunction`, resolved once each.

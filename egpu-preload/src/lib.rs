@@ -29,6 +29,7 @@
 mod defaults;
 mod device;
 mod events;
+mod kernel_times;
 mod real;
 
 use std::cell::{Cell, UnsafeCell};

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use egpu::host::builtin::{Builtin, Kind, Metric, MetricsOptions, Value, bucket_bound, metrics};
+use egpu::host::builtin::{Builtin, Kind, Metric, MetricsOptions, Value, metrics};
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric as _, NoLabelSet};
 use prometheus_client::metrics::MetricType;
@@ -149,14 +149,17 @@ fn encode_builtin(
                 Value::Counter(n) => ConstCounter::new(*n).encode(series)?,
                 Value::Gauge(x) => ConstGauge::new(*x).encode(series)?,
                 Value::Histogram(h) => {
-                    let mut buckets: Vec<(f64, u64)> = (0u32..)
-                        .zip(&h.buckets)
-                        .map(|(b, n)| (bucket_bound(b) as f64, *n))
-                        .collect();
+                    let mut buckets: Vec<(f64, u64)> =
+                        (0u32..).zip(&h.buckets).map(|(b, n)| (h.bound(b), *n)).collect();
                     // Values past the last bound.
                     let seen: u64 = h.buckets.iter().sum();
                     buckets.push((f64::INFINITY, h.count.saturating_sub(seen)));
-                    series.encode_histogram::<NoLabelSet>(h.sum as f64, h.count, &buckets, None)?;
+                    series.encode_histogram::<NoLabelSet>(
+                        h.scaled_sum(),
+                        h.count,
+                        &buckets,
+                        None,
+                    )?;
                 }
             }
         }

@@ -97,6 +97,35 @@ fn item9_metrics_keep_their_names_in_both_formats() {
     assert!(named.contains("cuda_kernel_name=\"k\\\"2\"} 1\n"), "names are escaped: {named}");
 }
 
+/// The kernel times from CUDA events and the synchronisations' (`--kernel-times`): histograms in
+/// seconds, `_seconds` in their names, `# UNIT seconds` in OpenMetrics; per kernel with names.
+#[test]
+fn kernel_and_synchronisation_durations_are_seconds() {
+    let (text, open) = rendered(vec![filled()], HEALTH, MetricsOptions::default());
+    for line in [
+        "# TYPE gpu_cuda_kernel_duration_seconds histogram",
+        // 4000 ns twice (bucket 12, up to 4095 ns), 1 ms once (bucket 20).
+        "gpu_cuda_kernel_duration_seconds_bucket{pid=\"4242\",le=\"2.047e-06\"} 0",
+        "gpu_cuda_kernel_duration_seconds_bucket{pid=\"4242\",le=\"4.095e-06\"} 2",
+        "gpu_cuda_kernel_duration_seconds_bucket{pid=\"4242\",le=\"0.001048575\"} 3",
+        "gpu_cuda_kernel_duration_seconds_bucket{pid=\"4242\",le=\"+Inf\"} 3",
+        "gpu_cuda_kernel_duration_seconds_sum{pid=\"4242\"} 0.001008",
+        "gpu_cuda_kernel_duration_seconds_count{pid=\"4242\"} 3",
+        "# TYPE gpu_cuda_synchronize_duration_seconds histogram",
+        "gpu_cuda_synchronize_duration_seconds_count{pid=\"4242\",cuda_synchronize_kind=\"Context\"} 1",
+        "gpu_cuda_synchronize_duration_seconds_sum{pid=\"4242\",cuda_synchronize_kind=\"Context\"} 0.0000015",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line:?} in\n{text}");
+    }
+    assert!(open.contains("# UNIT gpu_cuda_kernel_duration_seconds seconds\n"), "{open}");
+    assert!(open.contains("# TYPE gpu_cuda_synchronize_duration_seconds histogram\n"), "{open}");
+    let (named, _) =
+        rendered(vec![filled()], HEALTH, MetricsOptions::default().with_kernel_names(true));
+    let series =
+        "gpu_cuda_kernel_duration_seconds_count{pid=\"4242\",cuda_kernel_name=\"_Z1av\"} 2";
+    assert!(named.lines().any(|l| l == series), "{named}");
+}
+
 /// With no process seen and the command running, egpu's own series are served all the same.
 #[test]
 fn item9_metrics_serve_health_with_no_process() {

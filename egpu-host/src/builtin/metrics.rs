@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use egpu_maps::HashMap;
 
-use super::{BUCKETS, Builtin, CAPTURED, Tally};
+use super::{BUCKETS, Builtin, CAPTURED, KernelTime, SYNC_SLOTS, Tally};
 
 /// What the Prometheus rendering includes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -46,6 +46,22 @@ pub struct Histogram {
     pub sum: u64,
     /// How many values there were.
     pub count: u64,
+    /// How many of the values make one of the metric's unit: 1 for counts and bytes, `1e9`
+    /// for nanoseconds shown in seconds. The bounds and the sum are rendered divided by it.
+    pub per_unit: f64,
+}
+
+impl Histogram {
+    /// The upper bound of bucket `b` in the metric's unit: [`bucket_bound`] over
+    /// [`per_unit`](Self::per_unit).
+    pub fn bound(&self, b: u32) -> f64 {
+        bucket_bound(b) as f64 / self.per_unit
+    }
+
+    /// The sum in the metric's unit.
+    pub fn scaled_sum(&self) -> f64 {
+        self.sum as f64 / self.per_unit
+    }
 }
 
 /// A series' value.
@@ -171,7 +187,7 @@ pub fn metrics(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
     ));
     let histogram = |b: &Builtin, map: &egpu_maps::RawMap, first: u32, sum: u64, count: u64| {
         let buckets = (0..RENDERED_BUCKETS).map(|i| b.array(map, first + i)).collect();
-        Value::Histogram(Histogram { buckets, sum, count })
+        Value::Histogram(Histogram { buckets, sum, count, per_unit: 1.0 })
     };
     for (otel, unit, prometheus, offset, help) in [
         (
@@ -267,6 +283,33 @@ pub fn metrics(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
             kinds.iter().map(|&k| b.total(&b.syncs, k).count).sum()
         }));
     }
+    metrics.push(kernel_durations(processes, options));
+    let mut waits = Vec::new();
+    for b in processes {
+        for (kind, kind_name) in SYNC_KIND_NAMES.iter().enumerate() {
+            let first = kind as u32 * (BUCKETS + 1);
+            let count: u64 = (0..BUCKETS).map(|i| b.array(&b.sync_times, first + i)).sum();
+            if count == 0 {
+                continue;
+            }
+            let sum = b.array(&b.sync_times, first + BUCKETS);
+            let Value::Histogram(h) = histogram(b, &b.sync_times, first, sum, count) else {
+                continue;
+            };
+            let mut attributes = pid(b);
+            attributes.push(("cuda_synchronize_kind", (*kind_name).into()));
+            let value = Value::Histogram(Histogram { per_unit: 1e9, ..h });
+            waits.push(Point { attributes, value });
+        }
+    }
+    metrics.push(Metric {
+        otel: "gpu.cuda.synchronize.duration",
+        unit: "s",
+        prometheus: "gpu_cuda_synchronize_duration_seconds",
+        help: "Time the host spent in a CUDA synchronisation (opt-in: egpu run --kernel-times).",
+        kind: Kind::Histogram,
+        points: waits,
+    });
     type Health = fn(&Builtin) -> u64;
     let health: [(&str, &str, &str, Health); 5] = [
         ("egpu.probe.runs", "egpu_probe_runs_total", "Runs of egpu's host probes.", |b| {
@@ -307,6 +350,51 @@ pub fn metrics(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
     metrics
 }
 
+/// The `cuda.synchronize.kind` values, by `SyncCtx` kind.
+const SYNC_KIND_NAMES: [&str; SYNC_SLOTS as usize] = ["Stream", "Event", "Context", "Device"];
+
+/// `gpu.cuda.kernel.duration`: the GPU time of kernel launches from CUDA events, a histogram in
+/// seconds per process, or per kernel (`cuda_kernel_name`) with the kernel names.
+fn kernel_durations(processes: &[Builtin], options: MetricsOptions) -> Metric {
+    let value = |t: &KernelTime| {
+        let buckets = t.buckets[..RENDERED_BUCKETS as usize].to_vec();
+        Value::Histogram(Histogram { buckets, sum: t.sum_ns, count: t.count, per_unit: 1e9 })
+    };
+    let mut points = Vec::new();
+    for b in processes {
+        let times = b.kernel_times();
+        if options.kernel_names {
+            let mut named: Vec<(String, KernelTime)> =
+                times.iter().map(|(id, t)| (b.name(*id), *t)).collect();
+            named.sort_by(|x, y| x.0.cmp(&y.0));
+            for (name, t) in named {
+                let mut attributes = pid(b);
+                attributes.push(("cuda_kernel_name", name));
+                points.push(Point { attributes, value: value(&t) });
+            }
+        } else if !times.is_empty() {
+            let mut all = KernelTime::default();
+            for (_, t) in &times {
+                all.count = all.count.saturating_add(t.count);
+                all.sum_ns = all.sum_ns.saturating_add(t.sum_ns);
+                for (a, n) in all.buckets.iter_mut().zip(t.buckets) {
+                    *a = a.saturating_add(n);
+                }
+            }
+            points.push(Point { attributes: pid(b), value: value(&all) });
+        }
+    }
+    Metric {
+        otel: "gpu.cuda.kernel.duration",
+        unit: "s",
+        prometheus: "gpu_cuda_kernel_duration_seconds",
+        help: "GPU time of a CUDA kernel launch, from CUDA events around it (opt-in: egpu run \
+               --kernel-times).",
+        kind: Kind::Histogram,
+        points,
+    }
+}
+
 /// How old the device part (in GPU memory) of each user map is: the time since it was last
 /// merged into the map in shared memory, which `egpu maps` and the metrics read.
 fn device_part_ages(processes: &[Builtin]) -> Metric {
@@ -335,6 +423,11 @@ fn device_part_ages(processes: &[Builtin]) -> Metric {
 /// The upper bound of histogram bucket `b`: `2^b - 1` (0 for the first).
 pub fn bucket_bound(b: u32) -> u64 {
     if b == 0 { 0 } else { (1u64 << b) - 1 }
+}
+
+/// A JSON number: integers as integers (`1023`), other values as Rust writes them (`1.023e-6`).
+fn number(x: f64) -> String {
+    if x.fract() == 0.0 && x.abs() < 1e15 { format!("{}", x as i64) } else { format!("{x:?}") }
 }
 
 /// A JSON string literal.
@@ -400,14 +493,13 @@ pub fn otlp_json(
                             .chain(std::iter::once(&h.count.saturating_sub(seen)))
                             .map(|n| format!("\"{n}\""))
                             .collect();
-                        let bounds: Vec<String> = (0..h.buckets.len() as u32)
-                            .map(|b| bucket_bound(b).to_string())
-                            .collect();
+                        let bounds: Vec<String> =
+                            (0..h.buckets.len() as u32).map(|b| number(h.bound(b))).collect();
                         format!(
                             "{{\"attributes\":[{attributes}],{times},\"count\":\"{}\",\"sum\":{},\
                              \"bucketCounts\":[{}],\"explicitBounds\":[{}]}}",
                             h.count,
-                            h.sum,
+                            number(h.scaled_sum()),
                             counts.join(","),
                             bounds.join(",")
                         )

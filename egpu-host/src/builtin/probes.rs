@@ -13,7 +13,7 @@ use egpu_probe::Probe;
 
 use super::{
     ALLOCATION_SLOTS, BUCKETS, CAPTURED, COPY_SIZE_SLOTS, COPY_SLOTS, KERNELS, LIVE_ALLOCATIONS,
-    MODULE_SLOTS, SHAPE_SLOTS, SYNC_SLOTS,
+    MODULE_SLOTS, SHAPE_SLOTS, SYNC_SLOTS, SYNC_TIME_SLOTS,
 };
 
 /// An element of the `copies`, `allocations`, `syncs` and `modules` arrays: the calls counted
@@ -36,6 +36,7 @@ static SHAPES: Array<u64> = Array::with_len(SHAPE_SLOTS);
 static COPY_SIZES: Array<u64> = Array::with_len(COPY_SIZE_SLOTS);
 static SIZES: HashMap<u64, u64> = HashMap::with_capacity(LIVE_ALLOCATIONS);
 static FREED: Array<u64> = Array::with_len(1);
+static SYNC_TIMES: Array<u64> = Array::with_len(SYNC_TIME_SLOTS);
 
 /// Launches per kernel, those captured into a graph (which run only when the graph is launched)
 /// under [`CAPTURED`], graph launches under their kernel id, `u64::MAX`.
@@ -149,6 +150,23 @@ fn track_frees(ctx: &AllocCtx) {
             SIZES.insert(&ctx.ptr, &ctx.bytes);
         }
     }
+}
+
+/// The time a synchronisation took (host clock, at its entry and exit), into the histogram of
+/// its kind (`SyncCtx::kind`) at `kind * (BUCKETS + 1)`, the sum after it. Attached with the
+/// kernel times only ([`timing`]).
+#[probe(host::sync::exit, crate = crate::egpu_root)]
+fn time_syncs(ctx: &SyncCtx) {
+    if ctx.kind < SYNC_SLOTS {
+        let at = ctx.kind * (BUCKETS + 1);
+        SYNC_TIMES.fetch_add(at + bucket(ctx.duration_ns), 1);
+        SYNC_TIMES.fetch_add(at + BUCKETS, ctx.duration_ns);
+    }
+}
+
+/// The probes attached with the kernel times only.
+pub(super) fn timing() -> [&'static Probe; 1] {
+    [time_syncs::probe()]
 }
 
 /// Every built-in probe, in the order [`Builtin::programs`](super::Builtin::programs) gives them.

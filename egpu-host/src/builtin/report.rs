@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 use egpu_ebpf::MapKind;
 use egpu_maps::{Array, HashMap, RawMap};
 
-use super::{BUCKETS, Builtin, CAPTURED, Tally, user_map_name, user_objects};
+use super::{
+    BUCKETS, Builtin, CAPTURED, SYNC_SLOTS, Tally, TimingCount, user_map_name, user_objects,
+};
 use crate::Health;
 
 impl Builtin {
@@ -40,6 +42,7 @@ impl Builtin {
         for (id, n) in kernels {
             let _ = writeln!(text, "kernel {id:#018x} {n} {}", self.name(id));
         }
+        self.report_times(&mut text);
         for (i, kind) in ["default", "htod", "dtoh", "dtod", "peer", "htoh"].iter().enumerate() {
             let Tally { count, bytes } = self.total(&self.copies, i as u32);
             if count > 0 {
@@ -84,6 +87,47 @@ impl Builtin {
             );
         }
         text
+    }
+
+    /// The kernel times from CUDA events, when any were taken: per kernel, `kernel_time ID
+    /// LAUNCHES NANOSECONDS BUCKETS NAME` (the histogram's buckets that are not 0, as
+    /// `bits:count` joined by commas); the timing's counts; per kind of synchronisation the
+    /// calls timed and their nanoseconds (`sync_time context 2 1500`).
+    fn report_times(&self, text: &mut String) {
+        for (id, t) in self.kernel_times() {
+            let buckets: Vec<String> = (0..)
+                .zip(t.buckets)
+                .filter(|(_, n)| *n > 0)
+                .map(|(b, n): (u32, u64)| format!("{b}:{n}"))
+                .collect();
+            let buckets = if buckets.is_empty() { "-".into() } else { buckets.join(",") };
+            let name = self.name(id);
+            let _ =
+                writeln!(text, "kernel_time {id:#018x} {} {} {buckets} {name}", t.count, t.sum_ns);
+        }
+        let counts = [
+            TimingCount::Timed,
+            TimingCount::Captured,
+            TimingCount::PoolFull,
+            TimingCount::Failed,
+            TimingCount::Lost,
+        ]
+        .map(|c| self.timing_count(c));
+        if counts.iter().any(|&n| n > 0) {
+            let [timed, captured, full, failed, lost] = counts;
+            let _ = writeln!(
+                text,
+                "timing timed={timed} captured={captured} full={full} failed={failed} lost={lost}"
+            );
+        }
+        for (k, kind) in ["stream", "event", "context", "device"].iter().enumerate() {
+            let first = k as u32 * (BUCKETS + 1);
+            let count: u64 = (0..BUCKETS).map(|i| self.array(&self.sync_times, first + i)).sum();
+            if count > 0 && (k as u32) < SYNC_SLOTS {
+                let ns = self.array(&self.sync_times, first + BUCKETS);
+                let _ = writeln!(text, "sync_time {kind} {count} {ns}");
+            }
+        }
     }
 
     /// Launches counted per kernel id, in id order: the kernels' (ids below the captured and

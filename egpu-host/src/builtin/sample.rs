@@ -10,7 +10,9 @@ use crate::HostProbes;
 /// after: 3 launches of `_Z1av` (grid 4×2, 32 threads), one of `k"2` (1000 blocks of 1024), a
 /// graph launch and a captured one; copies of 4096 and 5000 bytes to the device (the second
 /// asynchronous), 1 to the host, a set of 100; an allocation of 1 MiB on the device at 0x7000
-/// and its free; a stream and a context synchronisation; a module load without PTX.
+/// and its free; a stream and a context synchronisation; a module load without PTX. With the
+/// kernel times' probes attached too: the context synchronisation took 1500 ns; and kernel times
+/// from CUDA events: `_Z1av` 4000 ns twice, `k"2` 1 ms once.
 #[doc(hidden)]
 pub fn filled() -> (HostProbes, Builtin) {
     let launch = |kernel_id| LaunchCtx {
@@ -21,7 +23,8 @@ pub fn filled() -> (HostProbes, Builtin) {
     };
     let probes = HostProbes::new();
     let b = Builtin::create(4242, false).expect("maps in process memory");
-    for (program, maps) in b.programs().expect("the programs") {
+    let timing = b.timing_programs().expect("the timing programs");
+    for (program, maps) in b.programs().expect("the programs").into_iter().chain(timing) {
         probes.attach(&program, &maps).expect("attach");
     }
     let (a, k) = (kernel_id("_Z1av"), kernel_id("k\"2"));
@@ -48,7 +51,12 @@ pub fn filled() -> (HostProbes, Builtin) {
     let free = AllocCtx { ptr: 0x7000, op: AllocCtx::FREE, ..Default::default() };
     probes.fire(Phase::Exit, &mut free.clone());
     probes.fire(Phase::Enter, &mut SyncCtx { kind: SyncCtx::STREAM, ..Default::default() });
-    probes.fire(Phase::Enter, &mut SyncCtx { kind: SyncCtx::CONTEXT, ..Default::default() });
+    let context = SyncCtx { kind: SyncCtx::CONTEXT, ..Default::default() };
+    probes.fire(Phase::Enter, &mut context.clone());
+    probes.fire(Phase::Exit, &mut SyncCtx { duration_ns: 1500, ..context });
+    for (kernel, ns) in [(a, 4000), (a, 4000), (k, 1_000_000)] {
+        b.record_kernel_time(kernel, ns);
+    }
     probes.fire(Phase::Exit, &mut ModuleLoadCtx { has_ptx: 0, ..Default::default() });
     (probes, b)
 }

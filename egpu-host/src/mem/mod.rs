@@ -26,8 +26,8 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use record::{
-    Coalescing, Count, Header, Kernel, Launch, PageUse, Recording, RecordingError, Seen,
-    SiteRecord, Traffic,
+    Coalescing, Count, EventTiming, Header, Kernel, Launch, PageUse, Recording, RecordingError,
+    Seen, SiteRecord, Traffic,
 };
 pub use timeline::{Sampling, UnknownSampling};
 pub use windows::{Sample, Timeline, TimelineSummary, Window};

@@ -57,6 +57,25 @@ pub struct Header {
     /// With the `timeline` set: the sampling, the records and the rings' drops.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<TimelineSummary>,
+    /// What the kernel times from CUDA events did (`--kernel-times`); absent: they were off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub events: Option<EventTiming>,
+}
+
+/// The counts of the kernel times from CUDA events (`--kernel-times`): launches timed, and
+/// those that were not, by reason.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EventTiming {
+    /// Launches timed.
+    pub timed: u64,
+    /// Launches not timed: their stream was capturing a graph.
+    pub captured: u64,
+    /// Launches not timed: every pair of events of their context was in flight.
+    pub pool_full: u64,
+    /// Event calls that failed (their launches went on, untimed).
+    pub failed: u64,
+    /// Launches timed whose events had not finished when their context went or at exit.
+    pub lost: u64,
 }
 
 /// The accesses and bytes of a kernel, every launch, by class of instruction.
@@ -130,6 +149,25 @@ pub struct Kernel {
     /// The pages it touched, with the `pages` set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pages: Option<PageUse>,
+    /// Launches timed by CUDA events around them (`--kernel-times`, any kernel, instrumented or
+    /// not); absent: none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub event_launches: u64,
+    /// Their GPU time from the events, in nanoseconds; absent: none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub event_ns: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Kernel {
+    /// Its GPU time in nanoseconds: the `timing` set's when it timed the kernel, else the CUDA
+    /// events'.
+    pub fn gpu_time_ns(&self) -> u64 {
+        if self.timed > 0 { self.gpu_ns } else { self.event_ns }
+    }
 }
 
 /// The pages of global memory a kernel touched, every launch.
@@ -478,6 +516,42 @@ impl Recording {
             (std::cmp::Reverse(k.gpu_ns), std::cmp::Reverse(bytes), std::cmp::Reverse(k.launches))
         });
         Recording { header, kernels, launches, sites, ..Recording::default() }
+    }
+
+    /// Adds the GPU time CUDA events measured (`--kernel-times`): `times` holds, per kernel id,
+    /// the launches timed and their nanoseconds (a kernel not listed yet is added, named by
+    /// `name`, not instrumented unless `instrumented` says so); `counts` goes to the header. The
+    /// kernels are sorted again, most GPU time first ([`Kernel::gpu_time_ns`]).
+    pub fn add_event_times(
+        &mut self,
+        times: &[(u64, u64, u64)],
+        counts: EventTiming,
+        seen: &Seen<'_>,
+    ) {
+        self.header.events = Some(counts);
+        for &(id, launches, ns) in times {
+            let hex = kernel_hex(id);
+            let at = match self.kernels.iter().position(|k| k.id == hex) {
+                Some(at) => at,
+                None => {
+                    self.kernels.push(Kernel {
+                        name: (seen.name)(id),
+                        id: hex,
+                        instrumented: (seen.instrumented)(id),
+                        ..Kernel::default()
+                    });
+                    self.kernels.len() - 1
+                }
+            };
+            let k = &mut self.kernels[at];
+            k.event_launches = k.event_launches.saturating_add(launches);
+            k.event_ns = k.event_ns.saturating_add(ns);
+        }
+        self.kernels.sort_by_key(|k| {
+            let bytes = k.traffic.map_or(0, |t| t.total());
+            let time = std::cmp::Reverse(k.gpu_time_ns());
+            (time, std::cmp::Reverse(bytes), std::cmp::Reverse(k.launches))
+        });
     }
 
     /// The recording as JSON lines, each ending with a newline.

@@ -73,6 +73,8 @@ pub fn render(recording: &Recording) -> String {
     for k in &recording.kernels {
         let time = if k.timed > 0 {
             format!("{:.3} ms", k.gpu_ns as f64 / 1e6)
+        } else if k.event_launches > 0 {
+            format!("{:.3} ms (events)", k.event_ns as f64 / 1e6)
         } else if k.instrumented {
             "-".into()
         } else {
@@ -140,6 +142,9 @@ pub fn render(recording: &Recording) -> String {
         bytes(total),
         gpu as f64 / 1e6
     );
+    if let Some(e) = &h.events {
+        let _ = writeln!(text, "{}", events_line(recording, e));
+    }
     // The least coalesced sites (the recording keeps them least coalesced first).
     let names: std::collections::BTreeMap<&str, &str> =
         recording.kernels.iter().map(|k| (k.id.as_str(), k.name.as_str())).collect();
@@ -178,6 +183,28 @@ pub fn render(recording: &Recording) -> String {
 /// The sum of `values`, at most `u64::MAX` (a recording's numbers are whatever it says).
 fn add(values: impl IntoIterator<Item = u64>) -> u64 {
     values.into_iter().fold(0, u64::saturating_add)
+}
+
+/// What the kernel times from CUDA events measured and skipped (`--kernel-times`): the GPU time
+/// marked `(events)` in the table is theirs.
+fn events_line(recording: &Recording, e: &super::record::EventTiming) -> String {
+    let ns = add(recording.kernels.iter().map(|k| k.event_ns));
+    let mut line = format!(
+        "  (events): GPU time from CUDA events around each launch: {} launches timed, {:.3} ms",
+        e.timed,
+        ns as f64 / 1e6
+    );
+    for (n, what) in [
+        (e.captured, "not timed in stream captures"),
+        (e.pool_full, "not timed with every pair of events in flight"),
+        (e.failed, "event calls failed"),
+        (e.lost, "lost (unfinished at a teardown or exit)"),
+    ] {
+        if n > 0 {
+            let _ = write!(line, "; {n} {what}");
+        }
+    }
+    line
 }
 
 /// The pages a kernel touched, with the `pages` set.

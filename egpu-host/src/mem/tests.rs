@@ -279,3 +279,65 @@ fn a_full_map_is_said_full() {
     );
     assert_eq!(again.expect("parses").header.refused, recording.header.refused);
 }
+
+#[test]
+fn event_times_are_kept_read_back_and_shown() {
+    let header = Header {
+        format: record::FORMAT.into(),
+        version: record::VERSION,
+        pid: 7,
+        ..Header::default()
+    };
+    let launched = [(0x0a, 4, "at::native::vectorized".to_owned()), (0x0b, 2, "probed".to_owned())];
+    let seen = Seen {
+        launched: &launched,
+        instrumented: &|id| id == 0x0b,
+        name: &|id| format!("kernel {id}"),
+        site: &|_, _| None,
+    };
+    let mut recording = Recording::collect(header, &[], &seen);
+    assert!(recording.header.events.is_none());
+    // Before: written without the new fields, which older readers never saw.
+    let before = recording.to_jsonl();
+    assert!(!before.contains("event") && Recording::parse(&before).is_ok(), "{before}");
+    let counts = EventTiming { timed: 7, captured: 1, pool_full: 2, failed: 0, lost: 0 };
+    // The ATen kernel 4 times, 0.5 ms in all; one kernel no launch was seen of (a graph's).
+    let times = [(0x0a, 4, 500_000), (0x0c, 3, 900_000)];
+    recording.add_event_times(&times, counts, &seen);
+    let aten = &recording.kernels[1];
+    assert_eq!(
+        (aten.name.as_str(), aten.event_launches, aten.event_ns),
+        ("at::native::vectorized", 4, 500_000)
+    );
+    // Most GPU time first: the kernel only the events timed leads.
+    assert_eq!(
+        (recording.kernels[0].name.as_str(), recording.kernels[0].gpu_time_ns()),
+        ("kernel 12", 900_000)
+    );
+    assert_eq!(recording.kernels[2].event_launches, 0);
+    let text = recording.to_jsonl();
+    assert!(text.contains("\"event_launches\":4,\"event_ns\":500000"), "{text}");
+    assert!(
+        text.contains(
+            "\"events\":{\"timed\":7,\"captured\":1,\"pool_full\":2,\"failed\":0,\"lost\":0}"
+        ),
+        "{text}"
+    );
+    let again = Recording::parse(&text).expect("parses");
+    assert_eq!(again, recording);
+    // The table: GPU time from the events, marked so, and what they skipped.
+    let table = table::render(&again);
+    let row = table.lines().find(|l| l.starts_with("at::native::vectorized")).expect("its row");
+    assert!(row.contains("0.500 ms (events)") && row.contains("not instrumentable"), "{row}");
+    let probed = table.lines().find(|l| l.starts_with("probed")).expect("its row");
+    assert!(!probed.contains("(events)"), "{probed}");
+    assert!(table.contains("(events): GPU time from CUDA events around each launch: 7 launches timed, 1.400 ms; 1 not timed in stream captures; 2 not timed with every pair of events in flight"), "{table}");
+    // A kernel line with the fields and a header without `events` read as well.
+    let old_header = before.lines().next().expect("a header");
+    let line = "{\"type\":\"kernel\",\"name\":\"k\",\"id\":\"0a\",\"launches\":1,\"instrumented\":false,\"traffic\":null,\"timed\":0,\"gpu_ns\":0,\"event_launches\":1,\"event_ns\":3}";
+    let mixed = Recording::parse(&format!("{old_header}\n{line}\n")).expect("parses");
+    assert_eq!((mixed.kernels[0].event_ns, mixed.header.events), (3, None));
+    let bad = line.replace("\"event_ns\":3", "\"event_ns\":-3");
+    let e = Recording::parse(&format!("{old_header}\n{bad}\n")).expect_err("negative");
+    assert!(e.to_string().starts_with("line 2:"), "{e}");
+}

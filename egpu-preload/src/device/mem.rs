@@ -11,8 +11,8 @@ use std::sync::{Mutex, OnceLock};
 
 use egpu::device::inject::Injection;
 use egpu::ebpf::DeviceEvent;
-use egpu::host::builtin::Builtin;
-use egpu::host::mem::{self, Header, Recording, Seen, Set};
+use egpu::host::builtin::{Builtin, TimingCount};
+use egpu::host::mem::{self, EventTiming, Header, Recording, Seen, Set};
 
 use super::UserProbes;
 use crate::CuResult;
@@ -144,6 +144,19 @@ pub(crate) fn write(user: &UserProbes, names: &Builtin) {
     };
     let mut recording = Recording::collect(header, &user.maps, &seen);
     super::timeline::finish(&mut recording, &user.maps);
+    if crate::kernel_times::enabled() {
+        let times: Vec<(u64, u64, u64)> =
+            names.kernel_times().into_iter().map(|(id, t)| (id, t.count, t.sum_ns)).collect();
+        let count = |what| names.timing_count(what);
+        let counts = EventTiming {
+            timed: count(TimingCount::Timed),
+            captured: count(TimingCount::Captured),
+            pool_full: count(TimingCount::PoolFull),
+            failed: count(TimingCount::Failed),
+            lost: count(TimingCount::Lost),
+        };
+        recording.add_event_times(&times, counts, &seen);
+    }
     let path = std::path::Path::new(&folder).join(format!("{}.egpumem", std::process::id()));
     if let Err(e) = std::fs::write(&path, recording.to_jsonl()) {
         eprintln!("egpu: writing {}: {e}", path.display());

@@ -38,6 +38,7 @@ use egpu::pack::Pack;
 use crate::CuResult;
 pub(crate) use images::{Refusal, ptx_in, ptx_of};
 pub(crate) use parts::synced;
+pub(crate) use parts::{CTX_GET_DEVICE, CTX_POP, CTX_PUSH, current_context, period};
 pub(crate) use parts::{Teardown, finish, fork_guard, merging, teardown};
 
 /// The pack `EGPU_PROBES` names, read once per program image (a forked child keeps it).

@@ -39,11 +39,11 @@ type AllocHostFn = unsafe extern "C" fn(*mut *mut c_void, usize) -> CuResult;
 type DeviceFn = unsafe extern "C" fn(*mut c_int) -> CuResult;
 type StateFn = unsafe extern "C" fn(c_int, *mut c_uint, *mut c_int) -> CuResult;
 static CTX_GET_CURRENT: Hook<CtxFn> = Hook::new(c"cuCtxGetCurrent", std::ptr::null_mut);
-pub(super) static CTX_PUSH: Hook<PushFn> = Hook::new(c"cuCtxPushCurrent_v2", std::ptr::null_mut);
-pub(super) static CTX_POP: Hook<CtxFn> = Hook::new(c"cuCtxPopCurrent_v2", std::ptr::null_mut);
+pub(crate) static CTX_PUSH: Hook<PushFn> = Hook::new(c"cuCtxPushCurrent_v2", std::ptr::null_mut);
+pub(crate) static CTX_POP: Hook<CtxFn> = Hook::new(c"cuCtxPopCurrent_v2", std::ptr::null_mut);
 static STREAM_CREATE: Hook<StreamCreateFn> = Hook::new(c"cuStreamCreate", std::ptr::null_mut);
 static ALLOC_HOST: Hook<AllocHostFn> = Hook::new(c"cuMemAllocHost_v2", std::ptr::null_mut);
-pub(super) static CTX_GET_DEVICE: Hook<DeviceFn> = Hook::new(c"cuCtxGetDevice", std::ptr::null_mut);
+pub(crate) static CTX_GET_DEVICE: Hook<DeviceFn> = Hook::new(c"cuCtxGetDevice", std::ptr::null_mut);
 static PRIMARY_STATE: Hook<StateFn> = Hook::new(c"cuDevicePrimaryCtxGetState", std::ptr::null_mut);
 
 /// `CU_STREAM_NON_BLOCKING`: a stream that does not wait for the legacy default stream.
@@ -276,6 +276,7 @@ fn start_merger() {
 /// there are no parts; an atomic swap when the merger is not waiting, else a system call).
 #[inline]
 pub(crate) fn synced() {
+    crate::kernel_times::synced();
     if !ANY.load(Ordering::Relaxed) {
         return;
     }
@@ -306,9 +307,15 @@ pub(crate) enum Teardown {
 
 impl Teardown {
     fn covers(self, c: &Context) -> bool {
+        self.takes(c.context, c.device)
+    }
+
+    /// Whether it takes down `context`, on `device` (-1: not known, taken with any device's
+    /// primary context).
+    pub(crate) fn takes(self, context: usize, device: c_int) -> bool {
         match self {
-            Teardown::Context(h) => c.context == h as usize,
-            Teardown::Release(d) | Teardown::Reset(d) => c.device == d || c.device < 0,
+            Teardown::Context(h) => context == h as usize,
+            Teardown::Release(d) | Teardown::Reset(d) => device == d || device < 0,
         }
     }
 }
@@ -318,6 +325,7 @@ impl Teardown {
 /// context; a context made later, even under the same handle, gets parts of its own). The lock
 /// on the parts is held throughout, so that the merger never copies from a context in between.
 pub(crate) fn teardown(what: Teardown, call: impl FnOnce() -> CuResult) -> CuResult {
+    crate::kernel_times::teardown(what);
     if !merging() {
         return call();
     }

@@ -20,7 +20,7 @@ static IS_CAPTURING: Hook<IsCapturingFn> = Hook::new(c"cuStreamIsCapturing", std
 
 /// [`LaunchCtx::CAPTURED`] when `stream` is capturing.
 #[inline(always)]
-fn captured(stream: Handle) -> u32 {
+pub(crate) fn captured(stream: Handle) -> u32 {
     if defaults::HOT.captures.load(Ordering::Relaxed) <= 0 { 0 } else { ask_captured(stream) }
 }
 
@@ -133,6 +133,12 @@ pub(super) fn launch_ex(
     // SAFETY: the caller's launch configuration, which the driver reads too.
     let c = unsafe { &*config };
     launch_ctx(words, local, f, c.grid, c.block, c.shared_mem_bytes, c.stream)
+}
+
+/// The stream of a `cuLaunchKernelEx` launch (null without a configuration).
+pub(super) fn config_stream(config: *const LaunchConfig) -> Handle {
+    // SAFETY: the caller's launch configuration, which the driver reads too.
+    unsafe { config.as_ref() }.map_or(std::ptr::null_mut(), |c| c.stream)
 }
 
 /// A graph launch: no one kernel, so the id is `u64::MAX`.

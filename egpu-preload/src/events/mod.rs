@@ -8,6 +8,9 @@
 //! - `driver(build, after)`: the driver's own, one event of each call, whose context `build`
 //!   makes and `after` completes with what the call produced ([`observe`]); on x86-64 Linux
 //!   entered through a trampoline ([`trampoline`]);
+//! - `launch(build, f, stream)`: a kernel launch, as `driver` (with nothing after), whose call
+//!   is timed by CUDA events on `stream` when the kernel times are on
+//!   ([`crate::kernel_times`]);
 //! - `runtime(build, after)`: the CUDA runtime's, which call the driver's: as `driver`, without
 //!   the trampoline;
 //! - `capture(begin)`, `capture(end)`: a stream capture begun or ended, counted, no event
@@ -51,7 +54,8 @@ use crate::device::Teardown;
 use crate::real::{Hook, Keep};
 use crate::{CuResult, Handle};
 use event::{nothing, observe};
-use launch::{LaunchConfig, capture, count_capture, graph, launch_ctx, launch_ex};
+pub(crate) use launch::captured;
+use launch::{LaunchConfig, capture, config_stream, count_capture, graph, launch_ctx, launch_ex};
 use memory::{Copy2dDriver, Copy3d, Copy3dDriver, Extent, HostPtr, PitchedPtr};
 use memory::{alloc, allocated, copy, driver_copy_2d, driver_copy_3d, free};
 use memory::{runtime_copy, runtime_copy_3d, runtime_set_3d, set};
@@ -75,6 +79,10 @@ const NOT_FOUND: CuResult = 500;
 
 /// The null stream (`CUstream`, `cudaStream_t`): the default one. (Also the null context.)
 const NULL: Handle = std::ptr::null_mut();
+
+/// Whether the entry points defined here take the null stream as the thread's own (the
+/// `_ptsz` flavours' modules say `true`).
+const PER_THREAD: bool = false;
 
 use MemcpyCtx as M;
 const ASYNC: u32 = MemcpyCtx::ASYNC;
@@ -126,6 +134,15 @@ macro_rules! runtime {
             let call = move || unsafe { real($($arg),*) };
             observe($build, call, $after)
         });
+    };
+}
+
+/// Defines a kernel launch's entry point: as `driver!` makes it (nothing after the call), with
+/// the call of the function `$f` on the stream `$stream` timed by CUDA events when the kernel
+/// times are on ([`crate::kernel_times`]).
+macro_rules! launch {
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $build:expr, $f:expr, $stream:expr) => {
+        driver!($hook $name $symbol; ($($arg: $ty),*) $build, nothing; timed($f, $stream));
     };
 }
 
@@ -198,6 +215,8 @@ macro_rules! entry_points {
         /// The `_ptsz` flavours: per-thread default stream, of the calls that take a stream.
         mod ptsz {
             use super::*;
+            /// The null stream is the thread's own.
+            const PER_THREAD: bool = true;
             $(flavour!(ptsz $($flavour)? {
                 $kind!($hook $name concat!(stringify!($name), "_ptsz"); ($($arg: $ty),*) $($how)*);
             });)*
@@ -206,6 +225,9 @@ macro_rules! entry_points {
         /// The `_ptds` flavours: per-thread default stream, of the calls that take none.
         mod ptds {
             use super::*;
+            /// The null stream is the thread's own.
+            #[allow(dead_code)] // no launch takes no stream
+            const PER_THREAD: bool = true;
             $(flavour!(ptds $($flavour)? {
                 $kind!($hook $name concat!(stringify!($name), "_ptds"); ($($arg: $ty),*) $($how)*);
             });)*
@@ -258,9 +280,9 @@ macro_rules! by_proc_address {
 entry_points! {
     // Launches: of kernels, and of graphs.
     LAUNCH cuLaunchKernel +ptsz (f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
-        => driver(|n, l| launch_ctx(n, l, f, [gx, gy, gz], [bx, by, bz], shared, stream), nothing);
+        => launch(|n, l| launch_ctx(n, l, f, [gx, gy, gz], [bx, by, bz], shared, stream), f, stream);
     LAUNCH_EX cuLaunchKernelEx +ptsz (config: *const LaunchConfig, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
-        => driver(|n, l| launch_ex(n, l, config, f), nothing);
+        => launch(|n, l| launch_ex(n, l, config, f), f, config_stream(config));
     GRAPH_LAUNCH cuGraphLaunch +ptsz (exec: Handle, stream: Handle)
         => driver(|_, _| graph(stream), nothing);
 

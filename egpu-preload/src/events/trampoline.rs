@@ -18,17 +18,20 @@ use crate::defaults;
 /// x86-64 Linux entered through a trampoline ([`trampolined`]), elsewhere as the runtime's. A
 /// launch's function (the argument named `f`) is swapped as [`swapped`] says.
 macro_rules! driver {
-    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $build:expr, $after:expr) => {
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $build:expr, $after:expr
+        $(; timed($f:expr, $stream:expr))?) => {
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
         interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
             $(let $arg = swapped!($arg $arg);)*
             // SAFETY: the driver's function, with the caller's arguments (a launch's function
             // swapped).
             let call = move || unsafe { real($($arg),*) };
+            $(let call = crate::kernel_times::around($f, $stream, PER_THREAD, call);)?
             observe($build, call, $after)
         });
         #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
-        trampolined!($hook $name $symbol; ($($arg: $ty),*) $build, $after);
+        trampolined!($hook $name $symbol; ($($arg: $ty),*) $build, $after
+            $(; timed($f, $stream))?);
     };
 }
 pub(super) use driver;
@@ -99,7 +102,8 @@ pub(super) fn enter_only<C: Event>(build: impl FnOnce(u16, &crate::Local) -> C) 
 /// arguments on without copying them).
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 macro_rules! trampolined {
-    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $build:expr, $after:expr) => {
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $build:expr, $after:expr
+        $(; timed($f:expr, $stream:expr))?) => {
         hook!($hook $name $symbol; ($($ty),*));
 
         /// The Rust half of the entry point's trampoline.
@@ -123,6 +127,7 @@ macro_rules! trampolined {
                 // SAFETY: the driver's function, with the caller's arguments (a launch's
                 // function swapped, `swapped!`).
                 let call = move || unsafe { real($($arg),*) };
+                $(let call = crate::kernel_times::around($f, $stream, PER_THREAD, call);)?
                 observe_apart($build, call, $after)
             }
 

@@ -22,9 +22,12 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# (label, sets, target by benchmark (None: any), environment).
+# (label, sets, target by benchmark (None: any), environment). `timing-events`: the `timing`
+# set with every launch also timed by CUDA events (`--kernel-times`, as EGPU_KERNEL_TIMES=1):
+# its cost beside `timing`'s is the events'.
 VARIANTS = (("counts", "counts", {None: 1.1}, {}),
             ("timing", "timing", {None: 1.02}, {}),
+            ("timing-events", "timing", {}, {"EGPU_KERNEL_TIMES": "1"}),
             ("counts,timing", "counts,timing", {}, {}),
             ("pages", "pages", {"model": 2.0, None: 3.0}, {}),
             # `egpu mem run`'s default sampling: one warp in 32.

@@ -19,6 +19,9 @@ launch's time by CUDA events (`expect times NAME ms ...`, in launch order). Chec
   kernel's event time, which the program prints: what the events add around any launch);
 - bandwidth: per kernel timed, bytes per launch over egpu's mean duration against the same
   bytes over the events' mean, within 5%;
+- event durations (a program that prints `expect times`, run again under `--kernel-times`): per
+  kernel, the mean GPU time per launch of the CUDA events egpu records around each launch
+  (`event_ns` over `event_launches`) within 5% of the program's own events' mean, or the floor;
 - pattern (a program that prints `expect pattern NAME load SECTORS`, run again under
   `--sets pattern`): the sectors per warp-level request of the kernel's loads, exactly;
 - timeline (a program that prints `expect phases NAME`, run again under `--sets
@@ -26,7 +29,8 @@ launch's time by CUDA events (`expect times NAME ms ...`, in launch order). Chec
   bytes within the sampling's error.
 
 It prints, over all programs, `bytes exact: K/K kernels`, `durations within 5%: K/K kernels`,
-`bandwidth within 5%: K/K kernels` and `pattern exact: K/K kernels`, and fails when any is not K/K, K is 0, results differ or a
+`bandwidth within 5%: K/K kernels`, `event durations within 5%: K/K kernels` and
+`pattern exact: K/K kernels`, and fails when any is not K/K, K is 0, results differ or a
 run fails. With --keep, the recordings are copied there (a folder per program).
 """
 
@@ -137,6 +141,28 @@ def durations(recs):
     return out
 
 
+def event_means(recs):
+    """{kernel name: mean ns per launch from egpu's CUDA events (`--kernel-times`)}."""
+    sums = {}
+    for _, kernels, _, _ in recs:
+        for k in kernels:
+            if k.get("event_launches"):
+                n, ns = sums.get(k["name"], (0, 0))
+                sums[k["name"]] = (n + k["event_launches"], ns + k["event_ns"])
+    return {name: ns / n for name, (n, ns) in sums.items()}
+
+
+def event_verdicts(times, floor, means):
+    """[(kernel, events' mean µs, egpu's events' mean µs, ok)]: within 5% or the floor."""
+    out = []
+    for name, (_, want) in times.items():
+        ev = sum(want) / len(want) * 1000.0 if want else 0.0
+        eg = means.get(name)
+        ok = eg is not None and abs(eg / 1000.0 - ev) <= max(0.05 * ev, floor)
+        out.append((name, ev, None if eg is None else eg / 1000.0, ok))
+    return out
+
+
 def time_verdicts(times, floor, got, expected_bytes):
     """Rows (kernel, what was compared, worst difference, ok, [(events µs, egpu µs)]) and per
     kernel whether every duration is within 5% (or the floor), and whether the bandwidth is
@@ -212,6 +238,19 @@ def check_program(name, command, args, env, totals):
     for kernel, ev, eg, ok in bw:
         print(f"  bandwidth {kernel}: events {ev / 1e9:.1f} GB/s, egpu {eg / 1e9:.1f} GB/s "
               f"({100 * (eg / ev - 1):+.2f}%) {'ok' if ok else 'NOT within'}")
+    if times:
+        events_dir = out_dir + "-events"
+        shutil.rmtree(events_dir, ignore_errors=True)
+        rc, _, _ = device_check.run([args.egpu, "mem", "run", "--kernel-times", "--out",
+                                     events_dir, "--", *command], env)
+        means = event_means(recordings(events_dir)) if rc == 0 else {}
+        for kernel, ev, eg, ok in event_verdicts(times, floor, means):
+            shown = "none" if eg is None else f"{eg:.1f}"
+            print(f"  event duration {kernel}: program's events {ev:.1f} us, egpu's events "
+                  f"{shown} us per launch {'ok' if ok else 'NOT within'}")
+            totals["events"].append(ok)
+            if not ok:
+                failures.append(f"{name}: event duration of {kernel}")
     same = device_check.results(bare) == device_check.results(out) and bool(
         device_check.results(bare))
     print(f"  results identical: {'yes' if same else 'NO'}")
@@ -275,7 +314,8 @@ def main():
     coverage, more = device_check.coverage_programs(args.work)
     programs += coverage
     failures += more
-    totals = {"exact": [], "durations": [], "bandwidth": [], "pattern": [], "timeline": []}
+    totals = {"exact": [], "durations": [], "bandwidth": [], "events": [], "pattern": [],
+              "timeline": []}
     for name, command, env in programs:
         if args.only and args.only not in name:
             continue
@@ -285,7 +325,8 @@ def main():
             failures.append(f"{name}: timed out")
     print("\n=== egpu mem in programs")
     for what, key in (("bytes exact", "exact"), ("durations within 5%", "durations"),
-                      ("bandwidth within 5%", "bandwidth"), ("pattern exact", "pattern"),
+                      ("bandwidth within 5%", "bandwidth"),
+                      ("event durations within 5%", "events"), ("pattern exact", "pattern"),
                       ("timeline's phases", "timeline")):
         got = totals[key]
         print(f"  {what}: {sum(got)}/{len(got)} kernels")
@@ -324,6 +365,12 @@ def self_test():
                 '"lanes":128,"sectors":128,"minimum":16,"bytes":512}\n')
     recs = recordings(path)
     assert durations(recs) == {"k": [10, 20]}, durations(recs)
+    assert event_means(recs) == {}, event_means(recs)
+    evrecs = [(None, [{"name": "k", "event_launches": 4, "event_ns": 4_000_000}], [], [])]
+    assert event_means(evrecs) == {"k": 1_000_000.0}
+    verdicts = event_verdicts({"k": (0, [1.02, 1.0]), "j": (0, [1.0])}, 2.5,
+                              event_means(evrecs))
+    assert [ok for *_, ok in verdicts] == [True, False], verdicts
     maps = traffic_maps(recs)
     assert maps[("LOADED", "k")] == 8 and maps[("ASYNC", "k")] == 2, maps
     assert ("LOADED", "10") not in maps, "counted once, under the name"

@@ -3,7 +3,7 @@
 //! fields egpu never sets are left out, which protobuf allows), and [`request`], which encodes
 //! the same metrics, resources and times as `egpu-host`'s JSON.
 
-use egpu::host::builtin::{Builtin, Kind, MetricsOptions, Value, bucket_bound, metrics, otel_key};
+use egpu::host::builtin::{Builtin, Kind, MetricsOptions, Value, metrics, otel_key};
 use prost::Message as _;
 
 /// `ExportMetricsServiceRequest`.
@@ -216,10 +216,10 @@ pub(crate) fn message(
                             start_time_unix_nano: start_ns,
                             time_unix_nano: now_ns,
                             count: h.count,
-                            sum: Some(h.sum as f64),
+                            sum: Some(h.scaled_sum()),
                             bucket_counts,
                             explicit_bounds: (0..h.buckets.len() as u32)
-                                .map(|b| bucket_bound(b) as f64)
+                                .map(|b| h.bound(b))
                                 .collect(),
                         });
                     }
