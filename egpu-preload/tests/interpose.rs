@@ -277,11 +277,13 @@ fn another_process_reads_the_counts_while_the_program_runs() {
     stdout.read_line(&mut line).expect("a line");
     let pid: u32 = line.trim().strip_prefix("ready ").expect("ready <pid>").parse().expect("a pid");
     assert_eq!(pid, child.id());
-    // The library's worker thread runs posted events within a sweep; wait for them.
+    // The library's worker thread runs posted events within a sweep, the launches' among them,
+    // while a synchronisation may be counted on the calling thread: wait for both.
     let builtin = egpu::host::builtin::Builtin::open(pid).expect("its maps, by name");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let mut report = builtin.report(None);
-    while !report.contains("syncs context 1") && std::time::Instant::now() < deadline {
+    let done = |r: &str| r.contains("syncs context 1") && r.contains("launches 5\n");
+    while !done(&report) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(5));
         report = builtin.report(None);
     }
