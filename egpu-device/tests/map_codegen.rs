@@ -433,6 +433,11 @@ fn a_probe_that_only_adds_numbers_known_at_the_site_runs_as_register_adds() {
     let exit = ptx.find("vote.sync.any.pred").expect("the exit's lookup");
     assert!(!ptx[..exit].contains("%egpu_hp0, 0;\n\tsetp") && !ptx[..exit].contains("atom."));
     assert!(ptx[exit..].contains("shfl.sync.idx.b32") && ptx[exit..].contains(".cas.b64"));
+    // Remembered for the module's later warps in a variable of the module's: read first.
+    assert!(ptx.contains(".global .align 8 .u64 egpu_vp"), "{ptx}");
+    let read = ptx[exit..].find("ld.global.u64 %egpu_vp").expect("the variable read");
+    let search = ptx[exit..].find(".cas.b64").expect("the search");
+    assert!(read < search && ptx[exit..].contains("st.global.u64 [egpu_vp"), "{ptx}");
     assert!(ptx.contains("setp.eq.or.u64 %egpu_fq, %egpu_hs0_0, 0, %egpu_fq;"), "{ptx}");
     // A count (`+= 1`) too; at a generic access (global only at run time) the probe runs.
     let count = bytes.replace("ldxw %r1, [%r9+16]", "mov %r1, 1");

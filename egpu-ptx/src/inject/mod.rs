@@ -336,6 +336,9 @@ pub fn inject_with(
     let mut before: BTreeMap<usize, String> = BTreeMap::new();
     let mut after: BTreeMap<usize, String> = BTreeMap::new();
     let mut functions = String::new();
+    // Module-scope variables: where each kernel's values of the maps its probes run as adds
+    // are remembered (`summaries.rs`).
+    let mut globals = String::new();
     let mut shared = BTreeMap::new();
     let mut sites = Vec::new();
     let mut serial = 0usize;
@@ -399,6 +402,12 @@ pub fn inject_with(
         };
         let roles =
             runs::runs(&module, &instructions, &observations, &selected, id, &|p| summed.at(p));
+        // The function's header piece: unique in the module.
+        let kernel_index = f.header;
+        for cached in caches.values().filter(|c| summed.maps.contains(&c.map.addr)) {
+            let name = summaries::remembered(&names, kernel_index, cached);
+            globals.push_str(&format!(".global .align 8 .u64 {name};\n"));
+        }
         let total = format!("%{}_run", names.stem);
         if !roles.is_empty() {
             after
@@ -541,7 +550,8 @@ pub fn inject_with(
             for cached in caches.values().filter(|c| summed.maps.contains(&c.map.addr)) {
                 // The values the probes that ran as adds never looked up.
                 let prefix = format!("{}x{piece}_{}", names.stem, cached.index);
-                let t = summaries::exit_lookup(&names, cached, id, &prefix, sm)
+                let at = summaries::remembered(&names, kernel_index, cached);
+                let t = summaries::exit_lookup(&names, cached, id, (&prefix, &at), sm)
                     .map_err(|error| InjectError::Translate { probe: 0, error })?;
                 code.push_str(&t.body);
             }
@@ -704,6 +714,9 @@ pub fn inject_with(
     let mut out = String::with_capacity(ptx.len() * 2);
     let first_function = module.functions().first().map(|f| f.header);
     for (i, piece) in module.pieces().iter().enumerate() {
+        if Some(i) == first_function && !globals.is_empty() {
+            out.push_str(&globals);
+        }
         if Some(i) == first_function && !(functions.is_empty() && shared.is_empty()) {
             for f in shared.values() {
                 out.push_str(f);

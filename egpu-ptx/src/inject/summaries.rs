@@ -121,16 +121,26 @@ fn adds(
     Some(code)
 }
 
+/// The module-scope variable where a kernel (numbered by `kernel`, unique in the module)
+/// remembers the address of its value of cached map `c` ([`exit_lookup`]).
+pub(super) fn remembered(names: &Names, kernel: usize, c: &Cached) -> String {
+    format!("{}_vp{kernel}_{}", names.stem, c.index)
+}
+
 /// The code a thread runs when it exits to find the value of cached map `c` under the kernel's
 /// id `id`, into the cache's register (`value`), when any of its sums of that map's fields is
-/// not zero (only one lane of the warp searches; the others get its answer); `prefix` starts
-/// its names, unique in the module. The value is inserted (zeros) when missing; when the map
-/// is full, the register stays 0 and the flush adds nothing.
+/// not zero; `prefix` starts its names, unique in the module. The address is remembered in the
+/// module-scope variable `at` ([`remembered`], zero when the module is loaded): a warp reads it
+/// (one load, from the SM's L1 cache once there); when it is still 0 (or the SM's cache still
+/// says so), one lane of the warp searches the map and the others get its answer, and the lane
+/// writes the address there. The value is inserted (zeros) when missing; when the map is full,
+/// the register stays 0 and the flush adds nothing. A value's address never changes while the
+/// module is loaded: a device part's entries are never removed nor moved.
 pub(super) fn exit_lookup(
     names: &Names,
     c: &Cached,
     id: u64,
-    prefix: &str,
+    (prefix, at): (&str, &str),
     sm: u32,
 ) -> Result<Translation, TranslateError> {
     let value = format!("%{}_hp{}", names.stem, c.index);
@@ -151,9 +161,10 @@ pub(super) fn exit_lookup(
     let sums: Vec<String> = c.fields.iter().map(|&o| sum_register(names, c, o)).collect();
     let r = |what: &str| format!("%{prefix}_x{what}");
     let (lanes, lt, leader, lo, hi) = (r("lanes"), r("lt"), r("leader"), r("lo"), r("hi"));
-    let (nz, any, lead) = (r("nz"), r("any"), r("lead"));
+    let (nz, any, lead, known) = (r("nz"), r("any"), r("lead"), r("known"));
     let mut code = format!(
-        "\t{{\n\t.reg .b32 {lanes}, {lt}, {leader}, {lo}, {hi};\n\t.reg .pred {nz}, {any}, {lead};\n\
+        "\t{{\n\t.reg .b32 {lanes}, {lt}, {leader}, {lo}, {hi};\n\
+         \t.reg .pred {nz}, {any}, {lead}, {known};\n\t.reg .b64 %{at}_r;\n\
          \tactivemask.b32 {lanes};\n\tsetp.ne.u64 {nz}, {}, 0;\n",
         sums[0]
     );
@@ -163,10 +174,15 @@ pub(super) fn exit_lookup(
     let (skip, done) = (format!("${prefix}_xskip"), format!("${prefix}_xdone"));
     code.push_str(&format!(
         "\tvote.sync.any.pred {any}, {nz}, {lanes};\n\t@!{any} bra {done};\n\
+         \tld.global.u64 %{at}_r, [{at}];\n\tsetp.ne.u64 {known}, %{at}_r, 0;\n\
+         \t@{known} mov.b64 {value}, %{at}_r;\n\t@{known} bra {done};\n\
          \tmov.u32 {lt}, %lanemask_lt;\n\tand.b32 {lt}, {lt}, {lanes};\n\
          \tsetp.eq.u32 {lead}, {lt}, 0;\n\t@!{lead} bra {skip};\n"
     ));
     code.push_str(&t.body);
+    code.push_str(&format!(
+        "\tsetp.ne.u64 {known}, {value}, 0;\n\t@{known} st.global.u64 [{at}], {value};\n"
+    ));
     code.push_str(&format!(
         "{skip}:\n\tbrev.b32 {leader}, {lanes};\n\tbfind.shiftamt.u32 {leader}, {leader};\n\
          \tmov.b64 {{{lo}, {hi}}}, {value};\n\
