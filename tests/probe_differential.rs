@@ -294,15 +294,16 @@ fn call_helpers(ctx: &mut Ctx) -> u64 {
     h
 }
 
-/// The warp's helpers, as a thread (a warp of one lane) sees them: it leads, alone, and its
-/// access's sectors are those it spans (an access of `d & 127` bytes at `a`).
+/// The warp's helpers, as a thread (a warp of one lane) sees them: it leads, alone (the one
+/// peer of its value), and its access's sectors are those it spans (an access of `d & 127`
+/// bytes at `a`).
 #[egpu::probe(user)]
 fn warp_helpers(ctx: &mut Ctx) -> u64 {
     let mut sectors = 0;
     if egpu::helpers::warp_leader() {
         sectors = egpu::helpers::warp_sectors(ctx.a, ctx.d & 127);
     }
-    ctx.out3 = egpu::helpers::warp_lanes();
+    ctx.out3 = egpu::helpers::warp_lanes() + egpu::helpers::warp_peers(ctx.b >> 12);
     sectors as u64
 }
 

@@ -37,6 +37,9 @@ pub mod id {
     pub const WARP_LEADER: u32 = super::EGPU_HELPER_BASE + 1;
     /// `u32 egpu_warp_sectors(addr, size)`: the 32-byte sectors the lanes' accesses touch.
     pub const WARP_SECTORS: u32 = super::EGPU_HELPER_BASE + 2;
+    /// `u32 egpu_warp_peers(value)`: in the lowest lane of those with the same value, how many
+    /// have it; 0 in the others.
+    pub const WARP_PEERS: u32 = super::EGPU_HELPER_BASE + 3;
 }
 
 /// What a helper argument must be. The verifier checks calls against these.
@@ -312,6 +315,16 @@ pub const HELPERS: &[HelperInfo] = &[
               sectors past a lane's first, which only an access of over 32 bytes or a \
               misaligned one has: those are counted per lane, an upper bound); 32 for 32 lanes \
               reading 4 bytes 128 bytes apart, 4 for 32 lanes reading consecutive floats",
+        on_cpu: true,
+        on_gpu: true,
+    },
+    HelperInfo {
+        id: id::WARP_PEERS,
+        name: "egpu_warp_peers",
+        args: &[arg("value", ArgKind::Scalar)],
+        ret: RetKind::Scalar,
+        cpu: "1: the one lane is its own group",
+        gpu: "in the lowest of the lanes running the call together whose value is the same               (match.any.sync), how many they are; 0 in the others: one lane per group adds               the group's count (32 lanes reading one page: one add of 32)",
         on_cpu: true,
         on_gpu: true,
     },

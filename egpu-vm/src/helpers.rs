@@ -155,6 +155,10 @@ fn warp_leader(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     1
 }
 
+fn warp_peers(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    1
+}
+
 /// The 32-byte sectors that `size` bytes at `addr` touch (at least 1): a warp of one lane.
 fn warp_sectors(addr: u64, size: u64, _: u64, _: u64, _: u64) -> u64 {
     let last = addr.saturating_add(size.max(1) - 1);
@@ -186,6 +190,10 @@ pub mod native {
     /// The 32-byte sectors that `size` bytes at `addr` touch.
     pub fn warp_sectors(addr: u64, size: u32) -> u32 {
         super::warp_sectors(addr, u64::from(size), 0, 0, 0) as u32
+    }
+    /// How many lanes have `value`, in the lowest of them: 1 on the CPU.
+    pub fn warp_peers(value: u64) -> u32 {
+        super::warp_peers(value, 0, 0, 0, 0) as u32
     }
 }
 
@@ -401,6 +409,7 @@ bindings! {
     warp_lanes: id::WARP_LANES,
     warp_leader: id::WARP_LEADER,
     warp_sectors: id::WARP_SECTORS,
+    warp_peers: id::WARP_PEERS,
     bad_callx: BAD_CALLX,
     add32: atomic_helper(AtomicOp::Add, Size::W),
     add64: atomic_helper(AtomicOp::Add, Size::DW),
@@ -448,6 +457,7 @@ mod tests {
             assert_eq!(native::warp_sectors(addr, size), sectors, "{size} bytes at {addr}");
         }
         assert_eq!(native::warp_sectors(96, 0), 1);
+        assert_eq!(native::warp_peers(u64::MAX), 1);
         assert_eq!(native::warp_sectors(u64::MAX - 1, 16), 1);
     }
 }

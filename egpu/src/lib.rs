@@ -83,6 +83,12 @@ pub mod helpers {
     pub fn warp_sectors(addr: u64, size: u32) -> u32 {
         egpu_vm::native::warp_sectors(addr, size)
     }
+
+    /// In the lowest of the lanes running the call together whose `value` is the same, how many
+    /// they are, 0 in the others (one lane per group does the group's work): 1 on the CPU.
+    pub fn warp_peers(value: u64) -> u32 {
+        egpu_vm::native::warp_peers(value)
+    }
 }
 
 /// Prints from a probe: `egpu::print!("launch {} took {} ns", id, ns)` records the format and up

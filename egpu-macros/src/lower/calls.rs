@@ -9,13 +9,14 @@ use syn::{Expr, Ident, Pat};
 use super::{Kind, Lower};
 
 /// The helpers a probe may call, by name, with how many arguments each takes.
-const HELPERS: [(&str, usize); 6] = [
+const HELPERS: [(&str, usize); 7] = [
     ("ktime_ns", 0),
     ("cpu_id", 0),
     ("prandom_u32", 0),
     ("warp_lanes", 0),
     ("warp_leader", 0),
     ("warp_sectors", 2),
+    ("warp_peers", 1),
 ];
 
 impl Lower {

@@ -39,3 +39,9 @@ pub fn warp_sectors(addr: Val<u64>, size: Val<u32>) -> Val<u32> {
     let args = vec![CallArg::Value(expr(addr)), CallArg::Value(expr(size))];
     val(Expr::Call(Ty::U32, id::WARP_SECTORS, args))
 }
+
+/// In the lowest of the lanes running the call together whose `value` is the same, how many
+/// they are; 0 in the others (1 on the CPU): one add per group of lanes, of the group's count.
+pub fn warp_peers(value: Val<u64>) -> Val<u32> {
+    val(Expr::Call(Ty::U32, id::WARP_PEERS, vec![CallArg::Value(expr(value))]))
+}

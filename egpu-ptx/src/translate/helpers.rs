@@ -41,6 +41,17 @@ impl Emitter<'_> {
                 self.line(format!("selp.u64 {r0}, 1, 0, {q0};"));
             }
             helper_id::WARP_SECTORS => self.warp_sectors(),
+            helper_id::WARP_PEERS => {
+                let (value, w1, q0) = (self.reg(Reg::R1), self.tmp32(1), self.pred(0));
+                self.line(format!("activemask.b32 {w0};"));
+                self.line(format!("match.any.sync.b64 {w0}, {value}, {w0};"));
+                self.line(format!("mov.u32 {w1}, %lanemask_lt;"));
+                self.line(format!("and.b32 {w1}, {w1}, {w0};"));
+                self.line(format!("setp.eq.u32 {q0}, {w1}, 0;"));
+                self.line(format!("popc.b32 {w0}, {w0};"));
+                self.line(format!("selp.u32 {w0}, {w0}, 0, {q0};"));
+                self.line(format!("cvt.u64.u32 {r0}, {w0};"));
+            }
             helper_id::MAP_LOOKUP_ELEM
             | helper_id::MAP_UPDATE_ELEM
             | helper_id::MAP_DELETE_ELEM => {
