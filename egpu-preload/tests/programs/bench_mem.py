@@ -104,6 +104,8 @@ def main():
     ap.add_argument("--work", default="/tmp/egpu-bench-mem")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default="", help="saxpy or model")
+    ap.add_argument("--no-first-call", action="store_true",
+                    help="skip the model's first call from empty caches (several minutes)")
     args = ap.parse_args()
     args.egpu = os.path.abspath(args.egpu)
     os.makedirs(args.work, exist_ok=True)
@@ -122,9 +124,11 @@ def main():
         caches = {"TORCHINDUCTOR_CACHE_DIR": os.path.join(args.work, "inductor-cache"),
                   "TRITON_CACHE_DIR": os.path.join(args.work, "triton-cache")}
         menv = dict(env, **caches)
-        print("\n=== model: the first call (compile, autotuning, JIT), from empty caches")
-        for label, prefix in (("bare", []), ("counts", [args.egpu, "mem", "run", "--sets",
-                                                         "counts", "--"])):
+        first_calls = () if args.no_first_call else (
+            ("bare", []), ("counts", [args.egpu, "mem", "run", "--sets", "counts", "--"]))
+        if first_calls:
+            print("\n=== model: the first call (compile, autotuning, JIT), from empty caches")
+        for label, prefix in first_calls:
             for d in caches.values():
                 shutil.rmtree(d, ignore_errors=True)
             out = run([*prefix, *model, "--steps", "3"], menv, timeout=1800)
