@@ -104,10 +104,16 @@ def main():
     ap.add_argument("--work", default="/tmp/egpu-bench-mem")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default="", help="saxpy or model")
+    ap.add_argument("--variants", default="",
+                    help="only these variants (labels separated by ;, e.g. \"counts;counts,timing\")")
     ap.add_argument("--no-first-call", action="store_true",
                     help="skip the model's first call from empty caches (several minutes)")
     args = ap.parse_args()
     args.egpu = os.path.abspath(args.egpu)
+    if args.variants:
+        wanted = set(args.variants.split(";"))
+        global VARIANTS
+        VARIANTS = tuple(v for v in VARIANTS if v[0] in wanted)
     os.makedirs(args.work, exist_ok=True)
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
