@@ -29,6 +29,7 @@ fn run() -> Result<(), Box<dyn Error>> {
         return Ok(());
     };
     println!("mem_report on {info}");
+    // ANCHOR: session
     let gpu = Gpu::open(info.ordinal)?;
     let mem = MemSession::new(&gpu, &[Set::Counts, Set::Timing, Set::Pattern])?;
     let module = mem.load_ptx(SAXPY)?;
@@ -37,9 +38,8 @@ fn run() -> Result<(), Box<dyn Error>> {
     }
 
     let n: u32 = 1 << 24;
-    let floats = |f: &dyn Fn(u32) -> f32| -> Vec<u8> {
-        (0..n).flat_map(|i| f(i).to_le_bytes()).collect()
-    };
+    let floats =
+        |f: &dyn Fn(u32) -> f32| -> Vec<u8> { (0..n).flat_map(|i| f(i).to_le_bytes()).collect() };
     let (x, y) = (gpu.alloc(n as usize * 4)?, gpu.alloc(n as usize * 4)?);
     x.write(&floats(&|i| (i % 1000) as f32))?;
     y.write(&floats(&|i| (i % 10) as f32))?;
@@ -58,11 +58,9 @@ fn run() -> Result<(), Box<dyn Error>> {
 
     let recording = mem.recording()?;
     println!("{}", table::render(&recording));
-    let saxpy = recording
-        .kernels
-        .iter()
-        .find(|k| k.name == "saxpy")
-        .ok_or("no saxpy in the recording")?;
+    // ANCHOR_END: session
+    let saxpy =
+        recording.kernels.iter().find(|k| k.name == "saxpy").ok_or("no saxpy in the recording")?;
     let traffic = saxpy.traffic.ok_or("saxpy has no counts")?;
     let pattern = saxpy.pattern.ok_or("saxpy has no pattern")?;
     let n = u64::from(n);

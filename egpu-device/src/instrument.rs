@@ -231,7 +231,8 @@ impl<'g> Instrumenter<'g> {
     /// or not, by kernel name (sorted).
     pub fn launched(&self) -> Vec<(String, u64)> {
         let launched = self.launched.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut counts: Vec<(String, u64)> = launched.iter().map(|(k, n)| (k.clone(), *n)).collect();
+        let mut counts: Vec<(String, u64)> =
+            launched.iter().map(|(k, n)| (k.clone(), *n)).collect();
         counts.sort();
         counts
     }

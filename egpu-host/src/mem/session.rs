@@ -186,10 +186,15 @@ impl Plan {
     }
 }
 
+/// A site: its kernel's id and its index among the kernel's observed accesses.
+pub type SiteKey = (u64, u32);
+/// A site's PTX line, and what it does (`load`, `store`, `atomic`).
+pub type SiteLine = (u32, &'static str);
+
 /// The access sites of an instrumented module, each once (the injection lists a site per probe
 /// there), by its kernel's id and its index: its PTX line and what it does (`load`, `store`,
 /// `atomic`), [`Seen::site`]'s answers.
-pub fn site_lines(injection: &Injection) -> Vec<((u64, u32), (u32, &'static str))> {
+pub fn site_lines(injection: &Injection) -> Vec<(SiteKey, SiteLine)> {
     let mut sites: Vec<_> = injection
         .sites
         .iter()
@@ -217,7 +222,7 @@ pub(crate) struct Injected {
     /// Every kernel's name, by id.
     names: BTreeMap<u64, String>,
     /// The sites' PTX lines and what they do.
-    sites: BTreeMap<(u64, u32), (u32, &'static str)>,
+    sites: BTreeMap<SiteKey, SiteLine>,
 }
 
 impl Injected {

@@ -36,10 +36,11 @@ fn the_plan_binds_each_map_once() {
     assert_eq!(names, ["ATOMICS", "ENDS", "READS", "RUNS", "SITES", "STARTS", "WRITES"]);
     // Three counting probes, two timing, three pattern: all on the device.
     assert_eq!(plan.probes.len(), 8);
-    assert!(plan.probes.iter().all(|(_, p, _)| matches!(
-        p.program().attach_point(),
-        AttachPoint::Device(_)
-    )));
+    assert!(
+        plan.probes
+            .iter()
+            .all(|(_, p, _)| matches!(p.program().attach_point(), AttachPoint::Device(_)))
+    );
     // Map i at 0x1000·(i + 1): every probe's binding is the address and layout of its map.
     let addresses: Vec<u64> = (1..=plan.maps.len() as u64).map(|i| i << 12).collect();
     let bindings = plan.bindings(&addresses);
@@ -133,7 +134,8 @@ fn saxpy_on_the_vm_gives_the_recording() {
     let sites = site_lines(&injection);
     let lines: Vec<&str> = SAXPY.lines().collect();
     let id = kernel_id("saxpy");
-    let expected = [(0, "load", "ld.global.nc.f32"), (1, "load", "ld.global.f32"), (2, "store", "st")];
+    let expected =
+        [(0, "load", "ld.global.nc.f32"), (1, "load", "ld.global.f32"), (2, "store", "st")];
     assert_eq!(sites.len(), expected.len(), "{sites:?}");
     for (&((kernel, site), (line, access)), (index, does, opcode)) in sites.iter().zip(expected) {
         assert_eq!((kernel, site, access), (id, index, does));
