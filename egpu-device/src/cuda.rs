@@ -31,11 +31,12 @@ use cudarc::driver::sys::{
     CUmodule,
 };
 
-use crate::driver::{DriverError, check, guarded, library_present};
+use crate::driver::{DriverError, GpuInfo, check, guarded, library_present};
 
 /// One GPU with its primary context, retained while this value lives.
 #[derive(Debug)]
 pub struct Gpu {
+    ordinal: i32,
     device: CUdevice,
     context: CUcontext,
 }
@@ -159,10 +160,16 @@ impl Gpu {
             check("cuDevicePrimaryCtxRetain", unsafe {
                 sys::cuDevicePrimaryCtxRetain(&mut context, device)
             })?;
-            let gpu = Gpu { device, context };
+            let gpu = Gpu { ordinal, device, context };
             gpu.bind()?;
             Ok(gpu)
         })
+    }
+
+    /// What the driver says of this GPU: name, compute capability, SMs, memory, driver version,
+    /// memory clock and bus width.
+    pub fn info(&self) -> Result<GpuInfo, DriverError> {
+        crate::driver::info(self.ordinal)
     }
 
     /// Makes the context current on the calling thread.

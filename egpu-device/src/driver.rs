@@ -82,6 +82,12 @@ pub struct GpuInfo {
     /// (`1000 * major + 10 * minor`, so 13000 is CUDA 13.0).
     #[doc(alias = "cuDriverGetVersion")]
     pub driver_version: u32,
+    /// The peak memory clock in kHz (0 where the driver does not say).
+    #[doc(alias = "CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE")]
+    pub memory_clock_khz: u32,
+    /// The global memory bus width in bits (0 where the driver does not say).
+    #[doc(alias = "CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH")]
+    pub memory_bus_bits: u32,
 }
 
 impl GpuInfo {
@@ -94,6 +100,12 @@ impl GpuInfo {
     /// The CUDA version the driver supports as (major, minor), such as (13, 0).
     pub fn driver_cuda_version(&self) -> (u32, u32) {
         (self.driver_version / 1000, self.driver_version % 1000 / 10)
+    }
+
+    /// The peak memory bandwidth in bytes per second: memory clock × bus width × 2 (double
+    /// data rate), 0 where the driver does not say.
+    pub fn peak_bytes_per_second(&self) -> f64 {
+        f64::from(self.memory_clock_khz) * 1e3 * 2.0 * f64::from(self.memory_bus_bits) / 8.0
     }
 
     /// The total device memory in GiB.
@@ -185,6 +197,20 @@ pub fn devices() -> Result<Vec<GpuInfo>, DriverError> {
     })
 }
 
+/// What the driver says of GPU `ordinal` (as [`devices`] lists it): for a context already
+/// opened, so the library is there and `cuInit` has run.
+pub(crate) fn info(ordinal: c_int) -> Result<GpuInfo, DriverError> {
+    guarded(move || {
+        if !library_present() {
+            return Err(DriverError::LibraryNotFound);
+        }
+        let mut version: c_int = 0;
+        // SAFETY: `version` is a live, writable `c_int` for the duration of the call.
+        check("cuDriverGetVersion", unsafe { sys::cuDriverGetVersion(&mut version) })?;
+        device_info(ordinal, non_negative(version))
+    })
+}
+
 /// Says whether this machine has a usable GPU, and if not, why not.
 ///
 /// Every failure of [`devices`] becomes [`GpuStatus::NotFound`] with a reason meant for people:
@@ -239,6 +265,8 @@ fn device_info(ordinal: c_int, driver_version: u32) -> Result<GpuInfo, DriverErr
     use CUdevice_attribute::{
         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR as MAJOR,
         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR as MINOR,
+        CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH as BUS_BITS,
+        CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE as MEMORY_CLOCK_KHZ,
         CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT as SM_COUNT,
     };
     Ok(GpuInfo {
@@ -248,6 +276,9 @@ fn device_info(ordinal: c_int, driver_version: u32) -> Result<GpuInfo, DriverErr
         sm_count: attribute(device, SM_COUNT)?,
         total_memory: u64::try_from(total_memory).unwrap_or(u64::MAX),
         driver_version,
+        // Informational: a driver that no longer answers these leaves the peak unknown (0).
+        memory_clock_khz: attribute(device, MEMORY_CLOCK_KHZ).unwrap_or(0),
+        memory_bus_bits: attribute(device, BUS_BITS).unwrap_or(0),
     })
 }
 
@@ -334,6 +365,8 @@ pub(crate) mod tests {
             sm_count: 132,
             total_memory: 150_110_011_392,
             driver_version: 13000,
+            memory_clock_khz: 3_131_000,
+            memory_bus_bits: 6144,
         }
     }
 
@@ -347,6 +380,8 @@ pub(crate) mod tests {
             sm_count: 128,
             total_memory: 24 << 30,
             driver_version: 12040,
+            memory_clock_khz: 0,
+            memory_bus_bits: 0,
         };
         assert_eq!(
             older.to_string(),
@@ -354,6 +389,9 @@ pub(crate) mod tests {
         );
         assert_eq!(older.sm_target(), "sm_89");
         assert_eq!(older.driver_cuda_version(), (12, 4));
+        // HBM3e: 3.131 GHz × 2 × 6144 bits; a driver that does not say, 0.
+        assert_eq!((h200().peak_bytes_per_second() / 1e9).round(), 4809.0);
+        assert_eq!(older.peak_bytes_per_second(), 0.0);
     }
 
     #[test]

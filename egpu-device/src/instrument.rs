@@ -31,7 +31,9 @@ use egpu_ebpf::verifier::Verified;
 
 use crate::cuda::{Arg, Gpu, JitError, Module};
 use crate::driver::DriverError;
-use crate::inject::{Coverage, DeviceProbe, InjectError, InjectOptions, Kernels, inject_with};
+use crate::inject::{
+    Coverage, DeviceProbe, InjectError, InjectOptions, Injection, Kernels, inject_with,
+};
 use crate::tensor_maps::TensorMaps;
 use crate::translate::{Context, DeviceMap, Options, translate};
 use egpu_ebpf::{AttachPoint, DeviceEvent};
@@ -79,6 +81,8 @@ pub struct Instrumenter<'g> {
     paused: AtomicBool,
     every: AtomicU64,
     cache: Mutex<HashMap<u64, Arc<Loaded<'g>>>>,
+    /// Launches of each kernel, by name, over every module loaded through this instrumenter.
+    launched: Mutex<HashMap<String, u64>>,
     /// Where tensor copies look their bytes up.
     tensor_maps: Option<&'g TensorMaps<'g>>,
 }
@@ -93,8 +97,9 @@ impl std::fmt::Debug for Instrumenter<'_> {
     }
 }
 
-/// An instrumented module, or why there is none.
-type Loaded<'g> = Result<(Module<'g>, Coverage), Fallback>;
+/// An instrumented module, with what the injector did to it (its coverage kept apart, for
+/// [`ProbedModule::coverage`]), or why there is none.
+type Loaded<'g> = Result<(Module<'g>, Coverage, Injection), Fallback>;
 
 /// A module loaded through an [`Instrumenter`]: the original, and the instrumented one where
 /// there is one.
@@ -147,6 +152,7 @@ impl<'g> Instrumenter<'g> {
             paused: AtomicBool::new(false),
             every: AtomicU64::new(1),
             cache: Mutex::new(HashMap::new()),
+            launched: Mutex::new(HashMap::new()),
             tensor_maps: None,
         }
     }
@@ -221,6 +227,16 @@ impl<'g> Instrumenter<'g> {
         self.cache.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 
+    /// Launches of each kernel over every module loaded through this instrumenter, instrumented
+    /// or not, by kernel name (sorted).
+    pub fn launched(&self) -> Vec<(String, u64)> {
+        let launched = self.launched.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut counts: Vec<(String, u64)> =
+            launched.iter().map(|(k, n)| (k.clone(), *n)).collect();
+        counts.sort();
+        counts
+    }
+
     /// The key of `ptx` instrumented with this instrumenter's probes.
     fn key(&self, ptx: &str) -> u64 {
         let table = self.tensor_maps.map_or(0, TensorMaps::device_ptr);
@@ -282,7 +298,7 @@ impl<'g> Instrumenter<'g> {
         let injected =
             inject_with(ptx, &probes, &options).map_err(|e| Fallback::Inject(e.to_string()))?;
         let module = self.gpu.load_ptx(&injected.ptx).map_err(Fallback::Load)?;
-        Ok((module, injected.coverage()))
+        Ok((module, injected.coverage(), injected))
     }
 }
 
@@ -290,7 +306,13 @@ impl ProbedModule<'_, '_> {
     /// How many of the module's global memory instructions the probes observe (`observed` of
     /// `memory_instructions`, and the others with why); `None` when it runs uninstrumented.
     pub fn coverage(&self) -> Option<&Coverage> {
-        self.instrumented.as_ref().as_ref().ok().map(|(_, coverage)| coverage)
+        self.instrumented.as_ref().as_ref().ok().map(|(_, coverage, _)| coverage)
+    }
+
+    /// What the injector did to the module (its PTX, kernels and sites); `None` when it runs
+    /// uninstrumented.
+    pub fn injection(&self) -> Option<&Injection> {
+        self.instrumented.as_ref().as_ref().ok().map(|(_, _, injection)| injection)
     }
 
     /// Why the module runs uninstrumented, if it does.
@@ -326,12 +348,16 @@ impl ProbedModule<'_, '_> {
             *n += 1;
             *n - 1
         };
+        {
+            let mut all = self.instrumenter.launched.lock().unwrap_or_else(PoisonError::into_inner);
+            *all.entry(name.to_owned()).or_insert(0) += 1;
+        }
         let every = self.instrumenter.every.load(Relaxed);
         let wanted = !self.instrumenter.paused.load(Relaxed)
             && n % every == 0
             && !self.instrumenter.probes.is_empty();
         let usable = match self.instrumented.as_ref() {
-            Ok((module, _)) if wanted && self.kernel_fallback(name).is_none() => Some(module),
+            Ok((module, ..)) if wanted && self.kernel_fallback(name).is_none() => Some(module),
             Err(why) if wanted => {
                 self.warn_once(why);
                 None

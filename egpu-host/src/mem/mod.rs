@@ -5,7 +5,8 @@
 //! for into a probe pack, which `egpu mem run` hands to the preloaded library as it would a
 //! user's. When the program ends, the library reads the sets' maps into a [`Recording`] (a
 //! versioned JSON lines format) beside the kernels it saw launched, and [`table::render`] prints
-//! it.
+//! it. A program that loads its own PTX through egpu does the same in process with a
+//! [`MemSession`] ([`session`]), without the preloaded library.
 //!
 //! | set | what it measures | cost |
 //! |---|---|---|
@@ -17,6 +18,7 @@
 
 pub mod pages;
 pub mod record;
+pub mod session;
 pub mod sets;
 pub mod table;
 pub mod timeline;
@@ -29,6 +31,7 @@ pub use record::{
     Coalescing, Count, EventTiming, Header, Kernel, Launch, PageUse, Recording, RecordingError,
     Seen, SiteRecord, Traffic,
 };
+pub use session::{MemError, MemSession, site_lines};
 pub use timeline::{Sampling, UnknownSampling};
 pub use windows::{Sample, Timeline, TimelineSummary, Window};
 
@@ -187,5 +190,7 @@ pub fn pack_sampled(sets: &[Set], page: PageSize, sampling: Sampling) -> Result<
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_session;
 #[cfg(test)]
 mod tests_timeline;

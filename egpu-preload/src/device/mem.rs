@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use egpu::device::inject::Injection;
-use egpu::ebpf::DeviceEvent;
 use egpu::host::builtin::{Builtin, TimingCount};
 use egpu::host::mem::{self, EventTiming, Header, Recording, Seen, Set};
 
@@ -50,16 +49,7 @@ pub(super) fn remember_sites(injection: &Injection) {
         return;
     }
     let mut lines = LINES.lock().unwrap_or_else(|p| p.into_inner());
-    for s in &injection.sites {
-        let access = match s.event {
-            DeviceEvent::GlobalLoad => "load",
-            DeviceEvent::GlobalStore => "store",
-            DeviceEvent::GlobalAtomic => "atomic",
-            _ => continue,
-        };
-        let line = u32::try_from(s.line).unwrap_or(u32::MAX);
-        lines.insert((egpu::ebpf::kernel_id(&s.function), s.index), (line, access));
-    }
+    lines.extend(mem::site_lines(injection));
 }
 
 /// A context on `device` got map parts.
