@@ -212,17 +212,14 @@ fn an_h200_recording_reads_back_and_prints() {
 fn an_h200_timeline_shows_the_two_phases_of_a_kernel() {
     // mem_timing.cu's two-phase kernel alone (`--kernel phases`) under counts,timing,timeline,
     // one warp in 32 sampled, 4000 records kept: it streams memory, then chases pointers.
-    let path =
-        egpu_test_support::workspace_path("tests/data/mem/mem_timing-timeline-h200.egpumem");
+    let path = egpu_test_support::workspace_path("tests/data/mem/mem_timing-timeline-h200.egpumem");
     let rec = Recording::parse(&std::fs::read_to_string(&path).expect("read")).expect("parses");
     let phases = rec.kernels.iter().find(|k| k.name == "_Z6phasesPKfPfxPKiiPi").expect("phases");
     let windows: Vec<_> = rec.windows.iter().filter(|w| w.kernel == phases.id).collect();
     assert_eq!(windows.len(), 50);
     let bandwidth: Vec<f64> =
         windows.iter().map(|w| w.bytes as f64 / (w.end_ns - w.start_ns) as f64).collect();
-    let (fast, slow) = bandwidth
-        .iter()
-        .fold((0f64, f64::MAX), |(f, s), &b| (f.max(b), s.min(b)));
+    let (fast, slow) = bandwidth.iter().fold((0f64, f64::MAX), |(f, s), &b| (f.max(b), s.min(b)));
     assert!(fast > 3.0 * slow, "two phases: {fast} and {slow} bytes per ns");
     // The windows hold the sampled bytes times the sampling, short of the records dropped.
     let summed: u64 = windows.iter().map(|w| w.bytes).sum();
