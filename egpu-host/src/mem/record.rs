@@ -137,6 +137,9 @@ pub struct Kernel {
     /// Whether its module was instrumented; `false`: it ran without probes (no PTX, …), and the
     /// device's columns are unknown, not zero.
     pub instrumented: bool,
+    /// Left out by `egpu mem run --kernel` (`EGPU_KERNELS`): not instrumented, by choice.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub unselected: bool,
     /// What it moved, with the `counts` set.
     pub traffic: Option<Traffic>,
     /// Runs timed by the `timing` set (graph replays included).
@@ -156,6 +159,10 @@ pub struct Kernel {
     /// Their GPU time from the events, in nanoseconds; absent: none.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub event_ns: u64,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 fn is_zero(n: &u64) -> bool {

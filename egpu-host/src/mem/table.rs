@@ -112,6 +112,9 @@ pub fn render(recording: &Recording) -> String {
                     pages(k)
                 );
             }
+            None if k.unselected => {
+                let _ = writeln!(text, "{:>11}", "not selected (--kernel)");
+            }
             None if !k.instrumented => {
                 let _ = writeln!(text, "{:>11}", "not instrumentable");
             }

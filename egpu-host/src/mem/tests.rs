@@ -341,3 +341,29 @@ fn event_times_are_kept_read_back_and_shown() {
     let e = Recording::parse(&format!("{old_header}\n{bad}\n")).expect_err("negative");
     assert!(e.to_string().starts_with("line 2:"), "{e}");
 }
+
+#[test]
+fn kernels_left_out_by_kernel_are_said_so() {
+    let kernel = |name: &str, unselected| Kernel {
+        name: name.into(),
+        id: "1".into(),
+        launches: 2,
+        unselected,
+        ..Kernel::default()
+    };
+    let header =
+        Header { format: record::FORMAT.into(), version: record::VERSION, ..Header::default() };
+    let recording = Recording {
+        header,
+        kernels: vec![kernel("_Z4left", true), kernel("_Z6nativev", false)],
+        ..Recording::default()
+    };
+    let text = recording.to_jsonl();
+    assert!(text.contains("\"unselected\":true") && text.matches("unselected").count() == 1);
+    let back = Recording::parse(&text).expect("parses");
+    assert_eq!(back, recording);
+    let table = table::render(&back);
+    let row = |name: &str| table.lines().find(|l| l.starts_with(name)).expect(name).to_owned();
+    assert!(row("_Z4left").contains("not selected (--kernel)"), "{table}");
+    assert!(row("_Z6nativev").contains("not instrumentable"), "{table}");
+}

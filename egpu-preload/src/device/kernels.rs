@@ -31,6 +31,15 @@ fn filter() -> &'static Filter {
     })
 }
 
+/// Whether `EGPU_KERNELS` picks the kernel named `name` (every kernel without it).
+pub(super) fn chosen(name: &str) -> bool {
+    match filter() {
+        Filter::All => true,
+        Filter::None => false,
+        Filter::Matching(regex) => regex.is_match(name),
+    }
+}
+
 /// The kernels of the module `ptx` to instrument, by name; `None`: every one (no filter, or
 /// PTX the reader refuses, which the injection then reports).
 pub(super) fn selected(ptx: &str) -> Option<Vec<String>> {

@@ -134,6 +134,9 @@ pub(crate) fn write(user: &UserProbes, names: &Builtin) {
     };
     let mut recording = Recording::collect(header, &user.maps, &seen);
     super::timeline::finish(&mut recording, &user.maps);
+    for k in recording.kernels.iter_mut().filter(|k| !k.instrumented) {
+        k.unselected = !super::kernels::chosen(&k.name);
+    }
     if crate::kernel_times::enabled() {
         let times: Vec<(u64, u64, u64)> =
             names.kernel_times().into_iter().map(|(id, t)| (id, t.count, t.sum_ns)).collect();
