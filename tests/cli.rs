@@ -157,10 +157,27 @@ fn inject_writes_the_module_and_lists_the_sites() {
 
 #[test]
 fn inject_says_which_accesses_make_runs() {
-    // bytes[kernel_id] += size: saxpy's two loads, one after the other, make one run.
+    // bytes[kernel_id] += size: at saxpy's two 4-byte loads, 4 added to a register each.
     let bytes = workspace_path("tests/probes/kernel_bytes.s");
     let probe = format!("device::global_load={}", bytes.display());
     let saxpy = saxpy();
+    let args = ["inject", saxpy.to_str().expect("a UTF-8 path"), "--probe", &probe];
+    let r = succeeds(&[&args[..], &["--map", "bytes=hash:8:8:1024"]].concat());
+    let line = format!(
+        "{}: 2 accesses whose probes only add numbers known now to the kernel's values: they \
+         add them to registers, flushed when a thread exits",
+        saxpy.display()
+    );
+    assert!(r.stderr.lines().any(|l| l == line), "{}", r.stderr);
+    assert_eq!(r.stdout.matches("add.u64 %egpu_hs0_0, %egpu_hs0_0, 4;").count(), 2);
+    // bytes[block] += size: the two loads, one after the other, make one run.
+    let by_block = std::fs::read_to_string(&bytes)
+        .expect("the probe")
+        .replace("ldxdw %r0, [%r9+8]", "ldxw %r0, [%r9+36]");
+    let dir = TempDir::new("runs");
+    let by_block_path = dir.0.join("by_block.s");
+    std::fs::write(&by_block_path, by_block).expect("written");
+    let probe = format!("device::global_load={}", by_block_path.display());
     let args = ["inject", saxpy.to_str().expect("a UTF-8 path"), "--probe", &probe];
     let r = succeeds(&[&args[..], &["--map", "bytes=hash:8:8:1024"]].concat());
     let line = format!(

@@ -240,6 +240,13 @@ pub(crate) fn inject_cmd(a: InjectArgs) -> Result<(), Error> {
             injected.in_runs, injected.runs
         );
     }
+    if injected.summarized > 0 {
+        eprintln!(
+            "{module}: {} accesses whose probes only add numbers known now to the kernel's values: \
+             they add them to registers, flushed when a thread exits",
+            injected.summarized
+        );
+    }
     eprintln!("{} sites", injected.sites.len());
     match a.output {
         Some(path) => std::fs::write(&path, &injected.ptx)

@@ -137,6 +137,8 @@ pub struct Injection {
     pub runs: usize,
     /// The accesses of those runs.
     pub in_runs: usize,
+    /// Accesses at which some probe runs as register adds (`summaries.rs`).
+    pub summarized: usize,
     /// The module's kernels (`.entry` functions), by name, in order.
     pub kernels: Vec<String>,
 }
@@ -345,7 +347,7 @@ pub fn inject_with(
     let names = Names::new(ptx);
     let (mut unobserved, mut uncovered) = (Vec::new(), Vec::new());
     let (mut memory_instructions, mut observed, mut hints) = (0, 0, 0);
-    let (mut runs, mut in_runs) = (0, 0);
+    let (mut runs, mut in_runs, mut summarized) = (0, 0, 0);
     let is_predicate = predicates(&module);
     for f in module.functions() {
         let mut index = 0u32;
@@ -422,6 +424,7 @@ pub fn inject_with(
         let adds = roles.values().filter(|r| **r == runs::Role::Adds).count();
         runs += roles.len() - adds;
         in_runs += roles.len();
+        summarized += summed.pieces();
         // A kernel with many copies of probes shares the hash map searches (Options::outline).
         let probed = observations
             .iter()
@@ -749,6 +752,7 @@ pub fn inject_with(
         hints,
         runs,
         in_runs,
+        summarized,
         kernels: module.entries().map(|f| f.name.clone()).collect(),
     })
 }

@@ -36,6 +36,11 @@ pub(super) struct Summaries {
 }
 
 impl Summaries {
+    /// The accesses at which some probe runs as adds.
+    pub(super) fn pieces(&self) -> usize {
+        self.code.keys().map(|(piece, _)| piece).collect::<BTreeSet<_>>().len()
+    }
+
     /// Whether any probe at the access of `piece` runs as adds (such an access is in no run).
     pub(super) fn at(&self, piece: usize) -> bool {
         self.code.range((piece, 0)..=(piece, usize::MAX)).next().is_some()
