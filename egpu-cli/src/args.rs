@@ -218,6 +218,8 @@ pub(crate) enum MemCommand {
     Run(MemRunArgs),
     /// Print the tables of recordings (`.egpumem` files, or folders of them).
     Report(MemReportArgs),
+    /// Draw recordings: a heatmap, bandwidth over time, launch durations, and a page of them.
+    Render(MemRenderArgs),
 }
 
 /// `egpu mem run`.
@@ -262,7 +264,8 @@ pub(crate) struct MemRunArgs {
     /// Instrument only the kernels whose mangled name this regular expression matches
     #[arg(long, value_name = "REGEX", value_parser = kernel_regex)]
     pub(crate) kernel: Option<String>,
-    /// Keep the recordings in DIR (created if need be) [default: a temporary folder, removed]
+    /// Keep the recordings, their pictures and index.html (`egpu mem render`) in DIR (created
+    /// if need be) [default: a temporary folder, removed]
     #[arg(long, value_name = "DIR")]
     pub(crate) out: Option<PathBuf>,
     /// Also time every kernel launch with CUDA events around it, those without PTX included
@@ -283,6 +286,25 @@ pub(crate) struct MemReportArgs {
     /// Recordings, or folders whose `.egpumem` files are read
     #[arg(value_name = "PATH", required = true)]
     pub(crate) paths: Vec<PathBuf>,
+}
+
+/// `egpu mem render`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Writes into DIR report.txt (the table of `egpu mem report`), heatmap, bandwidth and durations
+as .png and .svg, and index.html, which shows the table and the pictures. The heatmap shows the
+`timeline` set's samples by address range (touched ranges only) and device time, the launches
+they came from marked; the bandwidth plot the `timeline` set's windows per kernel against the
+device's peak; the histogram the `timing` set's launch durations per kernel. A picture without
+data says which set to run. Several recordings are rendered into a sub-folder each, named after
+the file, with an index.html linking them. Needs no GPU.")]
+pub(crate) struct MemRenderArgs {
+    /// Recordings, or folders whose `.egpumem` files are read
+    #[arg(value_name = "RECORDING", required = true)]
+    pub(crate) paths: Vec<PathBuf>,
+    /// The folder to write into (created if need be)
+    #[arg(long, value_name = "DIR", required = true)]
+    pub(crate) out: PathBuf,
 }
 
 /// `egpu maps`.

@@ -8,6 +8,7 @@
 //! egpu maps [PID [--watch SECONDS]] [--json]
 //! egpu mem run [--sets SETS] [--page-size SIZE] [--out DIR] [--library PATH] [--] COMMAND [ARGS]...
 //! egpu mem report PATH...
+//! egpu mem render RECORDING... --out DIR
 //! egpu list [PATTERN] [-v] [--json]
 //! egpu completions SHELL
 //! egpu help [SUBCOMMAND]
@@ -28,7 +29,8 @@
 //! | `ptx.rs` | `translate` and `inject` |
 //! | `run.rs` | `run`, the metrics server, the OTLP pusher |
 //! | `maps.rs` | `maps`, its JSON |
-//! | `mem.rs` | `mem run` (`run` with the sets' pack) and `mem report` |
+//! | `mem.rs` | `mem run` (`run` with the sets' pack), `mem report` and `mem render` |
+//! | `render/` | `mem render`'s pictures and pages (plotters, an embedded font) |
 //! | `list.rs` | `list`: attach points, contexts' fields and helpers, from egpu-ebpf's tables |
 
 mod args;
@@ -38,6 +40,7 @@ mod mem;
 mod metrics;
 mod program;
 mod ptx;
+mod render;
 mod run;
 
 use std::process::ExitCode;

@@ -1,6 +1,7 @@
 //! `egpu mem run`: `egpu run` with the built-in sets' pack as its probes and `EGPU_MEM_OUT`
 //! naming where each process writes its recording; then the table of each recording. `egpu mem
-//! report`: the tables of recordings already written.
+//! report`: the tables of recordings already written. `egpu mem render`: their pictures
+//! (`render/`), which `egpu mem run --out DIR` also draws into DIR at the end.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -8,7 +9,7 @@ use std::process::ExitCode;
 
 use egpu::host::mem::{Recording, Set, table};
 
-use crate::args::{MemCommand, MemReportArgs, MemRunArgs, OtlpProtocol, RunArgs};
+use crate::args::{MemCommand, MemRenderArgs, MemReportArgs, MemRunArgs, OtlpProtocol, RunArgs};
 use crate::{Error, failed};
 
 /// `egpu mem`.
@@ -16,6 +17,7 @@ pub(crate) fn mem_cmd(command: MemCommand) -> Result<ExitCode, Error> {
     match command {
         MemCommand::Run(a) => run(a),
         MemCommand::Report(a) => report(a).map(|()| ExitCode::SUCCESS),
+        MemCommand::Render(a) => render(a).map(|()| ExitCode::SUCCESS),
     }
 }
 
@@ -71,7 +73,53 @@ fn run(a: MemRunArgs) -> Result<ExitCode, Error> {
         eprintln!("egpu: no process wrote a recording (did the command use CUDA?)");
     }
     print_tables(&files)?;
+    if a.out.is_some() {
+        render_run(&files, &out)?;
+    }
     Ok(code)
+}
+
+/// `egpu mem run --out DIR`'s pictures: those of each recording with kernels, into DIR (one
+/// process) or DIR/PID (several).
+fn render_run(files: &[PathBuf], out: &Path) -> Result<(), Error> {
+    let mut with_kernels = Vec::new();
+    for file in files {
+        let recording = crate::render::read(file).map_err(failed)?;
+        if !recording.kernels.is_empty() {
+            with_kernels.push(file.clone());
+        }
+    }
+    if with_kernels.is_empty() {
+        return Ok(());
+    }
+    crate::render::render_files(&with_kernels, out).map_err(failed)?;
+    eprintln!("egpu: pictures in {}", out.join("index.html").display());
+    Ok(())
+}
+
+fn render(a: MemRenderArgs) -> Result<(), Error> {
+    let files = expand(&a.paths)?;
+    if files.is_empty() {
+        return Err(failed("no `.egpumem` recording in the folders given"));
+    }
+    let folders = crate::render::render_files(&files, &a.out).map_err(failed)?;
+    for dir in folders {
+        println!("{}", dir.join("index.html").display());
+    }
+    Ok(())
+}
+
+/// Paths given: recordings, and folders whose recordings are read.
+fn expand(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Error> {
+    let mut files = Vec::new();
+    for path in paths {
+        if path.is_dir() {
+            files.extend(recordings_in(path)?);
+        } else {
+            files.push(path.clone());
+        }
+    }
+    Ok(files)
 }
 
 /// The environment `egpu mem run` gives the command: where to write recordings, and the
@@ -130,13 +178,5 @@ fn print_tables(files: &[PathBuf]) -> Result<(), Error> {
 }
 
 fn report(a: MemReportArgs) -> Result<(), Error> {
-    let mut files = Vec::new();
-    for path in &a.paths {
-        if path.is_dir() {
-            files.extend(recordings_in(path)?);
-        } else {
-            files.push(path.clone());
-        }
-    }
-    print_tables(&files)
+    print_tables(&expand(&a.paths)?)
 }

@@ -1,0 +1,260 @@
+//! The data behind each picture, from a recording: plain structs that the tests check (binned
+//! counts, axis ranges, the launches marked) and that `draw.rs` turns into pictures.
+//!
+//! Times are made relative to the picture's first event (device time, `%globaltimer`, is
+//! nanoseconds since an arbitrary origin), and every function returns `None` when the
+//! recording holds nothing to draw, so a picture says why it is empty instead of failing.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use egpu::host::mem::Recording;
+
+/// The most address ranges the heatmap keeps as rows: the bucket grows (by powers of two)
+/// until the touched ones fit.
+pub(crate) const MAX_ROWS: usize = 64;
+/// The smallest address range of a row, in bytes.
+pub(crate) const MIN_BUCKET: u64 = 256;
+/// The heatmap's columns: device time cut in this many equal bins.
+pub(crate) const TIME_BINS: usize = 100;
+/// The most launches the heatmap marks (the first ones, by start).
+pub(crate) const MAX_MARKS: usize = 64;
+/// Histogram bins per decade of launch duration.
+pub(crate) const BINS_PER_DECADE: u32 = 4;
+
+/// A launch drawn on the heatmap: its kernel and its times, relative to the picture's start.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Mark {
+    /// The kernel's name.
+    pub(crate) kernel: String,
+    /// The launch's grid id.
+    pub(crate) grid: u64,
+    /// Its start, nanoseconds after [`Heatmap::t0_ns`].
+    pub(crate) start_ns: u64,
+    /// Its end, nanoseconds after [`Heatmap::t0_ns`].
+    pub(crate) end_ns: u64,
+}
+
+/// A row of the heatmap: a touched address range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Row {
+    /// Its first byte.
+    pub(crate) start: u64,
+    /// Whether untouched ranges lie between it and the row before (collapsed, drawn as a line).
+    pub(crate) gap_before: bool,
+}
+
+/// Address ranges × device time, counted from the `sample` records.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Heatmap {
+    /// The bytes of a row's range (a power of two).
+    pub(crate) bucket: u64,
+    /// The touched ranges, by address.
+    pub(crate) rows: Vec<Row>,
+    /// The lowest and highest sampled addresses (the last byte of the highest access).
+    pub(crate) addr_min: u64,
+    /// The highest sampled access's last byte.
+    pub(crate) addr_max: u64,
+    /// Device time of the picture's left edge, in nanoseconds.
+    pub(crate) t0_ns: u64,
+    /// The picture's span, in nanoseconds from `t0_ns` (at least 1).
+    pub(crate) span_ns: u64,
+    /// The samples (warp-level requests) per row and time bin: `counts[row][bin]`.
+    pub(crate) counts: Vec<Vec<u64>>,
+    /// The launches marked, by start.
+    pub(crate) marks: Vec<Mark>,
+    /// Launches of the sampled kernels left unmarked past [`MAX_MARKS`].
+    pub(crate) unmarked: usize,
+}
+
+impl Heatmap {
+    /// Every sample counted.
+    pub(crate) fn total(&self) -> u64 {
+        self.counts.iter().flatten().sum()
+    }
+
+    /// The busiest cell's count.
+    pub(crate) fn max(&self) -> u64 {
+        self.counts.iter().flatten().copied().max().unwrap_or(0)
+    }
+}
+
+/// The name of the kernel whose id is `id` (the id itself when the recording lacks it).
+pub(crate) fn kernel_name(recording: &Recording, id: &str) -> String {
+    recording.kernels.iter().find(|k| k.id == id).map_or_else(|| id.to_owned(), |k| k.name.clone())
+}
+
+/// The heatmap of `recording`'s samples; `None` without samples.
+pub(crate) fn heatmap(recording: &Recording) -> Option<Heatmap> {
+    let samples = &recording.samples;
+    if samples.is_empty() {
+        return None;
+    }
+    let addr_min = samples.iter().map(|s| s.addr).min()?;
+    let addr_max =
+        samples.iter().map(|s| s.addr.saturating_add(u64::from(s.size.max(1)) - 1)).max()?;
+    // The smallest bucket whose touched ranges fit in MAX_ROWS rows.
+    let mut bucket = MIN_BUCKET;
+    let touched = loop {
+        let t: BTreeSet<u64> = samples.iter().map(|s| s.addr / bucket).collect();
+        if t.len() <= MAX_ROWS || bucket >= 1 << 62 {
+            break t;
+        }
+        bucket *= 2;
+    };
+    let index: BTreeMap<u64, usize> = touched.iter().enumerate().map(|(i, &b)| (b, i)).collect();
+    let mut rows = Vec::with_capacity(touched.len());
+    let mut previous: Option<u64> = None;
+    for &b in &touched {
+        rows.push(Row { start: b * bucket, gap_before: previous.is_some_and(|p| p + 1 != b) });
+        previous = Some(b);
+    }
+    // The launches the samples came from, marked; the time axis covers them and the samples.
+    let sampled: BTreeSet<(&str, u64)> =
+        samples.iter().map(|s| (s.kernel.as_str(), s.launch)).collect();
+    let mut launches: Vec<_> = recording
+        .launches
+        .iter()
+        .filter(|l| sampled.contains(&(l.kernel.as_str(), l.grid)))
+        .collect();
+    launches.sort_by_key(|l| (l.start_ns, l.grid));
+    let unmarked = launches.len().saturating_sub(MAX_MARKS);
+    launches.truncate(MAX_MARKS);
+    let times = samples.iter().map(|s| s.time_ns);
+    let t0_ns = times.clone().chain(launches.iter().map(|l| l.start_ns)).min()?;
+    let t1_ns = times.chain(launches.iter().map(|l| l.end_ns.max(l.start_ns))).max()?;
+    let span_ns = (t1_ns - t0_ns).max(1);
+    let mut counts = vec![vec![0u64; TIME_BINS]; rows.len()];
+    for s in samples {
+        let row = index[&(s.addr / bucket)];
+        counts[row][time_bin(s.time_ns - t0_ns, span_ns)] += 1;
+    }
+    let marks = launches
+        .iter()
+        .map(|l| Mark {
+            kernel: kernel_name(recording, &l.kernel),
+            grid: l.grid,
+            start_ns: l.start_ns - t0_ns,
+            end_ns: l.end_ns.max(l.start_ns) - t0_ns,
+        })
+        .collect();
+    Some(Heatmap { bucket, rows, addr_min, addr_max, t0_ns, span_ns, counts, marks, unmarked })
+}
+
+/// The time bin of `t` nanoseconds into a span of `span` (the end falls in the last bin).
+fn time_bin(t: u64, span: u64) -> usize {
+    let bin = (u128::from(t) * TIME_BINS as u128 / u128::from(span)) as usize;
+    bin.min(TIME_BINS - 1)
+}
+
+/// One kernel's bandwidth over time: a line per launch.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Series {
+    /// The kernel's name.
+    pub(crate) kernel: String,
+    /// Per launch, its windows' (middle in microseconds after [`Bandwidth::t0_ns`], bytes per
+    /// second), by time.
+    pub(crate) launches: Vec<Vec<(f64, f64)>>,
+}
+
+impl Series {
+    /// Every window's bandwidth, in bytes per second.
+    pub(crate) fn values(&self) -> impl Iterator<Item = f64> + '_ {
+        self.launches.iter().flatten().map(|&(_, y)| y)
+    }
+}
+
+/// Bandwidth over time per kernel, from the `window` records.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Bandwidth {
+    /// Device time of the left edge, in nanoseconds: the first window's start.
+    pub(crate) t0_ns: u64,
+    /// The x axis' end, in microseconds after `t0_ns`.
+    pub(crate) end_us: f64,
+    /// The y axis' top, bytes per second: the highest window or the peak, whichever is higher,
+    /// and a margin.
+    pub(crate) top: f64,
+    /// The device's peak, bytes per second (0: unknown, not drawn).
+    pub(crate) peak: f64,
+    /// The kernels, by name.
+    pub(crate) series: Vec<Series>,
+}
+
+/// The bandwidth plot of `recording`'s windows; `None` without windows.
+pub(crate) fn bandwidth(recording: &Recording) -> Option<Bandwidth> {
+    let windows = &recording.windows;
+    let t0_ns = windows.iter().map(|w| w.start_ns).min()?;
+    let t1_ns = windows.iter().map(|w| w.end_ns.max(w.start_ns)).max()?;
+    let us = |ns: u64| (ns - t0_ns) as f64 / 1e3;
+    let mut by_kernel: BTreeMap<String, BTreeMap<u64, Vec<(f64, f64)>>> = BTreeMap::new();
+    for w in windows {
+        let middle = w.start_ns + w.duration_ns() / 2;
+        by_kernel
+            .entry(kernel_name(recording, &w.kernel))
+            .or_default()
+            .entry(w.launch)
+            .or_default()
+            .push((us(middle), w.bytes_per_second()));
+    }
+    let series: Vec<Series> = by_kernel
+        .into_iter()
+        .map(|(kernel, launches)| {
+            let launches = launches
+                .into_values()
+                .map(|mut points| {
+                    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                    points
+                })
+                .collect();
+            Series { kernel, launches }
+        })
+        .collect();
+    let peak = recording.header.peak_bytes_per_second.max(0.0);
+    let highest = series.iter().flat_map(Series::values).fold(0.0, f64::max);
+    let top = (highest.max(peak) * 1.1).max(1.0);
+    Some(Bandwidth { t0_ns, end_us: us(t1_ns).max(1e-3), top, peak, series })
+}
+
+/// Launch durations per kernel, binned on a log scale.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Durations {
+    /// The bins' edges, nanoseconds: bin `i` is `edges[i]..edges[i + 1]` (one more than bins).
+    pub(crate) edges: Vec<f64>,
+    /// Per kernel (by name), its launches per bin.
+    pub(crate) kernels: Vec<(String, Vec<u64>)>,
+}
+
+impl Durations {
+    /// Every launch counted.
+    pub(crate) fn total(&self) -> u64 {
+        self.kernels.iter().flat_map(|(_, c)| c).sum()
+    }
+
+    /// The highest bin, every kernel's stacked.
+    pub(crate) fn tallest(&self) -> u64 {
+        (0..self.edges.len().saturating_sub(1))
+            .map(|i| self.kernels.iter().map(|(_, c)| c[i]).sum::<u64>())
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// The histogram of `recording`'s launch durations; `None` without launches.
+pub(crate) fn durations(recording: &Recording) -> Option<Durations> {
+    let launches = &recording.launches;
+    // A launch of 0 ns (clocks that did not move) counts as 1 ns on the log axis.
+    let ns = |l: &egpu::host::mem::Launch| l.duration_ns().max(1) as f64;
+    let shortest = launches.iter().map(ns).reduce(f64::min)?;
+    let longest = launches.iter().map(ns).reduce(f64::max)?;
+    let per = f64::from(BINS_PER_DECADE);
+    let low = (shortest.log10() * per).floor() as i32;
+    let high = ((longest.log10() * per).floor() as i32 + 1).max(low + 1);
+    let edges: Vec<f64> = (low..=high).map(|e| 10f64.powf(f64::from(e) / per)).collect();
+    let bins = edges.len() - 1;
+    let mut kernels: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for l in launches {
+        let bin = ((ns(l).log10() * per).floor() as i32 - low).clamp(0, bins as i32 - 1) as usize;
+        // A graph node's line counts once (its times are its last replay's).
+        kernels.entry(kernel_name(recording, &l.kernel)).or_insert_with(|| vec![0; bins])[bin] += 1;
+    }
+    Some(Durations { edges, kernels: kernels.into_iter().collect() })
+}

@@ -1,0 +1,112 @@
+//! The data behind the pictures, from the recordings of a real H200 (`tests/data/mem/`).
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
+use egpu::host::mem::Recording;
+
+use super::data::{self, MAX_ROWS, TIME_BINS};
+
+fn recording(name: &str) -> Recording {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/data/mem").join(name);
+    super::read(&path).unwrap_or_else(|e| panic!("{e}"))
+}
+
+const PHASES: &str = "_Z6phasesPKfPfxPKiiPi";
+
+#[test]
+fn heatmap_counts_every_sample_over_their_addresses() {
+    let r = recording("mem_timing-timeline-h200.egpumem");
+    let h = data::heatmap(&r).expect("samples");
+    assert_eq!(r.samples.len(), 4000);
+    assert_eq!(h.total(), r.samples.len() as u64, "every sample in a cell");
+    let lowest = r.samples.iter().map(|s| s.addr).min().unwrap();
+    let highest = r.samples.iter().map(|s| s.addr + u64::from(s.size) - 1).max().unwrap();
+    assert_eq!((h.addr_min, h.addr_max), (lowest, highest));
+    // The rows cover the samples: the first holds the lowest, the last the highest.
+    assert!(h.rows[0].start <= lowest && lowest < h.rows[0].start + h.bucket);
+    let last = h.rows.last().unwrap();
+    assert!(last.start <= highest - (highest % h.bucket) && highest < last.start + h.bucket);
+    assert!(!h.rows.is_empty() && h.rows.len() <= MAX_ROWS);
+    assert!(h.bucket.is_power_of_two());
+    // Only touched ranges are rows: every row holds a sample.
+    assert!(h.counts.iter().all(|row| row.len() == TIME_BINS && row.iter().sum::<u64>() > 0));
+    let touched: BTreeSet<u64> = r.samples.iter().map(|s| s.addr / h.bucket).collect();
+    assert_eq!(touched.len(), h.rows.len());
+    // Every sample lies in the time axis.
+    assert!(r.samples.iter().all(|s| s.time_ns >= h.t0_ns && s.time_ns - h.t0_ns <= h.span_ns));
+}
+
+#[test]
+fn heatmap_marks_the_sampled_launch() {
+    let r = recording("mem_timing-timeline-h200.egpumem");
+    let h = data::heatmap(&r).expect("samples");
+    let launch = r.launches.iter().find(|l| data::kernel_name(&r, &l.kernel) == PHASES).unwrap();
+    let marks: Vec<_> = h.marks.iter().filter(|m| m.kernel == PHASES).collect();
+    assert_eq!(marks.len(), 1, "{:?}", h.marks);
+    assert_eq!(marks[0].grid, launch.grid);
+    assert_eq!(marks[0].end_ns - marks[0].start_ns, launch.duration_ns());
+    assert!(marks[0].end_ns <= h.span_ns);
+    assert_eq!(h.unmarked, 0);
+}
+
+#[test]
+fn bandwidth_shows_the_two_phases() {
+    let r = recording("mem_timing-timeline-h200.egpumem");
+    let b = data::bandwidth(&r).expect("windows");
+    assert_eq!(b.series.len(), 1);
+    let s = &b.series[0];
+    assert_eq!(s.kernel, PHASES);
+    let values: Vec<f64> = s.values().collect();
+    assert_eq!(values.len(), 50);
+    let max = values.iter().copied().fold(0.0, f64::max);
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    assert!(max > 3.0 * min, "max {max} min {min}");
+    assert_eq!(b.peak, r.header.peak_bytes_per_second);
+    assert!(b.top >= b.peak && b.top >= max);
+    // The x axis covers every window's middle.
+    assert!(s.launches.iter().flatten().all(|&(x, _)| (0.0..=b.end_us).contains(&x)));
+}
+
+#[test]
+fn durations_count_every_launch() {
+    let r = recording("mem_timing-h200.egpumem");
+    let d = data::durations(&r).expect("launches");
+    assert_eq!(r.launches.len(), 38);
+    assert_eq!(d.total(), r.launches.len() as u64);
+    let kernels: BTreeSet<String> =
+        r.launches.iter().map(|l| data::kernel_name(&r, &l.kernel)).collect();
+    assert_eq!(d.kernels.iter().map(|(k, _)| k.clone()).collect::<BTreeSet<_>>(), kernels);
+    // The edges grow and cover every duration.
+    assert!(d.edges.windows(2).all(|e| e[0] < e[1]));
+    let (low, high) = (d.edges[0], d.edges[d.edges.len() - 1]);
+    assert!(r.launches.iter().all(|l| {
+        let ns = l.duration_ns().max(1) as f64;
+        low <= ns && ns < high
+    }));
+}
+
+#[test]
+fn recordings_without_data_give_none_and_say_why() {
+    let r = recording("mem_timing-pattern-h200.egpumem");
+    assert!(data::heatmap(&r).is_none());
+    assert!(data::bandwidth(&r).is_none());
+    assert!(data::durations(&r).is_none());
+    let missing = super::missing(&r);
+    assert!(missing.iter().all(Option::is_some));
+    assert!(missing[0].unwrap().contains("--sets timeline"));
+    let header = r#"{"type":"header","format":"egpu-mem","version":1,"egpu":"","device":"","driver":"","sms":0,"peak_bytes_per_second":0.0,"pid":1,"command":"","sets":[]}"#;
+    let empty = Recording::parse(header).unwrap();
+    let dir = std::env::temp_dir().join(format!("egpu-render-empty-{}", std::process::id()));
+    super::render(&empty, &dir).unwrap();
+    let report = std::fs::read_to_string(dir.join("report.txt")).unwrap();
+    assert!(report.contains("heatmap: no samples: run with --sets timeline"), "{report}");
+    let svg = std::fs::read_to_string(dir.join("heatmap.svg")).unwrap();
+    assert!(svg.contains("no data"), "{svg}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn html_is_escaped() {
+    assert_eq!(super::escape("<a & 'b\">"), "&lt;a &amp; &#39;b&quot;&gt;");
+}
