@@ -6,7 +6,7 @@ use std::path::Path;
 
 use cli_support::{TempDir, fails, run, succeeds};
 
-const PICTURES: [&str; 3] = ["heatmap", "bandwidth", "durations"];
+const PICTURES: [&str; 4] = ["heatmap", "bandwidth", "durations", "sms"];
 
 /// A PNG's width and height, after checking its signature and that it decodes.
 fn png_size(path: &Path) -> (u32, u32) {
@@ -33,6 +33,18 @@ fn render_writes_every_file_of_every_recording() {
     args.extend(["--out".into(), out.0.display().to_string()]);
     let r = run(&args);
     assert_eq!(r.code, 0, "stdout:\n{}\nstderr:\n{}", r.stdout, r.stderr);
+    // Progress goes to stderr, a line per recording and per picture; stdout is only the pages.
+    let pages: Vec<String> =
+        names.iter().map(|n| out.0.join(n).join("index.html").display().to_string()).collect();
+    assert_eq!(r.stdout.lines().collect::<Vec<_>>(), pages, "stdout:\n{}", r.stdout);
+    for (n, name) in names.iter().enumerate() {
+        let line = format!("egpu: rendering {} of 3: ", n + 1);
+        assert!(r.stderr.contains(&format!("{line}{}", data.join(name).display())), "{}", r.stderr);
+        for picture in PICTURES {
+            assert!(r.stderr.contains(&format!("{line}{picture}\n")), "{}", r.stderr);
+        }
+    }
+    assert_eq!(r.stderr.lines().filter(|l| l.starts_with("egpu: rendering ")).count(), 3 * 5);
     let top = read(&out.0.join("index.html"));
     for name in names {
         let dir = out.0.join(name);
@@ -54,10 +66,13 @@ fn render_writes_every_file_of_every_recording() {
     assert!(heatmap.contains("device time") && heatmap.contains("address ("), "heatmap axes");
     let bandwidth = read(&timeline.join("bandwidth.svg"));
     assert!(bandwidth.contains("bandwidth (GB/s)") && bandwidth.contains("device peak"));
+    let sms = read(&timeline.join("sms.svg"));
+    assert!(sms.contains("sampled warp requests") && sms.contains("4000 samples"), "sms axes");
     let durations = read(&out.0.join("mem_timing-h200").join("durations.svg"));
     assert!(durations.contains("launch duration") && durations.contains("38 launches"));
     let pattern = out.0.join("mem_timing-pattern-h200");
     assert!(read(&pattern.join("heatmap.svg")).contains("run with --sets timeline"));
+    assert!(read(&pattern.join("sms.svg")).contains("run with --sets timeline"));
     assert!(read(&pattern.join("report.txt")).contains("durations: no launches timed"));
     // The table in the page is escaped (mangled names hold no `<`, the header's `(` stays).
     let index = read(&timeline.join("index.html"));
@@ -76,7 +91,8 @@ fn one_recording_is_rendered_into_the_folder_itself() {
         "--out".as_ref(),
         out.0.as_os_str(),
     ]);
-    for f in ["report.txt", "index.html", "heatmap.png", "heatmap.svg", "bandwidth.png"] {
+    for f in ["report.txt", "index.html", "heatmap.png", "heatmap.svg", "bandwidth.png", "sms.png"]
+    {
         assert!(out.0.join(f).is_file(), "{f}");
     }
 }

@@ -258,3 +258,47 @@ pub(crate) fn durations(recording: &Recording) -> Option<Durations> {
     }
     Some(Durations { edges, kernels: kernels.into_iter().collect() })
 }
+
+/// Sampled requests per SM, per kernel (stacked in the picture).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Sms {
+    /// The SMs drawn, `0..sms`: the device's count, or more when a sample names a higher SM.
+    pub(crate) sms: u32,
+    /// Per kernel (by name), its samples per SM: `counts[sm]`, `sms` long.
+    pub(crate) kernels: Vec<(String, Vec<u64>)>,
+}
+
+impl Sms {
+    /// Every sample counted.
+    pub(crate) fn total(&self) -> u64 {
+        self.kernels.iter().flat_map(|(_, c)| c).sum()
+    }
+
+    /// One SM's samples, every kernel's.
+    pub(crate) fn per_sm(&self, sm: usize) -> u64 {
+        self.kernels.iter().map(|(_, c)| c[sm]).sum()
+    }
+
+    /// The busiest SM's samples, every kernel's.
+    pub(crate) fn tallest(&self) -> u64 {
+        (0..self.sms as usize).map(|sm| self.per_sm(sm)).max().unwrap_or(0)
+    }
+
+    /// The SMs without a sample.
+    pub(crate) fn idle(&self) -> usize {
+        (0..self.sms as usize).filter(|&sm| self.per_sm(sm) == 0).count()
+    }
+}
+
+/// The samples of `recording` per SM and kernel; `None` without samples.
+pub(crate) fn sms(recording: &Recording) -> Option<Sms> {
+    let highest = recording.samples.iter().map(|s| s.sm).max()?;
+    let sms = recording.header.sms.max(highest + 1);
+    let mut kernels: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for s in &recording.samples {
+        kernels
+            .entry(kernel_name(recording, &s.kernel))
+            .or_insert_with(|| vec![0; sms as usize])[s.sm as usize] += 1;
+    }
+    Some(Sms { sms, kernels: kernels.into_iter().collect() })
+}

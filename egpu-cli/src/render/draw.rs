@@ -6,7 +6,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::data::{Bandwidth, Durations, Heatmap};
+use super::data::{Bandwidth, Durations, Heatmap, Sms};
 
 /// Every picture's size, in pixels.
 pub(crate) const SIZE: (u32, u32) = (1200, 720);
@@ -273,6 +273,65 @@ pub(crate) fn durations<DB: DrawingBackend>(
             .draw_series(bars)
             .map_err(err)?
             .label(format!("{} ({} launches)", short(kernel), counts.iter().sum::<u64>()))
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
+    }
+    chart
+        .configure_series_labels()
+        .label_font((FONT, 14))
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
+/// Sampled requests per SM, kernels stacked.
+pub(crate) fn sms<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    data: Option<&Sms>,
+    why: &str,
+) -> DrawResult {
+    root.fill(&WHITE).map_err(err)?;
+    let title = "sampled requests per SM";
+    let Some(d) = data else { return no_data(root, title, why) };
+    let title =
+        format!("{title} ({} samples, {} of {} SMs without one)", d.total(), d.idle(), d.sms);
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, (FONT, 24))
+        .margin(12)
+        .x_label_area_size(50)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0f64..f64::from(d.sms), 0f64..(d.tallest() as f64 * 1.15).max(1.0))
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc("SM")
+        .y_desc("sampled warp requests")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.0}"))
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .draw()
+        .map_err(err)?;
+    let mut below = vec![0u64; d.sms as usize];
+    for (i, (kernel, counts)) in d.kernels.iter().enumerate() {
+        let c = colour(i);
+        let bars: Vec<_> = (0..d.sms as usize)
+            .filter(|&sm| counts[sm] > 0)
+            .map(|sm| {
+                let x = sm as f64;
+                let (y0, y1) = (below[sm] as f64, (below[sm] + counts[sm]) as f64);
+                Rectangle::new([(x + 0.1, y0), (x + 0.9, y1)], c.filled())
+            })
+            .collect();
+        for (b, n) in below.iter_mut().zip(counts) {
+            *b += n;
+        }
+        chart
+            .draw_series(bars)
+            .map_err(err)?
+            .label(format!("{} ({} samples)", short(kernel), counts.iter().sum::<u64>()))
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
     }
     chart

@@ -1,8 +1,8 @@
 //! `egpu mem render`: pictures of recordings, without a GPU.
 //!
 //! Each recording gives a folder of `report.txt` (the table of `egpu mem report`, and a line per
-//! picture that had nothing to draw), `heatmap`, `bandwidth` and `durations` as `.png` and
-//! `.svg`, and `index.html`, which shows the table and the pictures (static: no server, no
+//! picture that had nothing to draw), `heatmap`, `bandwidth`, `durations` and `sms` as
+//! `.png` and `.svg`, and `index.html`, which shows the table and the pictures (static: no server, no
 //! script). One recording is rendered into the folder named; several into a sub-folder each,
 //! named after the recording's file, and an `index.html` linking them.
 //!
@@ -30,7 +30,7 @@ use plotters::prelude::*;
 static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 
 /// The pictures, by file stem, in the order `index.html` shows them.
-pub(crate) const PICTURES: [&str; 3] = ["heatmap", "bandwidth", "durations"];
+pub(crate) const PICTURES: [&str; 4] = ["heatmap", "bandwidth", "durations", "sms"];
 
 /// Why rendering failed.
 #[derive(Debug, thiserror::Error)]
@@ -98,14 +98,16 @@ pub(crate) fn render_files(paths: &[PathBuf], out: &Path) -> Result<Vec<PathBuf>
     let recordings =
         paths.iter().map(|p| read(p).map(|r| (p, r))).collect::<Result<Vec<_>, _>>()?;
     create(out)?;
-    if let [(_, recording)] = recordings.as_slice() {
-        render(recording, out)?;
+    let of = recordings.len();
+    if let [(path, recording)] = recordings.as_slice() {
+        eprintln!("egpu: rendering 1 of 1: {} into {}", path.display(), out.display());
+        render_counted(recording, out, Some((1, 1)))?;
         return Ok(vec![out.to_owned()]);
     }
     let mut folders = Vec::new();
     let mut html = page_start("egpu mem recordings");
     html.push_str("<ul>\n");
-    for (path, recording) in &recordings {
+    for (n, (path, recording)) in recordings.iter().enumerate() {
         let stem = path.file_stem().map_or_else(|| "recording".into(), |s| s.to_string_lossy());
         let mut name = stem.into_owned();
         // Two recordings of the same name (from different folders) get different folders.
@@ -113,8 +115,8 @@ pub(crate) fn render_files(paths: &[PathBuf], out: &Path) -> Result<Vec<PathBuf>
             name.push('_');
         }
         let dir = out.join(&name);
-        eprintln!("egpu: rendering {} into {}", path.display(), dir.display());
-        render(recording, &dir)?;
+        eprintln!("egpu: rendering {} of {of}: {} into {}", n + 1, path.display(), dir.display());
+        render_counted(recording, &dir, Some((n + 1, of)))?;
         let _ = writeln!(
             html,
             "<li><a href=\"{0}/index.html\">{0}</a>: {1}</li>",
@@ -150,16 +152,30 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), RenderError> {
 }
 
 /// What a recording lacks for each picture: `None` where it has data.
-pub(crate) fn missing(recording: &Recording) -> [Option<&'static str>; 3] {
+pub(crate) fn missing(recording: &Recording) -> [Option<&'static str>; 4] {
+    let no_samples = recording.samples.is_empty().then_some("no samples: run with --sets timeline");
     [
-        recording.samples.is_empty().then_some("no samples: run with --sets timeline"),
+        no_samples,
         recording.windows.is_empty().then_some("no windows: run with --sets timeline"),
         recording.launches.is_empty().then_some("no launches timed: run with --sets timing"),
+        no_samples,
     ]
 }
 
-/// Renders `recording` into `dir`: `report.txt`, the pictures, `index.html`.
+/// Renders `recording` into `dir`: `report.txt`, the pictures, `index.html`; quietly.
+#[cfg(test)]
 pub(crate) fn render(recording: &Recording, dir: &Path) -> Result<(), RenderError> {
+    render_counted(recording, dir, None)
+}
+
+/// Renders `recording` into `dir`, and with `progress` (this recording's number and how many
+/// there are) says on stderr which picture it draws: `egpu: rendering 2 of 3: heatmap`.
+/// Always, terminal or not: a line per picture is little, and stdout is left to the results.
+fn render_counted(
+    recording: &Recording,
+    dir: &Path,
+    progress: Option<(usize, usize)>,
+) -> Result<(), RenderError> {
     register_font()?;
     create(dir)?;
     let missing = missing(recording);
@@ -173,7 +189,11 @@ pub(crate) fn render(recording: &Recording, dir: &Path) -> Result<(), RenderErro
     let heatmap = data::heatmap(recording);
     let bandwidth = data::bandwidth(recording);
     let durations = data::durations(recording);
+    let sms = data::sms(recording);
     for (picture, why) in PICTURES.iter().zip(missing) {
+        if let Some((n, of)) = progress {
+            eprintln!("egpu: rendering {n} of {of}: {picture}");
+        }
         let why = why.unwrap_or_default();
         let draw = |svg: bool, buffer: &mut Vec<u8>, text: &mut String| -> Result<(), String> {
             macro_rules! on {
@@ -182,7 +202,8 @@ pub(crate) fn render(recording: &Recording, dir: &Path) -> Result<(), RenderErro
                     match *picture {
                         "heatmap" => draw::heatmap(&root, heatmap.as_ref(), why),
                         "bandwidth" => draw::bandwidth(&root, bandwidth.as_ref(), why),
-                        _ => draw::durations(&root, durations.as_ref(), why),
+                        "durations" => draw::durations(&root, durations.as_ref(), why),
+                        _ => draw::sms(&root, sms.as_ref(), why),
                     }?;
                     root.present().map_err(|e| format!("{e:?}"))
                 }};

@@ -87,11 +87,32 @@ fn durations_count_every_launch() {
 }
 
 #[test]
+fn sms_count_every_sample_on_its_sm() {
+    let r = recording("mem_timing-timeline-h200.egpumem");
+    let d = data::sms(&r).expect("samples");
+    assert_eq!(d.total(), 4000, "the bars sum to the samples");
+    assert_eq!(d.sms, r.header.sms);
+    assert_eq!(d.sms, 132);
+    assert_eq!(d.kernels.len(), 1);
+    assert_eq!(d.kernels[0].0, PHASES);
+    assert!(d.kernels.iter().all(|(_, c)| c.len() == d.sms as usize));
+    // Each SM's bar is its samples, counted here apart.
+    for sm in 0..d.sms {
+        let n = r.samples.iter().filter(|s| s.sm == sm).count() as u64;
+        assert_eq!(d.per_sm(sm as usize), n, "SM {sm}");
+    }
+    let touched: BTreeSet<u32> = r.samples.iter().map(|s| s.sm).collect();
+    assert_eq!(d.idle(), d.sms as usize - touched.len());
+    assert!(d.tallest() > 0 && d.tallest() < d.total());
+}
+
+#[test]
 fn recordings_without_data_give_none_and_say_why() {
     let r = recording("mem_timing-pattern-h200.egpumem");
     assert!(data::heatmap(&r).is_none());
     assert!(data::bandwidth(&r).is_none());
     assert!(data::durations(&r).is_none());
+    assert!(data::sms(&r).is_none());
     let missing = super::missing(&r);
     assert!(missing.iter().all(Option::is_some));
     assert!(missing[0].unwrap().contains("--sets timeline"));
@@ -101,8 +122,11 @@ fn recordings_without_data_give_none_and_say_why() {
     super::render(&empty, &dir).unwrap();
     let report = std::fs::read_to_string(dir.join("report.txt")).unwrap();
     assert!(report.contains("heatmap: no samples: run with --sets timeline"), "{report}");
-    let svg = std::fs::read_to_string(dir.join("heatmap.svg")).unwrap();
-    assert!(svg.contains("no data"), "{svg}");
+    assert!(report.contains("sms: no samples: run with --sets timeline"), "{report}");
+    for picture in super::PICTURES {
+        let svg = std::fs::read_to_string(dir.join(format!("{picture}.svg"))).unwrap();
+        assert!(svg.contains("no data"), "{picture}: {svg}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 
