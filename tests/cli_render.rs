@@ -107,3 +107,107 @@ fn bad_recordings_are_refused() {
     fails(&["mem", "render", "/nonexistent.egpumem", "--out", &out], 1, &["nonexistent"]);
     fails(&["mem", "render", &bad], 2, &["--out"]);
 }
+
+/// Headless Chromium: `EGPU_CHROMIUM`, else `chromium` or `chromium-browser` on `PATH`; `None`
+/// after saying why the test skips, or a failure when `EGPU_REQUIRE_CHROMIUM=1` (scripts/test,
+/// after scripts/chromium installed it).
+fn chromium() -> Option<std::path::PathBuf> {
+    let on_path = |name: &str| {
+        std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    };
+    let found = match std::env::var_os("EGPU_CHROMIUM").filter(|v| !v.is_empty()) {
+        Some(path) => Some(std::path::PathBuf::from(path)).filter(|p| p.is_file()),
+        None => on_path("chromium").or_else(|| on_path("chromium-browser")),
+    };
+    if found.is_none() {
+        let why = "no chromium (EGPU_CHROMIUM, or chromium on PATH; scripts/chromium installs it)";
+        assert!(std::env::var("EGPU_REQUIRE_CHROMIUM").as_deref() != Ok("1"), "{why}");
+        eprintln!("egpu: skipping test that needs chromium: {why}");
+    }
+    found
+}
+
+/// A screenshot of `page` by headless Chromium, 1280×2000, as RGB pixels.
+fn screenshot(chromium: &Path, page: &Path, dir: &Path) -> Vec<[u8; 3]> {
+    let shot = dir.join(format!("{}.png", page.parent().unwrap().file_name().unwrap().display()));
+    let mut child = std::process::Command::new(chromium)
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"])
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+        .arg(format!("--screenshot={}", shot.display()))
+        .arg("--window-size=1280,2000")
+        .arg(format!("file://{}", page.display()))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", chromium.display()));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().expect("chromium").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("chromium took over 120 s on {}", page.display());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let output = child.wait_with_output().expect("chromium");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(shot.is_file(), "no screenshot of {} ({}):\n{stderr}", page.display(), output.status);
+    let mut reader =
+        png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&shot).unwrap()))
+            .read_info()
+            .unwrap_or_else(|e| panic!("{}: {e}", shot.display()));
+    let mut buffer = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buffer).unwrap_or_else(|e| panic!("{}: {e}", shot.display()));
+    assert_eq!((info.width, info.height), (1280, 2000), "{}", shot.display());
+    assert_eq!(info.bit_depth, png::BitDepth::Eight);
+    let step = match info.color_type {
+        png::ColorType::Rgb => 3,
+        png::ColorType::Rgba => 4,
+        other => panic!("{}: colour type {other:?}", shot.display()),
+    };
+    buffer[..info.buffer_size()].chunks_exact(step).map(|p| [p[0], p[1], p[2]]).collect()
+}
+
+/// `index.html` in headless Chromium shows the table and the pictures: its screenshot is far
+/// from blank, and differs from one of the same page whose pictures are missing by the plots and the
+/// heatmap's yellow cells.
+#[test]
+fn index_html_renders_in_headless_chromium() {
+    let Some(chromium) = chromium() else { return };
+    let out = TempDir::new("render-chromium");
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/data/mem/mem_timing-timeline-h200.egpumem");
+    let full = out.0.join("full");
+    succeeds(&[
+        "mem".as_ref(),
+        "render".as_ref(),
+        file.as_os_str(),
+        "--out".as_ref(),
+        full.as_os_str(),
+    ]);
+    // The same page without its pictures.
+    let bare = out.0.join("bare");
+    std::fs::create_dir_all(&bare).unwrap();
+    std::fs::copy(full.join("index.html"), bare.join("index.html")).unwrap();
+    let shown = screenshot(&chromium, &full.join("index.html"), &out.0);
+    let missing = screenshot(&chromium, &bare.join("index.html"), &out.0);
+    let total = shown.len();
+    let white = |p: &&[u8; 3]| p.iter().all(|&c| c >= 245);
+    let inked = shown.iter().filter(|p| !white(p)).count();
+    assert!(inked * 20 > total, "only {inked} of {total} pixels are not white");
+    let differ = shown.iter().zip(&missing).filter(|(a, b)| a != b).count();
+    assert!(differ * 20 > total, "only {differ} of {total} pixels show the pictures");
+    // The heatmap's light cells, yellow (255, 237, 160) to olive: nothing else on the page is.
+    let yellow = |p: &&[u8; 3]| p[0] > 150 && p[1] > 140 && u16::from(p[2]) + 40 < u16::from(p[0]);
+    let (with, without) =
+        (shown.iter().filter(yellow).count(), missing.iter().filter(yellow).count());
+    assert!(
+        with > 2000 && without < 50,
+        "heatmap pixels: {with} shown, {without} without pictures"
+    );
+    eprintln!(
+        "chromium: {inked} of {total} pixels inked, {differ} differ from the page without pictures, \
+         {with} of the heatmap"
+    );
+}
