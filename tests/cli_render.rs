@@ -5,6 +5,7 @@ mod cli_support;
 use std::path::Path;
 
 use cli_support::{TempDir, fails, run, succeeds};
+use egpu_test_support::{compare_golden, workspace_path};
 
 const PICTURES: [&str; 4] = ["heatmap", "bandwidth", "durations", "sms"];
 
@@ -210,4 +211,42 @@ fn index_html_renders_in_headless_chromium() {
         "chromium: {inked} of {total} pixels inked, {differ} differ from the page without pictures, \
          {with} of the heatmap"
     );
+}
+
+/// The README and the book show pictures of real H200 runs as the command draws them now
+/// (`EGPU_BLESS=1` rewrites them after a deliberate change): `book/src/images/NAME-h200.svg`.
+#[test]
+fn the_books_pictures_are_the_commands() {
+    let out = TempDir::new("render-book");
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/mem");
+    for (recording, pictures) in [
+        ("mem_timing-timeline-h200", &["heatmap", "bandwidth", "sms"][..]),
+        ("mem_timing-h200", &["durations"][..]),
+    ] {
+        let file = data.join(format!("{recording}.egpumem"));
+        let dir = out.0.join(recording);
+        succeeds(&[
+            "mem".as_ref(),
+            "render".as_ref(),
+            file.as_os_str(),
+            "--out".as_ref(),
+            dir.as_os_str(),
+        ]);
+        for picture in pictures {
+            let svg = read(&dir.join(format!("{picture}.svg")));
+            let golden = workspace_path(format!("book/src/images/{picture}-h200.svg"));
+            compare_golden(&golden, &svg).unwrap_or_else(|e| panic!("{e}"));
+        }
+    }
+    let readme = std::fs::read_to_string(workspace_path("README.md")).expect("README");
+    let chapter = std::fs::read_to_string(workspace_path("book/src/pictures.md")).expect("chapter");
+    for picture in ["heatmap", "bandwidth"] {
+        assert!(
+            readme.contains(&format!("book/src/images/{picture}-h200.svg")),
+            "README: {picture}"
+        );
+    }
+    for picture in ["heatmap", "bandwidth", "durations", "sms"] {
+        assert!(chapter.contains(&format!("images/{picture}-h200.svg")), "pictures.md: {picture}");
+    }
 }
