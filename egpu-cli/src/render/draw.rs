@@ -20,6 +20,19 @@ fn err<E: std::fmt::Debug>(e: E) -> String {
 
 const FONT: &str = "sans-serif";
 
+/// The legend of a chart's series, in the top right corner.
+fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+) -> DrawResult {
+    chart
+        .configure_series_labels()
+        .label_font((FONT, 14))
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)
+}
+
 /// A picture with nothing to draw: its title and why.
 fn no_data<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
@@ -141,13 +154,7 @@ pub(crate) fn heatmap<DB: DrawingBackend>(
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
     if !h.marks.is_empty() {
-        chart
-            .configure_series_labels()
-            .label_font((FONT, 14))
-            .background_style(WHITE.mix(0.8))
-            .border_style(BLACK)
-            .draw()
-            .map_err(err)?;
+        legend(&mut chart)?;
     }
     let note = format!(
         "{} samples (warp requests), darkest cell {max}, log scale{}",
@@ -216,14 +223,7 @@ pub(crate) fn bandwidth<DB: DrawingBackend>(
             .label(format!("device peak {:.0} GB/s", b.peak / gb))
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], red.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .label_font((FONT, 14))
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    Ok(())
+    legend(&mut chart)
 }
 
 /// The histogram of launch durations, kernels stacked, on a log axis.
@@ -275,14 +275,7 @@ pub(crate) fn durations<DB: DrawingBackend>(
             .label(format!("{} ({} launches)", short(kernel), counts.iter().sum::<u64>()))
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .label_font((FONT, 14))
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    Ok(())
+    legend(&mut chart)
 }
 
 /// Sampled requests per SM, kernels stacked.
@@ -334,12 +327,5 @@ pub(crate) fn sms<DB: DrawingBackend>(
             .label(format!("{} ({} samples)", short(kernel), counts.iter().sum::<u64>()))
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
     }
-    chart
-        .configure_series_labels()
-        .label_font((FONT, 14))
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
-    Ok(())
+    legend(&mut chart)
 }
