@@ -353,22 +353,10 @@ fn non_negative(value: c_int) -> u32 {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
 
-    /// An H200 as the driver describes it, for tests.
-    pub(crate) fn h200() -> GpuInfo {
-        GpuInfo {
-            ordinal: 0,
-            name: "NVIDIA H200".to_owned(),
-            compute_capability: (9, 0),
-            sm_count: 132,
-            total_memory: 150_110_011_392,
-            driver_version: 13000,
-            memory_clock_khz: 3_131_000,
-            memory_bus_bits: 6144,
-        }
-    }
+    use crate::testing::h200;
 
     #[test]
     fn gpu_info_display() {

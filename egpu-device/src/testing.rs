@@ -75,12 +75,27 @@ fn decide(status: GpuStatus, require_gpu_env: Option<&str>) -> Decision<GpuInfo>
     }
 }
 
+/// An H200 as the driver describes it (132 SMs, 6144-bit HBM3e at 3.131 GHz, CUDA 13.0), for
+/// tests of what is made from a `GpuInfo` without a GPU.
+pub fn h200() -> GpuInfo {
+    GpuInfo {
+        ordinal: 0,
+        name: "NVIDIA H200".to_owned(),
+        compute_capability: (9, 0),
+        sm_count: 132,
+        total_memory: 150_110_011_392,
+        driver_version: 13000,
+        memory_clock_khz: 3_131_000,
+        memory_bus_bits: 6144,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn gpu() -> GpuInfo {
-        crate::driver::tests::h200()
+        h200()
     }
 
     fn not_found() -> GpuStatus {

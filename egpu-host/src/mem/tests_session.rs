@@ -2,8 +2,8 @@
 //! the instrumenter gets), the header from what the driver says, and a saxpy run through the
 //! sets on the CPU VM, with the kernels and sites the injector gives, read back as a recording.
 
-use egpu_device::GpuInfo;
 use egpu_device::inject::{DeviceProbe, Kernels, inject};
+use egpu_device::testing::h200;
 use egpu_ebpf::{AttachPoint, DeviceEvent, KernelCtx, MemAccessCtx, kernel_id};
 use egpu_maps::RawMap;
 use egpu_vm::{EngineChoice, Vm};
@@ -12,19 +12,6 @@ use super::session::{Injected, MemError, Plan, site_lines};
 use super::{PageSize, Set, table};
 
 const SAXPY: &str = include_str!("../../../tests/ptx/saxpy.ptx");
-
-fn h200() -> GpuInfo {
-    GpuInfo {
-        ordinal: 0,
-        name: "NVIDIA H200".into(),
-        compute_capability: (9, 0),
-        sm_count: 132,
-        total_memory: 150_110_011_392,
-        driver_version: 13000,
-        memory_clock_khz: 3_131_000,
-        memory_bus_bits: 6144,
-    }
-}
 
 #[test]
 fn the_plan_binds_each_map_once() {
