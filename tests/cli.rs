@@ -164,7 +164,7 @@ fn inject_says_which_accesses_make_runs() {
     let args = ["inject", saxpy.to_str().expect("a UTF-8 path"), "--probe", &probe];
     let r = succeeds(&[&args[..], &["--map", "bytes=hash:8:8:1024"]].concat());
     let line = format!(
-        "{}: 2 accesses whose probes only add numbers known now to the kernel's values: they \
+        "{}: 2 accesses whose probes only add counts and sizes to the kernel's values: they \
          add them to registers, flushed when a thread exits",
         saxpy.display()
     );

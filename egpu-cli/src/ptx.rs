@@ -242,8 +242,8 @@ pub(crate) fn inject_cmd(a: InjectArgs) -> Result<(), Error> {
     }
     if injected.summarized > 0 {
         eprintln!(
-            "{module}: {} accesses whose probes only add numbers known now to the kernel's values: \
-             they add them to registers, flushed when a thread exits",
+            "{module}: {} accesses whose probes only add counts and sizes to the kernel's values: they \
+             add them to registers, flushed when a thread exits",
             injected.summarized
         );
     }

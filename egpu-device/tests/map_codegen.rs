@@ -361,8 +361,10 @@ fn a_large_kernels_hash_searches_are_functions_it_shares() {
 
 #[test]
 fn a_run_of_copies_adds_up_its_bytes_and_runs_an_additive_probe_once() {
-    // bytes[kernel_id] += size, by Probe Rust's fetch_add: additive in the size.
-    let bytes = include_str!("../../tests/probes/kernel_bytes.s");
+    // bytes[block] += size, by Probe Rust's fetch_add: additive in the size. (By the kernel's
+    // id, the probe runs as register adds of each copy's `src-size`, below.)
+    let by_kernel = include_str!("../../tests/probes/kernel_bytes.s");
+    let bytes = &by_kernel.replace("ldxdw %r0, [%r9+8]", "ldxw %r0, [%r9+36]");
     let matmul = read_workspace_file("tests/ptx/triton/triton_matmul_cp_async.ptx");
     let maps = [hash_binding(8, false)];
     let inject_one = |text: &str| {
@@ -388,6 +390,13 @@ fn a_run_of_copies_adds_up_its_bytes_and_runs_an_additive_probe_once() {
     // A count (+= 1 per access) is not additive in the size: a probe per copy.
     let count = bytes.replace("ldxw %r1, [%r9+16]", "mov %r1, 1");
     assert!(!inject_one(&count).ptx.contains("_run"));
+    // By the kernel's id, no probe runs at the copies: each adds its `src-size` register to
+    // the thread's sum.
+    let summed = inject_one(by_kernel);
+    assert_eq!((summed.summarized, summed.runs), (copies, 0));
+    let widened = summed.ptx.matches("cvt.u64.u32 %egpu1x_zd").count();
+    assert_eq!(widened, copies, "each copy's size register, widened and added");
+    assert!(!summed.ptx.contains("%egpu1x_size"), "no probe at a copy");
 }
 
 #[test]

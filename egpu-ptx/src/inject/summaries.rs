@@ -1,6 +1,8 @@
-//! Probes that run as a few register adds: at an access whose size is known when instrumenting,
-//! a probe whose only effect is to add numbers known then to fields of map values looked up by
-//! the kernel's id ([`summary`]: `counts` += 1, `bytes` += the size) is not run at all. The
+//! Probes that run as a few register adds: at an access, a probe whose only effect is to add
+//! numbers known when instrumenting, or the access's size, to fields of map values looked up by
+//! the kernel's id ([`summary`]: `counts` += 1, `bytes` += the size) is not run at all. (A size
+//! known at run time only, a `cp.async`'s `src-size` that Triton's masked loads set, is added
+//! from its register.) The
 //! injector adds the numbers to the thread's sum of each field instead (the registers
 //! [`LookupCache::sums`](crate::translate::LookupCache::sums) names, which the probes that do
 //! run add to as well), and when the thread exits, one lane of the warp looks the value up (or
@@ -23,8 +25,8 @@ use super::access::{Observation, Observed};
 use super::sums::{Cached, sum_register};
 use crate::ptx::PtxInstruction;
 use crate::translate::{
-    CacheKey, Context, LookupCache, Options, SiteConstants, TranslateError, Translation, summary,
-    translate,
+    Addend, CacheKey, Context, LookupCache, Options, SiteConstants, TranslateError, Translation,
+    summary, translate,
 };
 
 /// The code that replaces each summarized probe at each access, by (piece, probe index); the
@@ -47,8 +49,9 @@ impl Summaries {
     }
 }
 
-/// A probe (its index) at a kind of access: class, operation, fetch, store, size.
-type Verdict = (usize, u32, u32, bool, bool, u32);
+/// A probe (its index) at a kind of access: class, operation, fetch, store, size (`None`: in a
+/// register).
+type Verdict = (usize, u32, u32, bool, bool, Option<u32>);
 
 /// The probes of `selected` that run as adds at the accesses of a kernel (whose id is `id`),
 /// given its `instructions` and what each is to the injector (`observations`), and the hash
@@ -65,38 +68,46 @@ pub(super) fn summaries(
     boxes: bool,
 ) -> Summaries {
     let mut out = Summaries::default();
-    let mut verdicts: BTreeMap<Verdict, Option<String>> = BTreeMap::new();
+    let mut verdicts: BTreeMap<Verdict, Option<Vec<(String, Addend)>>> = BTreeMap::new();
     for ((piece, _), observation) in instructions.iter().zip(observations) {
         let Observation::Observed(o) = observation else { continue };
-        if o.generic || o.size_code.is_some() || (boxes && o.class == MemAccessCtx::TENSOR_COPY) {
+        // A size known at run time only is summed from its register: one copied there by a
+        // line of its own (a `cp.async`'s `src-size`), not one looked up (a tensor copy's).
+        let size = match &o.size_code {
+            None => Some(o.size),
+            Some(code) if code.lines().count() == 1 && !code.contains("{ADDR}") => None,
+            Some(_) => continue,
+        };
+        if o.generic || (boxes && o.class == MemAccessCtx::TENSOR_COPY) {
             continue;
         }
         for &(i, p, e) in selected {
             if e != o.event {
                 continue;
             }
-            let key = (i, o.class, o.op, o.fetch, o.is_store, o.size);
-            let code = verdicts
+            let key = (i, o.class, o.op, o.fetch, o.is_store, size);
+            let adds = verdicts
                 .entry(key)
-                .or_insert_with(|| adds(names, p, o, caches, id, &mut out.maps))
-                .clone();
-            if let Some(code) = code {
-                out.code.insert((*piece, i), code);
+                .or_insert_with(|| adds(names, p, o, size, caches, id, &mut out.maps));
+            if let Some(adds) = adds {
+                out.code.insert((*piece, i), code(names, *piece, o, adds));
             }
         }
     }
     out
 }
 
-/// The adds that stand for probe `p` at access `o`, when it can run as adds.
+/// The adds that stand for probe `p` at access `o` (of `size`, `None` when in a register), to
+/// sum registers, when it can run as adds.
 fn adds(
     names: &Names,
     p: &DeviceProbe<'_>,
     o: &Observed,
+    size: Option<u32>,
     caches: &BTreeMap<u64, Cached>,
     id: u64,
     maps: &mut BTreeSet<u64>,
-) -> Option<String> {
+) -> Option<Vec<(String, Addend)>> {
     let site = SiteConstants {
         kernel_id: id,
         class: o.class,
@@ -104,8 +115,8 @@ fn adds(
         fetch: o.fetch,
         is_store: o.is_store,
     };
-    let adds = summary(p.program, &site, o.size)?;
-    let mut code = String::new();
+    let adds = summary(p.program, &site, size)?;
+    let mut out = Vec::new();
     let mut used = Vec::new();
     for a in adds {
         let binding = p.maps.get(a.map as usize)?;
@@ -117,13 +128,36 @@ fn adds(
             return None;
         }
         used.push(binding.addr);
-        if a.value != 0 {
-            let sum = sum_register(names, c, offset);
-            code.push_str(&format!("\tadd.u64 {sum}, {sum}, {};\n", a.value));
+        if a.value != Addend::Const(0) {
+            out.push((sum_register(names, c, offset), a.value));
         }
     }
     maps.extend(used);
-    Some(code)
+    Some(out)
+}
+
+/// The code of `adds` at access `o` (at `piece`): a register add each, of the size's register
+/// (written by the access's size code) where the size is known at run time only.
+fn code(names: &Names, piece: usize, o: &Observed, adds: &[(String, Addend)]) -> String {
+    let sized = adds.iter().any(|(_, a)| *a == Addend::Size);
+    let (size, wide) = (format!("%{}_zs{piece}", names.stem), format!("%{}_zd{piece}", names.stem));
+    let mut code = match (&o.size_code, sized) {
+        (Some(read), true) => format!(
+            "\t{{\n\t.reg .b32 {size};\n\t.reg .b64 {wide};\n{}\tcvt.u64.u32 {wide}, {size};\n",
+            read.replace("{SIZE}", &size)
+        ),
+        _ => String::new(),
+    };
+    for (sum, addend) in adds {
+        match addend {
+            Addend::Const(c) => code.push_str(&format!("\tadd.u64 {sum}, {sum}, {c};\n")),
+            Addend::Size => code.push_str(&format!("\tadd.u64 {sum}, {sum}, {wide};\n")),
+        }
+    }
+    if sized {
+        code.push_str("\t}\n");
+    }
+    code
 }
 
 /// The module-scope variable where a kernel (numbered by `kernel`, unique in the module)

@@ -22,9 +22,9 @@
 //!   local function.
 //!
 //! The same walk gives [`summary`]: where each add adds `size` or a number known now (a count's
-//! 1), its keys are constants and the access's size is known when instrumenting, the probe's
-//! whole effect at the site is a list of numbers to add to fields of values, which the injector
-//! adds to registers instead of running the probe (`inject/summaries.rs`).
+//! 1) and its keys are constants, the probe's whole effect at the site is a list of numbers (or
+//! the access's size, from its register) to add to fields of values, which the injector adds to
+//! registers instead of running the probe (`inject/summaries.rs`).
 
 use std::collections::BTreeMap;
 use std::mem::offset_of;
@@ -84,15 +84,6 @@ enum Key {
 /// An add a path makes: the map, the key, the offset in the value, what it adds.
 type Add = (u32, Key, i16, Addend);
 
-/// What an add adds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Addend {
-    /// The access's `size`.
-    Size,
-    /// A number known when translating.
-    Const(u64),
-}
-
 /// One path's state.
 #[derive(Clone, Debug)]
 struct State {
@@ -121,24 +112,38 @@ pub struct SummaryAdd {
     /// The field's offset in the value.
     pub offset: i16,
     /// What the probe adds to it at the site.
-    pub value: u64,
+    pub value: Addend,
 }
 
-/// What `verified` does at an access site of `site`'s constants whose size is `size`, when that
-/// is always the same: adds of numbers known now to fields of map values under constant keys
-/// (looked up, and inserted as zeros when missing, as [`batchable`]'s probes do), the same on
-/// every path. The injector then adds the numbers to registers of the thread's and the values
-/// get the sums once, when the thread exits, with no probe at the access at all. `None` when
-/// the probe does anything else (reads the address, the site or a map value, calls another
-/// helper, keys by a context field, adds something only known at run time).
-pub fn summary(verified: &Verified, site: &SiteConstants, size: u32) -> Option<Vec<SummaryAdd>> {
+/// What a [`SummaryAdd`] adds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Addend {
+    /// The access's `size`, known at run time only (a `cp.async`'s `src-size` register).
+    Size,
+    /// A number known when translating (a count's 1, or a size known then).
+    Const(u64),
+}
+
+/// What `verified` does at an access site of `site`'s constants whose size is `size` (`None`:
+/// known at run time only): adds of numbers known now, or of the size, to fields of map values
+/// under constant keys (looked up, and inserted as zeros when missing, as [`batchable`]'s
+/// probes do), the same on every path. The injector then adds them to registers of the
+/// thread's and the values get the sums once, when the thread exits, with no probe at the
+/// access at all. `None` when the probe does anything else (reads the address, the site or a
+/// map value, calls another helper, keys by a context field, adds something else known at run
+/// time only).
+pub fn summary(
+    verified: &Verified,
+    site: &SiteConstants,
+    size: Option<u32>,
+) -> Option<Vec<SummaryAdd>> {
     let adds = paths(verified, site)?;
     adds.into_iter()
         .map(|(map, key, offset, addend)| {
             let Key::Const(key) = key else { return None };
-            let value = match addend {
-                Addend::Size => u64::from(size),
-                Addend::Const(c) => c,
+            let value = match (addend, size) {
+                (Addend::Size, Some(size)) => Addend::Const(u64::from(size)),
+                (addend, _) => addend,
             };
             Some(SummaryAdd { map, key, offset, value })
         })
@@ -440,6 +445,23 @@ mod tests {
         let tensor = SiteConstants { class: MemAccessCtx::TENSOR_COPY, ..ASYNC };
         assert!(!batchable(&p, &tensor), "a count: += 1 per access");
         assert!(batchable(&verified("mov %r0, 0\nexit"), &ASYNC), "no effect at all");
+    }
+
+    #[test]
+    fn a_summary_adds_the_size_known_now_or_from_its_register() {
+        let p = verified(BYTES);
+        let add = |value| SummaryAdd { map: 0, key: 7, offset: 0, value };
+        assert_eq!(summary(&p, &ASYNC, Some(16)), Some(vec![add(Addend::Const(16))]));
+        assert_eq!(summary(&p, &ASYNC, None), Some(vec![add(Addend::Size)]), "src-size");
+        // The tensor copies' count adds nothing where its key is missing: not every path adds.
+        let tensor = SiteConstants { class: MemAccessCtx::TENSOR_COPY, ..ASYNC };
+        assert_eq!(summary(&p, &tensor, Some(16)), None);
+        // Keyed by the thread: a key not known now.
+        let by_thread = BYTES.replace("ldxdw %r0, [%r9+8]", "ldxw %r0, [%r9+24]");
+        assert_eq!(summary(&verified(&by_thread), &ASYNC, None), None);
+        // Twice the size: not the size, and not known now.
+        let double = BYTES.replace("ldxw %r1, [%r9+16]", "ldxw %r1, [%r9+16]\nadd %r1, %r1");
+        assert_eq!(summary(&verified(&double), &ASYNC, None), None);
     }
 
     #[test]

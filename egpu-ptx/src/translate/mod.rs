@@ -98,7 +98,7 @@ use egpu_ebpf::{AttachPoint, DeviceEvent, Imm64, Instruction, MapKind, MemAccess
 
 pub use atomic::combines;
 pub(crate) use atomic::warp_add;
-pub use batch::{SiteConstants, SummaryAdd, batchable, summary};
+pub use batch::{Addend, SiteConstants, SummaryAdd, batchable, summary};
 pub use error::TranslateError;
 pub use keys::kernel_keyed;
 pub use maps::lookups_and_removals;

@@ -1,0 +1,142 @@
+// exit_cost: what a thread's exit work costs a flat saxpy (one element per thread, 2^28 floats,
+// blocks of 256), each way of adding per-thread sums to a kernel's counters timed with CUDA
+// events beside the bare kernel in the same run. It tells which part of `counts`' exit (the
+// warp's reduction, the adds to one address from every warp, the search for the value) costs a
+// short thread what, and so how the injector should flush.
+//
+//     nvcc -O2 -arch=sm_90 exit_cost.cu -o exit_cost && ./exit_cost
+#include <cstdio>
+#include <cuda_runtime.h>
+
+#define CHECK(x)                                                                            \
+    do {                                                                                    \
+        cudaError_t e = (x);                                                                \
+        if (e != cudaSuccess) {                                                             \
+            printf("%s: %s\n", #x, cudaGetErrorString(e));                                  \
+            return 1;                                                                       \
+        }                                                                                   \
+    } while (0)
+
+typedef unsigned long long u64;
+__device__ u64 *remembered;
+
+__device__ __forceinline__ unsigned smid() {
+    unsigned s;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(s));
+    return s;
+}
+
+// What each thread of the warp adds at its exit, by way.
+enum Way {
+    BARE,
+    PER_THREAD,      // every thread adds its 4 sums (red.global per field)
+    WARP,            // redux per field, the lowest lane adds (one address for the grid)
+    WARP_SM,         // the same to its SM's copy of the counters
+    WARP_ONE,        // one field only (redux, one add per warp)
+    WARP_LOOKUP,     // WARP with the value's address read from a global variable
+    BLOCK,           // per block in shared memory, the block's last warp adds
+    WAYS
+};
+static const char *names[] = {"bare",     "per-thread", "warp",  "warp-sm",
+                              "warp-one", "warp-lookup", "block"};
+
+template <int way>
+__global__ void saxpy(int n, float a, const float *x, float *y, u64 *counters) {
+    __shared__ u64 block_sums[4];
+    __shared__ unsigned warps_done;
+    if (way == BLOCK && threadIdx.x < 4) block_sums[threadIdx.x] = 0;
+    if (way == BLOCK && threadIdx.x == 0) warps_done = 0;
+    if (way == BLOCK) __syncthreads();
+    u64 s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        y[i] = a * x[i] + y[i];
+        s0 += 2;
+        s1 += 8;
+        s2 += 1;
+        s3 += 4;
+    }
+    if (way == BARE) return;
+    if (way == PER_THREAD) {
+        atomicAdd(&counters[0], s0);
+        atomicAdd(&counters[1], s1);
+        atomicAdd(&counters[2], s2);
+        atomicAdd(&counters[3], s3);
+        return;
+    }
+    unsigned lanes = __activemask();
+    unsigned r0 = __reduce_add_sync(lanes, (unsigned)s0);
+    unsigned r1 = __reduce_add_sync(lanes, (unsigned)s1);
+    unsigned r2 = __reduce_add_sync(lanes, (unsigned)s2);
+    unsigned r3 = __reduce_add_sync(lanes, (unsigned)s3);
+    bool lead = (lanes & ((1u << (threadIdx.x & 31)) - 1)) == 0;
+    u64 *to = counters;
+    if (way == WARP_SM) to = counters + 8 * (smid() & 127);
+    if (way == WARP_LOOKUP) {
+        to = *(u64 *volatile *)&remembered;
+        if (!to) return;
+    }
+    if (way == BLOCK) {
+        if (lead) {
+            atomicAdd(&block_sums[0], (u64)r0);
+            atomicAdd(&block_sums[1], (u64)r1);
+            atomicAdd(&block_sums[2], (u64)r2);
+            atomicAdd(&block_sums[3], (u64)r3);
+            __threadfence_block();
+            unsigned done = atomicAdd(&warps_done, 1);
+            if (done == (blockDim.x + 31) / 32 - 1) {
+                __threadfence_block();
+                atomicAdd(&counters[0], block_sums[0]);
+                atomicAdd(&counters[1], block_sums[1]);
+                atomicAdd(&counters[2], block_sums[2]);
+                atomicAdd(&counters[3], block_sums[3]);
+            }
+        }
+        return;
+    }
+    if (lead) {
+        atomicAdd(&to[0], (u64)r0);
+        if (way != WARP_ONE) {
+            atomicAdd(&to[1], (u64)r1);
+            atomicAdd(&to[2], (u64)r2);
+            atomicAdd(&to[3], (u64)r3);
+        }
+    }
+}
+
+typedef void (*Kernel)(int, float, const float *, float *, u64 *);
+static Kernel kernels[] = {saxpy<BARE>,  saxpy<PER_THREAD>,  saxpy<WARP>, saxpy<WARP_SM>,
+                           saxpy<WARP_ONE>, saxpy<WARP_LOOKUP>, saxpy<BLOCK>};
+
+int main() {
+    const int n = 1 << 28, block = 256, rounds = 5, reps = 20;
+    float *x, *y;
+    u64 *counters;
+    CHECK(cudaMalloc(&x, n * sizeof(float)));
+    CHECK(cudaMalloc(&y, n * sizeof(float)));
+    CHECK(cudaMalloc(&counters, 8 * 128 * sizeof(u64)));
+    CHECK(cudaMemset(x, 0, n * sizeof(float)));
+    CHECK(cudaMemset(y, 0, n * sizeof(float)));
+    CHECK(cudaMemcpyToSymbol(remembered, &counters, sizeof(counters)));
+    cudaEvent_t a, b;
+    CHECK(cudaEventCreate(&a));
+    CHECK(cudaEventCreate(&b));
+    float best[WAYS];
+    for (int w = 0; w < WAYS; w++) best[w] = 1e9f;
+    for (int r = 0; r < rounds; r++)
+        for (int w = 0; w < WAYS; w++) {
+            CHECK(cudaMemset(counters, 0, 8 * 128 * sizeof(u64)));
+            kernels[w]<<<(n + block - 1) / block, block>>>(n, 2.f, x, y, counters);
+            CHECK(cudaEventRecord(a));
+            for (int k = 0; k < reps; k++)
+                kernels[w]<<<(n + block - 1) / block, block>>>(n, 2.f, x, y, counters);
+            CHECK(cudaEventRecord(b));
+            CHECK(cudaEventSynchronize(b));
+            float ms;
+            CHECK(cudaEventElapsedTime(&ms, a, b));
+            if (ms / reps < best[w]) best[w] = ms / reps;
+        }
+    for (int w = 0; w < WAYS; w++)
+        printf("exit_cost %-12s %.3f ms  %.2fx\n", names[w], best[w], best[w] / best[BARE]);
+    return 0;
+}
