@@ -12,6 +12,8 @@
 // - `empty`: no work at all, whose event time is the floor of what events can time;
 // - `strided`: each thread reads the float 32 floats after its neighbour's (128 bytes apart:
 //   32 sectors per warp's request where 4 would do) and writes one, unit stride;
+// - `hot`: a histogram, every thread reading a float and adding 1 to one of 16 counters with
+//   an atomic: one hot page (the counters') against the pages the reads stream through;
 // - `phases`: two phases of different speed in one launch, every block resident at once (8
 //   blocks of 256 threads per SM, a grid-stride loop): first it streams 2^26 floats (read and
 //   written, at full speed), then each thread follows a chain of dependent loads through 64 MiB
@@ -81,6 +83,11 @@ __global__ void empty() {}
 __global__ void strided(const float *x, float *y) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     y[i] = x[(long long)i * 32];
+}
+
+__global__ void hot(const float *x, unsigned *bins) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    atomicAdd(&bins[(unsigned)x[i] & 15], 1u);
 }
 
 __global__ void tiny(float *v) {
@@ -228,6 +235,19 @@ int main(int argc, char **argv) {
     CHECK(cudaGetLastError());
     std::vector<float> hv2(strided_n);
     CHECK(cudaMemcpy(hv2.data(), v2, strided_n * sizeof(float), cudaMemcpyDeviceToHost));
+
+    // A hot page: 2^22 atomics on 16 counters.
+    const int hot_n = 1 << 22;
+    unsigned *bins;
+    CHECK(cudaMalloc(&bins, 16 * sizeof(unsigned)));
+    CHECK(cudaMemset(bins, 0, 16 * sizeof(unsigned)));
+    hot<<<hot_n / BLOCK, BLOCK, 0, s>>>(x, bins);
+    CHECK(cudaStreamSynchronize(s));
+    CHECK(cudaGetLastError());
+    unsigned hbins[16];
+    CHECK(cudaMemcpy(hbins, bins, sizeof(hbins), cudaMemcpyDeviceToHost));
+    printf("results hot %016llx\n", (unsigned long long)fnv(hbins, sizeof(hbins)));
+    printf("expect bytes _Z3hotPKfPj load %lld store 0 atomic %lld async 0\n", hot_n * 4ll, hot_n * 4ll);
 
     // Two phases: streaming, then dependent loads (a permutation of 2^24 ints: i -> i * P + Q).
     const int chain_n = 1 << 24, hops = 256;
