@@ -95,12 +95,20 @@ fn a_thread_remembers_its_last_hit_where_entries_stay_put() {
         &maps,
     );
     assert!(!ptx.contains("_hk0"), "a map entries are removed from is searched every time");
-    // Not for keys longer than a word.
+    // Keys longer than a word are not remembered (their registers would cost the kernel more),
+    // but the entries stay put: the home slot is read from L1 first, both words compared.
     let long_key = "ldxdw %r6, [%r1+0]\nstxdw [%r10-16], %r6\nstxdw [%r10-8], %r6\n\
                     lddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -16\ncall 1\nmov %r0, 0\nexit";
     let p = program(long_key, hash_def(16), DeviceEvent::GlobalLoad);
     let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(16, false)]);
-    assert!(!ptx.contains("_hk0"));
+    assert!(!ptx.contains("_hk0") && !ptx.contains("_hp0"), "{ptx}");
+    let fast = ptx.find("ld.global.u64 %egpu0_t5, [%egpu0_t4];").expect("the home slot first");
+    let search = ptx.find("ld.global.acquire.gpu.u64").expect("the search");
+    let words = ["[%egpu0_t4+8];", "[%egpu0_t4+16];"].map(|w| ptx[fast..search].contains(w));
+    assert_eq!(words, [true, true], "both words of the key compared:\n{ptx}");
+    // Not for a map the host reads and writes live.
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(16, true)]);
+    assert!(!ptx.contains("ld.global.u64 %egpu0_t5, [%egpu0_t4];"), "{ptx}");
 }
 
 #[test]

@@ -205,7 +205,8 @@ pub struct Requests {
     pub lanes: u64,
     /// 32-byte sectors the requests touched.
     pub sectors: u64,
-    /// The fewest sectors their bytes could have taken (contiguous and aligned).
+    /// The fewest sectors their bytes could have taken (contiguous and aligned; no more than
+    /// the sectors touched, where lanes shared addresses).
     pub minimum: u64,
     /// Bytes the lanes moved.
     pub bytes: u64,
@@ -221,12 +222,18 @@ fn request(kernel: u64, site: u32, class: u32, addr: u64, size: u32) {
     let lanes = egpu_vm::native::warp_lanes();
     let sectors = egpu_vm::native::warp_sectors(addr, size);
     let bytes = lanes as u64 * size as u64;
+    // Lanes that share addresses (a broadcast, atomics on one counter) touch fewer sectors
+    // than their bytes would take apart: such a request takes the fewest it could.
+    let mut minimum = (bytes + 31) / 32;
+    if (sectors as u64) < minimum {
+        minimum = sectors as u64;
+    }
     if egpu_vm::native::warp_leader() {
         let key = Site { kernel, site, class };
         SITES.fetch_add_field(&key, |r| &r.requests, 1);
         SITES.fetch_add_field(&key, |r| &r.lanes, lanes as u64);
         SITES.fetch_add_field(&key, |r| &r.sectors, sectors as u64);
-        SITES.fetch_add_field(&key, |r| &r.minimum, (bytes + 31) / 32);
+        SITES.fetch_add_field(&key, |r| &r.minimum, minimum);
         SITES.fetch_add_field(&key, |r| &r.bytes, bytes);
     }
 }

@@ -439,8 +439,10 @@ pub fn inject_with(
         let cache = |c: &Cached| LookupCache {
             key: if c.by_kernel {
                 CacheKey::Constant(id)
-            } else {
+            } else if c.map.geometry.key_size <= 8 {
                 CacheKey::Register(format!("%{}_hk{}", names.stem, c.index))
+            } else {
+                CacheKey::Nothing
             },
             value: format!("%{}_hp{}", names.stem, c.index),
             sums: if combine && c.one_value {
@@ -488,8 +490,10 @@ pub fn inject_with(
         }
         for c in caches.values().map(cache) {
             let mut regs = Vec::new();
-            if let CacheKey::Register(key) = c.key {
-                regs.push(key);
+            match c.key {
+                CacheKey::Register(key) => regs.push(key),
+                CacheKey::Nothing => continue,
+                CacheKey::Constant(_) => {}
             }
             regs.push(c.value);
             regs.extend(c.sums.into_iter().map(|(_, r)| r));

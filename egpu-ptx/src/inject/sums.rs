@@ -34,8 +34,9 @@ pub(super) struct Cached {
 
 /// The hash maps (by device address, numbered) whose entries stay where they are while a kernel
 /// with these probes runs, so a thread may remember where its last lookup found a key: in GPU
-/// memory (nobody else writes it meanwhile), with keys of at most 8 bytes, and removed from by
-/// none of the probes (device inserts never reuse a removed entry's slot).
+/// memory (nobody else writes it meanwhile), with keys of at most 16 bytes (a register per
+/// word remembers the last), and removed from by none of the probes (device inserts never
+/// reuse a removed entry's slot).
 ///
 /// Each is numbered, and says whether every lookup of it is by the kernel's id
 /// ([`kernel_keyed`]): its cache then remembers that key only, with no key register; and
@@ -60,7 +61,7 @@ pub(super) fn lookup_caches(
     for (b, def, by_kernel) in looked_up {
         let g = b.geometry;
         if matches!(g.kind, MapKind::Hash | MapKind::PerCpuHash)
-            && g.key_size <= 8
+            && g.key_size <= 16
             && !b.live
             && !removed.contains(&b.addr)
         {

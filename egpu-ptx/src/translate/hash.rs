@@ -66,18 +66,17 @@ impl Emitter<'_> {
         } else {
             Vec::new()
         };
-        let cache = match (id == helper_id::MAP_LOOKUP_ELEM, key.as_slice()) {
-            // The cache's registers are the kernel's, which a local function cannot name.
-            (true, [_]) if self.function == 0 => {
-                self.options.lookup_cache.get(m.unwrap_or(0) as usize).cloned().flatten()
-            }
-            _ => None,
+        // The cache's registers are the kernel's, which a local function cannot name.
+        let cache = match id == helper_id::MAP_LOOKUP_ELEM && self.function == 0 {
+            true => self.options.lookup_cache.get(m.unwrap_or(0) as usize).cloned().flatten(),
+            false => None,
         };
         let done = format!("{hash}_done");
-        // The key the cache remembers: a register, or a constant.
-        let remembered = cache.as_ref().map(|c| match &c.key {
-            CacheKey::Register(reg) => reg.clone(),
-            CacheKey::Constant(k) => (*k as i64).to_string(),
+        // The key the cache remembers, word by word: registers, or a constant.
+        let remembered = cache.as_ref().and_then(|c| match (&c.key, key.as_slice()) {
+            (CacheKey::Register(reg), [_]) => Some(reg.clone()),
+            (CacheKey::Constant(k), [_]) => Some((*k as i64).to_string()),
+            _ => None,
         });
         if let (Some(c), Some(ck)) = (&cache, &remembered) {
             // This thread's last hit in this map, when it was this key: before the hash, which
@@ -106,10 +105,10 @@ impl Emitter<'_> {
             // A hit is remembered (only of the key a constant names).
             self.line(format!("setp.ne.u64 {q0}, {r0}, 0;"));
             match c.key {
-                CacheKey::Register(_) => self.line(format!("@{q0} mov.b64 {ck}, {};", key[0])),
                 CacheKey::Constant(_) => {
                     self.line(format!("setp.eq.and.u64 {q0}, {}, {ck}, {q0};", key[0]));
                 }
+                _ => self.line(format!("@{q0} mov.b64 {ck}, {};", key[0])),
             }
             self.line(format!("@{q0} mov.b64 {}, {r0};", c.value));
         }
@@ -255,9 +254,7 @@ impl Emitter<'_> {
             self.line(format!("ld.global.u64 {t5}, [{t4}];"));
             self.line(format!("setp.ne.u64 {q0}, {t5}, {t0};"));
             self.line(format!("@{q0} bra {lp};"));
-            self.line(format!("ld.global.u64 {t2}, [{t4}+8];"));
-            self.line(format!("setp.ne.u64 {q0}, {t2}, {};", key[0]));
-            self.line(format!("@{q0} bra {lp};"));
+            self.compare_key(&t4, key, g.key_size, &lp);
             self.line(format!("add.s64 {r0}, {t4}, {};", g.value_offset));
             self.line(format!("bra {done};"));
         }

@@ -30,6 +30,10 @@ pub fn kernel_keyed(verified: &Verified, m: u32) -> bool {
 /// [`site_keyed`], or with `constants` false [`kernel_keyed`].
 fn keyed(verified: &Verified, m: u32, constants: bool) -> bool {
     let program = verified.program();
+    // A longer key has more than the one word looked at below.
+    if program.maps().get(m as usize).is_none_or(|d| d.key_size > 8) {
+        return false;
+    }
     let kernel_id = match program.attach_point() {
         AttachPoint::Device(DeviceEvent::KernelEntry | DeviceEvent::KernelExit) => {
             offset_of!(KernelCtx, kernel_id)

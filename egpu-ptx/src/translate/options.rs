@@ -133,6 +133,10 @@ pub enum CacheKey {
     /// its key with a constant, which the JIT folds when the key is one too, and the cache needs
     /// no key register.
     Constant(u64),
+    /// Nothing (a key of more than a word, whose registers would cost a kernel more than the
+    /// searches they save): the entries still stay put, so a search reads the key's home slot
+    /// from the SM's L1 cache first, as every search of a map with a cache does.
+    Nothing,
 }
 
 /// A map as the GPU sees it: the device address of its memory (header included) and its
