@@ -238,6 +238,18 @@ fn the_books_pictures_are_the_commands() {
             compare_golden(&golden, &svg).unwrap_or_else(|e| panic!("{e}"));
         }
     }
+    // One kernel of a recording alone (`--kernel`): the hot page, and strided reads.
+    let file = data.join("mem_timing-hot-strided-h200.egpumem");
+    for kernel in ["hot", "strided"] {
+        let dir = out.0.join(kernel);
+        let args = ["mem", "render", "--kernel", kernel, "--out"];
+        let mut args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
+        args.extend([dir.as_os_str(), file.as_os_str()]);
+        succeeds(&args);
+        let svg = read(&dir.join("heatmap.svg"));
+        let golden = workspace_path(format!("book/src/images/heatmap-{kernel}-h200.svg"));
+        compare_golden(&golden, &svg).unwrap_or_else(|e| panic!("{e}"));
+    }
     let readme = std::fs::read_to_string(workspace_path("README.md")).expect("README");
     let chapter = std::fs::read_to_string(workspace_path("book/src/pictures.md")).expect("chapter");
     for picture in ["heatmap", "bandwidth"] {
@@ -246,7 +258,7 @@ fn the_books_pictures_are_the_commands() {
             "README: {picture}"
         );
     }
-    for picture in ["heatmap", "bandwidth", "durations", "sms"] {
+    for picture in ["heatmap", "bandwidth", "durations", "sms", "heatmap-hot", "heatmap-strided"] {
         assert!(chapter.contains(&format!("images/{picture}-h200.svg")), "pictures.md: {picture}");
     }
 }

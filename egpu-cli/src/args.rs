@@ -298,7 +298,8 @@ they came from marked; the bandwidth plot the `timeline` set's windows per kerne
 device's peak; the histogram the `timing` set's launch durations per kernel; the bars the
 `timeline` set's samples per SM, kernels stacked. A picture without data says which set to run.
 Several recordings are rendered into a sub-folder each, named after the file, with an
-index.html linking them. Progress goes to stderr, a line per recording and per picture; stdout
+index.html linking them. With --kernel, the table and the pictures keep the kernels it finds
+only (a kernel's launches apart, say). Progress goes to stderr, a line per recording and per picture; stdout
 gets the index.html paths. Needs no GPU.")]
 pub(crate) struct MemRenderArgs {
     /// Recordings, or folders whose `.egpumem` files are read
@@ -307,6 +308,9 @@ pub(crate) struct MemRenderArgs {
     /// The folder to write into (created if need be)
     #[arg(long, value_name = "DIR", required = true)]
     pub(crate) out: PathBuf,
+    /// Draw only the kernels whose mangled name this regular expression matches
+    #[arg(long, value_name = "REGEX", value_parser = kernel_regex)]
+    pub(crate) kernel: Option<String>,
 }
 
 /// `egpu maps`.

@@ -92,7 +92,7 @@ fn render_run(files: &[PathBuf], out: &Path) -> Result<(), Error> {
     if with_kernels.is_empty() {
         return Ok(());
     }
-    crate::render::render_files(&with_kernels, out).map_err(failed)?;
+    crate::render::render_files(&with_kernels, out, None).map_err(failed)?;
     eprintln!("egpu: pictures in {}", out.join("index.html").display());
     Ok(())
 }
@@ -102,7 +102,8 @@ fn render(a: MemRenderArgs) -> Result<(), Error> {
     if files.is_empty() {
         return Err(failed("no `.egpumem` recording in the folders given"));
     }
-    let folders = crate::render::render_files(&files, &a.out).map_err(failed)?;
+    let kernels = a.kernel.as_deref().map(regex_lite::Regex::new).transpose().map_err(failed)?;
+    let folders = crate::render::render_files(&files, &a.out, kernels.as_ref()).map_err(failed)?;
     for dir in folders {
         println!("{}", dir.join("index.html").display());
     }

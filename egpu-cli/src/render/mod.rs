@@ -91,12 +91,31 @@ pub(crate) fn read(path: &Path) -> Result<Recording, RenderError> {
     Recording::parse(&text).map_err(|source| RenderError::Parse { path: path.to_owned(), source })
 }
 
+/// What of `recording` concerns the kernels whose names `kernels` matches: those kernels, and
+/// their launches, sites, windows and samples.
+pub(crate) fn select(mut recording: Recording, kernels: &regex_lite::Regex) -> Recording {
+    recording.kernels.retain(|k| kernels.is_match(&k.name));
+    let ids: std::collections::BTreeSet<String> =
+        recording.kernels.iter().map(|k| k.id.clone()).collect();
+    recording.launches.retain(|l| ids.contains(&l.kernel));
+    recording.sites.retain(|s| ids.contains(&s.kernel));
+    recording.windows.retain(|w| ids.contains(&w.kernel));
+    recording.samples.retain(|s| ids.contains(&s.kernel));
+    recording
+}
+
 /// Renders the recordings at `paths` into `out`: one into `out` itself, several into a
-/// sub-folder each (the recording's file stem) with an `index.html` linking them. Returns the
-/// folders written.
-pub(crate) fn render_files(paths: &[PathBuf], out: &Path) -> Result<Vec<PathBuf>, RenderError> {
-    let recordings =
-        paths.iter().map(|p| read(p).map(|r| (p, r))).collect::<Result<Vec<_>, _>>()?;
+/// sub-folder each (the recording's file stem) with an `index.html` linking them; with
+/// `kernels`, only the kernels it matches ([`select`]). Returns the folders written.
+pub(crate) fn render_files(
+    paths: &[PathBuf],
+    out: &Path,
+    kernels: Option<&regex_lite::Regex>,
+) -> Result<Vec<PathBuf>, RenderError> {
+    let recordings = paths
+        .iter()
+        .map(|p| read(p).map(|r| (p, if let Some(k) = kernels { select(r, k) } else { r })))
+        .collect::<Result<Vec<_>, _>>()?;
     create(out)?;
     let of = recordings.len();
     if let [(path, recording)] = recordings.as_slice() {

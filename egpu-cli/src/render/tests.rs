@@ -134,3 +134,69 @@ fn recordings_without_data_give_none_and_say_why() {
 fn html_is_escaped() {
     assert_eq!(super::escape("<a & 'b\">"), "&lt;a &amp; &#39;b&quot;&gt;");
 }
+
+const HOT: &str = "_Z3hotPKfPj";
+const STRIDED: &str = "_Z7stridedPKfPf";
+
+#[test]
+fn a_kernel_alone_keeps_its_own_launches_windows_sites_and_samples() {
+    let r = recording("mem_timing-hot-strided-h200.egpumem");
+    let all = r.samples.len();
+    let hot = super::select(r.clone(), &regex_lite::Regex::new("hot").unwrap());
+    assert_eq!(hot.kernels.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), [HOT]);
+    let id = &hot.kernels[0].id;
+    assert_eq!(hot.launches.len(), 1);
+    assert!(hot.launches.iter().all(|l| &l.kernel == id));
+    assert!(!hot.windows.is_empty() && hot.windows.iter().all(|w| &w.kernel == id));
+    assert!(!hot.sites.is_empty() && hot.sites.iter().all(|s| &s.kernel == id));
+    assert!(hot.samples.iter().all(|s| &s.kernel == id));
+    let strided = super::select(r, &regex_lite::Regex::new("strided").unwrap());
+    assert_eq!(strided.kernels.iter().map(|k| k.name.as_str()).collect::<Vec<_>>(), [STRIDED]);
+    assert_eq!(hot.samples.len() + strided.samples.len(), all, "each sample is one kernel's");
+    // A pattern that finds nothing leaves nothing to draw.
+    let none = super::select(strided, &regex_lite::Regex::new("^saxpy$").unwrap());
+    assert!(none.kernels.is_empty() && data::heatmap(&none).is_none());
+}
+
+/// `hot`: 2^22 atomics on 16 counters while the reads stream through x. The counters' range is
+/// the one row lit through the whole launch, and the busiest; each range of x is read over a
+/// few time bins only.
+#[test]
+fn a_hot_page_is_the_row_lit_all_along() {
+    let r = recording("mem_timing-hot-strided-h200.egpumem");
+    let hot = super::select(r, &regex_lite::Regex::new("hot").unwrap());
+    let h = data::heatmap(&hot).expect("samples");
+    let lit = |row: &Vec<u64>| row.iter().filter(|&&c| c > 0).count();
+    let busiest = (0..h.rows.len()).max_by_key(|&i| h.counts[i].iter().sum::<u64>()).unwrap();
+    let counters = hot.samples.iter().find(|s| s.access == "atomic").expect("an atomic").addr;
+    let row = &h.rows[busiest];
+    assert!(row.start <= counters && counters < row.start + h.bucket, "the counters' row");
+    assert!(lit(&h.counts[busiest]) > TIME_BINS / 2, "lit over most of the launch");
+    let others: Vec<usize> =
+        (0..h.rows.len()).filter(|&i| i != busiest).map(|i| lit(&h.counts[i])).collect();
+    assert!(others.iter().all(|&n| n < TIME_BINS / 8), "streamed ranges: {others:?}");
+}
+
+/// `strided` reads floats 128 bytes apart: a warp's request spans 4 KiB, and at any moment the
+/// warps read over a wider range of x than a unit-stride kernel's would: its requests touch 32
+/// sectors where 4 would do (the `pattern` set's site), and its sampled addresses per time bin
+/// spread over more rows than `hot`'s reads.
+#[test]
+fn strided_reads_spread_where_coalesced_ones_stay_together() {
+    let r = recording("mem_timing-hot-strided-h200.egpumem");
+    let strided = super::select(r.clone(), &regex_lite::Regex::new("strided").unwrap());
+    let load = |rec: &Recording| {
+        let site = rec.sites.iter().find(|s| s.access.as_deref() == Some("load"));
+        site.expect("its load").requests.sectors_per_request()
+    };
+    assert_eq!(load(&strided), 32.0);
+    let hot = super::select(r, &regex_lite::Regex::new("hot").unwrap());
+    assert_eq!(load(&hot), 4.0);
+    // Reads only: the span of addresses each warp request covers.
+    let span = |rec: &Recording| {
+        let loads: Vec<u64> =
+            rec.samples.iter().filter(|s| s.access == "load").map(|s| s.addr).collect();
+        (loads.iter().max().unwrap() - loads.iter().min().unwrap()) / loads.len() as u64
+    };
+    assert!(span(&strided) > 10 * span(&hot), "{} against {}", span(&strided), span(&hot));
+}

@@ -13,7 +13,8 @@ loading a module). Each prints what its kernels move (`expect bytes`) and, mem_t
 launch's time by CUDA events (`expect times NAME ms ...`, in launch order). Checked:
 
 - bytes: per kernel and class (load, store, atomic, async copy), the recording's `traffic`
-  against the program's figures, exactly;
+  against the program's figures, exactly; and again with every set at once (`counts`,
+  `timing`, `pattern`, `pages`, `timeline`), whose probes must not change the counts;
 - durations: per launch, egpu's GPU time (`launch` lines, by kernel in `%gridid` order, from
   the program's `first`) within 5% of the events' or within the events' floor (an empty
   kernel's event time, which the program prints: what the events add around any launch);
@@ -28,7 +29,8 @@ launch's time by CUDA events (`expect times NAME ms ...`, in launch order). Chec
   counts,timeline`: mem_timeline.py): the kernel's windows show its two phases and sum to its
   bytes within the sampling's error.
 
-It prints, over all programs, `bytes exact: K/K kernels`, `durations within 5%: K/K kernels`,
+It prints, over all programs, `bytes exact: K/K kernels`, `bytes exact with every set: K/K
+kernels`, `durations within 5%: K/K kernels`,
 `bandwidth within 5%: K/K kernels`, `event durations within 5%: K/K kernels` and
 `pattern exact: K/K kernels`, and fails when any is not K/K, K is 0, results differ or a
 run fails. With --keep, the recordings are copied there (a folder per program).
@@ -193,6 +195,10 @@ def time_verdicts(times, floor, got, expected_bytes):
     return rows, within, bandwidth
 
 
+# Every set at once: the counts must not change for what else runs.
+EVERY_SET = "counts,timing,pattern,pages,timeline"
+
+
 def check_program(name, command, args, env, totals):
     env = dict(os.environ, **(env or {}))
     env.pop("LD_PRELOAD", None)
@@ -278,6 +284,22 @@ def check_program(name, command, args, env, totals):
                 failures.append(f"{name}: pattern of {kernel}")
         table = pout[pout.find("process "):] if "process " in pout else ""
         print("\n".join(f"  | {l}" for l in table.splitlines() if "sectors per request" in l))
+    # The counts stay exact whatever else runs beside them (every set at once).
+    every_dir = out_dir + "-every"
+    shutil.rmtree(every_dir, ignore_errors=True)
+    rc, eout, _ = device_check.run([args.egpu, "mem", "run", "--sets", EVERY_SET, "--out",
+                                    every_dir, "--", *command], env)
+    erows, eper_class, eexact = device_check.verdicts(
+        expected, traffic_maps(recordings(every_dir)) if rc == 0 else {})
+    for kernel, cls, want, got in erows:
+        if want != got:
+            print(f"  with every set, differs: {kernel} {cls} expected {want} observed {got}")
+    print(f"  with every set: {device_check.exact_line(eper_class, eexact)}")
+    totals["every"] += eexact
+    if rc != 0 or not all(eexact):
+        failures.append(f"{name}: bytes not exact with every set")
+    if device_check.results(eout) != device_check.results(bare):
+        failures.append(f"{name}: results differ with every set")
     failures += mem_timeline.check(name, command, args, env, out, device_check.run, totals)
     totals["exact"] += exact
     totals["durations"] += within
@@ -315,7 +337,7 @@ def main():
     programs += coverage
     failures += more
     totals = {"exact": [], "durations": [], "bandwidth": [], "events": [], "pattern": [],
-              "timeline": []}
+              "timeline": [], "every": []}
     for name, command, env in programs:
         if args.only and args.only not in name:
             continue
@@ -324,7 +346,8 @@ def main():
         except subprocess.TimeoutExpired:
             failures.append(f"{name}: timed out")
     print("\n=== egpu mem in programs")
-    for what, key in (("bytes exact", "exact"), ("durations within 5%", "durations"),
+    for what, key in (("bytes exact", "exact"), ("bytes exact with every set", "every"),
+                      ("durations within 5%", "durations"),
                       ("bandwidth within 5%", "bandwidth"),
                       ("event durations within 5%", "events"), ("pattern exact", "pattern"),
                       ("timeline's phases", "timeline")):

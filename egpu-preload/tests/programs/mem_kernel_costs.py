@@ -35,7 +35,8 @@ def main():
     ap.add_argument("--egpu", required=True)
     ap.add_argument("--sets", default="counts", help="sets, runs separated by ;")
     ap.add_argument("--top", type=int, default=15)
-    ap.add_argument("--work", default="/tmp/egpu-kernel-costs")
+    ap.add_argument("--work", default="/tmp/egpu-bench-mem",
+                    help="caches and recordings (bench_mem.py's default: their caches shared)")
     ap.add_argument("--modules", default="")
     args = ap.parse_args()
     env = dict(os.environ)

@@ -21,10 +21,10 @@
 //! - it calls no helper but the map lookup and update and `bpf_get_smp_processor_id`, and no
 //!   local function.
 //!
-//! The same walk gives [`summary`]: where each add adds `size` or a number known now (a count's
-//! 1) and its keys are constants, the probe's whole effect at the site is a list of numbers (or
-//! the access's size, from its register) to add to fields of values, which the injector adds to
-//! registers instead of running the probe (`inject/summaries.rs`).
+//! The same walk gives [`summary`]: where each add adds `size` or a number known now (as a
+//! count's one) and its keys are constants, the probe's whole effect at the site is a list of
+//! numbers (or the access's size, from its register) to add to fields of values, which the
+//! injector adds to registers instead of running the probe (`inject/summaries.rs`).
 
 use std::collections::BTreeMap;
 use std::mem::offset_of;
