@@ -1,9 +1,10 @@
 //! The `pages` set: per kernel, the accesses to each page of global memory (of 4 KiB, 64 KiB or
 //! 2 MiB, chosen when the pack is made), and the atomics per 8-byte address, where threads
-//! contend. A probe per page size, each adding 1 to its access's page: a thread's successive
-//! adds to one page combine in its registers until the page changes. (One add per group of
-//! lanes on a page, `egpu::helpers::warp_peers`, was measured slower on the H200: 5.8× against
-//! 3.8× on the grid-stride saxpy, its adds of a varying count no longer combined per thread.)
+//! contend. A probe per page size, each adding 1 to its access's page: the search for the page
+//! reads its home slot from the SM's L1 cache first (a (kernel, page) entry never moves), and
+//! the lanes of a warp on one page make one add of their number (the translator's warp-level
+//! add of a constant). (Calling `egpu::helpers::warp_peers` for that count in the probe was
+//! measured slower on the H200: 5.8× against 3.8× on the grid-stride saxpy.)
 
 use bytemuck::{Pod, Zeroable};
 use egpu_ebpf::MemAccessCtx;
