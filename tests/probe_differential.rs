@@ -295,11 +295,11 @@ fn call_helpers(ctx: &mut Ctx) -> u64 {
 }
 
 /// The warp's helpers, as a thread (a warp of one lane) sees them: it leads, alone (the one
-/// peer of its value), and its access's sectors are those it spans (an access of `d & 127`
-/// bytes at `a`).
+/// peer of its value, no stride), and its access's sectors are those it spans (an access of
+/// `d & 127` bytes at `a`).
 #[egpu::probe(user)]
 fn warp_helpers(ctx: &mut Ctx) -> u64 {
-    let mut sectors = 0;
+    let mut sectors = egpu::helpers::warp_stride(ctx.a) as u32;
     if egpu::helpers::warp_leader() {
         sectors = egpu::helpers::warp_sectors(ctx.a, ctx.d & 127);
     }

@@ -203,3 +203,41 @@ fn the_source_map_locates_every_instruction_in_its_function() {
         assert!(lines.contains(&line), "no instruction from line {line}: {lines:?}");
     }
 }
+
+#[repr(C)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
+struct Tally {
+    fields: [u64; 12],
+}
+
+static TALLIES: HashMap<u64, Tally> = HashMap::with_capacity(4);
+
+/// Adds to every field of a 96-byte value, a `fetch_add_field` each: the inserts of a missing
+/// key share one buffer of zeros, so eight of them fit the stack (one each would need 768 bytes).
+#[egpu::probe(user)]
+fn tally(ctx: &mut Small) -> u64 {
+    let k = ctx.a & 3;
+    TALLIES.fetch_add_field(&k, |t| &t.fields[0], 1);
+    TALLIES.fetch_add_field(&k, |t| &t.fields[1], 2);
+    TALLIES.fetch_add_field(&k, |t| &t.fields[2], 3);
+    TALLIES.fetch_add_field(&k, |t| &t.fields[3], 4);
+    TALLIES.fetch_add_field(&k, |t| &t.fields[4], 5);
+    TALLIES.fetch_add_field(&k, |t| &t.fields[5], 6);
+    TALLIES.fetch_add_field(&k, |t| &t.fields[6], 7);
+    TALLIES.fetch_add_field(&k, |t| &t.fields[11], 12);
+    0
+}
+
+#[test]
+fn inserts_of_zero_values_share_one_buffer() {
+    let probe = tally::probe();
+    let ir = probe.ir().unwrap_or_else(|e| panic!("{e}"));
+    let zeros = ir.bufs.iter().filter(|b| b.name == "zero value").count();
+    assert_eq!(zeros, 1, "{:?}", ir.bufs);
+    let mut vm = probe.vm().unwrap_or_else(|e| panic!("{e}"));
+    let mut ctx = Small { a: 6 };
+    vm.run_ctx(&mut ctx).unwrap();
+    vm.run_ctx(&mut ctx).unwrap();
+    let got = TALLIES.get(&2).expect("inserted").fields;
+    assert_eq!(got, [2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 24]);
+}

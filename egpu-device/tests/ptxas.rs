@@ -394,10 +394,13 @@ fn corpus_probes() -> (Vec<egpu_ebpf::verifier::Verified>, Vec<egpu_device::tran
     ];
     // The warp's helpers: the leading lane adds the warp's sectors and lanes to an array.
     let warp = {
-        use egpu_ebpf::helpers::id::{WARP_LANES, WARP_LEADER, WARP_PEERS, WARP_SECTORS};
+        use egpu_ebpf::helpers::id::{
+            WARP_LANES, WARP_LEADER, WARP_PEERS, WARP_SECTORS, WARP_STRIDE,
+        };
         format!(
-            "ldxdw %r6, [%r1+0]\nldxw %r7, [%r1+16]\ncall {WARP_LEADER}\njeq %r0, 0, out\n\
-             mov %r1, %r6\nmov %r2, %r7\ncall {WARP_SECTORS}\nmov %r8, %r0\n\
+            "ldxdw %r6, [%r1+0]\nldxw %r7, [%r1+16]\nmov %r1, %r6\ncall {WARP_STRIDE}\n\
+             mov %r9, %r0\ncall {WARP_LEADER}\njeq %r0, 0, out\n\
+             mov %r1, %r6\nmov %r2, %r7\ncall {WARP_SECTORS}\nmov %r8, %r0\nadd %r8, %r9\n\
              call {WARP_LANES}\nadd %r8, %r0\nmov %r1, %r6\nrsh %r1, 12\n\
              call {WARP_PEERS}\nadd %r8, %r0\nstw [%r10-4], 0\nlddw %r1, map[0]\n\
              mov %r2, %r10\nadd %r2, -4\ncall 1\njeq %r0, 0, out\nlock add [%r0+0], %r8\n\

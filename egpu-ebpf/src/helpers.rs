@@ -40,6 +40,9 @@ pub mod id {
     /// `u32 egpu_warp_peers(value)`: in the lowest lane of those with the same value, how many
     /// have it; 0 in the others.
     pub const WARP_PEERS: u32 = super::EGPU_HELPER_BASE + 3;
+    /// `u64 egpu_warp_stride(addr)`: the bytes between consecutive lanes' addresses when the
+    /// lanes' addresses step evenly, `u64::MAX` when they do not (a gather).
+    pub const WARP_STRIDE: u32 = super::EGPU_HELPER_BASE + 4;
 }
 
 /// What a helper argument must be. The verifier checks calls against these.
@@ -325,6 +328,19 @@ pub const HELPERS: &[HelperInfo] = &[
         ret: RetKind::Scalar,
         cpu: "1: the one lane is its own group",
         gpu: "in the lowest of the lanes running the call together whose value is the same               (match.any.sync), how many they are; 0 in the others: one lane per group adds               the group's count (32 lanes reading one page: one add of 32)",
+        on_cpu: true,
+        on_gpu: true,
+    },
+    HelperInfo {
+        id: id::WARP_STRIDE,
+        name: "egpu_warp_stride",
+        args: &[arg("addr", ArgKind::Scalar)],
+        ret: RetKind::Scalar,
+        cpu: "0: one lane steps nowhere",
+        gpu: "over the lanes running the call together, ordered by lane: when every lane's addr \
+              is the lowest lane's plus its distance in lanes times one stride, the stride's \
+              magnitude in bytes (0: one address; 4: consecutive floats; 128: floats 128 bytes \
+              apart), else u64::MAX (a gather: no one stride); 0 for a lane alone",
         on_cpu: true,
         on_gpu: true,
     },

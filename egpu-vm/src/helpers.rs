@@ -159,6 +159,10 @@ fn warp_peers(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     1
 }
 
+fn warp_stride(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    0
+}
+
 /// The 32-byte sectors that `size` bytes at `addr` touch (at least 1): a warp of one lane.
 fn warp_sectors(addr: u64, size: u64, _: u64, _: u64, _: u64) -> u64 {
     let last = addr.saturating_add(size.max(1) - 1);
@@ -194,6 +198,11 @@ pub mod native {
     /// How many lanes have `value`, in the lowest of them: 1 on the CPU.
     pub fn warp_peers(value: u64) -> u32 {
         super::warp_peers(value, 0, 0, 0, 0) as u32
+    }
+    /// The bytes between consecutive lanes' addresses (`u64::MAX`: no one stride): 0 on the
+    /// CPU, a lane alone.
+    pub fn warp_stride(addr: u64) -> u64 {
+        super::warp_stride(addr, 0, 0, 0, 0)
     }
 }
 
@@ -410,6 +419,7 @@ bindings! {
     warp_leader: id::WARP_LEADER,
     warp_sectors: id::WARP_SECTORS,
     warp_peers: id::WARP_PEERS,
+    warp_stride: id::WARP_STRIDE,
     bad_callx: BAD_CALLX,
     add32: atomic_helper(AtomicOp::Add, Size::W),
     add64: atomic_helper(AtomicOp::Add, Size::DW),
@@ -458,6 +468,7 @@ mod tests {
         }
         assert_eq!(native::warp_sectors(96, 0), 1);
         assert_eq!(native::warp_peers(u64::MAX), 1);
+        assert_eq!(native::warp_stride(u64::MAX), 0);
         assert_eq!(native::warp_sectors(u64::MAX - 1, 16), 1);
     }
 }

@@ -89,6 +89,12 @@ pub mod helpers {
     pub fn warp_peers(value: u64) -> u32 {
         egpu_vm::native::warp_peers(value)
     }
+
+    /// The bytes between consecutive lanes' addresses when they step evenly, `u64::MAX` when
+    /// they do not (`egpu_warp_stride`; 0 on the CPU, a lane alone).
+    pub fn warp_stride(addr: u64) -> u64 {
+        egpu_vm::native::warp_stride(addr)
+    }
 }
 
 /// Prints from a probe: `egpu::print!("launch {} took {} ns", id, ns)` records the format and up

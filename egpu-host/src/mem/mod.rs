@@ -29,7 +29,7 @@ use std::str::FromStr;
 
 pub use record::{
     Coalescing, Count, EventTiming, Header, Kernel, Launch, PageUse, Recording, RecordingError,
-    Seen, SiteRecord, Traffic,
+    Seen, SiteRecord, Stride, Traffic,
 };
 pub use session::{MemError, MemSession, site_lines};
 pub use timeline::{Sampling, UnknownSampling};

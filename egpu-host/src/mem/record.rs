@@ -216,9 +216,51 @@ pub struct Coalescing {
     pub minimum: u64,
     /// Bytes the lanes moved.
     pub bytes: u64,
+    /// Requests whose lanes all reached one address (or a lane alone).
+    #[serde(default)]
+    pub broadcast: u64,
+    /// Requests at unit stride: lanes one access's size apart.
+    #[serde(default)]
+    pub unit: u64,
+    /// Requests at another stride, the same for all its lanes.
+    #[serde(default)]
+    pub strided: u64,
+    /// Those strides' bytes, summed.
+    #[serde(default)]
+    pub stride_bytes: u64,
+    /// Requests with no one stride: a gather or a scatter.
+    #[serde(default)]
+    pub gather: u64,
+}
+
+/// What the requests of a site mostly did, by their lanes' addresses ([`Coalescing::stride`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Stride {
+    /// Every lane at one address.
+    Broadcast,
+    /// Lanes one access's size apart.
+    Unit,
+    /// Lanes this many bytes apart (the mean over the strided requests).
+    Bytes(f64),
+    /// No one stride: a gather or a scatter.
+    Gather,
 }
 
 impl Coalescing {
+    /// The stride class most of the requests had, and their share; `None` for a recording made
+    /// before egpu classed strides.
+    pub fn stride(&self) -> Option<(Stride, f64)> {
+        let classes = [
+            (Stride::Broadcast, self.broadcast),
+            (Stride::Unit, self.unit),
+            (Stride::Bytes(self.stride_bytes as f64 / self.strided.max(1) as f64), self.strided),
+            (Stride::Gather, self.gather),
+        ];
+        let total: u64 = classes.iter().map(|c| c.1).sum();
+        let (class, n) = classes.into_iter().max_by_key(|c| c.1)?;
+        (total > 0).then(|| (class, n as f64 / total as f64))
+    }
+
     /// Sectors per request.
     pub fn sectors_per_request(&self) -> f64 {
         self.sectors as f64 / self.requests.max(1) as f64
@@ -235,6 +277,11 @@ impl Coalescing {
         self.sectors = self.sectors.saturating_add(r.sectors);
         self.minimum = self.minimum.saturating_add(r.minimum);
         self.bytes = self.bytes.saturating_add(r.bytes);
+        self.broadcast = self.broadcast.saturating_add(r.broadcast);
+        self.unit = self.unit.saturating_add(r.unit);
+        self.strided = self.strided.saturating_add(r.strided);
+        self.stride_bytes = self.stride_bytes.saturating_add(r.stride_bytes);
+        self.gather = self.gather.saturating_add(r.gather);
     }
 }
 

@@ -14,8 +14,9 @@
 //!   ends. A CUDA graph's kernel node has one grid id for all its replays: the maps hold its
 //!   last replay's times, and how many times it ran.
 //! - `pattern`: per kernel, site and class, the warp-level requests, their lanes, the 32-byte
-//!   sectors they touched and the fewest they could have (the warp helpers; the lowest lane
-//!   adds). `pages` is in `pages.rs`.
+//!   sectors they touched and the fewest they could have, and their stride classes: one
+//!   address, unit stride, another stride (and its bytes), or none (a gather) (the warp
+//!   helpers; the lowest lane adds). `pages` is in `pages.rs`.
 
 use bytemuck::{Pod, Zeroable};
 use egpu_ebpf::{KernelCtx, MemAccessCtx};
@@ -210,6 +211,16 @@ pub struct Requests {
     pub minimum: u64,
     /// Bytes the lanes moved.
     pub bytes: u64,
+    /// Requests whose lanes all read or wrote one address (or a lane alone).
+    pub broadcast: u64,
+    /// Requests whose lanes stepped through memory by their access's size (unit stride).
+    pub unit: u64,
+    /// Requests whose lanes stepped by another stride, the same for all.
+    pub strided: u64,
+    /// Their strides' bytes, summed (over `strided`: the mean stride).
+    pub stride_bytes: u64,
+    /// Requests whose lanes' addresses had no one stride (a gather or a scatter).
+    pub gather: u64,
 }
 
 /// The requests per kernel and site.
@@ -221,6 +232,7 @@ pub(super) static SITES: HashMap<Site, Requests> = HashMap::with_capacity(SITE_K
 fn request(kernel: u64, site: u32, class: u32, addr: u64, size: u32) {
     let lanes = egpu_vm::native::warp_lanes();
     let sectors = egpu_vm::native::warp_sectors(addr, size);
+    let stride = egpu_vm::native::warp_stride(addr);
     let bytes = lanes as u64 * size as u64;
     // Lanes that share addresses (a broadcast, atomics on one counter) touch fewer sectors
     // than their bytes would take apart: such a request takes the fewest it could.
@@ -235,6 +247,16 @@ fn request(kernel: u64, site: u32, class: u32, addr: u64, size: u32) {
         SITES.fetch_add_field(&key, |r| &r.sectors, sectors as u64);
         SITES.fetch_add_field(&key, |r| &r.minimum, minimum);
         SITES.fetch_add_field(&key, |r| &r.bytes, bytes);
+        if stride == u64::MAX {
+            SITES.fetch_add_field(&key, |r| &r.gather, 1);
+        } else if stride == 0 {
+            SITES.fetch_add_field(&key, |r| &r.broadcast, 1);
+        } else if stride == size as u64 {
+            SITES.fetch_add_field(&key, |r| &r.unit, 1);
+        } else {
+            SITES.fetch_add_field(&key, |r| &r.strided, 1);
+            SITES.fetch_add_field(&key, |r| &r.stride_bytes, stride);
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::record::{Kernel, Recording};
+use super::record::{Kernel, Recording, Stride};
 
 /// Bytes as a person reads them (`1.50 GB`, decimal units).
 pub fn bytes(n: u64) -> String {
@@ -154,9 +154,18 @@ pub fn render(recording: &Recording) -> String {
     for s in recording.sites.iter().filter(|s| s.requests.efficiency() < 0.99).take(SITES_SHOWN) {
         let kernel = names.get(s.kernel.as_str()).copied().unwrap_or(s.kernel.as_str());
         let at = s.line.map_or(format!("site {}", s.site), |l| format!("PTX line {l}"));
+        let stride = s.requests.stride().map_or_else(String::new, |(class, share)| {
+            let what = match class {
+                Stride::Broadcast => "one address".to_owned(),
+                Stride::Unit => "unit stride".to_owned(),
+                Stride::Bytes(b) => format!("stride {b:.0} B"),
+                Stride::Gather => "gather, no one stride".to_owned(),
+            };
+            format!(", {what} ({:.0}%)", 100.0 * share)
+        });
         let _ = writeln!(
             text,
-            "  {} {at}: {:.1} sectors per request, {:.0}% of them needed ({} requests)",
+            "  {} {at}: {:.1} sectors per request, {:.0}% of them needed ({} requests{stride})",
             cut(kernel, 40),
             s.requests.sectors_per_request(),
             100.0 * s.requests.efficiency(),

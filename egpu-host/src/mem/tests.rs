@@ -122,6 +122,9 @@ fn the_sets_fill_a_recording() {
     );
     assert_eq!((site.requests.minimum, site.requests.bytes, site.requests.lanes), (2, 8, 2));
     assert_eq!(site.access.as_deref(), Some("load"));
+    // On the CPU a request is a lane alone: no stride, one address.
+    assert_eq!((site.requests.broadcast, site.requests.unit, site.requests.gather), (2, 0, 0));
+    assert_eq!(site.requests.stride(), Some((super::Stride::Broadcast, 1.0)));
     assert_eq!(one.pattern.map(|p| p.efficiency()), Some(2.0 / 3.0));
     let pages = one.pages.clone().expect("pages");
     assert_eq!((pages.distinct, pages.accesses), (2, 3));
@@ -366,4 +369,23 @@ fn kernels_left_out_by_kernel_are_said_so() {
     let row = |name: &str| table.lines().find(|l| l.starts_with(name)).expect(name).to_owned();
     assert!(row("_Z4left").contains("not selected (--kernel)"), "{table}");
     assert!(row("_Z6nativev").contains("not instrumentable"), "{table}");
+}
+
+/// A site's stride class is the one most of its requests had; a recording made before the
+/// classes has none.
+#[test]
+fn a_sites_stride_is_its_requests_commonest() {
+    use super::{Coalescing, Stride};
+    let c = Coalescing {
+        requests: 10,
+        unit: 2,
+        strided: 7,
+        stride_bytes: 7 * 128,
+        gather: 1,
+        ..Default::default()
+    };
+    assert_eq!(c.stride(), Some((Stride::Bytes(128.0), 0.7)));
+    let g = Coalescing { requests: 4, gather: 3, unit: 1, ..Default::default() };
+    assert_eq!(g.stride(), Some((Stride::Gather, 0.75)));
+    assert_eq!(Coalescing { requests: 4, ..Default::default() }.stride(), None);
 }

@@ -9,7 +9,7 @@ use syn::{Expr, Ident, Pat};
 use super::{Kind, Lower};
 
 /// The helpers a probe may call, by name, with how many arguments each takes.
-const HELPERS: [(&str, usize); 7] = [
+const HELPERS: [(&str, usize); 8] = [
     ("ktime_ns", 0),
     ("cpu_id", 0),
     ("prandom_u32", 0),
@@ -17,6 +17,7 @@ const HELPERS: [(&str, usize); 7] = [
     ("warp_leader", 0),
     ("warp_sectors", 2),
     ("warp_peers", 1),
+    ("warp_stride", 1),
 ];
 
 impl Lower {

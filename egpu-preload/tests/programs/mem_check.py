@@ -24,7 +24,9 @@ launch's time by CUDA events (`expect times NAME ms ...`, in launch order). Chec
   kernel, the mean GPU time per launch of the CUDA events egpu records around each launch
   (`event_ns` over `event_launches`) within 5% of the program's own events' mean, or the floor;
 - pattern (a program that prints `expect pattern NAME load SECTORS`, run again under
-  `--sets pattern`): the sectors per warp-level request of the kernel's loads, exactly;
+  `--sets pattern`): the sectors per warp-level request of the kernel's loads, exactly; and
+  (`expect stride NAME load CLASS`) that one of the kernel's load sites mostly has that stride
+  class: `unit`, a stride in bytes, or `gather` (no one stride);
 - timeline (a program that prints `expect phases NAME`, run again under `--sets
   counts,timeline`: mem_timeline.py): the kernel's windows show its two phases and sum to its
   bytes within the sampling's error.
@@ -117,6 +119,37 @@ def expected_patterns(text):
         w = line.split()
         if w[:2] == ["expect", "pattern"] and len(w) == 5:
             out[(w[2], w[3])] = float(w[4])
+    return out
+
+
+def expected_strides(text):
+    """{(kernel, access): class} from `expect stride NAME ACCESS CLASS` lines: `unit`,
+    `gather`, `one` (one address) or a stride in bytes."""
+    out = {}
+    for line in text.splitlines():
+        w = line.split()
+        if w[:2] == ["expect", "stride"] and len(w) == 5:
+            out[(w[2], w[3])] = w[4]
+    return out
+
+
+def stride_classes(recs):
+    """{(kernel name, access): {class of each site: requests}}: a site's class is the one most
+    of its requests had (`unit`, `gather`, `one`, or the mean stride in bytes)."""
+    out = {}
+    for _, kernels, _, sites in recs:
+        names = {k["id"]: k["name"] for k in kernels}
+        for s in sites:
+            counts = {"one": s.get("broadcast", 0), "unit": s.get("unit", 0),
+                      "gather": s.get("gather", 0), "strided": s.get("strided", 0)}
+            cls = max(counts, key=counts.get)
+            if counts[cls] == 0:
+                continue
+            if cls == "strided":
+                cls = str(round(s.get("stride_bytes", 0) / counts["strided"]))
+            key = (names.get(s["kernel"], s["kernel"]), s.get("access", "?"))
+            out.setdefault(key, {})
+            out[key][cls] = out[key].get(cls, 0) + s["requests"]
     return out
 
 
@@ -273,6 +306,15 @@ def check_program(name, command, args, env, totals):
         if args.keep and rc == 0:
             shutil.copytree(pattern_dir, os.path.join(args.keep, name + "-pattern"),
                             dirs_exist_ok=True)
+        classes = stride_classes(recordings(pattern_dir)) if rc == 0 else {}
+        for (kernel, access), want in sorted(expected_strides(out).items()):
+            have = classes.get((kernel, access), {})
+            ok = want in have
+            totals["stride"].append(ok)
+            print(f"  stride {kernel} {access}: sites' classes {have or 'none'}, expected a "
+                  f"site of {want} {'ok' if ok else 'NOT found'}")
+            if not ok:
+                failures.append(f"{name}: stride of {kernel}")
         for (kernel, access), want in sorted(want_patterns.items()):
             have = got.get((kernel, access))
             ok = have == want
@@ -337,7 +379,7 @@ def main():
     programs += coverage
     failures += more
     totals = {"exact": [], "durations": [], "bandwidth": [], "events": [], "pattern": [],
-              "timeline": [], "every": []}
+              "timeline": [], "every": [], "stride": []}
     for name, command, env in programs:
         if args.only and args.only not in name:
             continue
@@ -350,6 +392,7 @@ def main():
                       ("durations within 5%", "durations"),
                       ("bandwidth within 5%", "bandwidth"),
                       ("event durations within 5%", "events"), ("pattern exact", "pattern"),
+                      ("stride classes", "stride"),
                       ("timeline's phases", "timeline")):
         got = totals[key]
         print(f"  {what}: {sum(got)}/{len(got)} kernels")
@@ -400,6 +443,14 @@ def self_test():
     assert device_check.observed(maps, "k", "load") == 8
     assert patterns(recs) == {("k", "load"): 18.0}, patterns(recs)
     assert expected_patterns("expect pattern k load 4\n") == {("k", "load"): 4.0}
+    assert expected_strides("expect stride k load gather\nexpect stride j load 128\n") == {
+        ("k", "load"): "gather", ("j", "load"): "128"}
+    sites = [{"kernel": "10", "access": "load", "requests": 6, "unit": 5, "gather": 1},
+             {"kernel": "10", "access": "load", "requests": 4, "strided": 4, "stride_bytes": 512},
+             {"kernel": "10", "access": "store", "requests": 2, "broadcast": 2},
+             {"kernel": "10", "access": "load", "requests": 3}]
+    classes = stride_classes([(None, [{"id": "10", "name": "k"}], [], sites)])
+    assert classes == {("k", "load"): {"unit": 6, "128": 4}, ("k", "store"): {"one": 2}}, classes
     shutil.rmtree(path)
     mem_timeline.self_test()
     print("mem_check self-test: ok")

@@ -269,6 +269,8 @@ int main(int argc, char **argv) {
     printf("expect bytes _Z6phasesPKfPfxPKiiPi load %lld store %lld atomic 0 async 0\n",
            streamed * 4 + phase_threads * hops * 4, streamed * 4 + phase_threads * 4);
     printf("expect phases _Z6phasesPKfPfxPKiiPi\n");
+    // Its chase: each lane's next load at a random place of the chain, no one stride.
+    printf("expect stride _Z6phasesPKfPfxPKiiPi load gather\n");
 
     std::vector<float> hy(n), hv(small);
     std::vector<unsigned long long> hs(spin_blocks);
@@ -281,6 +283,8 @@ int main(int argc, char **argv) {
     // Sectors per warp-level request of each kernel's loads: unit stride, and 128 bytes apart.
     printf("expect pattern _Z5saxpyfPKfPfx load 4\n");
     printf("expect pattern _Z7stridedPKfPf load 32\n");
+    printf("expect stride _Z5saxpyfPKfPfx load unit\n");
+    printf("expect stride _Z7stridedPKfPf load 128\n");
     printf("expect bytes _Z7stridedPKfPf load %lld store %lld atomic 0 async 0\n", strided_n * 4ll, strided_n * 4ll);
     // The warm-up launch of saxpy counts: it ran under egpu too.
     const long long sr = saxpy_runs + 1, tr = tiny_runs + replays + 1;

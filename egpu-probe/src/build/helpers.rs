@@ -45,3 +45,10 @@ pub fn warp_sectors(addr: Val<u64>, size: Val<u32>) -> Val<u32> {
 pub fn warp_peers(value: Val<u64>) -> Val<u32> {
     val(Expr::Call(Ty::U32, id::WARP_PEERS, vec![CallArg::Value(expr(value))]))
 }
+
+/// The bytes between consecutive lanes' addresses when the lanes running the call together step
+/// evenly through memory (0: one address; 4: consecutive floats), `u64::MAX` when they do not
+/// (a gather); 0 on the CPU, a lane alone.
+pub fn warp_stride(addr: Val<u64>) -> Val<u64> {
+    val(Expr::Call(Ty::U64, id::WARP_STRIDE, vec![CallArg::Value(expr(addr))]))
+}

@@ -6,7 +6,7 @@ use egpu_ebpf::{MapDef, helpers::id};
 use egpu_maps::{Array, HashMap, MapError, PerCpuArray, PerCpuHashMap, RawMap, RingBuf};
 
 use super::ops::cast;
-use super::places::{AsPlace, buffer, new_buffer, offset_in, spill, store_field, zero_stores};
+use super::places::{AsPlace, buffer, offset_in, spill, store_field, zero_buffer, zero_stores};
 use super::values::{Int, Loc, Scalar, Val, lit};
 use super::{BuildError, block, expr, fail, push, with};
 use crate::ir::{CallArg, Expr, MapRef, Place, Ptr, Stmt, Ty};
@@ -129,7 +129,7 @@ pub fn hash_fetch_add_field<M: KeyedMap, W: Int>(
     };
     let key = key.place("key");
     // The zero value is written only when the key is missing.
-    let zero_buf = new_buffer::<M::Value>("value");
+    let zero_buf = zero_buffer::<M::Value>();
     let zero = Place::Buf(zero_buf, 0);
     let mut zeroing = zero_stores::<M::Value>(zero_buf);
     let delta = expr(delta);

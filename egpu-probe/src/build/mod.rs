@@ -55,6 +55,8 @@ struct State {
     maps: Vec<(MapDef, RawMap)>,
     /// Map statics already in the table, by address.
     map_index: StdHashMap<usize, u32>,
+    /// The buffers of zeros that inserts of missing keys copy, one per size and alignment.
+    zeros: StdHashMap<(u32, u32), crate::ir::Buf>,
     error: Option<BuildError>,
     /// The last [`at`] in force: what the code generator will take the code recorded next for.
     loc: Option<SourceLoc>,
@@ -123,6 +125,7 @@ fn record(attach: AttachPoint, build: fn()) -> Result<(ProbeIr, Vec<RawMap>), Bu
         ptrs: 0,
         maps: Vec::new(),
         map_index: StdHashMap::new(),
+        zeros: StdHashMap::new(),
         error: None,
         loc: None,
     };

@@ -43,6 +43,19 @@ pub(super) fn new_buffer<T: Pod>(name: &str) -> Buf {
     })
 }
 
+/// The probe's buffer of zeros for a `T` (of its size and alignment), shared by every insert of
+/// a missing key's zero value, each of which writes the zeros again first: a probe that adds to
+/// several fields of one map (a `fetch_add_field` each) needs one such buffer, not one each.
+pub(super) fn zero_buffer<T: Pod>() -> Buf {
+    let (size, align) = (size_of::<T>() as u32, align_of::<T>() as u32);
+    if let Some(buf) = with(|s| s.zeros.get(&(size, align)).copied()) {
+        return buf;
+    }
+    let buf = new_buffer::<T>("zero value");
+    with(|s| s.zeros.insert((size, align), buf));
+    buf
+}
+
 /// The stores that zero a buffer of a `T`, in the widest aligned pieces.
 pub(super) fn zero_stores<T: Pod>(buf: Buf) -> Vec<Stmt> {
     let (size, align) = (size_of::<T>() as u32, align_of::<T>() as u32);

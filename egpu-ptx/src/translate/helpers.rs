@@ -1,8 +1,9 @@
 //! The helpers other than the maps', inlined: `bpf_ktime_get_ns` (`%globaltimer`),
 //! `bpf_get_prandom_u32` (a hash of the clock and the thread's place in the grid),
 //! `bpf_get_smp_processor_id` (the SM id), `bpf_get_current_pid_tgid` (the host process, a
-//! constant) and the warp's (`egpu_warp_lanes`, `egpu_warp_leader`, `egpu_warp_sectors`: over
-//! the lanes that run the call together, `activemask`). The map helpers go to [`maps`](super::maps); any other is refused.
+//! constant) and the warp's (`egpu_warp_lanes`, `egpu_warp_leader`, `egpu_warp_sectors`,
+//! `egpu_warp_peers`, `egpu_warp_stride`: over the lanes that run the call together,
+//! `activemask`). The map helpers go to [`maps`](super::maps); any other is refused.
 
 use egpu_ebpf::Reg;
 use egpu_ebpf::helpers::id as helper_id;
@@ -41,6 +42,7 @@ impl Emitter<'_> {
                 self.line(format!("selp.u64 {r0}, 1, 0, {q0};"));
             }
             helper_id::WARP_SECTORS => self.warp_sectors(),
+            helper_id::WARP_STRIDE => self.warp_stride(),
             helper_id::WARP_PEERS => {
                 let (value, w1, q0) = (self.reg(Reg::R1), self.tmp32(1), self.pred(0));
                 self.line(format!("activemask.b32 {w0};"));
@@ -113,6 +115,53 @@ impl Emitter<'_> {
         self.line(format!("redux.sync.add.u32 {w2}, {w2}, {w0};"));
         self.line(format!("add.u32 {w3}, {w3}, {w2};"));
         self.line(format!("cvt.u64.u32 {r0}, {w3};"));
+    }
+
+    /// `egpu_warp_stride(addr)`: the lowest lane's address and the next lane's give a stride
+    /// (their difference over their distance in lanes, `shfl.sync`); when every lane's address
+    /// is the lowest's plus its distance times that stride (a vote), its magnitude, else
+    /// `u64::MAX`. A lane alone: 0.
+    fn warp_stride(&mut self) {
+        let (r0, addr) = (self.reg(Reg::R0), self.reg(Reg::R1));
+        let [w0, w1, w2, w3, w4, w5, w6] = [0, 1, 2, 3, 4, 5, 6].map(|i| self.tmp32(i));
+        let [t0, t1, t2, t3] = [0, 1, 2, 3].map(|i| self.tmp64(i));
+        let [q0, q1] = [self.pred(0), self.pred(1)];
+        self.line(format!("activemask.b32 {w0};"));
+        // The lowest lane, and the next (the lowest again when it is alone).
+        self.line(format!("brev.b32 {w1}, {w0};"));
+        self.line(format!("bfind.shiftamt.u32 {w1}, {w1};"));
+        self.line(format!("sub.u32 {w2}, {w0}, 1;"));
+        self.line(format!("and.b32 {w2}, {w2}, {w0};"));
+        self.line(format!("setp.eq.u32 {q1}, {w2}, 0;"));
+        self.line(format!("brev.b32 {w2}, {w2};"));
+        self.line(format!("bfind.shiftamt.u32 {w2}, {w2};"));
+        self.line(format!("@{q1} mov.u32 {w2}, {w1};"));
+        // Their addresses.
+        self.line(format!("mov.b64 {{{w3}, {w4}}}, {addr};"));
+        for (lane, into) in [(&w1, &t0), (&w2, &t1)] {
+            self.line(format!("shfl.sync.idx.b32 {w5}, {w3}, {lane}, 31, {w0};"));
+            self.line(format!("shfl.sync.idx.b32 {w6}, {w4}, {lane}, 31, {w0};"));
+            self.line(format!("mov.b64 {into}, {{{w5}, {w6}}};"));
+        }
+        // The stride: their difference over their distance, when it divides.
+        self.line(format!("sub.s64 {t1}, {t1}, {t0};"));
+        self.line(format!("sub.u32 {w5}, {w2}, {w1};"));
+        self.line(format!("max.u32 {w5}, {w5}, 1;"));
+        self.line(format!("cvt.u64.u32 {t2}, {w5};"));
+        self.line(format!("mov.b64 {t3}, {t1};"));
+        self.line(format!("setp.ne.u32 {q1}, {w5}, 1;"));
+        self.line(format!("@{q1} div.s64 {t3}, {t1}, {t2};"));
+        self.line(format!("mul.lo.s64 {t2}, {t3}, {t2};"));
+        self.line(format!("setp.eq.s64 {q0}, {t2}, {t1};"));
+        // Every lane where the stride puts it.
+        self.line(format!("mov.u32 {w6}, %laneid;"));
+        self.line(format!("sub.u32 {w6}, {w6}, {w1};"));
+        self.line(format!("cvt.u64.u32 {t2}, {w6};"));
+        self.line(format!("mad.lo.s64 {t2}, {t2}, {t3}, {t0};"));
+        self.line(format!("setp.eq.and.u64 {q0}, {t2}, {addr}, {q0};"));
+        self.line(format!("vote.sync.all.pred {q0}, {q0}, {w0};"));
+        self.line(format!("abs.s64 {t3}, {t3};"));
+        self.line(format!("selp.b64 {r0}, {t3}, -1, {q0};"));
     }
 
     /// The refusal of helper `id`, called at `pc`.
