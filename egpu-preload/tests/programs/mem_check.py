@@ -13,8 +13,9 @@ loading a module). Each prints what its kernels move (`expect bytes`) and, mem_t
 launch's time by CUDA events (`expect times NAME ms ...`, in launch order). Checked:
 
 - bytes: per kernel and class (load, store, atomic, async copy), the recording's `traffic`
-  against the program's figures, exactly; and again with every set at once (`counts`,
-  `timing`, `pattern`, `pages`, `timeline`), whose probes must not change the counts;
+  against the program's figures, exactly; and again, for the programs `--every` names
+  (`mem-timing`, the Triton matmul and histogram by default; `all`), with every set at once
+  (`counts`, `timing`, `pattern`, `pages`, `timeline`), whose probes must not change the counts;
 - durations: per launch, egpu's GPU time (`launch` lines, by kernel in `%gridid` order, from
   the program's `first`) within 5% of the events' or within the events' floor (an empty
   kernel's event time, which the program prints: what the events add around any launch);
@@ -232,6 +233,27 @@ def time_verdicts(times, floor, got, expected_bytes):
 EVERY_SET = "counts,timing,pattern,pages,timeline"
 
 
+def every_set(name, command, args, env, bare, expected, out_dir, totals):
+    """The bytes of `command` under every set at once, against `expected`; its failures."""
+    every_dir = out_dir + "-every"
+    shutil.rmtree(every_dir, ignore_errors=True)
+    rc, eout, _ = device_check.run([args.egpu, "mem", "run", "--sets", EVERY_SET, "--out",
+                                    every_dir, "--", *command], env)
+    erows, eper_class, eexact = device_check.verdicts(
+        expected, traffic_maps(recordings(every_dir)) if rc == 0 else {})
+    for kernel, cls, want, got in erows:
+        if want != got:
+            print(f"  with every set, differs: {kernel} {cls} expected {want} observed {got}")
+    print(f"  with every set: {device_check.exact_line(eper_class, eexact)}")
+    totals["every"] += eexact
+    failures = []
+    if rc != 0 or not all(eexact):
+        failures.append(f"{name}: bytes not exact with every set")
+    if device_check.results(eout) != device_check.results(bare):
+        failures.append(f"{name}: results differ with every set")
+    return failures
+
+
 def check_program(name, command, args, env, totals):
     env = dict(os.environ, **(env or {}))
     env.pop("LD_PRELOAD", None)
@@ -327,21 +349,8 @@ def check_program(name, command, args, env, totals):
         table = pout[pout.find("process "):] if "process " in pout else ""
         print("\n".join(f"  | {l}" for l in table.splitlines() if "sectors per request" in l))
     # The counts stay exact whatever else runs beside them (every set at once).
-    every_dir = out_dir + "-every"
-    shutil.rmtree(every_dir, ignore_errors=True)
-    rc, eout, _ = device_check.run([args.egpu, "mem", "run", "--sets", EVERY_SET, "--out",
-                                    every_dir, "--", *command], env)
-    erows, eper_class, eexact = device_check.verdicts(
-        expected, traffic_maps(recordings(every_dir)) if rc == 0 else {})
-    for kernel, cls, want, got in erows:
-        if want != got:
-            print(f"  with every set, differs: {kernel} {cls} expected {want} observed {got}")
-    print(f"  with every set: {device_check.exact_line(eper_class, eexact)}")
-    totals["every"] += eexact
-    if rc != 0 or not all(eexact):
-        failures.append(f"{name}: bytes not exact with every set")
-    if device_check.results(eout) != device_check.results(bare):
-        failures.append(f"{name}: results differ with every set")
+    if args.every == "all" or name in args.every.split(","):
+        failures += every_set(name, command, args, env, bare, expected, out_dir, totals)
     failures += mem_timeline.check(name, command, args, env, out, device_check.run, totals)
     totals["exact"] += exact
     totals["durations"] += within
@@ -359,6 +368,9 @@ def main():
     ap.add_argument("--work", default="/tmp/egpu-mem-programs")
     ap.add_argument("--keep", help="copy the recordings here")
     ap.add_argument("--only", default="", help="programs whose name contains this")
+    ap.add_argument("--every", default="mem-timing,triton-matmul,triton-histogram",
+                    help="programs run again with every set at once (names, comma-separated, "
+                         "or `all`: all of them take over 10 minutes)")
     ap.add_argument("--self-test", action="store_true")
     args = ap.parse_args()
     if args.self_test:
