@@ -21,6 +21,25 @@ pub(crate) const MAX_MARKS: usize = 64;
 /// Histogram bins per decade of launch duration.
 pub(crate) const BINS_PER_DECADE: u32 = 4;
 
+/// A stretch of device time with launches or samples in it, and where it starts on the
+/// heatmap's time axis: the idle stretches between them longer than [`IDLE_CUT`] of the whole
+/// are cut down to [`CUT_WIDTH`] of the busy time each, so that kernels run far apart (the host
+/// copying between them, say) each keep room.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stretch {
+    /// Its start, nanoseconds after [`Heatmap::t0_ns`].
+    pub(crate) start_ns: u64,
+    /// Its end, nanoseconds after [`Heatmap::t0_ns`].
+    pub(crate) end_ns: u64,
+    /// Where its start is on the axis, in nanoseconds.
+    pub(crate) axis_ns: u64,
+}
+
+/// An idle stretch longer than this share of the picture's time is cut.
+pub(crate) const IDLE_CUT: f64 = 0.05;
+/// A cut idle stretch keeps this share of the busy time on the axis.
+pub(crate) const CUT_WIDTH: f64 = 0.02;
+
 /// A launch drawn on the heatmap: its kernel and its times, relative to the picture's start.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Mark {
@@ -56,8 +75,11 @@ pub(crate) struct Heatmap {
     pub(crate) addr_max: u64,
     /// Device time of the picture's left edge, in nanoseconds.
     pub(crate) t0_ns: u64,
-    /// The picture's span, in nanoseconds from `t0_ns` (at least 1).
+    /// The time axis' length, in nanoseconds (at least 1): the busy stretches and the idle ones
+    /// cut short.
     pub(crate) span_ns: u64,
+    /// The busy stretches, in time order; between two, an idle stretch was cut.
+    pub(crate) stretches: Vec<Stretch>,
     /// The samples (warp-level requests) per row and time bin: `counts[row][bin]`.
     pub(crate) counts: Vec<Vec<u64>>,
     /// The launches marked, by start.
@@ -76,6 +98,58 @@ impl Heatmap {
     pub(crate) fn max(&self) -> u64 {
         self.counts.iter().flatten().copied().max().unwrap_or(0)
     }
+
+    /// Where device time `t` (nanoseconds after `t0_ns`) is on the axis.
+    pub(crate) fn axis(&self, t: u64) -> u64 {
+        axis_of(&self.stretches, t)
+    }
+
+    /// The device time (nanoseconds after `t0_ns`) at `axis` nanoseconds along the axis; in a
+    /// cut, the time at the cut's start.
+    pub(crate) fn time(&self, axis: u64) -> u64 {
+        let s = self.stretches.iter().rev().find(|s| s.axis_ns <= axis).or(self.stretches.first());
+        s.map_or(axis, |s| (s.start_ns + (axis - s.axis_ns.min(axis))).min(s.end_ns))
+    }
+}
+
+/// Where `t` is on an axis of `stretches`: in a stretch, its place there; in a cut, the next
+/// stretch's start.
+fn axis_of(stretches: &[Stretch], t: u64) -> u64 {
+    match stretches.iter().rev().find(|s| s.start_ns <= t) {
+        Some(s) if t <= s.end_ns => s.axis_ns + (t - s.start_ns),
+        Some(s) => {
+            let next = stretches.iter().find(|n| n.start_ns > t);
+            next.map_or(s.axis_ns + (s.end_ns - s.start_ns), |n| n.axis_ns)
+        }
+        None => 0,
+    }
+}
+
+/// The busy stretches of `spans` (start, end, nanoseconds after the picture's start), merged,
+/// with the idle stretches between them longer than [`IDLE_CUT`] of `whole` cut to
+/// [`CUT_WIDTH`] of the busy time; and the axis' length.
+fn stretches(mut spans: Vec<(u64, u64)>, whole: u64) -> (Vec<Stretch>, u64) {
+    spans.sort_unstable();
+    let cut = (whole as f64 * IDLE_CUT) as u64;
+    let mut merged: Vec<(u64, u64)> = Vec::new();
+    for (s, e) in spans {
+        match merged.last_mut() {
+            Some(last) if s <= last.1.saturating_add(cut) => last.1 = last.1.max(e),
+            _ => merged.push((s, e)),
+        }
+    }
+    let busy: u64 = merged.iter().map(|(s, e)| e - s).sum();
+    let width = ((busy as f64 * CUT_WIDTH) as u64).max(1);
+    let mut out = Vec::with_capacity(merged.len());
+    let mut axis = 0;
+    for (s, e) in merged {
+        if !out.is_empty() {
+            axis += width;
+        }
+        out.push(Stretch { start_ns: s, end_ns: e, axis_ns: axis });
+        axis += e - s;
+    }
+    (out, axis.max(1))
 }
 
 /// The name of the kernel whose id is `id` (the id itself when the recording lacks it).
@@ -122,11 +196,17 @@ pub(crate) fn heatmap(recording: &Recording) -> Option<Heatmap> {
     let times = samples.iter().map(|s| s.time_ns);
     let t0_ns = times.clone().chain(launches.iter().map(|l| l.start_ns)).min()?;
     let t1_ns = times.chain(launches.iter().map(|l| l.end_ns.max(l.start_ns))).max()?;
-    let span_ns = (t1_ns - t0_ns).max(1);
+    // The time axis: the launches and the samples, the long idle stretches between them cut.
+    let spans = launches
+        .iter()
+        .map(|l| (l.start_ns - t0_ns, l.end_ns.max(l.start_ns) - t0_ns))
+        .chain(samples.iter().map(|s| (s.time_ns - t0_ns, s.time_ns - t0_ns)))
+        .collect();
+    let (stretches, span_ns) = stretches(spans, t1_ns - t0_ns);
     let mut counts = vec![vec![0u64; TIME_BINS]; rows.len()];
     for s in samples {
         let row = index[&(s.addr / bucket)];
-        counts[row][time_bin(s.time_ns - t0_ns, span_ns)] += 1;
+        counts[row][time_bin(axis_of(&stretches, s.time_ns - t0_ns), span_ns)] += 1;
     }
     let marks = launches
         .iter()
@@ -137,7 +217,18 @@ pub(crate) fn heatmap(recording: &Recording) -> Option<Heatmap> {
             end_ns: l.end_ns.max(l.start_ns) - t0_ns,
         })
         .collect();
-    Some(Heatmap { bucket, rows, addr_min, addr_max, t0_ns, span_ns, counts, marks, unmarked })
+    Some(Heatmap {
+        bucket,
+        rows,
+        addr_min,
+        addr_max,
+        t0_ns,
+        span_ns,
+        stretches,
+        counts,
+        marks,
+        unmarked,
+    })
 }
 
 /// The time bin of `t` nanoseconds into a span of `span` (the end falls in the last bin).

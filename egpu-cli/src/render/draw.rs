@@ -84,6 +84,16 @@ fn size(bytes: u64) -> String {
     format!("{value} {}", UNITS[unit])
 }
 
+/// A time in nanoseconds, in words (`850 ns`, `12.3 µs`, `60.2 ms`, `1.5 s`).
+fn duration(ns: f64) -> String {
+    match ns {
+        n if n < 1e3 => format!("{n:.0} ns"),
+        n if n < 1e6 => format!("{:.1} µs", n / 1e3),
+        n if n < 1e9 => format!("{:.1} ms", n / 1e6),
+        n => format!("{:.1} s", n / 1e9),
+    }
+}
+
 /// A kernel's name for a legend: mangled names are long.
 fn short(name: &str) -> String {
     if name.chars().count() <= 40 {
@@ -115,10 +125,19 @@ pub(crate) fn heatmap<DB: DrawingBackend>(
         let row = (*y as usize).min(rows.saturating_sub(1));
         format!("{:#x}", h.rows[row].start)
     };
+    // The axis is the busy stretches end to end: its ticks name the device time there.
+    let time = |x: &f64| format!("{:.1}", h.time((x.max(0.0) * 1e3) as u64) as f64 / 1e3);
+    let cuts = h.stretches.len().saturating_sub(1);
+    let x_desc = match cuts {
+        0 => "device time (µs)".to_owned(),
+        1 => "device time (µs; an idle stretch cut, grey)".to_owned(),
+        n => format!("device time (µs; {n} idle stretches cut, grey)"),
+    };
     chart
         .configure_mesh()
         .disable_mesh()
-        .x_desc("device time (µs)")
+        .x_desc(x_desc)
+        .x_label_formatter(&time)
         .y_desc(format!("address ({} ranges, touched only)", size(h.bucket)))
         .y_labels(rows.min(16))
         .y_label_formatter(&label)
@@ -140,10 +159,27 @@ pub(crate) fn heatmap<DB: DrawingBackend>(
         PathElement::new(vec![(0.0, i as f64), (span_us, i as f64)], RGBColor(190, 190, 190))
     });
     chart.draw_series(gaps).map_err(err)?;
+    // Idle stretches cut from the axis: a grey band each, with what was cut.
+    for pair in h.stretches.windows(2) {
+        let (from, to) = (
+            (pair[0].axis_ns + pair[0].end_ns - pair[0].start_ns) as f64 / 1e3,
+            pair[1].axis_ns as f64 / 1e3,
+        );
+        let band =
+            Rectangle::new([(from, 0.0), (to, rows as f64)], RGBColor(225, 225, 225).filled());
+        chart.draw_series([band]).map_err(err)?;
+        let idle = (pair[1].start_ns - pair[0].end_ns) as f64;
+        let text = format!("{} idle", duration(idle));
+        let style = TextStyle::from((FONT, 12).into_font())
+            .transform(FontTransform::Rotate270)
+            .pos(Pos::new(HPos::Center, VPos::Center));
+        let at = ((from + to) / 2.0, rows as f64 / 2.0);
+        chart.draw_series([Text::new(text, at, style)]).map_err(err)?;
+    }
     for (i, m) in h.marks.iter().enumerate() {
         let c = colour(i);
         let style = c.stroke_width(2);
-        let (s, e) = (m.start_ns as f64 / 1e3, m.end_ns as f64 / 1e3);
+        let (s, e) = (h.axis(m.start_ns) as f64 / 1e3, h.axis(m.end_ns) as f64 / 1e3);
         chart
             .draw_series([
                 PathElement::new(vec![(s, 0.0), (s, rows as f64)], style),
