@@ -456,6 +456,13 @@ fn a_probe_that_only_adds_numbers_known_at_the_site_runs_as_register_adds() {
     let search = ptx[exit..].find(".cas.b64").expect("the search");
     assert!(read < search && ptx[exit..].contains("st.global.u64 [egpu_vp"), "{ptx}");
     assert!(ptx.contains("setp.eq.or.u64 %egpu_fq, %egpu_hs0_0, 0, %egpu_fq;"), "{ptx}");
+    // A group whose search found nothing (the map full) counts a refused insert in the shard
+    // header, after the leader's answer reached every lane.
+    let g = hash_binding(8, false);
+    let refused = g.addr + (g.geometry.shard_offset(0) + egpu_maps::layout::shard::REFUSED) as u64;
+    let counted =
+        ptx[exit..].find(&format!("red.global.add.u64 [{refused}], 1;")).expect("counted");
+    assert!(ptx[exit..][..counted].contains("shfl.sync.idx.b32"), "{ptx}");
     // A count (`+= 1`) too; at a generic access (global only at run time) the probe runs.
     let count = bytes.replace("ldxw %r1, [%r9+16]", "mov %r1, 1");
     let p = program(&count, hash_def(8), DeviceEvent::GlobalLoad);

@@ -18,6 +18,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use egpu_ebpf::verifier::{Verified, verify};
 use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MemAccessCtx, Program, assemble};
+use egpu_maps::layout::shard;
 
 use super::DeviceProbe;
 use super::Names;
@@ -173,7 +174,9 @@ pub(super) fn remembered(names: &Names, kernel: usize, c: &Cached) -> String {
 /// (one load, from the SM's L1 cache once there); when it is still 0 (or the SM's cache still
 /// says so), one lane of the warp searches the map and the others get its answer, and the lane
 /// writes the address there. The value is inserted (zeros) when missing; when the map is full,
-/// the register stays 0 and the flush adds nothing. A value's address never changes while the
+/// the register stays 0, the flush adds nothing, and the group's lowest lane counts a refused
+/// insert in the map's shard header (the recording says the map was full: nothing is lost
+/// unsaid). A value's address never changes while the
 /// module is loaded: a device part's entries are never removed nor moved.
 pub(super) fn exit_lookup(
     names: &Names,
@@ -222,12 +225,17 @@ pub(super) fn exit_lookup(
     code.push_str(&format!(
         "\tsetp.ne.u64 {known}, {value}, 0;\n\t@{known} st.global.u64 [{at}], {value};\n"
     ));
+    // Found nothing (the map full): the lanes' sums are left out, and the group's lowest lane
+    // counts a refused insert in the map's shard, which the recording reports.
+    let refused = c.map.addr + (c.map.geometry.shard_offset(0) + shard::REFUSED) as u64;
     code.push_str(&format!(
         "{skip}:\n\tbrev.b32 {leader}, {lanes};\n\tbfind.shiftamt.u32 {leader}, {leader};\n\
          \tmov.b64 {{{lo}, {hi}}}, {value};\n\
          \tshfl.sync.idx.b32 {lo}, {lo}, {leader}, 31, {lanes};\n\
          \tshfl.sync.idx.b32 {hi}, {hi}, {leader}, 31, {lanes};\n\
-         \tmov.b64 {value}, {{{lo}, {hi}}};\n{done}:\n\t}}\n"
+         \tmov.b64 {value}, {{{lo}, {hi}}};\n\
+         \tsetp.eq.u64 {known}, {value}, 0;\n\tand.pred {known}, {known}, {lead};\n\
+         \t@{known} red.global.add.u64 [{refused}], 1;\n{done}:\n\t}}\n"
     ));
     t.body = code;
     Ok(t)
