@@ -21,10 +21,8 @@ pub(crate) const MAX_MARKS: usize = 64;
 /// Histogram bins per decade of launch duration.
 pub(crate) const BINS_PER_DECADE: u32 = 4;
 
-/// A stretch of device time with launches or samples in it, and where it starts on the
-/// heatmap's time axis: the idle stretches between them longer than [`IDLE_CUT`] of the whole
-/// are cut down to [`CUT_WIDTH`] of the busy time each, so that kernels run far apart (the host
-/// copying between them, say) each keep room.
+/// A stretch of device time with launches, samples or windows in it, and where it starts on a
+/// picture's time axis ([`TimeAxis`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Stretch {
     /// Its start, nanoseconds after [`Heatmap::t0_ns`].
@@ -75,11 +73,8 @@ pub(crate) struct Heatmap {
     pub(crate) addr_max: u64,
     /// Device time of the picture's left edge, in nanoseconds.
     pub(crate) t0_ns: u64,
-    /// The time axis' length, in nanoseconds (at least 1): the busy stretches and the idle ones
-    /// cut short.
-    pub(crate) span_ns: u64,
-    /// The busy stretches, in time order; between two, an idle stretch was cut.
-    pub(crate) stretches: Vec<Stretch>,
+    /// The time axis.
+    pub(crate) time: TimeAxis,
     /// The samples (warp-level requests) per row and time bin: `counts[row][bin]`.
     pub(crate) counts: Vec<Vec<u64>>,
     /// The launches marked, by start.
@@ -98,30 +93,57 @@ impl Heatmap {
     pub(crate) fn max(&self) -> u64 {
         self.counts.iter().flatten().copied().max().unwrap_or(0)
     }
+}
 
-    /// Where device time `t` (nanoseconds after `t0_ns`) is on the axis.
-    pub(crate) fn axis(&self, t: u64) -> u64 {
-        axis_of(&self.stretches, t)
+/// A picture's time axis: the busy stretches of device time end to end, the idle stretches
+/// between them longer than [`IDLE_CUT`] of the whole cut down to [`CUT_WIDTH`] of the busy time
+/// each, so that kernels run far apart (the host copying between them, say) each keep room.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct TimeAxis {
+    /// The busy stretches, in time order; between two, an idle stretch was cut.
+    pub(crate) stretches: Vec<Stretch>,
+    /// The axis' length, in nanoseconds (at least 1).
+    pub(crate) span_ns: u64,
+}
+
+impl TimeAxis {
+    /// The axis of the busy `spans` (start, end, nanoseconds after the picture's start) of a
+    /// picture of `whole` nanoseconds.
+    fn new(spans: Vec<(u64, u64)>, whole: u64) -> TimeAxis {
+        let (stretches, span_ns) = stretches(spans, whole);
+        TimeAxis { stretches, span_ns }
     }
 
-    /// The device time (nanoseconds after `t0_ns`) at `axis` nanoseconds along the axis; in a
-    /// cut, the time at the cut's start.
+    /// Where device time `t` (nanoseconds after the picture's start) is on the axis: in a
+    /// stretch, its place there; in a cut, the next stretch's start.
+    pub(crate) fn at(&self, t: u64) -> u64 {
+        let s = &self.stretches;
+        match s.iter().rev().find(|s| s.start_ns <= t) {
+            Some(s) if t <= s.end_ns => s.axis_ns + (t - s.start_ns),
+            Some(last) => {
+                let next = s.iter().find(|n| n.start_ns > t);
+                next.map_or(last.axis_ns + (last.end_ns - last.start_ns), |n| n.axis_ns)
+            }
+            None => 0,
+        }
+    }
+
+    /// The device time (nanoseconds after the picture's start) at `axis` nanoseconds along the
+    /// axis; in a cut, the time at the cut's start.
     pub(crate) fn time(&self, axis: u64) -> u64 {
         let s = self.stretches.iter().rev().find(|s| s.axis_ns <= axis).or(self.stretches.first());
         s.map_or(axis, |s| (s.start_ns + (axis - s.axis_ns.min(axis))).min(s.end_ns))
     }
-}
 
-/// Where `t` is on an axis of `stretches`: in a stretch, its place there; in a cut, the next
-/// stretch's start.
-fn axis_of(stretches: &[Stretch], t: u64) -> u64 {
-    match stretches.iter().rev().find(|s| s.start_ns <= t) {
-        Some(s) if t <= s.end_ns => s.axis_ns + (t - s.start_ns),
-        Some(s) => {
-            let next = stretches.iter().find(|n| n.start_ns > t);
-            next.map_or(s.axis_ns + (s.end_ns - s.start_ns), |n| n.axis_ns)
-        }
-        None => 0,
+    /// The cuts: where each starts and ends on the axis, and the idle nanoseconds it stands for.
+    pub(crate) fn cuts(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        self.stretches.windows(2).map(|p| {
+            (
+                p[0].axis_ns + (p[0].end_ns - p[0].start_ns),
+                p[1].axis_ns,
+                p[1].start_ns - p[0].end_ns,
+            )
+        })
     }
 }
 
@@ -202,11 +224,11 @@ pub(crate) fn heatmap(recording: &Recording) -> Option<Heatmap> {
         .map(|l| (l.start_ns - t0_ns, l.end_ns.max(l.start_ns) - t0_ns))
         .chain(samples.iter().map(|s| (s.time_ns - t0_ns, s.time_ns - t0_ns)))
         .collect();
-    let (stretches, span_ns) = stretches(spans, t1_ns - t0_ns);
+    let time = TimeAxis::new(spans, t1_ns - t0_ns);
     let mut counts = vec![vec![0u64; TIME_BINS]; rows.len()];
     for s in samples {
         let row = index[&(s.addr / bucket)];
-        counts[row][time_bin(axis_of(&stretches, s.time_ns - t0_ns), span_ns)] += 1;
+        counts[row][time_bin(time.at(s.time_ns - t0_ns), time.span_ns)] += 1;
     }
     let marks = launches
         .iter()
@@ -217,18 +239,7 @@ pub(crate) fn heatmap(recording: &Recording) -> Option<Heatmap> {
             end_ns: l.end_ns.max(l.start_ns) - t0_ns,
         })
         .collect();
-    Some(Heatmap {
-        bucket,
-        rows,
-        addr_min,
-        addr_max,
-        t0_ns,
-        span_ns,
-        stretches,
-        counts,
-        marks,
-        unmarked,
-    })
+    Some(Heatmap { bucket, rows, addr_min, addr_max, t0_ns, time, counts, marks, unmarked })
 }
 
 /// The time bin of `t` nanoseconds into a span of `span` (the end falls in the last bin).
@@ -242,7 +253,7 @@ fn time_bin(t: u64, span: u64) -> usize {
 pub(crate) struct Series {
     /// The kernel's name.
     pub(crate) kernel: String,
-    /// Per launch, its windows' (middle in microseconds after [`Bandwidth::t0_ns`], bytes per
+    /// Per launch, its windows' (middle in microseconds along [`Bandwidth::time`], bytes per
     /// second), by time.
     pub(crate) launches: Vec<Vec<(f64, f64)>>,
 }
@@ -259,8 +270,8 @@ impl Series {
 pub(crate) struct Bandwidth {
     /// Device time of the left edge, in nanoseconds: the first window's start.
     pub(crate) t0_ns: u64,
-    /// The x axis' end, in microseconds after `t0_ns`.
-    pub(crate) end_us: f64,
+    /// The time axis (the windows' stretches, long idle ones cut).
+    pub(crate) time: TimeAxis,
     /// The y axis' top, bytes per second: the highest window or the peak, whichever is higher,
     /// and a margin.
     pub(crate) top: f64,
@@ -275,7 +286,9 @@ pub(crate) fn bandwidth(recording: &Recording) -> Option<Bandwidth> {
     let windows = &recording.windows;
     let t0_ns = windows.iter().map(|w| w.start_ns).min()?;
     let t1_ns = windows.iter().map(|w| w.end_ns.max(w.start_ns)).max()?;
-    let us = |ns: u64| (ns - t0_ns) as f64 / 1e3;
+    let spans = windows.iter().map(|w| (w.start_ns - t0_ns, w.end_ns.max(w.start_ns) - t0_ns));
+    let time = TimeAxis::new(spans.collect(), t1_ns - t0_ns);
+    let us = |ns: u64| time.at(ns - t0_ns) as f64 / 1e3;
     let mut by_kernel: BTreeMap<String, BTreeMap<u64, Vec<(f64, f64)>>> = BTreeMap::new();
     for w in windows {
         let middle = w.start_ns + w.duration_ns() / 2;
@@ -302,7 +315,7 @@ pub(crate) fn bandwidth(recording: &Recording) -> Option<Bandwidth> {
     let peak = recording.header.peak_bytes_per_second.max(0.0);
     let highest = series.iter().flat_map(Series::values).fold(0.0, f64::max);
     let top = (highest.max(peak) * 1.1).max(1.0);
-    Some(Bandwidth { t0_ns, end_us: us(t1_ns).max(1e-3), top, peak, series })
+    Some(Bandwidth { t0_ns, time, top, peak, series })
 }
 
 /// Launch durations per kernel, binned on a log scale.

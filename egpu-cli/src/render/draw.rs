@@ -3,10 +3,11 @@
 //! which the picture then says.
 
 use plotters::coord::Shift;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::data::{Bandwidth, Durations, Heatmap, Sms};
+use super::data::{Bandwidth, Durations, Heatmap, Sms, TimeAxis};
 
 /// Every picture's size, in pixels.
 pub(crate) const SIZE: (u32, u32) = (1200, 720);
@@ -94,6 +95,41 @@ fn duration(ns: f64) -> String {
     }
 }
 
+/// A time axis' description: device time, and how many idle stretches it cut.
+fn time_desc(axis: &TimeAxis) -> String {
+    match axis.stretches.len().saturating_sub(1) {
+        0 => "device time (µs)".to_owned(),
+        1 => "device time (µs; an idle stretch cut, grey)".to_owned(),
+        n => format!("device time (µs; {n} idle stretches cut, grey)"),
+    }
+}
+
+/// A tick of a time axis at `x` µs along it: the device time there, in µs.
+fn tick(axis: &TimeAxis, x: f64) -> String {
+    format!("{:.1}", axis.time((x.max(0.0) * 1e3) as u64) as f64 / 1e3)
+}
+
+/// The idle stretches cut from a time axis: a grey band each, up to `top`, saying how long.
+fn cuts<DB: DrawingBackend>(
+    chart: &mut ChartContext<'_, DB, Cartesian2d<RangedCoordf64, RangedCoordf64>>,
+    axis: &TimeAxis,
+    top: f64,
+) -> DrawResult {
+    for (from, to, idle) in axis.cuts() {
+        let (from, to) = (from as f64 / 1e3, to as f64 / 1e3);
+        let band = Rectangle::new([(from, 0.0), (to, top)], RGBColor(225, 225, 225).filled());
+        chart.draw_series([band]).map_err(err)?;
+        let style = TextStyle::from((FONT, 12).into_font())
+            .transform(FontTransform::Rotate270)
+            .pos(Pos::new(HPos::Center, VPos::Center));
+        let at = ((from + to) / 2.0, top / 2.0);
+        chart
+            .draw_series([Text::new(format!("{} idle", duration(idle as f64)), at, style)])
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
 /// A kernel's name for a legend: mangled names are long.
 fn short(name: &str) -> String {
     if name.chars().count() <= 40 {
@@ -112,7 +148,7 @@ pub(crate) fn heatmap<DB: DrawingBackend>(
     root.fill(&WHITE).map_err(err)?;
     let title = "memory accesses: address ranges × device time";
     let Some(h) = data else { return no_data(root, title, why) };
-    let span_us = h.span_ns as f64 / 1e3;
+    let span_us = h.time.span_ns as f64 / 1e3;
     let rows = h.rows.len();
     let mut chart = ChartBuilder::on(root)
         .caption(title, (FONT, 24))
@@ -125,18 +161,11 @@ pub(crate) fn heatmap<DB: DrawingBackend>(
         let row = (*y as usize).min(rows.saturating_sub(1));
         format!("{:#x}", h.rows[row].start)
     };
-    // The axis is the busy stretches end to end: its ticks name the device time there.
-    let time = |x: &f64| format!("{:.1}", h.time((x.max(0.0) * 1e3) as u64) as f64 / 1e3);
-    let cuts = h.stretches.len().saturating_sub(1);
-    let x_desc = match cuts {
-        0 => "device time (µs)".to_owned(),
-        1 => "device time (µs; an idle stretch cut, grey)".to_owned(),
-        n => format!("device time (µs; {n} idle stretches cut, grey)"),
-    };
+    let time = |x: &f64| tick(&h.time, *x);
     chart
         .configure_mesh()
         .disable_mesh()
-        .x_desc(x_desc)
+        .x_desc(time_desc(&h.time))
         .x_label_formatter(&time)
         .y_desc(format!("address ({} ranges, touched only)", size(h.bucket)))
         .y_labels(rows.min(16))
@@ -159,27 +188,11 @@ pub(crate) fn heatmap<DB: DrawingBackend>(
         PathElement::new(vec![(0.0, i as f64), (span_us, i as f64)], RGBColor(190, 190, 190))
     });
     chart.draw_series(gaps).map_err(err)?;
-    // Idle stretches cut from the axis: a grey band each, with what was cut.
-    for pair in h.stretches.windows(2) {
-        let (from, to) = (
-            (pair[0].axis_ns + pair[0].end_ns - pair[0].start_ns) as f64 / 1e3,
-            pair[1].axis_ns as f64 / 1e3,
-        );
-        let band =
-            Rectangle::new([(from, 0.0), (to, rows as f64)], RGBColor(225, 225, 225).filled());
-        chart.draw_series([band]).map_err(err)?;
-        let idle = (pair[1].start_ns - pair[0].end_ns) as f64;
-        let text = format!("{} idle", duration(idle));
-        let style = TextStyle::from((FONT, 12).into_font())
-            .transform(FontTransform::Rotate270)
-            .pos(Pos::new(HPos::Center, VPos::Center));
-        let at = ((from + to) / 2.0, rows as f64 / 2.0);
-        chart.draw_series([Text::new(text, at, style)]).map_err(err)?;
-    }
+    cuts(&mut chart, &h.time, rows as f64)?;
     for (i, m) in h.marks.iter().enumerate() {
         let c = colour(i);
         let style = c.stroke_width(2);
-        let (s, e) = (h.axis(m.start_ns) as f64 / 1e3, h.axis(m.end_ns) as f64 / 1e3);
+        let (s, e) = (h.time.at(m.start_ns) as f64 / 1e3, h.time.at(m.end_ns) as f64 / 1e3);
         chart
             .draw_series([
                 PathElement::new(vec![(s, 0.0), (s, rows as f64)], style),
@@ -217,21 +230,25 @@ pub(crate) fn bandwidth<DB: DrawingBackend>(
     let title = "bandwidth over time, per kernel";
     let Some(b) = data else { return no_data(root, title, why) };
     let gb = 1e9;
+    let end_us = b.time.span_ns as f64 / 1e3;
     let mut chart = ChartBuilder::on(root)
         .caption(title, (FONT, 24))
         .margin(12)
         .x_label_area_size(50)
         .y_label_area_size(80)
-        .build_cartesian_2d(0f64..b.end_us, 0f64..b.top / gb)
+        .build_cartesian_2d(0f64..end_us, 0f64..b.top / gb)
         .map_err(err)?;
+    let time = |x: &f64| tick(&b.time, *x);
     chart
         .configure_mesh()
-        .x_desc("device time (µs)")
+        .x_desc(time_desc(&b.time))
+        .x_label_formatter(&time)
         .y_desc("bandwidth (GB/s)")
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 16))
         .draw()
         .map_err(err)?;
+    cuts(&mut chart, &b.time, b.top / gb)?;
     for (i, s) in b.series.iter().enumerate() {
         let c = colour(i);
         let mut labelled = None;
@@ -250,7 +267,7 @@ pub(crate) fn bandwidth<DB: DrawingBackend>(
         let red = RGBColor(214, 39, 40);
         chart
             .draw_series(DashedLineSeries::new(
-                [(0.0, b.peak / gb), (b.end_us, b.peak / gb)],
+                [(0.0, b.peak / gb), (end_us, b.peak / gb)],
                 8,
                 5,
                 red.stroke_width(2),

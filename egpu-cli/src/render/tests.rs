@@ -35,9 +35,11 @@ fn heatmap_counts_every_sample_over_their_addresses() {
     assert_eq!(touched.len(), h.rows.len());
     // Every sample lies in the time axis; one launch leaves nothing to cut.
     assert!(
-        r.samples.iter().all(|s| s.time_ns >= h.t0_ns && h.axis(s.time_ns - h.t0_ns) <= h.span_ns)
+        r.samples
+            .iter()
+            .all(|s| s.time_ns >= h.t0_ns && h.time.at(s.time_ns - h.t0_ns) <= h.time.span_ns)
     );
-    assert_eq!(h.stretches.len(), 1);
+    assert_eq!(h.time.stretches.len(), 1);
 }
 
 #[test]
@@ -49,7 +51,7 @@ fn heatmap_marks_the_sampled_launch() {
     assert_eq!(marks.len(), 1, "{:?}", h.marks);
     assert_eq!(marks[0].grid, launch.grid);
     assert_eq!(marks[0].end_ns - marks[0].start_ns, launch.duration_ns());
-    assert!(h.axis(marks[0].end_ns) <= h.span_ns);
+    assert!(h.time.at(marks[0].end_ns) <= h.time.span_ns);
     assert_eq!(h.unmarked, 0);
 }
 
@@ -68,7 +70,8 @@ fn bandwidth_shows_the_two_phases() {
     assert_eq!(b.peak, r.header.peak_bytes_per_second);
     assert!(b.top >= b.peak && b.top >= max);
     // The x axis covers every window's middle.
-    assert!(s.launches.iter().flatten().all(|&(x, _)| (0.0..=b.end_us).contains(&x)));
+    let end_us = b.time.span_ns as f64 / 1e3;
+    assert!(s.launches.iter().flatten().all(|&(x, _)| (0.0..=end_us).contains(&x)));
 }
 
 #[test]
@@ -211,27 +214,36 @@ fn strided_reads_spread_where_coalesced_ones_stay_together() {
 fn a_long_idle_stretch_is_cut_from_the_time_axis() {
     let r = recording("mem_timing-hot-strided-h200.egpumem");
     let h = data::heatmap(&r).expect("samples");
-    let [first, second] = h.stretches.as_slice() else { panic!("{:?}", h.stretches) };
+    let [first, second] = h.time.stretches.as_slice() else { panic!("{:?}", h.time.stretches) };
     let idle = second.start_ns - first.end_ns;
     assert!(idle > 1_000_000, "{idle} ns idle");
     let busy = (first.end_ns - first.start_ns) + (second.end_ns - second.start_ns);
-    assert_eq!(h.span_ns, busy + (busy as f64 * data::CUT_WIDTH) as u64);
+    assert_eq!(h.time.span_ns, busy + (busy as f64 * data::CUT_WIDTH) as u64);
     // Each launch is inside one stretch, its length kept on the axis.
     for m in &h.marks {
-        let inside = h.stretches.iter().any(|s| s.start_ns <= m.start_ns && m.end_ns <= s.end_ns);
+        let inside =
+            h.time.stretches.iter().any(|s| s.start_ns <= m.start_ns && m.end_ns <= s.end_ns);
         assert!(inside, "{m:?}");
-        assert_eq!(h.axis(m.end_ns) - h.axis(m.start_ns), m.end_ns - m.start_ns);
+        assert_eq!(h.time.at(m.end_ns) - h.time.at(m.start_ns), m.end_ns - m.start_ns);
     }
     // The axis maps back to device time inside the stretches.
-    assert_eq!(h.time(h.axis(second.start_ns + 1000)), second.start_ns + 1000);
-    assert_eq!(h.axis(first.end_ns + idle / 2), second.axis_ns, "a cut's time at its end");
+    assert_eq!(h.time.time(h.time.at(second.start_ns + 1000)), second.start_ns + 1000);
+    assert_eq!(h.time.at(first.end_ns + idle / 2), second.axis_ns, "a cut's time at its end");
     // Every sample in a bin, the bins over the axis.
     assert_eq!(h.total(), r.samples.len() as u64);
     // Samples of the second launch land right of the cut.
     let hot = r.launches.iter().find(|l| data::kernel_name(&r, &l.kernel) == HOT).unwrap();
-    let after =
-        (h.axis(hot.start_ns - h.t0_ns) as f64 / h.span_ns as f64 * TIME_BINS as f64) as usize;
+    let after = (h.time.at(hot.start_ns - h.t0_ns) as f64 / h.time.span_ns as f64
+        * TIME_BINS as f64) as usize;
     let row_hot: u64 = h.counts.iter().map(|row| row[after..].iter().sum::<u64>()).sum();
     let in_hot = r.samples.iter().filter(|s| s.time_ns >= hot.start_ns).count() as u64;
     assert_eq!(row_hot, in_hot);
+    // The bandwidth plot cuts the same idle stretch from its axis.
+    let b = data::bandwidth(&r).expect("windows");
+    assert_eq!(b.time.stretches.len(), 2, "{:?}", b.time.stretches);
+    let (_, _, cut) = b.time.cuts().next().expect("a cut");
+    assert!(cut > 1_000_000, "{cut} ns");
+    let end_us = b.time.span_ns as f64 / 1e3;
+    assert!(b.series.iter().all(|s| s.values().count() > 0));
+    assert!(b.series.iter().flat_map(|s| s.launches.iter().flatten()).all(|&(x, _)| x <= end_us));
 }
