@@ -367,8 +367,10 @@ fn run_starts_a_program_under_the_library_and_maps_reads_it_live() {
     let pid = line.trim().strip_prefix("ready ").expect("ready <pid>").to_string();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let report = loop {
+        // The counts reach the shared maps as the program's threads publish them: wait for all.
         let r = succeeds(&["maps", &pid]);
-        if r.stdout.contains("syncs context 1") || std::time::Instant::now() > deadline {
+        let all = r.stdout.contains("syncs context 1") && r.stdout.contains("launches 5\n");
+        if all || std::time::Instant::now() > deadline {
             break r.stdout;
         }
         std::thread::sleep(std::time::Duration::from_millis(5));
