@@ -108,10 +108,30 @@ pub(crate) struct TimeAxis {
 
 impl TimeAxis {
     /// The axis of the busy `spans` (start, end, nanoseconds after the picture's start) of a
-    /// picture of `whole` nanoseconds.
-    fn new(spans: Vec<(u64, u64)>, whole: u64) -> TimeAxis {
-        let (stretches, span_ns) = stretches(spans, whole);
-        TimeAxis { stretches, span_ns }
+    /// picture of `whole` nanoseconds: merged, the idle stretches between them longer than
+    /// [`IDLE_CUT`] of `whole` cut to [`CUT_WIDTH`] of the busy time.
+    fn new(mut spans: Vec<(u64, u64)>, whole: u64) -> TimeAxis {
+        spans.sort_unstable();
+        let cut = (whole as f64 * IDLE_CUT) as u64;
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (s, e) in spans {
+            match merged.last_mut() {
+                Some(last) if s <= last.1.saturating_add(cut) => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        let busy: u64 = merged.iter().map(|(s, e)| e - s).sum();
+        let width = ((busy as f64 * CUT_WIDTH) as u64).max(1);
+        let mut out = Vec::with_capacity(merged.len());
+        let mut axis = 0;
+        for (s, e) in merged {
+            if !out.is_empty() {
+                axis += width;
+            }
+            out.push(Stretch { start_ns: s, end_ns: e, axis_ns: axis });
+            axis += e - s;
+        }
+        TimeAxis { stretches: out, span_ns: axis.max(1) }
     }
 
     /// Where device time `t` (nanoseconds after the picture's start) is on the axis: in a
@@ -145,33 +165,6 @@ impl TimeAxis {
             )
         })
     }
-}
-
-/// The busy stretches of `spans` (start, end, nanoseconds after the picture's start), merged,
-/// with the idle stretches between them longer than [`IDLE_CUT`] of `whole` cut to
-/// [`CUT_WIDTH`] of the busy time; and the axis' length.
-fn stretches(mut spans: Vec<(u64, u64)>, whole: u64) -> (Vec<Stretch>, u64) {
-    spans.sort_unstable();
-    let cut = (whole as f64 * IDLE_CUT) as u64;
-    let mut merged: Vec<(u64, u64)> = Vec::new();
-    for (s, e) in spans {
-        match merged.last_mut() {
-            Some(last) if s <= last.1.saturating_add(cut) => last.1 = last.1.max(e),
-            _ => merged.push((s, e)),
-        }
-    }
-    let busy: u64 = merged.iter().map(|(s, e)| e - s).sum();
-    let width = ((busy as f64 * CUT_WIDTH) as u64).max(1);
-    let mut out = Vec::with_capacity(merged.len());
-    let mut axis = 0;
-    for (s, e) in merged {
-        if !out.is_empty() {
-            axis += width;
-        }
-        out.push(Stretch { start_ns: s, end_ns: e, axis_ns: axis });
-        axis += e - s;
-    }
-    (out, axis.max(1))
 }
 
 /// The name of the kernel whose id is `id` (the id itself when the recording lacks it).

@@ -34,9 +34,10 @@ pub(super) struct Cached {
 
 /// The hash maps (by device address, numbered) whose entries stay where they are while a kernel
 /// with these probes runs, so a thread may remember where its last lookup found a key: in GPU
-/// memory (nobody else writes it meanwhile), with keys of at most 16 bytes (a register per
-/// word remembers the last), and removed from by none of the probes (device inserts never
-/// reuse a removed entry's slot).
+/// memory (nobody else writes it meanwhile), with keys of at most 16 bytes, and removed from by
+/// none of the probes (device inserts never reuse a removed entry's slot). A key of more than a
+/// word is not remembered (`CacheKey::Nothing`): its searches still read the key's home slot
+/// from L1 first.
 ///
 /// Each is numbered, and says whether every lookup of it is by the kernel's id
 /// ([`kernel_keyed`]): its cache then remembers that key only, with no key register; and

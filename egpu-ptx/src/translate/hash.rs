@@ -67,9 +67,10 @@ impl Emitter<'_> {
             Vec::new()
         };
         // The cache's registers are the kernel's, which a local function cannot name.
-        let cache = match id == helper_id::MAP_LOOKUP_ELEM && self.function == 0 {
-            true => self.options.lookup_cache.get(m.unwrap_or(0) as usize).cloned().flatten(),
-            false => None,
+        let cache = if id == helper_id::MAP_LOOKUP_ELEM && self.function == 0 {
+            self.options.lookup_cache.get(m.unwrap_or(0) as usize).cloned().flatten()
+        } else {
+            None
         };
         let done = format!("{hash}_done");
         // The key the cache remembers, word by word: registers, or a constant.
