@@ -215,44 +215,60 @@ fn the_sets_in_corpus_kernels_pass_ptxas() {
     use egpu_device::translate::DeviceMap;
     let Some(ptxas) = egpu_device::testing::require_ptxas() else { return };
     let Some(nvcc) = egpu_device::testing::require_nvcc() else { return };
-    let pack = pack(&Set::ALL, PageSize::Kib64).expect("a pack");
-    // As the preloaded library binds them: maps only added to spread over 16 per-SM copies.
-    let bound: Vec<Vec<DeviceMap>> = pack
-        .probes()
-        .iter()
-        .map(|p| {
-            let adds = egpu_device::translate::adds_only(&p.program);
-            p.maps
-                .iter()
-                .enumerate()
-                .map(|(i, &geometry)| DeviceMap {
-                    addr: 0x7f00_0000_0000 + ((i as u64) << 28),
-                    geometry,
-                    live: false,
-                    spread: if adds[i] { 16 } else { 0 },
-                    // Rings are drained while kernels run, as the preloaded library binds them.
-                    drained: geometry.kind == egpu_ebpf::MapKind::RingBuf,
-                })
-                .collect()
+    let kernels = egpu_test_support::workspace_path("tests/kernels");
+    let sources: Vec<(&str, String)> = ["saxpy", "atomics", "async_copy", "vectors"]
+        .into_iter()
+        .map(|name| {
+            let cu = kernels.join(format!("{name}.cu"));
+            (name, nvcc.compile_ptx(&cu, "sm_90").expect("PTX"))
         })
         .collect();
-    let device: Vec<DeviceProbe<'_>> = pack
-        .probes()
-        .iter()
-        .zip(&bound)
-        .map(|(p, maps)| DeviceProbe { program: &p.program, kernels: Kernels::All, maps })
-        .collect();
-    let kernels = egpu_test_support::workspace_path("tests/kernels");
-    for name in ["saxpy", "atomics", "async_copy", "vectors"] {
-        let ptx = nvcc.compile_ptx(&kernels.join(format!("{name}.cu")), "sm_90").expect("PTX");
-        let injected = inject(&ptx, &device).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(
-            injected.ptx.contains("%gridid") && injected.ptx.contains("%globaltimer"),
-            "{name}"
-        );
-        // The timeline's ring records, published by the warp's leader.
-        assert!(injected.ptx.contains("st.release.gpu.global.u64"), "{name}");
-        ptxas.check(&injected.ptx, "sm_90").unwrap_or_else(|e| panic!("{name}: {e}"));
+    // Every set together, and alone the sets whose code differs when alone: `counts` (its adds
+    // in registers, the value looked up when a thread exits), `counts,timing` (the default),
+    // `pages` (its adds combined per page).
+    let all: &[Set] = &Set::ALL;
+    for sets in [all, &[Set::Counts], &[Set::Counts, Set::Timing], &[Set::Pages]] {
+        let pack = pack(sets, PageSize::Kib64).expect("a pack");
+        // As the preloaded library binds them: maps only added to spread over 16 per-SM copies.
+        let bound: Vec<Vec<DeviceMap>> = pack
+            .probes()
+            .iter()
+            .map(|p| {
+                let adds = egpu_device::translate::adds_only(&p.program);
+                p.maps
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &geometry)| DeviceMap {
+                        addr: 0x7f00_0000_0000 + ((i as u64) << 28),
+                        geometry,
+                        live: false,
+                        spread: if adds[i] { 16 } else { 0 },
+                        // Rings are drained while kernels run, as the preloaded library binds
+                        // them.
+                        drained: geometry.kind == egpu_ebpf::MapKind::RingBuf,
+                    })
+                    .collect()
+            })
+            .collect();
+        let device: Vec<DeviceProbe<'_>> = pack
+            .probes()
+            .iter()
+            .zip(&bound)
+            .map(|(p, maps)| DeviceProbe { program: &p.program, kernels: Kernels::All, maps })
+            .collect();
+        for (name, ptx) in &sources {
+            let what = format!("{name} under {sets:?}");
+            let injected = inject(ptx, &device).unwrap_or_else(|e| panic!("{what}: {e}"));
+            if sets == all {
+                assert!(
+                    injected.ptx.contains("%gridid") && injected.ptx.contains("%globaltimer"),
+                    "{what}"
+                );
+                // The timeline's ring records, published by the warp's leader.
+                assert!(injected.ptx.contains("st.release.gpu.global.u64"), "{what}");
+            }
+            ptxas.check(&injected.ptx, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
+        }
     }
 }
 

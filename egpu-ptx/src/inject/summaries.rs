@@ -227,6 +227,7 @@ pub(super) fn exit_lookup(
     ));
     // Found nothing (the map full): the lanes' sums are left out, and the group's lowest lane
     // counts a refused insert in the map's shard, which the recording reports.
+    // (PTX takes no immediate address but a local one: the counter's is in a register.)
     let refused = c.map.addr + (c.map.geometry.shard_offset(0) + shard::REFUSED) as u64;
     code.push_str(&format!(
         "{skip}:\n\tbrev.b32 {leader}, {lanes};\n\tbfind.shiftamt.u32 {leader}, {leader};\n\
@@ -235,7 +236,8 @@ pub(super) fn exit_lookup(
          \tshfl.sync.idx.b32 {hi}, {hi}, {leader}, 31, {lanes};\n\
          \tmov.b64 {value}, {{{lo}, {hi}}};\n\
          \tsetp.eq.u64 {known}, {value}, 0;\n\tand.pred {known}, {known}, {lead};\n\
-         \t@{known} red.global.add.u64 [{refused}], 1;\n{done}:\n\t}}\n"
+         \t@!{known} bra {done};\n\tmov.b64 %{at}_r, {refused};\n\
+         \tred.global.add.u64 [%{at}_r], 1;\n{done}:\n\t}}\n"
     ));
     t.body = code;
     Ok(t)
