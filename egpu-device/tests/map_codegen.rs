@@ -6,7 +6,7 @@
 //! - an add of a constant makes no vote and no `redux.sync`;
 //! - adds to a hash map value found by the kernel's id (the same at every access of a site)
 //!   are combined in the thread's registers until the kernel exits; those by a key that changes
-//!   from access to access (a page) are not;
+//!   from access to access (a page) are not, unless the key is the kernel's id and the page;
 //! - a ring record is stored alone, in pairs of words, with no sequence word; in a ring drained
 //!   while kernels run, a group of lanes claims room, takes tickets and publishes its records
 //!   by one atomic add each and one sequence word.
@@ -109,6 +109,40 @@ fn a_thread_remembers_its_last_hit_where_entries_stay_put() {
     // Not for a map the host reads and writes live.
     let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(16, true)]);
     assert!(!ptx.contains("ld.global.u64 %egpu0_t5, [%egpu0_t4];"), "{ptx}");
+
+    // A key of two words whose first is the kernel's id (the `pages` set's (kernel, page)):
+    // the second word is remembered in a register, the first compared with the id, a constant.
+    let ptx = kernel_pages();
+    let id = egpu_ebpf::kernel_id("saxpy") as i64;
+    assert_eq!(ptx.matches(".reg .b64 %egpu_hk0, %egpu_hp0;").count(), 1, "{ptx}");
+    let count = |what: &dyn Fn(&str) -> bool| ptx.lines().filter(|l| what(l)).count();
+    let first = format!("_k0, {id};");
+    let checks = count(&|l| l.contains("setp.eq.u64 %egpu") && l.ends_with(&first));
+    assert_eq!(checks, 2 * 3, "two lookups per site, three sites: {ptx}");
+    assert_eq!(count(&|l| l.contains("_k1, %egpu_hk0, %egpu")), 2 * 3, "{ptx}");
+    assert_eq!(count(&|l| l.contains("mov.b64 %egpu_hk0, %egpu")), 2 * 3, "remembered");
+    let check = format!("setp.eq.u64 %egpu0_q0, %egpu0_k0, {id};");
+    let site = &ptx[ptx.find(&check).expect("a check")..];
+    let hash = site.find("mul.hi.u64").expect("the hash");
+    assert!(site[..hash].contains("bra $egpu0_H"), "a hit skips the hash");
+}
+
+/// Saxpy whose loads and stores count per (kernel, 2 MiB page), as the `pages` set does: a key
+/// of two words, the kernel's id first.
+fn kernel_pages() -> String {
+    let text = PAGE_COUNT
+        .replace("rsh %r6, 12", "rsh %r6, 21")
+        .replace(
+            "stxdw [%r10-8], %r6",
+            "ldxdw %r7, [%r1+8]\n stxdw [%r10-16], %r7\n stxdw [%r10-8], %r6",
+        )
+        .replace("add %r2, -8", "add %r2, -16")
+        .replace("stdw [%r10-16], 0", "stdw [%r10-24], 0")
+        .replace("add %r3, -16", "add %r3, -24");
+    let load = program(&text, hash_def(16), DeviceEvent::GlobalLoad);
+    let store = program(&text, hash_def(16), DeviceEvent::GlobalStore);
+    let maps = [hash_binding(16, false)];
+    instrument(&[(&load, DeviceEvent::GlobalLoad), (&store, DeviceEvent::GlobalStore)], &maps)
 }
 
 #[test]
@@ -248,9 +282,16 @@ fn adds_by_the_kernels_id_are_combined_per_thread_and_adds_by_page_are_not() {
     // Not when the map is read and written live by the host (its values may move).
     let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, true)]);
     assert!(!ptx.contains("_sum_addr") && !ptx.contains("_hs0"));
-    // Not by page: the key changes from access to access.
+    // Not by page alone: the key changes from access to access.
     let pages = page_counts(false);
     assert!(!pages.contains("_sum_addr") && !pages.contains("_hs0"));
+    // By the kernel's id and a page (the `pages` set's key): the thread's accesses stay on a
+    // page for a while, each site's adds going through the two combining slots, flushed when
+    // a third address comes and at the exit.
+    let pages = kernel_pages();
+    assert_eq!(pages.matches("add.s64 %egpu_sum, %egpu_sum, ").count(), 2 * 3, "{pages}");
+    assert!(pages.contains("red.global.add.u64 [%egpu_sum_addr1]"), "{pages}");
+    assert!(!pages.contains("_hs0"), "no sum of one value's own: {pages}");
     // At a kernel's entry, which a thread runs once: one add, aggregated across the warp, not a
     // sum held through the kernel.
     let entry = program(by_kernel, hash_def(8), DeviceEvent::KernelEntry);
@@ -460,9 +501,10 @@ fn a_probe_that_only_adds_numbers_known_at_the_site_runs_as_register_adds() {
     // header, after the leader's answer reached every lane.
     let g = hash_binding(8, false);
     let refused = g.addr + (g.geometry.shard_offset(0) + egpu_maps::layout::shard::REFUSED) as u64;
-    let counted =
-        ptx[exit..].find(&format!("red.global.add.u64 [{refused}], 1;")).expect("counted");
+    // (Its address in a register: `ptxas` takes no immediate address but a local one.)
+    let counted = ptx[exit..].find(&format!("_r, {refused};")).expect("counted");
     assert!(ptx[exit..][..counted].contains("shfl.sync.idx.b32"), "{ptx}");
+    assert!(ptx[exit..][counted..].contains("red.global.add.u64 [%egpu_vp"), "{ptx}");
     // A count (`+= 1`) too; at a generic access (global only at run time) the probe runs.
     let count = bytes.replace("ldxw %r1, [%r9+16]", "mov %r1, 1");
     let p = program(&count, hash_def(8), DeviceEvent::GlobalLoad);
