@@ -6,7 +6,7 @@
 //! - an add of a constant makes no vote and no `redux.sync`;
 //! - adds to a hash map value found by the kernel's id (the same at every access of a site)
 //!   are combined in the thread's registers until the kernel exits; those by a key that changes
-//!   from access to access (a page) are not, unless the key is the kernel's id and the page;
+//!   from access to access (a page) are not;
 //! - a ring record is stored alone, in pairs of words, with no sequence word; in a ring drained
 //!   while kernels run, a group of lanes claims room, takes tickets and publishes its records
 //!   by one atomic add each and one sequence word.
@@ -184,9 +184,11 @@ fn a_ring_record_is_stored_alone_in_pairs_of_words() {
     assert!(!ptx.contains("st.global.v2") && ptx.contains("st.global.u64"));
 }
 
-/// A ring drained while kernels run: per record site, by the group's leader, a claim and a
-/// ticket add (two atomics), the claim taken back and the drops counted when the ring is full,
-/// one sequence word stored with release ordering after the warp's barrier.
+/// A ring drained while kernels run: the group's leader takes its tickets from a batch of its
+/// own, in registers of the kernel, claimed (room, then tickets: two atomics, the claim taken
+/// back and the drops counted when the ring is full) 32 at a time; the batch is published by
+/// one sequence word with release ordering, after the warp's barrier, when it is full or the
+/// thread exits, its unused tickets discarded.
 #[test]
 fn a_drained_ring_group_claims_takes_tickets_and_publishes_once() {
     let (p, geometry) = trace();
@@ -197,15 +199,24 @@ fn a_drained_ring_group_claims_takes_tickets_and_publishes_once() {
     let lines = |op: &str, off: usize| {
         ptx.lines().filter(|l| l.contains(op) && l.contains(&format!("+{off}]"))).count()
     };
+    let batch = egpu_device::translate::RING_BATCH;
+    let claims = ptx.lines().filter(|l| l.ends_with(&format!("], {batch};"))).count();
+    assert_eq!(claims, 2 * 2, "room and tickets, by the batch: {ptx}");
     assert_eq!(lines("atom.global.add", shard::CLAIMED), 2, "{ptx}");
     assert_eq!(lines("atom.global.add", shard::LEN_OR_HEAD), 2, "{ptx}");
     assert_eq!(lines("red.global.add", shard::CLAIMED), 2, "{ptx}");
     assert_eq!(lines("red.global.min", shard::LEN_OR_HEAD), 0, "head never goes back: {ptx}");
+    assert_eq!(ptx.matches(".reg .b64 %egpu_rn0, %egpu_re0, %egpu_rs0;").count(), 1, "{ptx}");
     // The rings' own, and one after each of the two probes (its lanes run on together).
     assert_eq!(ptx.matches("bar.warp.sync").count(), 4, "{ptx}");
     let seq = geometry.seq_offset(0, 0) - geometry.shard_offset(0);
-    assert_eq!(ptx.matches("st.release.gpu.global.u64 [").count(), 2, "{ptx}");
+    // A batch closed: before a new one is claimed, when full, at the thread's exit.
+    let closes = 2 * 2 + 1;
+    assert_eq!(ptx.matches("st.release.gpu.global.u64 [").count(), closes, "{ptx}");
+    assert_eq!(ptx.matches("st.relaxed.gpu.global.u64 [").count(), closes, "{ptx}");
     assert!(ptx.contains(&format!("+{seq}], ")), "the sequence words' array: {ptx}");
+    let exit = ptx.rfind("st.global.f32").expect("saxpy's store");
+    assert!(ptx[exit..].contains("st.release.gpu.global.u64 ["), "closed at the exit: {ptx}");
     // Only a ring in GPU memory is drained.
     let hash = DeviceMap { drained: true, ..hash_binding(8, false) };
     let counter = program(PAGE_COUNT, hash_def(8), DeviceEvent::GlobalLoad);
@@ -285,12 +296,11 @@ fn adds_by_the_kernels_id_are_combined_per_thread_and_adds_by_page_are_not() {
     // Not by page alone: the key changes from access to access.
     let pages = page_counts(false);
     assert!(!pages.contains("_sum_addr") && !pages.contains("_hs0"));
-    // By the kernel's id and a page (the `pages` set's key): the thread's accesses stay on a
-    // page for a while, each site's adds going through the two combining slots, flushed when
-    // a third address comes and at the exit.
+    // Nor by the kernel's id and a page (the `pages` set's key), whose lookups the thread
+    // remembers: one add per access, aggregated across the warp (combined per thread, measured
+    // slower on the grid-stride saxpy).
     let pages = kernel_pages();
-    assert_eq!(pages.matches("add.s64 %egpu_sum, %egpu_sum, ").count(), 2 * 3, "{pages}");
-    assert!(pages.contains("red.global.add.u64 [%egpu_sum_addr1]"), "{pages}");
+    assert!(!pages.contains("_sum_addr") && pages.contains("popc.b32"), "{pages}");
     assert!(!pages.contains("_hs0"), "no sum of one value's own: {pages}");
     // At a kernel's entry, which a thread runs once: one add, aggregated across the warp, not a
     // sum held through the kernel.

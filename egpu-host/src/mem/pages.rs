@@ -1,9 +1,11 @@
 //! The `pages` set: per kernel, the accesses to each page of global memory (of 4 KiB, 64 KiB or
 //! 2 MiB, chosen when the pack is made), and the atomics per 8-byte address, where threads
-//! contend. A probe per page size, each adding 1 to its access's page: the search for the page
-//! reads its home slot from the SM's L1 cache first (a (kernel, page) entry never moves), and
-//! the lanes of a warp on one page make one add of their number (the translator's warp-level
-//! add of a constant). (Calling `egpu::helpers::warp_peers` for that count in the probe was
+//! contend. A probe per page size, each adding 1 to its access's page: a thread remembers the
+//! page of its last lookup and where its value is (the kernel's id, the key's first word, is a
+//! constant of the kernel: `CacheKey::Second`), so a lookup of that page again is a compare;
+//! another page's search reads its home slot from the SM's L1 cache first (a (kernel, page)
+//! entry never moves); and the lanes of a warp on one page make one add of their number (the
+//! translator's warp-level add of a constant). (Calling `egpu::helpers::warp_peers` for that count in the probe was
 //! measured slower on the H200: 5.8× against 3.8× on the grid-stride saxpy.)
 
 use bytemuck::{Pod, Zeroable};

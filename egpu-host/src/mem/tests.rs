@@ -264,8 +264,10 @@ fn the_sets_in_corpus_kernels_pass_ptxas() {
                     injected.ptx.contains("%gridid") && injected.ptx.contains("%globaltimer"),
                     "{what}"
                 );
-                // The timeline's ring records, published by the warp's leader.
+                // The timeline's ring records, published by the warp's leader, its tickets
+                // taken by the batch (the kernel's registers).
                 assert!(injected.ptx.contains("st.release.gpu.global.u64"), "{what}");
+                assert!(injected.ptx.contains(".reg .b64 %egpu_rn0, %egpu_re0"), "{what}");
             }
             ptxas.check(&injected.ptx, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
         }

@@ -22,7 +22,7 @@
 
 use bytemuck::{Pod, Zeroable};
 use egpu_ebpf::MemAccessCtx;
-use egpu_macros::{helper, probe};
+use egpu_macros::probe;
 use egpu_maps::{RingBuf, Shards};
 use egpu_probe::Probe;
 
@@ -92,57 +92,53 @@ pub(super) static TIMELINE: RingBuf<Record> =
 /// The sampling factors there are probes for: N = `1 << shift`, shift up to this.
 pub const MAX_SHIFT: u32 = 10;
 
-/// Whether the warp of key `block_x · 32 + warp` (`block_y`, `block_z` in its high bits) is
-/// sampled, one in N = `1 << shift`: the upper 32 bits of the key's Fibonacci hash below
-/// `2³² >> shift`.
-#[helper(crate = crate::egpu_root)]
-fn sampled(block_x: u32, block_y: u32, block_z: u32, warp: u32, shift: u32) -> bool {
-    let key =
-        ((block_x as u64) * 32 + warp as u64) ^ ((block_y as u64) << 32) ^ ((block_z as u64) << 48);
-    let hash = (key * 0x9E37_79B9_7F4A_7C15u64) >> 32;
-    hash < ((1u64 << 32) >> shift)
-}
-
-/// Records the request a lane takes part in: every lane counts the lanes, the leader writes
-/// the record.
-#[helper(crate = crate::egpu_root)]
-fn record(kernel: u64, launch: u64, addr: u64, size: u32, sm: u32, kind: u32) {
-    let lanes = egpu_vm::native::warp_lanes();
-    if egpu_vm::native::warp_leader() {
-        let time = egpu_vm::native::ktime_ns();
-        TIMELINE.output(&Record { time, addr, kernel, launch, size, lanes, sm, kind });
-    }
+/// A `timeline` probe at `$event`: a sampled warp's request is recorded, every lane counting
+/// the lanes and the leader writing the record (`$access`: [`LOAD`], [`STORE`] or [`ATOMIC`]).
+/// The warp of key `block.x · 32 + warp` (`block.y`, `block.z` in its high bits) is sampled,
+/// one in N = `1 << $shift`, when the upper 32 bits of the key's Fibonacci hash are below
+/// `2³² >> $shift`: computed in the probe (a helper, a local function, was a call per access),
+/// from values a thread never changes, which `ptxas` may compute once.
+/// The record is written in the probe itself, not in a helper (a local function), so that the
+/// ring's tickets come from the batch the kernel keeps for the lane in registers of its own:
+/// its stores, and two atomics and a sequence word per 32 records, not per record.
+macro_rules! timeline_probe {
+    ($name:ident, $event:ident, $access:expr, $shift:literal, $doc:literal) => {
+        #[doc = $doc]
+        #[probe(device::$event, crate = crate::egpu_root)]
+        fn $name(ctx: &MemAccessCtx) {
+            let key = ((ctx.block[0] as u64) * 32 + ctx.warp as u64)
+                ^ ((ctx.block[1] as u64) << 32)
+                ^ ((ctx.block[2] as u64) << 48);
+            if (key * 0x9E37_79B9_7F4A_7C15u64) >> 32 < ((1u64 << 32) >> $shift) {
+                let lanes = egpu_vm::native::warp_lanes();
+                if egpu_vm::native::warp_leader() {
+                    let time = egpu_vm::native::ktime_ns();
+                    let kind = ctx.class | ($access << 8) | ($shift << 16);
+                    TIMELINE.output(&Record {
+                        time,
+                        addr: ctx.addr,
+                        kernel: ctx.kernel_id,
+                        launch: ctx.launch_id,
+                        size: ctx.size,
+                        lanes,
+                        sm: ctx.sm,
+                        kind,
+                    });
+                }
+            }
+        }
+    };
 }
 
 macro_rules! timeline_probes {
     ($($shift:literal: $loads:ident, $stores:ident, $atomics:ident;)*) => {
         $(
-            /// Every read of global memory, from a sampled warp.
-            #[probe(device::global_load, crate = crate::egpu_root)]
-            fn $loads(ctx: &MemAccessCtx) {
-                if sampled(ctx.block[0], ctx.block[1], ctx.block[2], ctx.warp, $shift) {
-                    let kind = ctx.class | (LOAD << 8) | ($shift << 16);
-                    record(ctx.kernel_id, ctx.launch_id, ctx.addr, ctx.size, ctx.sm, kind);
-                }
-            }
-
-            /// Every write of global memory but atomics, from a sampled warp.
-            #[probe(device::global_store, crate = crate::egpu_root)]
-            fn $stores(ctx: &MemAccessCtx) {
-                if sampled(ctx.block[0], ctx.block[1], ctx.block[2], ctx.warp, $shift) {
-                    let kind = ctx.class | (STORE << 8) | ($shift << 16);
-                    record(ctx.kernel_id, ctx.launch_id, ctx.addr, ctx.size, ctx.sm, kind);
-                }
-            }
-
-            /// Every atomic on global memory, from a sampled warp.
-            #[probe(device::global_atomic, crate = crate::egpu_root)]
-            fn $atomics(ctx: &MemAccessCtx) {
-                if sampled(ctx.block[0], ctx.block[1], ctx.block[2], ctx.warp, $shift) {
-                    let kind = ctx.class | (ATOMIC << 8) | ($shift << 16);
-                    record(ctx.kernel_id, ctx.launch_id, ctx.addr, ctx.size, ctx.sm, kind);
-                }
-            }
+            timeline_probe!($loads, global_load, LOAD, $shift,
+                "Every read of global memory, from a sampled warp.");
+            timeline_probe!($stores, global_store, STORE, $shift,
+                "Every write of global memory but atomics, from a sampled warp.");
+            timeline_probe!($atomics, global_atomic, ATOMIC, $shift,
+                "Every atomic on global memory, from a sampled warp.");
         )*
 
         /// The `timeline` probes sampling one warp in `1 << shift` (`shift` up to

@@ -24,8 +24,10 @@
 //!   records at a time: see the `ring` module) are copied into the map's ring of the same
 //!   shard, as a host producer writes it, in ticket order, a group once its sequence word has
 //!   been seen committed in two snapshots in a row (its records were then written before the
-//!   second copy began), or in a settled one. The caller then writes the new `tail` of each
-//!   shard back into the part ([`DevicePart::tails`]), which gives the producers the room; a
+//!   second copy began), or in a settled one; a group discarded (tickets a device lane took by
+//!   the batch and did not use) is passed over likewise. The caller then writes the new `tail`
+//!   of each shard back into the part ([`DevicePart::tails`]), which gives the producers the
+//!   room; a
 //!   snapshot taken after that write never shows a record that was drained. Records the map's
 //!   ring has no room for are dropped and counted there; the device's drops add to its count.
 
@@ -333,15 +335,19 @@ impl DevicePart {
             let at = g.seq_offset(s, slot) - base;
             let seq = word(snapshot, at);
             let group = seq & ring_state::OWNER_MASK;
+            let state = (seq >> ring_state::SHIFT) & 3;
             let published = seq >> 32 == lap
-                && (seq >> ring_state::SHIFT) & 3 == ring_state::COMMITTED
+                && matches!(state, ring_state::COMMITTED | ring_state::DISCARDED)
                 && group > 0
                 && group <= stop - tail;
             if !published || !(settled || word(&self.seen, at) == seq) {
                 m.deferred += 1;
                 break;
             }
-            for t in tail..tail + group {
+            // A discarded group (tickets a device lane took by the batch and did not use)
+            // holds no records.
+            let records = if state == ring_state::COMMITTED { group } else { 0 };
+            for t in tail..tail + records {
                 let from = g.slot_offset(s, (t % capacity) as u32) - base;
                 if let Some(ticket) = ring.reserve() {
                     ring.write(ticket, &snapshot[from..from + size]);

@@ -369,6 +369,38 @@ fn ring_groups_are_drained_once_seen_twice() {
     assert_eq!(again.records, 0);
 }
 
+/// Tickets a device lane took by the batch and did not use, discarded by the sequence word of
+/// the first of them (with their number), are passed over: the records after them drain, and
+/// the `tail` handed back covers them.
+#[test]
+fn a_discarded_group_is_passed_over() {
+    use crate::RingBuf;
+    use crate::layout::{ring_state as rs, shard};
+    let target = map(MapKind::RingBuf, 0, 24, 8, 0, 1);
+    let device = map(MapKind::RingBuf, 0, 24, 8, 0, 1);
+    let mut part = DevicePart::new(target.geometry()).expect("a part");
+    let ring: RingBuf<[u64; 3]> = RingBuf::from_raw(target.clone()).expect("a ring");
+    let mut consumer = ring.consumer().expect("the consumer");
+    let g = *device.geometry();
+    // A batch of four tickets: one record written and committed, the three others discarded.
+    let counter = |off: usize| device.region().word(g.shard_offset(0) + off);
+    counter(shard::CLAIMED).fetch_add(4, Relaxed);
+    counter(shard::LEN_OR_HEAD).fetch_add(4, Relaxed);
+    for w in 0..3 {
+        device.region().word(g.slot_offset(0, 0) + 8 * w).store(7, Relaxed);
+    }
+    device.region().word(g.seq_offset(0, 0)).store(rs::COMMITTED << rs::SHIFT | 1, Relaxed);
+    device.region().word(g.seq_offset(0, 1)).store(rs::DISCARDED << rs::SHIFT | 3, Relaxed);
+    assert!(device_output(&device, 0, &[[8, 8, 8]]));
+    let seen = part.merge(&snapshot(&part, &device), &target, false).expect("merged");
+    assert_eq!(seen.records, 0, "seen once: not yet");
+    let merged = part.merge(&snapshot(&part, &device), &target, false).expect("merged");
+    assert_eq!(merged.records, 2);
+    assert_eq!(consumer.drain().collect::<Vec<[u64; 3]>>(), [[7, 7, 7], [8, 8, 8]]);
+    assert_eq!(part.tails(), [(g.shard_offset(0) + shard::TAIL, 5)]);
+    assert_eq!(ring.drops(), 0);
+}
+
 /// The yardstick for rings: device producers write groups into a small ring while a merger
 /// drains snapshots and writes the tails back, and a consumer reads the map's ring, all at once.
 /// A producer whose group was dropped (counted) writes it again. Every record written arrives

@@ -56,7 +56,10 @@ use crate::ptx::{FunctionKind, MemClass, PieceKind, PtxError, PtxInstruction, Pt
 use crate::translate::{
     CacheKey, Context, DeviceMap, LookupCache, Options, TranslateError, combines, translate,
 };
-use sums::{Cached, converged, flush, lookup_caches, sum_register};
+use sums::{
+    Cached, close_batches, converged, drained_rings, flush, lookup_caches, ring_registers,
+    sum_register,
+};
 
 /// Probed memory accesses in a kernel past which its probes share the hash map searches
 /// ([`Options::outline`]): a few hundred instructions each, which inline would make a large
@@ -241,6 +244,12 @@ impl Names {
     }
 }
 
+/// 64-bit registers of the kernel, declared and set to 0.
+fn zeroed(regs: &[String]) -> String {
+    let zeros: String = regs.iter().map(|r| format!("\tmov.b64 {r}, 0;\n")).collect();
+    format!("\t.reg .b64 {};\n{zeros}", regs.join(", "))
+}
+
 /// The context of a probe at observed access `o`, whose address (and size) the probe's block
 /// computes into `addr` (and `size`).
 fn access_context(o: &Observed, kernel_id: u64, addr: &str, size: &str, site: u32) -> Context {
@@ -366,6 +375,7 @@ pub fn inject_with(
         }
         let entry = f.kind == FunctionKind::Entry;
         let caches = if entry { lookup_caches(&selected) } else { BTreeMap::new() };
+        let rings = if entry { drained_rings(&selected, sm) } else { BTreeMap::new() };
         // Per-thread combining of atomic adds needs kernel-wide registers: kernels only. Adds to
         // a hash map's values combine when its values stay put (the maps with a lookup cache).
         let combine = entry
@@ -441,6 +451,8 @@ pub fn inject_with(
                 CacheKey::Constant(id)
             } else if c.map.geometry.key_size <= 8 {
                 CacheKey::Register(format!("%{}_hk{}", names.stem, c.index))
+            } else if c.kernel_first {
+                CacheKey::Second { first: id, second: format!("%{}_hk{}", names.stem, c.index) }
             } else {
                 CacheKey::Nothing
             },
@@ -472,6 +484,9 @@ pub fn inject_with(
                 options.smid = Some(names.smid.clone());
             }
             options.lookup_cache = p.maps.iter().map(|b| caches.get(&b.addr).map(cache)).collect();
+            options.ring_batches = (p.maps.iter())
+                .map(|b| rings.get(&b.addr).map(|&(i, _)| ring_registers(&names, i)))
+                .collect();
             options.outline = outline.clone();
             let mut t = translate(p.program, &options)
                 .map_err(|error| InjectError::Translate { probe, error })?;
@@ -491,23 +506,19 @@ pub fn inject_with(
         for c in caches.values().map(cache) {
             let mut regs = Vec::new();
             match c.key {
-                CacheKey::Register(key) => regs.push(key),
+                CacheKey::Register(key) | CacheKey::Second { second: key, .. } => regs.push(key),
                 CacheKey::Nothing => continue,
                 CacheKey::Constant(_) => {}
             }
             regs.push(c.value);
             regs.extend(c.sums.into_iter().map(|(_, r)| r));
-            let zeros: String = regs.iter().map(|r| format!("\tmov.b64 {r}, 0;\n")).collect();
-            let declared = format!("\t.reg .b64 {};\n{zeros}", regs.join(", "));
-            after.entry(f.body.start).or_default().push_str(&declared);
+            after.entry(f.body.start).or_default().push_str(&zeroed(&regs));
+        }
+        for &(i, _) in rings.values() {
+            after.entry(f.body.start).or_default().push_str(&zeroed(&ring_registers(&names, i)));
         }
         if combine {
-            let regs = names.sums.join(", ");
-            let zeros: String = names.sums.iter().map(|r| format!("\tmov.b64 {r}, 0;\n")).collect();
-            after
-                .entry(f.body.start)
-                .or_default()
-                .push_str(&format!("\t.reg .b64 {regs};\n{zeros}"));
+            after.entry(f.body.start).or_default().push_str(&zeroed(&names.sums));
         }
         if f.kind == FunctionKind::Entry {
             let open = f.body.start;
@@ -564,6 +575,7 @@ pub fn inject_with(
                     }
                 }
             }
+            code.push_str(&close_batches(&names, &rings, &format!("${}_rb{piece}", names.stem)));
             // The exit probes last: a clock read there (the `timing` set's) comes after the
             // thread's own work at its exit (measured: a 7.6 µs kernel's end read before its
             // lookups and flushes was more than 5% early against CUDA events).

@@ -2,8 +2,9 @@
 //! thread ends: each map with a lookup cache ([`lookup_caches`]) remembers where its last lookup
 //! found a key; a map looked up only by the kernel's id keeps, besides, a sum per 8-byte field
 //! its probes add to ([`Cached::fields`]), which the thread adds to the value when it exits
-//! ([`flush`]), aggregated across the warp. And every probe's lanes run on together after it
-//! ([`converged`]).
+//! ([`flush`]), aggregated across the warp. A lane takes its tickets of each ring drained
+//! while kernels run by the batch, in registers too, and closes its batch when it exits
+//! ([`drained_rings`]). And every probe's lanes run on together after it ([`converged`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -11,7 +12,9 @@ use egpu_ebpf::verifier::AccessRegion;
 use egpu_ebpf::{AtomicOp, DeviceEvent, Instruction, MapDef, MapKind, Size};
 
 use super::{DeviceProbe, Names};
-use crate::translate::{DeviceMap, kernel_keyed, lookups_and_removals, warp_add};
+use crate::translate::{
+    DeviceMap, close_ring_batch, kernel_first, kernel_keyed, lookups_and_removals, warp_add,
+};
 
 /// A hash map with a lookup cache ([`lookup_caches`]).
 #[derive(Clone, Debug)]
@@ -20,6 +23,9 @@ pub(super) struct Cached {
     pub(super) index: usize,
     /// Every lookup of it is by the kernel's id.
     pub(super) by_kernel: bool,
+    /// Every lookup of it is by a key of two words, the first the kernel's id
+    /// ([`kernel_first`]): the cache remembers the second.
+    pub(super) kernel_first: bool,
     /// Besides, every probe binds it alike: the probes reach one value of it (or, spread over
     /// per-SM copies, that value's copy of the thread's SM).
     pub(super) one_value: bool,
@@ -35,8 +41,9 @@ pub(super) struct Cached {
 /// The hash maps (by device address, numbered) whose entries stay where they are while a kernel
 /// with these probes runs, so a thread may remember where its last lookup found a key: in GPU
 /// memory (nobody else writes it meanwhile), with keys of at most 16 bytes, and removed from by
-/// none of the probes (device inserts never reuse a removed entry's slot). A key of more than a
-/// word is not remembered (`CacheKey::Nothing`): its searches still read the key's home slot
+/// none of the probes (device inserts never reuse a removed entry's slot). A key of two words
+/// is remembered when its first is the kernel's id ([`kernel_first`]: its second word in a
+/// register), else not (`CacheKey::Nothing`): its searches still read the key's home slot
 /// from L1 first.
 ///
 /// Each is numbered, and says whether every lookup of it is by the kernel's id
@@ -47,7 +54,7 @@ pub(super) fn lookup_caches(
     selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)],
 ) -> BTreeMap<u64, Cached> {
     let mut removed = BTreeSet::new();
-    let mut looked_up: Vec<(DeviceMap, &MapDef, bool)> = Vec::new();
+    let mut looked_up: Vec<(DeviceMap, &MapDef, bool, bool)> = Vec::new();
     for (_, p, _) in selected {
         let (lookups, removals) = lookups_and_removals(p.program);
         let Some(removals) = removals else { return BTreeMap::new() };
@@ -55,11 +62,11 @@ pub(super) fn lookup_caches(
         let defs = p.program.program().maps();
         looked_up.extend(lookups.iter().filter_map(|&m| {
             let (b, def) = (p.maps.get(m as usize)?, defs.get(m as usize)?);
-            Some((*b, def, kernel_keyed(p.program, m)))
+            Some((*b, def, kernel_keyed(p.program, m), kernel_first(p.program, m)))
         }));
     }
     let mut caches: BTreeMap<u64, Cached> = BTreeMap::new();
-    for (b, def, by_kernel) in looked_up {
+    for (b, def, by_kernel, first) in looked_up {
         let g = b.geometry;
         if matches!(g.kind, MapKind::Hash | MapKind::PerCpuHash)
             && g.key_size <= 16
@@ -70,12 +77,14 @@ pub(super) fn lookup_caches(
             let entry = caches.entry(b.addr).or_insert(Cached {
                 index: next,
                 by_kernel,
+                kernel_first: first,
                 one_value: true,
                 map: b,
                 def: def.clone(),
                 fields: BTreeSet::new(),
             });
             entry.by_kernel &= by_kernel;
+            entry.kernel_first &= first;
             entry.one_value &= entry.by_kernel && b.spread == entry.map.spread;
         }
     }
@@ -180,4 +189,53 @@ pub(super) fn converged(prefix: &str, body: String, sm: u32) -> String {
     format!(
         "\t{{\n\t.reg .b32 {mask};\n\tactivemask.b32 {mask};\n{body}\tbar.warp.sync {mask};\n\t}}\n"
     )
+}
+
+/// The rings drained while kernels run that the probes of a kernel write (by device address,
+/// numbered, with their binding), on `sm_70` and later: a lane takes its tickets of each by the
+/// batch, in registers of the kernel ([`ring_registers`],
+/// [`Options::ring_batches`](crate::translate::Options::ring_batches)), and closes its batch when
+/// it exits ([`close_batches`]).
+pub(super) fn drained_rings(
+    selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)],
+    sm: u32,
+) -> BTreeMap<u64, (usize, DeviceMap)> {
+    let mut rings = BTreeMap::new();
+    if sm < 70 {
+        return rings;
+    }
+    for (_, p, _) in selected {
+        for b in p.maps.iter().filter(|b| b.drained && b.geometry.kind == MapKind::RingBuf) {
+            let next = rings.len();
+            rings.entry(b.addr).or_insert((next, *b));
+        }
+    }
+    rings
+}
+
+/// The registers of ring `index`'s batch ([`drained_rings`]): the next ticket, the batch's end,
+/// the shard's header.
+pub(super) fn ring_registers(names: &Names, index: usize) -> [String; 3] {
+    ["rn", "re", "rs"].map(|r| format!("%{}_{r}{index}", names.stem))
+}
+
+/// At a thread's exit: its batch of each ring closed (its records committed, its tickets left
+/// discarded); `label`, unique in the module, starts the labels.
+pub(super) fn close_batches(
+    names: &Names,
+    rings: &BTreeMap<u64, (usize, DeviceMap)>,
+    label: &str,
+) -> String {
+    let mut code = String::new();
+    for (index, map) in rings.values() {
+        let regs = ring_registers(names, *index);
+        let temps = [0, 1, 2, 3].map(|i| format!("%{}_rt{i}", names.stem));
+        let pred = format!("%{}_rq", names.stem);
+        code.push_str(&format!("\t{{\n\t.reg .b64 {};\n\t.reg .pred {pred};\n", temps.join(", ")));
+        let [next, end, shard] = &regs;
+        let label = format!("{label}_{index}");
+        code.push_str(&close_ring_batch(&map.geometry, [next, end, shard], &temps, &pred, &label));
+        code.push_str("\t}\n");
+    }
+    code
 }

@@ -103,7 +103,9 @@ pub fn combines(verified: &Verified, stable: &dyn Fn(u32) -> bool) -> bool {
 /// hash map found by a key the same at every access of a site (the kernel's id, a constant:
 /// `keys::site_keyed`). Adds to other hash maps' values go straight to memory, aggregated across
 /// the warp: their addresses follow keys that change from access to access, and holding a sum
-/// would only cost the kernel registers.
+/// would only cost the kernel registers (measured with the `pages` set's (kernel, page) keys,
+/// 2 MiB pages, its adds combined: the grid-stride saxpy 4.42× against 3.71×, the model 3.36×
+/// against 4.10×).
 fn combinable(verified: &Verified, access: Option<Access>, stable: &dyn Fn(u32) -> bool) -> bool {
     let program: &Program = verified.program();
     match access {

@@ -73,17 +73,24 @@ impl Emitter<'_> {
             None
         };
         let done = format!("{hash}_done");
-        // The key the cache remembers, word by word: registers, or a constant.
-        let remembered = cache.as_ref().and_then(|c| match (&c.key, key.as_slice()) {
-            (CacheKey::Register(reg), [_]) => Some(reg.clone()),
-            (CacheKey::Constant(k), [_]) => Some((*k as i64).to_string()),
-            _ => None,
-        });
+        // The key the cache remembers, word by word: registers, or constants.
+        let remembered: Option<Vec<String>> =
+            cache.as_ref().and_then(|c| match (&c.key, key.as_slice()) {
+                (CacheKey::Register(reg), [_]) => Some(vec![reg.clone()]),
+                (CacheKey::Constant(k), [_]) => Some(vec![(*k as i64).to_string()]),
+                (CacheKey::Second { first, second }, [_, _]) => {
+                    Some(vec![(*first as i64).to_string(), second.clone()])
+                }
+                _ => None,
+            });
         if let (Some(c), Some(ck)) = (&cache, &remembered) {
             // This thread's last hit in this map, when it was this key: before the hash, which
             // a hit does not need.
             let cp = &c.value;
-            self.line(format!("setp.eq.u64 {q0}, {}, {ck};", key[0]));
+            self.line(format!("setp.eq.u64 {q0}, {}, {};", key[0], ck[0]));
+            for (k, r) in key.iter().zip(ck).skip(1) {
+                self.line(format!("setp.eq.and.u64 {q0}, {k}, {r}, {q0};"));
+            }
             self.line(format!("setp.ne.and.u64 {q0}, {cp}, 0, {q0};"));
             self.line(format!("mov.b64 {r0}, {cp};"));
             let hit = self.past_null_check(pc).unwrap_or_else(|| done.clone());
@@ -103,13 +110,17 @@ impl Emitter<'_> {
             None => self.search(pc, m, &search, &format!("{hash}_s"))?,
         }
         if let (Some(c), Some(ck)) = (&cache, &remembered) {
-            // A hit is remembered (only of the key a constant names).
+            // A hit is remembered (only of a key whose constant words are the constants').
             self.line(format!("setp.ne.u64 {q0}, {r0}, 0;"));
-            match c.key {
-                CacheKey::Constant(_) => {
-                    self.line(format!("setp.eq.and.u64 {q0}, {}, {ck}, {q0};", key[0]));
-                }
-                _ => self.line(format!("@{q0} mov.b64 {ck}, {};", key[0])),
+            let constants = match c.key {
+                CacheKey::Constant(_) | CacheKey::Second { .. } => 1,
+                _ => 0,
+            };
+            for (k, r) in key.iter().zip(ck).take(constants) {
+                self.line(format!("setp.eq.and.u64 {q0}, {k}, {r}, {q0};"));
+            }
+            for (k, r) in key.iter().zip(ck).skip(constants) {
+                self.line(format!("@{q0} mov.b64 {r}, {k};"));
             }
             self.line(format!("@{q0} mov.b64 {}, {r0};", c.value));
         }

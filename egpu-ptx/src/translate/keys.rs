@@ -17,21 +17,46 @@ use egpu_ebpf::{
 /// Whether every lookup of map `m` in the program takes an 8-byte key that the program last
 /// stored, before the lookup in program order, from the context's kernel id or a constant.
 pub(crate) fn site_keyed(verified: &Verified, m: u32) -> bool {
-    keyed(verified, m, true)
+    keyed(verified, m, Keyed::Site)
 }
 
 /// Whether every lookup of map `m` in the program takes an 8-byte key that the program last
 /// stored, before the lookup in program order, from the context's kernel id (a lookup cache
 /// then remembers that key's value only: [`CacheKey::Constant`](super::CacheKey::Constant)).
 pub fn kernel_keyed(verified: &Verified, m: u32) -> bool {
-    keyed(verified, m, false)
+    keyed(verified, m, Keyed::Kernel)
 }
 
-/// [`site_keyed`], or with `constants` false [`kernel_keyed`].
-fn keyed(verified: &Verified, m: u32, constants: bool) -> bool {
+/// Whether every lookup of map `m` in the program takes a key of two words (9 to 16 bytes) whose
+/// first the program last stored, before the lookup in program order, from the context's
+/// kernel id: the `pages` set's (kernel, page). A lookup cache then remembers the second word
+/// only ([`CacheKey::Second`](super::CacheKey::Second)).
+pub fn kernel_first(verified: &Verified, m: u32) -> bool {
+    keyed(verified, m, Keyed::KernelFirst)
+}
+
+/// What [`keyed`] checks of a key's first word.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keyed {
+    /// A key of one word: the kernel id or a constant.
+    Site,
+    /// A key of one word: the kernel id.
+    Kernel,
+    /// A key of two words, the first the kernel id.
+    KernelFirst,
+}
+
+/// [`site_keyed`], [`kernel_keyed`] or [`kernel_first`], as `what` says.
+fn keyed(verified: &Verified, m: u32, what: Keyed) -> bool {
     let program = verified.program();
-    // A longer key has more than the one word looked at below.
-    if program.maps().get(m as usize).is_none_or(|d| d.key_size > 8) {
+    let constants = what == Keyed::Site;
+    // A key's words past the first are not looked at below.
+    let words = |d: &egpu_ebpf::MapDef| d.key_size.div_ceil(8);
+    let fits = program.maps().get(m as usize).is_some_and(|d| match what {
+        Keyed::KernelFirst => words(d) == 2,
+        _ => d.key_size <= 8,
+    });
+    if !fits {
         return false;
     }
     let kernel_id = match program.attach_point() {

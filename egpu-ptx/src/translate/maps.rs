@@ -359,7 +359,17 @@ impl Emitter<'_> {
         }
         self.shard_base(pc, m.unwrap_or(0), map, &t7, Some(&t6))?;
         self.ring_group();
-        if map.drained {
+        // The lane's batch of tickets: the kernel's registers, which a local function cannot
+        // name.
+        let batch = match m {
+            Some(m) if map.drained && self.function == 0 => {
+                self.options.ring_batches.get(m as usize).cloned().flatten()
+            }
+            _ => None,
+        };
+        if let Some(regs) = &batch {
+            self.ring_take(&g, regs, &l("got"));
+        } else if map.drained {
             self.ring_claim(g.capacity);
         } else {
             self.line(format!(
@@ -396,7 +406,9 @@ impl Emitter<'_> {
                 w += 1;
             }
         }
-        if map.drained {
+        if let Some(regs) = &batch {
+            self.ring_batch_full(&g, regs, &l("published"));
+        } else if map.drained {
             self.ring_publish(&g, &l("published"));
         }
         self.line(format!("mov.b64 {r0}, 0;"));
@@ -488,6 +500,64 @@ impl Emitter<'_> {
         self.line(format!("@{q1} atom.global.add.u64 {t0}, [{t6}+{}], {t0};", shard::LEN_OR_HEAD));
     }
 
+    /// The group's first ticket from its leader's batch (`[next, end, shard]`, the kernel's
+    /// registers), into the 64-bit temporary 0 (the group's size there before): when fewer
+    /// tickets than the group's lanes are left, the leader closes its batch ([`close_ring_batch`])
+    /// and claims a new one of [`RING_BATCH`] tickets (room, then tickets, as
+    /// [`Emitter::ring_claim`] claims a group's); refused, the group's first ticket is all ones
+    /// and the leader has no batch. Every lane goes on at `got`.
+    fn ring_take(&mut self, g: &Geometry, [next, end, shard]: &[String; 3], got: &str) {
+        let [t0, t1, t2, t6] = [0, 1, 2, 6].map(|i| self.tmp64(i));
+        let [q0, q1] = [0, 1].map(|i| self.pred(i));
+        let take = format!("{got}_take");
+        self.line(format!("@!{q0} bra {got};"));
+        self.line(format!("sub.s64 {t1}, {end}, {next};"));
+        self.line(format!("setp.ge.u64 {q1}, {t1}, {t0};"));
+        self.line(format!("@{q1} bra {take};"));
+        let temps = [1, 2, 3, 4].map(|i| self.tmp64(i));
+        self.out.push_str(&close_ring_batch(g, [next, end, shard], &temps, &q1, got));
+        let (tail, claimed) = (shard::TAIL, shard::CLAIMED);
+        let fresh = if self.options.sm >= 70 { "ld.relaxed.gpu" } else { "ld.volatile" };
+        self.line(format!("{fresh}.global.u64 {t1}, [{t6}+{tail}];"));
+        self.line(format!("atom.global.add.u64 {t2}, [{t6}+{claimed}], {RING_BATCH};"));
+        self.line(format!("add.s64 {t1}, {t1}, {};", g.capacity));
+        self.line(format!("add.s64 {t2}, {t2}, {RING_BATCH};"));
+        self.line(format!("setp.gt.u64 {q1}, {t2}, {t1};"));
+        // Refused: the claim taken back, the group's records dropped and counted.
+        self.line(format!("@{q1} red.global.add.u64 [{t6}+{claimed}], -{RING_BATCH};"));
+        self.line(format!("@{q1} red.global.add.u64 [{t6}+{}], {t0};", shard::REFUSED));
+        self.line(format!("@{q1} mov.b64 {t0}, -1;"));
+        self.line(format!("@{q1} bra {got};"));
+        self.line(format!(
+            "atom.global.add.u64 {next}, [{t6}+{}], {RING_BATCH};",
+            shard::LEN_OR_HEAD
+        ));
+        self.line(format!("add.s64 {end}, {next}, {RING_BATCH};"));
+        self.line(format!("mov.b64 {shard}, {t6};"));
+        self.place(&take);
+        self.line(format!("mov.b64 {t1}, {t0};"));
+        self.line(format!("mov.b64 {t0}, {next};"));
+        self.line(format!("add.s64 {next}, {next}, {t1};"));
+        self.place(got);
+    }
+
+    /// After the group's records: the lanes' stores ordered before the leader's (the warp's
+    /// barrier), and the leader's batch published when it is full (its records committed);
+    /// it then has none.
+    fn ring_batch_full(&mut self, g: &Geometry, [next, end, shard]: &[String; 3], done: &str) {
+        let w1 = self.tmp32(1);
+        let [q0, q1] = [0, 1].map(|i| self.pred(i));
+        if self.options.sm >= 70 {
+            self.line(format!("bar.warp.sync {w1};"));
+        }
+        self.line(format!("@!{q0} bra {done};"));
+        self.line(format!("setp.ne.u64 {q1}, {next}, {end};"));
+        self.line(format!("@{q1} bra {done};"));
+        let temps = [1, 2, 3, 4].map(|i| self.tmp64(i));
+        self.out.push_str(&close_ring_batch(g, [next, end, shard], &temps, &q1, done));
+        self.place(done);
+    }
+
     /// The leader's first ticket (the 64-bit temporary 0) to every lane of the group, plus the
     /// lane's rank; with `refused`, a drained ring's refused group (all ones) goes there.
     fn ring_ticket(&mut self, refused: Option<&str>) {
@@ -512,4 +582,54 @@ impl Emitter<'_> {
         self.line(format!("cvt.u64.u32 {t1}, {w3};"));
         self.line(format!("add.s64 {t0}, {t0}, {t1};"));
     }
+}
+
+/// Tickets a lane takes at a time from a ring drained while kernels run, where the kernel has
+/// registers for its batch ([`Options::ring_batches`](super::Options::ring_batches)): a warp's
+/// worth, so a group of a whole warp fits.
+pub const RING_BATCH: u32 = 32;
+
+/// The code that closes a lane's batch of tickets of a drained ring of geometry `g` (the
+/// registers `[next, end, shard]`, [`Options::ring_batches`](super::Options::ring_batches)),
+/// when it has one (`end` not 0): the records written, from the batch's first ticket (`end`
+/// less [`RING_BATCH`]) to `next`, committed by the sequence word of the first one's slot
+/// with release ordering (the group's size in its owner field, as a drained ring's groups
+/// are), and the tickets left, from `next` to `end`, discarded by the sequence word of
+/// `next`'s slot; then the lane has no batch. `temps` are four 64-bit registers and `pred` a
+/// predicate it may use; `label`, unique in the module, starts its labels. The kernel runs it
+/// when a thread exits, and the ring's output before claiming a new batch.
+pub fn close_ring_batch(
+    g: &Geometry,
+    [next, end, shard]: [&String; 3],
+    temps: &[String; 4],
+    pred: &str,
+    label: &str,
+) -> String {
+    let [t1, t2, t3, t4] = temps;
+    let cap = g.capacity;
+    let seq = g.seq_offset(0, 0) - g.shard_offset(0);
+    let (closed, discarded) = (format!("{label}_closed"), format!("{label}_full"));
+    let word = |ticket: &str, state: u64, size: &str| {
+        // (lap << 32) | state | size, at the ticket's slot's sequence word.
+        format!(
+            "\tdiv.u64 {t3}, {ticket}, {cap};\n\tshl.b64 {t3}, {t3}, 32;\n\
+             \tor.b64 {t3}, {t3}, {state_bits};\n\tor.b64 {t3}, {t3}, {size};\n\
+             \trem.u64 {t4}, {ticket}, {cap};\n\tmad.lo.u64 {t4}, {t4}, 8, {shard};\n",
+            state_bits = state << ring_state::SHIFT
+        )
+    };
+    let mut code = format!(
+        "\tsetp.eq.u64 {pred}, {end}, 0;\n\t@{pred} bra {closed};\n\
+         \tsub.s64 {t1}, {end}, {RING_BATCH};\n\tsub.s64 {t2}, {next}, {t1};\n"
+    );
+    code.push_str(&word(t1, ring_state::COMMITTED, t2));
+    code.push_str(&format!("\tst.release.gpu.global.u64 [{t4}+{seq}], {t3};\n"));
+    code.push_str(&format!(
+        "\tsub.s64 {t2}, {end}, {next};\n\tsetp.eq.u64 {pred}, {t2}, 0;\n\
+         \t@{pred} bra {discarded};\n"
+    ));
+    code.push_str(&word(next, ring_state::DISCARDED, t2));
+    code.push_str(&format!("\tst.relaxed.gpu.global.u64 [{t4}+{seq}], {t3};\n"));
+    code.push_str(&format!("{discarded}:\n\tmov.b64 {next}, 0;\n\tmov.b64 {end}, 0;\n{closed}:\n"));
+    code
 }

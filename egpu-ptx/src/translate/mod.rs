@@ -100,8 +100,8 @@ pub use atomic::combines;
 pub(crate) use atomic::warp_add;
 pub use batch::{Addend, SiteConstants, SummaryAdd, batchable, summary};
 pub use error::TranslateError;
-pub use keys::kernel_keyed;
-pub use maps::lookups_and_removals;
+pub use keys::{kernel_first, kernel_keyed};
+pub use maps::{RING_BATCH, close_ring_batch, lookups_and_removals};
 pub use options::{CacheKey, Context, DeviceMap, LookupCache, Options, Translation};
 pub use spread::adds_only;
 

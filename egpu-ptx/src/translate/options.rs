@@ -92,12 +92,24 @@ pub struct Options {
     pub smid: Option<String>,
     /// Per map (in [`maps`](Options::maps) order): two 64-bit registers of the kernel, a key and
     /// a value address, through which a thread remembers its last hit in that hash map (keys of
-    /// at most 8 bytes): a lookup of the same key again finds the value without probing. The
+    /// at most 8 bytes, or of two words whose first is the kernel's id): a lookup of the same
+    /// key again finds the value without probing. The
     /// kernel starts the address at 0. Only for maps whose entries stay where they are while
     /// the kernel runs: in GPU memory (nobody else writes them) and removed from by no probe of
     /// the kernel (device inserts never reuse a removed entry's slot). `None` or missing: no
     /// cache.
     pub lookup_cache: Vec<Option<LookupCache>>,
+    /// Per map (in [`maps`](Options::maps) order): for a ring drained while kernels run
+    /// ([`DeviceMap::drained`]), three 64-bit registers of the kernel through which a lane takes
+    /// its tickets by the batch ([`RING_BATCH`](super::RING_BATCH) at a time): the next ticket,
+    /// the batch's end, and the address of the shard's header (`end` 0: no batch). A record
+    /// then costs its stores; the claim of room and the tickets (two atomics) are made once
+    /// per batch, which is published (its records committed, by one sequence word with
+    /// release ordering) when it is full or when the thread exits
+    /// ([`close_ring_batch`](super::close_ring_batch)), its unused tickets discarded. The
+    /// kernel starts them at 0. `None` or missing: a claim and tickets per record, published
+    /// at once.
+    pub ring_batches: Vec<Option<[String; 3]>>,
     /// A prefix, unique in the module, for the functions that translations into one module
     /// share: when given, the search of a hash map helper (everything past the lookup cache)
     /// is a call of a `.func` written once per map and helper
@@ -133,9 +145,19 @@ pub enum CacheKey {
     /// its key with a constant, which the JIT folds when the key is one too, and the cache needs
     /// no key register.
     Constant(u64),
-    /// Nothing (a key of more than a word, whose registers would cost a kernel more than the
-    /// searches they save): the entries still stay put, so a search reads the key's home slot
-    /// from the SM's L1 cache first, as every search of a map with a cache does.
+    /// A key of two words whose first is always this constant (the kernel's id: the `pages`
+    /// set's (kernel, page)), and a 64-bit register of the kernel with the second word of the
+    /// last hit: a lookup compares its first word with the constant and its second with the
+    /// register.
+    Second {
+        /// The first word of every key remembered.
+        first: u64,
+        /// The register with the second word of the last hit.
+        second: String,
+    },
+    /// Nothing (another key of more than a word, whose registers would cost a kernel more than
+    /// the searches they save): the entries still stay put, so a search reads the key's home
+    /// slot from the SM's L1 cache first, as every search of a map with a cache does.
     Nothing,
 }
 
@@ -180,6 +202,7 @@ impl Options {
             sm: 90,
             smid: None,
             lookup_cache: Vec::new(),
+            ring_batches: Vec::new(),
             outline: None,
         }
     }
