@@ -506,6 +506,11 @@ fn a_probe_that_only_adds_numbers_known_at_the_site_runs_as_register_adds() {
     let read = ptx[exit..].find("ld.global.u64 %egpu_vp").expect("the variable read");
     let search = ptx[exit..].find(".cas.b64").expect("the search");
     assert!(read < search && ptx[exit..].contains("st.global.u64 [egpu_vp"), "{ptx}");
+    // Whether it is known is the group's vote: its lanes may have read it apart, and every lane
+    // of the group must take the same way to the shuffle of the leader's answer.
+    let after = &ptx[exit + read..];
+    let (vote, taken) = (after.find("vote.sync.all.pred").expect("a vote"), after.find(" bra "));
+    assert!(taken.is_some_and(|t| vote < t), "voted before the known address is taken: {ptx}");
     assert!(ptx.contains("setp.eq.or.u64 %egpu_fq, %egpu_hs0_0, 0, %egpu_fq;"), "{ptx}");
     // A group whose search found nothing (the map full) counts a refused insert in the shard
     // header, after the leader's answer reached every lane.

@@ -172,8 +172,15 @@ pub(super) fn remembered(names: &Names, kernel: usize, c: &Cached) -> String {
 /// not zero; `prefix` starts its names, unique in the module. The address is remembered in the
 /// module-scope variable `at` ([`remembered`], zero when the module is loaded): a warp reads it
 /// (one load, from the SM's L1 cache once there); when it is still 0 (or the SM's cache still
-/// says so), one lane of the warp searches the map and the others get its answer, and the lane
-/// writes the address there. The value is inserted (zeros) when missing; when the map is full,
+/// says so) for any of the group's lanes, one lane of the warp searches the map and the others
+/// get its answer, and the lane writes the address there. Whether the address is known is
+/// voted on by the group: its lanes need not load the variable together (lanes that parted in
+/// a probe may run apart until a warp-synchronous instruction), and when the group's lowest
+/// lane found it known and went on, the others would take their value's address from a lane
+/// that never searched (0), and drop their sums unsaid. That is what `counts,pages` showed on
+/// the H200 without the vote: the `hot` kernel of `mem_timing.cu` (whose `pages` inserts part
+/// a warp's lanes) lost the loads of 30 lanes of one warp in two runs of three, and no refused
+/// insert was counted. The value is inserted (zeros) when missing; when the map is full,
 /// the register stays 0, the flush adds nothing, and the group's lowest lane counts a refused
 /// insert in the map's shard header (the recording says the map was full: nothing is lost
 /// unsaid). A value's address never changes while the
@@ -217,6 +224,7 @@ pub(super) fn exit_lookup(
     code.push_str(&format!(
         "\tvote.sync.any.pred {any}, {nz}, {lanes};\n\t@!{any} bra {done};\n\
          \tld.global.u64 %{at}_r, [{at}];\n\tsetp.ne.u64 {known}, %{at}_r, 0;\n\
+         \tvote.sync.all.pred {known}, {known}, {lanes};\n\
          \t@{known} mov.b64 {value}, %{at}_r;\n\t@{known} bra {done};\n\
          \tmov.u32 {lt}, %lanemask_lt;\n\tand.b32 {lt}, {lt}, {lanes};\n\
          \tsetp.eq.u32 {lead}, {lt}, 0;\n\t@!{lead} bra {skip};\n"
