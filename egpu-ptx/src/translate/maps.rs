@@ -360,9 +360,9 @@ impl Emitter<'_> {
         self.shard_base(pc, m.unwrap_or(0), map, &t7, Some(&t6))?;
         self.ring_group();
         // The lane's batch of tickets: the kernel's registers, which a local function cannot
-        // name.
+        // name (and `st.release`, sm_70 and later).
         let batch = match m {
-            Some(m) if map.drained && self.function == 0 => {
+            Some(m) if map.drained && self.function == 0 && self.options.sm >= 70 => {
                 self.options.ring_batches.get(m as usize).cloned().flatten()
             }
             _ => None,
@@ -516,9 +516,9 @@ impl Emitter<'_> {
         self.line(format!("@{q1} bra {take};"));
         let temps = [1, 2, 3, 4].map(|i| self.tmp64(i));
         self.out.push_str(&close_ring_batch(g, [next, end, shard], &temps, &q1, got));
+        // (Batches are for sm_70 and later.)
         let (tail, claimed) = (shard::TAIL, shard::CLAIMED);
-        let fresh = if self.options.sm >= 70 { "ld.relaxed.gpu" } else { "ld.volatile" };
-        self.line(format!("{fresh}.global.u64 {t1}, [{t6}+{tail}];"));
+        self.line(format!("ld.relaxed.gpu.global.u64 {t1}, [{t6}+{tail}];"));
         self.line(format!("atom.global.add.u64 {t2}, [{t6}+{claimed}], {RING_BATCH};"));
         self.line(format!("add.s64 {t1}, {t1}, {};", g.capacity));
         self.line(format!("add.s64 {t2}, {t2}, {RING_BATCH};"));

@@ -107,8 +107,8 @@ pub struct Options {
     /// per batch, which is published (its records committed, by one sequence word with
     /// release ordering) when it is full or when the thread exits
     /// ([`close_ring_batch`](super::close_ring_batch)), its unused tickets discarded. The
-    /// kernel starts them at 0. `None` or missing: a claim and tickets per record, published
-    /// at once.
+    /// kernel starts them at 0. Only on `sm_70` and later. `None` or missing: a claim and
+    /// tickets per record, published at once.
     pub ring_batches: Vec<Option<[String; 3]>>,
     /// A prefix, unique in the module, for the functions that translations into one module
     /// share: when given, the search of a hash map helper (everything past the lookup cache)
