@@ -46,7 +46,8 @@ fn run(a: MemRunArgs) -> Result<ExitCode, Error> {
     for old in recordings_in(&out)? {
         std::fs::remove_file(&old).map_err(|e| failed(format!("{}: {e}", old.display())))?;
     }
-    let pack = egpu::host::mem::pack_sampled(&a.sets, a.page_size, a.sample).map_err(failed)?;
+    let sampling = a.sample.of(a.sample_by);
+    let pack = egpu::host::mem::pack_sampled(&a.sets, a.page_size, sampling).map_err(failed)?;
     let pack_path = out.join("sets.pack");
     std::fs::write(&pack_path, pack.to_text())
         .map_err(|e| failed(format!("{}: {e}", pack_path.display())))?;

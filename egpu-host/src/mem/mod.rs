@@ -14,7 +14,7 @@
 //! | `timing` | per launch (`%gridid`), the device clock at block 0's start and at each block's end | a compare per thread at entry and exit; one map write per block |
 //! | `pattern` | per kernel and site, the warp-level requests, the 32-byte sectors they touched and the fewest they could have | per access, the warp's lanes and sectors (`match.any`, `redux`), and a hash map update by the lowest lane |
 //! | `pages` | per kernel, accesses per page (4 KiB, 64 KiB or 2 MiB: [`PageSize`]); atomics per 8-byte address | per access, an add to its page's count, combined in the thread's registers while the page stays the same |
-//! | `timeline` | one warp in N ([`timeline`]): each request's device time, SM, address, size and lanes in a ring per SM; bandwidth over time windows ([`windows`]) | per access, a load of N, a multiply and a compare; for a sampled warp, the warp's lanes and a ring record by its leader |
+//! | `timeline` | one warp in N, or one line in N of each warp's ([`timeline`], [`SampleBy`]): each request's device time, SM, address, size and lanes in a ring per SM; bandwidth over time windows ([`windows`]) | per access, a load of N, a multiply and a compare; for a sampled warp, the warp's lanes and a ring record by its leader |
 
 pub mod pages;
 pub mod record;
@@ -32,7 +32,7 @@ pub use record::{
     Seen, SiteRecord, Stride, Traffic,
 };
 pub use session::{MemError, MemSession, site_lines};
-pub use timeline::{Sampling, UnknownSampling};
+pub use timeline::{SampleBy, Sampling, UnknownSampling};
 pub use windows::{Sample, Timeline, TimelineSummary, Window};
 
 use crate::pack::{Pack, PackError};
@@ -97,7 +97,8 @@ impl Set {
             Set::Pattern => sets::pattern().to_vec(),
             Set::Pages => pages::pages(page.shift()).map(|p| p.to_vec()).unwrap_or_default(),
             Set::Timeline => {
-                timeline::timeline(sampling.shift()).map(|p| p.to_vec()).unwrap_or_default()
+                let lines = sampling.by() == SampleBy::Lines;
+                timeline::timeline(sampling.shift(), lines).map(|p| p.to_vec()).unwrap_or_default()
             }
         }
     }

@@ -227,8 +227,16 @@ fn the_sets_in_corpus_kernels_pass_ptxas() {
     // in registers, the value looked up when a thread exits), `counts,timing` (the default),
     // `pages` (its adds combined per page).
     let all: &[Set] = &Set::ALL;
-    for sets in [all, &[Set::Counts], &[Set::Counts, Set::Timing], &[Set::Pages]] {
-        let pack = pack(sets, PageSize::Kib64).expect("a pack");
+    let lines = super::Sampling::DEFAULT.of(super::SampleBy::Lines);
+    let combinations: [(&[Set], super::Sampling); 5] = [
+        (all, super::Sampling::DEFAULT),
+        (&[Set::Counts], super::Sampling::DEFAULT),
+        (&[Set::Counts, Set::Timing], super::Sampling::DEFAULT),
+        (&[Set::Pages], super::Sampling::DEFAULT),
+        (&[Set::Timeline], lines),
+    ];
+    for (sets, sampling) in combinations {
+        let pack = super::pack_sampled(sets, PageSize::Kib64, sampling).expect("a pack");
         // As the preloaded library binds them: maps only added to spread over 16 per-SM copies.
         let bound: Vec<Vec<DeviceMap>> = pack
             .probes()

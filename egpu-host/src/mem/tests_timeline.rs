@@ -29,7 +29,12 @@ fn access(block: u32, warp: u32, addr: u64) -> MemAccessCtx {
 /// Runs the load probe once for each of `blocks` × `warps` warps with N = `1 << shift`; the
 /// records drained.
 fn run_warps(shift: u32, blocks: u32, warps: u32) -> Vec<Record> {
-    let probes = timeline(shift).expect("probes for N");
+    run(shift, false, blocks, warps)
+}
+
+/// [`run_warps`], sampling lines of each warp's with `lines`.
+fn run(shift: u32, lines: bool, blocks: u32, warps: u32) -> Vec<Record> {
+    let probes = timeline(shift, lines).expect("probes for N");
     let [mut loads, ..] = probes.map(|p| p.vm().expect("a VM"));
     for block in 0..blocks {
         for warp in 0..warps {
@@ -53,7 +58,7 @@ fn every_warp_is_recorded_at_one_in_one() {
     assert_eq!(r.addr, 0x1000 + (32 + 1) * 4, "block 1, warp 1");
     assert!(r.time > 0, "{r:?}");
     // A store is a store; an atomic's class is kept.
-    let probes = timeline(3).expect("N = 8");
+    let probes = timeline(3, false).expect("N = 8");
     let [_, mut stores, _] = probes.map(|p| p.vm().expect("a VM"));
     stores.run_ctx(&mut access(0, 0, 8)).expect("runs");
     let ring = RingBuf::<Record>::from_raw(TIMELINE.raw().clone()).expect("the ring");
@@ -61,7 +66,7 @@ fn every_warp_is_recorded_at_one_in_one() {
         panic!("one record")
     };
     assert_eq!((store.access(), store.shift()), (STORE, 3));
-    assert!(timeline(11).is_none());
+    assert!(timeline(11, false).is_none() && timeline(11, true).is_none());
     let n = |s: &str| s.parse::<super::Sampling>().map(|s| s.n());
     assert_eq!((n("1"), n("32"), n("1024")), (Ok(1), Ok(32), Ok(1024)));
     for bad in ["0", "3", "2048", "x"] {
@@ -82,6 +87,44 @@ fn one_warp_in_n_is_recorded() {
     assert!(warps.len() > 16, "sampled warps of a block: {warps:?}");
     let records = run_warps(2, 32, 32);
     assert!((200..=312).contains(&records.len()), "{} of 1024 at 1 in 4", records.len());
+}
+
+#[test]
+fn one_line_in_n_of_every_warp_is_recorded() {
+    let _maps = MAPS.lock().unwrap_or_else(|p| p.into_inner());
+    // Each warp's lanes here read consecutive floats: its lines, not the warps, are sampled,
+    // each about one in 32, whatever the warp.
+    let probes = timeline(5, true).expect("probes for N");
+    let [mut loads, ..] = probes.map(|p| p.vm().expect("a VM"));
+    let (warps, steps) = (64u32, 256u64);
+    for warp in 0..warps {
+        for step in 0..steps {
+            let mut ctx = access(0, warp, 0x10_0000 + step * 128);
+            loads.run_ctx(&mut ctx).expect("runs");
+        }
+    }
+    let ring = RingBuf::<Record>::from_raw(TIMELINE.raw().clone()).expect("the ring");
+    let records: Vec<Record> = ring.consumer().expect("the consumer").drain().collect();
+    let n = records.len() as u64;
+    let expected = u64::from(warps) * steps / 32;
+    assert!(n * 4 > expected * 3 && n * 4 < expected * 5, "{n} records, {expected} expected");
+    let lines: std::collections::BTreeSet<u64> = records.iter().map(|r| r.addr).collect();
+    assert!(lines.len() > 200, "lines of many steps: {}", lines.len());
+    assert!(records.iter().all(|r| r.kind & super::timeline::LINES != 0 && r.shift() == 5));
+    // The recording and its table say so.
+    let mut t = Timeline::new(32, 10);
+    records.iter().for_each(|r| t.add(r));
+    let mut recording = Recording::default();
+    t.finish(&mut recording, None, &[0], 1);
+    assert!(recording.header.timeline.as_ref().is_some_and(|s| s.lines));
+    let table = table::render(&recording);
+    assert!(table.contains("1 in 32 lines of each warp's sampled"), "{table}");
+    let by = |s: &str| s.parse::<super::SampleBy>();
+    assert_eq!(
+        (by("warps"), by("lines")),
+        (Ok(super::SampleBy::Warps), Ok(super::SampleBy::Lines))
+    );
+    assert!(by("blocks").is_err());
 }
 
 #[test]

@@ -58,8 +58,8 @@ pub struct Record {
     /// The SM (`%smid`).
     pub sm: u32,
     /// The class of instruction (`MemAccessCtx::class`) in bits 0–7, [`LOAD`], [`STORE`] or
-    /// [`ATOMIC`] in bits 8–15, and log2 N, the sampling of the probe that wrote it, in bits
-    /// 16–23.
+    /// [`ATOMIC`] in bits 8–15, log2 N, the sampling of the probe that wrote it, in bits
+    /// 16–23, and [`LINES`] when it sampled lines rather than warps.
     pub kind: u32,
 }
 
@@ -89,31 +89,42 @@ impl Record {
 pub(super) static TIMELINE: RingBuf<Record> =
     RingBuf::with_shards(RECORDS_PER_SM, Shards::new(1, SM_SHARDS));
 
+/// What [`Record::kind`] says in bit 24: the record's probe sampled lines of each warp's
+/// ([`SampleBy::Lines`]), not warps.
+pub const LINES: u32 = 1 << 24;
+
 /// The sampling factors there are probes for: N = `1 << shift`, shift up to this.
 pub const MAX_SHIFT: u32 = 10;
 
-/// A `timeline` probe at `$event`: a sampled warp's request is recorded, every lane counting
-/// the lanes and the leader writing the record (`$access`: [`LOAD`], [`STORE`] or [`ATOMIC`]).
+/// A `timeline` probe at `$event`: a sampled request is recorded, every lane counting the
+/// lanes and the leader writing the record (`$access`: [`LOAD`], [`STORE`] or [`ATOMIC`]).
 /// The warp of key `block.x · 32 + warp` (`block.y`, `block.z` in its high bits) is sampled,
 /// one in N = `1 << $shift`, when the upper 32 bits of the key's Fibonacci hash are below
-/// `2³² >> $shift`: computed in the probe (a helper, a local function, was a call per access),
-/// from values a thread never changes, which `ptxas` may compute once.
-/// The record is written in the probe itself, not in a helper (a local function), so that the
-/// ring's tickets come from the batch the kernel keeps for the lane in registers of its own:
-/// its stores, and two atomics and a sequence word per 32 records, not per record.
+/// `2³² >> $shift`; with `$lines` true, the key is instead the lane's 128-byte line mixed with
+/// the warp's, so that every warp records about one in N of its lines ([`SampleBy::Lines`]).
+/// The test is computed in the probe (a helper, a local function, was a call per access), from
+/// values a thread never changes but its address, which `ptxas` may compute once. The record is
+/// written in the probe itself, not in a helper, so that the ring's tickets come from the batch
+/// the kernel keeps for the lane in registers of its own: its stores, and two atomics and a
+/// sequence word per 32 records, not per record.
 macro_rules! timeline_probe {
-    ($name:ident, $event:ident, $access:expr, $shift:literal, $doc:literal) => {
+    ($name:ident, $event:ident, $access:expr, $shift:literal, $lines:literal, $doc:literal) => {
         #[doc = $doc]
         #[probe(device::$event, crate = crate::egpu_root)]
         fn $name(ctx: &MemAccessCtx) {
-            let key = ((ctx.block[0] as u64) * 32 + ctx.warp as u64)
+            let warp = ((ctx.block[0] as u64) * 32 + ctx.warp as u64)
                 ^ ((ctx.block[1] as u64) << 32)
                 ^ ((ctx.block[2] as u64) << 48);
+            let mut key = warp;
+            if $lines {
+                key = (ctx.addr >> 7) ^ (warp * 0x9E37_79B9_7F4A_7C15u64);
+            }
             if (key * 0x9E37_79B9_7F4A_7C15u64) >> 32 < ((1u64 << 32) >> $shift) {
                 let lanes = egpu_vm::native::warp_lanes();
                 if egpu_vm::native::warp_leader() {
                     let time = egpu_vm::native::ktime_ns();
-                    let kind = ctx.class | ($access << 8) | ($shift << 16);
+                    let by = if $lines { LINES } else { 0 };
+                    let kind = ctx.class | ($access << 8) | ($shift << 16) | by;
                     TIMELINE.output(&Record {
                         time,
                         addr: ctx.addr,
@@ -131,21 +142,21 @@ macro_rules! timeline_probe {
 }
 
 macro_rules! timeline_probes {
-    ($($shift:literal: $loads:ident, $stores:ident, $atomics:ident;)*) => {
+    ($($shift:literal: $by:literal, $loads:ident, $stores:ident, $atomics:ident;)*) => {
         $(
-            timeline_probe!($loads, global_load, LOAD, $shift,
-                "Every read of global memory, from a sampled warp.");
-            timeline_probe!($stores, global_store, STORE, $shift,
-                "Every write of global memory but atomics, from a sampled warp.");
-            timeline_probe!($atomics, global_atomic, ATOMIC, $shift,
-                "Every atomic on global memory, from a sampled warp.");
+            timeline_probe!($loads, global_load, LOAD, $shift, $by,
+                "Every read of global memory, sampled.");
+            timeline_probe!($stores, global_store, STORE, $shift, $by,
+                "Every write of global memory but atomics, sampled.");
+            timeline_probe!($atomics, global_atomic, ATOMIC, $shift, $by,
+                "Every atomic on global memory, sampled.");
         )*
 
-        /// The `timeline` probes sampling one warp in `1 << shift` (`shift` up to
-        /// [`MAX_SHIFT`]).
-        pub(super) fn timeline(shift: u32) -> Option<[&'static Probe; 3]> {
-            match shift {
-                $($shift => Some([$loads::probe(), $stores::probe(), $atomics::probe()]),)*
+        /// The `timeline` probes sampling one warp (or, with `lines`, one line of each warp's)
+        /// in `1 << shift` (`shift` up to [`MAX_SHIFT`]).
+        pub(super) fn timeline(shift: u32, lines: bool) -> Option<[&'static Probe; 3]> {
+            match (shift, lines) {
+                $(($shift, $by) => Some([$loads::probe(), $stores::probe(), $atomics::probe()]),)*
                 _ => None,
             }
         }
@@ -153,35 +164,92 @@ macro_rules! timeline_probes {
 }
 
 timeline_probes! {
-    0: timeline_1_loads, timeline_1_stores, timeline_1_atomics;
-    1: timeline_2_loads, timeline_2_stores, timeline_2_atomics;
-    2: timeline_4_loads, timeline_4_stores, timeline_4_atomics;
-    3: timeline_8_loads, timeline_8_stores, timeline_8_atomics;
-    4: timeline_16_loads, timeline_16_stores, timeline_16_atomics;
-    5: timeline_32_loads, timeline_32_stores, timeline_32_atomics;
-    6: timeline_64_loads, timeline_64_stores, timeline_64_atomics;
-    7: timeline_128_loads, timeline_128_stores, timeline_128_atomics;
-    8: timeline_256_loads, timeline_256_stores, timeline_256_atomics;
-    9: timeline_512_loads, timeline_512_stores, timeline_512_atomics;
-    10: timeline_1024_loads, timeline_1024_stores, timeline_1024_atomics;
+    0: false, timeline_1_loads, timeline_1_stores, timeline_1_atomics;
+    1: false, timeline_2_loads, timeline_2_stores, timeline_2_atomics;
+    2: false, timeline_4_loads, timeline_4_stores, timeline_4_atomics;
+    3: false, timeline_8_loads, timeline_8_stores, timeline_8_atomics;
+    4: false, timeline_16_loads, timeline_16_stores, timeline_16_atomics;
+    5: false, timeline_32_loads, timeline_32_stores, timeline_32_atomics;
+    6: false, timeline_64_loads, timeline_64_stores, timeline_64_atomics;
+    7: false, timeline_128_loads, timeline_128_stores, timeline_128_atomics;
+    8: false, timeline_256_loads, timeline_256_stores, timeline_256_atomics;
+    9: false, timeline_512_loads, timeline_512_stores, timeline_512_atomics;
+    10: false, timeline_1024_loads, timeline_1024_stores, timeline_1024_atomics;
+    0: true, lines_1_loads, lines_1_stores, lines_1_atomics;
+    1: true, lines_2_loads, lines_2_stores, lines_2_atomics;
+    2: true, lines_4_loads, lines_4_stores, lines_4_atomics;
+    3: true, lines_8_loads, lines_8_stores, lines_8_atomics;
+    4: true, lines_16_loads, lines_16_stores, lines_16_atomics;
+    5: true, lines_32_loads, lines_32_stores, lines_32_atomics;
+    6: true, lines_64_loads, lines_64_stores, lines_64_atomics;
+    7: true, lines_128_loads, lines_128_stores, lines_128_atomics;
+    8: true, lines_256_loads, lines_256_stores, lines_256_atomics;
+    9: true, lines_512_loads, lines_512_stores, lines_512_atomics;
+    10: true, lines_1024_loads, lines_1024_stores, lines_1024_atomics;
 }
 
-/// How often the timeline samples: one warp in N, N a power of two up to `1 << MAX_SHIFT`.
+/// What the timeline samples one in N of.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum SampleBy {
+    /// Warps: a sampled warp records every request of its life, the others none (a grid-stride
+    /// kernel then waits for its sampled warps, which do the most work).
+    #[default]
+    Warps,
+    /// Each warp's 128-byte lines: every warp records about one in N of its requests (those of
+    /// a lane's line whose hash with the warp's falls in), so the cost is spread over them all.
+    Lines,
+}
+
+impl std::fmt::Display for SampleBy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SampleBy::Warps => "warps",
+            SampleBy::Lines => "lines",
+        })
+    }
+}
+
+impl std::str::FromStr for SampleBy {
+    type Err = UnknownSampling;
+    fn from_str(s: &str) -> Result<SampleBy, UnknownSampling> {
+        match s.trim() {
+            "warps" | "warp" => Ok(SampleBy::Warps),
+            "lines" | "line" => Ok(SampleBy::Lines),
+            _ => Err(UnknownSampling(s.to_owned())),
+        }
+    }
+}
+
+/// How often the timeline samples: one warp (or line of each warp's) in N, N a power of two up
+/// to `1 << MAX_SHIFT`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Sampling(u32);
+pub struct Sampling {
+    shift: u32,
+    by: SampleBy,
+}
 
 impl Sampling {
     /// One warp in 32: the default.
-    pub const DEFAULT: Sampling = Sampling(5);
+    pub const DEFAULT: Sampling = Sampling { shift: 5, by: SampleBy::Warps };
 
     /// N.
     pub fn n(self) -> u64 {
-        1 << self.0
+        1 << self.shift
     }
 
     /// log2 N.
     pub fn shift(self) -> u32 {
-        self.0
+        self.shift
+    }
+
+    /// What it samples one in N of.
+    pub fn by(self) -> SampleBy {
+        self.by
+    }
+
+    /// The same N, of `by`.
+    pub fn of(self, by: SampleBy) -> Sampling {
+        Sampling { by, ..self }
     }
 }
 
@@ -191,9 +259,9 @@ impl Default for Sampling {
     }
 }
 
-/// A sampling factor egpu has no probes for.
+/// A sampling factor, or what to sample, egpu has no probes for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("no sampling `{0}`: one warp in N takes N a power of two from 1 to 1024")]
+#[error("no sampling `{0}`: one in N takes N a power of two from 1 to 1024, of warps or lines")]
 pub struct UnknownSampling(pub String);
 
 impl std::str::FromStr for Sampling {
@@ -201,7 +269,7 @@ impl std::str::FromStr for Sampling {
     fn from_str(s: &str) -> Result<Sampling, UnknownSampling> {
         match s.trim().parse::<u64>() {
             Ok(n) if n.is_power_of_two() && n.trailing_zeros() <= MAX_SHIFT => {
-                Ok(Sampling(n.trailing_zeros()))
+                Ok(Sampling { shift: n.trailing_zeros(), by: SampleBy::Warps })
             }
             _ => Err(UnknownSampling(s.to_owned())),
         }

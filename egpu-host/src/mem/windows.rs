@@ -84,8 +84,12 @@ pub struct Sample {
 /// What the `timeline` set saw, in the header.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TimelineSummary {
-    /// N: one warp in N was sampled.
+    /// N: one warp in N was sampled (or, with `lines`, one line in N of each warp's).
     pub sample: u64,
+    /// Whether the records sampled lines of each warp's rather than warps (`egpu mem run
+    /// --sample-by lines`, the records' [`LINES`](super::timeline::LINES) bit).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub lines: bool,
     /// The window length asked for, in nanoseconds; 0: automatic, per kernel.
     pub window_ns: u64,
     /// Records drained.
@@ -116,6 +120,8 @@ pub struct Timeline {
     keep: usize,
     kept: Vec<Record>,
     records: u64,
+    /// A record sampled lines, not warps.
+    lines: bool,
     /// By kernel and launch.
     launches: BTreeMap<(u64, u64), Bins>,
     /// The reservoir's generator (xorshift64).
@@ -131,6 +137,7 @@ impl Timeline {
             keep,
             kept: Vec::new(),
             records: 0,
+            lines: false,
             launches: BTreeMap::new(),
             state: 0x2545_F491_4F6C_DD1D,
         }
@@ -144,6 +151,7 @@ impl Timeline {
     /// Adds one record.
     pub fn add(&mut self, r: &Record) {
         self.records += 1;
+        self.lines |= r.kind & super::timeline::LINES != 0;
         let bins = self.launches.entry((r.kernel, r.launch)).or_insert_with(|| Bins {
             first: r.time,
             last: r.time,
@@ -239,6 +247,7 @@ impl Timeline {
             .collect();
         recording.header.timeline = Some(TimelineSummary {
             sample: self.sample,
+            lines: self.lines,
             window_ns: window_ns.unwrap_or(0),
             records: self.records,
             kept: kept.len() as u64,
@@ -334,8 +343,11 @@ pub fn render(recording: &Recording) -> String {
     }
     let _ = write!(
         text,
-        "  timeline: 1 in {} warps sampled, {} records, {} kept",
-        t.sample, t.records, t.kept
+        "  timeline: 1 in {} {} sampled, {} records, {} kept",
+        t.sample,
+        if t.lines { "lines of each warp's" } else { "warps" },
+        t.records,
+        t.kept
     );
     if t.dropped > 0 {
         let _ = write!(
