@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# (label, sets, target by benchmark (None: any), environment). `timing-events`: the `timing`
+# (label, sets and options, target by benchmark (None: any), environment). `timing-events`: the `timing`
 # set with every launch also timed by CUDA events (`--kernel-times`, as EGPU_KERNEL_TIMES=1):
 # its cost beside `timing`'s is the events'.
 VARIANTS = (("counts", "counts", {None: 1.1}, {}),
@@ -31,7 +31,9 @@ VARIANTS = (("counts", "counts", {None: 1.1}, {}),
             ("counts,timing", "counts,timing", {}, {}),
             ("pages", "pages", {"model": 2.0, None: 3.0}, {}),
             # `egpu mem run`'s default sampling: one warp in 32.
-            ("timeline 1/32", "timeline", {None: 1.5}, {}))
+            ("timeline 1/32", "timeline", {None: 1.5}, {}),
+            # One line in 32 of each warp's (the sets' word, then `egpu mem run` options).
+            ("timeline lines 1/32", "timeline --sample-by lines", {None: 1.5}, {}))
 
 
 def value(text, key):
@@ -83,8 +85,9 @@ def bench(name, command, args, env, profiled):
         for i, (v, sets, _, extra) in enumerate(VARIANTS):
             out_dir = os.path.join(args.work, f"rec-{name}-{i}")
             shutil.rmtree(out_dir, ignore_errors=True)
-            got = value(run([args.egpu, "mem", "run", "--sets", sets, "--out", out_dir, "--",
-                             *command], dict(env, **extra)), "steps_per_second")
+            sets, *options = sets.split()
+            got = value(run([args.egpu, "mem", "run", "--sets", sets, *options, "--out", out_dir,
+                             "--", *command], dict(env, **extra)), "steps_per_second")
             ratios[v].append(bare / got)
             shares[v] = instrumented_share(profiled, out_dir) if profiled else 1.0
             line += f", {v} {got:.2f}/s"
