@@ -217,6 +217,14 @@ fn a_drained_ring_group_claims_takes_tickets_and_publishes_once() {
     assert!(ptx.contains(&format!("+{seq}], ")), "the sequence words' array: {ptx}");
     let exit = ptx.rfind("st.global.f32").expect("saxpy's store");
     assert!(ptx[exit..].contains("st.release.gpu.global.u64 ["), "closed at the exit: {ptx}");
+    // A probe at the kernel's exit that writes the ring too: the batch is closed after it.
+    let record = "stdw [%r10-16], 1\nstdw [%r10-8], 2\nlddw %r1, map[0]\nmov %r2, %r10\n\
+                  add %r2, -16\nmov %r3, 16\nmov %r4, 0\ncall 130\nmov %r0, 0\nexit";
+    let at_exit = program(record, p.program().maps().to_vec(), DeviceEvent::KernelExit);
+    let both = [(&p, DeviceEvent::GlobalLoad), (&at_exit, DeviceEvent::KernelExit)];
+    let ptx = instrument(&both, &maps);
+    let (written, closed) = (ptx.rfind("st.global.v2.u64"), ptx.rfind("$egpu_rb"));
+    assert!(written < closed, "the exit's record, then the batch closed: {ptx}");
     // Only a ring in GPU memory is drained.
     let hash = DeviceMap { drained: true, ..hash_binding(8, false) };
     let counter = program(PAGE_COUNT, hash_def(8), DeviceEvent::GlobalLoad);

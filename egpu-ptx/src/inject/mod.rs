@@ -575,10 +575,10 @@ pub fn inject_with(
                     }
                 }
             }
-            code.push_str(&close_batches(&names, &rings, &format!("${}_rb{piece}", names.stem)));
             // The exit probes last: a clock read there (the `timing` set's) comes after the
             // thread's own work at its exit (measured: a 7.6 µs kernel's end read before its
-            // lookups and flushes was more than 5% early against CUDA events).
+            // lookups and flushes was more than 5% early against CUDA events). Only the rings'
+            // batches are closed after them, for the records they write.
             for &(i, p, e) in &selected {
                 if e == DeviceEvent::KernelExit {
                     let site = Site {
@@ -592,6 +592,7 @@ pub fn inject_with(
                     code.push_str(&emit(i, p, Context::Kernel { kernel_id: id }, site)?);
                 }
             }
+            code.push_str(&close_batches(&names, &rings, &format!("${}_rb{piece}", names.stem)));
             Ok(())
         };
         for ((piece, insn), observation) in instructions.iter().zip(observations) {
