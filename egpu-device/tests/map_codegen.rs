@@ -217,7 +217,8 @@ fn a_drained_ring_group_claims_takes_tickets_and_publishes_once() {
     assert!(ptx.contains(&format!("+{seq}], ")), "the sequence words' array: {ptx}");
     let exit = ptx.rfind("st.global.f32").expect("saxpy's store");
     assert!(ptx[exit..].contains("st.release.gpu.global.u64 ["), "closed at the exit: {ptx}");
-    // A probe at the kernel's exit that writes the ring too: the batch is closed after it.
+    // A probe at the kernel's exit that writes the ring too (per record: it runs once per
+    // thread): the lane's batch is closed after it.
     let record = "stdw [%r10-16], 1\nstdw [%r10-8], 2\nlddw %r1, map[0]\nmov %r2, %r10\n\
                   add %r2, -16\nmov %r3, 16\nmov %r4, 0\ncall 130\nmov %r0, 0\nexit";
     let at_exit = program(record, p.program().maps().to_vec(), DeviceEvent::KernelExit);

@@ -484,9 +484,13 @@ pub fn inject_with(
                 options.smid = Some(names.smid.clone());
             }
             options.lookup_cache = p.maps.iter().map(|b| caches.get(&b.addr).map(cache)).collect();
-            options.ring_batches = (p.maps.iter())
-                .map(|b| rings.get(&b.addr).map(|&(i, _)| ring_registers(&names, i)))
-                .collect();
+            // Rings' tickets by the batch at accesses only: a probe at a kernel's entry or exit
+            // runs once per thread, and a batch of 32 for one record would take 32 tickets.
+            if matches!(options.context, Context::Access { .. }) {
+                options.ring_batches = (p.maps.iter())
+                    .map(|b| rings.get(&b.addr).map(|&(i, _)| ring_registers(&names, i)))
+                    .collect();
+            }
             options.outline = outline.clone();
             let mut t = translate(p.program, &options)
                 .map_err(|error| InjectError::Translate { probe, error })?;
@@ -578,7 +582,7 @@ pub fn inject_with(
             // The exit probes last: a clock read there (the `timing` set's) comes after the
             // thread's own work at its exit (measured: a 7.6 µs kernel's end read before its
             // lookups and flushes was more than 5% early against CUDA events). Only the rings'
-            // batches are closed after them, for the records they write.
+            // batches are closed after them.
             for &(i, p, e) in &selected {
                 if e == DeviceEvent::KernelExit {
                     let site = Site {

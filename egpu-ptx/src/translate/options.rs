@@ -100,7 +100,8 @@ pub struct Options {
     /// cache.
     pub lookup_cache: Vec<Option<LookupCache>>,
     /// Per map (in [`maps`](Options::maps) order): for a ring drained while kernels run
-    /// ([`DeviceMap::drained`]), three 64-bit registers of the kernel through which a lane takes
+    /// ([`DeviceMap::drained`]) written by a probe that runs many times per thread (the
+    /// injector's probes at accesses), three 64-bit registers of the kernel through which a lane takes
     /// its tickets by the batch ([`RING_BATCH`](super::RING_BATCH) at a time): the next ticket,
     /// the batch's end, and the address of the shard's header (`end` 0: no batch). A record
     /// then costs its stores; the claim of room and the tickets (two atomics) are made once
