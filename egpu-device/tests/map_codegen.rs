@@ -217,6 +217,11 @@ fn a_drained_ring_group_claims_takes_tickets_and_publishes_once() {
     assert!(ptx.contains(&format!("+{seq}], ")), "the sequence words' array: {ptx}");
     let exit = ptx.rfind("st.global.f32").expect("saxpy's store");
     assert!(ptx[exit..].contains("st.release.gpu.global.u64 ["), "closed at the exit: {ptx}");
+    // A ring of fewer than 8 batches' tickets is claimed per group.
+    let small = Geometry::new(MapKind::RingBuf, 0, 16, 64, 0, 132).expect("geometry");
+    let ring = [DeviceMap { geometry: small, ..maps[0] }];
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &ring);
+    assert!(!ptx.contains("_rn0") && ptx.contains("st.release.gpu.global.u64 ["), "{ptx}");
     // A probe at the kernel's exit that writes the ring too (per record: it runs once per
     // thread): the lane's batch is closed after it.
     let record = "stdw [%r10-16], 1\nstdw [%r10-8], 2\nlddw %r1, map[0]\nmov %r2, %r10\n\

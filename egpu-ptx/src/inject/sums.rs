@@ -192,7 +192,8 @@ pub(super) fn converged(prefix: &str, body: String, sm: u32) -> String {
 }
 
 /// The rings drained while kernels run that the probes of a kernel write (by device address,
-/// numbered, with their binding), on `sm_70` and later: a lane takes its tickets of each by the
+/// numbered, with their binding), on `sm_70` and later, of at least 8 batches' tickets
+/// ([`RING_BATCH`](crate::translate::RING_BATCH)): a lane takes its tickets of each by the
 /// batch, in registers of the kernel ([`ring_registers`],
 /// [`Options::ring_batches`](crate::translate::Options::ring_batches)), and closes its batch when
 /// it exits ([`close_batches`]).
@@ -205,7 +206,14 @@ pub(super) fn drained_rings(
         return rings;
     }
     for (_, p, _) in selected {
-        for b in p.maps.iter().filter(|b| b.drained && b.geometry.kind == MapKind::RingBuf) {
+        // A ring of fewer than 8 batches' tickets keeps claiming per group: batches would
+        // leave it room for too few lanes.
+        let batched = |b: &&DeviceMap| {
+            b.drained
+                && b.geometry.kind == MapKind::RingBuf
+                && b.geometry.capacity >= 8 * crate::translate::RING_BATCH
+        };
+        for b in p.maps.iter().filter(batched) {
             let next = rings.len();
             rings.entry(b.addr).or_insert((next, *b));
         }
