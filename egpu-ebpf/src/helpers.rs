@@ -259,7 +259,7 @@ pub const HELPERS: &[HelperInfo] = &[
               calling CPU; 0, or -EAGAIN when the ring is full (the drop is counted)",
         gpu: "inlined: copies a record (at most the record size, zero-padded) into the ring of \
               the SM (ring 0 without SM rings), with one ticket add per warp \
-              (sm_70 and later; a ring drained while kernels run, written in a kernel's probe: \
+              (sm_70 and later; a ring drained while kernels run, written by a probe at an access: \
               tickets from the lane's batch of 32, published when full or at the thread's exit); 0, -E2BIG when the size exceeds the record size, or -EAGAIN \
               when the ring is full (dropped and counted, never waited for); flags ignored; for \
               rings in GPU memory only (a ring read live from mapped memory is refused)",

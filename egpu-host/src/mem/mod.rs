@@ -13,8 +13,8 @@
 //! | `counts` | per kernel, accesses and bytes by class (load, store, atomic, async copy, tensor copy) | two adds per access, combined in the thread's registers until it exits |
 //! | `timing` | per launch (`%gridid`), the device clock at block 0's start and at each block's end | a compare per thread at entry and exit; one map write per block |
 //! | `pattern` | per kernel and site, the warp-level requests, the 32-byte sectors they touched and the fewest they could have | per access, the warp's lanes and sectors (`match.any`, `redux`), and a hash map update by the lowest lane |
-//! | `pages` | per kernel, accesses per page (4 KiB, 64 KiB or 2 MiB: [`PageSize`]); atomics per 8-byte address | per access, an add to its page's count, combined in the thread's registers while the page stays the same |
-//! | `timeline` | one warp in N, or one line in N of each warp's ([`timeline`], [`SampleBy`]): each request's device time, SM, address, size and lanes in a ring per SM; bandwidth over time windows ([`windows`]) | per access, a load of N, a multiply and a compare; for a sampled warp, the warp's lanes and a ring record by its leader |
+//! | `pages` | per kernel, accesses per page (4 KiB, 64 KiB or 2 MiB: [`PageSize`]); atomics per 8-byte address | per access, an add to its page's count, one per group of lanes on a page; the page's value remembered from the thread's last lookup, a search otherwise |
+//! | `timeline` | one warp in N, or one line in N of each warp's ([`timeline`], [`SampleBy`]): each request's device time, SM, address, size and lanes in a ring per SM; bandwidth over time windows ([`windows`]) | per access, a multiply and a compare (two multiplies by lines); for a sampled request, the lanes and a ring record by their leader, its tickets taken 32 at a time |
 
 pub mod pages;
 pub mod record;

@@ -11,7 +11,9 @@
 //! the `pages` set has a probe per page size. (A value read from a map at run time was the
 //! other way; Probe Rust reads hash maps only, whose lookup costs more than the constant.)
 //! The cost for a warp not sampled is a multiply and a compare. Each record carries log2 N, so
-//! its reader scales it without being told.
+//! its reader scales it without being told. With [`SampleBy::Lines`] (`--sample-by lines`) the
+//! key is each lane's 128-byte line mixed with the warp's key instead: every warp records about
+//! one in N of its requests, and the records say so ([`LINES`]).
 //!
 //! A sampled request is recorded by its leader lane (`warp_leader`): one
 //! [`Record`] (the device clock, the SM, the leader's address, the access's size, the lanes
@@ -198,15 +200,6 @@ pub enum SampleBy {
     /// Each warp's 128-byte lines: every warp records about one in N of its requests (those of
     /// a lane's line whose hash with the warp's falls in), so the cost is spread over them all.
     Lines,
-}
-
-impl std::fmt::Display for SampleBy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            SampleBy::Warps => "warps",
-            SampleBy::Lines => "lines",
-        })
-    }
 }
 
 impl std::str::FromStr for SampleBy {

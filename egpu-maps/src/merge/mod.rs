@@ -27,9 +27,9 @@
 //!   second copy began), or in a settled one; a group discarded (tickets a device lane took by
 //!   the batch and did not use) is passed over likewise. The caller then writes the new `tail`
 //!   of each shard back into the part ([`DevicePart::tails`]), which gives the producers the
-//!   room; a
-//!   snapshot taken after that write never shows a record that was drained. Records the map's
-//!   ring has no room for are dropped and counted there; the device's drops add to its count.
+//!   room; a snapshot taken after that write never shows a record that was drained. Records the
+//!   map's ring has no room for are dropped and counted there; the device's drops add to its
+//!   count.
 
 use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;

@@ -5,17 +5,7 @@
 // short thread what, and so how the injector should flush.
 //
 //     nvcc -O2 -arch=sm_90 exit_cost.cu -o exit_cost && ./exit_cost
-#include <cstdio>
-#include <cuda_runtime.h>
-
-#define CHECK(x)                                                                            \
-    do {                                                                                    \
-        cudaError_t e = (x);                                                                \
-        if (e != cudaSuccess) {                                                             \
-            printf("%s: %s\n", #x, cudaGetErrorString(e));                                  \
-            return 1;                                                                       \
-        }                                                                                   \
-    } while (0)
+#include "cuda_check.h"
 
 typedef unsigned long long u64;
 __device__ u64 *remembered;

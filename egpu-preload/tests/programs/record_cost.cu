@@ -19,17 +19,7 @@
 // It says which part makes a sampled warp slow, and so what `timeline` should do about it.
 //
 //     nvcc -O2 -arch=sm_90 record_cost.cu -o record_cost && ./record_cost
-#include <cstdio>
-#include <cuda_runtime.h>
-
-#define CHECK(x)                                                                            \
-    do {                                                                                    \
-        cudaError_t e = (x);                                                                \
-        if (e != cudaSuccess) {                                                             \
-            printf("%s: %s\n", #x, cudaGetErrorString(e));                                  \
-            return 1;                                                                       \
-        }                                                                                   \
-    } while (0)
+#include "cuda_check.h"
 
 typedef unsigned long long u64;
 

@@ -205,7 +205,12 @@ pub(super) fn drained_rings(
     if sm < 70 {
         return rings;
     }
-    for (_, p, _) in selected {
+    // Probes at accesses only (`inject_with` gives the registers to those): a kernel's entry
+    // and exit run once per thread.
+    let at_accesses = selected
+        .iter()
+        .filter(|(_, _, e)| !matches!(e, DeviceEvent::KernelEntry | DeviceEvent::KernelExit));
+    for (_, p, _) in at_accesses {
         // A ring of fewer than 8 batches' tickets keeps claiming per group: batches would
         // leave it room for too few lanes.
         let batched = |b: &&DeviceMap| {

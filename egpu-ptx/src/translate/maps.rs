@@ -370,7 +370,8 @@ impl Emitter<'_> {
         if let Some(regs) = &batch {
             self.ring_take(&g, regs, &l("got"));
         } else if map.drained {
-            self.ring_claim(g.capacity);
+            let t0 = self.tmp64(0);
+            self.ring_claim(g.capacity, None, &t0);
         } else {
             self.line(format!(
                 "@{q0} atom.global.add.u64 {t0}, [{t6}+{}], {t0};",
@@ -476,39 +477,48 @@ impl Emitter<'_> {
         self.place(published);
     }
 
-    /// The leader's claim of room for the group in a drained ring whose shard header is at the
-    /// 64-bit temporary 6: `tail` read first (an older `tail` only refuses more), then the claim;
-    /// over the limit, the claim is taken back, the drops counted, and the group's first ticket
-    /// (in the 64-bit temporary 0) is all ones; within it, the tickets are taken.
-    fn ring_claim(&mut self, capacity: u32) {
+    /// The leader's claim of room in a drained ring whose shard header is at the 64-bit
+    /// temporary 6, for the group (its size in the 64-bit temporary 0) or, with `batch`, for
+    /// that many tickets: `tail` read first (an older `tail` only refuses more), then the claim;
+    /// over the limit, the claim is taken back, the group's records counted as dropped, the
+    /// temporary 0 set to all ones and predicate 2 set; within it, the tickets are taken, the
+    /// first into `into`.
+    fn ring_claim(&mut self, capacity: u32, batch: Option<u32>, into: &str) {
         let [t0, t1, t2, t4, t6] = [0, 1, 2, 4, 6].map(|i| self.tmp64(i));
         let [q0, q1, q2] = [0, 1, 2].map(|i| self.pred(i));
         let (tail, claimed) = (shard::TAIL, shard::CLAIMED);
+        let amount = batch.map_or_else(|| t0.clone(), |n| n.to_string());
         let fresh = if self.options.sm >= 70 { "ld.relaxed.gpu" } else { "ld.volatile" };
         self.line(format!("@{q0} {fresh}.global.u64 {t1}, [{t6}+{tail}];"));
-        self.line(format!("@{q0} atom.global.add.u64 {t2}, [{t6}+{claimed}], {t0};"));
+        self.line(format!("@{q0} atom.global.add.u64 {t2}, [{t6}+{claimed}], {amount};"));
         self.line(format!("add.s64 {t1}, {t1}, {capacity};"));
-        self.line(format!("add.s64 {t2}, {t2}, {t0};"));
+        self.line(format!("add.s64 {t2}, {t2}, {amount};"));
         self.line(format!("setp.gt.u64 {q1}, {t2}, {t1};"));
         self.line(format!("and.pred {q2}, {q0}, {q1};"));
         self.line(format!("not.pred {q1}, {q1};"));
         self.line(format!("and.pred {q1}, {q1}, {q0};"));
-        self.line(format!("neg.s64 {t4}, {t0};"));
-        self.line(format!("@{q2} red.global.add.u64 [{t6}+{claimed}], {t4};"));
+        let back = match batch {
+            Some(n) => format!("-{n}"),
+            None => {
+                self.line(format!("neg.s64 {t4}, {t0};"));
+                t4
+            }
+        };
+        self.line(format!("@{q2} red.global.add.u64 [{t6}+{claimed}], {back};"));
         self.line(format!("@{q2} red.global.add.u64 [{t6}+{}], {t0};", shard::REFUSED));
         self.line(format!("@{q2} mov.b64 {t0}, -1;"));
-        self.line(format!("@{q1} atom.global.add.u64 {t0}, [{t6}+{}], {t0};", shard::LEN_OR_HEAD));
+        let head = shard::LEN_OR_HEAD;
+        self.line(format!("@{q1} atom.global.add.u64 {into}, [{t6}+{head}], {amount};"));
     }
 
     /// The group's first ticket from its leader's batch (`[next, end, shard]`, the kernel's
     /// registers), into the 64-bit temporary 0 (the group's size there before): when fewer
     /// tickets than the group's lanes are left, the leader closes its batch ([`close_ring_batch`])
-    /// and claims a new one of [`RING_BATCH`] tickets (room, then tickets, as
-    /// [`Emitter::ring_claim`] claims a group's); refused, the group's first ticket is all ones
-    /// and the leader has no batch. Every lane goes on at `got`.
+    /// and claims a new one of [`RING_BATCH`] tickets ([`Emitter::ring_claim`]); refused, the
+    /// group's first ticket is all ones and the leader has no batch. Every lane goes on at `got`.
     fn ring_take(&mut self, g: &Geometry, [next, end, shard]: &[String; 3], got: &str) {
-        let [t0, t1, t2, t6] = [0, 1, 2, 6].map(|i| self.tmp64(i));
-        let [q0, q1] = [0, 1].map(|i| self.pred(i));
+        let [t0, t1, t6] = [0, 1, 6].map(|i| self.tmp64(i));
+        let [q0, q1, q2] = [0, 1, 2].map(|i| self.pred(i));
         let take = format!("{got}_take");
         self.line(format!("@!{q0} bra {got};"));
         self.line(format!("sub.s64 {t1}, {end}, {next};"));
@@ -516,22 +526,9 @@ impl Emitter<'_> {
         self.line(format!("@{q1} bra {take};"));
         let temps = [1, 2, 3, 4].map(|i| self.tmp64(i));
         self.out.push_str(&close_ring_batch(g, [next, end, shard], &temps, &q1, got));
-        // (Batches are for sm_70 and later.)
-        let (tail, claimed) = (shard::TAIL, shard::CLAIMED);
-        self.line(format!("ld.relaxed.gpu.global.u64 {t1}, [{t6}+{tail}];"));
-        self.line(format!("atom.global.add.u64 {t2}, [{t6}+{claimed}], {RING_BATCH};"));
-        self.line(format!("add.s64 {t1}, {t1}, {};", g.capacity));
-        self.line(format!("add.s64 {t2}, {t2}, {RING_BATCH};"));
-        self.line(format!("setp.gt.u64 {q1}, {t2}, {t1};"));
-        // Refused: the claim taken back, the group's records dropped and counted.
-        self.line(format!("@{q1} red.global.add.u64 [{t6}+{claimed}], -{RING_BATCH};"));
-        self.line(format!("@{q1} red.global.add.u64 [{t6}+{}], {t0};", shard::REFUSED));
-        self.line(format!("@{q1} mov.b64 {t0}, -1;"));
-        self.line(format!("@{q1} bra {got};"));
-        self.line(format!(
-            "atom.global.add.u64 {next}, [{t6}+{}], {RING_BATCH};",
-            shard::LEN_OR_HEAD
-        ));
+        // Refused: the group's first ticket all ones (the leader, here, has no batch).
+        self.ring_claim(g.capacity, Some(RING_BATCH), next);
+        self.line(format!("@{q2} bra {got};"));
         self.line(format!("add.s64 {end}, {next}, {RING_BATCH};"));
         self.line(format!("mov.b64 {shard}, {t6};"));
         self.place(&take);
