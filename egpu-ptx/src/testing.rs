@@ -56,6 +56,34 @@ pub fn require_nvcc() -> Option<Nvcc> {
     require_tool("nvcc", Nvcc::find().or_else(|e| installed.ok_or(e)))
 }
 
+/// Returns `nvdisasm` (from `EGPU_NVDISASM`, else `PATH`, else where `scripts/cuda-tools`
+/// installs it in the workspace), or `None` after printing why a test that needs it is skipped;
+/// it fails instead under `EGPU_REQUIRE_PTXAS=1`, as [`require_ptxas`] does.
+#[track_caller]
+pub fn require_nvdisasm() -> Option<std::path::PathBuf> {
+    let (path, env) = (std::env::var_os("PATH"), std::env::var_os("EGPU_NVDISASM"));
+    let found = crate::toolchain::find_tool("nvdisasm", "EGPU_NVDISASM", env, path);
+    require_tool("nvdisasm", found.or_else(|e| installed_tool("nvdisasm").ok_or(e)))
+}
+
+/// The SASS of `cubin` as `nvdisasm` (from [`require_nvdisasm`]) prints it.
+///
+/// # Panics
+///
+/// When the cubin cannot be written to a temporary file or `nvdisasm` fails on it.
+pub fn disassemble(nvdisasm: &std::path::Path, cubin: &[u8]) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let file = std::env::temp_dir().join(format!("egpu-sass-{}-{n}.cubin", std::process::id()));
+    std::fs::write(&file, cubin).expect("writing the cubin");
+    let output = std::process::Command::new(nvdisasm).arg(&file).output();
+    let _ = std::fs::remove_file(&file);
+    let output = output.expect("running nvdisasm");
+    assert!(output.status.success(), "nvdisasm: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 #[track_caller]
 fn require_tool<T>(tool: &str, found: Result<T, ToolError>) -> Option<T> {
     let required = std::env::var(REQUIRE_PTXAS_ENV).ok();

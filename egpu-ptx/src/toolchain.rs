@@ -388,7 +388,7 @@ fn version(tool: &'static str, path: &Path) -> Result<String, ToolError> {
 
 /// Finds `tool`: at the path in the environment variable `env` (whose value is `env_value`) if
 /// that is set and not empty, else in the folders of `path_var` (the value of `PATH`).
-fn find_tool(
+pub(crate) fn find_tool(
     tool: &'static str,
     env: &str,
     env_value: Option<OsString>,

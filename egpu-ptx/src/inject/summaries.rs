@@ -175,16 +175,12 @@ pub(super) fn remembered(names: &Names, kernel: usize, c: &Cached) -> String {
 /// says so) for any of the group's lanes, one lane of the warp searches the map and the others
 /// get its answer, and the lane writes the address there. Whether the address is known is
 /// voted on by the group: its lanes need not load the variable together (lanes that parted in
-/// a probe may run apart until a warp-synchronous instruction), and when the group's lowest
-/// lane found it known and went on, the others would take their value's address from a lane
-/// that never searched (0), and drop their sums unsaid. That is what `counts,pages` showed on
-/// the H200 without the vote: the `hot` kernel of `mem_timing.cu` (whose `pages` inserts part
-/// a warp's lanes) lost the loads of 30 lanes of one warp in two runs of three, and no refused
-/// insert was counted. The value is inserted (zeros) when missing; when the map is full,
-/// the register stays 0, the flush adds nothing, and the group's lowest lane counts a refused
-/// insert in the map's shard header (the recording says the map was full: nothing is lost
-/// unsaid). A value's address never changes while the
-/// module is loaded: a device part's entries are never removed nor moved.
+/// a probe may run apart until a warp-synchronous instruction), and a lane that found it known
+/// must not go on while the others wait for a search. The value is inserted (zeros) when
+/// missing; when the map is full, the register stays 0, the flush adds nothing, and the group's
+/// lowest lane counts a refused insert in the map's shard header (the recording says the map
+/// was full: nothing is lost unsaid). A value's address never changes while the module is
+/// loaded: a device part's entries are never removed nor moved.
 pub(super) fn exit_lookup(
     names: &Names,
     c: &Cached,

@@ -47,18 +47,28 @@ pub(crate) fn warp_add(
              \tmatch.any.sync.b64 {w1}, {addr}, {w0};\n"
         )
     };
+    // The leader adds its group's sum plus its own lanes below it in the group (none): a
+    // value `ptxas` cannot take for the same in every lane. Where the address is the same in
+    // every lane, `ptxas` otherwise takes the sum (a `redux.sync`'s or a `popc`'s, of a
+    // group it assumes is every active lane) for uniform and aggregates the leaders' adds
+    // itself, the first active leader adding its own sum times their number; but leaders of
+    // different groups do run together there (its convergence barriers join the groups that
+    // parted before), and then every other group's sum is lost (seen on the H200: the exit
+    // flush of `counts` beside `pages` lost 29 or 30 lanes' counts in one run of three).
     let leader = format!(
         "\tmov.u32 {w0}, %lanemask_lt;\n\
          \tand.b32 {w3}, {w0}, {w1};\n\
          \tsetp.ne.u32 {pred}, {w3}, 0;\n\
          \t@{pred} bra {label}_done;\n"
     );
+    let own = format!("\tadd.u32 {w2}, {w2}, {w3};\n");
     if let Some(c) = known {
         let times =
             if c == 1 { String::new() } else { format!("\tmul.lo.u64 {tmp64}, {tmp64}, {c};\n") };
         return format!(
             "{group}{leader}\
              \tpopc.b32 {w2}, {w1};\n\
+             {own}\
              \tcvt.u64.u32 {tmp64}, {w2};\n\
              {times}\
              \tred{space}.add.u64 [{addr}], {tmp64};\n\
@@ -72,7 +82,7 @@ pub(crate) fn warp_add(
          \t@!{pred} bra {label}_single;\n\
          \tcvt.u32.u64 {w2}, {val};\n\
          \tredux.sync.add.u32 {w2}, {w2}, {w1};\n\
-         {leader}\
+         {leader}{own}\
          \tcvt.u64.u32 {tmp64}, {w2};\n\
          \tred{space}.add.u64 [{addr}], {tmp64};\n\
          \tbra {label}_done;\n\
@@ -380,6 +390,59 @@ impl Emitter<'_> {
             AtomicOp::Xchg => self.line(format!("mov.b64 {s}, {t0};")),
             _ if fetch => self.line(format!("mov.b64 {s}, {t0};")),
             _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::warp_add;
+    use crate::testing::{disassemble, require_nvdisasm, require_ptxas};
+
+    /// A kernel whose lanes add `v` (a parameter plus the thread's index) to the address in a
+    /// module variable (the same in every lane, as `ptxas` sees it: the exit flush's case)
+    /// through [`warp_add`].
+    fn kernel(uniform: bool, known: Option<i64>) -> String {
+        let add = warp_add(
+            uniform,
+            "%a",
+            "%v",
+            known,
+            ".global",
+            ["%w0", "%w1", "%w2", "%w3"],
+            "%q",
+            "%t",
+            "$L",
+        );
+        format!(
+            ".version 8.0\n.target sm_90\n.address_size 64\n.global .align 8 .u64 at;\n\
+             .visible .entry k(.param .u64 p)\n{{\n\t.reg .b32 %w<4>;\n\t.reg .pred %q;\n\
+             \t.reg .b64 %a, %t, %v;\n\tld.param.u64 %v, [p];\n\tmov.u32 %w0, %tid.x;\n\
+             \tcvt.u64.u32 %t, %w0;\n\tadd.u64 %v, %v, %t;\n\tld.global.u64 %a, [at];\n\
+             {add}\tret;\n}}\n"
+        )
+    }
+
+    /// `ptxas` leaves the leaders' adds alone: had it taken a group's sum for the same in every
+    /// lane, it would aggregate the leaders' adds again (the first active leader, found with
+    /// `FLO`, adding its own sum times their number), losing the sums of other groups whose
+    /// leaders run with it.
+    #[test]
+    fn leaders_adds_are_not_aggregated_again_by_ptxas() {
+        let Some(ptxas) = require_ptxas() else { return };
+        let Some(nvdisasm) = require_nvdisasm() else { return };
+        for uniform in [true, false] {
+            for known in [None, Some(1), Some(3)] {
+                let ptx = kernel(uniform, known);
+                let (_, cubin) = ptxas.compile(&ptx, "sm_90").expect("ptxas takes it");
+                let sass = disassemble(&nvdisasm, &cubin);
+                let adds = sass.lines().filter(|l| l.contains("REDG.E.ADD.64")).count();
+                assert!(adds >= 1, "uniform {uniform}, known {known:?}: no add in\n{sass}");
+                assert!(
+                    !sass.contains("FLO"),
+                    "uniform {uniform}, known {known:?}: ptxas elects a leader of the leaders:\n{sass}"
+                );
+            }
         }
     }
 }

@@ -29,8 +29,18 @@ impl Emitter<'_> {
             }
             helper_id::GET_PRANDOM_U32 => self.prandom_u32(),
             helper_id::WARP_LANES => {
+                // The lanes below this one and the others: a count `ptxas` cannot take for the
+                // same in every lane, so a leader's atomic add of it is not aggregated with
+                // other groups' leaders' (see `warp_add`).
+                let (w1, w2) = (self.tmp32(1), self.tmp32(2));
                 self.line(format!("activemask.b32 {w0};"));
-                self.line(format!("popc.b32 {w0}, {w0};"));
+                self.line(format!("mov.u32 {w1}, %lanemask_lt;"));
+                self.line(format!("and.b32 {w1}, {w1}, {w0};"));
+                self.line(format!("popc.b32 {w1}, {w1};"));
+                self.line(format!("mov.u32 {w2}, %lanemask_ge;"));
+                self.line(format!("and.b32 {w2}, {w2}, {w0};"));
+                self.line(format!("popc.b32 {w2}, {w2};"));
+                self.line(format!("add.u32 {w0}, {w1}, {w2};"));
                 self.line(format!("cvt.u64.u32 {r0}, {w0};"));
             }
             helper_id::WARP_LEADER => {

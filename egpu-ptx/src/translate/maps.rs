@@ -426,8 +426,8 @@ impl Emitter<'_> {
     }
 
     /// The group of lanes that writes a ring record together: its lanes in the 32-bit temporary
-    /// 1, its size in 2 (and in the 64-bit temporary 0), this lane's rank in it in 3; predicate
-    /// 0 says the lane leads it (rank 0).
+    /// 1, its size in 2 (and in the 64-bit temporary 0) in its leader, this lane's rank in it in
+    /// 3; predicate 0 says the lane leads it (rank 0).
     fn ring_group(&mut self) {
         let t0 = self.tmp64(0);
         let [w1, w2, w3] = [1, 2, 3].map(|i| self.tmp32(i));
@@ -440,6 +440,10 @@ impl Emitter<'_> {
             self.line(format!("mov.u32 {w3}, %lanemask_lt;"));
             self.line(format!("and.b32 {w3}, {w3}, {w1};"));
             self.line(format!("popc.b32 {w3}, {w3};"));
+            // The leader's size plus its rank (0), which `ptxas` cannot take for the same in
+            // every lane: the leader's atomics of it are not aggregated across groups (see
+            // `warp_add`).
+            self.line(format!("add.u32 {w2}, {w2}, {w3};"));
         } else {
             self.line(format!("mov.b32 {w2}, 1;"));
             self.line(format!("mov.b32 {w3}, 0;"));
