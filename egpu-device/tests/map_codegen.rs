@@ -111,20 +111,31 @@ fn a_thread_remembers_its_last_hit_where_entries_stay_put() {
     assert!(!ptx.contains("ld.global.u64 %egpu0_t5, [%egpu0_t4];"), "{ptx}");
 
     // A key of two words whose first is the kernel's id (the `pages` set's (kernel, page)):
-    // the second word is remembered in a register, the first compared with the id, a constant.
+    // the second word is remembered in a register, the first compared with the id, a constant;
+    // and the hit before the last too (a loop's pages of `x` and `y` alternate).
     let ptx = kernel_pages();
     let id = egpu_ebpf::kernel_id("saxpy") as i64;
-    assert_eq!(ptx.matches(".reg .b64 %egpu_hk0, %egpu_hp0;").count(), 1, "{ptx}");
+    let declared = ".reg .b64 %egpu_hk0, %egpu_hp0, %egpu_hq0, %egpu_hv0;";
+    assert_eq!(ptx.matches(declared).count(), 1, "{ptx}");
     let count = |what: &dyn Fn(&str) -> bool| ptx.lines().filter(|l| what(l)).count();
     let first = format!("_k0, {id};");
     let checks = count(&|l| l.contains("setp.eq.u64 %egpu") && l.ends_with(&first));
-    assert_eq!(checks, 2 * 3, "two lookups per site, three sites: {ptx}");
+    assert_eq!(checks, 2 * 2 * 3, "two entries, two lookups per site, three sites: {ptx}");
     assert_eq!(count(&|l| l.contains("_k1, %egpu_hk0, %egpu")), 2 * 3, "{ptx}");
     assert_eq!(count(&|l| l.contains("mov.b64 %egpu_hk0, %egpu")), 2 * 3, "remembered");
+    // The entry before the last: compared after the last misses, before the hash, and given
+    // the last's when a search finds another.
+    assert_eq!(count(&|l| l.contains("_k1, %egpu_hq0, %egpu")), 2 * 3, "{ptx}");
+    assert_eq!(count(&|l| l.ends_with("mov.b64 %egpu_hq0, %egpu_hk0;")), 2 * 3, "{ptx}");
+    assert_eq!(count(&|l| l.ends_with("mov.b64 %egpu_hv0, %egpu_hp0;")), 2 * 3, "{ptx}");
     let check = format!("setp.eq.u64 %egpu0_q0, %egpu0_k0, {id};");
     let site = &ptx[ptx.find(&check).expect("a check")..];
     let hash = site.find("mul.hi.u64").expect("the hash");
-    assert!(site[..hash].contains("bra $egpu0_H"), "a hit skips the hash");
+    let hits = site[..hash].matches("bra $egpu0_H").count();
+    assert_eq!(hits, 2, "a hit of either entry skips the hash:\n{}", &site[..hash]);
+    let (last, before) =
+        (site.find("%egpu_hk0, %egpu").unwrap(), site.find("%egpu_hq0, %egpu").unwrap());
+    assert!(last < before && before < hash, "the last first, then the one before");
 }
 
 /// Saxpy whose loads and stores count per (kernel, 2 MiB page), as the `pages` set does: a key
@@ -506,33 +517,30 @@ fn a_tensor_copys_probe_runs_just_after_the_copy() {
 fn a_probe_that_only_adds_numbers_known_at_the_site_runs_as_register_adds() {
     // bytes[kernel_id] += size, inserting the value when missing (Probe Rust's `fetch_add`):
     // at a 4-byte load its only effect is `+= 4` to the kernel's value. No probe at the loads:
-    // an add of 4 to the thread's sum; when the thread exits, one lane of the warp looks the
-    // value up (or inserts it) for all, and each adds its sum.
+    // an add of 4 to the thread's sum; when the thread exits, it finds the value's address in
+    // a variable of the module's, or looks the value up (or inserts it) itself, and adds its
+    // sum.
     let bytes = include_str!("../../tests/probes/kernel_bytes.s");
     let p = program(bytes, hash_def(8), DeviceEvent::GlobalLoad);
     let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, false)]);
     assert_eq!(ptx.matches("add.u64 %egpu_hs0_0, %egpu_hs0_0, 4;").count(), 2, "two loads: {ptx}");
-    let exit = ptx.find("vote.sync.any.pred").expect("the exit's lookup");
-    assert!(!ptx[..exit].contains("%egpu_hp0, 0;\n\tsetp") && !ptx[..exit].contains("atom."));
-    assert!(ptx[exit..].contains("shfl.sync.idx.b32") && ptx[exit..].contains(".cas.b64"));
-    // Remembered for the module's later warps in a variable of the module's: read first.
     assert!(ptx.contains(".global .align 8 .u64 egpu_vp"), "{ptx}");
-    let read = ptx[exit..].find("ld.global.u64 %egpu_vp").expect("the variable read");
+    let exit = ptx.find("ld.global.u64 %egpu_vp").expect("the exit reads the variable first");
+    assert!(!ptx[..exit].contains("%egpu_hp0, 0;\n\tsetp") && !ptx[..exit].contains("atom."));
     let search = ptx[exit..].find(".cas.b64").expect("the search");
-    assert!(read < search && ptx[exit..].contains("st.global.u64 [egpu_vp"), "{ptx}");
-    // Whether it is known is the group's vote: its lanes may have read it apart, and every lane
-    // of the group must take the same way to the shuffle of the leader's answer.
-    let after = &ptx[exit + read..];
-    let (vote, taken) = (after.find("vote.sync.all.pred").expect("a vote"), after.find(" bra "));
-    assert!(taken.is_some_and(|t| vote < t), "voted before the known address is taken: {ptx}");
+    assert!(ptx[exit..].contains("st.global.u64 [egpu_vp"), "{ptx}");
+    // Each lane on its own (sm_70 and later): no lane searches for a group of others, whose
+    // lanes may not have come together again at the exit.
+    let lookup = &ptx[exit..exit + ptx[exit..].find("$egpu_flush").expect("the flush")];
+    assert!(!lookup.contains("shfl.sync") && !lookup.contains("vote.sync"), "{lookup}");
     assert!(ptx.contains("setp.eq.or.u64 %egpu_fq, %egpu_hs0_0, 0, %egpu_fq;"), "{ptx}");
-    // A group whose search found nothing (the map full) counts a refused insert in the shard
-    // header, after the leader's answer reached every lane.
+    // A lane whose search found nothing (the map full) counts a refused insert in the shard
+    // header.
     let g = hash_binding(8, false);
     let refused = g.addr + (g.geometry.shard_offset(0) + egpu_maps::layout::shard::REFUSED) as u64;
     // (Its address in a register: `ptxas` takes no immediate address but a local one.)
     let counted = ptx[exit..].find(&format!("_r, {refused};")).expect("counted");
-    assert!(ptx[exit..][..counted].contains("shfl.sync.idx.b32"), "{ptx}");
+    assert!(search < counted, "{ptx}");
     assert!(ptx[exit..][counted..].contains("red.global.add.u64 [%egpu_vp"), "{ptx}");
     // A count (`+= 1`) too; at a generic access (global only at run time) the probe runs.
     let count = bytes.replace("ldxw %r1, [%r9+16]", "mov %r1, 1");

@@ -462,6 +462,10 @@ pub fn inject_with(
             } else {
                 Vec::new()
             },
+            // The (kernel, page) keys of `pages`: a loop's pages of `x` and `y` alternate.
+            previous: (!c.by_kernel && c.map.geometry.key_size > 8 && c.kernel_first).then(|| {
+                (format!("%{}_hq{}", names.stem, c.index), format!("%{}_hv{}", names.stem, c.index))
+            }),
         };
         let first_site = sites.len();
         let mut emit = |probe: usize,
@@ -516,6 +520,7 @@ pub fn inject_with(
             }
             regs.push(c.value);
             regs.extend(c.sums.into_iter().map(|(_, r)| r));
+            regs.extend(c.previous.into_iter().flat_map(|(k, v)| [k, v]));
             after.entry(f.body.start).or_default().push_str(&zeroed(&regs));
         }
         for &(i, _) in rings.values() {

@@ -170,15 +170,18 @@ pub(super) fn remembered(names: &Names, kernel: usize, c: &Cached) -> String {
 /// The code a thread runs when it exits to find the value of cached map `c` under the kernel's
 /// id `id`, into the cache's register (`value`), when any of its sums of that map's fields is
 /// not zero; `prefix` starts its names, unique in the module. The address is remembered in the
-/// module-scope variable `at` ([`remembered`], zero when the module is loaded): a warp reads it
-/// (one load, from the SM's L1 cache once there); when it is still 0 (or the SM's cache still
-/// says so) for any of the group's lanes, one lane of the warp searches the map and the others
-/// get its answer, and the lane writes the address there. Whether the address is known is
-/// voted on by the group: its lanes need not load the variable together (lanes that parted in
-/// a probe may run apart until a warp-synchronous instruction), and a lane that found it known
-/// must not go on while the others wait for a search. The value is inserted (zeros) when
-/// missing; when the map is full, the register stays 0, the flush adds nothing, and the group's
-/// lowest lane counts a refused insert in the map's shard header (the recording says the map
+/// module-scope variable `at` ([`remembered`], zero when the module is loaded): a lane reads it
+/// (one load, from the SM's L1 cache once there), and when it is still 0 (or the SM's cache
+/// still says so) searches the map itself and writes the address there. On sm_70 and later
+/// each lane does so on its own, not one lane for its warp: the lanes that parted in a probe
+/// need not come together again at the exit, and a warp whose groups each elected a lane to
+/// search and passed its answer with `shfl.sync` lost the counts of one group now and then on
+/// the H200 (the `hot` kernel of `mem_timing.cu` under `counts,pages`: 30 lanes' loads, or a
+/// few lanes' atomics, in 4 runs of 8, with no refused insert counted; none with the lanes
+/// brought together before the exit, none in 8 runs with each lane on its own). A warp's
+/// searches run together anyway, and only the first warps search. The value is inserted
+/// (zeros) when missing; when the map is full, the register stays 0, the flush adds nothing,
+/// and the lane counts a refused insert in the map's shard header (the recording says the map
 /// was full: nothing is lost unsaid). A value's address never changes while the module is
 /// loaded: a device part's entries are never removed nor moved.
 pub(super) fn exit_lookup(
@@ -196,6 +199,7 @@ pub(super) fn exit_lookup(
         key: CacheKey::Constant(id),
         value: value.clone(),
         sums: Vec::new(),
+        previous: None,
     })];
     let program = lookup_program(&c.def, id).ok_or_else(|| TranslateError::MapUse {
         pc: 0,
@@ -205,18 +209,46 @@ pub(super) fn exit_lookup(
     let mut t = translate(&program, &options)?;
     let sums: Vec<String> = c.fields.iter().map(|&o| sum_register(names, c, o)).collect();
     let r = |what: &str| format!("%{prefix}_x{what}");
+    // (PTX takes no immediate address but a local one: the refused count's is in a register.)
+    let refused = c.map.addr + (c.map.geometry.shard_offset(0) + shard::REFUSED) as u64;
+    let (nz, known, done) = (r("nz"), r("known"), format!("${prefix}_xdone"));
+    let any_sum = |nz: &str| {
+        let mut code = format!("\tsetp.ne.u64 {nz}, {}, 0;\n", sums[0]);
+        for s in &sums[1..] {
+            code.push_str(&format!("\tsetp.ne.or.u64 {nz}, {s}, 0, {nz};\n"));
+        }
+        code
+    };
+    if sm >= 70 {
+        // Each lane on its own (see the docs): it reads the variable, and searches when it
+        // finds nothing there.
+        let mut code = format!("\t{{\n\t.reg .pred {nz}, {known};\n\t.reg .b64 %{at}_r;\n");
+        code.push_str(&any_sum(&nz));
+        code.push_str(&format!(
+            "\t@!{nz} bra {done};\n\tld.global.u64 %{at}_r, [{at}];\n\
+             \tsetp.ne.u64 {known}, %{at}_r, 0;\n\t@{known} mov.b64 {value}, %{at}_r;\n\
+             \t@{known} bra {done};\n"
+        ));
+        code.push_str(&t.body);
+        code.push_str(&format!(
+            "\tsetp.ne.u64 {known}, {value}, 0;\n\t@{known} st.global.u64 [{at}], {value};\n\
+             \t@{known} bra {done};\n\tmov.b64 %{at}_r, {refused};\n\
+             \tred.global.add.u64 [%{at}_r], 1;\n{done}:\n\t}}\n"
+        ));
+        t.body = code;
+        return Ok(t);
+    }
+    // Before sm_70 a warp's lanes run in lockstep: one searches for all (lanes of one warp
+    // inserting one key would wait on each other), and the others take its answer.
     let (lanes, lt, leader, lo, hi) = (r("lanes"), r("lt"), r("leader"), r("lo"), r("hi"));
-    let (nz, any, lead, known) = (r("nz"), r("any"), r("lead"), r("known"));
+    let (any, lead) = (r("any"), r("lead"));
     let mut code = format!(
         "\t{{\n\t.reg .b32 {lanes}, {lt}, {leader}, {lo}, {hi};\n\
          \t.reg .pred {nz}, {any}, {lead}, {known};\n\t.reg .b64 %{at}_r;\n\
-         \tactivemask.b32 {lanes};\n\tsetp.ne.u64 {nz}, {}, 0;\n",
-        sums[0]
+         \tactivemask.b32 {lanes};\n"
     );
-    for s in &sums[1..] {
-        code.push_str(&format!("\tsetp.ne.or.u64 {nz}, {s}, 0, {nz};\n"));
-    }
-    let (skip, done) = (format!("${prefix}_xskip"), format!("${prefix}_xdone"));
+    code.push_str(&any_sum(&nz));
+    let skip = format!("${prefix}_xskip");
     code.push_str(&format!(
         "\tvote.sync.any.pred {any}, {nz}, {lanes};\n\t@!{any} bra {done};\n\
          \tld.global.u64 %{at}_r, [{at}];\n\tsetp.ne.u64 {known}, %{at}_r, 0;\n\
@@ -231,8 +263,6 @@ pub(super) fn exit_lookup(
     ));
     // Found nothing (the map full): the lanes' sums are left out, and the group's lowest lane
     // counts a refused insert in the map's shard, which the recording reports.
-    // (PTX takes no immediate address but a local one: the counter's is in a register.)
-    let refused = c.map.addr + (c.map.geometry.shard_offset(0) + shard::REFUSED) as u64;
     code.push_str(&format!(
         "{skip}:\n\tbrev.b32 {leader}, {lanes};\n\tbfind.shiftamt.u32 {leader}, {leader};\n\
          \tmov.b64 {{{lo}, {hi}}}, {value};\n\

@@ -83,18 +83,31 @@ impl Emitter<'_> {
                 }
                 _ => None,
             });
+        // The entry before the last, when the cache keeps one: the last's key words with the
+        // last word its own.
+        let previous: Option<(Vec<String>, &String)> =
+            cache.as_ref().and_then(|c| c.previous.as_ref()).zip(remembered.as_ref()).map(
+                |((pk, pv), ck)| {
+                    let mut words = ck.clone();
+                    *words.last_mut().expect("a key word") = pk.clone();
+                    (words, pv)
+                },
+            );
         if let (Some(c), Some(ck)) = (&cache, &remembered) {
-            // This thread's last hit in this map, when it was this key: before the hash, which
-            // a hit does not need.
-            let cp = &c.value;
-            self.line(format!("setp.eq.u64 {q0}, {}, {};", key[0], ck[0]));
-            for (k, r) in key.iter().zip(ck).skip(1) {
-                self.line(format!("setp.eq.and.u64 {q0}, {k}, {r}, {q0};"));
-            }
-            self.line(format!("setp.ne.and.u64 {q0}, {cp}, 0, {q0};"));
-            self.line(format!("mov.b64 {r0}, {cp};"));
+            // This thread's last hit in this map (and the one before), when it was this key:
+            // before the hash, which a hit does not need.
             let hit = self.past_null_check(pc).unwrap_or_else(|| done.clone());
-            self.line(format!("@{q0} bra {hit};"));
+            let entries =
+                std::iter::once((ck, &c.value)).chain(previous.iter().map(|(k, v)| (k, *v)));
+            for (ck, cp) in entries {
+                self.line(format!("setp.eq.u64 {q0}, {}, {};", key[0], ck[0]));
+                for (k, r) in key.iter().zip(ck).skip(1) {
+                    self.line(format!("setp.eq.and.u64 {q0}, {k}, {r}, {q0};"));
+                }
+                self.line(format!("setp.ne.and.u64 {q0}, {cp}, 0, {q0};"));
+                self.line(format!("mov.b64 {r0}, {cp};"));
+                self.line(format!("@{q0} bra {hit};"));
+            }
         }
         let search = Search {
             id,
@@ -118,6 +131,12 @@ impl Emitter<'_> {
             };
             for (k, r) in key.iter().zip(ck).take(constants) {
                 self.line(format!("setp.eq.and.u64 {q0}, {k}, {r}, {q0};"));
+            }
+            // The last hit becomes the one before.
+            if let Some((pk, pv)) = &c.previous {
+                let last = ck.last().expect("a key word");
+                self.line(format!("@{q0} mov.b64 {pk}, {last};"));
+                self.line(format!("@{q0} mov.b64 {pv}, {};", c.value));
             }
             for (k, r) in key.iter().zip(ck).skip(constants) {
                 self.line(format!("@{q0} mov.b64 {r}, {k};"));

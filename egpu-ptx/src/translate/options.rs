@@ -135,6 +135,11 @@ pub struct LookupCache {
     /// thread's SM). The kernel starts them at 0 and adds them there when it exits. Adds to
     /// other fields, or with no sums, go through [`Options::combine`]'s slots.
     pub sums: Vec<(u32, String)>,
+    /// With a key of [`CacheKey::Register`] or [`CacheKey::Second`]: two more 64-bit registers
+    /// of the kernel, the key word and the value's address of the hit before the last, tried
+    /// when the last misses (a thread whose accesses alternate between two pages, a loop's
+    /// loads of `x` and `y`, then finds both). The kernel starts them at 0.
+    pub previous: Option<(String, String)>,
 }
 
 /// The key a [`LookupCache`] remembers.
