@@ -110,6 +110,22 @@ fn every_launch_gets_its_gpu_time_and_captures_none() {
 }
 
 #[test]
+fn a_functions_first_launch_is_timed_without_its_loading() {
+    // Lazy loading: a function's first launch loads it, 1 ms here, unless it was loaded first.
+    let env = [("EGPU_KERNEL_TIMES", "1"), ("FAKE_LAZY_US", "1000")];
+    let (stdout, times, text) = run_times("times-lazy", &env);
+    // Each of the three functions loaded before its first timed launch, once.
+    assert!(stdout.contains(", functions loaded 3"), "{stdout}");
+    // So every launch's time is its grid's still, the first's too.
+    let ns: BTreeMap<&str, u64> = times.kernels.iter().map(|(k, v)| (k.as_str(), v.1)).collect();
+    let expected = [("_Z5kernAPf", 20_000), ("_Z5kernBPf", 16_000), ("kernC", 16_000)].into();
+    assert_eq!(ns, expected, "{text}");
+    // Without the opt-in nothing loads them ahead: the driver does, at their first launches.
+    let (stdout, _, _) = run_times("times-lazy-off", &[("FAKE_LAZY_US", "1000")]);
+    assert!(stdout.contains(", functions loaded 0"), "{stdout}");
+}
+
+#[test]
 fn without_the_opt_in_nothing_is_timed() {
     let (stdout, times, text) = run_times("times-off", &[]);
     assert!(stdout.contains("driver launches 9, events made 0, records 0"), "{stdout}");
