@@ -52,9 +52,10 @@ pub(crate) fn warp_add(
     // every lane, `ptxas` otherwise takes the sum (a `redux.sync`'s or a `popc`'s, of a
     // group it assumes is every active lane) for uniform and aggregates the leaders' adds
     // itself, the first active leader adding its own sum times their number; but leaders of
-    // different groups do run together there (its convergence barriers join the groups that
-    // parted before), and then every other group's sum is lost (seen on the H200: the exit
-    // flush of `counts` beside `pages` lost 29 or 30 lanes' counts in one run of three).
+    // different groups may run together there (its convergence barriers join groups that
+    // parted before), and then every other group's sum would be lost. (Found in the SASS of
+    // `counts`' exit flush while looking for counts lost on the H200; those were lost
+    // elsewhere, `inject/summaries.rs`'s `exit_lookup` says where.)
     let leader = format!(
         "\tmov.u32 {w0}, %lanemask_lt;\n\
          \tand.b32 {w3}, {w0}, {w1};\n\
