@@ -137,10 +137,13 @@ fn without_the_opt_in_nothing_is_timed() {
 fn a_full_pool_skips_the_launch_and_counts_it() {
     let env = [("EGPU_KERNEL_TIMES", "1"), ("EGPU_KERNEL_TIMES_PAIRS", "1")];
     let (stdout, times, text) = run_times("times-pool", &env);
-    // One pair: made once, never more; each launch is timed or counted as skipped.
+    // One pair: made once, never more; each launch is timed or counted as skipped. The launch
+    // that fails (after a synchronisation) takes the pair when a harvest has given it back by
+    // then, and is counted as skipped when the harvester thread still holds it (seen once in
+    // CI): 8 or 9.
     assert!(stdout.contains("driver launches 9, events made 2,"), "{stdout}");
     let (timed, full) = (count(&times, "timed"), count(&times, "full"));
-    assert!(timed >= 2 && full >= 1 && timed + full == 8, "{text}");
+    assert!(timed >= 2 && full >= 1 && (8..=9).contains(&(timed + full)), "{text}");
     assert_eq!(count(&times, "captured"), 1, "{text}");
     let launches: u64 = times.kernels.values().map(|k| k.0).sum();
     assert_eq!(launches, timed, "{text}");
