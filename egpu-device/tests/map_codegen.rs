@@ -226,6 +226,10 @@ fn a_drained_ring_group_claims_takes_tickets_and_publishes_once() {
     assert_eq!(ptx.matches("st.release.gpu.global.u64 [").count(), closes, "{ptx}");
     assert_eq!(ptx.matches("st.relaxed.gpu.global.u64 [").count(), closes, "{ptx}");
     assert!(ptx.contains(&format!("+{seq}], ")), "the sequence words' array: {ptx}");
+    // Laps and slots of a power-of-two capacity by shifts and masks: `ptxas` would call a
+    // 64-bit division routine.
+    assert!(geometry.capacity.is_power_of_two());
+    assert!(!ptx.contains("div.u64") && !ptx.contains("rem.u64"), "{ptx}");
     let exit = ptx.rfind("st.global.f32").expect("saxpy's store");
     assert!(ptx[exit..].contains("st.release.gpu.global.u64 ["), "closed at the exit: {ptx}");
     // A ring of fewer than 8 batches' tickets is claimed per group.
