@@ -230,6 +230,11 @@ fn a_drained_ring_group_claims_takes_tickets_and_publishes_once() {
     // 64-bit division routine.
     assert!(geometry.capacity.is_power_of_two());
     assert!(!ptx.contains("div.u64") && !ptx.contains("rem.u64"), "{ptx}");
+    // Any other capacity divides.
+    let odd = Geometry::new(MapKind::RingBuf, 0, 16, 1000, 0, 132).expect("geometry");
+    let ring = [DeviceMap { geometry: odd, ..maps[0] }];
+    let divided = instrument(&[(&p, DeviceEvent::GlobalLoad)], &ring);
+    assert!(divided.contains("div.u64") && divided.contains(", 1000;"), "{divided}");
     let exit = ptx.rfind("st.global.f32").expect("saxpy's store");
     assert!(ptx[exit..].contains("st.release.gpu.global.u64 ["), "closed at the exit: {ptx}");
     // A ring of fewer than 8 batches' tickets is claimed per group.
