@@ -1,9 +1,11 @@
 //! `egpu mem` from Rust: a program that loads its own PTX through egpu measures its kernels in
-//! process, with no preloaded library. It attaches the `counts`, `timing` and `pattern` sets
-//! (`egpu::host::mem::MemSession`), loads saxpy (nvcc's PTX of `tests/kernels/saxpy.cu`), runs
-//! it over 2^24 floats, reads the recording back and prints the table `egpu mem run` prints.
-//! Then it checks the figures against what saxpy must do: bytes read exactly 2 × 4 × n,
-//! written exactly 4 × n, every request coalesced (the fewest sectors), a GPU time above 0.
+//! process, with no preloaded library. It attaches the `counts`, `timing`, `pattern` and
+//! `timeline` sets (`egpu::host::mem::MemSession`), loads saxpy (nvcc's PTX of
+//! `tests/kernels/saxpy.cu`), runs it over 2^24 floats, reads the recording back and prints the
+//! table `egpu mem run` prints. Then it checks the figures against what saxpy must do: bytes
+//! read exactly 2 × 4 × n, written exactly 4 × n, every request coalesced (the fewest sectors),
+//! a GPU time above 0, and the timeline's windows (one warp in 32 recording, each record
+//! standing for 32) within 5% of the bytes counted, none dropped.
 //!
 //! ```text
 //! cargo run --release -p egpu --example mem_report
@@ -31,7 +33,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     println!("mem_report on {info}");
     // ANCHOR: session
     let gpu = Gpu::open(info.ordinal)?;
-    let mem = MemSession::new(&gpu, &[Set::Counts, Set::Timing, Set::Pattern])?;
+    let mem = MemSession::new(&gpu, &[Set::Counts, Set::Timing, Set::Pattern, Set::Timeline])?;
     let module = mem.load_ptx(SAXPY)?;
     if let Some(why) = module.fallback() {
         return Err(format!("saxpy could not be instrumented: {why}").into());
@@ -64,6 +66,10 @@ fn run() -> Result<(), Box<dyn Error>> {
     let traffic = saxpy.traffic.ok_or("saxpy has no counts")?;
     let pattern = saxpy.pattern.ok_or("saxpy has no pattern")?;
     let n = u64::from(n);
+    let summary = recording.header.timeline.as_ref().ok_or("no timeline")?;
+    let windowed: u64 = recording.windows.iter().map(|w| w.bytes).sum();
+    let counted = traffic.read() + traffic.written();
+    let off = (windowed as f64 / counted as f64 - 1.0).abs();
     let checks = [
         ("bytes read = 2 × 4 × n", traffic.read() == 2 * 4 * n, traffic.read().to_string()),
         ("bytes written = 4 × n", traffic.written() == 4 * n, traffic.written().to_string()),
@@ -74,6 +80,16 @@ fn run() -> Result<(), Box<dyn Error>> {
         ),
         ("GPU time > 0", saxpy.gpu_ns > 0, format!("{} ns", saxpy.gpu_ns)),
         ("launches timed = 1", saxpy.launches == 1 && saxpy.timed == 1, saxpy.timed.to_string()),
+        (
+            "timeline: records, none dropped",
+            summary.records > 0 && summary.dropped == 0,
+            format!("{} records, {} dropped", summary.records, summary.dropped),
+        ),
+        (
+            "timeline: windows' bytes within 5% of those counted",
+            off <= 0.05,
+            format!("{windowed} against {counted} ({:.2}% off)", 100.0 * off),
+        ),
     ];
     let mut failed = 0;
     for (check, ok, found) in &checks {

@@ -88,13 +88,7 @@ impl<'g> DeviceMapBuffer<'g> {
         let Some(raw) = &self.raw else { return Ok(()) };
         let (ptr, len) = raw.memory();
         let g = &self.geometry;
-        let from = if matches!(g.kind, MapKind::PerCpuArray | MapKind::PerCpuHash)
-            || (g.kind == MapKind::RingBuf && g.sm_shards > 0)
-        {
-            g.shard_offset(g.cpu_shards)
-        } else {
-            g.shard_offset(0)
-        };
+        let from = self.device_shards();
         // SAFETY: the map's memory is `len` writable bytes while `raw` lives, `from <= len`, and
         // the caller keeps host writers of these shards away during the copy.
         unsafe { self.buffer.read_raw_at(from, ptr.as_ptr().add(from), len - from)? };
@@ -107,6 +101,32 @@ impl<'g> DeviceMapBuffer<'g> {
             }
         }
         Ok(())
+    }
+
+    /// Copies the host map's shards that [`download`](Self::download) copies back to the GPU:
+    /// after host code consumed a downloaded ring's records, so that the device sees the ring's
+    /// new `tail` and the slots freed, and its producers write there again. No kernel may write
+    /// the map while this runs. Nothing to do for a map that lives on the GPU only.
+    pub fn upload_device_shards(&self) -> Result<(), DriverError> {
+        let Some(raw) = &self.raw else { return Ok(()) };
+        let (ptr, len) = raw.memory();
+        let from = self.device_shards();
+        // SAFETY: the map's memory is `len` readable bytes while `raw` lives and `from <= len`;
+        // the caller keeps kernels away from the device copy during the copy.
+        unsafe { self.buffer.write_raw_at(from, ptr.as_ptr().add(from), len - from) }
+    }
+
+    /// Where the shards device threads write start: a per-CPU map's (or a ring's with SM rings)
+    /// SM shards, or the one shard of the other maps.
+    fn device_shards(&self) -> usize {
+        let g = &self.geometry;
+        if matches!(g.kind, MapKind::PerCpuArray | MapKind::PerCpuHash)
+            || (g.kind == MapKind::RingBuf && g.sm_shards > 0)
+        {
+            g.shard_offset(g.cpu_shards)
+        } else {
+            g.shard_offset(0)
+        }
     }
 
     /// The host map, when there is one.

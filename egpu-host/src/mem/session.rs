@@ -32,8 +32,11 @@
 //! The maps' device copies are bound without per-SM copies of their slots (no `spread`), so adds
 //! to one counter meet at one address, as in `egpu::device`'s own examples: the figures are the
 //! same, the cost on the heaviest kernels higher than under the preloaded library. The
-//! `timeline` set is refused ([`MemError::Unsupported`]): its ring is drained while kernels run
-//! by the preloaded library, which this session does not do yet.
+//! `timeline` set's ring is in GPU memory too, written a claim per record (not by the batch: no
+//! host thread drains it while kernels run), and drained when the session reads it back
+//! ([`MemSession::drain`], [`MemSession::recording`]): each SM's ring holds
+//! [`RECORDS_PER_SM`](super::timeline::RECORDS_PER_SM) records between drains, and drops and
+//! counts the rest.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, PoisonError};
@@ -50,19 +53,15 @@ use egpu_ebpf::{AttachPoint, DeviceEvent, kernel_id};
 use egpu_maps::{MapError, Placement, RawMap};
 
 use super::record::{FORMAT, VERSION, kernel_hex};
-use super::{Header, PageSize, Recording, Seen, Set, egpu_build, pack};
+use super::timeline::Record;
+use super::windows::{KEEP, Timeline};
+use super::{Header, PageSize, Recording, Sampling, Seen, Set, egpu_build, pack_sampled};
 use crate::pack::PackError;
 
 /// Why a [`MemSession`] could not be made, load a module or read its recording.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MemError {
-    /// A set that does not run in process.
-    #[error(
-        "the `{0}` set does not run in process yet: its ring is drained while kernels run, which \
-         `egpu mem run` does"
-    )]
-    Unsupported(Set),
     /// The sets' probes could not be put in a pack.
     #[error("the sets' probes: {0}")]
     Pack(#[from] PackError),
@@ -105,6 +104,8 @@ pub(crate) struct Plan {
     pub(crate) sets: Vec<Set>,
     /// The pages the `pages` set counts by.
     pub(crate) page: PageSize,
+    /// What the `timeline` set samples.
+    pub(crate) sampling: Sampling,
     /// Every map of the sets, by the name the recording reads it by, each once.
     pub(crate) maps: Vec<(String, RawMap)>,
     /// The device probes: name, program, and the index in `maps` of each map of its table.
@@ -113,12 +114,9 @@ pub(crate) struct Plan {
 
 impl Plan {
     /// The sets' pack, with a map in this process's memory for each map name it declares.
-    pub(crate) fn new(sets: &[Set], page: PageSize) -> Result<Plan, MemError> {
-        if let Some(&set) = sets.iter().find(|&&s| s == Set::Timeline) {
-            return Err(MemError::Unsupported(set));
-        }
+    pub(crate) fn new(sets: &[Set], page: PageSize, sampling: Sampling) -> Result<Plan, MemError> {
         let sets: Vec<Set> = Set::ALL.into_iter().filter(|s| sets.contains(s)).collect();
-        let pack = pack(&sets, page)?;
+        let pack = pack_sampled(&sets, page, sampling)?;
         let mut maps: Vec<(String, RawMap)> = Vec::new();
         let mut probes = Vec::new();
         for probe in pack.probes() {
@@ -141,7 +139,32 @@ impl Plan {
                 probes.push((probe.name.clone(), probe.program.clone(), indices));
             }
         }
-        Ok(Plan { sets, page, maps, probes })
+        Ok(Plan { sets, page, sampling, maps, probes })
+    }
+
+    /// The index in [`Plan::maps`] of the `timeline` set's ring, when the plan has the set.
+    pub(crate) fn timeline(&self) -> Option<usize> {
+        self.maps.iter().position(|(name, _)| name == Set::Timeline.map())
+    }
+
+    /// An empty timeline for the plan's records, keeping a sample of [`KEEP`] of them.
+    pub(crate) fn new_timeline(&self) -> Timeline {
+        Timeline::new(self.sampling.n(), KEEP)
+    }
+
+    /// The timeline's windows, sample of records and drops (those counted in ring `ring` of
+    /// [`Plan::maps`]) put in `recording`, the windows' length chosen per kernel.
+    pub(crate) fn finish_timeline(
+        &self,
+        timeline: &Timeline,
+        ring: usize,
+        recording: &mut Recording,
+    ) {
+        let raw = &self.maps[ring].1;
+        let drops = egpu_maps::RingBuf::<Record>::from_raw(raw.clone())
+            .map(|r| r.shard_drops())
+            .unwrap_or_default();
+        timeline.finish(recording, None, &drops, raw.geometry().cpu_shards);
     }
 
     /// Each probe's map bindings, map `i` of [`Plan::maps`] at `addresses[i]` (its device copy).
@@ -276,6 +299,8 @@ pub struct MemSession<'g> {
     /// The header, asked of the driver once.
     header: Header,
     injected: Mutex<Injected>,
+    /// The `timeline` set's records drained so far, with its ring's index in `plan.maps`.
+    timeline: Option<(usize, Mutex<Timeline>)>,
 }
 
 impl std::fmt::Debug for MemSession<'_> {
@@ -289,8 +314,8 @@ impl std::fmt::Debug for MemSession<'_> {
 }
 
 impl<'g> MemSession<'g> {
-    /// The sets (each once; `pages` by pages of 2 MiB) attached to every kernel of the modules
-    /// loaded through the session. The `timeline` set is refused ([`MemError::Unsupported`]).
+    /// The sets (each once; `pages` by pages of 2 MiB, `timeline` sampling one warp in 32)
+    /// attached to every kernel of the modules loaded through the session.
     pub fn new(gpu: &'g Gpu, sets: &[Set]) -> Result<MemSession<'g>, MemError> {
         MemSession::with_options(gpu, sets, PageSize::default(), &[])
     }
@@ -303,7 +328,18 @@ impl<'g> MemSession<'g> {
         page: PageSize,
         kernels: &[&str],
     ) -> Result<MemSession<'g>, MemError> {
-        let plan = Plan::new(sets, page)?;
+        MemSession::with_sampling(gpu, sets, page, kernels, Sampling::DEFAULT)
+    }
+
+    /// [`MemSession::with_options`], the `timeline` set sampling as `sampling` says.
+    pub fn with_sampling(
+        gpu: &'g Gpu,
+        sets: &[Set],
+        page: PageSize,
+        kernels: &[&str],
+        sampling: Sampling,
+    ) -> Result<MemSession<'g>, MemError> {
+        let plan = Plan::new(sets, page, sampling)?;
         let header = plan.header(Some(&gpu.info()?));
         let buffers = plan
             .maps
@@ -317,6 +353,7 @@ impl<'g> MemSession<'g> {
                 .attach(program, &maps, kernels)
                 .map_err(|source| MemError::Attach { probe: name.clone(), source })?;
         }
+        let timeline = plan.timeline().map(|i| (i, Mutex::new(plan.new_timeline())));
         Ok(MemSession {
             gpu,
             plan,
@@ -325,6 +362,7 @@ impl<'g> MemSession<'g> {
             kernels: kernels.iter().map(|k| (*k).to_owned()).collect(),
             header,
             injected: Mutex::new(Injected::default()),
+            timeline,
         })
     }
 
@@ -358,11 +396,47 @@ impl<'g> MemSession<'g> {
     /// the modules loaded through the session made.
     pub fn recording(&self) -> Result<Recording, MemError> {
         self.gpu.synchronize()?;
-        for buffer in &self.buffers {
-            buffer.download()?;
+        for (i, buffer) in self.buffers.iter().enumerate() {
+            if self.timeline.as_ref().is_none_or(|(t, _)| *t != i) {
+                buffer.download()?;
+            }
         }
+        self.drain_synchronized()?;
         let launched = self.instrumenter.launched();
         let injected = self.injected.lock().unwrap_or_else(PoisonError::into_inner);
-        Ok(injected.collect(self.header.clone(), &self.plan.maps, &launched))
+        let mut recording = injected.collect(self.header.clone(), &self.plan.maps, &launched);
+        if let Some((i, timeline)) = &self.timeline {
+            let timeline = timeline.lock().unwrap_or_else(PoisonError::into_inner);
+            self.plan.finish_timeline(&timeline, *i, &mut recording);
+        }
+        Ok(recording)
+    }
+
+    /// Moves the `timeline` set's records out of GPU memory, making room for more: waits for
+    /// the GPU's work, copies the ring back, keeps its records (they reach the next
+    /// [`MemSession::recording`]) and gives the ring its room again. A program that runs more
+    /// than a ring holds between two recordings calls it between launches; records that find
+    /// their SM's ring full are dropped and counted. Returns the records moved; 0 without the
+    /// set.
+    pub fn drain(&self) -> Result<u64, MemError> {
+        if self.timeline.is_none() {
+            return Ok(0);
+        }
+        self.gpu.synchronize()?;
+        self.drain_synchronized()
+    }
+
+    /// [`MemSession::drain`], the GPU's work done.
+    fn drain_synchronized(&self) -> Result<u64, MemError> {
+        let Some((i, timeline)) = &self.timeline else { return Ok(0) };
+        let (buffer, (name, raw)) = (&self.buffers[*i], &self.plan.maps[*i]);
+        buffer.download()?;
+        let moved = timeline
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain(raw)
+            .map_err(|source| MemError::Map { name: name.clone(), source })?;
+        buffer.upload_device_shards()?;
+        Ok(moved)
     }
 }

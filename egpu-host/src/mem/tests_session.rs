@@ -8,15 +8,19 @@ use egpu_ebpf::{AttachPoint, DeviceEvent, KernelCtx, MemAccessCtx, kernel_id};
 use egpu_maps::RawMap;
 use egpu_vm::{EngineChoice, Vm};
 
-use super::session::{Injected, MemError, Plan, site_lines};
-use super::{PageSize, Set, table};
+use super::session::{Injected, Plan, site_lines};
+use super::{PageSize, Sampling, Set, table};
 
 const SAXPY: &str = include_str!("../../../tests/ptx/saxpy.ptx");
 
 #[test]
 fn the_plan_binds_each_map_once() {
-    let plan = Plan::new(&[Set::Pattern, Set::Counts, Set::Timing, Set::Counts], PageSize::Kib4)
-        .expect("a plan");
+    let plan = Plan::new(
+        &[Set::Pattern, Set::Counts, Set::Timing, Set::Counts],
+        PageSize::Kib4,
+        Sampling::DEFAULT,
+    )
+    .expect("a plan");
     assert_eq!(plan.sets, [Set::Counts, Set::Timing, Set::Pattern]);
     let mut names: Vec<&str> = plan.maps.iter().map(|(n, _)| n.as_str()).collect();
     names.sort_unstable();
@@ -47,12 +51,24 @@ fn the_plan_binds_each_map_once() {
     assert_eq!((header.sms, header.page_bytes, header.pid), (132, 0, std::process::id()));
     assert_eq!((header.peak_bytes_per_second / 1e9).round(), 4809.0);
     assert_eq!((header.format.as_str(), header.version), ("egpu-mem", 1));
-    let pages = Plan::new(&[Set::Pages], PageSize::Kib4).expect("pages").header(None);
+    let pages =
+        Plan::new(&[Set::Pages], PageSize::Kib4, Sampling::DEFAULT).expect("pages").header(None);
     assert_eq!((pages.page_bytes, pages.device.as_str()), (4096, ""));
-    // The timeline's ring is drained while kernels run: not in process yet.
-    let e = Plan::new(&[Set::Counts, Set::Timeline], PageSize::default()).expect_err("timeline");
-    assert!(matches!(e, MemError::Unsupported(Set::Timeline)), "{e:?}");
-    assert!(e.to_string().contains("`timeline` set does not run in process"), "{e}");
+    // The timeline's ring: bound as the others, written a claim per record (no host thread
+    // drains it while kernels run).
+    let plan = Plan::new(&[Set::Counts, Set::Timeline], PageSize::default(), Sampling::DEFAULT)
+        .expect("timeline");
+    let ring = plan.timeline().expect("the timeline's ring");
+    assert_eq!(plan.maps[ring].0, Set::Timeline.map());
+    let bindings = plan.bindings(&vec![1 << 12; plan.maps.len()]);
+    assert!(bindings.iter().flatten().all(|b| !b.drained && !b.live));
+    assert_eq!(plan.header(None).sets, ["counts", "timeline"]);
+    assert_eq!(
+        Plan::new(&[Set::Counts], PageSize::default(), Sampling::DEFAULT)
+            .expect("counts")
+            .timeline(),
+        None
+    );
 }
 
 /// Runs the plan's probes on the CPU VM as saxpy over `n` floats would fire them: each thread
@@ -105,8 +121,12 @@ fn saxpy_on_the_vm(plan: &Plan, n: u32) {
 
 #[test]
 fn saxpy_on_the_vm_gives_the_recording() {
-    let plan =
-        Plan::new(&[Set::Counts, Set::Timing, Set::Pattern], PageSize::default()).expect("a plan");
+    let plan = Plan::new(
+        &[Set::Counts, Set::Timing, Set::Pattern],
+        PageSize::default(),
+        Sampling::DEFAULT,
+    )
+    .expect("a plan");
     // The kernels and sites come from what the injector did to the module.
     let addresses: Vec<u64> = (1..=plan.maps.len() as u64).map(|i| i << 32).collect();
     let bindings = plan.bindings(&addresses);
@@ -162,4 +182,32 @@ fn saxpy_on_the_vm_gives_the_recording() {
     let recording = other_kernels.collect(plan.header(None), &[], &launched);
     let saxpy = recording.kernels.iter().find(|k| k.name == "saxpy").expect("saxpy");
     assert!(!saxpy.instrumented, "{saxpy:?}");
+}
+
+#[test]
+fn the_timeline_on_the_vm_reaches_the_recording() {
+    // Every warp sampled: saxpy's 3 accesses per thread, each thread a warp of one lane there.
+    let every = "1".parse::<Sampling>().expect("one in 1");
+    let plan = Plan::new(&[Set::Counts, Set::Timeline], PageSize::default(), every).expect("plan");
+    let n = 256;
+    saxpy_on_the_vm(&plan, n);
+    let ring = plan.timeline().expect("the ring");
+    let mut timeline = plan.new_timeline();
+    let drained = timeline.drain(&plan.maps[ring].1).expect("drained");
+    assert_eq!(drained, 3 * u64::from(n));
+    // Drained once: a second drain finds nothing.
+    assert_eq!(timeline.drain(&plan.maps[ring].1).expect("drained"), 0);
+    let launched = [("saxpy".to_owned(), 1)];
+    let mut injected = Injected::default();
+    let probes: Vec<DeviceProbe<'_>> = Vec::new();
+    injected.add(&inject(SAXPY, &probes).expect("saxpy"), &[]);
+    let mut recording = injected.collect(plan.header(Some(&h200())), &plan.maps, &launched);
+    plan.finish_timeline(&timeline, ring, &mut recording);
+    let summary = recording.header.timeline.as_ref().expect("the timeline's summary");
+    assert_eq!((summary.records, summary.dropped, summary.sample), (3 * u64::from(n), 0, 1));
+    assert!(!recording.windows.is_empty());
+    // The windows' bytes are the records': 3 accesses of 4 bytes per thread.
+    let bytes: u64 = recording.windows.iter().map(|w| w.bytes).sum();
+    assert_eq!(bytes, 3 * 4 * u64::from(n));
+    assert_eq!(recording.samples.len() as u64, 3 * u64::from(n));
 }
