@@ -155,6 +155,54 @@ fn inject_writes_the_module_and_lists_the_sites() {
     // A kernel the module does not have is refused: see item 8 of issue 18, below.
 }
 
+/// `--registers`: what instrumenting costs each kernel, by ptxas before and after.
+#[test]
+fn inject_says_what_a_kernel_costs_in_registers() {
+    let Some(ptxas) = require_ptxas() else { return };
+    let dir = TempDir::new("registers");
+    let load = dir.file("load.s", LOAD_PROBE);
+    let mut probe = std::ffi::OsString::from("device::global_load=");
+    probe.push(&load);
+    let out = dir.0.join("out.ptx");
+    let args = [
+        "inject".into(),
+        saxpy().into_os_string(),
+        "--probe".into(),
+        probe,
+        "--registers".into(),
+        "-o".into(),
+        out.clone().into_os_string(),
+    ];
+    let with = |ptxas: &Path| {
+        Command::new(egpu()).args(&args).env("EGPU_PTXAS", ptxas).output().expect("egpu runs")
+    };
+    let r = with(ptxas.path());
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.contains(": saxpy: registers "))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    // `registers B -> A`: what ptxas says of the module and of the instrumented one written.
+    let numbers: Vec<u32> =
+        line.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+    let registers = |ptx: &str| {
+        let report = ptxas.check(ptx, ARCH).expect("ptxas accepts it");
+        report.function("saxpy").and_then(|f| f.registers).expect("saxpy's registers")
+    };
+    let original = std::fs::read_to_string(saxpy()).expect("saxpy.ptx");
+    let written = std::fs::read_to_string(&out).expect("the instrumented module");
+    assert_eq!((numbers[0], numbers[1]), (registers(&original), registers(&written)), "{line}");
+    for shown in ["local memory ", " bytes, blocks of 256 threads per SM ", "(128: ", "1024: "] {
+        assert!(line.contains(shown), "{shown} in {line}");
+    }
+    println!("{line}");
+    // No ptxas: said, and a failure.
+    let r = with(&dir.0.join("no-ptxas"));
+    assert_eq!(r.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&r.stderr).contains("--registers needs ptxas"));
+}
+
 #[test]
 fn inject_says_which_accesses_make_runs() {
     // bytes[kernel_id] += size: at saxpy's two 4-byte loads, 4 added to a register each.

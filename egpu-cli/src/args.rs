@@ -94,7 +94,10 @@ PTX ISA's table: loads, stores, atomics, asynchronous, bulk and tensor copies, t
 writes, texture, surface, multimem and wmma accesses), the ones not observed with why, and the
 observed ones no probe attaches to. A cubin's register counts (or, with --arch, those of the fat
 binary's cubin for it) bound the instrumented kernels (`.maxnreg`), so that each keeps its
-blocks per SM.
+blocks per SM. With --registers, each instrumented kernel's line says what ptxas gives it
+before and after: `KERNEL: registers 30 -> 53, local memory 0 -> 0 bytes, blocks of 256
+threads per SM 8 -> 4 (128: 16 -> 8, 512: 4 -> 2, 1024: 2 -> 1)` (registers, warps and blocks
+per SM of the module's target; shared memory aside).
 
 MAP declares the next entry of the map table of the assembly and bytecode programs:
 NAME=KIND:KEY:VALUE:CAPACITY[:SM_SHARDS][@ADDRESS] (see `egpu help translate`).")]
@@ -122,6 +125,10 @@ pub(crate) struct InjectArgs {
     /// there [default: none, their size is 0]
     #[arg(long = "tensor-boxes", value_name = "ADDRESS", value_parser = parse_address)]
     pub(crate) tensor_boxes: Option<u64>,
+    /// Compile the module before and after with ptxas (EGPU_PTXAS, or on PATH) and say what
+    /// instrumenting costs each kernel: registers, local memory, blocks per SM
+    #[arg(long = "registers")]
+    pub(crate) registers: bool,
 }
 
 /// An architecture, `sm_90` (or `90`): 90.

@@ -4,7 +4,8 @@
 use std::path::Path;
 
 use egpu::ebpf::{AttachPoint, DeviceEvent, MemAccessCtx};
-use egpu_device::inject::{DeviceProbe, InjectOptions, Kernels, inject_with};
+use egpu_device::inject::{DeviceProbe, InjectOptions, Kernels, blocks_per_sm, inject_with};
+use egpu_device::toolchain::{FunctionReport, Ptxas};
 use egpu_device::translate::kernel_module_with;
 
 use crate::Error;
@@ -248,10 +249,69 @@ pub(crate) fn inject_cmd(a: InjectArgs) -> Result<(), Error> {
         );
     }
     eprintln!("{} sites", injected.sites.len());
+    if a.registers {
+        for line in register_costs(&ptx, &injected.ptx, &injected.kernels, &names)? {
+            eprintln!("{module}: {line}");
+        }
+    }
     match a.output {
         Some(path) => std::fs::write(&path, &injected.ptx)
             .map_err(|e| Error::Failed(format!("writing {}: {e}", path.display())))?,
         None => print!("{}", injected.ptx),
     }
     Ok(())
+}
+
+/// `egpu inject --registers`: each instrumented kernel (of `kernels`, those named in `named`
+/// when any) compiled by ptxas before (`original`) and after (`instrumented`), one line each.
+fn register_costs(
+    original: &str,
+    instrumented: &str,
+    kernels: &[String],
+    named: &[&str],
+) -> Result<Vec<String>, Error> {
+    let ptxas =
+        Ptxas::find().map_err(|e| Error::Failed(format!("--registers needs ptxas: {e}")))?;
+    // `.target sm_90a, debug`: the first word, which ptxas takes as its architecture.
+    let target = egpu_device::ptx::PtxModule::parse(original)
+        .ok()
+        .and_then(|m| {
+            m.directive(".target").map(|t| t.split(',').next().unwrap_or(t).trim().to_owned())
+        })
+        .unwrap_or_else(|| "sm_90".to_owned());
+    let sm: u32 = target
+        .trim_start_matches("sm_")
+        .trim_end_matches(|c: char| c.is_ascii_alphabetic())
+        .parse()
+        .unwrap_or(90);
+    let compile = |ptx: &str, what: &str| {
+        ptxas
+            .check(ptx, &target)
+            .map_err(|e| Error::Failed(format!("ptxas, the {what} module: {e}")))
+    };
+    let (before, after) = (compile(original, "original")?, compile(instrumented, "instrumented")?);
+    let mut lines = Vec::new();
+    for kernel in kernels.iter().filter(|k| named.is_empty() || named.contains(&k.as_str())) {
+        let (Some(b), Some(a)) = (before.function(kernel), after.function(kernel)) else {
+            continue;
+        };
+        let (Some(rb), Some(ra)) = (b.registers, a.registers) else { continue };
+        let local = |f: &FunctionReport| f.stack_frame.max(f.spill_stores);
+        let blocks = |threads: u32| {
+            let per_sm =
+                |r| blocks_per_sm(r, threads, sm).map_or("?".to_owned(), |n| n.to_string());
+            format!("{} -> {}", per_sm(rb), per_sm(ra))
+        };
+        lines.push(format!(
+            "{kernel}: registers {rb} -> {ra}, local memory {} -> {} bytes, blocks of 256 threads \
+             per SM {} (128: {}, 512: {}, 1024: {})",
+            local(b),
+            local(a),
+            blocks(256),
+            blocks(128),
+            blocks(512),
+            blocks(1024)
+        ));
+    }
+    Ok(lines)
 }

@@ -51,6 +51,7 @@ mod sums;
 pub mod tensor_maps;
 
 use access::{Observation, Observed, observe, wrap_access};
+pub use occupancy::blocks_per_sm;
 
 use crate::ptx::{FunctionKind, MemClass, PieceKind, PtxError, PtxInstruction, PtxModule};
 use crate::translate::{

@@ -31,6 +31,13 @@ fn blocks(registers: u32, warps: u32, (file, max_warps, max_blocks): (u32, u32, 
     by_registers.min(max_warps / warps).min(max_blocks)
 }
 
+/// Blocks of `threads` threads that fit on an SM of `sm_NN` at `registers` per thread, as far as
+/// registers, resident warps and resident blocks limit them (shared memory aside); `None` for
+/// an architecture whose limits egpu does not know.
+pub fn blocks_per_sm(registers: u32, threads: u32, sm: u32) -> Option<u32> {
+    Some(blocks(registers.max(1), threads.div_ceil(32).max(1), limits(sm)?))
+}
+
 /// The most registers per thread (at most 255) a kernel compiled to `registers` may take on
 /// `sm_NN` with as many blocks per SM as before at every block size; `None` for an
 /// architecture whose limits egpu does not know.
@@ -65,6 +72,18 @@ pub(super) fn limit(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn blocks_per_sm_by_registers_warps_and_blocks() {
+        // An H200: 30 registers, 8 blocks of 256 threads; 53 registers (56 allotted), 4.
+        assert_eq!(blocks_per_sm(30, 256, 90), Some(8));
+        assert_eq!(blocks_per_sm(53, 256, 90), Some(4));
+        // 64 resident warps: 16 blocks of 128 threads at most; 32 blocks of one warp.
+        assert_eq!(blocks_per_sm(16, 128, 90), Some(16));
+        assert_eq!(blocks_per_sm(16, 32, 90), Some(32));
+        assert_eq!(blocks_per_sm(255, 1024, 90), Some(0));
+        assert_eq!(blocks_per_sm(30, 256, 61), None);
+    }
 
     #[test]
     fn the_registers_that_keep_every_block_size_s_blocks() {
