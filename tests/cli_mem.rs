@@ -56,6 +56,9 @@ fn mem_run_records_each_process_and_prints_its_table() {
     assert!(h.command.contains("launcher") && h.egpu.starts_with(env!("CARGO_PKG_VERSION")));
     let kern = parent.kernels.iter().find(|k| k.name == "_Z5kernAPf").expect("the kernel");
     assert_eq!((kern.launches, kern.instrumented, kern.traffic), (11, false, None));
+    // Its registers and local memory as the driver says (the stand-in: 40 and 16); no cubin, so
+    // its machine code's count is unknown.
+    assert_eq!((kern.registers, kern.local_bytes, kern.machine_registers), (40, 16, 0));
     assert!(
         r.stdout.contains("_Z5kernAPf") && r.stdout.contains("not instrumentable"),
         "{}",

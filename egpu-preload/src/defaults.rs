@@ -258,6 +258,7 @@ pub(crate) fn kernel_id(f: Handle) -> u64 {
         if let Ok(mut names) = NAMES.write() {
             names.get_or_insert_with(StdHashMap::new).insert(key, (id, name));
         }
+        crate::device::mem::remember_loaded(id, f);
         id
     })
 }

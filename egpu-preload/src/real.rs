@@ -19,6 +19,9 @@ pub(crate) type GetProcV2Fn =
     unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, u64, *mut c_int) -> CuResult;
 /// `cuFuncGetName`'s.
 pub(crate) type FuncGetNameFn = unsafe extern "C" fn(*mut *const c_char, *mut c_void) -> CuResult;
+/// `cuFuncGetAttribute`'s: the value, the attribute, the function.
+pub(crate) type FuncGetAttributeFn =
+    unsafe extern "C" fn(*mut c_int, c_int, *mut c_void) -> CuResult;
 /// `dlsym`'s.
 type DlsymFn = unsafe extern "C" fn(*mut c_void, *const c_char) -> *mut c_void;
 
@@ -160,6 +163,9 @@ pub(crate) static GET_PROC: Hook<GetProcFn> =
 pub(crate) static GET_PROC_V2: Hook<GetProcV2Fn> =
     Hook::new(c"cuGetProcAddress_v2", || crate::cuGetProcAddress_v2 as *mut c_void);
 pub(crate) static FUNC_GET_NAME: Hook<FuncGetNameFn> = Hook::new(c"cuFuncGetName", none);
+/// `cuFuncGetAttribute`: the registers and local memory of the functions launched (`egpu mem`).
+pub(crate) static FUNC_GET_ATTRIBUTE: Hook<FuncGetAttributeFn> =
+    Hook::new(c"cuFuncGetAttribute", none);
 /// `cuKernelGetName`: the runtime launches `CUkernel`s (of `cuLibraryLoad*`) as functions.
 pub(crate) static KERNEL_GET_NAME: Hook<FuncGetNameFn> = Hook::new(c"cuKernelGetName", none);
 

@@ -159,6 +159,18 @@ pub struct Kernel {
     /// Their GPU time from the events, in nanoseconds; absent: none.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub event_ns: u64,
+    /// Registers per thread as the driver loaded it (instrumented, where it is); absent:
+    /// unknown.
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub registers: u32,
+    /// Bytes of local memory per thread as the driver loaded it (spills and stack); absent: none
+    /// or unknown.
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub local_bytes: u32,
+    /// Registers per thread of its machine code as the program brought it (a cubin's), without
+    /// probes; absent: unknown (a module of PTX only, JIT compiled).
+    #[serde(default, skip_serializing_if = "is_zero32")]
+    pub machine_registers: u32,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -166,6 +178,10 @@ fn is_false(b: &bool) -> bool {
 }
 
 fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero32(n: &u32) -> bool {
     *n == 0
 }
 

@@ -187,6 +187,33 @@ pub fn render(recording: &Recording) -> String {
             top.count
         );
     }
+    // What the probes cost in registers and local memory, as the driver loaded the kernels:
+    // where they grew the most first.
+    let mut grown: Vec<&super::Kernel> = recording
+        .kernels
+        .iter()
+        .filter(|k| k.instrumented && k.registers > 0)
+        .filter(|k| {
+            (k.registers > k.machine_registers && k.machine_registers > 0) || k.local_bytes > 0
+        })
+        .collect();
+    grown.sort_by_key(|k| std::cmp::Reverse(k.registers.saturating_sub(k.machine_registers)));
+    for k in grown.into_iter().take(SITES_SHOWN) {
+        let before = match k.machine_registers {
+            0 => String::new(),
+            n => format!(" ({n} without probes)"),
+        };
+        let local = match k.local_bytes {
+            0 => String::new(),
+            n => format!(", {n} bytes of local memory"),
+        };
+        let _ = writeln!(
+            text,
+            "  {}: {} registers per thread{before}{local}",
+            cut(&k.name, 40),
+            k.registers
+        );
+    }
     // Bandwidth over time, with the `timeline` set.
     text.push_str(&super::windows::render(recording));
     text

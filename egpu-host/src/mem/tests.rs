@@ -372,6 +372,44 @@ fn event_times_are_kept_read_back_and_shown() {
 }
 
 #[test]
+fn registers_as_loaded_are_kept_read_back_and_shown() {
+    let header =
+        Header { format: record::FORMAT.into(), version: record::VERSION, ..Header::default() };
+    let launched = [(0x0a, 1, "library".to_owned()), (0x0b, 1, "saxpy".to_owned())];
+    let seen = Seen {
+        launched: &launched,
+        instrumented: &|id| id == 0x0b,
+        name: &|id| format!("kernel {id}"),
+        site: &|_, _| None,
+    };
+    let mut recording = Recording::collect(header, &[], &seen);
+    // Without them, nothing is written or shown.
+    assert!(!recording.to_jsonl().contains("registers"));
+    assert!(!table::render(&recording).contains("registers per thread"));
+    for k in &mut recording.kernels {
+        (k.registers, k.local_bytes, k.machine_registers) = match k.name.as_str() {
+            "saxpy" => (53, 16, 30),
+            _ => (128, 0, 128),
+        };
+    }
+    let text = recording.to_jsonl();
+    assert!(
+        text.contains("\"registers\":53,\"local_bytes\":16,\"machine_registers\":30"),
+        "{text}"
+    );
+    let again = Recording::parse(&text).expect("parses");
+    assert_eq!(again, recording);
+    // Shown for the instrumented kernels that grew or use local memory; not for the library's.
+    let table = table::render(&again);
+    let shown: Vec<&str> = table.lines().filter(|l| l.contains("registers per thread")).collect();
+    assert_eq!(
+        shown,
+        ["  saxpy: 53 registers per thread (30 without probes), 16 bytes of local memory"],
+        "{table}"
+    );
+}
+
+#[test]
 fn kernels_left_out_by_kernel_are_said_so() {
     let kernel = |name: &str, unselected| Kernel {
         name: name.into(),

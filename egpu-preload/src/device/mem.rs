@@ -43,6 +43,36 @@ static LINES: Mutex<BTreeMap<(u64, u32), SiteLine>> = Mutex::new(BTreeMap::new()
 /// A site's PTX line, and what it does (`load`, `store`, `atomic`).
 type SiteLine = (u32, &'static str);
 
+/// Registers per thread and local memory per thread (bytes) of each kernel launched, by kernel
+/// id, as the driver loaded it (instrumented, where it is): `cuFuncGetAttribute` at the first
+/// launch of each function.
+static LOADED: Mutex<BTreeMap<u64, (u32, u32)>> = Mutex::new(BTreeMap::new());
+
+/// `CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES`, `CU_FUNC_ATTRIBUTE_NUM_REGS`.
+const LOCAL_SIZE_BYTES: c_int = 3;
+const NUM_REGS: c_int = 4;
+
+/// Remembers what the driver says of the registers and local memory of `f` (of kernel `id`),
+/// the function a launch runs, when the process records: once per function, where its kernel
+/// id is first resolved.
+pub(crate) fn remember_loaded(id: u64, f: crate::Handle) {
+    if id == 0 || std::env::var_os("EGPU_MEM_OUT").is_none() {
+        return;
+    }
+    let Some(get) = crate::real::FUNC_GET_ATTRIBUTE.get_or_ask() else { return };
+    let f = super::libraries::launched(f);
+    let attribute = |which: c_int| {
+        let mut value: c_int = 0;
+        // SAFETY: the driver's function, with a place for the value and a function handle
+        // the program launches.
+        let result = unsafe { get(&mut value, which, f) };
+        (result == 0).then(|| u32::try_from(value).unwrap_or(0))
+    };
+    if let (Some(registers), Some(local)) = (attribute(NUM_REGS), attribute(LOCAL_SIZE_BYTES)) {
+        LOADED.lock().unwrap_or_else(|p| p.into_inner()).insert(id, (registers, local));
+    }
+}
+
 /// Remembers where the access sites of an instrumented module are in its PTX.
 pub(super) fn remember_sites(injection: &Injection) {
     if std::env::var_os("EGPU_MEM_OUT").is_none() {
@@ -136,6 +166,14 @@ pub(crate) fn write(user: &UserProbes, names: &Builtin) {
     super::timeline::finish(&mut recording, &user.maps);
     for k in recording.kernels.iter_mut().filter(|k| !k.instrumented) {
         k.unselected = !super::kernels::chosen(&k.name);
+    }
+    let loaded = LOADED.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let machine = super::images::machine_registers();
+    for k in recording.kernels.iter_mut() {
+        if let Some(&(registers, local)) = loaded.get(&egpu::ebpf::kernel_id(&k.name)) {
+            (k.registers, k.local_bytes) = (registers, local);
+        }
+        k.machine_registers = machine.get(&k.name).copied().unwrap_or(0);
     }
     if crate::kernel_times::enabled() {
         let times: Vec<(u64, u64, u64)> =
