@@ -68,6 +68,21 @@ def instrumented_share(profiled, folder):
     return sum(us for name, us in profiled.items() if name in inst) / total if total else 0.0
 
 
+def registers(folder):
+    """The instrumented kernels' registers in the recordings in `folder`, as the driver loaded
+    them beside their cubin's count: `name R (M without probes)`, most grown first, at most 3."""
+    grown = {}
+    for path in glob.glob(os.path.join(folder, "*.egpumem")):
+        for line in open(path):
+            rec = json.loads(line)
+            if rec.get("type") == "kernel" and rec.get("instrumented") and rec.get("registers"):
+                grown[rec["name"]] = (rec["registers"], rec.get("machine_registers", 0),
+                                      rec.get("local_bytes", 0))
+    top = sorted(grown.items(), key=lambda kv: kv[1][1] - kv[1][0])[:3]
+    return "; ".join(f"{n[:40]} {r}" + (f" ({m} without probes)" if m else "")
+                     + (f", {l} B local" if l else "") for n, (r, m, l) in top)
+
+
 def profiled_kernels(text):
     out = {}
     for line in text.splitlines():
@@ -81,7 +96,7 @@ def bench(name, command, args, env, profiled):
     print(f"\n=== {name}: steps per second, bare and under egpu mem run (ratio: bare / egpu)",
           flush=True)
     ratios = {v: [] for v, *_ in VARIANTS}
-    shares = {}
+    shares, regs = {}, {}
     for r in range(args.rounds):
         bare = value(run(command, env), "steps_per_second")
         line = f"  round {r + 1}: bare {bare:.2f}/s"
@@ -93,6 +108,7 @@ def bench(name, command, args, env, profiled):
                              "--", *command], dict(env, **extra)), "steps_per_second")
             ratios[v].append(bare / got)
             shares[v] = instrumented_share(profiled, out_dir) if profiled else 1.0
+            regs[v] = registers(out_dir)
             line += f", {v} {got:.2f}/s"
         print(line, flush=True)
     for v, _, targets, _ in VARIANTS:
@@ -102,6 +118,8 @@ def bench(name, command, args, env, profiled):
             f" (target <= {target}: {'met' if ratio <= target else 'NOT met'})")
         print(f"  {name} {v}: {ratio:.3f}x, instrumented kernels' share of GPU time "
               f"{100 * shares[v]:.0f}%{verdict}")
+        if regs.get(v):
+            print(f"    registers per thread: {regs[v]}")
 
 
 def main():
