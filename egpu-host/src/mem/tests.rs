@@ -375,32 +375,28 @@ fn event_times_are_kept_read_back_and_shown() {
 fn registers_as_loaded_are_kept_read_back_and_shown() {
     let header =
         Header { format: record::FORMAT.into(), version: record::VERSION, ..Header::default() };
-    let launched = [(0x0a, 1, "library".to_owned()), (0x0b, 1, "saxpy".to_owned())];
-    let seen = Seen {
-        launched: &launched,
-        instrumented: &|id| id == 0x0b,
-        name: &|id| format!("kernel {id}"),
-        site: &|_, _| None,
+    let header = Recording { header, ..Recording::default() }.to_jsonl();
+    let kernel = |name: &str, instrumented: bool, extra: &str| {
+        format!(
+            "{{\"type\":\"kernel\",\"name\":\"{name}\",\"id\":\"0a\",\"launches\":1,\
+             \"instrumented\":{instrumented},\"traffic\":null,\"timed\":0,\"gpu_ns\":0{extra}}}\n"
+        )
     };
-    let mut recording = Recording::collect(header, &[], &seen);
-    // Without them, nothing is written or shown.
-    assert!(!recording.to_jsonl().contains("registers"));
-    assert!(!table::render(&recording).contains("registers per thread"));
-    for k in &mut recording.kernels {
-        (k.registers, k.local_bytes, k.machine_registers) = match k.name.as_str() {
-            "saxpy" => (53, 16, 30),
-            _ => (128, 0, 128),
-        };
-    }
-    let text = recording.to_jsonl();
-    assert!(
-        text.contains("\"registers\":53,\"local_bytes\":16,\"machine_registers\":30"),
-        "{text}"
+    // Without them, nothing is shown, and they read as unknown.
+    let without =
+        Recording::parse(&format!("{header}{}", kernel("saxpy", true, ""))).expect("parses");
+    assert_eq!((without.kernels[0].registers, without.kernels[0].machine_registers), (0, 0));
+    assert!(!table::render(&without).contains("registers per thread"));
+    assert!(!without.to_jsonl().contains("registers"));
+    let text = format!(
+        "{header}{}{}",
+        kernel("saxpy", true, ",\"registers\":53,\"local_bytes\":16,\"machine_registers\":30"),
+        kernel("library", false, ",\"registers\":128,\"machine_registers\":128")
     );
-    let again = Recording::parse(&text).expect("parses");
-    assert_eq!(again, recording);
+    let recording = Recording::parse(&text).expect("parses");
+    assert_eq!(Recording::parse(&recording.to_jsonl()).expect("again"), recording);
     // Shown for the instrumented kernels that grew or use local memory; not for the library's.
-    let table = table::render(&again);
+    let table = table::render(&recording);
     let shown: Vec<&str> = table.lines().filter(|l| l.contains("registers per thread")).collect();
     assert_eq!(
         shown,
