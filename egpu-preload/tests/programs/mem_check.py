@@ -37,7 +37,9 @@ launch's time by CUDA events (`expect times NAME ms ...`, in launch order). Chec
 It prints, over all programs, `bytes exact: K/K kernels`, `bytes exact with every set: K/K
 kernels`, `durations within 5%: K/K kernels`,
 `bandwidth within 5%: K/K kernels`, `event durations within 5%: K/K kernels` and
-`pattern exact: K/K kernels` (and `counts beside pages: K/K runs exact`), and fails when any
+`pattern exact: K/K kernels`, `registers as loaded: K/K kernels` (each instrumented kernel's
+registers per thread as the driver loaded it, recorded) (and `counts beside pages: K/K runs
+exact`), and fails when any
 is not K/K, K is 0, results differ or a run fails. With --keep, the recordings are copied there (a folder per program).
 """
 
@@ -307,6 +309,13 @@ def check_program(name, command, args, env, totals):
     table = out[out.find("process "):] if "process " in out else ""
     print("\n".join(f"  | {l}" for l in table.splitlines()))
     recs = recordings(out_dir)
+    # Each instrumented kernel's registers as the driver loaded it (cuFuncGetAttribute).
+    for _, kernels, _, _ in recs:
+        for k in (k for k in kernels if k.get("instrumented") and k.get("launches")):
+            ok = k.get("registers", 0) > 0
+            totals["registers"].append(ok)
+            if not ok:
+                print(f"  registers {k['name']}: none recorded")
     expected = device_check.expected_bytes(out)
     rows, per_class, exact = device_check.verdicts(expected, traffic_maps(recs))
     for kernel, cls, want, got in rows:
@@ -424,7 +433,7 @@ def main():
     programs += coverage
     failures += more
     totals = {"exact": [], "durations": [], "bandwidth": [], "events": [], "pattern": [],
-              "timeline": [], "every": [], "stride": [], "pages": []}
+              "timeline": [], "every": [], "stride": [], "pages": [], "registers": []}
     for name, command, env in programs:
         if args.only and args.only not in name:
             continue
@@ -438,7 +447,7 @@ def main():
                       ("bandwidth within 5%", "bandwidth"),
                       ("event durations within 5%", "events"), ("pattern exact", "pattern"),
                       ("stride classes", "stride"),
-                      ("timeline's phases", "timeline")):
+                      ("timeline's phases", "timeline"), ("registers as loaded", "registers")):
         got = totals[key]
         print(f"  {what}: {sum(got)}/{len(got)} kernels")
         if not got:
