@@ -272,18 +272,12 @@ fn register_costs(
 ) -> Result<Vec<String>, Error> {
     let ptxas =
         Ptxas::find().map_err(|e| Error::Failed(format!("--registers needs ptxas: {e}")))?;
-    // `.target sm_90a, debug`: the first word, which ptxas takes as its architecture.
-    let target = egpu_device::ptx::PtxModule::parse(original)
-        .ok()
-        .and_then(|m| {
-            m.directive(".target").map(|t| t.split(',').next().unwrap_or(t).trim().to_owned())
-        })
-        .unwrap_or_else(|| "sm_90".to_owned());
-    let sm: u32 = target
-        .trim_start_matches("sm_")
-        .trim_end_matches(|c: char| c.is_ascii_alphabetic())
-        .parse()
-        .unwrap_or(90);
+    // `.target sm_90a, debug`: ptxas takes `sm_90a`; the SM's limits are sm_90's.
+    let module = egpu_device::ptx::PtxModule::parse(original).ok();
+    let (target, sm) = module
+        .as_ref()
+        .and_then(|m| m.target())
+        .map_or(("sm_90".to_owned(), 90), |(t, sm)| (t.to_owned(), sm));
     let compile = |ptx: &str, what: &str| {
         ptxas
             .check(ptx, &target)

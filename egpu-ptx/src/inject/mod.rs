@@ -334,11 +334,7 @@ pub fn inject_with(
         return Err(InjectError::AddressSize(size.to_owned()));
     }
     // `.target sm_90a, debug`: the SM version, 90 (the GPU machine's) when unreadable.
-    let sm = module
-        .directive(".target")
-        .and_then(|t| t.split(',').find_map(|part| part.trim().strip_prefix("sm_")))
-        .and_then(|v| v.trim_end_matches(|c: char| c.is_ascii_alphabetic()).parse::<u32>().ok())
-        .unwrap_or(90);
+    let sm = module.target().map_or(90, |(_, sm)| sm);
     for (i, p) in probes.iter().enumerate() {
         let attach = p.program.program().attach_point();
         if !attach.is_device() {

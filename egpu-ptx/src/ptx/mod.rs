@@ -22,6 +22,9 @@
 //!            \tld.param.u64 %rd1, [p];\n\t@%p1 ld.global.u64 %rd1, [%rd1+8];\n\tret;\n}\n";
 //! let module = PtxModule::parse(ptx)?;
 //! assert_eq!(module.directive(".target"), Some("sm_90"));
+//! assert_eq!(module.target(), Some(("sm_90", 90)));
+//! let debug = PtxModule::parse(&ptx.replace("sm_90", "sm_90a, debug"))?;
+//! assert_eq!(debug.target(), Some(("sm_90a", 90)));
 //! let kernel = module.function("k").unwrap();
 //! let loads: Vec<_> = module
 //!     .instructions(kernel)

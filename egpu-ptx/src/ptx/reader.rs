@@ -561,6 +561,16 @@ impl PtxModule {
         })
     }
 
+    /// The architecture of `.target` (`.target sm_90a, debug`): its word (`"sm_90a"`, what
+    /// `ptxas -arch` takes) and its SM version (90).
+    pub fn target(&self) -> Option<(&str, u32)> {
+        self.directive(".target")?.split(',').map(str::trim).find_map(|word| {
+            let digits = word.strip_prefix("sm_")?;
+            let sm = digits.trim_end_matches(|c: char| c.is_ascii_alphabetic()).parse().ok()?;
+            Some((word, sm))
+        })
+    }
+
     /// The instructions of function `f`, nested blocks included, with the index of the piece
     /// each is.
     pub fn instructions(&self, f: &Function) -> Vec<(usize, PtxInstruction<'_>)> {
