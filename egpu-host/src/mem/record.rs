@@ -161,15 +161,15 @@ pub struct Kernel {
     pub event_ns: u64,
     /// Registers per thread as the driver loaded it (instrumented, where it is); absent:
     /// unknown.
-    #[serde(default, skip_serializing_if = "is_zero32")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub registers: u32,
     /// Bytes of local memory per thread as the driver loaded it (spills and stack); absent: none
     /// or unknown.
-    #[serde(default, skip_serializing_if = "is_zero32")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub local_bytes: u32,
     /// Registers per thread of its machine code as the program brought it (a cubin's), without
     /// probes; absent: unknown (a module of PTX only, JIT compiled).
-    #[serde(default, skip_serializing_if = "is_zero32")]
+    #[serde(default, skip_serializing_if = "is_zero")]
     pub machine_registers: u32,
 }
 
@@ -177,12 +177,8 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-fn is_zero32(n: &u32) -> bool {
-    *n == 0
+fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+    *n == T::default()
 }
 
 impl Kernel {

@@ -53,7 +53,6 @@ use egpu_ebpf::{AttachPoint, DeviceEvent, kernel_id};
 use egpu_maps::{MapError, Placement, RawMap};
 
 use super::record::{FORMAT, VERSION, kernel_hex};
-use super::timeline::Record;
 use super::windows::{KEEP, Timeline};
 use super::{Header, PageSize, Recording, Sampling, Seen, Set, egpu_build, pack_sampled};
 use crate::pack::PackError;
@@ -160,11 +159,7 @@ impl Plan {
         ring: usize,
         recording: &mut Recording,
     ) {
-        let raw = &self.maps[ring].1;
-        let drops = egpu_maps::RingBuf::<Record>::from_raw(raw.clone())
-            .map(|r| r.shard_drops())
-            .unwrap_or_default();
-        timeline.finish(recording, None, &drops, raw.geometry().cpu_shards);
+        timeline.finish_with_ring(recording, None, &self.maps[ring].1);
     }
 
     /// Each probe's map bindings, map `i` of [`Plan::maps`] at `addresses[i]` (its device copy).

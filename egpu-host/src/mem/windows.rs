@@ -224,6 +224,19 @@ impl Timeline {
         out
     }
 
+    /// [`Timeline::finish`] with the drops counted in `ring`, the set's ring (its shards'
+    /// [`RingBuf::shard_drops`]).
+    pub fn finish_with_ring(
+        &self,
+        recording: &mut Recording,
+        window_ns: Option<u64>,
+        ring: &RawMap,
+    ) {
+        let drops =
+            RingBuf::<Record>::from_raw(ring.clone()).map(|r| r.shard_drops()).unwrap_or_default();
+        self.finish(recording, window_ns, &drops, ring.geometry().cpu_shards);
+    }
+
     /// Puts what the timeline holds into `recording`: its windows (`window_ns` long, `None`:
     /// automatic), the records kept (by time), and the header's summary with the drops of the
     /// ring (`drops`, per shard: [`RingBuf::shard_drops`], the first `cpu_shards` the host's).

@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::{Duration, Instant};
 
 use egpu::host::mem::{Recording, Set, Timeline, windows};
-use egpu::maps::{RawMap, RingBuf};
+use egpu::maps::RawMap;
 
 /// The records drained so far; `None` until the drainer starts.
 static TIMELINE: Mutex<Option<Timeline>> = Mutex::new(None);
@@ -85,8 +85,5 @@ pub(super) fn finish(recording: &mut Recording, maps: &[(String, RawMap)]) {
     let timeline = guard.get_or_insert_with(new_timeline);
     let _ = timeline.drain(raw);
     let window = env_u64("EGPU_MEM_WINDOW_NS").filter(|&w| w > 0);
-    let drops = RingBuf::<egpu::host::mem::timeline::Record>::from_raw(raw.clone())
-        .map(|r| r.shard_drops())
-        .unwrap_or_default();
-    timeline.finish(recording, window, &drops, raw.geometry().cpu_shards);
+    timeline.finish_with_ring(recording, window, raw);
 }
