@@ -171,7 +171,7 @@ pub(crate) fn inject_cmd(a: InjectArgs) -> Result<(), Error> {
         .iter()
         .map(|p| DeviceProbe { program: &p.verified, kernels: selection, maps: &p.bindings })
         .collect();
-    let options = InjectOptions { tensor_boxes: a.tensor_boxes, registers };
+    let options = InjectOptions { tensor_boxes: a.tensor_boxes, registers, ..Default::default() };
     let injected = inject_with(&ptx, &probes, &options)
         .map_err(|e| Error::Failed(format!("{module}: {e}")))?;
     // A kernel named that the module lacks is a mistake, not an empty selection.

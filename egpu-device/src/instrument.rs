@@ -32,7 +32,8 @@ use egpu_ebpf::verifier::Verified;
 use crate::cuda::{Arg, Gpu, JitError, Module};
 use crate::driver::DriverError;
 use crate::inject::{
-    Coverage, DeviceProbe, InjectError, InjectOptions, Injection, Kernels, inject_with,
+    Coverage, DeviceProbe, InjectError, InjectOptions, Injection, Kernels, WarpSampling,
+    inject_with,
 };
 use crate::tensor_maps::TensorMaps;
 use crate::translate::{Context, DeviceMap, Options, translate};
@@ -48,6 +49,8 @@ struct Attached {
     kernels: Vec<String>,
     /// The device side of each map of its map table, in order.
     maps: Vec<DeviceMap>,
+    /// log2 N: it runs in one warp in N ([`Instrumenter::attach_sampled`]); 0 in every warp.
+    sample: u32,
 }
 
 /// Names a probe attached to an [`Instrumenter`], for [`Instrumenter::detach`].
@@ -196,7 +199,27 @@ impl<'g> Instrumenter<'g> {
             program: verified.clone(),
             kernels: kernels.iter().map(|k| (*k).to_owned()).collect(),
             maps: maps.to_vec(),
+            sample: 0,
         });
+        Ok(id)
+    }
+
+    /// [`attach`](Self::attach), the probe running in one warp in `1 << shift` only (the
+    /// injector's [`WarpSampling`]): refused when a probe attached
+    /// before runs in another share of the warps.
+    pub fn attach_sampled(
+        &mut self,
+        verified: &Verified,
+        maps: &[DeviceMap],
+        kernels: &[&str],
+        shift: u32,
+    ) -> Result<DeviceProbeId, InjectError> {
+        let shifts = self.probes.iter().map(|p| p.sample).chain([shift.min(31)]);
+        WarpSampling::of(shifts).map_err(InjectError::Sampling)?;
+        let id = self.attach(verified, maps, kernels)?;
+        if let Some(p) = self.probes.last_mut() {
+            p.sample = shift.min(31);
+        }
         Ok(id)
     }
 
@@ -291,8 +314,11 @@ impl<'g> Instrumenter<'g> {
                 maps: &p.maps,
             })
             .collect();
+        // One sampling for all, as `attach_sampled` checked.
+        let sampled = WarpSampling::of(self.probes.iter().map(|p| p.sample)).ok().flatten();
         let options = InjectOptions {
             tensor_boxes: self.tensor_maps.map(TensorMaps::device_ptr),
+            sampled,
             ..InjectOptions::default()
         };
         let injected =

@@ -27,7 +27,8 @@ use std::sync::OnceLock;
 
 use crate::driver::{GpuInfo, GpuStatus, gpu_status};
 pub use egpu_ptx::testing::{
-    Decision, REQUIRE_PTXAS_ENV, cubin_with_ptx, fatbin_with, require_nvcc, require_ptxas,
+    Decision, REQUIRE_PTXAS_ENV, cubin_with_ptx, disassemble, fatbin_with, require_nvcc,
+    require_nvdisasm, require_ptxas,
 };
 
 /// The environment variable that turns a skipped GPU test into a failure when set to `1`.

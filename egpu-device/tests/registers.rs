@@ -80,3 +80,90 @@ fn registers_read_from_cubins_bound_the_instrumented_kernels() {
     }
     println!("registers: {bounded} kernels bounded to their blocks per SM");
 }
+
+/// A 48-byte record (the access's address, its kernel, the clock) into a ring drained while
+/// kernels run, at every load and store: a `timeline`-like probe.
+const RECORD: &str = "mov %r6, %r1\nldxdw %r0, [%r6+0]\nstxdw [%r10-48], %r0\n\
+                      ldxdw %r0, [%r6+8]\nstxdw [%r10-40], %r0\ncall 5\nstxdw [%r10-32], %r0\n\
+                      stxdw [%r10-24], %r0\nstxdw [%r10-16], %r0\nstxdw [%r10-8], %r0\n\
+                      lddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -48\nmov %r3, 48\nmov %r4, 0\n\
+                      call 130\nmov %r0, 0\nexit";
+
+#[test]
+fn sampled_probes_leave_the_other_warps_copy_as_the_kernel_was() {
+    let Some(ptxas) = egpu_device::testing::require_ptxas() else { return };
+    let Some(nvcc) = egpu_device::testing::require_nvcc() else { return };
+    let Some(nvdisasm) = egpu_device::testing::require_nvdisasm() else { return };
+    let def = MapDef {
+        name: "records".into(),
+        kind: MapKind::RingBuf,
+        key_size: 0,
+        value_size: 48,
+        capacity: 4096,
+    };
+    let geometry = Geometry::new(MapKind::RingBuf, 0, 48, 4096, 1, 128).expect("a geometry");
+    let maps =
+        [DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false, spread: 0, drained: true }];
+    let programs: Vec<_> = [DeviceEvent::GlobalLoad, DeviceEvent::GlobalStore]
+        .into_iter()
+        .map(|e| {
+            let program = Program::new(
+                assemble(RECORD).expect("assembles"),
+                vec![def.clone()],
+                AttachPoint::Device(e),
+            );
+            verify(&program.expect("a program")).expect("verified")
+        })
+        .collect();
+    let probes: Vec<DeviceProbe<'_>> = programs
+        .iter()
+        .map(|p| DeviceProbe { program: p, kernels: Kernels::All, maps: &maps })
+        .collect();
+    let cu = egpu_test_support::workspace_path("tests/kernels/saxpy.cu");
+    let ptx = nvcc.compile_ptx(&cu, "sm_90").expect("PTX");
+    let (report, cubin) = ptxas.compile(&ptx, "sm_90").expect("ptxas");
+    let counts: BTreeMap<String, u32> =
+        cubin::register_counts(&cubin).expect("read").into_iter().collect();
+    let bare = report.function("saxpy").and_then(|f| f.registers).expect("saxpy's registers");
+    // Every warp recording: more registers than the kernel had.
+    let every = inject_with(&ptx, &probes, &InjectOptions::default()).expect("instruments");
+    let every = ptxas.check(&every.ptx, "sm_90").expect("compiles");
+    let unbound = every.function("saxpy").and_then(|f| f.registers).expect("registers");
+    assert!(unbound > bare, "{unbound} <= {bare}");
+    // One warp in 32, bound to the kernel's registers' step: the registers kept, and what does
+    // not fit spilled in the sampled warps' copy only.
+    let options = InjectOptions {
+        registers: counts,
+        bound_sampled_only: true,
+        sampled: Some(egpu_device::inject::WarpSampling { probes: vec![0, 1], shift: 5 }),
+        ..InjectOptions::default()
+    };
+    let injected = inject_with(&ptx, &probes, &options).expect("instruments");
+    let text = &injected.ptx;
+    let (plain, sampled) = text.split_once("$egpu_sampled:").expect("two copies");
+    assert!(!plain.contains("atom.global") && sampled.contains("atom.global"));
+    let (after, cubin) = ptxas.compile(text, "sm_90").expect("compiles");
+    let got = after.function("saxpy").and_then(|f| f.registers).expect("registers");
+    let sass = egpu_device::testing::disassemble(&nvdisasm, &cubin);
+    let loads: Vec<usize> = sass
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains("LDG.E") && !l.contains("STRONG"))
+        .map(|(i, _)| i)
+        .collect();
+    assert!(loads.len() >= 4 && loads.len().is_multiple_of(2), "{} loads: {sass}", loads.len());
+    // The first copy's loads are the first half; no local memory up to its last.
+    let plain_end = loads[loads.len() / 2 - 1];
+    let local = |l: &&str| l.contains("STL") || l.contains("LDL");
+    let spilled_plain = sass.lines().take(plain_end).filter(local).count();
+    let spilled = sass.lines().filter(local).count();
+    println!(
+        "sampled saxpy: {bare} registers bare, {unbound} with every warp recording, {got} with \
+         one in 32 bound; local memory instructions {spilled}, {spilled_plain} in the plain copy"
+    );
+    let most: u32 = (text.lines())
+        .find_map(|l| l.trim().strip_prefix(".maxnreg ").and_then(|n| n.parse().ok()))
+        .expect(".maxnreg");
+    assert!(got <= most && most < unbound, "{got} registers, bound {most}");
+    assert_eq!(spilled_plain, 0, "{sass}");
+}

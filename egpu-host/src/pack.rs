@@ -12,6 +12,9 @@
 //! end
 //! ```
 //!
+//! A `warps N` line after `probe` says the probe runs in one warp in N only (N a power of two;
+//! [`Pack::add_sampled`], egpu-ptx's `WarpSampling`); without it, in every warp.
+//!
 //! `map` lines give the map as a [`MapDef`] in its text form, `NAME=KIND:KEY:VALUE:CAPACITY`, then
 //! its CPU shards and SM shards; `code` lines the program's instructions in hexadecimal (several
 //! lines are joined). A pack is made from `#[egpu::probe]` functions with [`Pack::add`], written
@@ -47,6 +50,9 @@ pub struct PackedProbe {
     pub program: Verified,
     /// The layout of each map of the program's map table, in its order.
     pub maps: Vec<Geometry>,
+    /// log2 N: on the GPU the probe runs in one warp in N (egpu-ptx's `WarpSampling`); 0 in
+    /// every warp.
+    pub sample: u32,
 }
 
 /// A probe of a pack being read.
@@ -57,6 +63,7 @@ struct Reading {
     defs: Vec<MapDef>,
     maps: Vec<Geometry>,
     code: Vec<u8>,
+    sample: u32,
 }
 
 /// Probes to carry to another process.
@@ -136,6 +143,18 @@ impl Pack {
         Ok(self)
     }
 
+    /// Adds a probe as [`add`](Self::add) does, to run in one warp in `warps` (a power of two
+    /// up to 2³¹) on the GPU: a kernel's other warps run a copy of it without the probe.
+    pub fn add_sampled(&mut self, probe: &Probe, warps: u32) -> Result<&mut Pack, PackError> {
+        let sample = sample_shift(warps)
+            .map_err(|reason| PackError::Syntax { line: 0, reason: reason.into() })?;
+        self.add(probe)?;
+        if let Some(p) = self.probes.last_mut() {
+            p.sample = sample;
+        }
+        Ok(self)
+    }
+
     /// Adds a verified program under `name`, with the layout of each map of its table.
     pub fn push(
         &mut self,
@@ -166,7 +185,7 @@ impl Pack {
                 )));
             }
         }
-        self.probes.push(PackedProbe { name: name.into(), program: verified, maps });
+        self.probes.push(PackedProbe { name: name.into(), program: verified, maps, sample: 0 });
         Ok(self)
     }
 
@@ -181,6 +200,9 @@ impl Pack {
         for p in &self.probes {
             let program = p.program.program();
             let _ = writeln!(text, "probe {} {}", p.name, program.attach_point());
+            if p.sample > 0 {
+                let _ = writeln!(text, "warps {}", 1u64 << p.sample);
+            }
             for (def, g) in program.maps().iter().zip(&p.maps) {
                 // The layout's numbers, as `parse` makes the definition from them.
                 let def = MapDef {
@@ -238,7 +260,12 @@ impl Pack {
                         defs: vec![],
                         maps: vec![],
                         code: vec![],
+                        sample: 0,
                     });
+                }
+                (["warps", n], Some(r)) if r.defs.is_empty() && r.code.is_empty() => {
+                    let n = n.parse::<u32>().map_err(|_| bad(line, "warps N: N is a number"))?;
+                    r.sample = sample_shift(n).map_err(|reason| bad(line, reason))?;
                 }
                 (["map", def, cpu_shards, sm_shards], Some(r)) if r.code.is_empty() => {
                     let def = def.parse::<MapDef>().map_err(|e| bad(line, &e.to_string()))?;
@@ -277,6 +304,9 @@ impl Pack {
                         PackError::Syntax { reason, .. } => PackError::Syntax { line, reason },
                         e => e,
                     })?;
+                    if let Some(p) = pack.probes.last_mut() {
+                        p.sample = r.sample;
+                    }
                 }
                 _ => return Err(bad(line, &format!("unexpected `{l}`"))),
             }
@@ -365,6 +395,14 @@ macro_rules! export_probes {
     };
 }
 
+/// log2 of `warps`, one warp in which a sampled probe runs: a power of two up to 2³¹.
+fn sample_shift(warps: u32) -> Result<u32, &'static str> {
+    match warps.is_power_of_two() {
+        true => Ok(warps.trailing_zeros()),
+        false => Err("a probe runs in one warp in N, N a power of two"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -434,6 +472,9 @@ mod tests {
             (good.replace("map COUNTS=hash:8:8:64 1 0\n", ""), "map"),
             (good.replace("code 79", "code ff"), "probe counts"),
             ("error the probe did not build\n".into(), "the probe did not build"),
+            (good.replace("enter\n", "enter\nwarps 3\n"), "line 3: a probe runs in one warp in N"),
+            (good.replace("enter\n", "enter\nwarps x\n"), "line 3: warps N: N is a number"),
+            (good.replace(":64 1 0\n", ":64 1 0\nwarps 32\n"), "unexpected `warps 32`"),
             // Reads a context byte past the launch context: the verifier's refusal, named.
             (good.replace("code 7916000000000000", "code 7916580000000000"), "probe counts: instr"),
         ];

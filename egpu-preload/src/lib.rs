@@ -251,7 +251,7 @@ fn only_form(name: &[u8], version: c_int, per_thread: bool) -> Option<&'static e
 
 /// Whether `EGPU_LOG` (a comma-separated list) names `what`: `lookups` prints every lookup of a
 /// `cu*` entry point, with whether it was interposed; `modules` every module loaded without the
-/// device probes, with why.
+/// device probes, with why; `mem` why a kernel's registers could not be asked for.
 pub(crate) fn log_enabled(what: &str) -> bool {
     static LOG: OnceLock<String> = OnceLock::new();
     LOG.get_or_init(|| std::env::var("EGPU_LOG").unwrap_or_default()).split(',').any(|w| w == what)

@@ -14,7 +14,7 @@
 //! | `timing` | per launch (`%gridid`), the device clock at block 0's start and at each block's end | a compare per thread at entry and exit; one map write per block |
 //! | `pattern` | per kernel and site, the warp-level requests, the 32-byte sectors they touched and the fewest they could have | per access, the warp's lanes and sectors (`match.any`, `redux`), and a hash map update by the lowest lane |
 //! | `pages` | per kernel, accesses per page (4 KiB, 64 KiB or 2 MiB: [`PageSize`]); atomics per 8-byte address | per access, an add to its page's count, one per group of lanes on a page; the page's value remembered from the thread's last lookup, a search otherwise |
-//! | `timeline` | one warp in N, or one line in N of each warp's ([`timeline`], [`SampleBy`]): each request's device time, SM, address, size and lanes in a ring per SM; bandwidth over time windows ([`windows`]) | per access, a multiply and a compare (two multiplies by lines); for a sampled request, the lanes and a ring record by their leader, its tickets taken 32 at a time |
+//! | `timeline` | one warp in N, or one line in N of each warp's ([`timeline`], [`SampleBy`]): each request's device time, SM, address, size and lanes in a ring per SM; bandwidth over time windows ([`windows`]) | by warps, nothing in a warp not sampled (the kernel runs a copy of its body without the probes: egpu-ptx's `WarpSampling`); by lines, two multiplies and a compare per access; for a sampled request, the lanes and a ring record by their leader, its tickets taken 32 at a time |
 
 pub mod pages;
 pub mod record;
@@ -90,15 +90,21 @@ impl Set {
         }
     }
 
-    fn probes(self, page: PageSize, sampling: Sampling) -> Vec<&'static egpu_probe::Probe> {
+    /// The set's probes, each with the warps it runs in: one in `1 << shift`.
+    fn probes(self, page: PageSize, sampling: Sampling) -> Vec<(&'static egpu_probe::Probe, u32)> {
+        let every =
+            |probes: &[&'static egpu_probe::Probe]| probes.iter().map(|&p| (p, 0)).collect();
         match self {
-            Set::Counts => sets::counts().to_vec(),
-            Set::Timing => sets::timing().to_vec(),
-            Set::Pattern => sets::pattern().to_vec(),
-            Set::Pages => pages::pages(page.shift()).map(|p| p.to_vec()).unwrap_or_default(),
+            Set::Counts => every(&sets::counts()),
+            Set::Timing => every(&sets::timing()),
+            Set::Pattern => every(&sets::pattern()),
+            Set::Pages => pages::pages(page.shift()).map(|p| every(&p)).unwrap_or_default(),
             Set::Timeline => {
                 let lines = sampling.by() == SampleBy::Lines;
-                timeline::timeline(sampling.shift(), lines).map(|p| p.to_vec()).unwrap_or_default()
+                // By warps, the probes run in the sampled warps only; by lines, they test.
+                let warps = if lines { 0 } else { sampling.shift() };
+                let probes = timeline::timeline(sampling.shift(), lines).map(|p| p.to_vec());
+                probes.unwrap_or_default().into_iter().map(|p| (p, warps)).collect()
             }
         }
     }
@@ -182,8 +188,11 @@ pub fn pack_sampled(sets: &[Set], page: PageSize, sampling: Sampling) -> Result<
             continue;
         }
         seen.push(set);
-        for probe in set.probes(page, sampling) {
-            pack.add(probe)?;
+        for (probe, shift) in set.probes(page, sampling) {
+            match shift {
+                0 => pack.add(probe)?,
+                _ => pack.add_sampled(probe, 1 << shift)?,
+            };
         }
     }
     Ok(pack)

@@ -109,6 +109,8 @@ pub(crate) struct Plan {
     pub(crate) maps: Vec<(String, RawMap)>,
     /// The device probes: name, program, and the index in `maps` of each map of its table.
     pub(crate) probes: Vec<(String, Verified, Vec<usize>)>,
+    /// Each probe's warps, as [`Plan::probes`]: log2 N, it runs in one warp in N (0: every warp).
+    pub(crate) samples: Vec<u32>,
 }
 
 impl Plan {
@@ -117,7 +119,7 @@ impl Plan {
         let sets: Vec<Set> = Set::ALL.into_iter().filter(|s| sets.contains(s)).collect();
         let pack = pack_sampled(&sets, page, sampling)?;
         let mut maps: Vec<(String, RawMap)> = Vec::new();
-        let mut probes = Vec::new();
+        let (mut probes, mut samples) = (Vec::new(), Vec::new());
         for probe in pack.probes() {
             let mut indices = Vec::new();
             for (def, &geometry) in probe.program.program().maps().iter().zip(&probe.maps) {
@@ -136,9 +138,10 @@ impl Plan {
             // Every probe of the sets runs on the device.
             if matches!(probe.program.program().attach_point(), AttachPoint::Device(_)) {
                 probes.push((probe.name.clone(), probe.program.clone(), indices));
+                samples.push(probe.sample);
             }
         }
-        Ok(Plan { sets, page, sampling, maps, probes })
+        Ok(Plan { sets, page, sampling, maps, probes, samples })
     }
 
     /// The index in [`Plan::maps`] of the `timeline` set's ring, when the plan has the set.
@@ -343,9 +346,12 @@ impl<'g> MemSession<'g> {
             .collect::<Result<Vec<_>, _>>()?;
         let addresses: Vec<u64> = buffers.iter().map(|b| b.binding().addr).collect();
         let mut instrumenter = Instrumenter::new(gpu);
-        for ((name, program, _), maps) in plan.probes.iter().zip(plan.bindings(&addresses)) {
+        let bindings = plan.bindings(&addresses);
+        for (((name, program, _), maps), &sample) in
+            plan.probes.iter().zip(bindings).zip(&plan.samples)
+        {
             instrumenter
-                .attach(program, &maps, kernels)
+                .attach_sampled(program, &maps, kernels, sample)
                 .map_err(|source| MemError::Attach { probe: name.clone(), source })?;
         }
         let timeline = plan.timeline().map(|i| (i, Mutex::new(plan.new_timeline())));

@@ -3,6 +3,7 @@
 
 use std::sync::Mutex;
 
+use egpu_device::inject::warp_sampled;
 use egpu_ebpf::MemAccessCtx;
 use egpu_maps::RingBuf;
 
@@ -26,7 +27,8 @@ fn access(block: u32, warp: u32, addr: u64) -> MemAccessCtx {
     }
 }
 
-/// Runs the load probe once for each of `blocks` × `warps` warps with N = `1 << shift`; the
+/// Runs the load probe once for each of `blocks` × `warps` warps with N = `1 << shift`, by
+/// warps in the warps the injector's rule samples (as a kernel's copy for them would); the
 /// records drained.
 fn run_warps(shift: u32, blocks: u32, warps: u32) -> Vec<Record> {
     run(shift, false, blocks, warps)
@@ -37,7 +39,7 @@ fn run(shift: u32, lines: bool, blocks: u32, warps: u32) -> Vec<Record> {
     let probes = timeline(shift, lines).expect("probes for N");
     let [mut loads, ..] = probes.map(|p| p.vm().expect("a VM"));
     for block in 0..blocks {
-        for warp in 0..warps {
+        for warp in (0..warps).filter(|&w| lines || warp_sampled([block, 0, 0], w, shift)) {
             let mut ctx = access(block, warp, 0x1000 + u64::from(block * 32 + warp) * 4);
             loads.run_ctx(&mut ctx).expect("runs");
         }
@@ -87,6 +89,38 @@ fn one_warp_in_n_is_recorded() {
     assert!(warps.len() > 16, "sampled warps of a block: {warps:?}");
     let records = run_warps(2, 32, 32);
     assert!((200..=312).contains(&records.len()), "{} of 1024 at 1 in 4", records.len());
+    // The probes do not test the warp: in a warp they run in, every request is recorded.
+    let [mut loads, ..] = timeline(5, false).expect("N = 32").map(|p| p.vm().expect("a VM"));
+    for warp in 0..32 {
+        loads.run_ctx(&mut access(0, warp, 0x2000)).expect("runs");
+    }
+    let ring = RingBuf::<Record>::from_raw(TIMELINE.raw().clone()).expect("the ring");
+    assert_eq!(ring.consumer().expect("the consumer").drain().count(), 32);
+    // The pack says they run in one warp in 32; the other sets' probes in every warp.
+    let sampling = "32".parse::<super::Sampling>().expect("1 in 32");
+    let pack = super::pack_sampled(
+        &[super::Set::Counts, super::Set::Timeline],
+        Default::default(),
+        sampling,
+    )
+    .expect("a pack");
+    let samples: Vec<(&str, u32)> =
+        pack.probes().iter().map(|p| (p.name.as_str(), p.sample)).collect();
+    assert!(
+        samples.iter().all(|&(name, s)| (s == 5) == name.starts_with("timeline_")),
+        "{samples:?}"
+    );
+    assert!(pack.to_text().contains("\nwarps 32\n"));
+    let again = crate::pack::Pack::parse(&pack.to_text()).expect("read back");
+    assert!(again.probes().iter().zip(pack.probes()).all(|(a, b)| a.sample == b.sample));
+    // By lines, every warp runs them.
+    let lines = pack_lines();
+    assert!(lines.probes().iter().all(|p| p.sample == 0));
+}
+
+fn pack_lines() -> crate::pack::Pack {
+    let sampling = "32".parse::<super::Sampling>().expect("1 in 32").of(super::SampleBy::Lines);
+    super::pack_sampled(&[super::Set::Timeline], Default::default(), sampling).expect("a pack")
 }
 
 #[test]

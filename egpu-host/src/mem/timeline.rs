@@ -1,19 +1,20 @@
 //! The `timeline` set: sampled warp-level requests with the device clock, for bandwidth over
 //! time and, later, pictures of address × time.
 //!
-//! Each access's warp decides whether it is sampled, the same way at every access of the warp:
-//! its key is `block.x · 32 + warp` (the warp's index in its block, `MemAccessCtx::warp`) with
-//! `block.y` and `block.z` xored into its high bits (`<< 32`, `<< 48`), and the warp is sampled
-//! when the upper 32 bits of `key × 0x9E3779B97F4A7C15` (Fibonacci hashing), times N, are below
-//! 2³²: one warp in N, spread over the grid whatever its shape (a plain modulo would pick the
-//! same warp of every block when N divides the warps per block). N is a power of two from 1 to
-//! 1024 ([`Sampling`], `egpu mem run --sample N`), a constant of the probes: a probe per N, as
-//! the `pages` set has a probe per page size. (A value read from a map at run time was the
-//! other way; Probe Rust reads hash maps only, whose lookup costs more than the constant.)
-//! The cost for a warp not sampled is a multiply and a compare. Each record carries log2 N, so
-//! its reader scales it without being told. With [`SampleBy::Lines`] (`--sample-by lines`) the
-//! key is each lane's 128-byte line mixed with the warp's key instead: every warp records about
-//! one in N of its requests, and the records say so ([`LINES`]).
+//! Which warps record: a warp's key is `block.x · 32 + warp` (the warp's index in its block)
+//! with `block.y` and `block.z` xored into its high bits (`<< 32`, `<< 48`), and the warp is
+//! sampled when the upper 32 bits of `key × 0x9E3779B97F4A7C15` (Fibonacci hashing), times N,
+//! are below 2³²: one warp in N, spread over the grid whatever its shape (a plain modulo would
+//! pick the same warp of every block when N divides the warps per block). N is a power of two
+//! from 1 to 1024 ([`Sampling`], `egpu mem run --sample N`). The probes do not test it: the
+//! pack says they run in one warp in N ([`Pack::add_sampled`](crate::pack::Pack::add_sampled)),
+//! and the injector gives each kernel two copies of its body, one for the sampled warps with
+//! the probes, one for the others without them (egpu-ptx's `WarpSampling`), so a warp not
+//! sampled runs the kernel as it was, with its registers where they are bound. Each record
+//! carries log2 N (a probe per N), so its reader scales it without being told. With
+//! [`SampleBy::Lines`] (`--sample-by lines`) every warp runs the probes, which test each lane's
+//! 128-byte line mixed with the warp's key instead: every warp records about one in N of its
+//! requests, and the records say so ([`LINES`]).
 //!
 //! A sampled request is recorded by its leader lane (`warp_leader`): one
 //! [`Record`] (the device clock, the SM, the leader's address, the access's size, the lanes
@@ -98,35 +99,57 @@ pub const LINES: u32 = 1 << 24;
 /// The sampling factors there are probes for: N = `1 << shift`, shift up to this.
 pub const MAX_SHIFT: u32 = 10;
 
-/// A `timeline` probe at `$event`: a sampled request is recorded, every lane counting the
-/// lanes and the leader writing the record (`$access`: [`LOAD`], [`STORE`] or [`ATOMIC`]).
-/// The warp of key `block.x · 32 + warp` (`block.y`, `block.z` in its high bits) is sampled,
-/// one in N = `1 << $shift`, when the upper 32 bits of the key's Fibonacci hash are below
-/// `2³² >> $shift`; with `$lines` true, the key is instead the lane's 128-byte line mixed with
-/// the warp's, so that every warp records about one in N of its lines ([`SampleBy::Lines`]).
-/// The test is computed in the probe (a helper, a local function, was a call per access), from
-/// values a thread never changes but its address, which `ptxas` may compute once. The record is
-/// written in the probe itself, not in a helper, so that the ring's tickets come from the batch
-/// the kernel keeps for the lane in registers of its own: its stores, and two atomics and a
-/// sequence word per 32 records, not per record.
+/// A `timeline` probe at `$event`, sampling warps (`$lines` false) or lines (true): every lane
+/// counts the lanes of a recorded request, and the leader writes the record (`$access`:
+/// [`LOAD`], [`STORE`] or [`ATOMIC`]). The record is written in the probe itself, not in a
+/// helper, so that the ring's tickets come from the batch the kernel keeps for the lane in
+/// registers of its own: its stores, and two atomics and a sequence word per 32 records, not per
+/// record.
+///
+/// By warps, the probe records every request: it runs in one warp in N = `1 << $shift` only,
+/// which the pack says ([`Pack::add_sampled`](crate::pack::Pack::add_sampled)): the injector
+/// gives a kernel a copy without it for the other warps (egpu-ptx's `WarpSampling`, whose rule
+/// picks the warps: the Fibonacci hash of the warp's key), and on the CPU the caller applies the
+/// same rule ([`egpu_device::inject::warp_sampled`]).
+///
+/// By lines, every warp runs it, and it records a request when the upper 32 bits of the
+/// Fibonacci hash of the lane's 128-byte line mixed with the warp's key are below `2³² >>
+/// $shift` ([`SampleBy::Lines`]): every warp records about one in N of its lines.
 macro_rules! timeline_probe {
-    ($name:ident, $event:ident, $access:expr, $shift:literal, $lines:literal, $doc:literal) => {
+    ($name:ident, $event:ident, $access:expr, $shift:literal, false, $doc:literal) => {
+        #[doc = $doc]
+        #[probe(device::$event, crate = crate::egpu_root)]
+        fn $name(ctx: &MemAccessCtx) {
+            let lanes = egpu_vm::native::warp_lanes();
+            if egpu_vm::native::warp_leader() {
+                let time = egpu_vm::native::ktime_ns();
+                let kind = ctx.class | ($access << 8) | ($shift << 16);
+                TIMELINE.output(&Record {
+                    time,
+                    addr: ctx.addr,
+                    kernel: ctx.kernel_id,
+                    launch: ctx.launch_id,
+                    size: ctx.size,
+                    lanes,
+                    sm: ctx.sm,
+                    kind,
+                });
+            }
+        }
+    };
+    ($name:ident, $event:ident, $access:expr, $shift:literal, true, $doc:literal) => {
         #[doc = $doc]
         #[probe(device::$event, crate = crate::egpu_root)]
         fn $name(ctx: &MemAccessCtx) {
             let warp = ((ctx.block[0] as u64) * 32 + ctx.warp as u64)
                 ^ ((ctx.block[1] as u64) << 32)
                 ^ ((ctx.block[2] as u64) << 48);
-            let mut key = warp;
-            if $lines {
-                key = (ctx.addr >> 7) ^ (warp * 0x9E37_79B9_7F4A_7C15u64);
-            }
+            let key = (ctx.addr >> 7) ^ (warp * 0x9E37_79B9_7F4A_7C15u64);
             if (key * 0x9E37_79B9_7F4A_7C15u64) >> 32 < ((1u64 << 32) >> $shift) {
                 let lanes = egpu_vm::native::warp_lanes();
                 if egpu_vm::native::warp_leader() {
                     let time = egpu_vm::native::ktime_ns();
-                    let by = if $lines { LINES } else { 0 };
-                    let kind = ctx.class | ($access << 8) | ($shift << 16) | by;
+                    let kind = ctx.class | ($access << 8) | ($shift << 16) | LINES;
                     TIMELINE.output(&Record {
                         time,
                         addr: ctx.addr,
@@ -144,7 +167,7 @@ macro_rules! timeline_probe {
 }
 
 macro_rules! timeline_probes {
-    ($($shift:literal: $by:literal, $loads:ident, $stores:ident, $atomics:ident;)*) => {
+    ($($shift:literal: $by:tt, $loads:ident, $stores:ident, $atomics:ident;)*) => {
         $(
             timeline_probe!($loads, global_load, LOAD, $shift, $by,
                 "Every read of global memory, sampled.");

@@ -102,37 +102,26 @@ pub(crate) fn ptx_in(bytes: &[u8]) -> Result<String, Refusal> {
 }
 
 /// The registers per thread of the kernels of the images read, by name, from their machine
-/// code: with `EGPU_MAXNREG=1`, what their instrumented form then keeps to
-/// (`InjectOptions::registers`), and under `egpu mem` (`EGPU_MEM_OUT`), what the recording
-/// says they took without probes. The bound is off by default: measured on the H200, the
-/// `counts` set's sums spilled to local memory in a grid-stride saxpy's loop cost more (2.69×
-/// its time) than the blocks per SM they kept (2.01× without).
+/// code: what their instrumented form keeps to (`InjectOptions::registers`), and what the
+/// recording of `egpu mem` says they took without probes. The bound is for kernels copied for
+/// sampled warps by default, where what does not fit spills in the sampled copy, and for every
+/// kernel with `EGPU_MAXNREG=1`: measured on the H200, the `counts` set's sums spilled to local
+/// memory in a grid-stride saxpy's loop cost more (2.69× its time) than the blocks per SM they
+/// kept (2.01× without).
 static REGISTERS: Mutex<BTreeMap<String, u32>> = Mutex::new(BTreeMap::new());
 
-/// Whether the instrumented kernels are bound to their machine code's registers.
-fn bounded() -> bool {
+/// Whether every instrumented kernel is bound to its machine code's registers.
+pub(crate) fn bounded() -> bool {
     std::env::var("EGPU_MAXNREG").is_ok_and(|v| v == "1")
 }
 
 /// Remembers the registers the kernels of the image `bytes` take (a cubin's, or a fat binary's
 /// cubin for `arch`).
 fn remember_registers(bytes: &[u8], arch: Option<u32>) {
-    if !bounded() && std::env::var_os("EGPU_MEM_OUT").is_none() {
-        return;
-    }
     let counts = register_counts(bytes, arch.unwrap_or(0));
     if !counts.is_empty() {
         REGISTERS.lock().unwrap_or_else(|p| p.into_inner()).extend(counts);
     }
-}
-
-/// The registers per thread the instrumented kernels are bound to, by name: none unless
-/// `EGPU_MAXNREG=1`.
-pub(crate) fn registers() -> BTreeMap<String, u32> {
-    if !bounded() {
-        return BTreeMap::new();
-    }
-    machine_registers()
 }
 
 /// The registers per thread of the kernels read so far, by name, from their machine code.

@@ -59,13 +59,25 @@ pub(crate) fn remember_loaded(id: u64, f: crate::Handle) {
     if id == 0 || std::env::var_os("EGPU_MEM_OUT").is_none() {
         return;
     }
-    let Some(get) = crate::real::FUNC_GET_ATTRIBUTE.get_or_ask() else { return };
-    let f = super::libraries::launched(f);
+    let log = crate::log_enabled("mem");
+    let Some(get) = crate::real::FUNC_GET_ATTRIBUTE.get_or_ask() else {
+        if log {
+            eprintln!("egpu: kernel {id:#x}: the driver has no cuFuncGetAttribute");
+        }
+        return;
+    };
+    let launched = super::libraries::launched(f);
     let attribute = |which: c_int| {
         let mut value: c_int = 0;
         // SAFETY: the driver's function, with a place for the value and a function handle
         // the program launches.
-        let result = unsafe { get(&mut value, which, f) };
+        let result = unsafe { get(&mut value, which, launched) };
+        if result != 0 && log {
+            eprintln!(
+                "egpu: kernel {id:#x}: cuFuncGetAttribute({which}) of {launched:?} (launched as \
+                 {f:?}): error {result}"
+            );
+        }
         (result == 0).then(|| u32::try_from(value).unwrap_or(0))
     };
     if let (Some(registers), Some(local)) = (attribute(NUM_REGS), attribute(LOCAL_SIZE_BYTES)) {

@@ -27,7 +27,9 @@ use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 
-use egpu::device::inject::{DeviceProbe, InjectOptions, Injection, Kernels, inject_with};
+use egpu::device::inject::{
+    DeviceProbe, InjectOptions, Injection, Kernels, WarpSampling, inject_with,
+};
 use egpu::device::translate::{DeviceMap, adds_only};
 use egpu::ebpf::verifier::Verified;
 use egpu::ebpf::{AttachPoint, MapKind};
@@ -68,6 +70,8 @@ pub(crate) struct UserProbes {
     /// The indices of the maps device probes use, each once, with the per-SM copies of its
     /// slots its device part has (0: none).
     on_device: Vec<(usize, u32)>,
+    /// The device probes that run in one warp in N only (the pack's `warps` lines).
+    sampled: Option<WarpSampling>,
 }
 
 /// Per-SM copies of the slots of a map that device probes only add to: `EGPU_SPREAD` (a power of
@@ -222,6 +226,7 @@ impl UserProbes {
         let mut maps: Vec<(String, RawMap)> = Vec::new();
         let mut host = Vec::new();
         let mut device = Vec::new();
+        let mut samples = Vec::new();
         for probe in pack.probes() {
             let mut indices = Vec::new();
             for (def, geometry) in probe.program.program().maps().iter().zip(&probe.maps) {
@@ -249,19 +254,31 @@ impl UserProbes {
             }
             // Verified once, when the pack was read.
             match probe.program.program().attach_point() {
-                AttachPoint::Device(_) => device.push((probe.program.clone(), indices)),
+                AttachPoint::Device(_) => {
+                    device.push((probe.program.clone(), indices));
+                    samples.push(probe.sample);
+                }
                 _ => {
                     let bound = indices.iter().map(|&i| maps[i].1.clone()).collect();
                     host.push((probe.program.clone(), bound));
                 }
             }
         }
+        let sampled = match WarpSampling::of(samples.iter().copied()) {
+            Ok(sampled) => sampled,
+            Err(why) => {
+                eprintln!("egpu: EGPU_PROBES: {why}; the sampled probes left out");
+                let mut s = samples.iter();
+                device.retain(|_| s.next().is_some_and(|&s| s == 0));
+                None
+            }
+        };
         let mut used: Vec<usize> = device.iter().flat_map(|(_, i)| i.iter().copied()).collect();
         used.sort_unstable();
         used.dedup();
         let adds: Vec<Vec<bool>> = device.iter().map(|(program, _)| adds_only(program)).collect();
         let on_device = used.into_iter().map(|m| (m, spread(&device, &adds, m))).collect();
-        Some(UserProbes { maps, host, device, on_device })
+        Some(UserProbes { maps, host, device, on_device, sampled })
     }
 
     /// Whether there are device probes to inject.
@@ -317,7 +334,14 @@ impl UserProbes {
             .zip(&bindings)
             .map(|((program, _), maps)| DeviceProbe { program, kernels, maps })
             .collect();
-        let options = InjectOptions { tensor_boxes: Some(table), registers: images::registers() };
+        // Where sampled probes give a kernel two copies, the registers are bound by default:
+        // what does not fit spills in the sampled warps' copy (`EGPU_MAXNREG=1`: every kernel).
+        let options = InjectOptions {
+            tensor_boxes: Some(table),
+            registers: images::machine_registers(),
+            bound_sampled_only: !images::bounded(),
+            sampled: self.sampled.clone(),
+        };
         let injected = inject_with(ptx, &probes, &options);
         if crate::log_enabled("modules") {
             dump(ptx, injected.as_ref().ok().map(|i| i.ptx.as_str()));

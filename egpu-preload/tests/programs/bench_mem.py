@@ -130,6 +130,8 @@ def main():
     ap.add_argument("--only", default="", help="saxpy or model")
     ap.add_argument("--variants", default="",
                     help="only these variants (labels separated by ;, e.g. \"counts;counts,timing\")")
+    ap.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                    help="set in every run, bare and instrumented (a diagnostic: EGPU_SPREAD=128)")
     ap.add_argument("--no-first-call", action="store_true",
                     help="skip the model's first call from empty caches (several minutes)")
     args = ap.parse_args()
@@ -141,6 +143,11 @@ def main():
     os.makedirs(args.work, exist_ok=True)
     env = dict(os.environ)
     env.pop("LD_PRELOAD", None)
+    for kv in args.env:
+        key, _, val = kv.partition("=")
+        env[key] = val
+    if args.env:
+        print(f"environment: {' '.join(args.env)}")
     if args.only in ("", "saxpy"):
         nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
         exe = os.path.join(args.work, "mem_timing")

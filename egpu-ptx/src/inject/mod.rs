@@ -44,16 +44,20 @@ use egpu_ebpf::verifier::Verified;
 use egpu_ebpf::{AttachPoint, DeviceEvent, MemAccessCtx, kernel_id};
 
 mod access;
+mod injection;
 mod occupancy;
 mod runs;
+mod sampled;
 mod summaries;
 mod sums;
 pub mod tensor_maps;
 
 use access::{Observation, Observed, observe, wrap_access};
+pub use injection::{Coverage, Injection, Site, Unobserved};
 pub use occupancy::blocks_per_sm;
+pub use sampled::{WarpSampling, warp_key, warp_sampled};
 
-use crate::ptx::{FunctionKind, MemClass, PieceKind, PtxError, PtxInstruction, PtxModule};
+use crate::ptx::{FunctionKind, PieceKind, PtxError, PtxInstruction, PtxModule};
 use crate::translate::{
     CacheKey, Context, DeviceMap, LookupCache, Options, TranslateError, combines, translate,
 };
@@ -96,98 +100,6 @@ impl Kernels<'_> {
     }
 }
 
-/// A place where a probe was injected (or, for an access of a run of accesses, whose size its
-/// probe, at the run's last access, counts).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Site {
-    /// The kernel or device function.
-    pub function: String,
-    /// The line of the original instruction (or of the body's `{` for kernel entry).
-    pub line: usize,
-    /// The attach point.
-    pub event: DeviceEvent,
-    /// Bytes accessed, when known when instrumenting (0 for kernel entry and exit, and for
-    /// accesses whose size is known at run time only).
-    pub size: u32,
-    /// The access's class ([`MemAccessCtx::class`](egpu_ebpf::MemAccessCtx::class); 0 for
-    /// kernel entry and exit).
-    pub class: u32,
-    /// The access's index among the function's observed accesses (`MemAccessCtx::site`).
-    pub index: u32,
-}
-
-/// An instrumented module.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Injection {
-    /// The instrumented PTX.
-    pub ptx: String,
-    /// Where probes were injected, in order.
-    pub sites: Vec<Site>,
-    /// The global memory instructions of the module's functions, by the PTX ISA's table
-    /// ([`crate::ptx::memops`]): M in `observed N of M`.
-    pub memory_instructions: usize,
-    /// Those for which egpu fires an attach point, probes attached or not: N.
-    pub observed: usize,
-    /// The others, with why.
-    pub unobserved: Vec<Unobserved>,
-    /// Observed accesses that no attached probe covers (the probes attach to other events, or
-    /// to other kernels), in order.
-    pub uncovered: Vec<Site>,
-    /// Hints about global memory that move no data (`prefetch`, `discard`, `applypriority`),
-    /// which are not global memory instructions.
-    pub hints: usize,
-    /// Runs of accesses whose probes run once, at the run's last access, with the run's total
-    /// size (`runs.rs`).
-    pub runs: usize,
-    /// The accesses of those runs.
-    pub in_runs: usize,
-    /// Accesses at which some probe runs as register adds (`summaries.rs`).
-    pub summarized: usize,
-    /// The module's kernels (`.entry` functions), by name, in order.
-    pub kernels: Vec<String>,
-}
-
-/// How much of a module's global memory instructions egpu observes: [`Injection`]'s counts
-/// without its PTX and sites.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Coverage {
-    /// The module's global memory instructions (M).
-    pub memory_instructions: usize,
-    /// Those egpu fires an attach point for (N).
-    pub observed: usize,
-    /// The others, with why.
-    pub unobserved: Vec<Unobserved>,
-    /// Hints that move no data.
-    pub hints: usize,
-}
-
-impl Injection {
-    /// The module's coverage.
-    pub fn coverage(&self) -> Coverage {
-        Coverage {
-            memory_instructions: self.memory_instructions,
-            observed: self.observed,
-            unobserved: self.unobserved.clone(),
-            hints: self.hints,
-        }
-    }
-}
-
-/// A global memory instruction that egpu does not observe.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Unobserved {
-    /// The kernel or device function.
-    pub function: String,
-    /// The instruction's line.
-    pub line: usize,
-    /// Its opcode, with qualifiers.
-    pub opcode: String,
-    /// Its class.
-    pub class: MemClass,
-    /// Why it is not observed.
-    pub reason: &'static str,
-}
-
 /// Why a module could not be instrumented.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -206,6 +118,9 @@ pub enum InjectError {
         /// Its attach point.
         attach: AttachPoint,
     },
+    /// Probes sampled by warps differently ([`WarpSampling::of`]).
+    #[error("{0}")]
+    Sampling(String),
     /// A probe could not be translated.
     #[error("probe {probe}: {error}")]
     Translate {
@@ -314,6 +229,12 @@ pub struct InjectOptions {
     /// `.maxnreg`, the most registers that keep its blocks per SM (`occupancy.rs`). Empty: no
     /// limit.
     pub registers: BTreeMap<String, u32>,
+    /// With [`registers`](Self::registers), declare `.maxnreg` only in the kernels that have a
+    /// copy for sampled warps (`sampled.rs`), where what does not fit stays in the sampled
+    /// copy; false: in every kernel whose registers are known.
+    pub bound_sampled_only: bool,
+    /// Probes that run in one warp in N only (`sampled.rs`).
+    pub sampled: Option<WarpSampling>,
 }
 
 /// Instruments `ptx` with `probes`.
@@ -355,6 +276,9 @@ pub fn inject_with(
     let (mut memory_instructions, mut observed, mut hints) = (0, 0, 0);
     let (mut runs, mut in_runs, mut summarized) = (0, 0, 0);
     let is_predicate = predicates(&module);
+    // Kernels copied for sampled warps: their body's `{`, its `}` and the pieces declared once.
+    let mut copied: BTreeMap<usize, (usize, Vec<usize>)> = BTreeMap::new();
+    let shift = options.sampled.as_ref().map_or(0, |s| s.shift);
     for f in module.functions() {
         let mut index = 0u32;
         let id = kernel_id(&f.name);
@@ -371,6 +295,18 @@ pub fn inject_with(
             continue;
         }
         let entry = f.kind == FunctionKind::Entry;
+        // Probes sampled by warps, here: each marked where it runs (`sampled.rs`).
+        let sampled_here: Vec<usize> = (selected.iter().map(|s| s.0))
+            .filter(|i| options.sampled.as_ref().is_some_and(|s| s.probes.contains(i)))
+            .collect();
+        let is_sampled = |i: usize| sampled_here.contains(&i);
+        let stem = names.stem.clone();
+        let mark = move |i: usize, label: String, code: String| match is_sampled(i) {
+            true => sampled::mark(&stem, &label, &code, shift),
+            false => code,
+        };
+        let copy =
+            (entry && !sampled_here.is_empty()).then(|| sampled::hoisted(&module, f)).flatten();
         let caches = if entry { lookup_caches(&selected) } else { BTreeMap::new() };
         let rings = if entry { drained_rings(&selected, sm) } else { BTreeMap::new() };
         // Per-thread combining of atomic adds needs kernel-wide registers: kernels only. Adds to
@@ -383,7 +319,8 @@ pub fn inject_with(
             });
         let instructions = module.instructions(f);
         // The registers the kernel was compiled to, kept (its blocks per SM with them).
-        if let (true, Some(&registers)) = (entry, options.registers.get(&f.name)) {
+        let bound = !options.bound_sampled_only || copy.is_some();
+        if let (true, true, Some(&registers)) = (entry, bound, options.registers.get(&f.name)) {
             let moves = instructions.iter().any(|(_, i)| i.opcode.starts_with("setmaxnreg"));
             let header = module.piece_text(f.header);
             if let Some(line) = occupancy::limit(header, moves, registers, sm) {
@@ -397,20 +334,18 @@ pub fn inject_with(
         // once (see `runs`), added up in one register.
         let summed = if combine {
             let boxes = options.tensor_boxes.is_some();
-            summaries::summaries(
-                &names,
-                &instructions,
-                &observations,
-                &selected,
-                &caches,
-                id,
-                boxes,
-            )
+            // A sampled probe runs where it is, in the sampled warps only.
+            let plain: Vec<_> = selected.iter().filter(|s| !is_sampled(s.0)).copied().collect();
+            summaries::summaries(&names, &instructions, &observations, &plain, &caches, id, boxes)
         } else {
             summaries::Summaries::default()
         };
-        let roles =
-            runs::runs(&module, &instructions, &observations, &selected, id, &|p| summed.at(p));
+        let roles = match sampled_here.is_empty() {
+            true => {
+                runs::runs(&module, &instructions, &observations, &selected, id, &|p| summed.at(p))
+            }
+            false => BTreeMap::new(),
+        };
         // The function's header piece: unique in the module.
         let kernel_index = f.header;
         for cached in caches.values().filter(|c| summed.maps.contains(&c.map.addr)) {
@@ -541,6 +476,7 @@ pub fn inject_with(
                     index: 0,
                 };
                 let body = emit(i, p, Context::Kernel { kernel_id: id }, site)?;
+                let body = mark(i, format!("${}_we{i}", names.stem), body);
                 after.entry(open).or_default().push_str(&format!("\n{body}"));
             }
         }
@@ -595,7 +531,8 @@ pub fn inject_with(
                         class: 0,
                         index: 0,
                     };
-                    code.push_str(&emit(i, p, Context::Kernel { kernel_id: id }, site)?);
+                    let body = emit(i, p, Context::Kernel { kernel_id: id }, site)?;
+                    code.push_str(&mark(i, format!("${}_wx{piece}_{i}", names.stem), body));
                 }
             }
             code.push_str(&close_batches(&names, &rings, &format!("${}_rb{piece}", names.stem)));
@@ -697,7 +634,8 @@ pub fn inject_with(
                     let size = format!("%{}_size{piece}_{i}", names.stem);
                     let body = emit(i, p, access_context(o, id, &addr, &size, this), site(e))?;
                     let label = format!("${}_skip{piece}_{i}", names.stem);
-                    code.push_str(&wrap_access(o, &addr, &size, &body, &label));
+                    let body = wrap_access(o, &addr, &size, &body, &label);
+                    code.push_str(&mark(i, format!("${}_ws{piece}_{i}", names.stem), body));
                 }
                 if !covered {
                     uncovered.push(site(o.event));
@@ -736,13 +674,36 @@ pub fn inject_with(
             exit_code(&mut emit, &mut code, module.pieces()[close].line, close)?;
             before.entry(close).or_default().push_str(&code);
         }
+        if let Some(hoisted) = copy {
+            copied.insert(f.body.start, (f.body.end - 1, hoisted));
+        }
         // In the order of the module's lines (the accesses of a run wait for its last).
         sites.extend(batched);
         sites[first_site..].sort_by_key(|s| s.line);
     }
     let mut out = String::with_capacity(ptx.len() * 2);
     let first_function = module.functions().first().map(|f| f.header);
-    for (i, piece) in module.pieces().iter().enumerate() {
+    // A piece as written: the code before it, its text, the code after it.
+    let written = |i: usize| {
+        let mut out = String::new();
+        if let Some(code) = before.get(&i) {
+            out.push('\n');
+            out.push_str(code);
+            if module.pieces()[i].kind == PieceKind::Statement {
+                out.push('\t');
+            }
+        }
+        out.push_str(module.piece_text(i));
+        if let Some(code) = after.get(&i) {
+            out.push_str(code);
+        }
+        out
+    };
+    let mut next = 0;
+    for i in 0..module.pieces().len() {
+        if i < next {
+            continue;
+        }
         if Some(i) == first_function && !globals.is_empty() {
             out.push_str(&globals);
         }
@@ -753,17 +714,27 @@ pub fn inject_with(
             out.push_str(&functions);
             out.push('\n');
         }
-        if let Some(code) = before.get(&i) {
-            out.push('\n');
-            out.push_str(code);
-            if piece.kind == PieceKind::Statement {
-                out.push('\t');
+        let Some((close, hoisted)) = copied.get(&i) else {
+            out.push_str(&written(i));
+            continue;
+        };
+        // The kernel's `{`, then its body twice (`sampled.rs`), each copy with what runs
+        // first and registers of its own: a sum held through one copy is not spilled
+        // because the other lacks registers.
+        out.push_str(&before.get(&i).map_or(String::new(), |c| format!("\n{c}")));
+        out.push_str(module.piece_text(i));
+        let mut inner = after.get(&i).cloned().unwrap_or_default();
+        for k in i + 1..*close {
+            match hoisted.contains(&k) {
+                true => out.push_str(&format!("\n\t{}", module.piece_text(k))),
+                false => inner.push_str(&written(k)),
             }
         }
-        out.push_str(module.piece_text(i));
-        if let Some(code) = after.get(&i) {
-            out.push_str(code);
-        }
+        inner.push_str(before.get(close).map_or("", String::as_str));
+        out.push_str(&sampled::copies(&names.stem, &inner, shift));
+        out.push_str(module.piece_text(*close));
+        out.push_str(after.get(close).map_or("", String::as_str));
+        next = close + 1;
     }
     Ok(Injection {
         ptx: out,

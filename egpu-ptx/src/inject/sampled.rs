@@ -1,0 +1,286 @@
+//! Probes sampled by warps: a probe given in [`WarpSampling`] runs in one warp in N only, and a
+//! kernel with such probes is compiled as two copies of its body, so that the warps not sampled
+//! run a body without them.
+//!
+//! Which warps: a thread's warp key is `block.x · 32 + warp` (the warp's index in its block,
+//! from the thread's linear index) with `block.y` and `block.z` xored into its high bits
+//! (`<< 32`, `<< 48`); the warp is sampled when the upper 32 bits of `key × 0x9E3779B97F4A7C15`
+//! (Fibonacci hashing) are below `2³² >> shift` ([`warp_sampled`], the same rule on the CPU).
+//! Every lane of a warp has the same key, so a warp never splits between the copies, and the
+//! sampled warps are spread over the grid whatever its shape.
+//!
+//! The copies: at the kernel's start, after the entry probes, the thread computes the test and
+//! branches to the copy of its kind. The copy for the warps not sampled is the body with every
+//! sampled probe taken out (its labels renamed, a `ret` at its end); the other keeps them. The
+//! registers a kernel takes are the most either copy needs, but where the kernel's registers are
+//! bound (`.maxnreg`, [`InjectOptions::registers`](super::InjectOptions::registers)) `ptxas`
+//! keeps what does not fit in the sampled copy's local memory and leaves the other copy as the
+//! kernel was: on a grid-stride saxpy instrumented with the `timeline` set, 56 registers
+//! unbound; bound to 32, 336 bytes spilled, every spill in the sampled copy (`ptxas` 13). A
+//! kernel whose body declares `.shared` or `.local` variables inside a nested block, and device
+//! functions, are not copied: there each sampled probe tests the warp where it runs.
+//!
+//! Each sampled probe's code is marked where it is emitted ([`mark`]): the marks (comments
+//! whose text holds the injector's stem, which the module's text does not) let the copies take
+//! the probe out, or only its test.
+
+use std::collections::BTreeSet;
+
+use crate::ptx::{Function, PieceKind, PtxModule};
+
+/// Probes that run in one warp in `1 << shift` ([`InjectOptions::sampled`](super::InjectOptions::sampled)).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WarpSampling {
+    /// The probes sampled: their indices in the probes given to [`inject_with`](super::inject_with).
+    pub probes: Vec<usize>,
+    /// log2 N (at most 31).
+    pub shift: u32,
+}
+
+impl WarpSampling {
+    /// The sampling of probes given as their sampling's log2 N in order (0: every warp): `None`
+    /// when none is sampled, an error naming two that are sampled differently (a kernel has
+    /// one copy for the sampled warps).
+    pub fn of(samples: impl IntoIterator<Item = u32>) -> Result<Option<WarpSampling>, String> {
+        let mut out: Option<WarpSampling> = None;
+        for (i, shift) in samples.into_iter().enumerate().filter(|(_, s)| *s > 0) {
+            match &mut out {
+                None => out = Some(WarpSampling { probes: vec![i], shift }),
+                Some(w) if w.shift == shift => w.probes.push(i),
+                Some(w) => {
+                    return Err(format!(
+                        "probe {} runs in one warp in {}, probe {i} in one in {}: sampled \
+                         probes share one sampling",
+                        w.probes[0],
+                        1u64 << w.shift,
+                        1u64 << shift
+                    ));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The multiplier of the warps' Fibonacci hashing: 2⁶⁴ over the golden ratio.
+const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// A warp's key: `block.x · 32 + warp`, `block.y` and `block.z` xored into its high bits.
+pub fn warp_key(block: [u32; 3], warp: u32) -> u64 {
+    (u64::from(block[0]) * 32 + u64::from(warp))
+        ^ (u64::from(block[1]) << 32)
+        ^ (u64::from(block[2]) << 48)
+}
+
+/// Whether warp `warp` of block `block` is one of the one in `1 << shift` that sampled probes
+/// run in: the rule the kernel's test follows, for probes run on the CPU.
+pub fn warp_sampled(block: [u32; 3], warp: u32, shift: u32) -> bool {
+    (warp_key(block, warp).wrapping_mul(GOLDEN) >> 32) < ((1u64 << 32) >> shift.min(31))
+}
+
+/// PTX that sets the predicate `pred` (declared by the caller) when the thread's warp is
+/// sampled, in a block of its own whose registers start with `stem`.
+pub(super) fn test(stem: &str, pred: &str, shift: u32) -> String {
+    let (g0, g1, g2) = (format!("%{stem}_g0"), format!("%{stem}_g1"), format!("%{stem}_g2"));
+    let (k0, k1) = (format!("%{stem}_gk0"), format!("%{stem}_gk1"));
+    let limit = (1u64 << 32) >> shift.min(31);
+    let mut code = format!("\t{{\n\t.reg .b32 {g0}, {g1}, {g2};\n\t.reg .b64 {k0}, {k1};\n");
+    for line in [
+        // The warp in the block: the thread's linear index over 32.
+        format!("mov.u32 {g0}, %tid.z;"),
+        format!("mov.u32 {g1}, %ntid.y;"),
+        format!("mov.u32 {g2}, %tid.y;"),
+        format!("mad.lo.u32 {g0}, {g0}, {g1}, {g2};"),
+        format!("mov.u32 {g1}, %ntid.x;"),
+        format!("mov.u32 {g2}, %tid.x;"),
+        format!("mad.lo.u32 {g0}, {g0}, {g1}, {g2};"),
+        format!("shr.u32 {g0}, {g0}, 5;"),
+        format!("cvt.u64.u32 {k0}, {g0};"),
+        format!("mov.u32 {g1}, %ctaid.x;"),
+        format!("mul.wide.u32 {k1}, {g1}, 32;"),
+        format!("add.s64 {k0}, {k0}, {k1};"),
+        format!("mov.u32 {g1}, %ctaid.y;"),
+        format!("cvt.u64.u32 {k1}, {g1};"),
+        format!("shl.b64 {k1}, {k1}, 32;"),
+        format!("xor.b64 {k0}, {k0}, {k1};"),
+        format!("mov.u32 {g1}, %ctaid.z;"),
+        format!("cvt.u64.u32 {k1}, {g1};"),
+        format!("shl.b64 {k1}, {k1}, 48;"),
+        format!("xor.b64 {k0}, {k0}, {k1};"),
+        format!("mul.lo.u64 {k0}, {k0}, {};", GOLDEN as i64),
+        format!("shr.u64 {k0}, {k0}, 32;"),
+        format!("setp.lt.u64 {pred}, {k0}, {limit};"),
+    ] {
+        code.push_str(&format!("\t{line}\n"));
+    }
+    code.push_str("\t}\n");
+    code
+}
+
+/// The marks around a sampled probe's code: its start, the end of its test, its end.
+fn marks(stem: &str) -> [String; 3] {
+    ["start", "tested", "end"].map(|m| format!("\t// {stem} sampled probe: {m}\n"))
+}
+
+/// A sampled probe's `code`, marked, after a test of the warp that skips it (to `label`, unique
+/// in the function) in a warp not sampled.
+pub(super) fn mark(stem: &str, label: &str, code: &str, shift: u32) -> String {
+    let [start, tested, end] = marks(stem);
+    let pred = format!("%{stem}_gp");
+    format!(
+        "{start}\t{{\n\t.reg .pred {pred};\n{}\t@!{pred} bra {label};\n\t}}\n{tested}{code}{label}:\n{end}",
+        test(stem, &pred, shift)
+    )
+}
+
+/// `text` without what lies from each `from` to the `to` after it, both included.
+fn cut(text: &str, from: &str, to: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(from) {
+        out.push_str(&rest[..at]);
+        match rest[at..].find(to) {
+            Some(end) => rest = &rest[at + end + to.len()..],
+            None => {
+                rest = "";
+                break;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Whether `c` may be part of a PTX identifier.
+fn ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '$' | '%')
+}
+
+/// `text` with every label it defines (an identifier that starts a line and is followed by
+/// `:`) renamed, at its definition and every use, by appending `suffix`.
+fn rename_labels(text: &str, suffix: &str) -> String {
+    let labels: BTreeSet<&str> = text
+        .lines()
+        .filter_map(|line| {
+            let line = line.trim_start();
+            let end = line.find(|c: char| !ident(c))?;
+            (end > 0 && line[end..].trim_start().starts_with(':')).then_some(&line[..end])
+        })
+        .collect();
+    let mut out = String::with_capacity(text.len() + labels.len() * 8);
+    let mut word = String::new();
+    for c in text.chars().chain(std::iter::once('\n')) {
+        if ident(c) {
+            word.push(c);
+            continue;
+        }
+        out.push_str(&word);
+        if labels.contains(word.as_str()) {
+            out.push_str(suffix);
+        }
+        word.clear();
+        out.push(c);
+    }
+    out.pop();
+    out
+}
+
+/// The pieces of kernel `f`'s body to declare once, before the copies (its `.shared` and
+/// `.local` variables, which a copy would allocate twice), or `None` when the body cannot be
+/// copied (such a variable inside a nested block).
+pub(super) fn hoisted(module: &PtxModule, f: &Function) -> Option<Vec<usize>> {
+    let mut depth = 0usize;
+    let mut out = Vec::new();
+    for k in f.body.clone() {
+        match module.pieces()[k].kind {
+            PieceKind::Open => depth += 1,
+            PieceKind::Close => depth = depth.saturating_sub(1),
+            PieceKind::Statement => {
+                let text = module.piece_text(k).trim_start();
+                if text.starts_with(".shared") || text.starts_with(".local") {
+                    if depth != 1 {
+                        return None;
+                    }
+                    out.push(k);
+                }
+            }
+            _ => {}
+        }
+    }
+    Some(out)
+}
+
+/// A kernel's body as two copies: `inner` (its body between `{` and `}`, instrumented, sampled
+/// probes marked) for the warps not sampled, without the sampled probes and ending in `ret`,
+/// and for the sampled ones, without the probes' tests. `stem` names the test's predicate and
+/// the label of the second copy; the first thing run is the test.
+pub(super) fn copies(stem: &str, inner: &str, shift: u32) -> String {
+    let [start, tested, end] = marks(stem);
+    let pred = format!("%{stem}_sampled");
+    let label = format!("${stem}_sampled");
+    let plain = rename_labels(&cut(inner, &start, &end), &format!("_{stem}u"));
+    let sampled = cut(inner, &start, &tested);
+    format!(
+        "\n\t.reg .pred {pred};\n{}\t@{pred} bra {label};\n\t{{\n{plain}\n\tret;\n\t}}\n{label}:\n\t{{\n{sampled}\n\t}}\n",
+        test(stem, &pred, shift)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_warp_in_n_is_sampled_over_any_grid() {
+        for shift in [0, 1, 5, 10] {
+            let n = 1u64 << shift;
+            // 64 blocks of 8 warps, and 512 blocks of one warp: about one in N either way.
+            let wide = (0..64u32)
+                .flat_map(|b| (0..8).map(move |w| ([b, 0, 0], w)))
+                .filter(|&(b, w)| warp_sampled(b, w, shift))
+                .count() as u64;
+            let tall = (0..512u32).filter(|&y| warp_sampled([0, y, 0], 0, shift)).count() as u64;
+            for got in [wide, tall] {
+                let want = 512 / n;
+                assert!(got.abs_diff(want) <= want / 2 + 2, "1 in {n}: {got} of 512");
+            }
+        }
+        assert!(warp_sampled([123, 4, 5], 6, 0));
+    }
+
+    #[test]
+    fn probes_share_one_sampling() {
+        assert_eq!(WarpSampling::of([0, 0]), Ok(None));
+        let w = WarpSampling::of([0, 5, 0, 5]).expect("one sampling").expect("sampled");
+        assert_eq!((w.probes, w.shift), (vec![1, 3], 5));
+        let e = WarpSampling::of([5, 3]).expect_err("two samplings");
+        assert!(e.contains("one warp in 32") && e.contains("one in 8"), "{e}");
+    }
+
+    #[test]
+    fn labels_are_renamed_where_defined_and_used_only() {
+        let text =
+            "$L1:\n\tbra $L1;\n\t@%p bra $L10;\nfoo: .branchtargets $L1;\n\tmov %r1, $L10x;\n";
+        let got = rename_labels(text, "_u");
+        assert_eq!(
+            got,
+            "$L1_u:\n\tbra $L1_u;\n\t@%p bra $L10;\nfoo_u: .branchtargets $L1_u;\n\tmov %r1, $L10x;\n"
+        );
+    }
+
+    #[test]
+    fn the_copies_take_out_the_probes_or_their_tests() {
+        let probe = mark("egpu", "$egpu_ws1", "\tPROBE;\n", 5);
+        let inner = format!("$L0:\n{probe}\tld.global.f32 %f1, [%rd1];\n\tbra $L0;\n");
+        let both = copies("egpu", &inner, 5);
+        let (plain, sampled) = both.split_once("$egpu_sampled:\n").expect("two copies");
+        assert_eq!(plain.matches("PROBE").count(), 0);
+        assert!(plain.contains("$L0_egpuu:") && plain.contains("bra $L0_egpuu;"));
+        assert!(plain.contains("\tret;\n"));
+        assert_eq!(sampled.matches("PROBE").count(), 1);
+        assert!(sampled.contains("$L0:") && !sampled.contains("%egpu_gp"));
+        assert!(both.contains("setp.lt.u64 %egpu_sampled, %egpu_gk0, 134217728;"));
+        // Without copies, the probe tests its warp where it runs.
+        assert!(probe.contains("@!%egpu_gp bra $egpu_ws1;"));
+    }
+}
