@@ -66,7 +66,19 @@ pub(crate) fn remember_loaded(id: u64, f: crate::Handle) {
         }
         return;
     };
-    let launched = super::libraries::launched(f);
+    let mut launched = super::libraries::launched(f);
+    // The runtime launches a library's kernel handle (`CUkernel`), which cuFuncGetAttribute
+    // does not take: its function in the current context does.
+    let mut function: crate::Handle = std::ptr::null_mut();
+    if let Some(of_kernel) = crate::events::KERNEL_GET_FUNCTION.get_or_ask() {
+        let mut probe: c_int = 0;
+        // SAFETY: the driver's functions, with places to write and the handle launched.
+        let is_function = unsafe { get(&mut probe, NUM_REGS, launched) } == 0;
+        if !is_function && unsafe { of_kernel(&mut function, launched) } == 0 && !function.is_null()
+        {
+            launched = function;
+        }
+    }
     let attribute = |which: c_int| {
         let mut value: c_int = 0;
         // SAFETY: the driver's function, with a place for the value and a function handle
