@@ -72,10 +72,11 @@ pub(crate) fn remember_loaded(id: u64, f: crate::Handle) {
     let mut function: crate::Handle = std::ptr::null_mut();
     if let Some(of_kernel) = crate::events::KERNEL_GET_FUNCTION.get_or_ask() {
         let mut probe: c_int = 0;
-        // SAFETY: the driver's functions, with places to write and the handle launched.
+        // SAFETY: the driver's function, with a place to write and the handle launched.
         let is_function = unsafe { get(&mut probe, NUM_REGS, launched) } == 0;
-        if !is_function && unsafe { of_kernel(&mut function, launched) } == 0 && !function.is_null()
-        {
+        // SAFETY: the driver's function, with a place for one handle and the handle launched.
+        let found = !is_function && unsafe { of_kernel(&mut function, launched) } == 0;
+        if found && !function.is_null() {
             launched = function;
         }
     }
