@@ -141,7 +141,11 @@ fn mem_run_with_kernel_times_gives_kernels_without_probes_a_gpu_time() {
 fn mem_refuses_what_it_cannot_do() {
     fails(&["mem", "run", "--sets", "heatmap", "--", "true"], 2, &["no set is named `heatmap`"]);
     fails(&["mem", "run", "--sample", "3", "--", "true"], 2, &["a power of two from 1 to 1024"]);
-    fails(&["mem", "run", "--sample-by", "blocks", "--", "true"], 2, &["of warps or lines"]);
+    fails(
+        &["mem", "run", "--sample-by", "threads", "--", "true"],
+        2,
+        &["of warps, blocks or lines"],
+    );
     fails(&["mem", "run", "--window", "1ns", "--", "true"], 2, &["from 128ns to 60s"]);
     fails(&["mem", "run", "--kernel", "(", "--", "true"], 2, &["--kernel"]);
     fails(

@@ -32,7 +32,7 @@ use egpu_ebpf::verifier::Verified;
 use crate::cuda::{Arg, Gpu, JitError, Module};
 use crate::driver::DriverError;
 use crate::inject::{
-    Coverage, DeviceProbe, InjectError, InjectOptions, Injection, Kernels, WarpSampling,
+    Coverage, DeviceProbe, InjectError, InjectOptions, Injection, Kernels, Sample, WarpSampling,
     inject_with,
 };
 use crate::tensor_maps::TensorMaps;
@@ -49,8 +49,8 @@ struct Attached {
     kernels: Vec<String>,
     /// The device side of each map of its map table, in order.
     maps: Vec<DeviceMap>,
-    /// log2 N: it runs in one warp in N ([`Instrumenter::attach_sampled`]); 0 in every warp.
-    sample: u32,
+    /// The warps it runs in ([`Instrumenter::attach_sampled`]).
+    sample: Sample,
 }
 
 /// Names a probe attached to an [`Instrumenter`], for [`Instrumenter::detach`].
@@ -199,26 +199,25 @@ impl<'g> Instrumenter<'g> {
             program: verified.clone(),
             kernels: kernels.iter().map(|k| (*k).to_owned()).collect(),
             maps: maps.to_vec(),
-            sample: 0,
+            sample: Sample::EVERY,
         });
         Ok(id)
     }
 
-    /// [`attach`](Self::attach), the probe running in one warp in `1 << shift` only (the
-    /// injector's [`WarpSampling`]): refused when a probe attached
-    /// before runs in another share of the warps.
+    /// [`attach`](Self::attach), the probe running in the warps `sample` says only (the
+    /// injector's [`WarpSampling`]): refused when a probe attached before runs in others.
     pub fn attach_sampled(
         &mut self,
         verified: &Verified,
         maps: &[DeviceMap],
         kernels: &[&str],
-        shift: u32,
+        sample: Sample,
     ) -> Result<DeviceProbeId, InjectError> {
-        let shifts = self.probes.iter().map(|p| p.sample).chain([shift.min(31)]);
-        WarpSampling::of(shifts).map_err(InjectError::Sampling)?;
+        let samples = self.probes.iter().map(|p| p.sample).chain([sample]);
+        WarpSampling::of(samples).map_err(InjectError::Sampling)?;
         let id = self.attach(verified, maps, kernels)?;
         if let Some(p) = self.probes.last_mut() {
-            p.sample = shift.min(31);
+            p.sample = sample;
         }
         Ok(id)
     }

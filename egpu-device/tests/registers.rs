@@ -8,7 +8,7 @@ use egpu_device::cubin;
 use egpu_device::image;
 use egpu_device::inject::{DeviceProbe, InjectOptions, Kernels, inject_with};
 use egpu_device::translate::DeviceMap;
-use egpu_ebpf::verifier::verify;
+use egpu_ebpf::verifier::{Verified, verify};
 use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
 use egpu_maps::layout::Geometry;
 
@@ -17,6 +17,18 @@ const COUNTS: &str = "mov %r9, %r1\nldxdw %r0, [%r9+8]\nstxdw [%r10-8], %r0\nldd
                       mov %r2, %r10\nadd %r2, -8\ncall 1\njeq %r0, 0, out\nmov %r1, 1\n\
                       lock add [%r0], %r1\nldxw %r1, [%r9+16]\nlock add [%r0+8], %r1\nout:\n\
                       mov %r0, 0\nexit";
+
+/// `text` verified at every load and at every store, with map `def`.
+fn at_loads_and_stores(text: &str, def: &MapDef) -> Vec<Verified> {
+    [DeviceEvent::GlobalLoad, DeviceEvent::GlobalStore]
+        .into_iter()
+        .map(|e| {
+            let insns = assemble(text).expect("assembles");
+            let program = Program::new(insns, vec![def.clone()], AttachPoint::Device(e));
+            verify(&program.expect("a program")).expect("verified")
+        })
+        .collect()
+}
 
 #[test]
 fn registers_read_from_cubins_bound_the_instrumented_kernels() {
@@ -28,17 +40,7 @@ fn registers_read_from_cubins_bound_the_instrumented_kernels() {
     let geometry = Geometry::new(MapKind::Hash, 8, 16, 64, 1, 0).expect("a geometry");
     let maps =
         [DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false, spread: 16, drained: false }];
-    let programs: Vec<_> = [DeviceEvent::GlobalLoad, DeviceEvent::GlobalStore]
-        .into_iter()
-        .map(|e| {
-            let program = Program::new(
-                assemble(COUNTS).expect("assembles"),
-                vec![def.clone()],
-                AttachPoint::Device(e),
-            );
-            verify(&program.expect("a program")).expect("verified")
-        })
-        .collect();
+    let programs = at_loads_and_stores(COUNTS, &def);
     let probes: Vec<DeviceProbe<'_>> = programs
         .iter()
         .map(|p| DeviceProbe { program: p, kernels: Kernels::All, maps: &maps })
@@ -104,17 +106,7 @@ fn sampled_probes_leave_the_other_warps_copy_as_the_kernel_was() {
     let geometry = Geometry::new(MapKind::RingBuf, 0, 48, 4096, 1, 128).expect("a geometry");
     let maps =
         [DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false, spread: 0, drained: true }];
-    let programs: Vec<_> = [DeviceEvent::GlobalLoad, DeviceEvent::GlobalStore]
-        .into_iter()
-        .map(|e| {
-            let program = Program::new(
-                assemble(RECORD).expect("assembles"),
-                vec![def.clone()],
-                AttachPoint::Device(e),
-            );
-            verify(&program.expect("a program")).expect("verified")
-        })
-        .collect();
+    let programs = at_loads_and_stores(RECORD, &def);
     let probes: Vec<DeviceProbe<'_>> = programs
         .iter()
         .map(|p| DeviceProbe { program: p, kernels: Kernels::All, maps: &maps })
@@ -135,7 +127,10 @@ fn sampled_probes_leave_the_other_warps_copy_as_the_kernel_was() {
     let options = InjectOptions {
         registers: counts,
         bound_sampled_only: true,
-        sampled: Some(egpu_device::inject::WarpSampling { probes: vec![0, 1], shift: 5 }),
+        sampled: Some(egpu_device::inject::WarpSampling {
+            probes: vec![0, 1],
+            sample: egpu_device::inject::Sample::warps(5),
+        }),
         ..InjectOptions::default()
     };
     let injected = inject_with(&ptx, &probes, &options).expect("instruments");

@@ -12,8 +12,9 @@
 //! end
 //! ```
 //!
-//! A `warps N` line after `probe` says the probe runs in one warp in N only (N a power of two;
-//! [`Pack::add_sampled`], egpu-ptx's `WarpSampling`); without it, in every warp.
+//! A `warps N` line after `probe` says the probe runs in one warp in N only, a `blocks N` line in
+//! the warps of one block in N (N a power of two; [`Pack::add_sampled`], egpu-ptx's
+//! `WarpSampling`); without either, in every warp.
 //!
 //! `map` lines give the map as a [`MapDef`] in its text form, `NAME=KIND:KEY:VALUE:CAPACITY`, then
 //! its CPU shards and SM shards; `code` lines the program's instructions in hexadecimal (several
@@ -29,6 +30,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use egpu_device::inject::Sample;
 use egpu_ebpf::verifier::{Verified, VerifyError, verify};
 use egpu_ebpf::{AttachPoint, MapDef, Program};
 use egpu_maps::layout::Geometry;
@@ -50,9 +52,8 @@ pub struct PackedProbe {
     pub program: Verified,
     /// The layout of each map of the program's map table, in its order.
     pub maps: Vec<Geometry>,
-    /// log2 N: on the GPU the probe runs in one warp in N (egpu-ptx's `WarpSampling`); 0 in
-    /// every warp.
-    pub sample: u32,
+    /// The warps it runs in on the GPU (egpu-ptx's `WarpSampling`).
+    pub sample: Sample,
 }
 
 /// A probe of a pack being read.
@@ -63,7 +64,7 @@ struct Reading {
     defs: Vec<MapDef>,
     maps: Vec<Geometry>,
     code: Vec<u8>,
-    sample: u32,
+    sample: Sample,
 }
 
 /// Probes to carry to another process.
@@ -143,11 +144,9 @@ impl Pack {
         Ok(self)
     }
 
-    /// Adds a probe as [`add`](Self::add) does, to run in one warp in `warps` (a power of two
-    /// up to 2³¹) on the GPU: a kernel's other warps run a copy of it without the probe.
-    pub fn add_sampled(&mut self, probe: &Probe, warps: u32) -> Result<&mut Pack, PackError> {
-        let sample = sample_shift(warps)
-            .map_err(|reason| PackError::Syntax { line: 0, reason: reason.into() })?;
+    /// Adds a probe as [`add`](Self::add) does, to run in the warps `sample` says on the GPU: a
+    /// kernel's other warps run a copy of it without the probe.
+    pub fn add_sampled(&mut self, probe: &Probe, sample: Sample) -> Result<&mut Pack, PackError> {
         self.add(probe)?;
         if let Some(p) = self.probes.last_mut() {
             p.sample = sample;
@@ -185,7 +184,12 @@ impl Pack {
                 )));
             }
         }
-        self.probes.push(PackedProbe { name: name.into(), program: verified, maps, sample: 0 });
+        self.probes.push(PackedProbe {
+            name: name.into(),
+            program: verified,
+            maps,
+            sample: Sample::EVERY,
+        });
         Ok(self)
     }
 
@@ -200,8 +204,9 @@ impl Pack {
         for p in &self.probes {
             let program = p.program.program();
             let _ = writeln!(text, "probe {} {}", p.name, program.attach_point());
-            if p.sample > 0 {
-                let _ = writeln!(text, "warps {}", 1u64 << p.sample);
+            if p.sample.is_sampled() {
+                let unit = if p.sample.blocks { "blocks" } else { "warps" };
+                let _ = writeln!(text, "{unit} {}", 1u64 << p.sample.shift);
             }
             for (def, g) in program.maps().iter().zip(&p.maps) {
                 // The layout's numbers, as `parse` makes the definition from them.
@@ -260,12 +265,19 @@ impl Pack {
                         defs: vec![],
                         maps: vec![],
                         code: vec![],
-                        sample: 0,
+                        sample: Sample::EVERY,
                     });
                 }
-                (["warps", n], Some(r)) if r.defs.is_empty() && r.code.is_empty() => {
-                    let n = n.parse::<u32>().map_err(|_| bad(line, "warps N: N is a number"))?;
-                    r.sample = sample_shift(n).map_err(|reason| bad(line, reason))?;
+                ([unit @ ("warps" | "blocks"), n], Some(r))
+                    if r.defs.is_empty() && r.code.is_empty() =>
+                {
+                    let why = format!("{unit} N: N is a number");
+                    let n = n.parse::<u32>().map_err(|_| bad(line, &why))?;
+                    let shift = sample_shift(n).map_err(|reason| bad(line, reason))?;
+                    r.sample = match *unit {
+                        "blocks" => Sample::blocks(shift),
+                        _ => Sample::warps(shift),
+                    };
                 }
                 (["map", def, cpu_shards, sm_shards], Some(r)) if r.code.is_empty() => {
                     let def = def.parse::<MapDef>().map_err(|e| bad(line, &e.to_string()))?;
@@ -395,10 +407,10 @@ macro_rules! export_probes {
     };
 }
 
-/// log2 of `warps`, one warp in which a sampled probe runs: a power of two up to 2³¹.
-fn sample_shift(warps: u32) -> Result<u32, &'static str> {
-    match warps.is_power_of_two() {
-        true => Ok(warps.trailing_zeros()),
+/// log2 of `n`, one warp or block in which a sampled probe runs: a power of two up to 2³¹.
+fn sample_shift(n: u32) -> Result<u32, &'static str> {
+    match n.is_power_of_two() {
+        true => Ok(n.trailing_zeros()),
         false => Err("a probe runs in one warp in N, N a power of two"),
     }
 }

@@ -35,6 +35,9 @@ pub use session::{MemError, MemSession, site_lines};
 pub use timeline::{SampleBy, Sampling, UnknownSampling};
 pub use windows::{Sample, Timeline, TimelineSummary, Window};
 
+use egpu_device::inject::Sample as Warps;
+use egpu_probe::Probe;
+
 use crate::pack::{Pack, PackError};
 
 /// egpu's version and the commit it was built from, as `EGPU_COMMIT` named it at build time
@@ -91,9 +94,8 @@ impl Set {
     }
 
     /// The set's probes, each with the warps it runs in: one in `1 << shift`.
-    fn probes(self, page: PageSize, sampling: Sampling) -> Vec<(&'static egpu_probe::Probe, u32)> {
-        let every =
-            |probes: &[&'static egpu_probe::Probe]| probes.iter().map(|&p| (p, 0)).collect();
+    fn probes(self, page: PageSize, sampling: Sampling) -> Vec<(&'static Probe, Warps)> {
+        let every = |probes: &[&'static Probe]| probes.iter().map(|&p| (p, Warps::EVERY)).collect();
         match self {
             Set::Counts => every(&sets::counts()),
             Set::Timing => every(&sets::timing()),
@@ -101,8 +103,13 @@ impl Set {
             Set::Pages => pages::pages(page.shift()).map(|p| every(&p)).unwrap_or_default(),
             Set::Timeline => {
                 let lines = sampling.by() == SampleBy::Lines;
-                // By warps, the probes run in the sampled warps only; by lines, they test.
-                let warps = if lines { 0 } else { sampling.shift() };
+                // By warps or blocks, the probes run in the sampled warps only; by lines, they
+                // test.
+                let warps = match sampling.by() {
+                    SampleBy::Warps => Warps::warps(sampling.shift()),
+                    SampleBy::Blocks => Warps::blocks(sampling.shift()),
+                    SampleBy::Lines => Warps::EVERY,
+                };
                 let probes = timeline::timeline(sampling.shift(), lines).map(|p| p.to_vec());
                 probes.unwrap_or_default().into_iter().map(|p| (p, warps)).collect()
             }
@@ -188,11 +195,8 @@ pub fn pack_sampled(sets: &[Set], page: PageSize, sampling: Sampling) -> Result<
             continue;
         }
         seen.push(set);
-        for (probe, shift) in set.probes(page, sampling) {
-            match shift {
-                0 => pack.add(probe)?,
-                _ => pack.add_sampled(probe, 1 << shift)?,
-            };
+        for (probe, sample) in set.probes(page, sampling) {
+            pack.add_sampled(probe, sample)?;
         }
     }
     Ok(pack)

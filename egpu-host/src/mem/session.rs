@@ -44,7 +44,7 @@ use std::sync::{Mutex, PoisonError};
 use egpu_device::GpuInfo;
 use egpu_device::cuda::{Gpu, JitError};
 use egpu_device::driver::DriverError;
-use egpu_device::inject::{InjectError, Injection};
+use egpu_device::inject::{InjectError, Injection, Sample};
 use egpu_device::instrument::{Instrumenter, ProbedModule};
 use egpu_device::maps::DeviceMapBuffer;
 use egpu_device::translate::DeviceMap;
@@ -109,8 +109,8 @@ pub(crate) struct Plan {
     pub(crate) maps: Vec<(String, RawMap)>,
     /// The device probes: name, program, and the index in `maps` of each map of its table.
     pub(crate) probes: Vec<(String, Verified, Vec<usize>)>,
-    /// Each probe's warps, as [`Plan::probes`]: log2 N, it runs in one warp in N (0: every warp).
-    pub(crate) samples: Vec<u32>,
+    /// The warps each probe runs in, as [`Plan::probes`].
+    pub(crate) samples: Vec<Sample>,
 }
 
 impl Plan {

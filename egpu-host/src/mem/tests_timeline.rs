@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use egpu_device::inject::warp_sampled;
+use egpu_device::inject::{Sample, warp_sampled};
 use egpu_ebpf::MemAccessCtx;
 use egpu_maps::RingBuf;
 
@@ -39,7 +39,9 @@ fn run(shift: u32, lines: bool, blocks: u32, warps: u32) -> Vec<Record> {
     let probes = timeline(shift, lines).expect("probes for N");
     let [mut loads, ..] = probes.map(|p| p.vm().expect("a VM"));
     for block in 0..blocks {
-        for warp in (0..warps).filter(|&w| lines || warp_sampled([block, 0, 0], w, shift)) {
+        for warp in
+            (0..warps).filter(|&w| lines || warp_sampled([block, 0, 0], w, Sample::warps(shift)))
+        {
             let mut ctx = access(block, warp, 0x1000 + u64::from(block * 32 + warp) * 4);
             loads.run_ctx(&mut ctx).expect("runs");
         }
@@ -104,10 +106,10 @@ fn one_warp_in_n_is_recorded() {
         sampling,
     )
     .expect("a pack");
-    let samples: Vec<(&str, u32)> =
+    let samples: Vec<(&str, Sample)> =
         pack.probes().iter().map(|p| (p.name.as_str(), p.sample)).collect();
     assert!(
-        samples.iter().all(|&(name, s)| (s == 5) == name.starts_with("timeline_")),
+        samples.iter().all(|&(name, s)| (s == Sample::warps(5)) == name.starts_with("timeline_")),
         "{samples:?}"
     );
     assert!(pack.to_text().contains("\nwarps 32\n"));
@@ -115,7 +117,15 @@ fn one_warp_in_n_is_recorded() {
     assert!(again.probes().iter().zip(pack.probes()).all(|(a, b)| a.sample == b.sample));
     // By lines, every warp runs them.
     let lines = pack_lines();
-    assert!(lines.probes().iter().all(|p| p.sample == 0));
+    assert!(lines.probes().iter().all(|p| p.sample == Sample::EVERY));
+    // By blocks, the same probes, in the warps of one block in 32.
+    let blocks = "32".parse::<super::Sampling>().expect("1 in 32").of(super::SampleBy::Blocks);
+    let pack =
+        super::pack_sampled(&[super::Set::Timeline], Default::default(), blocks).expect("a pack");
+    assert!(pack.probes().iter().all(|p| p.sample == Sample::blocks(5)));
+    assert!(pack.to_text().contains("\nblocks 32\n"));
+    let again = crate::pack::Pack::parse(&pack.to_text()).expect("read back");
+    assert!(again.probes().iter().all(|p| p.sample == Sample::blocks(5)));
 }
 
 fn pack_lines() -> crate::pack::Pack {
@@ -155,10 +165,10 @@ fn one_line_in_n_of_every_warp_is_recorded() {
     assert!(table.contains("1 in 32 lines of each warp's sampled"), "{table}");
     let by = |s: &str| s.parse::<super::SampleBy>();
     assert_eq!(
-        (by("warps"), by("lines")),
-        (Ok(super::SampleBy::Warps), Ok(super::SampleBy::Lines))
+        (by("warps"), by("lines"), by("blocks")),
+        (Ok(super::SampleBy::Warps), Ok(super::SampleBy::Lines), Ok(super::SampleBy::Blocks))
     );
-    assert!(by("blocks").is_err());
+    assert!(by("threads").expect_err("no threads").to_string().contains("warps, blocks or lines"));
 }
 
 #[test]

@@ -220,6 +220,10 @@ pub enum SampleBy {
     /// kernel then waits for its sampled warps, which do the most work).
     #[default]
     Warps,
+    /// Blocks: one block in N records every request of each of its warps, the others none (one
+    /// warp in N still, but whole blocks: warps that wait for each other at the block's barriers
+    /// are slowed together, rather than one sampled warp holding back its block).
+    Blocks,
     /// Each warp's 128-byte lines: every warp records about one in N of its requests (those of
     /// a lane's line whose hash with the warp's falls in), so the cost is spread over them all.
     Lines,
@@ -231,6 +235,7 @@ impl std::str::FromStr for SampleBy {
         match s.trim() {
             "warps" | "warp" => Ok(SampleBy::Warps),
             "lines" | "line" => Ok(SampleBy::Lines),
+            "blocks" | "block" => Ok(SampleBy::Blocks),
             _ => Err(UnknownSampling(s.to_owned())),
         }
     }
@@ -277,7 +282,9 @@ impl Default for Sampling {
 
 /// A sampling factor, or what to sample, egpu has no probes for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("no sampling `{0}`: one in N takes N a power of two from 1 to 1024, of warps or lines")]
+#[error(
+    "no sampling `{0}`: one in N takes N a power of two from 1 to 1024, of warps, blocks or lines"
+)]
 pub struct UnknownSampling(pub String);
 
 impl std::str::FromStr for Sampling {

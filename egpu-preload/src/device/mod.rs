@@ -269,7 +269,7 @@ impl UserProbes {
             Err(why) => {
                 eprintln!("egpu: EGPU_PROBES: {why}; the sampled probes left out");
                 let mut s = samples.iter();
-                device.retain(|_| s.next().is_some_and(|&s| s == 0));
+                device.retain(|_| s.next().is_some_and(|s| !s.is_sampled()));
                 None
             }
         };

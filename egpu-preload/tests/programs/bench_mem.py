@@ -32,6 +32,9 @@ VARIANTS = (("counts", "counts", {None: 1.1}, {}),
             ("pages", "pages", {"model": 2.0, None: 3.0}, {}),
             # `egpu mem run`'s default sampling: one warp in 32.
             ("timeline 1/32", "timeline", {None: 1.5}, {}),
+            # One block in 32, each of its warps recording: the warps a block's barriers hold
+            # together are slowed together.
+            ("timeline blocks 1/32", "timeline --sample-by blocks", {None: 1.5}, {}),
             # One line in 32 of each warp's (the sets' word, then `egpu mem run` options).
             ("timeline lines 1/32", "timeline --sample-by lines", {None: 1.5}, {}),
             # Hardly a warp recording: what every access's test and the set's registers cost,

@@ -55,7 +55,7 @@ pub mod tensor_maps;
 use access::{Observation, Observed, observe, wrap_access};
 pub use injection::{Coverage, Injection, Site, Unobserved};
 pub use occupancy::blocks_per_sm;
-pub use sampled::{WarpSampling, warp_key, warp_sampled};
+pub use sampled::{Sample, WarpSampling, warp_key, warp_sampled};
 
 use crate::ptx::{FunctionKind, PieceKind, PtxError, PtxInstruction, PtxModule};
 use crate::translate::{
@@ -278,7 +278,7 @@ pub fn inject_with(
     let is_predicate = predicates(&module);
     // Kernels copied for sampled warps: their body's `{`, its `}` and the pieces declared once.
     let mut copied: BTreeMap<usize, (usize, Vec<usize>)> = BTreeMap::new();
-    let shift = options.sampled.as_ref().map_or(0, |s| s.shift);
+    let sample = options.sampled.as_ref().map_or(Sample::EVERY, |s| s.sample);
     for f in module.functions() {
         let mut index = 0u32;
         let id = kernel_id(&f.name);
@@ -302,7 +302,7 @@ pub fn inject_with(
         let is_sampled = |i: usize| sampled_here.contains(&i);
         let stem = names.stem.clone();
         let mark = move |i: usize, label: String, code: String| match is_sampled(i) {
-            true => sampled::mark(&stem, &label, &code, shift),
+            true => sampled::mark(&stem, &label, &code, sample),
             false => code,
         };
         let copy =
@@ -731,7 +731,7 @@ pub fn inject_with(
             }
         }
         inner.push_str(before.get(close).map_or("", String::as_str));
-        out.push_str(&sampled::copies(&names.stem, &inner, shift));
+        out.push_str(&sampled::copies(&names.stem, &inner, sample));
         out.push_str(module.piece_text(*close));
         out.push_str(after.get(close).map_or("", String::as_str));
         next = close + 1;

@@ -28,32 +28,69 @@ use std::collections::BTreeSet;
 
 use crate::ptx::{Function, PieceKind, PtxModule};
 
-/// Probes that run in one warp in `1 << shift` ([`InjectOptions::sampled`](super::InjectOptions::sampled)).
+/// Which warps a probe runs in: one in `1 << shift`, chosen one by one or, with `blocks`, by
+/// whole blocks (one block in N, each of its warps: warps that wait for each other at the
+/// block's barriers are slowed together, not one holding back the others).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Sample {
+    /// log2 N (at most 31); 0: every warp.
+    pub shift: u32,
+    /// Whole blocks.
+    pub blocks: bool,
+}
+
+impl Sample {
+    /// Every warp.
+    pub const EVERY: Sample = Sample { shift: 0, blocks: false };
+
+    /// One warp in `1 << shift`.
+    pub fn warps(shift: u32) -> Sample {
+        Sample { shift: shift.min(31), blocks: false }
+    }
+
+    /// One block in `1 << shift`.
+    pub fn blocks(shift: u32) -> Sample {
+        Sample { shift: shift.min(31), blocks: true }
+    }
+
+    /// Whether it samples at all (N above 1).
+    pub fn is_sampled(self) -> bool {
+        self.shift > 0
+    }
+}
+
+impl std::fmt::Display for Sample {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let unit = if self.blocks { "block" } else { "warp" };
+        write!(f, "one {unit} in {}", 1u64 << self.shift)
+    }
+}
+
+/// Probes that run in one warp (or block) in N only
+/// ([`InjectOptions::sampled`](super::InjectOptions::sampled)).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WarpSampling {
     /// The probes sampled: their indices in the probes given to [`inject_with`](super::inject_with).
     pub probes: Vec<usize>,
-    /// log2 N (at most 31).
-    pub shift: u32,
+    /// Which warps they run in.
+    pub sample: Sample,
 }
 
 impl WarpSampling {
     /// The sampling of probes given as their sampling's log2 N in order (0: every warp): `None`
     /// when none is sampled, an error naming two that are sampled differently (a kernel has
     /// one copy for the sampled warps).
-    pub fn of(samples: impl IntoIterator<Item = u32>) -> Result<Option<WarpSampling>, String> {
+    pub fn of(samples: impl IntoIterator<Item = Sample>) -> Result<Option<WarpSampling>, String> {
         let mut out: Option<WarpSampling> = None;
-        for (i, shift) in samples.into_iter().enumerate().filter(|(_, s)| *s > 0) {
+        for (i, sample) in samples.into_iter().enumerate().filter(|(_, s)| s.is_sampled()) {
             match &mut out {
-                None => out = Some(WarpSampling { probes: vec![i], shift }),
-                Some(w) if w.shift == shift => w.probes.push(i),
+                None => out = Some(WarpSampling { probes: vec![i], sample }),
+                Some(w) if w.sample == sample => w.probes.push(i),
                 Some(w) => {
                     return Err(format!(
-                        "probe {} runs in one warp in {}, probe {i} in one in {}: sampled \
-                         probes share one sampling",
-                        w.probes[0],
-                        1u64 << w.shift,
-                        1u64 << shift
+                        "probe {} runs in {}, probe {i} in {sample}: sampled probes share one \
+                         sampling",
+                        w.probes[0], w.sample
                     ));
                 }
             }
@@ -72,33 +109,38 @@ pub fn warp_key(block: [u32; 3], warp: u32) -> u64 {
         ^ (u64::from(block[2]) << 48)
 }
 
-/// Whether warp `warp` of block `block` is one of the one in `1 << shift` that sampled probes
-/// run in: the rule the kernel's test follows, for probes run on the CPU.
-pub fn warp_sampled(block: [u32; 3], warp: u32, shift: u32) -> bool {
-    (warp_key(block, warp).wrapping_mul(GOLDEN) >> 32) < ((1u64 << 32) >> shift.min(31))
+/// Whether warp `warp` of block `block` is one that probes sampled as `sample` says run in
+/// (by blocks, the key of the block's warp 0 decides for all): the rule the kernel's test
+/// follows, for probes run on the CPU.
+pub fn warp_sampled(block: [u32; 3], warp: u32, sample: Sample) -> bool {
+    let key = warp_key(block, if sample.blocks { 0 } else { warp });
+    (key.wrapping_mul(GOLDEN) >> 32) < ((1u64 << 32) >> sample.shift.min(31))
 }
 
 /// PTX that sets the predicate `pred` (declared by the caller) when the thread's warp is
 /// sampled, in a block of its own whose registers start with `stem`.
-pub(super) fn test(stem: &str, pred: &str, shift: u32) -> String {
+pub(super) fn test(stem: &str, pred: &str, sample: Sample) -> String {
     let (g0, g1, g2) = (format!("%{stem}_g0"), format!("%{stem}_g1"), format!("%{stem}_g2"));
     let (k0, k1) = (format!("%{stem}_gk0"), format!("%{stem}_gk1"));
-    let limit = (1u64 << 32) >> shift.min(31);
-    let mut code = format!("\t{{\n\t.reg .b32 {g0}, {g1}, {g2};\n\t.reg .b64 {k0}, {k1};\n");
-    for line in [
-        // The warp in the block: the thread's linear index over 32.
-        format!("mov.u32 {g0}, %tid.z;"),
-        format!("mov.u32 {g1}, %ntid.y;"),
-        format!("mov.u32 {g2}, %tid.y;"),
-        format!("mad.lo.u32 {g0}, {g0}, {g1}, {g2};"),
-        format!("mov.u32 {g1}, %ntid.x;"),
-        format!("mov.u32 {g2}, %tid.x;"),
-        format!("mad.lo.u32 {g0}, {g0}, {g1}, {g2};"),
-        format!("shr.u32 {g0}, {g0}, 5;"),
-        format!("cvt.u64.u32 {k0}, {g0};"),
-        format!("mov.u32 {g1}, %ctaid.x;"),
-        format!("mul.wide.u32 {k1}, {g1}, 32;"),
-        format!("add.s64 {k0}, {k0}, {k1};"),
+    let limit = (1u64 << 32) >> sample.shift.min(31);
+    let mut lines =
+        vec![format!("mov.u32 {g1}, %ctaid.x;"), format!("mul.wide.u32 {k0}, {g1}, 32;")];
+    if !sample.blocks {
+        // Plus the warp in the block: the thread's linear index over 32 (by blocks, warp 0's).
+        lines.extend([
+            format!("mov.u32 {g0}, %tid.z;"),
+            format!("mov.u32 {g1}, %ntid.y;"),
+            format!("mov.u32 {g2}, %tid.y;"),
+            format!("mad.lo.u32 {g0}, {g0}, {g1}, {g2};"),
+            format!("mov.u32 {g1}, %ntid.x;"),
+            format!("mov.u32 {g2}, %tid.x;"),
+            format!("mad.lo.u32 {g0}, {g0}, {g1}, {g2};"),
+            format!("shr.u32 {g0}, {g0}, 5;"),
+            format!("cvt.u64.u32 {k1}, {g0};"),
+            format!("add.s64 {k0}, {k0}, {k1};"),
+        ]);
+    }
+    lines.extend([
         format!("mov.u32 {g1}, %ctaid.y;"),
         format!("cvt.u64.u32 {k1}, {g1};"),
         format!("shl.b64 {k1}, {k1}, 32;"),
@@ -110,11 +152,9 @@ pub(super) fn test(stem: &str, pred: &str, shift: u32) -> String {
         format!("mul.lo.u64 {k0}, {k0}, {};", GOLDEN as i64),
         format!("shr.u64 {k0}, {k0}, 32;"),
         format!("setp.lt.u64 {pred}, {k0}, {limit};"),
-    ] {
-        code.push_str(&format!("\t{line}\n"));
-    }
-    code.push_str("\t}\n");
-    code
+    ]);
+    let body: String = lines.iter().map(|l| format!("\t{l}\n")).collect();
+    format!("\t{{\n\t.reg .b32 {g0}, {g1}, {g2};\n\t.reg .b64 {k0}, {k1};\n{body}\t}}\n")
 }
 
 /// The marks around a sampled probe's code: its start, the end of its test, its end.
@@ -124,12 +164,12 @@ fn marks(stem: &str) -> [String; 3] {
 
 /// A sampled probe's `code`, marked, after a test of the warp that skips it (to `label`, unique
 /// in the function) in a warp not sampled.
-pub(super) fn mark(stem: &str, label: &str, code: &str, shift: u32) -> String {
+pub(super) fn mark(stem: &str, label: &str, code: &str, sample: Sample) -> String {
     let [start, tested, end] = marks(stem);
     let pred = format!("%{stem}_gp");
     format!(
         "{start}\t{{\n\t.reg .pred {pred};\n{}\t@!{pred} bra {label};\n\t}}\n{tested}{code}{label}:\n{end}",
-        test(stem, &pred, shift)
+        test(stem, &pred, sample)
     )
 }
 
@@ -214,7 +254,7 @@ pub(super) fn hoisted(module: &PtxModule, f: &Function) -> Option<Vec<usize>> {
 /// probes marked) for the warps not sampled, without the sampled probes and ending in `ret`,
 /// and for the sampled ones, without the probes' tests. `stem` names the test's predicate and
 /// the label of the second copy; the first thing run is the test.
-pub(super) fn copies(stem: &str, inner: &str, shift: u32) -> String {
+pub(super) fn copies(stem: &str, inner: &str, sample: Sample) -> String {
     let [start, tested, end] = marks(stem);
     let pred = format!("%{stem}_sampled");
     let label = format!("${stem}_sampled");
@@ -222,7 +262,7 @@ pub(super) fn copies(stem: &str, inner: &str, shift: u32) -> String {
     let sampled = cut(inner, &start, &tested);
     format!(
         "\n\t.reg .pred {pred};\n{}\t@{pred} bra {label};\n\t{{\n{plain}\n\tret;\n\t}}\n{label}:\n\t{{\n{sampled}\n\t}}\n",
-        test(stem, &pred, shift)
+        test(stem, &pred, sample)
     )
 }
 
@@ -237,24 +277,34 @@ mod tests {
             // 64 blocks of 8 warps, and 512 blocks of one warp: about one in N either way.
             let wide = (0..64u32)
                 .flat_map(|b| (0..8).map(move |w| ([b, 0, 0], w)))
-                .filter(|&(b, w)| warp_sampled(b, w, shift))
+                .filter(|&(b, w)| warp_sampled(b, w, Sample::warps(shift)))
                 .count() as u64;
-            let tall = (0..512u32).filter(|&y| warp_sampled([0, y, 0], 0, shift)).count() as u64;
-            for got in [wide, tall] {
+            let tall = (0..512u32).filter(|&y| warp_sampled([0, y, 0], 0, Sample::warps(shift)));
+            // By blocks: one block in N, all 8 of its warps.
+            let blocks = (0..512u32).filter(|&b| warp_sampled([b, 0, 0], 3, Sample::blocks(shift)));
+            for got in [wide, tall.count() as u64, blocks.count() as u64] {
                 let want = 512 / n;
                 assert!(got.abs_diff(want) <= want / 2 + 2, "1 in {n}: {got} of 512");
             }
+            let block = |b: u32| {
+                (0..8).filter(|&w| warp_sampled([b, 1, 0], w, Sample::blocks(shift))).count()
+            };
+            assert!((0..64).all(|b| matches!(block(b), 0 | 8)), "whole blocks");
         }
-        assert!(warp_sampled([123, 4, 5], 6, 0));
+        assert!(warp_sampled([123, 4, 5], 6, Sample::EVERY));
+        assert_eq!(Sample::blocks(5).to_string(), "one block in 32");
     }
 
     #[test]
     fn probes_share_one_sampling() {
-        assert_eq!(WarpSampling::of([0, 0]), Ok(None));
-        let w = WarpSampling::of([0, 5, 0, 5]).expect("one sampling").expect("sampled");
-        assert_eq!((w.probes, w.shift), (vec![1, 3], 5));
-        let e = WarpSampling::of([5, 3]).expect_err("two samplings");
-        assert!(e.contains("one warp in 32") && e.contains("one in 8"), "{e}");
+        let [every, five] = [Sample::EVERY, Sample::warps(5)];
+        assert_eq!(WarpSampling::of([every, every]), Ok(None));
+        let w = WarpSampling::of([every, five, every, five]).expect("one").expect("sampled");
+        assert_eq!((w.probes, w.sample), (vec![1, 3], five));
+        let e = WarpSampling::of([five, Sample::warps(3)]).expect_err("two samplings");
+        assert!(e.contains("one warp in 32") && e.contains("one warp in 8"), "{e}");
+        let e = WarpSampling::of([five, Sample::blocks(5)]).expect_err("warps and blocks");
+        assert!(e.contains("one block in 32"), "{e}");
     }
 
     #[test]
@@ -270,9 +320,9 @@ mod tests {
 
     #[test]
     fn the_copies_take_out_the_probes_or_their_tests() {
-        let probe = mark("egpu", "$egpu_ws1", "\tPROBE;\n", 5);
+        let probe = mark("egpu", "$egpu_ws1", "\tPROBE;\n", Sample::warps(5));
         let inner = format!("$L0:\n{probe}\tld.global.f32 %f1, [%rd1];\n\tbra $L0;\n");
-        let both = copies("egpu", &inner, 5);
+        let both = copies("egpu", &inner, Sample::warps(5));
         let (plain, sampled) = both.split_once("$egpu_sampled:\n").expect("two copies");
         assert_eq!(plain.matches("PROBE").count(), 0);
         assert!(plain.contains("$L0_egpuu:") && plain.contains("bra $L0_egpuu;"));
