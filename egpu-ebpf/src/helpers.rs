@@ -43,6 +43,9 @@ pub mod id {
     /// `u64 egpu_warp_stride(addr)`: the bytes between consecutive lanes' addresses when the
     /// lanes' addresses step evenly, `u64::MAX` when they do not (a gather).
     pub const WARP_STRIDE: u32 = super::EGPU_HELPER_BASE + 4;
+    /// `long egpu_ringbuf_output_warp(ringbuf, data, size, flags)`: one record per warp-level
+    /// call, the lowest lane's.
+    pub const RINGBUF_OUTPUT_WARP: u32 = super::EGPU_HELPER_BASE + 5;
 }
 
 /// What a helper argument must be. The verifier checks calls against these.
@@ -263,6 +266,26 @@ pub const HELPERS: &[HelperInfo] = &[
               tickets from the lane's batch of 32, published when full or at the thread's exit); 0, -E2BIG when the size exceeds the record size, or -EAGAIN \
               when the ring is full (dropped and counted, never waited for); flags ignored; for \
               rings in GPU memory only (a ring read live from mapped memory is refused)",
+        on_cpu: true,
+        on_gpu: true,
+    },
+    HelperInfo {
+        id: id::RINGBUF_OUTPUT_WARP,
+        name: "egpu_ringbuf_output_warp",
+        args: &[
+            arg("ringbuf", ArgKind::RingBuf),
+            arg("data", ArgKind::Mem),
+            arg("size", ArgKind::MemSize),
+            arg("flags", ArgKind::Scalar),
+        ],
+        ret: RetKind::Scalar,
+        cpu: "as bpf_ringbuf_output: a warp of one lane writes its record",
+        gpu: "one record for the lanes that run the call together: the lowest lane's data, \
+              written by it alone, with no group of lanes to gather (a ring drained while \
+              kernels run, at an access: a ticket from the lane's batch of 32, the record's \
+              stores, and the batch published when full); the others write nothing; 0 in \
+              every lane, -EAGAIN when the record was dropped (a full ring, counted); -E2BIG \
+              when the size exceeds the record size; flags ignored; for rings in GPU memory only",
         on_cpu: true,
         on_gpu: true,
     },

@@ -148,6 +148,12 @@ impl<T: Pod> RingBuf<T> {
         self.try_raw()?.output(bytemuck::bytes_of(record))
     }
 
+    /// Copies `record` into the ring once per warp-level call (`egpu_ringbuf_output_warp`): on
+    /// the CPU a warp is one lane, so as [`output`](Self::output).
+    pub fn output_warp(&self, record: &T) -> Result<(), MapError> {
+        self.output(record)
+    }
+
     /// Reserves room for a record in this CPU's ring: [`MapError::RingFull`] (the drop is
     /// counted) when the ring is full, [`MapError::NoHostShard`] when the map has rings for
     /// devices only. The record starts zeroed; [`Reserved::commit`] publishes it, and dropping

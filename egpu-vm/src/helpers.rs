@@ -267,6 +267,11 @@ fn ringbuf_output(ring: u64, data: u64, size: u64, _flags: u64, _: u64) -> u64 {
     ring.output(data).map_or_else(|e| e.errno() as u64, |()| 0)
 }
 
+/// `egpu_ringbuf_output_warp`: on the CPU a warp is one lane, which writes its record.
+fn ringbuf_output_warp(ring: u64, data: u64, size: u64, flags: u64, _: u64) -> u64 {
+    ringbuf_output(ring, data, size, flags, 0)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Internal helpers, called only by legalised code. Their numbers are outside the table, so a
 // program that calls one itself is refused when it is loaded.
@@ -411,6 +416,7 @@ bindings! {
     map_update_elem: id::MAP_UPDATE_ELEM,
     map_delete_elem: id::MAP_DELETE_ELEM,
     ringbuf_output: id::RINGBUF_OUTPUT,
+    ringbuf_output_warp: id::RINGBUF_OUTPUT_WARP,
     ktime_get_ns: id::KTIME_GET_NS,
     get_prandom_u32: id::GET_PRANDOM_U32,
     get_smp_processor_id: id::GET_SMP_PROCESSOR_ID,

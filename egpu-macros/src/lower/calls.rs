@@ -111,9 +111,13 @@ impl Lower {
                 let record = self.by_ref(record);
                 quote_spanned!(span=> #p::ring_output(&#map, #name, #record);)
             }
+            ("output_warp", [record]) => {
+                let record = self.by_ref(record);
+                quote_spanned!(span=> #p::ring_output_warp(&#map, #name, #record);)
+            }
             (other, _) => self.error(
                 m.method.span(),
-                format!("`{other}` is not a map operation probes support: `fetch_add`, `fetch_add_field`, `insert`, `set`, `remove`, `output`, and `get` in `if let`"),
+                format!("`{other}` is not a map operation probes support: `fetch_add`, `fetch_add_field`, `insert`, `set`, `remove`, `output`, `output_warp`, and `get` in `if let`"),
             ),
         }
     }

@@ -261,6 +261,23 @@ pub fn ring_output<T: Pod>(ring: &'static RingBuf<T>, name: &str, record: impl A
     )));
 }
 
+/// `ring.output_warp(&record)` (`egpu_ringbuf_output_warp`): one record per warp-level call,
+/// the lowest lane's; a full ring drops it and counts it.
+pub fn ring_output_warp<T: Pod>(ring: &'static RingBuf<T>, name: &str, record: impl AsPlace<T>) {
+    let Some(m) = map_ref(ring as *const _ as usize, name, ring.try_raw()) else { return };
+    let record = record.place("record");
+    push(Stmt::Eval(Expr::Call(
+        Ty::I64,
+        id::RINGBUF_OUTPUT_WARP,
+        vec![
+            CallArg::Map(m),
+            CallArg::Addr(record),
+            CallArg::Value(Expr::Const(Ty::U64, size_of::<T>() as u64)),
+            CallArg::Value(Expr::Const(Ty::U64, 0)),
+        ],
+    )));
+}
+
 /// `array.fetch_add(index, delta)`: an atomic add on an element, when the index is in range.
 pub fn array_fetch_add<M: IndexedMap>(
     map: &'static M,

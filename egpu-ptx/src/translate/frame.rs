@@ -63,7 +63,11 @@ pub(super) fn stack_in_registers(verified: &Verified, f: usize) -> bool {
                         2 if id == Some(helper_id::MAP_UPDATE_ELEM) => {
                             maps::words_direct(*a, def.value_size)
                         }
-                        1 if id == Some(helper_id::RINGBUF_OUTPUT) => {
+                        1 if matches!(
+                            id,
+                            Some(helper_id::RINGBUF_OUTPUT | helper_id::RINGBUF_OUTPUT_WARP)
+                        ) =>
+                        {
                             maps::words_direct(*a, maps::ring_bytes(facts.max_size, def.value_size))
                         }
                         _ => false,

@@ -70,6 +70,7 @@ impl Emitter<'_> {
                 self.map_helper(pc, id)?;
             }
             helper_id::RINGBUF_OUTPUT => self.ring_output(pc)?,
+            helper_id::RINGBUF_OUTPUT_WARP => self.ring_output_warp(pc)?,
             _ => return self.unsupported(pc, id),
         }
         Ok(())

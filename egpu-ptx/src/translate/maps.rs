@@ -327,36 +327,13 @@ impl Emitter<'_> {
                     .into(),
             });
         }
-        let bytes = ring_bytes(facts.and_then(|f| f.max_size), g.value_size);
-        if bytes.div_ceil(8) > MAX_WORDS {
-            return Err(self.too_big(pc, m));
-        }
-        let args = facts.map(|f| f.args).unwrap_or_default();
         let ring = self.local_label('R', pc);
-        let (r0, r3) = (self.reg(Reg::R0), self.reg(Reg::R3));
+        let r0 = self.reg(Reg::R0);
         let [t0, t1, t2, _, t4, _, t6, t7] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| self.tmp64(i));
-        let w0 = self.tmp32(0);
         let q0 = self.pred(0);
         let l = |what: &str| format!("{ring}_{what}");
         let (drop, done) = (l("drop"), l("done"));
-        self.line(format!("mov.b64 {r0}, -7;"));
-        self.line(format!("setp.gt.u64 {q0}, {r3}, {};", g.value_size));
-        self.line(format!("@{q0} bra {done};"));
-        let words = self.read_words(Reg::R2, args[1], bytes, 0);
-        // Bytes past `size` are zero in the record; nothing to clear when the verifier knows
-        // the size is the whole record on every path.
-        let whole = facts.and_then(|f| f.min_size).is_some_and(|m| m >= u64::from(bytes));
-        for (w, k) in words.iter().enumerate().filter(|_| !whole) {
-            self.line(format!("sub.s64 {t1}, {r3}, {};", w * 8));
-            self.line(format!("min.s64 {t1}, {t1}, 8;"));
-            self.line(format!("max.s64 {t1}, {t1}, 0;"));
-            self.line(format!("shl.b64 {t1}, {t1}, 3;"));
-            self.line(format!("cvt.u32.u64 {w0}, {t1};"));
-            self.line(format!("mov.b64 {t2}, 1;"));
-            self.line(format!("shl.b64 {t2}, {t2}, {w0};"));
-            self.line(format!("sub.s64 {t2}, {t2}, 1;"));
-            self.line(format!("and.b64 {k}, {k}, {t2};"));
-        }
+        let words = self.record_words(pc, m, &g, &done)?;
         self.shard_base(pc, m.unwrap_or(0), map, &t7, Some(&t6))?;
         self.ring_group();
         // The lane's batch of tickets: the kernel's registers, which a local function cannot
@@ -389,24 +366,7 @@ impl Emitter<'_> {
         self.line(by_capacity(Quotient::Rem, &t2, &t0, g.capacity));
         self.line(format!("mul.lo.u64 {t4}, {t2}, {};", g.slot_stride));
         self.line(format!("add.s64 {t4}, {t4}, {t7};"));
-        // The record. A group's records are consecutive, so its stores fill whole sectors; in
-        // pairs of words when every record starts 16-byte aligned.
-        let mut words = words;
-        words.extend((words.len() as u32..g.value_size.div_ceil(8)).map(|_| "0".to_string()));
-        let records = map.addr.wrapping_add(g.slot_offset(0, 0) as u64);
-        let paired = g.slot_stride % 16 == 0 && g.shard_stride % 16 == 0 && records % 16 == 0;
-        let mut w = 0;
-        while w < words.len() {
-            let at = g.value_offset as usize + 8 * w;
-            if paired && w + 1 < words.len() {
-                let (a, b) = (&words[w], &words[w + 1]);
-                self.line(format!("st.global.v2.u64 [{t4}+{at}], {{{a}, {b}}};"));
-                w += 2;
-            } else {
-                self.line(format!("st.global.u64 [{t4}+{at}], {};", words[w]));
-                w += 1;
-            }
-        }
+        self.store_record(map, words, &t4);
         if let Some(regs) = &batch {
             self.ring_batch_full(&g, regs, &l("published"));
         } else if map.drained {
@@ -420,6 +380,146 @@ impl Emitter<'_> {
             self.line(format!("red.global.add.u64 [{t6}+{}], 1;", shard::REFUSED));
             self.line(format!("red.global.min.u64 [{t6}+{}], {t1};", shard::LEN_OR_HEAD));
         }
+        self.line(format!("mov.b64 {r0}, -11;"));
+        self.place(&done);
+        Ok(())
+    }
+
+    /// The words of the record `bpf_ringbuf_output` (or its warp form) at `pc` writes, from the
+    /// data (`r2`) of `size` (`r3`) bytes, zero past `size`, as many as the ring's records
+    /// hold: 0 in `r0` and a jump to `done` (-7, `-E2BIG`, in `r0`) when `size` exceeds them.
+    fn record_words(
+        &mut self,
+        pc: usize,
+        m: Option<u32>,
+        g: &Geometry,
+        done: &str,
+    ) -> Result<Vec<String>, TranslateError> {
+        let facts = self.verified.call(pc).copied();
+        let bytes = ring_bytes(facts.and_then(|f| f.max_size), g.value_size);
+        if bytes.div_ceil(8) > MAX_WORDS {
+            return Err(self.too_big(pc, m));
+        }
+        let args = facts.map(|f| f.args).unwrap_or_default();
+        let (r0, r3) = (self.reg(Reg::R0), self.reg(Reg::R3));
+        let (t1, t2, w0, q0) = (self.tmp64(1), self.tmp64(2), self.tmp32(0), self.pred(0));
+        self.line(format!("mov.b64 {r0}, -7;"));
+        self.line(format!("setp.gt.u64 {q0}, {r3}, {};", g.value_size));
+        self.line(format!("@{q0} bra {done};"));
+        let mut words = self.read_words(Reg::R2, args[1], bytes, 0);
+        // Bytes past `size` are zero in the record; nothing to clear when the verifier knows
+        // the size is the whole record on every path.
+        let whole = facts.and_then(|f| f.min_size).is_some_and(|m| m >= u64::from(bytes));
+        for (w, k) in words.iter().enumerate().filter(|_| !whole) {
+            self.line(format!("sub.s64 {t1}, {r3}, {};", w * 8));
+            self.line(format!("min.s64 {t1}, {t1}, 8;"));
+            self.line(format!("max.s64 {t1}, {t1}, 0;"));
+            self.line(format!("shl.b64 {t1}, {t1}, 3;"));
+            self.line(format!("cvt.u32.u64 {w0}, {t1};"));
+            self.line(format!("mov.b64 {t2}, 1;"));
+            self.line(format!("shl.b64 {t2}, {t2}, {w0};"));
+            self.line(format!("sub.s64 {t2}, {t2}, 1;"));
+            self.line(format!("and.b64 {k}, {k}, {t2};"));
+        }
+        words.extend((words.len() as u32..g.value_size.div_ceil(8)).map(|_| "0".to_string()));
+        Ok(words)
+    }
+
+    /// The record's `words` stored at its slot (`slot`, an address) of ring `map`.
+    fn store_record(&mut self, map: DeviceMap, words: Vec<String>, slot: &str) {
+        let g = map.geometry;
+        // The record. A group's records are consecutive, so its stores fill whole sectors; in
+        // pairs of words when every record starts 16-byte aligned.
+        let records = map.addr.wrapping_add(g.slot_offset(0, 0) as u64);
+        let paired = g.slot_stride.is_multiple_of(16)
+            && g.shard_stride.is_multiple_of(16)
+            && records.is_multiple_of(16);
+        let mut w = 0;
+        while w < words.len() {
+            let at = g.value_offset as usize + 8 * w;
+            if paired && w + 1 < words.len() {
+                let (a, b) = (&words[w], &words[w + 1]);
+                self.line(format!("st.global.v2.u64 [{slot}+{at}], {{{a}, {b}}};"));
+                w += 2;
+            } else {
+                self.line(format!("st.global.u64 [{slot}+{at}], {};", words[w]));
+                w += 1;
+            }
+        }
+    }
+
+    /// `egpu_ringbuf_output_warp(ring, data, size, flags)`: one record for the lanes that run
+    /// the call together, the lowest lane's, written by it alone. From a ring drained while
+    /// kernels run, at an access of a kernel (its lane's batch of tickets in registers), the
+    /// leader takes one ticket from its batch and stores the record: no group of lanes to
+    /// count, no ticket to pass, no barrier of the warp's lanes. Elsewhere the leader runs
+    /// [`Emitter::ring_output`] as a group of one (before `sm_70`, which has no `activemask`,
+    /// every lane writes its own).
+    pub(super) fn ring_output_warp(&mut self, pc: usize) -> Result<(), TranslateError> {
+        let facts = self.verified.call(pc).copied();
+        let m = facts.and_then(|f| f.map);
+        let map = self.map(pc, m)?;
+        let g = map.geometry;
+        if g.kind != MapKind::RingBuf || map.live || self.options.sm < 70 {
+            return self.ring_output(pc);
+        }
+        let ring = self.local_label('W', pc);
+        let l = |what: &str| format!("{ring}_{what}");
+        let (drop, done) = (l("drop"), l("done"));
+        let r0 = self.reg(Reg::R0);
+        let [t0, t2, t4, t6, t7] = [0, 2, 4, 6, 7].map(|i| self.tmp64(i));
+        let [w1, w3] = [1, 3].map(|i| self.tmp32(i));
+        let [q0, q1, q2] = [0, 1, 2].map(|i| self.pred(i));
+        let batch = match m {
+            Some(m) if map.drained && self.function == 0 => {
+                self.options.ring_batches.get(m as usize).cloned().flatten()
+            }
+            _ => None,
+        };
+        let leader = |e: &mut Self| {
+            e.line(format!("activemask.b32 {w1};"));
+            e.line(format!("mov.u32 {w3}, %lanemask_lt;"));
+            e.line(format!("and.b32 {w3}, {w3}, {w1};"));
+            e.line(format!("setp.eq.u32 {q0}, {w3}, 0;"));
+        };
+        let Some(regs) = batch else {
+            leader(self);
+            self.line(format!("mov.b64 {r0}, 0;"));
+            self.line(format!("@!{q0} bra {done};"));
+            self.ring_output(pc)?;
+            self.place(&done);
+            return Ok(());
+        };
+        let words = self.record_words(pc, m, &g, &done)?;
+        leader(self);
+        self.line(format!("mov.b64 {r0}, 0;"));
+        self.line(format!("@!{q0} bra {done};"));
+        self.shard_base(pc, m.unwrap_or(0), map, &t7, Some(&t6))?;
+        // A group of one: the leader's ticket from its batch (a new batch when it is spent).
+        self.line(format!("mov.b64 {t0}, 1;"));
+        self.ring_take(&g, &regs, &l("got"));
+        self.line(format!("setp.eq.s64 {q2}, {t0}, -1;"));
+        self.line(format!("@{q2} bra {drop};"));
+        self.line(by_capacity(Quotient::Rem, &t2, &t0, g.capacity));
+        self.line(format!("mul.lo.u64 {t4}, {t2}, {};", g.slot_stride));
+        self.line(format!("add.s64 {t4}, {t4}, {t7};"));
+        self.store_record(map, words, &t4);
+        // The batch published when spent: the stores are the leader's own, before its release.
+        let [next, end, _] = &regs;
+        self.line(format!("setp.ne.u64 {q1}, {next}, {end};"));
+        self.line(format!("@{q1} bra {done};"));
+        let temps = [1, 2, 3, 4].map(|i| self.tmp64(i));
+        let published = l("published");
+        self.out.push_str(&close_ring_batch(
+            &g,
+            [&regs[0], &regs[1], &regs[2]],
+            &temps,
+            &q1,
+            &published,
+        ));
+        self.place(&published);
+        self.line(format!("bra {done};"));
+        self.place(&drop);
         self.line(format!("mov.b64 {r0}, -11;"));
         self.place(&done);
         Ok(())
