@@ -247,28 +247,22 @@ pub fn hash_get<K: Pod, V: Pod>(
 
 /// `ring.output(&record)` (`bpf_ringbuf_output`): a full ring drops the record and counts it.
 pub fn ring_output<T: Pod>(ring: &'static RingBuf<T>, name: &str, record: impl AsPlace<T>) {
-    let Some(m) = map_ref(ring as *const _ as usize, name, ring.try_raw()) else { return };
-    let record = record.place("record");
-    push(Stmt::Eval(Expr::Call(
-        Ty::I64,
-        id::RINGBUF_OUTPUT,
-        vec![
-            CallArg::Map(m),
-            CallArg::Addr(record),
-            CallArg::Value(Expr::Const(Ty::U64, size_of::<T>() as u64)),
-            CallArg::Value(Expr::Const(Ty::U64, 0)),
-        ],
-    )));
+    ring_call(id::RINGBUF_OUTPUT, ring, name, record);
 }
 
 /// `ring.output_warp(&record)` (`egpu_ringbuf_output_warp`): one record per warp-level call,
 /// the lowest lane's; a full ring drops it and counts it.
 pub fn ring_output_warp<T: Pod>(ring: &'static RingBuf<T>, name: &str, record: impl AsPlace<T>) {
+    ring_call(id::RINGBUF_OUTPUT_WARP, ring, name, record);
+}
+
+/// A call of ring helper `helper` with `record`, its size, and no flags.
+fn ring_call<T: Pod>(helper: u32, ring: &'static RingBuf<T>, name: &str, record: impl AsPlace<T>) {
     let Some(m) = map_ref(ring as *const _ as usize, name, ring.try_raw()) else { return };
     let record = record.place("record");
     push(Stmt::Eval(Expr::Call(
         Ty::I64,
-        id::RINGBUF_OUTPUT_WARP,
+        helper,
         vec![
             CallArg::Map(m),
             CallArg::Addr(record),
