@@ -721,3 +721,21 @@ fn item10_the_readmes_commands_run() {
     }
     assert!(ran >= 2, "only {ran} of the README's commands ran");
 }
+
+/// A pack's probes sampled by warps (`warps 32`, as `egpu mem`'s `timeline` writes them) run in
+/// a copy of each kernel that only the sampled warps take; the other copy has none of them.
+#[test]
+fn inject_gives_a_packs_sampled_probes_a_copy_of_each_kernel() {
+    use egpu::host::mem::{PageSize, Sampling, Set, pack_sampled};
+    let dir = TempDir::new("sampled");
+    let sampling: Sampling = "32".parse().expect("1 in 32");
+    let pack = pack_sampled(&[Set::Timeline], PageSize::default(), sampling).expect("a pack");
+    assert!(pack.to_text().contains("\nwarps 32\n"));
+    let path = dir.file("timeline.pack", pack.to_text());
+    let r = succeeds(&["inject".into(), saxpy().into_os_string(), "--probe".into(), path.into()]);
+    let kernels = PtxModule::parse(&r.stdout).expect("PTX").entries().count();
+    assert_eq!(r.stdout.matches("_sampled:\n").count(), kernels, "a copy per kernel");
+    let (plain, sampled) = r.stdout.split_once("_sampled:\n").expect("two copies");
+    assert!(plain.contains("ld.global") && !plain.contains("atom.global"), "{plain}");
+    assert!(sampled.contains("atom.global"), "{sampled}");
+}

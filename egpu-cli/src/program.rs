@@ -18,6 +18,7 @@ use egpu::ebpf::instruction::{CallTarget, Instruction};
 use egpu::ebpf::verifier::{AccessRegion, Verified, verify};
 use egpu::ebpf::{AttachPoint, MapDef, Program, assemble};
 use egpu::pack::Pack;
+use egpu_device::inject::Sample;
 use egpu_device::translate::DeviceMap;
 
 use crate::Error;
@@ -138,6 +139,8 @@ pub(crate) struct Loaded {
     pub(crate) verified: Verified,
     /// Its map table's layouts and addresses, in order.
     pub(crate) bindings: Vec<DeviceMap>,
+    /// The warps it runs in (a pack's `warps N` or `blocks N`; every warp otherwise).
+    pub(crate) sample: Sample,
 }
 
 /// Makes the verified program of assembly or bytecode `code`, for `attach`, with `maps` as its
@@ -162,6 +165,7 @@ pub(crate) fn from_code(
         name: name.to_string(),
         verified,
         bindings: maps.iter().map(|m| m.binding).collect(),
+        sample: Sample::EVERY,
     })
 }
 
@@ -202,6 +206,7 @@ pub(crate) fn from_pack(name: &ProgramName, pack: &Pack) -> Result<Vec<Loaded>, 
         .map(|p| Loaded {
             name: format!("{}:{}", name.path.display(), p.name),
             verified: p.program.clone(),
+            sample: p.sample,
             bindings: p
                 .maps
                 .iter()

@@ -4,7 +4,9 @@
 use std::path::Path;
 
 use egpu::ebpf::{AttachPoint, DeviceEvent, MemAccessCtx};
-use egpu_device::inject::{DeviceProbe, InjectOptions, Kernels, blocks_per_sm, inject_with};
+use egpu_device::inject::{
+    DeviceProbe, InjectOptions, Kernels, WarpSampling, blocks_per_sm, inject_with,
+};
 use egpu_device::toolchain::{FunctionReport, Ptxas};
 use egpu_device::translate::kernel_module_with;
 
@@ -171,7 +173,10 @@ pub(crate) fn inject_cmd(a: InjectArgs) -> Result<(), Error> {
         .iter()
         .map(|p| DeviceProbe { program: &p.verified, kernels: selection, maps: &p.bindings })
         .collect();
-    let options = InjectOptions { tensor_boxes: a.tensor_boxes, registers, ..Default::default() };
+    // A pack's probes sampled by warps or blocks run in a copy of each kernel for those warps.
+    let sampled = WarpSampling::of(programs.iter().map(|p| p.sample)).map_err(Error::Failed)?;
+    let options =
+        InjectOptions { tensor_boxes: a.tensor_boxes, registers, sampled, ..Default::default() };
     let injected = inject_with(&ptx, &probes, &options)
         .map_err(|e| Error::Failed(format!("{module}: {e}")))?;
     // A kernel named that the module lacks is a mistake, not an empty selection.
