@@ -732,10 +732,23 @@ fn inject_gives_a_packs_sampled_probes_a_copy_of_each_kernel() {
     let pack = pack_sampled(&[Set::Timeline], PageSize::default(), sampling).expect("a pack");
     assert!(pack.to_text().contains("\nwarps 32\n"));
     let path = dir.file("timeline.pack", pack.to_text());
-    let r = succeeds(&["inject".into(), saxpy().into_os_string(), "--probe".into(), path.into()]);
+    let r = succeeds(&[
+        "inject".into(),
+        saxpy().into_os_string(),
+        "--probe".into(),
+        path.clone().into(),
+    ]);
     let kernels = PtxModule::parse(&r.stdout).expect("PTX").entries().count();
     assert_eq!(r.stdout.matches("_sampled:\n").count(), kernels, "a copy per kernel");
     let (plain, sampled) = r.stdout.split_once("_sampled:\n").expect("two copies");
     assert!(plain.contains("ld.global") && !plain.contains("atom.global"), "{plain}");
     assert!(sampled.contains("atom.global"), "{sampled}");
+    // A kernel whose warps wait for each other at `bar.sync` is sampled by whole blocks: the
+    // warps of a block run one copy, its test reads no thread index.
+    let reduce = workspace_path("tests/ptx/reduce.ptx");
+    let r = succeeds(&["inject".into(), reduce.into_os_string(), "--probe".into(), path.into()]);
+    let declared = r.stdout.find(".reg .pred %egpu_sampled;").expect("copies");
+    let branch = r.stdout.find("bra $egpu_sampled;").expect("the branch to the sampled copy");
+    let test = &r.stdout[declared..branch];
+    assert!(test.contains("%ctaid.x") && !test.contains("%tid"), "{test}");
 }

@@ -277,7 +277,7 @@ pub fn inject_with(
     let (mut runs, mut in_runs, mut summarized) = (0, 0, 0);
     let is_predicate = predicates(&module);
     // Kernels copied for sampled warps: their body's `{`, its `}` and the pieces declared once.
-    let mut copied: BTreeMap<usize, (usize, Vec<usize>)> = BTreeMap::new();
+    let mut copied: BTreeMap<usize, (usize, Vec<usize>, Sample)> = BTreeMap::new();
     let sample = options.sampled.as_ref().map_or(Sample::EVERY, |s| s.sample);
     for f in module.functions() {
         let mut index = 0u32;
@@ -300,6 +300,7 @@ pub fn inject_with(
             .filter(|i| options.sampled.as_ref().is_some_and(|s| s.probes.contains(i)))
             .collect();
         let is_sampled = |i: usize| sampled_here.contains(&i);
+        let sample = sampled::for_kernel(sample, module.instructions(f).iter().map(|i| i.1.opcode));
         let stem = names.stem.clone();
         let mark = move |i: usize, label: String, code: String| match is_sampled(i) {
             true => sampled::mark(&stem, &label, &code, sample),
@@ -675,7 +676,7 @@ pub fn inject_with(
             before.entry(close).or_default().push_str(&code);
         }
         if let Some(hoisted) = copy {
-            copied.insert(f.body.start, (f.body.end - 1, hoisted));
+            copied.insert(f.body.start, (f.body.end - 1, hoisted, sample));
         }
         // In the order of the module's lines (the accesses of a run wait for its last).
         sites.extend(batched);
@@ -714,7 +715,7 @@ pub fn inject_with(
             out.push_str(&functions);
             out.push('\n');
         }
-        let Some((close, hoisted)) = copied.get(&i) else {
+        let Some((close, hoisted, sample)) = copied.get(&i) else {
             out.push_str(&written(i));
             continue;
         };
@@ -731,7 +732,7 @@ pub fn inject_with(
             }
         }
         inner.push_str(before.get(close).map_or("", String::as_str));
-        out.push_str(&sampled::copies(&names.stem, &inner, sample));
+        out.push_str(&sampled::copies(&names.stem, &inner, *sample));
         out.push_str(module.piece_text(*close));
         out.push_str(after.get(close).map_or("", String::as_str));
         next = close + 1;

@@ -157,6 +157,25 @@ pub(super) fn test(stem: &str, pred: &str, sample: Sample) -> String {
     format!("\t{{\n\t.reg .b32 {g0}, {g1}, {g2};\n\t.reg .b64 {k0}, {k1};\n{body}\t}}\n")
 }
 
+/// The sampling of a kernel whose instructions are `opcodes`: by whole blocks, whatever
+/// `sample` says, when the kernel has an instruction that every thread of its block, or of a
+/// warpgroup, must run together (`bar.sync` and the other `bar` and aligned `barrier`
+/// instructions, `wgmma`, `setmaxnreg`, `tcgen05`): warps of one block in two copies would run
+/// two different such instructions, which the PTX ISA leaves undefined. One warp in N still
+/// records, but whole blocks of them.
+pub(super) fn for_kernel<'a>(sample: Sample, mut opcodes: impl Iterator<Item = &'a str>) -> Sample {
+    let together = |op: &str| {
+        let base = op.split('.').next().unwrap_or("");
+        (base == "bar" && !op.starts_with("bar.warp"))
+            || (base == "barrier" && op.split('.').any(|q| q == "aligned"))
+            || matches!(base, "wgmma" | "setmaxnreg" | "tcgen05")
+    };
+    match sample.blocks || !opcodes.any(together) {
+        true => sample,
+        false => Sample { blocks: true, ..sample },
+    }
+}
+
 /// The marks around a sampled probe's code: its start, the end of its test, its end.
 fn marks(stem: &str) -> [String; 3] {
     ["start", "tested", "end"].map(|m| format!("\t// {stem} sampled probe: {m}\n"))
@@ -305,6 +324,25 @@ mod tests {
         assert!(e.contains("one warp in 32") && e.contains("one warp in 8"), "{e}");
         let e = WarpSampling::of([five, Sample::blocks(5)]).expect_err("warps and blocks");
         assert!(e.contains("one block in 32"), "{e}");
+    }
+
+    #[test]
+    fn kernels_whose_blocks_wait_together_are_sampled_by_blocks() {
+        let warps = Sample::warps(5);
+        assert_eq!(for_kernel(warps, ["ld.global.f32", "bar.warp.sync"].into_iter()), warps);
+        for op in [
+            "bar.sync",
+            "barrier.sync.aligned",
+            "wgmma.fence.sync.aligned",
+            "setmaxnreg.inc.sync.aligned.u32",
+        ] {
+            assert_eq!(
+                for_kernel(warps, ["ld.global.f32", op].into_iter()),
+                Sample::blocks(5),
+                "{op}"
+            );
+        }
+        assert_eq!(for_kernel(warps, ["barrier.sync"].into_iter()), warps);
     }
 
     #[test]
