@@ -300,7 +300,8 @@ pub fn inject_with(
             .filter(|i| options.sampled.as_ref().is_some_and(|s| s.probes.contains(i)))
             .collect();
         let is_sampled = |i: usize| sampled_here.contains(&i);
-        let sample = sampled::for_kernel(sample, module.instructions(f).iter().map(|i| i.1.opcode));
+        let instructions = module.instructions(f);
+        let sample = sampled::for_kernel(sample, instructions.iter().map(|i| i.1.opcode));
         let stem = names.stem.clone();
         let mark = move |i: usize, label: String, code: String| match is_sampled(i) {
             true => sampled::mark(&stem, &label, &code, sample),
@@ -318,7 +319,6 @@ pub fn inject_with(
                     |m: u32| p.maps.get(m as usize).is_some_and(|b| caches.contains_key(&b.addr));
                 combines(p.program, &stable)
             });
-        let instructions = module.instructions(f);
         // The registers the kernel was compiled to, kept (its blocks per SM with them).
         let bound = !options.bound_sampled_only || copy.is_some();
         if let (true, true, Some(&registers)) = (entry, bound, options.registers.get(&f.name)) {

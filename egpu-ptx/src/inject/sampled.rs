@@ -1,6 +1,6 @@
-//! Probes sampled by warps: a probe given in [`WarpSampling`] runs in one warp in N only, and a
-//! kernel with such probes is compiled as two copies of its body, so that the warps not sampled
-//! run a body without them.
+//! Probes sampled by warps: a probe given in [`WarpSampling`] runs in one warp (or block) in N
+//! only, and a kernel with such probes is compiled as two copies of its body, so that the warps
+//! not sampled run a body without them.
 //!
 //! Which warps: a thread's warp key is `block.x · 32 + warp` (the warp's index in its block,
 //! from the thread's linear index) with `block.y` and `block.z` xored into its high bits
@@ -15,8 +15,9 @@
 //! registers a kernel takes are the most either copy needs, but where the kernel's registers are
 //! bound (`.maxnreg`, [`InjectOptions::registers`](super::InjectOptions::registers)) `ptxas`
 //! keeps what does not fit in the sampled copy's local memory and leaves the other copy as the
-//! kernel was: on a grid-stride saxpy instrumented with the `timeline` set, 56 registers
-//! unbound; bound to 32, 336 bytes spilled, every spill in the sampled copy (`ptxas` 13). A
+//! kernel was: nvcc's grid-stride saxpy of `mem_timing.cu` (30 registers) with the `timeline`
+//! set took 46 registers unbound; bound to 32, it spilled 148 bytes, all in the sampled copy
+//! (`ptxas` 13). A
 //! kernel whose body declares `.shared` or `.local` variables inside a nested block, and device
 //! functions, are not copied: there each sampled probe tests the warp where it runs.
 //!
@@ -77,9 +78,9 @@ pub struct WarpSampling {
 }
 
 impl WarpSampling {
-    /// The sampling of probes given as their sampling's log2 N in order (0: every warp): `None`
-    /// when none is sampled, an error naming two that are sampled differently (a kernel has
-    /// one copy for the sampled warps).
+    /// The sampling of probes given by their [`Sample`]s in order: `None` when none is
+    /// sampled, an error naming two that are sampled differently (a kernel has one copy for
+    /// the sampled warps).
     pub fn of(samples: impl IntoIterator<Item = Sample>) -> Result<Option<WarpSampling>, String> {
         let mut out: Option<WarpSampling> = None;
         for (i, sample) in samples.into_iter().enumerate().filter(|(_, s)| s.is_sampled()) {

@@ -460,7 +460,10 @@ impl Emitter<'_> {
         let m = facts.and_then(|f| f.map);
         let map = self.map(pc, m)?;
         let g = map.geometry;
-        if g.kind != MapKind::RingBuf || map.live || self.options.sm < 70 {
+        if g.kind != MapKind::RingBuf {
+            return self.unsupported(pc, helper_id::RINGBUF_OUTPUT_WARP);
+        }
+        if map.live || self.options.sm < 70 {
             return self.ring_output(pc);
         }
         let ring = self.local_label('W', pc);
