@@ -218,6 +218,16 @@ fn a_drained_ring_group_claims_takes_tickets_and_publishes_once() {
     assert_eq!(lines("red.global.add", shard::CLAIMED), 2, "{ptx}");
     assert_eq!(lines("red.global.min", shard::LEN_OR_HEAD), 0, "head never goes back: {ptx}");
     assert_eq!(ptx.matches(".reg .b64 %egpu_rn0, %egpu_re0, %egpu_rs0;").count(), 1, "{ptx}");
+    // Refused (the ring full), the lane drops a batch's worth without claiming: its batch's
+    // end all ones, each record counted in the refused word by an add nothing waits for;
+    // closing a batch passes over that state.
+    assert_eq!(ptx.matches("mov.b64 %egpu_re0, -1;").count(), 2, "{ptx}");
+    assert_eq!(ptx.matches(", %egpu_re0, -1;").count(), 2, "the test of dropping: {ptx}");
+    assert_eq!(lines("red.global.add.u64 [%egpu_rs0", shard::REFUSED), 2, "{ptx}");
+    let dropping = ptx.find(", %egpu_re0, -1;").expect("dropping");
+    let claimed = ptx[dropping..].find("_claim:").expect("the claim after it");
+    assert!(!ptx[dropping..dropping + claimed].contains("atom."), "no atomic waited for: {ptx}");
+    assert_eq!(ptx.matches("%egpu_re0, -1, ").count(), 2 * 2 + 1, "each close: {ptx}");
     // The rings' own, and one after each of the two probes (its lanes run on together).
     assert_eq!(ptx.matches("bar.warp.sync").count(), 4, "{ptx}");
     let seq = geometry.seq_offset(0, 0) - geometry.shard_offset(0);
