@@ -9,8 +9,8 @@
 //! - **Pooled**: each context keeps its pairs (made with `cuEventCreate`'s default flags, so
 //!   that they time), reused once harvested; up to `EGPU_KERNEL_TIMES_PAIRS` (4096 by default)
 //!   per context are made, none per launch in the steady state. When all are in flight, those
-//!   finished are harvested on the spot; if none is, the launch goes untimed and is counted
-//!   ([`TimingCount::PoolFull`]).
+//!   finished are harvested on the spot (after a harvest under way); if none is, the launch
+//!   goes untimed and is counted ([`TimingCount::PoolFull`]).
 //! - **Harvested without blocking**: `cuEventQuery` on the end event, then
 //!   `cuEventElapsedTime`, by a thread of egpu's own (`egpu-times`) on the merger's clock
 //!   (`EGPU_MERGE_MS`) and woken after the program's synchronisations; before a context is torn
@@ -265,8 +265,11 @@ fn take(context: Handle, f: Handle) -> Option<(Pair, bool)> {
         }
         drop(all);
         if attempt == 0 {
-            // Every pair in flight: those finished come back, without waiting.
-            harvest(|p| p.context == context as usize, false);
+            // Every pair in flight: those finished come back, without waiting for the GPU. A
+            // harvest under way (egpu's thread's) holds them out of the pool: this one waits
+            // its turn rather than leaving (in CI the harvester, woken by a synchronisation,
+            // held the only pair while the program's last launches found the pool full).
+            harvest(|p| p.context == context as usize, Harvest::Queue);
         }
     }
     count(TimingCount::PoolFull);
@@ -328,7 +331,7 @@ fn start_harvester() {
             while !STOPPED.load(Ordering::Relaxed) {
                 std::thread::park_timeout(period);
                 if !capturing() {
-                    harvest(|_| true, false);
+                    harvest(|_| true, Harvest::Try);
                 }
             }
         });
@@ -369,7 +372,7 @@ pub(crate) fn teardown(what: Teardown) {
         return;
     }
     let covers = move |p: &Pool| what.takes(p.context, p.device);
-    harvest(covers, true);
+    harvest(covers, Harvest::Wait);
     let pid = std::process::id();
     let mut gone = Vec::new();
     pools().retain_mut(|p| {
@@ -389,23 +392,35 @@ pub(crate) fn teardown(what: Teardown) {
 pub(crate) fn finish() {
     STOPPED.store(true, Ordering::Relaxed);
     if enabled() {
-        harvest(|_| true, true);
+        harvest(|_| true, Harvest::Wait);
     }
 }
 
+/// How a harvest goes about it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Harvest {
+    /// Leaves when another harvest is under way; takes the pairs finished.
+    Try,
+    /// Waits for another harvest under way; takes the pairs finished.
+    Queue,
+    /// Waits for another harvest under way, then for every pair in flight.
+    Wait,
+}
+
 /// Harvests the pairs of the pools `which` picks (of this process) whose launches finished, or
-/// (`wait`) all of them, waiting; adds their times and the counts to the built-in maps. One
-/// harvest at a time: another finds the lock taken and leaves it (unless it waits).
-fn harvest(which: impl Fn(&Pool) -> bool, wait: bool) {
-    let _one = if wait {
-        HARVESTING.lock().unwrap_or_else(|p| p.into_inner())
-    } else {
+/// (`Harvest::Wait`) all of them, waiting; adds their times and the counts to the built-in maps.
+/// One harvest at a time.
+fn harvest(which: impl Fn(&Pool) -> bool, how: Harvest) {
+    let _one = if how == Harvest::Try {
         match HARVESTING.try_lock() {
             Ok(g) => g,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return,
         }
+    } else {
+        HARVESTING.lock().unwrap_or_else(|p| p.into_inner())
     };
+    let wait = how == Harvest::Wait;
     let pid = std::process::id();
     // The pairs in flight taken out, so that launches go on meanwhile.
     let batches: Vec<(usize, VecDeque<Pending>)> = pools()
