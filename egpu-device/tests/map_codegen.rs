@@ -5,8 +5,9 @@
 //!   while the kernel runs, and looks the remembered key up before hashing;
 //! - an add of a constant makes no vote and no `redux.sync`;
 //! - adds to a hash map value found by the kernel's id (the same at every access of a site)
-//!   are combined in the thread's registers until the kernel exits; those by a key that changes
-//!   from access to access (a page) are not;
+//!   are combined in the thread's registers until the kernel exits (counted by the warp where
+//!   the kernel has no loop); those by a key that changes from access to access (a page) are
+//!   not;
 //! - a ring record is stored alone, in pairs of words, with no sequence word; in a ring drained
 //!   while kernels run, a group of lanes claims room, takes tickets and publishes its records
 //!   by one atomic add each and one sequence word.
@@ -500,6 +501,45 @@ fn a_run_of_copies_adds_up_its_bytes_and_runs_an_additive_probe_once() {
     let widened = summed.ptx.matches("cvt.u64.u32 %egpu1x_zd").count();
     assert_eq!(widened, copies, "each copy's size register, widened and added");
     assert!(!summed.ptx.contains("%egpu1x_size"), "no probe at a copy");
+}
+
+#[test]
+fn a_kernel_without_loops_counts_by_the_warp() {
+    // Each access runs once per thread: the lowest of the lanes running it adds the count for
+    // all of them, and at the exit each lane adds its own sum (in a warp that ran together,
+    // one lane), with no vote and no reduction.
+    let count = include_str!("../../tests/probes/kernel_bytes.s")
+        .replace("ldxw %r1, [%r9+16]", "mov %r1, 1");
+    let p = program(&count, hash_def(8), DeviceEvent::GlobalLoad);
+    let maps = [hash_binding(8, false)];
+    let probes = [DeviceProbe { program: &p, kernels: Kernels::All, maps: &maps }];
+    let flat = saxpy().replace("\t@%p2 bra \t$L__BB0_2;\n", "");
+    assert_ne!(flat, saxpy(), "the loop's jump back removed");
+    let ptx = inject(&flat, &probes).expect("instruments").ptx;
+    assert_eq!(ptx.matches("activemask.b32 %egpu_zm").count(), 2, "two loads: {ptx}");
+    assert_eq!(ptx.matches("popc.b32 %egpu_zm").count(), 2, "{ptx}");
+    let led = ptx.matches(" add.u64 %egpu_hs0_0, %egpu_hs0_0, %egpu_zc").count();
+    assert_eq!(led, 2, "the leader adds the lanes' count: {ptx}");
+    assert!(!ptx.contains("add.u64 %egpu_hs0_0, %egpu_hs0_0, 1;"), "{ptx}");
+    let flush = &ptx[ptx.find("setp.eq.or.u64 %egpu_fq, %egpu_hs0_0").expect("the flush")..];
+    let flush = &flush[..flush.find("_done:").expect("its end")];
+    assert!(!flush.contains("redux.sync") && !flush.contains("vote.sync"), "{flush}");
+    assert!(flush.contains("red.global.add.u64"), "{flush}");
+    // Bytes: the size times the lanes.
+    let bytes = include_str!("../../tests/probes/kernel_bytes.s");
+    let b = program(bytes, hash_def(8), DeviceEvent::GlobalLoad);
+    let probes = [DeviceProbe { program: &b, kernels: Kernels::All, maps: &maps }];
+    let ptx = inject(&flat, &probes).expect("instruments").ptx;
+    let times = ptx.matches(" mad.lo.u64 %egpu_hs0_0, %egpu_zc").count();
+    assert_eq!(times, 2, "{ptx}");
+    // With its loop the kernel keeps a register add per access and the warp's reduction at
+    // the exit, paid once for many accesses.
+    let probes = [DeviceProbe { program: &p, kernels: Kernels::All, maps: &maps }];
+    let ptx = inject(&saxpy(), &probes).expect("instruments").ptx;
+    assert!(!ptx.contains("activemask.b32 %egpu_zm"), "{ptx}");
+    assert_eq!(ptx.matches("add.u64 %egpu_hs0_0, %egpu_hs0_0, 1;").count(), 2, "{ptx}");
+    let flush = &ptx[ptx.find("setp.eq.or.u64 %egpu_fq, %egpu_hs0_0").expect("the flush")..];
+    assert!(flush.contains("redux.sync.add.u32"), "{flush}");
 }
 
 #[test]

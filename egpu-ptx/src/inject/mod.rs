@@ -337,7 +337,36 @@ pub fn inject_with(
             let boxes = options.tensor_boxes.is_some();
             // A sampled probe runs where it is, in the sampled warps only.
             let plain: Vec<_> = selected.iter().filter(|s| !is_sampled(s.0)).copied().collect();
-            summaries::summaries(&names, &instructions, &observations, &plain, &caches, id, boxes)
+            let sum = |warp| {
+                summaries::summaries(
+                    &names,
+                    &instructions,
+                    &observations,
+                    &plain,
+                    &caches,
+                    id,
+                    boxes,
+                    warp,
+                )
+            };
+            // Counted by the warp where no loop repeats an access, no lane adds a size of its
+            // own, and no probe that runs adds to the sums.
+            let warp = sm >= 70 && summaries::loop_free(&module, f.body.clone(), &instructions);
+            let counted = sum(warp);
+            let by_warp = warp
+                && !counted.sized
+                && instructions.iter().zip(&observations).all(|((piece, _), o)| {
+                    let Observation::Observed(o) = o else { return true };
+                    selected.iter().all(|(i, p, e)| {
+                        *e != o.event
+                            || counted.code.contains_key(&(*piece, *i))
+                            || !p.maps.iter().any(|b| counted.maps.contains(&b.addr))
+                    })
+                });
+            match (warp, by_warp) {
+                (true, false) => sum(false),
+                _ => summaries::Summaries { by_warp, ..counted },
+            }
         } else {
             summaries::Summaries::default()
         };
@@ -507,14 +536,17 @@ pub fn inject_with(
                 for slot in 0..2 {
                     let (addr, sum) = (&names.sums[2 * slot], &names.sums[2 * slot + 1]);
                     let label = format!("${}_flush{piece}_{slot}", names.stem);
-                    code.push_str(&flush(&names, (addr, 0), sum, &label, sm, None));
+                    code.push_str(&flush(&names, (addr, 0), sum, &label, sm, (None, false)));
                 }
                 for cached in caches.values() {
                     let c = cache(cached);
+                    // Sums counted by the warp are added by each lane: the lanes that led.
+                    let by_lane = summed.by_warp && summed.maps.contains(&cached.map.addr);
                     for (offset, sum) in &c.sums {
                         let label = format!("${}_flush{piece}_{}", names.stem, &sum[1..]);
                         let at = (c.value.as_str(), *offset);
-                        code.push_str(&flush(&names, at, sum, &label, sm, Some(cached.map)));
+                        let to = (Some(cached.map), by_lane);
+                        code.push_str(&flush(&names, at, sum, &label, sm, to));
                     }
                 }
             }

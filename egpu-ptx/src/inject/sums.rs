@@ -121,16 +121,16 @@ pub(super) fn sum_register(names: &Names, c: &Cached, offset: u32) -> String {
 /// At a kernel's exit: the per-thread `sum` of combined atomic adds to the value at `addr` +
 /// `offset` (a combining slot's, [`Options::combine`](crate::translate::Options::combine), or a
 /// map field's), added to memory when both are nonzero, aggregated across the warp where the
-/// target allows; `label`, unique in the module, starts the labels. With `spread` (the map's
-/// binding, spread over per-SM copies), the sum goes to the copy of the thread's SM, as the
-/// probes' own adds do.
+/// target allows, unless `by_lane` (sums counted by the warp: each lane adds its own); `label`,
+/// unique in the module, starts the labels. With `spread` (the map's binding, spread over
+/// per-SM copies), the sum goes to the copy of the thread's SM, as the probes' own adds do.
 pub(super) fn flush(
     n: &Names,
     (addr, offset): (&str, u32),
     sum: &str,
     label: &str,
     sm: u32,
-    spread: Option<DeviceMap>,
+    (spread, by_lane): (Option<DeviceMap>, bool),
 ) -> String {
     let r = |what: &str| format!("%{}_f{what}", n.stem);
     let (fq, ft, fa) = (r("q"), r("t"), r("a"));
@@ -155,7 +155,7 @@ pub(super) fn flush(
         }
         None => (addr.to_owned(), String::new()),
     };
-    let add = if sm >= 80 {
+    let add = if sm >= 80 && !by_lane {
         // The sum's address is a map value's: global memory.
         // A cached map's value is the same for every lane that gets here (its address not
         // null): one key, and the copy of the warp's SM.
