@@ -46,7 +46,16 @@ pub mod id {
     /// `long egpu_ringbuf_output_warp(ringbuf, data, size, flags)`: one record per warp-level
     /// call, the lowest lane's.
     pub const RINGBUF_OUTPUT_WARP: u32 = super::EGPU_HELPER_BASE + 5;
+    /// `u64 egpu_delay_ns(ns)`: the calling thread waits `ns` nanoseconds (at most
+    /// [`MAX_DELAY_NS`](super::MAX_DELAY_NS)); returns the nanoseconds that passed.
+    pub const DELAY_NS: u32 = super::EGPU_HELPER_BASE + 6;
 }
+
+/// The most nanoseconds one call of `egpu_delay_ns` may wait: 1 ms, which the verifier proves
+/// of its argument. Emulating a slower memory tier adds hundreds of nanoseconds per access; a
+/// host event such as a copy may be slowed by more, a call per chunk. A bound keeps a probe
+/// from stalling the thread it runs in, a GPU kernel's or the program's own, without end.
+pub const MAX_DELAY_NS: u64 = 1_000_000;
 
 /// What a helper argument must be. The verifier checks calls against these.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +81,8 @@ pub enum ArgKind {
     Func,
     /// A pointer to the stack, or 0: passed on to a callback.
     StackOrNull,
+    /// Nanoseconds to wait: a scalar the verifier bounds by [`MAX_DELAY_NS`].
+    Nanoseconds,
 }
 
 impl ArgKind {
@@ -88,6 +99,7 @@ impl ArgKind {
             ArgKind::Count => "number of calls",
             ArgKind::Func => "local function (lddw func)",
             ArgKind::StackOrNull => "pointer to the stack, or 0",
+            ArgKind::Nanoseconds => "nanoseconds, at most 1,000,000",
         }
     }
 }
@@ -351,7 +363,9 @@ pub const HELPERS: &[HelperInfo] = &[
         args: &[arg("value", ArgKind::Scalar)],
         ret: RetKind::Scalar,
         cpu: "1: the one lane is its own group",
-        gpu: "in the lowest of the lanes running the call together whose value is the same               (match.any.sync), how many they are; 0 in the others: one lane per group adds               the group's count (32 lanes reading one page: one add of 32)",
+        gpu: "in the lowest of the lanes running the call together whose value is the same \
+              (match.any.sync), how many they are; 0 in the others: one lane per group adds \
+              the group's count (32 lanes reading one page: one add of 32)",
         on_cpu: true,
         on_gpu: true,
     },
@@ -365,6 +379,19 @@ pub const HELPERS: &[HelperInfo] = &[
               is the lowest lane's plus its distance in lanes times one stride, the stride's \
               magnitude in bytes (0: one address; 4: consecutive floats; 128: floats 128 bytes \
               apart), else u64::MAX (a gather: no one stride); 0 for a lane alone",
+        on_cpu: true,
+        on_gpu: true,
+    },
+    HelperInfo {
+        id: id::DELAY_NS,
+        name: "egpu_delay_ns",
+        args: &[arg("ns", ArgKind::Nanoseconds)],
+        ret: RetKind::Scalar,
+        cpu: "the calling thread spins on the monotonic clock until ns nanoseconds have \
+              passed; the nanoseconds that passed",
+        gpu: "the calling thread spins on %globaltimer until ns nanoseconds have passed, each \
+              lane on its own; the nanoseconds that passed by that clock (a wait is rounded up \
+              to its steps)",
         on_cpu: true,
         on_gpu: true,
     },

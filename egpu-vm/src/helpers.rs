@@ -163,6 +163,21 @@ fn warp_stride(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     0
 }
 
+/// Spins until `ns` nanoseconds of `CLOCK_MONOTONIC` have passed (at most
+/// [`MAX_DELAY_NS`](egpu_ebpf::helpers::MAX_DELAY_NS), which the verifier proved; the bound
+/// holds for a program run unverified too); the nanoseconds that passed.
+fn delay_ns(ns: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    let ns = ns.min(egpu_ebpf::helpers::MAX_DELAY_NS);
+    let start = ktime_get_ns(0, 0, 0, 0, 0);
+    loop {
+        let passed = ktime_get_ns(0, 0, 0, 0, 0).wrapping_sub(start);
+        if passed >= ns {
+            return passed;
+        }
+        std::hint::spin_loop();
+    }
+}
+
 /// The 32-byte sectors that `size` bytes at `addr` touch (at least 1): a warp of one lane.
 fn warp_sectors(addr: u64, size: u64, _: u64, _: u64, _: u64) -> u64 {
     let last = addr.saturating_add(size.max(1) - 1);
@@ -203,6 +218,11 @@ pub mod native {
     /// CPU, a lane alone.
     pub fn warp_stride(addr: u64) -> u64 {
         super::warp_stride(addr, 0, 0, 0, 0)
+    }
+    /// Waits `ns` nanoseconds (at most [`MAX_DELAY_NS`](egpu_ebpf::helpers::MAX_DELAY_NS)),
+    /// spinning; the nanoseconds that passed.
+    pub fn delay_ns(ns: u64) -> u64 {
+        super::delay_ns(ns, 0, 0, 0, 0)
     }
 }
 
@@ -426,6 +446,7 @@ bindings! {
     warp_sectors: id::WARP_SECTORS,
     warp_peers: id::WARP_PEERS,
     warp_stride: id::WARP_STRIDE,
+    delay_ns: id::DELAY_NS,
     bad_callx: BAD_CALLX,
     add32: atomic_helper(AtomicOp::Add, Size::W),
     add64: atomic_helper(AtomicOp::Add, Size::DW),
@@ -475,6 +496,11 @@ mod tests {
         assert_eq!(native::warp_sectors(96, 0), 1);
         assert_eq!(native::warp_peers(u64::MAX), 1);
         assert_eq!(native::warp_stride(u64::MAX), 0);
+        // A wait of at least what was asked, and never over the bound.
+        assert!(native::delay_ns(20_000) >= 20_000);
+        let start = std::time::Instant::now();
+        assert!(native::delay_ns(u64::MAX) >= egpu_ebpf::helpers::MAX_DELAY_NS);
+        assert!(start.elapsed() < std::time::Duration::from_millis(500), "bounded");
         assert_eq!(native::warp_sectors(u64::MAX - 1, 16), 1);
     }
 }

@@ -95,6 +95,12 @@ pub mod helpers {
     pub fn warp_stride(addr: u64) -> u64 {
         egpu_vm::native::warp_stride(addr)
     }
+
+    /// Waits `ns` nanoseconds (at most 1 ms), spinning, and gives the nanoseconds that passed
+    /// (`egpu_delay_ns`: what emulating a slower memory tier is made of).
+    pub fn delay_ns(ns: u64) -> u64 {
+        egpu_vm::native::delay_ns(ns)
+    }
 }
 
 /// Prints from a probe: `egpu::print!("launch {} took {} ns", id, ns)` records the format and up

@@ -52,6 +52,9 @@ pub enum Violation {
     Misaligned,
     /// A `bpf_loop` callback returns something other than 0 (go on) or 1 (stop).
     CallbackReturn,
+    /// Asks `egpu_delay_ns` to wait for a number not known to be at most
+    /// [`MAX_DELAY_NS`](crate::helpers::MAX_DELAY_NS).
+    UnboundedDelay,
 }
 
 impl Violation {
@@ -77,6 +80,7 @@ impl Violation {
             Violation::StackLimit => "stack-limit",
             Violation::Misaligned => "misaligned",
             Violation::CallbackReturn => "callback-return",
+            Violation::UnboundedDelay => "unbounded-delay",
         }
     }
 }

@@ -9,7 +9,7 @@ use syn::{Expr, Ident, Pat};
 use super::{Kind, Lower};
 
 /// The helpers a probe may call, by name, with how many arguments each takes.
-const HELPERS: [(&str, usize); 8] = [
+const HELPERS: [(&str, usize); 9] = [
     ("ktime_ns", 0),
     ("cpu_id", 0),
     ("prandom_u32", 0),
@@ -18,6 +18,7 @@ const HELPERS: [(&str, usize); 8] = [
     ("warp_sectors", 2),
     ("warp_peers", 1),
     ("warp_stride", 1),
+    ("delay_ns", 1),
 ];
 
 impl Lower {

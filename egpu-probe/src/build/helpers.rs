@@ -52,3 +52,11 @@ pub fn warp_peers(value: Val<u64>) -> Val<u32> {
 pub fn warp_stride(addr: Val<u64>) -> Val<u64> {
     val(Expr::Call(Ty::U64, id::WARP_STRIDE, vec![CallArg::Value(expr(addr))]))
 }
+
+/// Waits `ns` nanoseconds, spinning (each lane on its own on the GPU), and gives the
+/// nanoseconds that passed. The verifier must see that `ns` is at most
+/// [`MAX_DELAY_NS`](egpu_ebpf::helpers::MAX_DELAY_NS), 1 ms: a constant, or a value bounded
+/// first (`ns.min(1_000)`, or a branch around the call).
+pub fn delay_ns(ns: Val<u64>) -> Val<u64> {
+    val(Expr::Call(Ty::U64, id::DELAY_NS, vec![CallArg::Value(expr(ns))]))
+}

@@ -3,10 +3,10 @@
 //! `bpf_get_smp_processor_id` (the SM id), `bpf_get_current_pid_tgid` (the host process, a
 //! constant) and the warp's (`egpu_warp_lanes`, `egpu_warp_leader`, `egpu_warp_sectors`,
 //! `egpu_warp_peers`, `egpu_warp_stride`: over the lanes that run the call together,
-//! `activemask`). The map helpers go to [`maps`](super::maps); any other is refused.
+//! `activemask`) and `egpu_delay_ns` (a spin on `%globaltimer`). The map helpers go to [`maps`](super::maps); any other is refused.
 
 use egpu_ebpf::Reg;
-use egpu_ebpf::helpers::id as helper_id;
+use egpu_ebpf::helpers::{MAX_DELAY_NS, id as helper_id};
 
 use super::TranslateError;
 use super::emit::Emitter;
@@ -53,6 +53,7 @@ impl Emitter<'_> {
             }
             helper_id::WARP_SECTORS => self.warp_sectors(),
             helper_id::WARP_STRIDE => self.warp_stride(),
+            helper_id::DELAY_NS => self.delay_ns(pc),
             helper_id::WARP_PEERS => {
                 let (value, w1, q0) = (self.reg(Reg::R1), self.tmp32(1), self.pred(0));
                 self.line(format!("activemask.b32 {w0};"));
@@ -175,6 +176,24 @@ impl Emitter<'_> {
         self.line(format!("selp.b64 {r0}, {t3}, -1, {q0};"));
     }
 
+    /// `egpu_delay_ns(ns)` at `pc`: the lane spins on `%globaltimer` until `ns` nanoseconds
+    /// (at most [`MAX_DELAY_NS`], which the verifier proved of the argument; bounded here again)
+    /// have passed by it; the nanoseconds that passed. Each lane waits on its own; the probe's
+    /// `bar.warp.sync` brings the warp's lanes together after it.
+    fn delay_ns(&mut self, pc: usize) {
+        let (r0, ns) = (self.reg(Reg::R0), self.reg(Reg::R1));
+        let [t0, t1] = [self.tmp64(0), self.tmp64(1)];
+        let q0 = self.pred(0);
+        let spin = self.local_label('Z', pc);
+        self.line(format!("min.u64 {t1}, {ns}, {MAX_DELAY_NS};"));
+        self.line(format!("mov.u64 {t0}, %globaltimer;"));
+        self.place(&spin);
+        self.line(format!("mov.u64 {r0}, %globaltimer;"));
+        self.line(format!("sub.u64 {r0}, {r0}, {t0};"));
+        self.line(format!("setp.lt.u64 {q0}, {r0}, {t1};"));
+        self.line(format!("@{q0} bra {spin};"));
+    }
+
     /// The refusal of helper `id`, called at `pc`.
     pub(super) fn unsupported(&self, pc: usize, id: u32) -> Result<(), TranslateError> {
         let name = egpu_ebpf::helpers::helper(id).map_or("unknown", |h| h.name);
@@ -222,6 +241,7 @@ mod tests {
                     ArgKind::MapKey | ArgKind::Mem => format!("mov %r{r}, %r10\nadd %r{r}, -8\n"),
                     ArgKind::MapValue => format!("mov %r{r}, %r10\nadd %r{r}, -16\n"),
                     ArgKind::MemSize => format!("mov %r{r}, 8\n"),
+                    ArgKind::Nanoseconds => format!("mov %r{r}, 100\n"),
                     ArgKind::Scalar => format!("mov %r{r}, 0\n"),
                     ArgKind::Count => format!("mov %r{r}, 3\n"),
                     ArgKind::Func => format!("lddw %r{r}, func callback\n"),

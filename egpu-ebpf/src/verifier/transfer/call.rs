@@ -3,7 +3,7 @@
 
 use super::MAX_OFFSET;
 use super::memory::read_stack;
-use crate::helpers::{ArgKind, RetKind, helper};
+use crate::helpers::{ArgKind, MAX_DELAY_NS, RetKind, helper};
 use crate::verifier::Violation;
 use crate::verifier::error::{Fail, fail};
 use crate::verifier::explore::{Explorer, Next};
@@ -81,6 +81,21 @@ impl Explorer<'_> {
                         wrong("a number", v)?;
                     }
                 }
+                ArgKind::Nanoseconds => match self.read(state, reg)? {
+                    Value::Scalar(ns) if ns.umax <= MAX_DELAY_NS => {}
+                    Value::Scalar(ns) => {
+                        return fail(
+                            Violation::UnboundedDelay,
+                            format!(
+                                "{}: the nanoseconds in {reg} are {ns}, which may be over the \
+                                 most one call waits ({MAX_DELAY_NS}); bound them first \
+                                 (a jump around the call, or one that caps them)",
+                                h.name
+                            ),
+                        );
+                    }
+                    v => wrong("a number of nanoseconds", v)?,
+                },
                 ArgKind::MapRef | ArgKind::RingBuf => match self.read(state, reg)? {
                     Value::MapRef(m) => {
                         let def = &self.program.maps()[m as usize];
