@@ -241,3 +241,59 @@ fn inserts_of_zero_values_share_one_buffer() {
     let got = TALLIES.get(&2).expect("inserted").fields;
     assert_eq!(got, [2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 24]);
 }
+
+static SLOTS: egpu::maps::Array<u64> = egpu::maps::Array::with_len(4);
+
+/// An array's value by index, in place, and what a lookup past the end gives.
+#[egpu::probe(user)]
+fn slot(ctx: &mut Small) -> u64 {
+    let i = ctx.a as u32;
+    if let Ok(v) = SLOTS.get(i) { v * 10 } else { 7 }
+}
+
+#[test]
+fn an_array_is_looked_up_by_index() {
+    for (i, v) in [3u64, 5, 8, 13].iter().enumerate() {
+        SLOTS.set(i as u32, v).expect("in range");
+    }
+    let mut vm = slot::probe().vm().unwrap_or_else(|e| panic!("{e}"));
+    for (a, expected) in [(0, 30), (3, 130), (4, 7), (u64::from(u32::MAX), 7)] {
+        let mut ctx = Small { a };
+        assert_eq!(vm.run_ctx(&mut ctx).expect("runs"), expected, "index {a}");
+        // The twin, native Rust, says the same.
+        assert_eq!(slot(&mut ctx), expected, "twin, index {a}");
+    }
+}
+
+/// `w` capped at 10, plus 1: the new `w` is set by each branch of an `if` that reads the `w` it
+/// shadows.
+#[egpu::helper]
+fn capped(w: u64) -> u64 {
+    let w = if w > 10 { 10 } else { w };
+    w + 1
+}
+
+/// A `let` whose `if` reads the variable it shadows, in a probe (in a block too) and in a
+/// helper: the branches read the old variable, as in Rust (they read the new one, unset,
+/// before: a program the verifier refused, or a helper that did not compile).
+#[egpu::probe(user)]
+fn shadowing(ctx: &mut Small) -> u64 {
+    let w = ctx.a;
+    let mut out = capped(w);
+    if w > 3 {
+        let w = if w > 20 { 20 } else { w };
+        out += w * 100;
+    }
+    let w = if w > 30 { 30 } else { w };
+    out + w * 10_000
+}
+
+#[test]
+fn a_let_reads_the_variable_it_shadows() {
+    let mut vm = shadowing::probe().vm().unwrap_or_else(|e| panic!("{e}"));
+    for (a, expected) in [(2, 20_003), (7, 70_708), (25, 252_011), (99, 302_011)] {
+        let mut ctx = Small { a };
+        assert_eq!(vm.run_ctx(&mut ctx).expect("runs"), expected, "{a}");
+        assert_eq!(shadowing(&mut ctx), expected, "twin, {a}");
+    }
+}

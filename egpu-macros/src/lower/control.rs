@@ -35,8 +35,9 @@ impl Lower {
         body
     }
 
-    /// `if let Some(v) = MAP.get(&key) { .. } else { .. }`: a lookup, with `v` the value in
-    /// place (read-only) in the first branch.
+    /// `if let Some(v) = MAP.get(&key) { .. } else { .. }` on a hash map, `if let Ok(v) =
+    /// ARRAY.get(index) { .. }` on an array (the twin's `Array::get` gives a `Result`): a lookup,
+    /// with `v` the value in place (read-only) in the first branch.
     pub(super) fn if_let_get(
         &mut self,
         i: &syn::ExprIf,
@@ -44,15 +45,19 @@ impl Lower {
         value: bool,
     ) -> TokenStream {
         let p = self.builder();
-        let shape = "`if let` takes a map lookup: `if let Some(value) = MAP.get(&key) { .. }`";
+        let shape = "`if let` takes a map lookup: `if let Some(value) = MAP.get(&key) { .. }`, \
+                     or on an array `if let Ok(value) = ARRAY.get(index) { .. }`";
         let Pat::TupleStruct(ts) = &*lt.pat else { return self.error(lt.pat.span(), shape) };
-        let binding =
-            match (ts.path.is_ident("Some"), ts.elems.iter().collect::<Vec<_>>().as_slice()) {
-                (true, [Pat::Ident(pi)]) if pi.by_ref.is_none() && pi.subpat.is_none() => {
-                    pi.ident.clone()
-                }
-                _ => return self.error(lt.pat.span(), shape),
-            };
+        let array = ts.path.is_ident("Ok");
+        let binding = match (
+            ts.path.is_ident("Some") || array,
+            ts.elems.iter().collect::<Vec<_>>().as_slice(),
+        ) {
+            (true, [Pat::Ident(pi)]) if pi.by_ref.is_none() && pi.subpat.is_none() => {
+                pi.ident.clone()
+            }
+            _ => return self.error(lt.pat.span(), shape),
+        };
         let Expr::MethodCall(m) = &*lt.expr else { return self.error(lt.expr.span(), shape) };
         let Some(map) = self.static_receiver(m) else {
             return self.error(m.receiver.span(), shape);
@@ -60,8 +65,15 @@ impl Lower {
         if m.method != "get" || m.args.len() != 1 {
             return self.error(m.method.span(), shape);
         }
+        // A hash map's key by reference, an array's index by value.
+        if array == matches!(m.args[0], Expr::Reference(_)) {
+            return self.error(m.args[0].span(), shape);
+        }
         let name = map.segments.last().map(|s| s.ident.to_string()).unwrap_or_default();
-        let key = self.by_ref(&m.args[0]);
+        let (key, get) = match array {
+            true => (self.expr(&m.args[0]), quote!(array_get)),
+            false => (self.by_ref(&m.args[0]), quote!(hash_get)),
+        };
         if value {
             let then = self.scoped(|l| {
                 l.scopes.last_mut().expect("a scope").insert(binding.to_string(), Kind::Found);
@@ -76,7 +88,7 @@ impl Lower {
             };
             return quote_spanned!(i.span()=> {
                 let __t = #p::local_uninit();
-                #p::hash_get(&#map, #name, #key, |#binding| #p::set(__t, #then), || #p::set(__t, #otherwise));
+                #p::#get(&#map, #name, #key, |#binding| #p::set(__t, #then), || #p::set(__t, #otherwise));
                 #p::get(__t)
             });
         }
@@ -92,7 +104,7 @@ impl Lower {
             },
             None => TokenStream::new(),
         };
-        quote_spanned!(i.span()=> #p::hash_get(&#map, #name, #key, |#binding| { #then }, || { #otherwise });)
+        quote_spanned!(i.span()=> #p::#get(&#map, #name, #key, |#binding| { #then }, || { #otherwise });)
     }
 
     pub(super) fn for_loop(&mut self, f: &syn::ExprForLoop) -> TokenStream {

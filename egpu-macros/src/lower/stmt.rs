@@ -86,9 +86,13 @@ impl Lower {
                 if matches!(&*init.expr, Expr::If(i) if !matches!(&*i.cond, Expr::Let(_)))
                     && init.diverge.is_none() =>
             {
-                // Each branch sets the variable itself: no temporary.
-                let set = self.set_into(&ident, &init.expr);
-                quote_spanned!(local.span()=> let #ident = #p::local_uninit::<#ty>(); #set)
+                // Each branch sets the variable itself: no temporary. It is named apart until
+                // the branches are done: they may read a variable it shadows (`let w = if w >
+                // 10 { 10 } else { w };`), as in Rust.
+                let fresh = quote::format_ident!("__egpu_let_{}", ident);
+                let set = self.set_into(&fresh, &init.expr);
+                quote_spanned!(local.span()=>
+                    let #fresh = #p::local_uninit::<#ty>(); #set let #ident = #fresh;)
             }
             Some(init) => {
                 if let Some((_, diverge)) = &init.diverge {

@@ -245,6 +245,23 @@ pub fn hash_get<K: Pod, V: Pod>(
     push(Stmt::Lookup { map: m, key, ptr, found, missing });
 }
 
+/// `if let Ok(v) = array.get(index) { found } else { missing }` on an array: `missing` past the
+/// end.
+pub fn array_get<V: Pod>(
+    map: &'static Array<V>,
+    name: &str,
+    index: Val<u32>,
+    found: impl FnOnce(Loc<V>),
+    missing: impl FnOnce(),
+) {
+    let Some(m) = map_ref(map as *const _ as usize, name, map.try_raw()) else { return };
+    let key = spill("index", index);
+    let ptr = new_ptr();
+    let found = block(|| found(Loc::new(Place::Value(ptr, 0))));
+    let missing = block(missing);
+    push(Stmt::Lookup { map: m, key, ptr, found, missing });
+}
+
 /// `ring.output(&record)` (`bpf_ringbuf_output`): a full ring drops the record and counts it.
 pub fn ring_output<T: Pod>(ring: &'static RingBuf<T>, name: &str, record: impl AsPlace<T>) {
     ring_call(id::RINGBUF_OUTPUT, ring, name, record);

@@ -32,9 +32,9 @@ use crate::ir::{BufDecl, Expr, ProbeIr, SourceLoc, Stmt, Ty};
 
 pub use control::{Inline, Placeholder, at, brk, cont, if_, repeat, ret, ret_unit};
 pub use maps::{
-    IndexedMap, KeyedMap, array_fetch_add, array_fetch_add_field, array_set, hash_fetch_add,
-    hash_fetch_add_field, hash_get, hash_insert, hash_remove, print, print_arg, ring_output,
-    ring_output_warp,
+    IndexedMap, KeyedMap, array_fetch_add, array_fetch_add_field, array_get, array_set,
+    hash_fetch_add, hash_fetch_add_field, hash_get, hash_insert, hash_remove, print, print_arg,
+    ring_output, ring_output_warp,
 };
 pub use ops::{
     add, and, bitand, bitor, bitxor, bool_and, cast, div, eq, ge, gt, le, lt, mul, ne, neg, not,
