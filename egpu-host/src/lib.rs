@@ -473,6 +473,7 @@ pub fn thread_id() -> u32 {
 }
 
 pub mod builtin;
+pub mod cxl;
 mod deferred;
 /// egpu's surface as the probes of this crate name it (`#[egpu_macros::probe(..,
 /// crate = crate::egpu_root)]`): this crate sits beneath the facade `egpu`, so it builds the paths

@@ -127,10 +127,6 @@ impl Refusal {
                 "an iteration of the loop comes back to the state it started from: make each \
                  iteration change what its condition reads"
             }
-            Violation::UnboundedDelay => {
-                "the verifier must see that a wait is at most 1,000,000 ns: cap it before the \
-                 call (`let ns = if ns > 1_000 { 1_000 } else { ns };`)"
-            }
             _ => {
                 "Probe Rust should not generate a program the verifier refuses for this: please \
                  report it with the probe"

@@ -1,10 +1,11 @@
 //! Probe Rust's helpers, as the builder records them.
 
-use egpu_ebpf::helpers::id;
+use egpu_ebpf::helpers::{MAX_DELAY_NS, id};
 
 use super::values::Val;
-use super::{expr, val};
-use crate::ir::{CallArg, Expr, Ty};
+use super::values::local_uninit;
+use super::{expr, push, val};
+use crate::ir::{BinOp, CallArg, CmpOp, Expr, Stmt, Ty};
 
 /// Time in ns: the monotonic clock on the CPU, `%globaltimer` on the GPU.
 pub fn ktime_ns() -> Val<u64> {
@@ -54,9 +55,25 @@ pub fn warp_stride(addr: Val<u64>) -> Val<u64> {
 }
 
 /// Waits `ns` nanoseconds, spinning (each lane on its own on the GPU), and gives the
-/// nanoseconds that passed. The verifier must see that `ns` is at most
-/// [`MAX_DELAY_NS`](egpu_ebpf::helpers::MAX_DELAY_NS), 1 ms: a constant, or a value bounded
-/// first (`ns.min(1_000)`, or a branch around the call).
+/// nanoseconds that passed; a wait over [`MAX_DELAY_NS`](egpu_ebpf::helpers::MAX_DELAY_NS),
+/// 1 ms, waits that. The program caps `ns` itself, then takes it modulo `MAX_DELAY_NS + 1`
+/// (which changes nothing left after the cap), so the verifier sees the bound wherever the
+/// capped value is kept: it follows a bound from a comparison to the register compared, not to
+/// a copy of the value on the stack.
 pub fn delay_ns(ns: Val<u64>) -> Val<u64> {
-    val(Expr::Call(Ty::U64, id::DELAY_NS, vec![CallArg::Value(expr(ns))]))
+    if let Expr::Const(_, c) = expr(ns) {
+        let arg = Expr::Const(Ty::U64, c.min(MAX_DELAY_NS));
+        return val(Expr::Call(Ty::U64, id::DELAY_NS, vec![CallArg::Value(arg)]));
+    }
+    let capped = local_uninit::<u64>();
+    let over = Expr::Cmp(CmpOp::Gt, Ty::U64, Box::new(expr(ns)), Box::new(max()));
+    let ns = expr(ns);
+    push(Stmt::If(over, vec![Stmt::Set(capped.var, max())], vec![Stmt::Set(capped.var, ns)]));
+    let bound = Expr::Const(Ty::U64, MAX_DELAY_NS + 1);
+    let arg = Expr::Binary(BinOp::Rem, Ty::U64, Box::new(Expr::Var(capped.var)), Box::new(bound));
+    val(Expr::Call(Ty::U64, id::DELAY_NS, vec![CallArg::Value(arg)]))
+}
+
+fn max() -> Expr {
+    Expr::Const(Ty::U64, MAX_DELAY_NS)
 }

@@ -1,0 +1,79 @@
+//! Policies read and resolved (no GPU, no VM: the probes' agreement with these is
+//! `tests/cxl.rs`'s).
+
+use super::*;
+
+#[test]
+fn policies_are_read_and_written_back() {
+    for text in ["none", "all", "size:1073741824", "nth:1,3", "pages:0.5", "ranges:0x1000-0x2000"] {
+        let p: Policy = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert_eq!(p.to_string().parse::<Policy>(), Ok(p.clone()), "{text}");
+    }
+    assert_eq!("size:1G".parse(), Ok(Policy::AtLeast(1 << 30)));
+    assert_eq!("nth:2, 5".parse(), Ok(Policy::Nth(vec![2, 5])));
+    for bad in ["", "most", "size:", "size:1Q", "nth:0", "pages:1.5", "ranges:9-3", "ranges:1"] {
+        let e = bad.parse::<Policy>().expect_err(bad);
+        assert!(e.to_string().contains("not a far-memory policy"), "{bad}: {e}");
+    }
+}
+
+fn allocations() -> Vec<Allocation> {
+    vec![
+        Allocation { addr: 0x7000_0000, size: 1 << 20 },
+        Allocation { addr: 0x7020_0000, size: 3 << 20 },
+        Allocation { addr: 0x7010_0000, size: 4096 },
+    ]
+}
+
+#[test]
+fn policies_resolve_to_sorted_merged_ranges_or_a_bitmap() {
+    let t = Tier::resolve(&Policy::AtLeast(1 << 20), &allocations(), Lookup::Ranges, 200)
+        .expect("resolves");
+    assert_eq!(t.config.mode, MODE_RANGES);
+    assert_eq!(t.config.delay_ns, 200);
+    let r = |start, end| FarRange { start, end };
+    assert_eq!(t.ranges, [r(0x7000_0000, 0x7010_0000), r(0x7020_0000, 0x7050_0000)]);
+    // Touching ranges merge.
+    let t = Tier::resolve(&Policy::Nth(vec![1, 3]), &allocations(), Lookup::Ranges, 0)
+        .expect("resolves");
+    assert_eq!(t.ranges, [r(0x7000_0000, 0x7010_1000)]);
+    // The bitmap rounds them out to whole pages.
+    let t =
+        Tier::resolve(&Policy::Nth(vec![3]), &allocations(), Lookup::Bitmap { page_shift: 16 }, 0)
+            .expect("resolves");
+    assert_eq!((t.config.mode, t.config.base, t.config.pages), (MODE_BITMAP, 0x7010_0000, 1));
+    assert!(t.is_far(0x7010_ffff) && !t.is_far(0x7011_0000) && !t.is_far(0x700f_ffff));
+    // Nothing far: no bitmap at all.
+    let t =
+        Tier::resolve(&Policy::Nth(vec![9]), &allocations(), Lookup::Bitmap { page_shift: 16 }, 0)
+            .expect("resolves");
+    assert_eq!(t.config.mode, MODE_NONE);
+}
+
+#[test]
+fn what_does_not_fit_is_refused_with_what_to_do() {
+    let many: Vec<(u64, u64)> = (0..300u64).map(|i| (i * 0x2000, i * 0x2000 + 0x1000)).collect();
+    let e = Tier::resolve(&Policy::Ranges(many.clone()), &[], Lookup::Ranges, 0).expect_err("300");
+    assert_eq!(e, TierError::TooManyRanges(300));
+    assert!(e.to_string().contains("use the bitmap"));
+    assert!(
+        Tier::resolve(&Policy::Ranges(many), &[], Lookup::Bitmap { page_shift: 12 }, 0).is_ok()
+    );
+    let wide = Policy::Ranges(vec![(0, 1 << 40)]);
+    let e = Tier::resolve(&wide, &[], Lookup::Bitmap { page_shift: 12 }, 0).expect_err("1 TiB");
+    assert!(matches!(e, TierError::BitmapTooSmall { .. }), "{e}");
+    let e = Tier::resolve(&Policy::All, &[], Lookup::Ranges, MAX_DELAY_NS + 1).expect_err("Δ");
+    assert_eq!(e, TierError::Delay(MAX_DELAY_NS + 1));
+    let e = Tier::resolve(&Policy::Pages(0.5), &[], Lookup::Bitmap { page_shift: 40 }, 0);
+    assert_eq!(e, Err(TierError::PageSize(40)));
+}
+
+#[test]
+fn a_fraction_of_pages_is_about_that_fraction() {
+    let t = Tier::resolve(&Policy::Pages(0.25), &[], Lookup::Bitmap { page_shift: 12 }, 0)
+        .expect("resolves");
+    let far = (0..100_000u64).filter(|p| t.is_far(p << 12)).count();
+    assert!((23_500..26_500).contains(&far), "{far} of 100,000 pages");
+    let all = Tier::resolve(&Policy::Pages(1.0), &[], Lookup::Ranges, 0).expect("resolves");
+    assert!((0..1000u64).all(|p| all.is_far(p << 16)));
+}

@@ -1,0 +1,131 @@
+//! The far tier's maps and probes, in Probe Rust: [`far_access`] at every global memory access
+//! (loads, stores, atomics) makes a request to far memory wait Δ, once per warp-level request;
+//! [`far_resolver`] says whether an address is far, for the CPU VM (the tests, the host).
+
+use bytemuck::{Pod, Zeroable};
+use egpu_ebpf::MemAccessCtx;
+use egpu_macros::{helper, probe};
+use egpu_maps::Array;
+use egpu_probe::Probe;
+
+use super::{BITMAP_WORDS, FarRange, MAX_RANGES, TierConfig};
+use super::{MODE_ALL, MODE_BITMAP, MODE_HASHED, MODE_RANGES, PAGE_HASH};
+
+/// The tier's configuration, slot 0.
+pub(super) static TIER: Array<TierConfig> = Array::with_len(1);
+/// The far ranges, sorted and disjoint: the first `TierConfig::ranges`.
+pub(super) static FAR_RANGES: Array<FarRange> = Array::with_len(MAX_RANGES);
+/// The far pages' bitmap: page `p` (from `TierConfig::base`) is bit `p % 64` of word `p / 64`.
+pub(super) static FAR_PAGES: Array<u64> = Array::with_len(BITMAP_WORDS);
+
+/// Whether `addr` is among the first `count` ranges of `FAR_RANGES`: a binary search for the
+/// first range that ends past it (at most 9 steps over 256 ranges), then whether it starts at
+/// or before it.
+#[helper(crate = crate::egpu_root)]
+fn in_ranges(addr: u64, count: u64) -> bool {
+    let total: u32 = if count > 256 { 256 } else { count as u32 };
+    let mut lo = 0u32;
+    let mut n = total;
+    #[bound(9)]
+    while n > 0 {
+        let half = n / 2;
+        let mid = lo + half;
+        let before = if let Ok(r) = FAR_RANGES.get(mid) { r.end <= addr } else { false };
+        if before {
+            lo = mid + 1;
+            n = n - half - 1;
+        } else {
+            n = half;
+        }
+    }
+    if lo < total {
+        if let Ok(r) = FAR_RANGES.get(lo) { r.start <= addr } else { false }
+    } else {
+        false
+    }
+}
+
+/// Whether `addr`'s page is set in `FAR_PAGES`.
+#[helper(crate = crate::egpu_root)]
+fn in_bitmap(addr: u64, base: u64, pages: u64, shift: u64) -> bool {
+    let page = (addr - base) >> shift;
+    if addr >= base && page < pages {
+        let word = (page >> 6) as u32;
+        if let Ok(w) = FAR_PAGES.get(word) { (w >> (page & 63)) & 1 == 1 } else { false }
+    } else {
+        false
+    }
+}
+
+/// Whether `addr` is far, and the wait of a request there (0 when it is not).
+#[helper(crate = crate::egpu_root)]
+fn far_wait(addr: u64) -> u64 {
+    if let Ok(c) = TIER.get(0) {
+        let mode = c.mode;
+        let far = if mode == MODE_ALL {
+            true
+        } else if mode == MODE_RANGES {
+            in_ranges(addr, c.ranges)
+        } else if mode == MODE_BITMAP {
+            in_bitmap(addr, c.base, c.pages, c.page_shift)
+        } else if mode == MODE_HASHED {
+            (addr >> c.page_shift) * PAGE_HASH < c.threshold
+        } else {
+            false
+        };
+        if far { c.delay_ns } else { 0 }
+    } else {
+        0
+    }
+}
+
+/// A request to far memory waits Δ: the lowest of the lanes of a warp-level request whose
+/// addresses are far waits (the others run on to the probe's end, where the warp's lanes meet
+/// again, so the request waits once). `delay_ns` caps the wait at 1 ms.
+#[helper(crate = crate::egpu_root)]
+fn wait_if_far(addr: u64) {
+    let wait = far_wait(addr);
+    if wait > 0 && egpu_vm::native::warp_leader() {
+        let _waited = egpu_vm::native::delay_ns(wait);
+    }
+}
+
+#[probe(device::global_load, crate = crate::egpu_root)]
+fn far_load(ctx: &MemAccessCtx) {
+    wait_if_far(ctx.addr);
+}
+
+#[probe(device::global_store, crate = crate::egpu_root)]
+fn far_store(ctx: &MemAccessCtx) {
+    wait_if_far(ctx.addr);
+}
+
+#[probe(device::global_atomic, crate = crate::egpu_root)]
+fn far_atomic(ctx: &MemAccessCtx) {
+    wait_if_far(ctx.addr);
+}
+
+/// The emulation's device probes: loads, stores and atomics to far memory wait.
+pub fn far_access() -> [&'static Probe; 3] {
+    [far_load::probe(), far_store::probe(), far_atomic::probe()]
+}
+
+/// An address to resolve ([`far_resolver`]'s context).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct Address {
+    /// The address.
+    pub addr: u64,
+}
+
+/// Returns the wait of a request to `ctx.addr` (0: not far), by the device probe's own lookup.
+#[probe(user, crate = crate::egpu_root)]
+fn resolve(ctx: &mut Address) -> u64 {
+    far_wait(ctx.addr)
+}
+
+/// The probe that resolves an address as the device probe does, for the CPU VM: it returns the
+/// wait of a request there, 0 when the address is not far.
+pub fn far_resolver() -> &'static Probe {
+    resolve::probe()
+}
