@@ -231,8 +231,14 @@ fn the_far_tier_probes_pass_ptxas() {
         .collect();
     let ptx = inject(&saxpy, &probes).expect("instruments").ptx;
     assert_eq!(ptx.matches(", %globaltimer;").count(), 6, "a wait at each of 3 accesses: {ptx}");
+    // The pointer chase of `examples/cxl_chase.rs`: its load and its two stores, and the two
+    // stores of its clock reader.
+    let chase = read_workspace_file("tests/ptx/chase.ptx");
+    let chased = inject(&chase, &probes).expect("instruments").ptx;
+    assert_eq!(chased.matches("min.u64 %egpu").count(), 5, "{chased}");
     let Some(ptxas) = require_ptxas() else { return };
     let report = ptxas.check(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
     let registers = report.function("saxpy").and_then(|f| f.registers);
     println!("saxpy with the far tier's probes: ptxas-valid, {registers:?} registers");
+    ptxas.check(&chased, "sm_90").unwrap_or_else(|e| panic!("{e}"));
 }

@@ -16,8 +16,9 @@
 //!
 //! Ranges cost a few lookups per access and hold any number of bytes; a bitmap costs one and
 //! holds a window of [`BITMAP_WORDS`] × 64 pages. Which is cheaper on the GPU is the H200's to
-//! say. The probes are in `tiers.rs`.
+//! say. The probes are in `tiers.rs`; [`CxlSession`] attaches them in process.
 
+mod session;
 mod tiers;
 
 use std::fmt;
@@ -26,6 +27,7 @@ use std::str::FromStr;
 use bytemuck::{Pod, Zeroable};
 use egpu_ebpf::helpers::MAX_DELAY_NS;
 
+pub use session::{CxlError, CxlSession};
 pub use tiers::{Address, far_access, far_resolver};
 
 /// Far ranges the range table holds.
