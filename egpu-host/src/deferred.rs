@@ -466,11 +466,17 @@ impl HostProbes {
     /// event at `phase` with a copy of `ctx` (so what they write to it is not seen here),
     /// shortly, in order with this thread's other events. Costs the caller a few cache lines
     /// where [`fire`](HostProbes::fire) costs it the probes' runs. When the thread's queue is
-    /// full, the probes run now, here.
+    /// full, the probes run now, here; so do they when one of them waits
+    /// ([`waits`](HostProbes::waits)), so that the call waits with it (before this thread's
+    /// events still queued).
     #[inline]
     pub fn post<C: HostContext>(&'static self, phase: Phase, ctx: &C) {
         if self.armed(C::EVENT, phase) {
-            self.post_slow(C::EVENT, phase, bytemuck::bytes_of(ctx));
+            if self.waits(C::EVENT, phase) {
+                self.fire_copy(C::EVENT, phase, bytemuck::bytes_of(ctx));
+            } else {
+                self.post_slow(C::EVENT, phase, bytemuck::bytes_of(ctx));
+            }
         }
     }
 
@@ -594,7 +600,10 @@ impl Poster {
         }
         let needed = self.set.context_needed(C::EVENT, phase).min(size_of::<C>());
         let bytes = &bytemuck::bytes_of(ctx)[..needed];
-        if self.stale() {
+        if self.set.waits(C::EVENT, phase) {
+            // A probe that waits runs here: the call waits with it.
+            self.set.fire_copy(C::EVENT, phase, bytes);
+        } else if self.stale() {
             self.set.post_slow(C::EVENT, phase, bytes);
         } else if !self.producer.push(C::EVENT, phase, bytes) {
             self.set.fire_copy(C::EVENT, phase, bytes);

@@ -101,6 +101,8 @@ struct Attached {
     needed: usize,
     /// The 8-byte words of the context it may read or write (bit `i`: bytes `8i..8i + 8`).
     words: u16,
+    /// It calls `egpu_delay_ns`: it waits, on the thread of the event it observes.
+    waits: bool,
 }
 
 /// Programs attached to host events (see the module documentation).
@@ -169,9 +171,10 @@ struct Hot {
     /// Forks this set has seen in this process's line of descent (bumped in the child by
     /// `deferred`'s fork handler): a [`Poster`] made before a fork must not post.
     forks: AtomicU32,
-    /// Per event and phase (`slot(event, phase)`), in one word: the probes attached
-    /// (bits 32–63), the context bytes they read at most (bits 16–31) and the context words
-    /// they touch (bits 0–15, see [`HostProbes::context_words`]).
+    /// Per event and phase (`slot(event, phase)`), in one word: whether one of them waits
+    /// (bit 63, see [`HostProbes::waits`]), the probes attached (bits 32–62), the context bytes
+    /// they read at most (bits 16–31) and the context words they touch (bits 0–15, see
+    /// [`HostProbes::context_words`]).
     state: [AtomicU64; 10],
 }
 
@@ -217,6 +220,7 @@ impl HostProbes {
             Err(e) => return refuse(e.into()),
         };
         let words = context_words(verified);
+        let waits = calls_delay(verified);
         let id = ProbeId(self.next_id.fetch_add(1, Ordering::Relaxed));
         let mut attached = self.attached.write().unwrap_or_else(|p| p.into_inner());
         attached.push(Attached {
@@ -227,6 +231,7 @@ impl HostProbes {
             maps: maps.into(),
             needed,
             words,
+            waits,
         });
         self.account(&attached, event, phase);
         self.generation.fetch_add(1, Ordering::Release);
@@ -238,9 +243,10 @@ impl HostProbes {
         let mine = || attached.iter().filter(|a| a.event == event && a.phase == phase);
         let needed = mine().map(|a| a.needed).max().unwrap_or(0);
         let words = mine().fold(0, |w, a| w | a.words);
-        let count = u64::try_from(mine().count()).unwrap_or(u64::from(u32::MAX));
+        let count = u64::try_from(mine().count()).unwrap_or(u64::MAX).min(0x7fff_ffff);
         let needed = u64::try_from(needed).unwrap_or(u64::MAX).min(0xffff);
-        let state = count.min(u64::from(u32::MAX)) << 32 | needed << 16 | u64::from(words);
+        let waits = u64::from(mine().any(|a| a.waits));
+        let state = waits << 63 | count << 32 | needed << 16 | u64::from(words);
         self.hot.state[slot(event, phase)].store(state, Ordering::Relaxed);
     }
 
@@ -260,6 +266,14 @@ impl HostProbes {
     #[inline]
     pub fn armed(&self, event: HostEvent, phase: Phase) -> bool {
         self.hot.state[slot(event, phase)].load(Ordering::Relaxed) >> 32 != 0
+    }
+
+    /// Whether a probe attached to `event` at `phase` waits (calls `egpu_delay_ns`): then the
+    /// event is not posted ([`post`](Self::post)) but its probes run on the calling thread, now,
+    /// so that the call they observe waits with them (a slower memory tier slows a copy too).
+    #[inline]
+    pub fn waits(&self, event: HostEvent, phase: Phase) -> bool {
+        self.hot.state[slot(event, phase)].load(Ordering::Relaxed) >> 63 != 0
     }
 
     /// How many bytes at the start of `event`'s context the probes attached at `phase` may read
@@ -374,6 +388,14 @@ impl HostProbes {
             reentered: self.reentered.load(Ordering::Relaxed),
         }
     }
+}
+
+/// Whether `verified` calls `egpu_delay_ns`.
+fn calls_delay(verified: &Verified) -> bool {
+    use egpu_ebpf::helpers::id;
+    use egpu_ebpf::{CallTarget, Instruction};
+    let delay = Instruction::Call(CallTarget::Helper(id::DELAY_NS));
+    verified.program().decoded().iter().any(|d| d.insn == delay)
 }
 
 /// The context words (bit `i`: bytes `8i..8i + 8`) a verified program may touch: those its loads

@@ -545,3 +545,56 @@ fn the_age_of_a_maps_device_part_is_reported_and_exported() {
     let _ = egpu_maps::unlink_shared(&hash_name);
     super::builtin::unlink(pid);
 }
+
+#[test]
+fn a_probe_that_waits_runs_on_the_thread_that_posts() {
+    // At a copy: writes the thread it runs on, then waits 200 µs (`egpu_delay_ns`).
+    let text = "
+        call 14
+        stxdw [%r10-16], %r0
+        mov %r6, 0
+        stxw [%r10-4], %r6
+        lddw %r1, map[0]
+        mov %r2, %r10
+        add %r2, -4
+        mov %r3, %r10
+        add %r3, -16
+        mov %r4, 0
+        call 2
+        mov %r1, 200000
+        call 65542
+        mov %r0, 0
+        exit";
+    let def = vec![MapDef {
+        name: "thread".into(),
+        kind: MapKind::Array,
+        key_size: 4,
+        value_size: 8,
+        capacity: 1,
+    }];
+    static THREAD: Array<u64> = Array::with_len(1);
+    let probes: &'static HostProbes = Box::leak(Box::new(HostProbes::new()));
+    let enter = AttachPoint::Host(HostEvent::Memcpy, Phase::Enter);
+    probes.attach(&program(text, def, enter), &[THREAD.raw().clone()]).expect("attach");
+    probes.attach(&by_kernel(), &[counts_map()]).expect("attach");
+    assert!(probes.waits(HostEvent::Memcpy, Phase::Enter));
+    assert!(
+        !probes.waits(HostEvent::Launch, Phase::Enter)
+            && !probes.waits(HostEvent::Memcpy, Phase::Exit)
+    );
+    // SAFETY: gettid takes no arguments and cannot fail.
+    let tid = u64::from(unsafe { libc::gettid() } as u32);
+    let poster = probes.poster();
+    let through_set = || probes.post(Phase::Enter, &MemcpyCtx::default());
+    let through_poster = || poster.post(Phase::Enter, &MemcpyCtx::default());
+    let posts: [&dyn Fn(); 2] = [&through_set, &through_poster];
+    for post in posts {
+        THREAD.set(0, &0).expect("element 0");
+        let start = std::time::Instant::now();
+        post();
+        // Not queued for the worker: it ran here, and the call waited for it.
+        assert!(start.elapsed() >= std::time::Duration::from_micros(200));
+        assert_eq!(THREAD.get(0).expect("element 0") & 0xffff_ffff, tid);
+    }
+    assert_eq!(probes.health().runs, 2);
+}
