@@ -100,7 +100,9 @@ pub enum Policy {
     AtLeast(u64),
     /// The allocations with these ordinals (1: the program's first).
     Nth(Vec<u64>),
-    /// This fraction of pages (0 to 1), chosen by a hash of the page number.
+    /// This fraction of pages (0 to 1), chosen by a hash of the page number: pages of the
+    /// bitmap's size with [`Lookup::Bitmap`], of 64 KiB with [`Lookup::Ranges`] (no table is
+    /// searched either way).
     Pages(f64),
     /// These ranges, `[start, end)`, as the program marks them.
     Ranges(Vec<(u64, u64)>),
@@ -331,8 +333,17 @@ impl Tier {
     }
 }
 
-/// Pages of `2^page_shift` bytes, `fraction` of them far by hash.
+/// Pages of `2^page_shift` bytes, `fraction` of them far by hash (every page from 1 on, none
+/// from 0 down: exactly).
 fn hashed(config: TierConfig, page_shift: u32, fraction: f64) -> Tier {
+    let plain =
+        |mode| Tier { config: TierConfig { mode, ..config }, ranges: vec![], bitmap: vec![] };
+    if fraction >= 1.0 {
+        return plain(MODE_ALL);
+    }
+    if fraction <= 0.0 || fraction.is_nan() {
+        return plain(MODE_NONE);
+    }
     // 2^64 × fraction, saturating at 1 (every page).
     let threshold =
         if fraction >= 1.0 { u64::MAX } else { (fraction * 18_446_744_073_709_551_616.0) as u64 };

@@ -54,6 +54,8 @@ impl From<MapError> for CxlError {
 }
 
 /// The far tier's probes attached to the modules loaded through it, its maps in GPU memory.
+/// The tier's maps are the process's (statics of `egpu-host`): sessions share one tier, the
+/// last [`set`](Self::set)'s, as each copies it to its own maps' copies.
 pub struct CxlSession<'g> {
     /// The tier's maps' copies, one per map (`TIER`, `FAR_RANGES`, `FAR_PAGES`).
     buffers: Vec<DeviceMapBuffer<'g>>,
