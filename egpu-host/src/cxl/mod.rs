@@ -273,11 +273,11 @@ impl Tier {
             Policy::AtLeast(n) => allocations
                 .iter()
                 .filter(|a| a.size >= *n)
-                .map(|a| (a.addr, a.addr + a.size))
+                .map(|a| (a.addr, a.addr.saturating_add(a.size)))
                 .collect(),
             Policy::Nth(ns) => (allocations.iter().enumerate())
                 .filter(|(i, _)| ns.contains(&(*i as u64 + 1)))
-                .map(|(_, a)| (a.addr, a.addr + a.size))
+                .map(|(_, a)| (a.addr, a.addr.saturating_add(a.size)))
                 .collect(),
             Policy::Ranges(rs) => rs.clone(),
         };

@@ -77,3 +77,14 @@ fn a_fraction_of_pages_is_about_that_fraction() {
     let all = Tier::resolve(&Policy::Pages(1.0), &[], Lookup::Ranges, 0).expect("resolves");
     assert!((0..1000u64).all(|p| all.is_far(p << 16)));
 }
+
+#[test]
+fn allocations_at_the_top_of_the_address_space_do_not_overflow() {
+    let top = [Allocation { addr: u64::MAX - 4095, size: 1 << 20 }];
+    for lookup in [Lookup::Ranges, Lookup::Bitmap { page_shift: 12 }] {
+        let t = Tier::resolve(&Policy::All, &top, lookup, 0).expect("all");
+        assert!(t.is_far(u64::MAX));
+        let t = Tier::resolve(&Policy::Nth(vec![1]), &top, lookup, 0).expect("the first");
+        assert!(t.is_far(u64::MAX - 1) && !t.is_far(u64::MAX - 4096), "{lookup:?}");
+    }
+}
