@@ -241,4 +241,14 @@ fn the_far_tier_probes_pass_ptxas() {
     let registers = report.function("saxpy").and_then(|f| f.registers);
     println!("saxpy with the far tier's probes: ptxas-valid, {registers:?} registers");
     ptxas.check(&chased, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+    // The kernels of `examples/cxl_slowdown.rs` (softmax, layer norm, matmul), by nvcc.
+    let Some(nvcc) = egpu_device::testing::require_nvcc() else { return };
+    let cu = egpu_test_support::workspace_path("examples/cxl_kernels.cu");
+    let kernels = nvcc.compile_ptx(&cu, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+    let probed = inject(&kernels, &probes).expect("instruments").ptx;
+    let report = ptxas.check(&probed, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+    for k in ["softmax_rows", "layernorm_rows", "matmul"] {
+        let registers = report.function(k).and_then(|f| f.registers);
+        println!("{k} with the far tier's probes: ptxas-valid, {registers:?} registers");
+    }
 }
