@@ -296,7 +296,7 @@ impl Tier {
     }
 
     /// Whether `addr` is far, as the tier says: what the device probe computes, written again
-    /// here for the host (`egpu cxl`'s report) and the tests.
+    /// here for host code (a report of what is far) and the tests.
     pub fn is_far(&self, addr: u64) -> bool {
         let c = &self.config;
         match c.mode {
