@@ -337,36 +337,9 @@ pub fn inject_with(
             let boxes = options.tensor_boxes.is_some();
             // A sampled probe runs where it is, in the sampled warps only.
             let plain: Vec<_> = selected.iter().filter(|s| !is_sampled(s.0)).copied().collect();
-            let sum = |warp| {
-                summaries::summaries(
-                    &names,
-                    &instructions,
-                    &observations,
-                    &plain,
-                    &caches,
-                    id,
-                    boxes,
-                    warp,
-                )
-            };
-            // Counted by the warp where no loop repeats an access, no lane adds a size of its
-            // own, and no probe that runs adds to the sums.
-            let warp = sm >= 70 && summaries::loop_free(&module, f.body.clone(), &instructions);
-            let counted = sum(warp);
-            let by_warp = warp
-                && !counted.sized
-                && instructions.iter().zip(&observations).all(|((piece, _), o)| {
-                    let Observation::Observed(o) = o else { return true };
-                    selected.iter().all(|(i, p, e)| {
-                        *e != o.event
-                            || counted.code.contains_key(&(*piece, *i))
-                            || !p.maps.iter().any(|b| counted.maps.contains(&b.addr))
-                    })
-                });
-            match (warp, by_warp) {
-                (true, false) => sum(false),
-                _ => summaries::Summaries { by_warp, ..counted },
-            }
+            let kernel =
+                (&module, f.body.clone(), instructions.as_slice(), observations.as_slice());
+            summaries::for_kernel(&names, kernel, (&selected, &plain), &caches, id, boxes, sm)
         } else {
             summaries::Summaries::default()
         };

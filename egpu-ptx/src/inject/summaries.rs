@@ -69,6 +69,47 @@ impl Summaries {
 /// register).
 type Verdict = (usize, u32, u32, bool, bool, Option<u32>);
 
+/// The summaries of the kernel whose body is `body` in `module`, with its instructions and
+/// what each is to the injector (see [`summaries`]; `plain`: the probes of `selected` that are
+/// not sampled), counted by the warp where the kernel allows it: on sm_70 and later, no loop
+/// repeats an access, no lane adds a size of its own, and no probe that runs adds to the sums.
+#[allow(clippy::type_complexity)]
+pub(super) fn for_kernel(
+    names: &Names,
+    (module, body, instructions, observations): (
+        &PtxModule,
+        std::ops::Range<usize>,
+        &[(usize, PtxInstruction<'_>)],
+        &[Observation],
+    ),
+    (selected, plain): (
+        &[(usize, &DeviceProbe<'_>, DeviceEvent)],
+        &[(usize, &DeviceProbe<'_>, DeviceEvent)],
+    ),
+    caches: &BTreeMap<u64, Cached>,
+    id: u64,
+    boxes: bool,
+    sm: u32,
+) -> Summaries {
+    let sum = |warp| summaries(names, instructions, observations, plain, caches, id, boxes, warp);
+    let warp = sm >= 70 && loop_free(module, body, instructions);
+    let counted = sum(warp);
+    let by_warp = warp
+        && !counted.sized
+        && instructions.iter().zip(observations).all(|((piece, _), o)| {
+            let Observation::Observed(o) = o else { return true };
+            selected.iter().all(|(i, p, e)| {
+                *e != o.event
+                    || counted.code.contains_key(&(*piece, *i))
+                    || !p.maps.iter().any(|b| counted.maps.contains(&b.addr))
+            })
+        });
+    match (warp, by_warp) {
+        (true, false) => sum(false),
+        _ => Summaries { by_warp, ..counted },
+    }
+}
+
 /// The probes of `selected` that run as adds at the accesses of a kernel (whose id is `id`),
 /// given its `instructions` and what each is to the injector (`observations`), and the hash
 /// maps with lookup caches (`caches`, whose sum registers the adds go to). With `boxes` (a table
@@ -76,7 +117,7 @@ type Verdict = (usize, u32, u32, bool, bool, Option<u32>);
 /// `warp`, the numbers known when instrumenting are counted by the warp (see the module's
 /// docs), on sm_70 and later.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn summaries(
+fn summaries(
     names: &Names,
     instructions: &[(usize, PtxInstruction<'_>)],
     observations: &[Observation],
@@ -209,7 +250,7 @@ fn code(
 
 /// Whether every instruction of the kernel whose body holds `instructions` runs at most once per
 /// thread: no jump goes back to a label at or before it (nor through a table, `brx.idx`).
-pub(super) fn loop_free(
+fn loop_free(
     module: &PtxModule,
     body: std::ops::Range<usize>,
     instructions: &[(usize, PtxInstruction<'_>)],
