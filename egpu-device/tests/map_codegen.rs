@@ -13,7 +13,7 @@
 //!   by one atomic add each and one sequence word.
 
 use egpu_device::inject::{DeviceProbe, InjectOptions, Kernels, inject, inject_with};
-use egpu_device::translate::{DeviceMap, adds_only};
+use egpu_device::translate::{DeviceMap, adds_only, reads_only};
 use egpu_ebpf::verifier::{Verified, verify};
 use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
 use egpu_maps::layout::{Geometry, shard};
@@ -287,6 +287,7 @@ fn adds_to_a_spread_map_go_to_the_copy_of_the_threads_sm() {
     // Probe Rust's `fetch_add`: looks up, adds, inserts with BPF_NOEXIST; nothing reads a value.
     let counter = program(PAGE_COUNT, hash_def(8), DeviceEvent::GlobalLoad);
     assert_eq!(adds_only(&counter), [true]);
+    assert_eq!(reads_only(&counter), [false], "it adds and inserts");
     let spread = DeviceMap { spread: 16, ..hash_binding(8, false) };
     let g = spread.geometry;
     let ptx = instrument(&[(&counter, DeviceEvent::GlobalLoad)], &[spread]);
@@ -310,6 +311,8 @@ fn adds_to_a_spread_map_go_to_the_copy_of_the_threads_sm() {
     for text in [reads, replaces] {
         let p = program(text, hash_def(8), DeviceEvent::GlobalLoad);
         assert_eq!(adds_only(&p), [false], "{text}");
+        // Only the one that reads only reads: its device copy may mirror the host's.
+        assert_eq!(reads_only(&p), [text == reads], "{text}");
         let probes = [DeviceProbe { program: &p, kernels: Kernels::All, maps: &[spread] }];
         assert!(inject(&saxpy(), &probes).is_err(), "{text}");
     }

@@ -35,6 +35,20 @@ fn traced(ctx: &KernelCtx) {
     EVENTS.output(&[ctx.kernel_id, 0]);
 }
 
+/// A map the device probe only reads (its part mirrors the host's): what the host tells it to
+/// add, in the first word of 16-byte values (the stand-in's writers read element 0's first
+/// word, with `FAKE_DEVICE_READ=1`).
+static SCALE: Array<[u64; 2]> = Array::with_len(1);
+
+/// Adds what the host wrote into `SCALE`: what the stand-in's writers emulate with
+/// `FAKE_DEVICE_READ=1`.
+#[egpu::probe(device::kernel_entry)]
+fn scaled(_ctx: &KernelCtx) {
+    if let Ok(s) = SCALE.get(0) {
+        COUNTS.fetch_add(0, s[0]);
+    }
+}
+
 /// Writers per "launch", and adds each makes.
 const WRITERS: u64 = 4;
 const ADDS: u64 = 20_000;
@@ -61,6 +75,17 @@ fn start_with(
     merge_ms: &str,
     kernel_ms: &str,
 ) -> (Child, BufReader<ChildStdout>, u32) {
+    start_env(dir, pack, merge_ms, kernel_ms, &[])
+}
+
+/// [`start_with`], with `env` added to the launcher's environment.
+fn start_env(
+    dir: &Path,
+    pack: &Path,
+    merge_ms: &str,
+    kernel_ms: &str,
+    env: &[(&str, &str)],
+) -> (Child, BufReader<ChildStdout>, u32) {
     let ptx = dir.join("saxpy.ptx");
     std::fs::write(&ptx, include_str!("../../tests/ptx/saxpy.ptx")).expect("a module file");
     let mut child = Command::new(dir.join("launcher"))
@@ -73,6 +98,7 @@ fn start_with(
         .env("FAKE_DEVICE_WRITERS", WRITERS.to_string())
         .env("FAKE_DEVICE_ADDS", ADDS.to_string())
         .env("FAKE_KERNEL_MS", kernel_ms)
+        .envs(env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -319,4 +345,51 @@ fn a_ring_written_on_the_device_is_drained_while_kernels_run() {
         ring.drops()
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A map the device probes only read is a copy of the host's, refreshed when the host writes it
+/// (never merged back): the first launch adds what `SCALE` held when the part was made (0), the
+/// second what the host wrote meanwhile (3), seen by the device after the merges that followed.
+#[test]
+fn a_map_the_device_only_reads_follows_the_host() {
+    let dir = build("merge-mirror");
+    let mut pack = egpu::pack::Pack::new();
+    pack.add(scaled::probe()).expect("the probe packs");
+    let path = dir.join("scaled.pack");
+    std::fs::write(&path, pack.to_text()).expect("the pack file");
+    let env = [("FAKE_DEVICE_READ", "1")];
+    let (mut child, mut out, pid) = start_env(&dir, &path, "10", "0", &env);
+    let name = egpu::host::builtin::user_map_name(pid, "SCALE");
+    let scale = Array::<[u64; 2]>::from_raw(RawMap::open_shared(&name).expect("the map"))
+        .expect("an array of two u64");
+    scale.set(0, &[3, 0]).expect("element 0");
+    let written = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_nanos() as u64;
+    // Two merges after the write: the second began after it, and refreshes first.
+    let (counts, _) = shared(pid);
+    let (mut after, mut last) = (0, 0);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while after < 2 && Instant::now() < deadline {
+        let merged = counts.device_merged_ns().unwrap_or(0);
+        if merged > written && merged != last {
+            (after, last) = (after + 1, merged);
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert_eq!(after, 2, "two merges after the host's write");
+    child.stdin.as_mut().expect("its input").write_all(b"go\n").expect("a line");
+    assert_eq!(next_line(&mut out).trim(), "synced");
+    child.stdin.as_mut().expect("its input").write_all(b"go\n").expect("a line");
+    assert!(child.wait().expect("the launcher").success());
+    let summary = std::fs::read_dir(&dir)
+        .expect("the directory")
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().starts_with("summary-10."))
+        .map(|e| std::fs::read_to_string(e.path()).expect("the summary"))
+        .expect("a summary");
+    assert!(summary.contains(&format!("map COUNTS 0 {}\n", 3 * WRITERS * ADDS)), "{summary}");
+    assert!(summary.contains(" mirrored 1 refreshed 1\n"), "{summary}");
+    assert!(summary.contains(" failed 0 "), "{summary}");
 }

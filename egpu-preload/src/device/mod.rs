@@ -30,7 +30,7 @@ use std::sync::{Mutex, OnceLock};
 use egpu::device::inject::{
     DeviceProbe, InjectOptions, Injection, Kernels, WarpSampling, inject_with,
 };
-use egpu::device::translate::{DeviceMap, adds_only};
+use egpu::device::translate::{DeviceMap, adds_only, reads_only};
 use egpu::ebpf::verifier::Verified;
 use egpu::ebpf::{AttachPoint, MapKind};
 use egpu::host::builtin;
@@ -68,8 +68,9 @@ pub(crate) struct UserProbes {
     /// Device probes: each verified, with the indices of its maps in `maps`.
     device: Vec<(Verified, Vec<usize>)>,
     /// The indices of the maps device probes use, each once, with the per-SM copies of its
-    /// slots its device part has (0: none).
-    on_device: Vec<(usize, u32)>,
+    /// slots its device part has (0: none), and whether the part mirrors the host map (the
+    /// device probes only read it: host code writes it, and the part is refreshed).
+    on_device: Vec<(usize, u32, bool)>,
     /// The device probes that run in one warp in N only (the pack's `warps` lines).
     sampled: Option<WarpSampling>,
 }
@@ -90,10 +91,15 @@ fn copies() -> u32 {
 /// its values (`adds`, each probe's [`adds_only`]), else 0.
 fn spread(device: &[(Verified, Vec<usize>)], adds: &[Vec<bool>], m: usize) -> u32 {
     let n = copies();
-    let only = device.iter().zip(adds).all(|((_, indices), adds)| {
-        indices.iter().enumerate().all(|(local, &map)| map != m || adds[local])
-    });
-    if only && n.is_power_of_two() { n } else { 0 }
+    if only(device, adds, m) && n.is_power_of_two() { n } else { 0 }
+}
+
+/// Whether every device probe that uses map `m` says so of it in `says` (each probe's verdicts
+/// on its own table: [`adds_only`], [`reads_only`]).
+fn only(device: &[(Verified, Vec<usize>)], says: &[Vec<bool>], m: usize) -> bool {
+    device.iter().zip(says).all(|((_, indices), says)| {
+        indices.iter().enumerate().all(|(local, &map)| map != m || says[local])
+    })
 }
 
 /// Modules instrumented, and modules loaded as they came (with the user's device probes).
@@ -277,7 +283,14 @@ impl UserProbes {
         used.sort_unstable();
         used.dedup();
         let adds: Vec<Vec<bool>> = device.iter().map(|(program, _)| adds_only(program)).collect();
-        let on_device = used.into_iter().map(|m| (m, spread(&device, &adds, m))).collect();
+        let reads: Vec<Vec<bool>> = device.iter().map(|(program, _)| reads_only(program)).collect();
+        let on_device = used
+            .into_iter()
+            .map(|m| {
+                let copies = spread(&device, &adds, m);
+                (m, copies, copies == 0 && only(&device, &reads, m))
+            })
+            .collect();
         Some(UserProbes { maps, host, device, on_device, sampled })
     }
 

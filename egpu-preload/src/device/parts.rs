@@ -11,6 +11,10 @@
 //!   ([`teardown`]), and at exit ([`finish`]), after waiting for the context's work: those
 //!   merges are settled, and leave the exact counts.
 //!
+//! A map the device probes only read is the other way round: its part is a copy of the host
+//! map ([`Part::mirror`]), copied again at each merge where the host map changed ([`refresh`]),
+//! never merged back; host code (a host probe, another process) writes it, kernels read it.
+//!
 //! The copies go through a stream of egpu's own per context (non-blocking, so it never waits for
 //! the program's streams nor they for it) into pinned memory; the driver's functions are called
 //! directly, so they are no events. While a stream capture is under way (CUDA graphs), nothing
@@ -59,6 +63,10 @@ struct Part {
     /// Where its snapshot goes in the context's staging memory.
     staging: usize,
     merge: DevicePart,
+    /// For a map the device probes only read: the host map's bytes as last copied to the part,
+    /// which is a copy of the host map, refreshed when the host map changes
+    /// ([`refresh`]), never merged back (its staging memory is the copies' source).
+    mirror: Option<Vec<u8>>,
 }
 
 /// The parts of one context, its stream and staging memory.
@@ -93,6 +101,8 @@ static FAILED: AtomicU64 = AtomicU64::new(0);
 static PUBLISHED: AtomicU64 = AtomicU64::new(0);
 static REFUSED: AtomicU64 = AtomicU64::new(0);
 static DRAINED: AtomicU64 = AtomicU64::new(0);
+/// Copies of mirrored parts' host maps made after they changed.
+static REFRESHED: AtomicU64 = AtomicU64::new(0);
 
 fn lock() -> MutexGuard<'static, Vec<Context>> {
     CONTEXTS.lock().unwrap_or_else(|p| p.into_inner())
@@ -139,14 +149,15 @@ pub(super) fn cu(result: CuResult, what: &str) -> Result<(), String> {
     if result == 0 { Ok(()) } else { Err(format!("{what} returned {result}")) }
 }
 
-/// The device addresses of the parts of `maps[i]` for each `(i, copies)` in `used` (with
-/// `copies` per-SM copies of its slots), in the caller's current context, made the first time
-/// (uploaded empty), with the merger started; the other entries are 0. Then the address of the
+/// The device addresses of the parts of `maps[i]` for each `(i, copies, mirrored)` in `used`
+/// (with `copies` per-SM copies of its slots; `mirrored`: a map the device probes only read),
+/// in the caller's current context, made the first time (uploaded empty, or a copy of the host
+/// map when mirrored), with the merger started; the other entries are 0. Then the address of the
 /// context's table of tensor map boxes, brought up to date first when it is stale and no
 /// capture is under way.
 pub(crate) fn addresses(
     maps: &[(String, RawMap)],
-    used: &[(usize, u32)],
+    used: &[(usize, u32, bool)],
 ) -> Result<(Vec<u64>, u64), String> {
     let context = current_context().ok_or("no current context to put the maps in")?;
     let pid = std::process::id();
@@ -170,7 +181,7 @@ pub(crate) fn addresses(
     for part in &contexts[index].parts {
         out[part.map] = part.device;
     }
-    if used.iter().any(|&(i, _)| out[i] == 0) {
+    if used.iter().any(|&(i, _, _)| out[i] == 0) {
         return Err("a map was added after the context's parts were made".into());
     }
     let table = contexts[index].table.address;
@@ -196,11 +207,12 @@ fn update_locked(contexts: &mut [Context], slot: Option<usize>) {
 }
 
 /// Makes the parts of `maps[used]` in `context` (the current one): device memory holding an
-/// empty map each, a stream, pinned staging memory, and the table of tensor map boxes.
+/// empty map each (a copy of the host map for a mirrored one), a stream, pinned staging
+/// memory, and the table of tensor map boxes.
 fn make(
     context: Handle,
     maps: &[(String, RawMap)],
-    used: &[(usize, u32)],
+    used: &[(usize, u32, bool)],
 ) -> Result<Context, String> {
     let missing = |name: &str| format!("the driver lacks {name}");
     let alloc = ALLOC.get_or_ask().ok_or_else(|| missing("cuMemAlloc"))?;
@@ -209,21 +221,23 @@ fn make(
     let create = STREAM_CREATE.get_or_ask().ok_or_else(|| missing("cuStreamCreate"))?;
     let mut parts = Vec::new();
     let mut staging_len = 0;
-    for &(map, copies) in used {
+    for &(map, copies, mirrored) in used {
         let raw = maps[map].1.clone();
         let merge = match copies {
             0 => DevicePart::new(raw.geometry()),
             n => DevicePart::spread(raw.geometry(), n),
         }
         .map_err(|e| format!("map {} on the GPU: {e}", maps[map].0))?;
-        let image = merge.image();
+        let mirror = mirrored.then(|| host_bytes(&raw));
+        let image = mirror.clone().unwrap_or_else(|| merge.image());
         let mut device = 0u64;
         // SAFETY: the driver writes one address.
         cu(unsafe { alloc(&mut device, image.len()) }, "cuMemAlloc")?;
         // SAFETY: `image.len()` bytes from `image` to the memory just allocated, of that size.
         cu(unsafe { upload(device, image.as_ptr().cast(), image.len()) }, "cuMemcpyHtoD")?;
-        parts.push(Part { map, raw, device, staging: staging_len, merge: merge.clone() });
-        staging_len += merge.range().len();
+        let staged = mirror.as_ref().map_or(merge.range().len(), Vec::len);
+        parts.push(Part { map, raw, device, staging: staging_len, merge: merge.clone(), mirror });
+        staging_len += staged;
     }
     let mut stream: Handle = std::ptr::null_mut();
     // SAFETY: the driver writes one handle.
@@ -369,6 +383,12 @@ fn merge_all(settled: bool, which: impl Fn(&Context) -> bool) {
 fn merge_locked(contexts: &mut [Context], settled: bool, which: impl Fn(&Context) -> bool) {
     let pid = std::process::id();
     for c in contexts.iter_mut().filter(|c| c.pid == pid && which(c)) {
+        if let Err(reason) = refresh(c)
+            && FAILED.fetch_add(1, Ordering::Relaxed) == 0
+            && crate::log_enabled("maps")
+        {
+            eprintln!("egpu: copying the host's maps to the device: {reason}");
+        }
         match snapshot(c, settled) {
             Ok(()) => {
                 // SAFETY: the staging memory is `staging_len` bytes, written by the copies just
@@ -376,7 +396,7 @@ fn merge_locked(contexts: &mut [Context], settled: bool, which: impl Fn(&Context
                 let staging =
                     unsafe { std::slice::from_raw_parts(c.staging as *const u8, c.staging_len) };
                 let log = crate::log_enabled("merges");
-                for part in &mut c.parts {
+                for part in c.parts.iter_mut().filter(|p| p.mirror.is_none()) {
                     let len = part.merge.range().len();
                     let bytes = &staging[part.staging..part.staging + len];
                     match part.merge.merge(bytes, &part.raw, settled) {
@@ -452,6 +472,64 @@ fn write_tails(c: &mut Context) -> Result<(), String> {
     written
 }
 
+/// The bytes of the host map `raw`, as they are now.
+fn host_bytes(raw: &RawMap) -> Vec<u8> {
+    let (ptr, len) = raw.memory();
+    // SAFETY: the map's memory is `len` readable bytes while `raw` lives; other writers' updates
+    // meanwhile are seen or not (a snapshot of words).
+    unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) }.to_vec()
+}
+
+/// Copies each mirrored part's host map to the device where it changed since the last copy,
+/// through the context's stream and its pinned staging memory, and waits for the copies.
+/// Kernels running meanwhile see the old bytes or the new.
+fn refresh(c: &mut Context) -> Result<(), String> {
+    let mut changed = Vec::new();
+    for (i, part) in c.parts.iter_mut().enumerate() {
+        let Some(mirror) = &mut part.mirror else { continue };
+        let now = host_bytes(&part.raw);
+        if now != *mirror {
+            // SAFETY: the part's staging memory has room for the map's bytes (`make`), and is
+            // only touched under the lock.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    now.as_ptr(),
+                    (c.staging + part.staging) as *mut u8,
+                    now.len(),
+                )
+            };
+            *mirror = now;
+            changed.push(i);
+        }
+    }
+    if changed.is_empty() {
+        return Ok(());
+    }
+    let missing = |name: &str| format!("the driver lacks {name}");
+    let push = CTX_PUSH.get_or_ask().ok_or_else(|| missing("cuCtxPushCurrent"))?;
+    let pop = CTX_POP.get_or_ask().ok_or_else(|| missing("cuCtxPopCurrent"))?;
+    let copy = HTOD_ASYNC.get_or_ask().ok_or_else(|| missing("cuMemcpyHtoDAsync"))?;
+    let wait = STREAM_SYNC.get_or_ask().ok_or_else(|| missing("cuStreamSynchronize"))?;
+    // SAFETY: a context this process made parts in (the driver checks it still exists).
+    cu(unsafe { push(c.context as Handle) }, "cuCtxPushCurrent")?;
+    let copied = (|| {
+        for &i in &changed {
+            let part = &c.parts[i];
+            let len = part.mirror.as_ref().map_or(0, Vec::len);
+            let from = (c.staging + part.staging) as *const c_void;
+            // SAFETY: `len` bytes of pinned staging memory to the part, which is that long.
+            cu(unsafe { copy(part.device, from, len, c.stream as Handle) }, "cuMemcpyHtoDAsync")?;
+        }
+        // SAFETY: egpu's own stream.
+        cu(unsafe { wait(c.stream as Handle) }, "cuStreamSynchronize")
+    })();
+    let mut popped: Handle = std::ptr::null_mut();
+    // SAFETY: the context pushed above.
+    unsafe { pop(&mut popped) };
+    REFRESHED.fetch_add(changed.len() as u64, Ordering::Relaxed);
+    copied
+}
+
 /// Copies every part of `c` into its staging memory, through its stream, and waits for the
 /// copies; first for the context's work when `settled`.
 fn snapshot(c: &Context, settled: bool) -> Result<(), String> {
@@ -468,7 +546,7 @@ fn snapshot(c: &Context, settled: bool) -> Result<(), String> {
             // SAFETY: no arguments; waits for the (current) context's work.
             cu(unsafe { sync() }, "cuCtxSynchronize")?;
         }
-        for part in &c.parts {
+        for part in c.parts.iter().filter(|p| p.mirror.is_none()) {
             let range = part.merge.range();
             let to = (c.staging + part.staging) as *mut c_void;
             let from = part.device + range.start as u64;
@@ -494,14 +572,16 @@ pub(crate) fn summary() -> String {
     }
     let parts = ours.iter().map(|c| c.parts.len()).sum::<usize>();
     let spread = ours.iter().flat_map(|c| &c.parts).filter(|p| p.merge.copies() > 0).count();
+    let mirrored = ours.iter().flat_map(|c| &c.parts).filter(|p| p.mirror.is_some()).count();
     format!(
         "device maps contexts {} parts {parts} spread {spread} merges {} failed {} published {} \
-         refused {} drained {}\n",
+         refused {} drained {} mirrored {mirrored} refreshed {}\n",
         ours.len(),
         MERGES.load(Ordering::Relaxed),
         FAILED.load(Ordering::Relaxed),
         PUBLISHED.load(Ordering::Relaxed),
         REFUSED.load(Ordering::Relaxed),
         DRAINED.load(Ordering::Relaxed),
+        REFRESHED.load(Ordering::Relaxed),
     )
 }

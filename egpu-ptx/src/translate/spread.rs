@@ -1,6 +1,8 @@
 //! Which maps a program only adds to ([`adds_only`]): those whose values no instruction and no
 //! helper of the program reads, so that their adds can go to per-SM copies of the map's slots
 //! ([`DeviceMap::spread`](super::DeviceMap::spread)) without the program seeing a difference.
+//! And which it only reads ([`reads_only`]): a device copy of such a map can be a copy of the
+//! host's, refreshed, and never merged back.
 
 use egpu_ebpf::helpers::id as helper_id;
 use egpu_ebpf::verifier::{AccessRegion, Verified};
@@ -48,6 +50,37 @@ pub fn adds_only(verified: &Verified) -> Vec<bool> {
         let inserts_once = id == helper_id::MAP_UPDATE_ELEM && no_exist_before(verified, i);
         if matches!(id, helper_id::MAP_UPDATE_ELEM | helper_id::MAP_DELETE_ELEM) && !inserts_once {
             match call.map {
+                Some(m) => set(&mut only, m),
+                None => only.iter_mut().for_each(|o| *o = false),
+            }
+        }
+    }
+    only
+}
+
+/// For each map of the program's table: whether the program only reads it. True when the map
+/// is a hash map or an array, no store or atomic reaches its values (on any path), no
+/// `bpf_map_update_elem` or `bpf_map_delete_elem` is called on it, and no access of the program
+/// reaches different regions on different paths while writing.
+pub fn reads_only(verified: &Verified) -> Vec<bool> {
+    let program = verified.program();
+    let mut only = program
+        .maps()
+        .iter()
+        .map(|d| matches!(d.kind, MapKind::Hash | MapKind::Array))
+        .collect::<Vec<bool>>();
+    for d in program.decoded() {
+        let writes = matches!(d.insn, Instruction::Store { .. } | Instruction::Atomic { .. });
+        if let (true, Some(access)) = (writes, verified.access(d.pc)) {
+            match access.region {
+                AccessRegion::MapValue(m) => set(&mut only, m),
+                AccessRegion::Mixed => only.iter_mut().for_each(|o| *o = false),
+                _ => {}
+            }
+        }
+        let Instruction::Call(CallTarget::Helper(id)) = d.insn else { continue };
+        if matches!(id, helper_id::MAP_UPDATE_ELEM | helper_id::MAP_DELETE_ELEM) {
+            match verified.call(d.pc).and_then(|c| c.map) {
                 Some(m) => set(&mut only, m),
                 None => only.iter_mut().for_each(|o| *o = false),
             }
