@@ -26,9 +26,10 @@ use std::str::FromStr;
 
 use bytemuck::{Pod, Zeroable};
 use egpu_ebpf::helpers::MAX_DELAY_NS;
+use egpu_maps::{Array, RingBuf};
 
 pub use session::{CxlError, CxlSession};
-pub use tiers::{Address, far_access, far_resolver};
+pub use tiers::{Address, allocation_recorder, far_access, far_resolver};
 
 /// Far ranges the range table holds.
 pub const MAX_RANGES: u32 = 256;
@@ -316,21 +317,126 @@ impl Tier {
         }
     }
 
-    /// Writes the tier into its maps, where the probes read it: the ranges and bitmap words
-    /// first, the configuration last (a probe that reads the new configuration finds its
-    /// tables written).
+    /// Writes the tier into its maps in this process, where the probes read it: the ranges and
+    /// bitmap words first, the configuration last (a probe that reads the new configuration
+    /// finds its tables written).
     pub fn write(&self) -> Result<(), TierError> {
+        self.write_into(&tiers::TIER, &tiers::FAR_RANGES, &tiers::FAR_PAGES)
+    }
+
+    /// [`write`](Self::write) into another process's maps (opened in shared memory:
+    /// [`TierMaps::open`]).
+    pub fn write_to(&self, maps: &TierMaps) -> Result<(), TierError> {
+        self.write_into(&maps.tier, &maps.ranges, &maps.pages)
+    }
+
+    fn write_into(
+        &self,
+        tier: &Array<TierConfig>,
+        ranges: &Array<FarRange>,
+        pages: &Array<u64>,
+    ) -> Result<(), TierError> {
         let map =
             |name: &'static str| move |e: egpu_maps::MapError| TierError::Map(name, e.to_string());
         for (i, r) in self.ranges.iter().enumerate() {
-            tiers::FAR_RANGES.set(i as u32, r).map_err(map("FAR_RANGES"))?;
+            ranges.set(i as u32, r).map_err(map("FAR_RANGES"))?;
         }
         for i in 0..BITMAP_WORDS {
             let word = self.bitmap.get(i as usize).copied().unwrap_or(0);
-            tiers::FAR_PAGES.set(i, &word).map_err(map("FAR_PAGES"))?;
+            pages.set(i, &word).map_err(map("FAR_PAGES"))?;
         }
-        tiers::TIER.set(0, &self.config).map_err(map("TIER"))
+        tier.set(0, &self.config).map_err(map("TIER"))
     }
+}
+
+/// A process's far-tier maps, opened in shared memory (where the preloaded library made them,
+/// `egpu-PID-u-NAME`), to write its tier from outside it.
+#[derive(Debug)]
+pub struct TierMaps {
+    tier: Array<TierConfig>,
+    ranges: Array<FarRange>,
+    pages: Array<u64>,
+    allocs: RingBuf<[u64; 2]>,
+}
+
+impl TierMaps {
+    /// The maps of process `pid`.
+    pub fn open(pid: u32) -> Result<TierMaps, TierError> {
+        let name = |map: &str| crate::builtin::user_map_name(pid, map);
+        let err =
+            |map: &'static str| move |e: egpu_maps::MapError| TierError::Map(map, e.to_string());
+        Ok(TierMaps {
+            tier: Array::open_shared(&name("TIER")).map_err(err("TIER"))?,
+            ranges: Array::open_shared(&name("FAR_RANGES")).map_err(err("FAR_RANGES"))?,
+            pages: Array::open_shared(&name("FAR_PAGES")).map_err(err("FAR_PAGES"))?,
+            allocs: RingBuf::open_shared(&name("ALLOCS")).map_err(err("ALLOCS"))?,
+        })
+    }
+
+    /// The process's allocation records (`[address, bytes]`, 0 bytes for a free).
+    pub fn allocations(&self) -> &RingBuf<[u64; 2]> {
+        &self.allocs
+    }
+}
+
+/// A program's allocations as they come, resolved into its tier by a policy: what `egpu cxl`
+/// keeps for each process it runs (the allocations from its `ALLOCS` ring, the tier written
+/// into its maps, which the preloaded library copies to the GPU at its next merge).
+#[derive(Clone, Debug)]
+pub struct Tracker {
+    policy: Policy,
+    lookup: Lookup,
+    delay_ns: u64,
+    /// Every allocation in the order made; a freed one's size is 0 (its ordinal stays).
+    allocations: Vec<Allocation>,
+}
+
+impl Tracker {
+    /// A tracker of `policy`, looked up as `lookup` says, far requests waiting `delay_ns`.
+    pub fn new(policy: Policy, lookup: Lookup, delay_ns: u64) -> Result<Tracker, TierError> {
+        Tier::resolve(&policy, &[], lookup, delay_ns)?;
+        Ok(Tracker { policy, lookup, delay_ns, allocations: Vec::new() })
+    }
+
+    /// Takes the records `[address, bytes]` (0 bytes: a free); whether the policy's far memory
+    /// may have changed.
+    pub fn record(&mut self, records: impl IntoIterator<Item = [u64; 2]>) -> bool {
+        let mut changed = false;
+        for [addr, size] in records {
+            if size > 0 {
+                self.allocations.push(Allocation { addr, size });
+            } else if let Some(a) =
+                self.allocations.iter_mut().rev().find(|a| a.addr == addr && a.size > 0)
+            {
+                a.size = 0;
+            } else {
+                continue;
+            }
+            changed = true;
+        }
+        changed && !matches!(self.policy, Policy::None | Policy::All | Policy::Pages(_))
+    }
+
+    /// The allocations recorded, in order (a freed one with size 0).
+    pub fn allocations(&self) -> &[Allocation] {
+        &self.allocations
+    }
+
+    /// The tier of the allocations recorded.
+    pub fn tier(&self) -> Result<Tier, TierError> {
+        Tier::resolve(&self.policy, &self.allocations, self.lookup, self.delay_ns)
+    }
+}
+
+/// The probes of the far tier in a pack for the preloaded library (`EGPU_PROBES`): the device
+/// probes at every load, store and atomic, and the host probe recording allocations.
+pub fn pack() -> Result<crate::pack::Pack, crate::pack::PackError> {
+    let mut pack = crate::pack::Pack::new();
+    for probe in far_access() {
+        pack.add(probe)?;
+    }
+    pack.add(allocation_recorder())?;
+    Ok(pack)
 }
 
 /// Pages of `2^page_shift` bytes, `fraction` of them far by hash (every page from 1 on, none

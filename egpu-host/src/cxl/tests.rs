@@ -88,3 +88,68 @@ fn allocations_at_the_top_of_the_address_space_do_not_overflow() {
         assert!(t.is_far(u64::MAX - 1) && !t.is_far(u64::MAX - 4096), "{lookup:?}");
     }
 }
+
+#[test]
+fn the_pack_carries_the_device_probes_and_the_allocation_recorder() {
+    let text = pack().expect("packs").to_text();
+    let read = crate::pack::Pack::parse(&text).expect("reads back");
+    assert_eq!(read.probes().len(), 4);
+    let names: Vec<&str> = read
+        .probes()
+        .iter()
+        .flat_map(|p| p.program.program().maps().iter().map(|d| d.name.as_str()))
+        .collect();
+    for map in ["TIER", "FAR_RANGES", "FAR_PAGES", "ALLOCS"] {
+        assert!(names.contains(&map), "{map} in {names:?}");
+    }
+    // The device probes only read the tier's maps: the preloaded library mirrors them.
+    for p in far_access() {
+        let verified = p.verified().expect("verified");
+        assert!(egpu_device::translate::reads_only(verified).iter().all(|r| *r), "{}", p.name());
+    }
+}
+
+#[test]
+fn allocations_recorded_by_the_host_probe_resolve_the_policy() {
+    use egpu_ebpf::{AllocCtx, HostEvent, Phase};
+    let recorder = allocation_recorder();
+    let probes = crate::HostProbes::new();
+    let maps = recorder.maps().expect("its maps");
+    probes.attach(recorder.verified().expect("verified"), maps).expect("attached");
+    let ring = egpu_maps::RingBuf::<[u64; 2]>::from_raw(maps[0].clone()).expect("the ring");
+    let mut consumer = ring.consumer().expect("the consumer");
+    let event = |ptr, bytes, op, kind, result| AllocCtx {
+        ptr,
+        bytes,
+        op,
+        kind,
+        result,
+        ..Default::default()
+    };
+    let mut tracker =
+        Tracker::new(Policy::Nth(vec![2, 3]), Lookup::Ranges, 250).expect("a tracker");
+    // Three device allocations, a failed one and a pinned host one (not recorded).
+    for mut ctx in [
+        event(0x7000_0000, 1 << 20, AllocCtx::ALLOC, AllocCtx::DEVICE, 0),
+        event(0x7020_0000, 2 << 20, AllocCtx::ALLOC, AllocCtx::DEVICE, 0),
+        event(0x9000_0000, 4096, AllocCtx::ALLOC, AllocCtx::HOST_PINNED, 0),
+        event(0, 1 << 30, AllocCtx::ALLOC, AllocCtx::DEVICE, 2),
+        event(0x7040_0000, 4096, AllocCtx::ALLOC, AllocCtx::DEVICE, 0),
+    ] {
+        probes.fire(Phase::Exit, &mut ctx);
+    }
+    assert!(probes.armed(HostEvent::Alloc, Phase::Exit));
+    assert!(tracker.record(consumer.drain()));
+    assert_eq!(tracker.allocations().len(), 3);
+    let tier = tracker.tier().expect("resolves");
+    assert_eq!(tier.config.delay_ns, 250);
+    let r = |start, end| FarRange { start, end };
+    assert_eq!(tier.ranges, [r(0x7020_0000, 0x7040_1000)], "the 2nd and 3rd, touching, merged");
+    // The third freed: its ordinal stays, its bytes go.
+    probes.fire(Phase::Exit, &mut event(0x7040_0000, 0, AllocCtx::FREE, AllocCtx::DEVICE, 0));
+    assert!(tracker.record(consumer.drain()));
+    assert_eq!(tracker.tier().expect("resolves").ranges, [r(0x7020_0000, 0x7040_0000)]);
+    // A free of something never allocated changes nothing.
+    probes.fire(Phase::Exit, &mut event(0x5000, 0, AllocCtx::FREE, AllocCtx::DEVICE, 0));
+    assert!(!tracker.record(consumer.drain()));
+}

@@ -3,9 +3,9 @@
 //! [`far_resolver`] says whether an address is far, for the CPU VM (the tests, the host).
 
 use bytemuck::{Pod, Zeroable};
-use egpu_ebpf::MemAccessCtx;
+use egpu_ebpf::{AllocCtx, MemAccessCtx};
 use egpu_macros::{helper, probe};
-use egpu_maps::Array;
+use egpu_maps::{Array, RingBuf};
 use egpu_probe::Probe;
 
 use super::{BITMAP_WORDS, FarRange, MAX_RANGES, TierConfig};
@@ -17,6 +17,24 @@ pub(super) static TIER: Array<TierConfig> = Array::with_len(1);
 pub(super) static FAR_RANGES: Array<FarRange> = Array::with_len(MAX_RANGES);
 /// The far pages' bitmap: page `p` (from `TierConfig::base`) is bit `p % 64` of word `p / 64`.
 pub(super) static FAR_PAGES: Array<u64> = Array::with_len(BITMAP_WORDS);
+/// The program's device allocations and frees as they succeed: `[address, bytes]`, 0 bytes for
+/// a free ([`super::Tracker`] reads them and resolves the policy).
+pub(super) static ALLOCS: RingBuf<[u64; 2]> = RingBuf::with_capacity(4096);
+
+/// Each device allocation and free that succeeds, into `ALLOCS`.
+#[probe(host::alloc::exit, crate = crate::egpu_root)]
+fn allocations(ctx: &AllocCtx) {
+    if ctx.result == 0 && ctx.kind == 0 {
+        let bytes = if ctx.op == 0 { ctx.bytes } else { 0 };
+        ALLOCS.output(&[ctx.ptr, bytes]);
+    }
+}
+
+/// The host probe that records the program's allocations for the policy
+/// ([`super::Tracker`]).
+pub fn allocation_recorder() -> &'static Probe {
+    allocations::probe()
+}
 
 /// Whether `addr` is among the first `count` ranges of `FAR_RANGES`: a binary search for the
 /// first range that ends past it (at most 9 steps over 256 ranges), then whether it starts at
