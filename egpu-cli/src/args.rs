@@ -45,6 +45,8 @@ pub(crate) enum Command {
     /// Measure the memory traffic and GPU time of a command's kernels.
     #[command(subcommand)]
     Mem(MemCommand),
+    /// Run a command with part of its GPU memory in an emulated slower tier (CXL.mem)
+    Cxl(CxlArgs),
     /// List the attach points with their contexts, and the helpers (as `bpftrace -l`).
     List(ListArgs),
     /// Print a completion script for a shell (`egpu completions bash`).
@@ -286,6 +288,42 @@ pub(crate) struct MemRunArgs {
     /// (costs two event records per launch)
     #[arg(long)]
     pub(crate) kernel_times: bool,
+    /// The preloaded library
+    #[arg(long, value_name = "PATH")]
+    pub(crate) library: Option<PathBuf>,
+    /// The command and its arguments (after `--` when the command starts with `-`)
+    #[arg(value_name = "COMMAND", required = true, num_args = 1.., trailing_var_arg = true)]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `egpu cxl`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Runs COMMAND twice under the preloaded library, every kernel launch timed by CUDA events: once
+as it is (the baseline; --no-baseline leaves it out), then with the far tier's probes at every
+global load, store and atomic of the kernels with PTX, where each warp-level request to far
+memory waits --far-latency (Δ: the far tier's latency less local memory's, at most 1ms). Which
+memory is far is --far: all, none, size:BYTES (device allocations of at least that many bytes;
+K, M, G suffixes), nth:N[,N..] (the Nth device allocations, from 1), pages:FRACTION (that
+fraction of pages, by hash) or ranges:START-END[,..]. egpu reads each process's allocations as
+it makes them and writes its tier into its maps, which the GPU sees at the next merge
+(EGPU_MERGE_MS, 100 ms): kernels launched before then run as if nothing were far. Prints per
+kernel the launches, the mean GPU time of each run and the slowdown. Exits as the emulated
+COMMAND does.")]
+pub(crate) struct CxlArgs {
+    /// Which memory is far
+    #[arg(long, value_name = "POLICY", default_value = "all")]
+    pub(crate) far: egpu::host::cxl::Policy,
+    /// What each request to far memory waits: 100ns, 250ns, 1us (at most 1ms)
+    #[arg(long, value_name = "DURATION", default_value = "250ns", value_parser = humantime::parse_duration)]
+    pub(crate) far_latency: Duration,
+    /// Find far memory in a bitmap of pages of this many bytes (4K to 1G, a power of two)
+    /// instead of a table of ranges
+    #[arg(long, value_name = "BYTES")]
+    pub(crate) bitmap_pages: Option<String>,
+    /// Leave the baseline run out (the table then has the emulated times only)
+    #[arg(long)]
+    pub(crate) no_baseline: bool,
     /// The preloaded library
     #[arg(long, value_name = "PATH")]
     pub(crate) library: Option<PathBuf>,

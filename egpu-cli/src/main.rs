@@ -34,6 +34,7 @@
 //! | `list.rs` | `list`: attach points, contexts' fields and helpers, from egpu-ebpf's tables |
 
 mod args;
+mod cxl;
 mod list;
 mod maps;
 mod mem;
@@ -59,6 +60,7 @@ fn main() -> ExitCode {
         Command::Run(a) => run::run_cmd(a),
         Command::Maps(a) => maps::maps_cmd(a).map(|()| ExitCode::SUCCESS),
         Command::Mem(m) => mem::mem_cmd(m),
+        Command::Cxl(a) => cxl::cxl_cmd(a),
         Command::List(a) => list::list_cmd(a).map(|()| ExitCode::SUCCESS),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "egpu", &mut std::io::stdout());

@@ -141,7 +141,7 @@ struct Health {
 }
 
 /// Whether process `pid` is `ancestor` or one of its descendants (from `/proc/<pid>/stat`).
-fn descends_from(mut pid: u32, ancestor: u32) -> bool {
+pub(crate) fn descends_from(mut pid: u32, ancestor: u32) -> bool {
     for _ in 0..64 {
         if pid == ancestor {
             return true;

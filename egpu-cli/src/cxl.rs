@@ -1,0 +1,237 @@
+//! `egpu cxl`: a command run as it is (the baseline) and with part of its GPU memory in an
+//! emulated slower tier (`egpu::host::cxl`), every launch timed by CUDA events; then per kernel
+//! the two times and the slowdown. While the emulated run goes, a thread of egpu's finds the
+//! command's processes (those with the tier's maps in shared memory), reads the allocations
+//! each makes from its `ALLOCS` ring, resolves the policy over them and writes the process's
+//! tier, which its preloaded library copies to the GPU at its next merge.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use egpu::host::cxl::{Lookup, Policy, TierMaps, Tracker};
+
+use crate::args::{CxlArgs, OtlpProtocol, RunArgs};
+use crate::{Error, failed};
+
+/// `egpu cxl`.
+pub(crate) fn cxl_cmd(a: CxlArgs) -> Result<ExitCode, Error> {
+    let delay = u64::try_from(a.far_latency.as_nanos()).unwrap_or(u64::MAX);
+    let lookup = match &a.bitmap_pages {
+        None => Lookup::Ranges,
+        Some(text) => Lookup::Bitmap { page_shift: page_shift(text)? },
+    };
+    // Refused now, with the reason, rather than in each process.
+    Tracker::new(a.far.clone(), lookup, delay).map_err(failed)?;
+    let dir = std::env::temp_dir().join(format!("egpu-cxl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| failed(format!("{}: {e}", dir.display())))?;
+    let _scratch = Scratch(dir.clone());
+    let baseline = if a.no_baseline {
+        None
+    } else {
+        eprintln!("egpu: cxl: the baseline run");
+        crate::run::run_cmd(run_args(&a, dir.join("baseline"), None))?;
+        Some(kernel_times(&dir, "baseline")?)
+    };
+    let pack = egpu::host::cxl::pack().map_err(failed)?;
+    let pack_path = dir.join("cxl.pack");
+    std::fs::write(&pack_path, pack.to_text())
+        .map_err(|e| failed(format!("{}: {e}", pack_path.display())))?;
+    let shown = match lookup {
+        Lookup::Ranges => "a table of ranges".to_owned(),
+        Lookup::Bitmap { page_shift } => format!("a bitmap of {} B pages", 1u64 << page_shift),
+    };
+    eprintln!("egpu: cxl: far {}, {delay} ns away, found in {shown}", a.far);
+    let stop = Arc::new(AtomicBool::new(false));
+    let feeder = {
+        let (stop, policy) = (stop.clone(), a.far.clone());
+        std::thread::spawn(move || feed(&stop, &policy, lookup, delay))
+    };
+    let code = crate::run::run_cmd(run_args(&a, dir.join("emulated"), Some(&pack_path)));
+    stop.store(true, Ordering::Relaxed);
+    let fed = feeder.join().unwrap_or_default();
+    let code = code?;
+    for (pid, line) in fed {
+        eprintln!("egpu: cxl: process {pid}: {line}");
+    }
+    print!("{}", table(baseline.as_ref(), &kernel_times(&dir, "emulated")?));
+    Ok(code)
+}
+
+/// A folder of egpu's own, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `--bitmap-pages`: a power of two from 4K to 1G, as its log2.
+fn page_shift(text: &str) -> Result<u32, Error> {
+    let wrong = || failed(format!("--bitmap-pages {text}: a power of two from 4K to 1G"));
+    let (digits, shift) = match text.trim().char_indices().last().ok_or_else(wrong)? {
+        (i, 'K' | 'k') => (&text[..i], 10),
+        (i, 'M' | 'm') => (&text[..i], 20),
+        (i, 'G' | 'g') => (&text[..i], 30),
+        _ => (text, 0),
+    };
+    let bytes = digits.parse::<u64>().map_err(|_| wrong())?.checked_shl(shift).ok_or_else(wrong)?;
+    let log = bytes.trailing_zeros();
+    if bytes.is_power_of_two() && (12..=30).contains(&log) { Ok(log) } else { Err(wrong()) }
+}
+
+/// The command under the preloaded library, every launch timed, its summaries at `summary`,
+/// with the pack at `probes`.
+fn run_args(a: &CxlArgs, summary: PathBuf, probes: Option<&Path>) -> RunArgs {
+    RunArgs {
+        summary: Some(summary),
+        library: a.library.clone(),
+        probes: probes.map(|p| p.to_string_lossy().into_owned()),
+        metrics: None,
+        kernel_names: false,
+        otlp: None,
+        otlp_every: Duration::from_secs(10),
+        otlp_protocol: OtlpProtocol::Json,
+        linger: None,
+        kernel_times: true,
+        command: a.command.clone(),
+        env: Vec::new(),
+    }
+}
+
+/// Until `stop`: the tier of each process of this one's with the tier's maps, written when it
+/// is found and again after each change of its allocations; then a line per process.
+fn feed(stop: &AtomicBool, policy: &Policy, lookup: Lookup, delay: u64) -> Vec<(u32, String)> {
+    let me = std::process::id();
+    let mut fed: BTreeMap<u32, (TierMaps, Tracker, Option<String>)> = BTreeMap::new();
+    loop {
+        let last = stop.load(Ordering::Relaxed);
+        for pid in egpu::host::builtin::processes() {
+            if fed.contains_key(&pid) || !crate::metrics::descends_from(pid, me) {
+                continue;
+            }
+            let (Ok(maps), Ok(tracker)) =
+                (TierMaps::open(pid), Tracker::new(policy.clone(), lookup, delay))
+            else {
+                continue;
+            };
+            let failed =
+                tracker.tier().and_then(|t| t.write_to(&maps)).err().map(|e| e.to_string());
+            fed.insert(pid, (maps, tracker, failed));
+        }
+        for (maps, tracker, failed) in fed.values_mut() {
+            let Ok(mut consumer) = maps.allocations().consumer() else { continue };
+            if tracker.record(consumer.drain()) {
+                let written = tracker.tier().and_then(|t| t.write_to(maps));
+                *failed = written.err().map(|e| e.to_string());
+            }
+        }
+        if last {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    fed.into_iter()
+        .map(|(pid, (_, tracker, failed))| {
+            let tier = tracker.tier().ok();
+            let far: u64 = tracker
+                .allocations()
+                .iter()
+                .filter(|a| a.size > 0 && tier.as_ref().is_some_and(|t| t.is_far(a.addr)))
+                .map(|a| a.size)
+                .sum();
+            let line = format!(
+                "{} device allocations, {far} bytes of them far{}",
+                tracker.allocations().len(),
+                failed.map(|e| format!("; the tier could not be written: {e}")).unwrap_or_default()
+            );
+            (pid, line)
+        })
+        .collect()
+}
+
+/// Per kernel name: launches timed and their nanoseconds, from the summaries `run`'s processes
+/// wrote (`kernel_time ID LAUNCHES NS BUCKETS NAME` lines).
+fn kernel_times(dir: &Path, run: &str) -> Result<BTreeMap<String, (u64, u64)>, Error> {
+    let mut times: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    let entries = std::fs::read_dir(dir).map_err(|e| failed(format!("{}: {e}", dir.display())))?;
+    for entry in entries.filter_map(Result::ok) {
+        if !entry.file_name().to_string_lossy().starts_with(&format!("{run}.")) {
+            continue;
+        }
+        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+        for line in text.lines() {
+            let words: Vec<&str> = line.split(' ').collect();
+            if let ["kernel_time", _id, n, ns, _buckets, name @ ..] = words.as_slice()
+                && let (Ok(n), Ok(ns)) = (n.parse::<u64>(), ns.parse::<u64>())
+            {
+                let t = times.entry(name.join(" ")).or_default();
+                t.0 += n;
+                t.1 += ns;
+            }
+        }
+    }
+    Ok(times)
+}
+
+/// The table: per kernel of the emulated run, its launches, the mean GPU time per launch of
+/// each run and their ratio.
+fn table(
+    baseline: Option<&BTreeMap<String, (u64, u64)>>,
+    emulated: &BTreeMap<String, (u64, u64)>,
+) -> String {
+    let mean = |(n, ns): (u64, u64)| if n == 0 { 0.0 } else { ns as f64 / n as f64 / 1e3 };
+    let mut out = format!(
+        "{:<40} {:>9} {:>14} {:>14} {:>9}\n",
+        "kernel", "launches", "baseline µs", "emulated µs", "slowdown"
+    );
+    for (name, &times) in emulated {
+        let base = baseline.and_then(|b| b.get(name)).map(|&t| mean(t));
+        let (shown, ratio) = match base {
+            Some(b) if b > 0.0 => (format!("{b:.3}"), format!("{:.2}×", mean(times) / b)),
+            _ => ("-".into(), "-".into()),
+        };
+        let short: String = name.chars().take(40).collect();
+        out.push_str(&format!(
+            "{short:<40} {:>9} {shown:>14} {:>14.3} {ratio:>9}\n",
+            times.0,
+            mean(times)
+        ));
+    }
+    if emulated.is_empty() {
+        out.push_str("(no kernel launch was timed: did the command use CUDA?)\n");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bitmap_pages_are_powers_of_two_from_4k_to_1g() {
+        assert_eq!(page_shift("64K").ok(), Some(16));
+        assert_eq!(page_shift("4096").ok(), Some(12));
+        assert_eq!(page_shift("1G").ok(), Some(30));
+        for bad in ["", "2K", "3M", "2G", "64Q", "K"] {
+            assert!(page_shift(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_table_gives_each_kernels_times_and_slowdown() {
+        let base: BTreeMap<String, (u64, u64)> = [("saxpy".to_owned(), (2, 4000))].into();
+        let emulated: BTreeMap<String, (u64, u64)> =
+            [("saxpy".to_owned(), (2, 10_000)), ("other".to_owned(), (1, 500))].into();
+        let t = table(Some(&base), &emulated);
+        let saxpy = t.lines().find(|l| l.starts_with("saxpy")).expect("saxpy's line");
+        assert!(saxpy.contains("2.000") && saxpy.contains("5.000") && saxpy.ends_with("2.50×"));
+        let other = t.lines().find(|l| l.starts_with("other")).expect("other's line");
+        assert!(other.ends_with('-'), "{other}");
+        assert!(table(None, &BTreeMap::new()).contains("no kernel launch was timed"));
+    }
+}

@@ -1,0 +1,81 @@
+//! `egpu cxl` on the stand-in driver (`egpu-preload/tests/fixture`): the command runs twice,
+//! the second time with the far tier's pack, whose maps egpu finds in the process and writes
+//! its tier into; then the table of each kernel's times.
+
+#[expect(dead_code, reason = "this file makes no temporary folders")]
+mod cli_support;
+
+#[path = "../egpu-preload/tests/support/mod.rs"]
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Command, Stdio};
+
+#[test]
+fn cxl_runs_the_command_twice_and_writes_each_process_tier() {
+    let dir = support::build("cli-cxl");
+    let mut child = Command::new(cli_support::egpu())
+        .args(["cxl", "--far", "size:1M", "--far-latency", "300ns", "--library"])
+        .arg(support::preload_library())
+        .arg("--")
+        .arg(dir.join("launcher"))
+        .args(["times", "wait"])
+        .env("LD_LIBRARY_PATH", &dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("egpu runs");
+    let mut stdin = child.stdin.take().expect("its input");
+    let mut out = BufReader::new(child.stdout.take().expect("its output"));
+    let mut stdout = String::new();
+    let mut pids = Vec::new();
+    // Each run's launcher says `ready PID` and waits for a line: given after a pause, in which
+    // egpu's thread finds the emulated run's maps.
+    while pids.len() < 2 {
+        let mut line = String::new();
+        if out.read_line(&mut line).expect("a line") == 0 {
+            break;
+        }
+        if let Some(pid) = line.trim().strip_prefix("ready ") {
+            pids.push(pid.to_owned());
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            stdin.write_all(b"go\n").expect("a line");
+        }
+        stdout.push_str(&line);
+    }
+    out.read_to_string(&mut stdout).expect("the rest");
+    let mut stderr = String::new();
+    child.stderr.take().expect("its errors").read_to_string(&mut stderr).expect("its errors");
+    let status = child.wait().expect("egpu");
+    assert!(status.success(), "{stdout}\n{stderr}");
+    assert_eq!(pids.len(), 2, "{stdout}\n{stderr}");
+    assert!(stderr.contains("egpu: cxl: the baseline run"), "{stderr}");
+    assert!(stderr.contains("egpu: cxl: far size:1048576, 300 ns away"), "{stderr}");
+    // The emulated run's process, found, its tier written (the stand-in makes no allocation).
+    let found =
+        format!("egpu: cxl: process {}: 0 device allocations, 0 bytes of them far", pids[1]);
+    assert!(stderr.contains(&found), "{stderr}");
+    assert!(!stderr.contains("could not be written"), "{stderr}");
+    // kernA's launches, timed in both runs (the stand-in's events), with their ratio.
+    assert!(stdout.contains("baseline µs") && stdout.contains("slowdown"), "{stdout}");
+    let kern_a = stdout.lines().find(|l| l.starts_with("_Z5kernAPf")).expect("kernA's line");
+    assert!(kern_a.trim_end().ends_with('×'), "{kern_a}");
+}
+
+#[test]
+fn cxl_refuses_a_wrong_policy_or_latency_before_running_anything() {
+    let help = cli_support::succeeds(&["cxl", "--help"]);
+    assert!(
+        help.stdout.contains("--far-latency") && help.stdout.contains("nth:N"),
+        "{}",
+        help.stdout
+    );
+    cli_support::fails(&["cxl", "--far", "most", "--", "true"], 2, &["not a far-memory policy"]);
+    cli_support::fails(
+        &["cxl", "--far-latency", "2ms", "--library", "/nonexistent", "--", "true"],
+        1,
+        &["over the 1000000 ns one wait may take"],
+    );
+    cli_support::fails(&["cxl", "--bitmap-pages", "3K", "--", "true"], 1, &["--bitmap-pages 3K"]);
+}
