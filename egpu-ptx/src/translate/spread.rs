@@ -17,11 +17,7 @@ use egpu_ebpf::{AluOp, AtomicOp, CallTarget, Instruction, MapKind, Operand, Prog
 /// different paths (it could read the values).
 pub fn adds_only(verified: &Verified) -> Vec<bool> {
     let program = verified.program();
-    let mut only = program
-        .maps()
-        .iter()
-        .map(|d| matches!(d.kind, MapKind::Hash | MapKind::Array))
-        .collect::<Vec<bool>>();
+    let mut only = keyed_or_indexed(program);
     let decoded = program.decoded();
     for (i, d) in decoded.iter().enumerate() {
         if let Some(access) = verified.access(d.pc) {
@@ -64,11 +60,7 @@ pub fn adds_only(verified: &Verified) -> Vec<bool> {
 /// reaches different regions on different paths while writing.
 pub fn reads_only(verified: &Verified) -> Vec<bool> {
     let program = verified.program();
-    let mut only = program
-        .maps()
-        .iter()
-        .map(|d| matches!(d.kind, MapKind::Hash | MapKind::Array))
-        .collect::<Vec<bool>>();
+    let mut only = keyed_or_indexed(program);
     for d in program.decoded() {
         let writes = matches!(d.insn, Instruction::Store { .. } | Instruction::Atomic { .. });
         if let (true, Some(access)) = (writes, verified.access(d.pc)) {
@@ -87,6 +79,12 @@ pub fn reads_only(verified: &Verified) -> Vec<bool> {
         }
     }
     only
+}
+
+/// For each map of `program`'s table: whether it is a hash map or an array (the kinds the
+/// verdicts above can say yes of).
+fn keyed_or_indexed(program: &Program) -> Vec<bool> {
+    program.maps().iter().map(|d| matches!(d.kind, MapKind::Hash | MapKind::Array)).collect()
 }
 
 fn set(only: &mut [bool], m: u32) {
