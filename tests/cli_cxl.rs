@@ -14,12 +14,15 @@ use std::process::{Command, Stdio};
 #[test]
 fn cxl_runs_the_command_twice_and_writes_each_process_tier() {
     let dir = support::build("cli-cxl");
+    let ptx = dir.join("saxpy.ptx");
+    std::fs::write(&ptx, include_str!("ptx/saxpy.ptx")).expect("a module file");
     let mut child = Command::new(cli_support::egpu())
-        .args(["cxl", "--far", "size:1M", "--far-latency", "300ns", "--library"])
+        .args(["cxl", "--far", "all", "--far-latency", "300ns", "--library"])
         .arg(support::preload_library())
         .arg("--")
         .arg(dir.join("launcher"))
-        .args(["times", "wait"])
+        .arg("merge")
+        .arg(&ptx)
         .env("LD_LIBRARY_PATH", &dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -30,16 +33,21 @@ fn cxl_runs_the_command_twice_and_writes_each_process_tier() {
     let mut out = BufReader::new(child.stdout.take().expect("its output"));
     let mut stdout = String::new();
     let mut pids = Vec::new();
-    // Each run's launcher says `ready PID` and waits for a line: given after a pause, in which
-    // egpu's thread finds the emulated run's maps.
-    while pids.len() < 2 {
+    // Each run's launcher launches, says `launched PID`, waits for a line, allocates 64 bytes,
+    // synchronises, says `synced` and waits for a line again: each given after a pause, in which
+    // egpu's thread finds the emulated run's maps, then its allocation.
+    let mut waits = 0;
+    while waits < 4 {
         let mut line = String::new();
         if out.read_line(&mut line).expect("a line") == 0 {
             break;
         }
-        if let Some(pid) = line.trim().strip_prefix("ready ") {
+        if let Some(pid) = line.trim().strip_prefix("launched ") {
             pids.push(pid.to_owned());
-            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        if line.starts_with("launched ") || line.trim() == "synced" {
+            waits += 1;
+            std::thread::sleep(std::time::Duration::from_millis(500));
             stdin.write_all(b"go\n").expect("a line");
         }
         stdout.push_str(&line);
@@ -51,16 +59,16 @@ fn cxl_runs_the_command_twice_and_writes_each_process_tier() {
     assert!(status.success(), "{stdout}\n{stderr}");
     assert_eq!(pids.len(), 2, "{stdout}\n{stderr}");
     assert!(stderr.contains("egpu: cxl: the baseline run"), "{stderr}");
-    assert!(stderr.contains("egpu: cxl: far size:1048576, 300 ns away"), "{stderr}");
-    // The emulated run's process, found, its tier written (the stand-in makes no allocation).
+    assert!(stderr.contains("egpu: cxl: far all, 300 ns away"), "{stderr}");
+    // The emulated run's process, found, its tier written, its allocation read.
     let found =
-        format!("egpu: cxl: process {}: 0 device allocations, 0 bytes of them far", pids[1]);
+        format!("egpu: cxl: process {}: 1 device allocations, 64 bytes of them far", pids[1]);
     assert!(stderr.contains(&found), "{stderr}");
     assert!(!stderr.contains("could not be written"), "{stderr}");
-    // kernA's launches, timed in both runs (the stand-in's events), with their ratio.
+    // The launches, timed in both runs (the stand-in's events), with their ratio.
     assert!(stdout.contains("baseline µs") && stdout.contains("slowdown"), "{stdout}");
-    let kern_a = stdout.lines().find(|l| l.starts_with("_Z5kernAPf")).expect("kernA's line");
-    assert!(kern_a.trim_end().ends_with('×'), "{kern_a}");
+    let row = stdout.lines().find(|l| l.trim_end().ends_with('×')).expect("a kernel's line");
+    assert!(row.split_whitespace().nth(1) == Some("2"), "two launches: {row}\n{stdout}");
 }
 
 #[test]
