@@ -132,10 +132,8 @@ pub(super) fn update<'a>(
 /// Copies `what` of the process's table to `t`'s, through egpu's stream in its context, and
 /// waits for the copy (not for the program's work).
 fn copy(t: &InContext<'_>, what: Copy) -> Result<(), String> {
-    use super::parts::{CTX_POP, CTX_PUSH, cu};
+    use super::parts::{cu, in_context};
     let missing = |name: &str| format!("the driver lacks {name}");
-    let push = CTX_PUSH.get_or_ask().ok_or_else(|| missing("cuCtxPushCurrent"))?;
-    let pop = CTX_POP.get_or_ask().ok_or_else(|| missing("cuCtxPopCurrent"))?;
     let upload = HTOD_ASYNC.get_or_ask().ok_or_else(|| missing("cuMemcpyHtoDAsync"))?;
     let wait = STREAM_SYNC.get_or_ask().ok_or_else(|| missing("cuStreamSynchronize"))?;
     let (at, bytes) = match what {
@@ -145,21 +143,17 @@ fn copy(t: &InContext<'_>, what: Copy) -> Result<(), String> {
             (slot * SLOT_BYTES, bytes.to_vec())
         }
     };
-    // SAFETY: a context this process made parts in (the driver checks it still exists).
-    cu(unsafe { push(t.context) }, "cuCtxPushCurrent")?;
     let device = t.table.address + at as u64;
     let stream = t.stream;
-    // SAFETY: `bytes` (alive until the stream is synchronised below) to the table, which has room
-    // for them at `at`; then egpu's own stream waited for.
-    let copied = cu(
-        unsafe { upload(device, bytes.as_ptr().cast::<c_void>(), bytes.len(), stream) },
-        "cuMemcpyHtoDAsync",
-    )
-    .and_then(|()| cu(unsafe { wait(stream) }, "cuStreamSynchronize"));
-    let mut popped: Handle = std::ptr::null_mut();
-    // SAFETY: the context pushed above.
-    unsafe { pop(&mut popped) };
-    copied
+    in_context(t.context, || {
+        // SAFETY: `bytes` (alive until the stream is synchronised below) to the table, which
+        // has room for them at `at`; then egpu's own stream waited for.
+        cu(
+            unsafe { upload(device, bytes.as_ptr().cast::<c_void>(), bytes.len(), stream) },
+            "cuMemcpyHtoDAsync",
+        )
+        .and_then(|()| cu(unsafe { wait(stream) }, "cuStreamSynchronize"))
+    })
 }
 
 /// The summary's line on the tensor maps, when any was encoded.

@@ -438,6 +438,24 @@ fn count(m: &Merged) {
     DRAINED.fetch_add(m.records, Ordering::Relaxed);
 }
 
+/// Runs `f` with `context` current (pushed, then popped whatever `f` returns): egpu's copies
+/// into and out of a context's memory, on its stream.
+pub(super) fn in_context(
+    context: Handle,
+    f: impl FnOnce() -> Result<(), String>,
+) -> Result<(), String> {
+    let missing = |name: &str| format!("the driver lacks {name}");
+    let push = CTX_PUSH.get_or_ask().ok_or_else(|| missing("cuCtxPushCurrent"))?;
+    let pop = CTX_POP.get_or_ask().ok_or_else(|| missing("cuCtxPopCurrent"))?;
+    // SAFETY: a context this process made parts in (the driver checks it still exists).
+    cu(unsafe { push(context) }, "cuCtxPushCurrent")?;
+    let done = f();
+    let mut popped: Handle = std::ptr::null_mut();
+    // SAFETY: the context pushed above.
+    unsafe { pop(&mut popped) };
+    done
+}
+
 /// Writes the `tail`s the merge moved in the rings' parts back to the GPU, through the
 /// context's stream (so before its next snapshot), from the staging memory (which that snapshot
 /// overwrites only after these copies): the device producers' room.
@@ -452,53 +470,48 @@ fn write_tails(c: &mut Context) -> Result<(), String> {
     if moved.is_empty() {
         return Ok(());
     }
-    let missing = |name: &str| format!("the driver lacks {name}");
-    let push = CTX_PUSH.get_or_ask().ok_or_else(|| missing("cuCtxPushCurrent"))?;
-    let pop = CTX_POP.get_or_ask().ok_or_else(|| missing("cuCtxPopCurrent"))?;
-    let copy = HTOD_ASYNC.get_or_ask().ok_or_else(|| missing("cuMemcpyHtoDAsync"))?;
-    // SAFETY: a context this process made parts in (the driver checks it still exists).
-    cu(unsafe { push(c.context as Handle) }, "cuCtxPushCurrent")?;
-    let written = moved.into_iter().try_for_each(|(device, staging, tail)| {
-        // SAFETY: `staging` is an 8-byte aligned word of the context's pinned staging memory
-        // (the part's snapshot of its ring header), only touched under the lock.
-        unsafe { (staging as *mut u64).write(tail.to_le()) };
-        // SAFETY: 8 bytes from pinned memory to the ring's `tail` word in the part.
-        let result = unsafe { copy(device, staging as *const c_void, 8, c.stream as Handle) };
-        cu(result, "cuMemcpyHtoDAsync")
-    });
-    let mut popped: Handle = std::ptr::null_mut();
-    // SAFETY: the context pushed above.
-    unsafe { pop(&mut popped) };
-    written
+    let copy = HTOD_ASYNC.get_or_ask().ok_or("the driver lacks cuMemcpyHtoDAsync")?;
+    in_context(c.context as Handle, || {
+        moved.into_iter().try_for_each(|(device, staging, tail)| {
+            // SAFETY: `staging` is an 8-byte aligned word of the context's pinned staging
+            // memory (the part's snapshot of its ring header), only touched under the lock.
+            unsafe { (staging as *mut u64).write(tail.to_le()) };
+            // SAFETY: 8 bytes from pinned memory to the ring's `tail` word in the part.
+            let result = unsafe { copy(device, staging as *const c_void, 8, c.stream as Handle) };
+            cu(result, "cuMemcpyHtoDAsync")
+        })
+    })
 }
 
 /// The bytes of the host map `raw`, as they are now.
 fn host_bytes(raw: &RawMap) -> Vec<u8> {
     let (ptr, len) = raw.memory();
-    // SAFETY: the map's memory is `len` readable bytes while `raw` lives; other writers' updates
-    // meanwhile are seen or not (a snapshot of words).
-    unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) }.to_vec()
+    let mut bytes = vec![0u8; len];
+    // SAFETY: the map's memory is `len` readable bytes while `raw` lives, copied without a Rust
+    // reference to it: other writers' updates meanwhile are seen or not (a snapshot of words).
+    unsafe { std::ptr::copy_nonoverlapping(ptr.as_ptr(), bytes.as_mut_ptr(), len) };
+    bytes
 }
 
 /// Copies each mirrored part's host map to the device where it changed since the last copy,
-/// through the context's stream and its pinned staging memory, and waits for the copies.
-/// Kernels running meanwhile see the old bytes or the new.
+/// through the context's stream and its pinned staging memory (where the host map is copied
+/// first, then compared), and waits for the copies. Kernels running meanwhile see the old bytes
+/// or the new.
 fn refresh(c: &mut Context) -> Result<(), String> {
     let mut changed = Vec::new();
     for (i, part) in c.parts.iter_mut().enumerate() {
         let Some(mirror) = &mut part.mirror else { continue };
-        let now = host_bytes(&part.raw);
-        if now != *mirror {
-            // SAFETY: the part's staging memory has room for the map's bytes (`make`), and is
-            // only touched under the lock.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    now.as_ptr(),
-                    (c.staging + part.staging) as *mut u8,
-                    now.len(),
-                )
-            };
-            *mirror = now;
+        let (ptr, len) = part.raw.memory();
+        let staged = (c.staging + part.staging) as *mut u8;
+        // SAFETY: the part's staging memory has room for the map's `len` bytes (`make`) and is
+        // only touched under the lock; the map's memory is `len` readable bytes, copied
+        // without a Rust reference to it.
+        let now = unsafe {
+            std::ptr::copy_nonoverlapping(ptr.as_ptr(), staged, len);
+            std::slice::from_raw_parts(staged, len)
+        };
+        if now != mirror.as_slice() {
+            mirror.copy_from_slice(now);
             changed.push(i);
         }
     }
@@ -506,13 +519,9 @@ fn refresh(c: &mut Context) -> Result<(), String> {
         return Ok(());
     }
     let missing = |name: &str| format!("the driver lacks {name}");
-    let push = CTX_PUSH.get_or_ask().ok_or_else(|| missing("cuCtxPushCurrent"))?;
-    let pop = CTX_POP.get_or_ask().ok_or_else(|| missing("cuCtxPopCurrent"))?;
     let copy = HTOD_ASYNC.get_or_ask().ok_or_else(|| missing("cuMemcpyHtoDAsync"))?;
     let wait = STREAM_SYNC.get_or_ask().ok_or_else(|| missing("cuStreamSynchronize"))?;
-    // SAFETY: a context this process made parts in (the driver checks it still exists).
-    cu(unsafe { push(c.context as Handle) }, "cuCtxPushCurrent")?;
-    let copied = (|| {
+    let copied = in_context(c.context as Handle, || {
         for &i in &changed {
             let part = &c.parts[i];
             let len = part.mirror.as_ref().map_or(0, Vec::len);
@@ -522,10 +531,7 @@ fn refresh(c: &mut Context) -> Result<(), String> {
         }
         // SAFETY: egpu's own stream.
         cu(unsafe { wait(c.stream as Handle) }, "cuStreamSynchronize")
-    })();
-    let mut popped: Handle = std::ptr::null_mut();
-    // SAFETY: the context pushed above.
-    unsafe { pop(&mut popped) };
+    });
     REFRESHED.fetch_add(changed.len() as u64, Ordering::Relaxed);
     copied
 }
@@ -534,13 +540,9 @@ fn refresh(c: &mut Context) -> Result<(), String> {
 /// copies; first for the context's work when `settled`.
 fn snapshot(c: &Context, settled: bool) -> Result<(), String> {
     let missing = |name: &str| format!("the driver lacks {name}");
-    let push = CTX_PUSH.get_or_ask().ok_or_else(|| missing("cuCtxPushCurrent"))?;
-    let pop = CTX_POP.get_or_ask().ok_or_else(|| missing("cuCtxPopCurrent"))?;
     let copy = DTOH_ASYNC.get_or_ask().ok_or_else(|| missing("cuMemcpyDtoHAsync"))?;
     let wait = STREAM_SYNC.get_or_ask().ok_or_else(|| missing("cuStreamSynchronize"))?;
-    // SAFETY: a context this process made parts in (the driver checks it still exists).
-    cu(unsafe { push(c.context as Handle) }, "cuCtxPushCurrent")?;
-    let copied = (|| {
+    in_context(c.context as Handle, || {
         if settled {
             let sync = CTX_SYNC.get_or_ask().ok_or_else(|| missing("cuCtxSynchronize"))?;
             // SAFETY: no arguments; waits for the (current) context's work.
@@ -556,11 +558,7 @@ fn snapshot(c: &Context, settled: bool) -> Result<(), String> {
         }
         // SAFETY: egpu's own stream.
         cu(unsafe { wait(c.stream as Handle) }, "cuStreamSynchronize")
-    })();
-    let mut popped: Handle = std::ptr::null_mut();
-    // SAFETY: the context pushed above.
-    unsafe { pop(&mut popped) };
-    copied
+    })
 }
 
 /// The summary's line on the device parts, when there are any.
