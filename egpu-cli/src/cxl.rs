@@ -70,18 +70,16 @@ impl Drop for Scratch {
     }
 }
 
-/// `--bitmap-pages`: a power of two from 4K to 1G, as its log2.
+/// `--bitmap-pages`: a power of two from 4K to 1G (as policies write numbers:
+/// [`egpu::host::cxl::number`]), as its log2.
 fn page_shift(text: &str) -> Result<u32, Error> {
-    let wrong = || failed(format!("--bitmap-pages {text}: a power of two from 4K to 1G"));
-    let (digits, shift) = match text.trim().char_indices().last().ok_or_else(wrong)? {
-        (i, 'K' | 'k') => (&text[..i], 10),
-        (i, 'M' | 'm') => (&text[..i], 20),
-        (i, 'G' | 'g') => (&text[..i], 30),
-        _ => (text, 0),
-    };
-    let bytes = digits.parse::<u64>().map_err(|_| wrong())?.checked_shl(shift).ok_or_else(wrong)?;
+    let bytes = egpu::host::cxl::number(text).unwrap_or(0);
     let log = bytes.trailing_zeros();
-    if bytes.is_power_of_two() && (12..=30).contains(&log) { Ok(log) } else { Err(wrong()) }
+    if bytes.is_power_of_two() && (12..=30).contains(&log) {
+        Ok(log)
+    } else {
+        Err(failed(format!("--bitmap-pages {text}: a power of two from 4K to 1G")))
+    }
 }
 
 /// The command under the preloaded library, every launch timed, its summaries at `summary`,

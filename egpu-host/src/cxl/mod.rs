@@ -199,8 +199,9 @@ impl FromStr for Policy {
     }
 }
 
-/// A number: decimal, `0x` hex, or decimal with a K, M, G or T suffix (powers of 1024).
-fn number(w: &str) -> Option<u64> {
+/// A number of bytes or an address as policies and `egpu cxl` write them: decimal, `0x` hex, or
+/// decimal with a K, M, G or T suffix (powers of 1024).
+pub fn number(w: &str) -> Option<u64> {
     let w = w.trim();
     if let Some(hex) = w.strip_prefix("0x") {
         return u64::from_str_radix(hex, 16).ok();
@@ -258,8 +259,7 @@ impl Tier {
             return Err(TierError::Delay(delay_ns));
         }
         let config = TierConfig { delay_ns, ..TierConfig::default() };
-        let plain =
-            |mode| Tier { config: TierConfig { mode, ..config }, ranges: vec![], bitmap: vec![] };
+        let plain = |mode| Tier::plain(config, mode);
         let ranges: Vec<(u64, u64)> = match policy {
             Policy::None => return Ok(plain(MODE_NONE)),
             Policy::All => return Ok(plain(MODE_ALL)),
@@ -294,6 +294,11 @@ impl Tier {
             }
             Lookup::Bitmap { page_shift } => bitmap(config, &ranges, page_shift),
         }
+    }
+
+    /// A tier of `config` in `mode`, with no table.
+    fn plain(config: TierConfig, mode: u64) -> Tier {
+        Tier { config: TierConfig { mode, ..config }, ranges: vec![], bitmap: vec![] }
     }
 
     /// Whether `addr` is far, as the tier says: what the device probe computes, written again
@@ -442,17 +447,14 @@ pub fn pack() -> Result<crate::pack::Pack, crate::pack::PackError> {
 /// Pages of `2^page_shift` bytes, `fraction` of them far by hash (every page from 1 on, none
 /// from 0 down: exactly).
 fn hashed(config: TierConfig, page_shift: u32, fraction: f64) -> Tier {
-    let plain =
-        |mode| Tier { config: TierConfig { mode, ..config }, ranges: vec![], bitmap: vec![] };
     if fraction >= 1.0 {
-        return plain(MODE_ALL);
+        return Tier::plain(config, MODE_ALL);
     }
     if fraction <= 0.0 || fraction.is_nan() {
-        return plain(MODE_NONE);
+        return Tier::plain(config, MODE_NONE);
     }
-    // 2^64 × fraction, saturating at 1 (every page).
-    let threshold =
-        if fraction >= 1.0 { u64::MAX } else { (fraction * 18_446_744_073_709_551_616.0) as u64 };
+    // 2^64 × fraction, below 2^64.
+    let threshold = (fraction * 18_446_744_073_709_551_616.0) as u64;
     let config =
         TierConfig { mode: MODE_HASHED, page_shift: u64::from(page_shift), threshold, ..config };
     Tier { config, ranges: vec![], bitmap: vec![] }
@@ -480,13 +482,7 @@ fn merged(mut ranges: Vec<(u64, u64)>) -> Vec<FarRange> {
 fn bitmap(config: TierConfig, ranges: &[FarRange], page_shift: u32) -> Result<Tier, TierError> {
     check_page(page_shift)?;
     let page = 1u64 << page_shift;
-    let Some(first) = ranges.first() else {
-        return Ok(Tier {
-            config: TierConfig { mode: MODE_NONE, ..config },
-            ranges: vec![],
-            bitmap: vec![],
-        });
-    };
+    let Some(first) = ranges.first() else { return Ok(Tier::plain(config, MODE_NONE)) };
     let base = first.start & !(page - 1);
     let last = ranges.last().map_or(base, |r| r.end - 1);
     let pages = ((last - base) >> page_shift) + 1;
