@@ -136,16 +136,21 @@ fn until(value: &impl Fn() -> u64, want: u64, limit: Duration) -> Option<Duratio
     None
 }
 
+/// The summary the launcher wrote in `dir` with `EGPU_SUMMARY` naming `summary-TAG`.
+fn summary_of(dir: &Path, tag: &str) -> String {
+    std::fs::read_dir(dir)
+        .expect("the directory")
+        .filter_map(Result::ok)
+        .find(|e| e.file_name().to_string_lossy().starts_with(&format!("summary-{tag}.")))
+        .map(|e| std::fs::read_to_string(e.path()).expect("the summary"))
+        .expect("a summary")
+}
+
 fn finish(mut child: Child, out: &mut BufReader<ChildStdout>, dir: &Path, merge_ms: &str) {
     child.stdin.as_mut().expect("its input").write_all(b"go\n").expect("a line");
     assert!(child.wait().expect("the launcher").success());
     let _ = out;
-    let summary = std::fs::read_dir(dir)
-        .expect("the directory")
-        .filter_map(Result::ok)
-        .find(|e| e.file_name().to_string_lossy().starts_with(&format!("summary-{merge_ms}.")))
-        .map(|e| std::fs::read_to_string(e.path()).expect("the summary"))
-        .expect("a summary");
+    let summary = summary_of(dir, merge_ms);
     // Exactly what the two "launches" did, merged at exit after their end.
     let total = 2 * WRITERS * ADDS;
     assert!(summary.contains(&format!("map COUNTS 0 {total}\n")), "{summary}");
@@ -273,12 +278,7 @@ fn contexts(dir: &Path, extra: Option<&str>) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     assert!(stdout.contains("contexts done"), "{stdout}");
-    std::fs::read_dir(dir)
-        .expect("the directory")
-        .filter_map(Result::ok)
-        .find(|e| e.file_name().to_string_lossy().starts_with("summary-contexts."))
-        .map(|e| std::fs::read_to_string(e.path()).expect("the summary"))
-        .expect("a summary")
+    summary_of(dir, "contexts")
 }
 
 /// A ring written on the "device" while a consumer in another process (this one) reads the
@@ -327,12 +327,7 @@ fn a_ring_written_on_the_device_is_drained_while_kernels_run() {
     let per_writer: u64 = (0..ADDS).map(|i| 1 + i % 3).sum();
     let total = 2 * WRITERS * per_writer;
     assert_eq!(received.len() as u64 + ring.drops(), total, "received and dropped: all");
-    let summary = std::fs::read_dir(&dir)
-        .expect("the directory")
-        .filter_map(Result::ok)
-        .find(|e| e.file_name().to_string_lossy().starts_with("summary-5."))
-        .map(|e| std::fs::read_to_string(e.path()).expect("the summary"))
-        .expect("a summary");
+    let summary = summary_of(&dir, "5");
     assert!(summary.contains("device maps contexts 1 parts 1 spread 0 "), "{summary}");
     assert!(summary.contains(" failed 0 "), "{summary}");
     // The ring's line, written after the last merge: what it dropped is final.
@@ -383,12 +378,7 @@ fn a_map_the_device_only_reads_follows_the_host() {
     assert_eq!(next_line(&mut out).trim(), "synced");
     child.stdin.as_mut().expect("its input").write_all(b"go\n").expect("a line");
     assert!(child.wait().expect("the launcher").success());
-    let summary = std::fs::read_dir(&dir)
-        .expect("the directory")
-        .filter_map(Result::ok)
-        .find(|e| e.file_name().to_string_lossy().starts_with("summary-10."))
-        .map(|e| std::fs::read_to_string(e.path()).expect("the summary"))
-        .expect("a summary");
+    let summary = summary_of(&dir, "10");
     assert!(summary.contains(&format!("map COUNTS 0 {}\n", 3 * WRITERS * ADDS)), "{summary}");
     assert!(summary.contains(" mirrored 1 refreshed 1\n"), "{summary}");
     assert!(summary.contains(" failed 0 "), "{summary}");
