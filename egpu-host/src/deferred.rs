@@ -595,12 +595,13 @@ impl Poster {
     /// the probes read ([`HostProbes::context_needed`]) queued.
     #[inline(always)]
     pub fn post<C: HostContext>(&self, phase: Phase, ctx: &C) {
-        if !self.set.armed(C::EVENT, phase) {
+        let state = self.set.state(C::EVENT, phase);
+        if state >> 32 == 0 {
             return;
         }
-        let needed = self.set.context_needed(C::EVENT, phase).min(size_of::<C>());
+        let needed = ((state >> 16 & 0xffff) as usize).min(size_of::<C>());
         let bytes = &bytemuck::bytes_of(ctx)[..needed];
-        if self.set.waits(C::EVENT, phase) {
+        if state >> 63 != 0 {
             // A probe that waits runs here: the call waits with it.
             self.set.fire_copy(C::EVENT, phase, bytes);
         } else if self.stale() {
@@ -611,15 +612,17 @@ impl Poster {
     }
 
     /// [`post`](Self::post) when it is all a line: the probes at `phase` read at most 64
-    /// bytes of the context, the process has not forked since this poster was made, and the
-    /// queue has room without asking the worker. Then `ctx` makes the context, which is queued,
-    /// and this returns `true`; otherwise nothing was made or posted, and
-    /// [`post`](Self::post) does what is left. For a caller whose common case must be short (a
-    /// driver call's, right after the last one left the caches cold).
+    /// bytes of the context, none of them waits ([`HostProbes::waits`]), the process has not
+    /// forked since this poster was made, and the queue has room without asking the worker.
+    /// Then `ctx` makes the context, which is queued, and this returns `true`; otherwise
+    /// nothing was made or posted, and [`post`](Self::post) does what is left. For a caller
+    /// whose common case must be short (a driver call's, right after the last one left the
+    /// caches cold).
     #[inline(always)]
     pub fn post_line<C: HostContext>(&self, phase: Phase, ctx: impl FnOnce() -> C) -> bool {
-        let needed = self.set.context_needed(C::EVENT, phase).min(size_of::<C>());
-        !self.stale() && self.producer.push_line(phase, ctx, needed)
+        let state = self.set.state(C::EVENT, phase);
+        let needed = ((state >> 16 & 0xffff) as usize).min(size_of::<C>());
+        state >> 63 == 0 && !self.stale() && self.producer.push_line(phase, ctx, needed)
     }
 
     /// Whether the process forked since this poster was made (a child then makes a new one).

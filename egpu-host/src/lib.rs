@@ -265,7 +265,14 @@ impl HostProbes {
     /// spends time filling a context.
     #[inline]
     pub fn armed(&self, event: HostEvent, phase: Phase) -> bool {
-        self.hot.state[slot(event, phase)].load(Ordering::Relaxed) >> 32 != 0
+        self.state(event, phase) >> 32 != 0
+    }
+
+    /// The hot word of `event` at `phase` (see [`Hot::state`]), read once by a caller that
+    /// needs several of its fields.
+    #[inline]
+    fn state(&self, event: HostEvent, phase: Phase) -> u64 {
+        self.hot.state[slot(event, phase)].load(Ordering::Relaxed)
     }
 
     /// Whether a probe attached to `event` at `phase` waits (calls `egpu_delay_ns`): then the
@@ -273,7 +280,7 @@ impl HostProbes {
     /// so that the call they observe waits with them (a slower memory tier slows a copy too).
     #[inline]
     pub fn waits(&self, event: HostEvent, phase: Phase) -> bool {
-        self.hot.state[slot(event, phase)].load(Ordering::Relaxed) >> 63 != 0
+        self.state(event, phase) >> 63 != 0
     }
 
     /// How many bytes at the start of `event`'s context the probes attached at `phase` may read
@@ -281,7 +288,7 @@ impl HostProbes {
     /// (a timestamp costs a clock read).
     #[inline]
     pub fn context_needed(&self, event: HostEvent, phase: Phase) -> usize {
-        (self.hot.state[slot(event, phase)].load(Ordering::Relaxed) >> 16 & 0xffff) as usize
+        (self.state(event, phase) >> 16 & 0xffff) as usize
     }
 
     /// Which 8-byte words of `event`'s context the probes attached at `phase` may read or write
@@ -289,7 +296,7 @@ impl HostProbes {
     /// leave the others (a clock read for a timestamp no probe reads is time lost).
     #[inline]
     pub fn context_words(&self, event: HostEvent, phase: Phase) -> u16 {
-        self.hot.state[slot(event, phase)].load(Ordering::Relaxed) as u16
+        self.state(event, phase) as u16
     }
 
     /// Runs every probe attached to `C`'s event at `phase`, on this thread, with `ctx` as the

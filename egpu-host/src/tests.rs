@@ -597,4 +597,7 @@ fn a_probe_that_waits_runs_on_the_thread_that_posts() {
         assert_eq!(THREAD.get(0).expect("element 0") & 0xffff_ffff, tid);
     }
     assert_eq!(probes.health().runs, 2);
+    // The one-line fast path refuses it: the caller then posts, and the probe runs here.
+    assert!(!poster.post_line(Phase::Enter, MemcpyCtx::default));
+    assert_eq!(probes.health().runs, 2, "nothing queued");
 }
