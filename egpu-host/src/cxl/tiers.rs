@@ -37,11 +37,11 @@ pub fn allocation_recorder() -> &'static Probe {
 }
 
 /// Whether `addr` is among the first `count` ranges of `FAR_RANGES`: a binary search for the
-/// first range that ends past it (at most 9 steps over 256 ranges), then whether it starts at
+/// first range that ends past it (at most 9 steps over [`MAX_RANGES`]), then whether it starts at
 /// or before it.
 #[helper(crate = crate::egpu_root)]
 fn in_ranges(addr: u64, count: u64) -> bool {
-    let total: u32 = if count > 256 { 256 } else { count as u32 };
+    let total: u32 = if count > MAX_RANGES as u64 { MAX_RANGES } else { count as u32 };
     let mut lo = 0u32;
     let mut n = total;
     #[bound(9)]
