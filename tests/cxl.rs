@@ -231,6 +231,9 @@ fn the_far_tier_probes_pass_ptxas() {
         .collect();
     let ptx = inject(&saxpy, &probes).expect("instruments").ptx;
     assert_eq!(ptx.matches(", %globaltimer;").count(), 6, "a wait at each of 3 accesses: {ptx}");
+    // The probes' frames live in registers: no pointer into them is passed down (a `bpf_loop`
+    // callback's would put them in local memory, 42x on saxpy on the H200).
+    assert!(!ptx.contains(".local"), "the far tier's frames in local memory: {ptx}");
     // The pointer chase of `examples/cxl_chase.rs`: its load and its two stores, and the two
     // stores of its clock reader.
     let chase = read_workspace_file("tests/ptx/chase.ptx");

@@ -250,3 +250,52 @@ fn return_and_continue_inside_a_callback() {
     let cases: Vec<(u64, u64)> = [0, 1, 2, 5, 10, 20, 27, 100].map(|a| (a, native(a))).to_vec();
     check(&ir, &cases);
 }
+
+/// 100 variables, each live from its `Set` to the next one's (more than the 64 slots of eBPF's
+/// 512-byte stack if each had its own), summed into a variable that crosses a loop whose body
+/// has variables of its own: those whose ranges do not meet share slots, and the loop's carried
+/// sum keeps its slot through every iteration.
+#[test]
+fn variables_whose_ranges_do_not_meet_share_slots() {
+    const CHAIN: u32 = 100;
+    let ctx = || Expr::Load(Ty::U64, Place::Ctx(0));
+    // v0 = ctx.a; v(k) = v(k-1) + k; ... s = v(CHAIN-1)
+    let mut body = vec![Stmt::Set(Var(0), ctx())];
+    for k in 1..CHAIN {
+        body.push(Stmt::Set(Var(k), bin(BinOp::Add, var(k - 1), c64(u64::from(k)))));
+    }
+    let (s, i, t, u) = (CHAIN, CHAIN + 1, CHAIN + 2, CHAIN + 3);
+    body.push(Stmt::Set(Var(s), var(CHAIN - 1)));
+    // for i in 0..5 { t = s * 3; u = t + i; s = u - s; } (s += 2s + i)
+    let widen = |e: Expr| Expr::Cast { to: Ty::U64, from: Ty::U32, arg: b(e) };
+    let step = vec![
+        Stmt::Set(Var(t), bin(BinOp::Mul, var(s), c64(3))),
+        Stmt::Set(Var(u), bin(BinOp::Add, var(t), widen(var(i)))),
+        Stmt::Set(Var(s), bin(BinOp::Sub, var(u), var(s))),
+    ];
+    body.push(Stmt::Repeat(Var(i), 5, step));
+    body.push(Stmt::Return(var(s)));
+    let mut vars = vec![Ty::U64; CHAIN as usize + 4];
+    vars[i as usize] = Ty::U32;
+    let ir = probe(vars, body);
+    let native = |a: u64| {
+        let mut s = a.wrapping_add(u64::from(CHAIN * (CHAIN - 1) / 2));
+        for i in 0..5u64 {
+            s = s.wrapping_mul(3).wrapping_add(i).wrapping_sub(s);
+        }
+        s
+    };
+    let cases: Vec<(u64, u64)> = [0, 1, 7, 1 << 40].map(|a| (a, native(a))).to_vec();
+    check(&ir, &cases);
+    let program = compile(&ir).expect("compiles");
+    let deepest = program
+        .decoded()
+        .iter()
+        .filter_map(|d| match d.insn {
+            egpu_ebpf::Instruction::Store { base: egpu_ebpf::Reg::FP, off, .. } => Some(-off),
+            _ => None,
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(deepest <= 64, "{deepest} bytes of stack for variables two at a time live");
+}

@@ -36,28 +36,53 @@ pub fn allocation_recorder() -> &'static Probe {
     allocations::probe()
 }
 
+// Nine halvings of MAX_RANGES + 1 candidates leave none.
+const _: () = assert!(MAX_RANGES < 1 << 9);
+
+/// One step of the binary search for the first range of `FAR_RANGES` that ends past `addr`:
+/// `state` holds the first candidate (high half) and how many candidates are left (low half).
+#[helper(crate = crate::egpu_root)]
+fn search_step(state: u64, addr: u64) -> u64 {
+    let n = state & 0xffff_ffff;
+    let mid = (state >> 32) + (n >> 1);
+    // `mid` is below the table's length: a lookup cannot fail.
+    let end = if n == 0 {
+        0
+    } else if let Ok(r) = FAR_RANGES.get(mid as u32) {
+        r.end
+    } else {
+        0
+    };
+    if n == 0 {
+        state
+    } else if end <= addr {
+        ((mid + 1) << 32) | (n - (n >> 1) - 1)
+    } else {
+        ((state >> 32) << 32) | (n >> 1)
+    }
+}
+
 /// Whether `addr` is among the first `count` ranges of `FAR_RANGES`: a binary search for the
-/// first range that ends past it (at most 9 steps over [`MAX_RANGES`]), then whether it starts at
-/// or before it.
+/// first range that ends past it, then whether it starts at or before it. Nine steps cover
+/// [`MAX_RANGES`], written out rather than looped: a loop whose body branches this much would
+/// become a `bpf_loop` callback, whose pointer into the probe's frame keeps that frame in local
+/// memory on the GPU (the translation keeps a frame in registers only when no pointer to it
+/// is passed down).
 #[helper(crate = crate::egpu_root)]
 fn in_ranges(addr: u64, count: u64) -> bool {
-    let total: u32 = if count > MAX_RANGES as u64 { MAX_RANGES } else { count as u32 };
-    let mut lo = 0u32;
-    let mut n = total;
-    #[bound(9)]
-    while n > 0 {
-        let half = n / 2;
-        let mid = lo + half;
-        let before = if let Ok(r) = FAR_RANGES.get(mid) { r.end <= addr } else { false };
-        if before {
-            lo = mid + 1;
-            n = n - half - 1;
-        } else {
-            n = half;
-        }
-    }
+    let total = if count > MAX_RANGES as u64 { MAX_RANGES as u64 } else { count };
+    let s = search_step(total, addr);
+    let s = search_step(s, addr);
+    let s = search_step(s, addr);
+    let s = search_step(s, addr);
+    let s = search_step(s, addr);
+    let s = search_step(s, addr);
+    let s = search_step(s, addr);
+    let s = search_step(s, addr);
+    let s = search_step(s, addr);
+    let lo = s >> 32;
     if lo < total {
-        if let Ok(r) = FAR_RANGES.get(lo) { r.start <= addr } else { false }
+        if let Ok(r) = FAR_RANGES.get(lo as u32) { r.start <= addr } else { false }
     } else {
         false
     }

@@ -35,12 +35,20 @@ enum Way {
     LEADER_SM16,     // no reduction: at each access the lowest active lane adds the lanes'
                      // count (popc of the active mask) to its sums, and adds them at exit
     LEADER_LINES,    // the same, to 128 copies, each field on a line of its own
+    LEADER_PAIRS16,  // LEADER_SM16 as egpu lays out `counts`: two maps, each with its two
+                     // fields side by side, 16 copies of 64 KiB by SM
+    LEADER_PAIRS128, // the same with 128 copies (EGPU_SPREAD=128)
+    LEADER_WORDS128, // 128 copies laid out word-major: a field's copies side by side
+    LEADER_LOOKUP128, // LEADER_PAIRS128 with the counters' address read from a global variable
+                      // at the exit (as egpu's exit reads its cached value's address)
+    LEADER_EARLY128,  // the same, read when the thread starts
     WAYS
 };
 static const char *names[] = {"bare",       "per-thread",  "warp",        "warp-sm",
                               "warp-sm16",  "warp-one",    "warp-lookup", "block",
                               "block-sm16", "warp-lines",  "redux-only",  "leader-sm16",
-                              "leader-lines"};
+                              "leader-lines", "leader-pairs16", "leader-pairs128",
+                              "leader-words128", "leader-lookup128", "leader-early128"};
 
 template <int way>
 __global__ void saxpy(int n, float a, const float *x, float *y, u64 *counters) {
@@ -52,7 +60,10 @@ __global__ void saxpy(int n, float a, const float *x, float *y, u64 *counters) {
     if (block) __syncthreads();
     u64 s0 = 0, s1 = 0, s2 = 0, s3 = 0;
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    const bool leader = way == LEADER_SM16 || way == LEADER_LINES;
+    const bool looked = way == LEADER_LOOKUP128 || way == LEADER_EARLY128;
+    const bool leader = way == LEADER_SM16 || way == LEADER_LINES || way == LEADER_PAIRS16 ||
+                        way == LEADER_PAIRS128 || way == LEADER_WORDS128 || looked;
+    u64 *early = way == LEADER_EARLY128 ? *(u64 *volatile *)&remembered : nullptr;
     if (i < n && leader) {
         // As the injector would: before each access, the group's lowest lane counts it.
         unsigned m = __activemask();
@@ -78,6 +89,24 @@ __global__ void saxpy(int n, float a, const float *x, float *y, u64 *counters) {
         s3 += 4;
     }
     if (way == BARE) return;
+    if (way == LEADER_PAIRS16 || way == LEADER_PAIRS128 || way == LEADER_WORDS128 || looked) {
+        // Copies of 64 KiB (8192 words): the reads' value at word 0, the writes' at 4096.
+        const unsigned c = smid() & (way == LEADER_PAIRS16 ? 15 : 127);
+        u64 *base = counters;
+        if (looked && (s0 | s1 | s2 | s3)) {
+            base = way == LEADER_EARLY128 ? early : *(u64 *volatile *)&remembered;
+            if (!base) return;
+        }
+        u64 *to = base + 8192 * c;
+        if (way == LEADER_WORDS128) to = counters + c;
+        const int second = way == LEADER_WORDS128 ? 128 : 1;
+        const int other = way == LEADER_WORDS128 ? 256 : 4096;
+        if (s0) atomicAdd(&to[0], s0);
+        if (s1) atomicAdd(&to[second], s1);
+        if (s2) atomicAdd(&to[other], s2);
+        if (s3) atomicAdd(&to[other + second], s3);
+        return;
+    }
     if (leader) {
         u64 *to = way == LEADER_LINES ? counters + 64 * (smid() & 127) : counters + 16384 * (smid() & 15);
         const int apart = way == LEADER_LINES ? 16 : 1;
@@ -155,7 +184,9 @@ static Kernel kernels[] = {saxpy<BARE>,        saxpy<PER_THREAD>,  saxpy<WARP>,
                            saxpy<WARP_SM>,     saxpy<WARP_SM16>,   saxpy<WARP_ONE>,
                            saxpy<WARP_LOOKUP>, saxpy<BLOCK>,       saxpy<BLOCK_SM16>,
                            saxpy<WARP_LINES>,  saxpy<REDUX_ONLY>,  saxpy<LEADER_SM16>,
-                           saxpy<LEADER_LINES>};
+                           saxpy<LEADER_LINES>, saxpy<LEADER_PAIRS16>, saxpy<LEADER_PAIRS128>,
+                           saxpy<LEADER_WORDS128>, saxpy<LEADER_LOOKUP128>,
+                           saxpy<LEADER_EARLY128>};
 
 int main() {
     const int n = 1 << 28, block = 256, rounds = 5, reps = 20;
@@ -163,7 +194,7 @@ int main() {
     u64 *counters;
     CHECK(cudaMalloc(&x, n * sizeof(float)));
     CHECK(cudaMalloc(&y, n * sizeof(float)));
-    CHECK(cudaMalloc(&counters, 16 * 16384 * sizeof(u64)));
+    CHECK(cudaMalloc(&counters, 128 * 8192 * sizeof(u64)));
     CHECK(cudaMemset(x, 0, n * sizeof(float)));
     CHECK(cudaMemset(y, 0, n * sizeof(float)));
     CHECK(cudaMemcpyToSymbol(remembered, &counters, sizeof(counters)));
@@ -177,7 +208,7 @@ int main() {
             // Every thread's adds to one address take most of a second: timed once.
             const int times = w == PER_THREAD ? 1 : reps;
             if (w == PER_THREAD && r > 0) continue;
-            CHECK(cudaMemset(counters, 0, 16 * 16384 * sizeof(u64)));
+            CHECK(cudaMemset(counters, 0, 128 * 8192 * sizeof(u64)));
             kernels[w]<<<(n + block - 1) / block, block>>>(n, 2.f, x, y, counters);
             CHECK(cudaEventRecord(a));
             for (int k = 0; k < times; k++)

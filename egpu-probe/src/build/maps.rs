@@ -6,7 +6,9 @@ use egpu_ebpf::{MapDef, helpers::id};
 use egpu_maps::{Array, HashMap, MapError, PerCpuArray, PerCpuHashMap, RawMap, RingBuf};
 
 use super::ops::cast;
-use super::places::{AsPlace, buffer, offset_in, spill, store_field, zero_buffer, zero_stores};
+use super::places::{
+    AsPlace, buffer, offset_in, spill_index, store_field, zero_buffer, zero_stores,
+};
 use super::values::{Int, Loc, Scalar, Val, lit};
 use super::{BuildError, block, expr, fail, push, with};
 use crate::ir::{CallArg, Expr, MapRef, Place, Ptr, Stmt, Ty};
@@ -168,7 +170,7 @@ pub fn array_fetch_add_field<M: IndexedMap, W: Int>(
         fail(BuildError::Field);
         return;
     };
-    let key = spill("index", index);
+    let key = spill_index(index);
     let delta = expr(delta);
     let ptr = new_ptr();
     push(Stmt::Lookup {
@@ -214,7 +216,7 @@ pub fn array_set<M: IndexedMap>(
     value: impl AsPlace<M::Value>,
 ) {
     let Some(m) = map_ref(map as *const M as usize, name, map.raw_map()) else { return };
-    update(m, spill("index", index), value.place("value"));
+    update(m, spill_index(index), value.place("value"));
 }
 
 /// `map.remove(&key)` on a hash map (`bpf_map_delete_elem`).
@@ -255,7 +257,7 @@ pub fn array_get<V: Pod>(
     missing: impl FnOnce(),
 ) {
     let Some(m) = map_ref(map as *const _ as usize, name, map.try_raw()) else { return };
-    let key = spill("index", index);
+    let key = spill_index(index);
     let ptr = new_ptr();
     let found = block(|| found(Loc::new(Place::Value(ptr, 0))));
     let missing = block(missing);

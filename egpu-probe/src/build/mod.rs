@@ -58,6 +58,8 @@ struct State {
     map_index: StdHashMap<usize, u32>,
     /// The buffers of zeros that inserts of missing keys copy, one per size and alignment.
     zeros: StdHashMap<(u32, u32), crate::ir::Buf>,
+    /// The buffer every array index is stored to for its map call ([`places::spill_index`]).
+    index: Option<crate::ir::Buf>,
     error: Option<BuildError>,
     /// The last [`at`] in force: what the code generator will take the code recorded next for.
     loc: Option<SourceLoc>,
@@ -127,6 +129,7 @@ fn record(attach: AttachPoint, build: fn()) -> Result<(ProbeIr, Vec<RawMap>), Bu
         maps: Vec::new(),
         map_index: StdHashMap::new(),
         zeros: StdHashMap::new(),
+        index: None,
         error: None,
         loc: None,
     };

@@ -149,6 +149,21 @@ pub fn ctx_store<C: Pod, T: Scalar>(f: impl FnOnce(&C) -> &T, v: Val<T>) {
 }
 
 /// A new stack buffer holding the scalar `v`, for a key or a value passed by reference.
+/// An array's index in the frame, for the map call pushed next (which is its only reader): one
+/// buffer serves every index of the probe, so that a probe with many lookups keeps a small frame
+/// (its stack is at most 512 bytes).
+pub(super) fn spill_index(index: Val<u32>) -> Place {
+    let buf = with(|s| {
+        *s.index.get_or_insert_with(|| {
+            s.bufs.push(BufDecl { name: "index".into(), size: 4, align: 4 });
+            Buf(s.bufs.len() as u32 - 1)
+        })
+    });
+    let e = expr(index);
+    push(Stmt::Store(u32::TY, Place::Buf(buf, 0), e));
+    Place::Buf(buf, 0)
+}
+
 pub(super) fn spill<T: Scalar>(name: &str, v: Val<T>) -> Place {
     let buf = with(|s| {
         s.bufs.push(BufDecl { name: name.into(), size: T::TY.bytes(), align: T::TY.bytes() });

@@ -78,20 +78,39 @@ impl Gen<'_> {
             }
             regs.insert(h, free_regs.remove(0));
         }
-        for v in 0..ir.vars.len() {
-            let home = match regs.get(&Contender::Var(v as u32)) {
-                Some(&r) => Home::Reg(r),
-                None => Home::Stack(self.slot()?),
+        // The others share stack slots where their live ranges do not meet (a probe's inlined
+        // helpers each bring their own variables; eBPF's frame is 512 bytes).
+        let spans = live_spans(&ir.body);
+        let mut stacked: Vec<(Contender, (u32, u32))> = (0..ir.vars.len() as u32)
+            .map(Contender::Var)
+            .chain((0..ir.ptrs).map(Contender::Ptr))
+            .filter(|c| !regs.contains_key(c))
+            .map(|c| (c, spans.get(&c).copied().unwrap_or((0, u32::MAX))))
+            .collect();
+        stacked.sort_by_key(|&(c, (start, _))| (start, c));
+        // Each slot with the end of the last range in it.
+        let mut slots: Vec<(i16, u32)> = Vec::new();
+        let mut stack_home: BTreeMap<Contender, i16> = BTreeMap::new();
+        for (c, (start, end)) in stacked {
+            let off = match slots.iter_mut().find(|(_, last)| *last < start) {
+                Some(slot) => {
+                    slot.1 = end;
+                    slot.0
+                }
+                None => {
+                    let off = self.slot()?;
+                    slots.push((off, end));
+                    off
+                }
             };
-            self.vars.push(home);
+            stack_home.insert(c, off);
         }
-        for p in 0..ir.ptrs {
-            let home = match regs.get(&Contender::Ptr(p)) {
-                Some(&r) => Home::Reg(r),
-                None => Home::Stack(self.slot()?),
-            };
-            self.ptrs.push(home);
-        }
+        let home = |c: Contender| match regs.get(&c) {
+            Some(&r) => Home::Reg(r),
+            None => Home::Stack(stack_home[&c]),
+        };
+        self.vars = (0..ir.vars.len() as u32).map(|v| home(Contender::Var(v))).collect();
+        self.ptrs = (0..ir.ptrs).map(|p| home(Contender::Ptr(p))).collect();
         if uses_ctx && self.ctx != Reg::R1 {
             self.insn(alu(AluOp::Mov, self.ctx, Operand::Reg(Reg::R1)));
         }
@@ -187,6 +206,100 @@ fn calls_helpers(stmts: &[Stmt]) -> bool {
         Stmt::Lookup { .. } => true,
         Stmt::Break | Stmt::Continue | Stmt::At(_) => false,
     })
+}
+
+/// Each variable's and pointer's live range, as positions in the statements' order: from its
+/// first to its last mention, widened to a whole loop whose body mentions it when it is also
+/// mentioned before the loop (its value then crosses iterations). A variable the body alone
+/// mentions is set before it is read in each iteration (probes are Rust: nothing is read
+/// uninitialised), so its range stays within the iteration. Two ranges that do not meet can
+/// share a stack slot.
+fn live_spans(stmts: &[Stmt]) -> BTreeMap<Contender, (u32, u32)> {
+    struct Walk {
+        at: u32,
+        spans: BTreeMap<Contender, (u32, u32)>,
+    }
+    impl Walk {
+        fn mention(&mut self, c: Contender) {
+            let at = self.at;
+            let span = self.spans.entry(c).or_insert((at, at));
+            span.1 = at;
+        }
+        fn place(&mut self, p: &Place) {
+            if let Place::Value(ptr, _) = p {
+                self.mention(Contender::Ptr(ptr.0));
+            }
+        }
+        fn expr(&mut self, e: &Expr) {
+            match e {
+                Expr::Const(..) => {}
+                Expr::Var(v) => self.mention(Contender::Var(v.0)),
+                Expr::Load(_, p) => self.place(p),
+                Expr::Unary(_, _, a) | Expr::Cast { arg: a, .. } => self.expr(a),
+                Expr::Binary(_, _, a, b)
+                | Expr::Cmp(_, _, a, b)
+                | Expr::And(a, b)
+                | Expr::Or(a, b) => {
+                    self.expr(a);
+                    self.expr(b);
+                }
+                Expr::Call(_, _, args) => {
+                    for a in args {
+                        match a {
+                            CallArg::Value(e) => self.expr(e),
+                            CallArg::Addr(p) => self.place(p),
+                            CallArg::Map(_) => {}
+                        }
+                    }
+                }
+            }
+        }
+        fn stmts(&mut self, stmts: &[Stmt]) {
+            for s in stmts {
+                self.at += 1;
+                match s {
+                    Stmt::Set(v, e) => {
+                        self.expr(e);
+                        self.at += 1;
+                        self.mention(Contender::Var(v.0));
+                    }
+                    Stmt::Store(_, p, e) | Stmt::AtomicAdd(_, p, e) => {
+                        self.place(p);
+                        self.expr(e);
+                    }
+                    Stmt::Eval(e) | Stmt::Return(e) => self.expr(e),
+                    Stmt::If(c, a, b) => {
+                        self.expr(c);
+                        self.stmts(a);
+                        self.stmts(b);
+                    }
+                    Stmt::Repeat(v, _, body) => {
+                        let start = self.at;
+                        self.mention(Contender::Var(v.0));
+                        self.stmts(body);
+                        self.at += 1;
+                        let end = self.at;
+                        self.mention(Contender::Var(v.0));
+                        for span in self.spans.values_mut() {
+                            if span.0 < start && span.1 > start {
+                                span.1 = span.1.max(end);
+                            }
+                        }
+                    }
+                    Stmt::Break | Stmt::Continue | Stmt::At(_) => {}
+                    Stmt::Lookup { key, ptr, found, missing, .. } => {
+                        self.place(key);
+                        self.mention(Contender::Ptr(ptr.0));
+                        self.stmts(found);
+                        self.stmts(missing);
+                    }
+                }
+            }
+        }
+    }
+    let mut walk = Walk { at: 0, spans: BTreeMap::new() };
+    walk.stmts(stmts);
+    walk.spans
 }
 
 /// Counts the uses of variables and pointers (weighted by loop depth), and whether the context
