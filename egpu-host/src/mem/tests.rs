@@ -277,6 +277,8 @@ fn the_sets_in_corpus_kernels_pass_ptxas() {
                 assert!(injected.ptx.contains("st.release.gpu.global.u64"), "{what}");
                 assert!(injected.ptx.contains(".reg .b64 %egpu_rn0, %egpu_re0"), "{what}");
             }
+            // Every probe's frame in registers (no pointer into it passed down).
+            assert!(!injected.ptx.contains(".local"), "{what}: a frame in local memory");
             ptxas.check(&injected.ptx, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
         }
     }
