@@ -623,3 +623,55 @@ fn a_probe_that_only_adds_numbers_known_at_the_site_runs_as_register_adds() {
     let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, false)]);
     assert!(!ptx.contains("vote.sync.any.pred") && !ptx.contains("_hs0"), "{ptx}");
 }
+
+/// A probe that reads the mode (offset 0) and Δ (offset 8) of a one-slot array, as the far
+/// tier's probes read their configuration; `write` stores to the mode as well.
+fn configured(write: bool) -> Verified {
+    let store = if write { "stxdw [%r0+0], %r2\n" } else { "" };
+    let text = format!(
+        "mov %r1, 0\nstxw [%r10-4], %r1\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -4\n\
+         call 1\njeq %r0, 0, out\nldxdw %r1, [%r0+8]\nldxdw %r2, [%r0+0]\n{store}\
+         jne %r2, 1, out\nmov %r0, %r1\nexit\nout:\nmov %r0, 0\nexit"
+    );
+    let def = MapDef {
+        name: "tier".into(),
+        kind: MapKind::Array,
+        key_size: 4,
+        value_size: 16,
+        capacity: 1,
+    };
+    program(&text, vec![def], DeviceEvent::GlobalLoad)
+}
+
+fn array_binding(len: u32) -> DeviceMap {
+    let geometry = Geometry::new(MapKind::Array, 4, 16, len, 1, 0).expect("geometry");
+    DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false, spread: 0, drained: false }
+}
+
+#[test]
+fn a_configuration_no_probe_writes_is_read_once_per_thread() {
+    // Its two words are loaded when the kernel starts; each access reads the registers, with
+    // no load before the probe's branch.
+    let reader = configured(false);
+    let maps = [array_binding(1)];
+    let ptx = instrument(&[(&reader, DeviceEvent::GlobalLoad)], &maps);
+    let value = 0x7f00_0000_0000u64 + maps[0].geometry.slot_offset(0, 0) as u64;
+    for (word, at) in [(0, value), (1, value + 8)] {
+        let load = format!("mov.b64 %egpu_iv{word}, {at};\n\tld.global.u64 %egpu_iv{word}");
+        assert_eq!(ptx.matches(&load).count(), 1, "{load}: {ptx}");
+    }
+    assert_eq!(ptx.matches("ld.global.u64").count(), 2, "only the kernel's start loads: {ptx}");
+    assert_eq!(ptx.matches(", %egpu_iv0;").count(), 2, "the mode at both loads: {ptx}");
+    // A probe that writes it, or an array of two values, reads memory at each access.
+    let writer = configured(true);
+    let ptx = instrument(
+        &[(&reader, DeviceEvent::GlobalLoad), (&writer, DeviceEvent::GlobalLoad)],
+        &maps,
+    );
+    assert!(!ptx.contains("%egpu_iv"), "{ptx}");
+    let ptx = instrument(&[(&reader, DeviceEvent::GlobalLoad)], &[array_binding(2)]);
+    assert!(!ptx.contains("%egpu_iv") && ptx.contains("ld.global.u64"), "{ptx}");
+    let Some(ptxas) = egpu_device::testing::require_ptxas() else { return };
+    let ptx = instrument(&[(&reader, DeviceEvent::GlobalLoad)], &maps);
+    ptxas.check(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}\n{ptx}"));
+}

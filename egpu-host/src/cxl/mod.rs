@@ -61,7 +61,7 @@ pub struct TierConfig {
     pub delay_ns: u64,
     /// Ranges in `FAR_RANGES` (ranges).
     pub ranges: u64,
-    /// The address of the bitmap's page 0 (bitmap).
+    /// The address of the bitmap's page 0 (bitmap); the first far byte (ranges).
     pub base: u64,
     /// Pages the bitmap covers (bitmap).
     pub pages: u64,
@@ -69,6 +69,9 @@ pub struct TierConfig {
     pub page_shift: u64,
     /// A page whose number times [`PAGE_HASH`] is below this is far (hashed).
     pub threshold: u64,
+    /// The address past the last far byte (ranges): an access outside `base..end` is not
+    /// searched for.
+    pub end: u64,
 }
 
 /// Far memory from `start` up to `end` (excluded).
@@ -288,8 +291,16 @@ impl Tier {
                 if ranges.len() > MAX_RANGES as usize {
                     return Err(TierError::TooManyRanges(ranges.len()));
                 }
-                let config =
-                    TierConfig { mode: MODE_RANGES, ranges: ranges.len() as u64, ..config };
+                let (Some(first), Some(last)) = (ranges.first(), ranges.last()) else {
+                    return Ok(plain(MODE_NONE));
+                };
+                let config = TierConfig {
+                    mode: MODE_RANGES,
+                    ranges: ranges.len() as u64,
+                    base: first.start,
+                    end: last.end,
+                    ..config
+                };
                 Ok(Tier { config, ranges, bitmap: vec![] })
             }
             Lookup::Bitmap { page_shift } => bitmap(config, &ranges, page_shift),

@@ -9,7 +9,7 @@ use egpu_maps::{Array, RingBuf};
 use egpu_probe::Probe;
 
 use super::{BITMAP_WORDS, FarRange, MAX_RANGES, TierConfig};
-use super::{MODE_ALL, MODE_BITMAP, MODE_HASHED, MODE_RANGES, PAGE_HASH};
+use super::{MODE_ALL, MODE_BITMAP, MODE_HASHED, MODE_NONE, MODE_RANGES, PAGE_HASH};
 
 /// The tier's configuration, slot 0.
 pub(super) static TIER: Array<TierConfig> = Array::with_len(1);
@@ -105,10 +105,13 @@ fn in_bitmap(addr: u64, base: u64, pages: u64, shift: u64) -> bool {
 fn far_wait(addr: u64) -> u64 {
     if let Ok(c) = TIER.get(0) {
         let mode = c.mode;
-        let far = if mode == MODE_ALL {
+        let far = if mode == MODE_NONE {
+            false
+        } else if mode == MODE_ALL {
             true
         } else if mode == MODE_RANGES {
-            in_ranges(addr, c.ranges)
+            // Outside the far ranges' span, nothing to search.
+            if addr >= c.base && addr < c.end { in_ranges(addr, c.ranges) } else { false }
         } else if mode == MODE_BITMAP {
             in_bitmap(addr, c.base, c.pages, c.page_shift)
         } else if mode == MODE_HASHED {

@@ -45,6 +45,7 @@ use egpu_ebpf::{AttachPoint, DeviceEvent, MemAccessCtx, kernel_id};
 
 mod access;
 mod injection;
+mod invariants;
 mod occupancy;
 mod runs;
 mod sampled;
@@ -311,6 +312,7 @@ pub fn inject_with(
             (entry && !sampled_here.is_empty()).then(|| sampled::hoisted(&module, f)).flatten();
         let caches = if entry { lookup_caches(&selected) } else { BTreeMap::new() };
         let rings = if entry { drained_rings(&selected, sm) } else { BTreeMap::new() };
+        let words = if entry { invariants::for_kernel(&selected, &names.stem) } else { vec![] };
         // Per-thread combining of atomic adds needs kernel-wide registers: kernels only. Adds to
         // a hash map's values combine when its values stay put (the maps with a lookup cache).
         let combine = entry
@@ -431,6 +433,7 @@ pub fn inject_with(
                     .collect();
             }
             options.outline = outline.clone();
+            options.invariants = invariants::of(p, &words);
             let mut t = translate(p.program, &options)
                 .map_err(|error| InjectError::Translate { probe, error })?;
             shared.append(&mut t.shared);
@@ -445,6 +448,7 @@ pub fn inject_with(
                 .entry(f.body.start)
                 .or_default()
                 .push_str(&format!("\n\t.reg .b32 {smid};\n\tmov.u32 {smid}, %smid;\n"));
+            after.entry(f.body.start).or_default().push_str(&invariants::loads(&words));
         }
         for c in caches.values().map(cache) {
             let mut regs = Vec::new();

@@ -138,6 +138,14 @@ impl Emitter<'_> {
             self.context_load(o as usize, size, signed, &d);
             return;
         }
+        if let Some((word, byte)) = self.invariant_word(pc, size) {
+            match (size, signed) {
+                (Size::DW, _) => self.line(format!("mov.b64 {d}, {word};")),
+                (_, false) => self.line(format!("bfe.u64 {d}, {word}, {}, {bits};", byte * 8)),
+                (_, true) => self.line(format!("bfe.s64 {d}, {word}, {}, {bits};", byte * 8)),
+            }
+            return;
+        }
         if let Some((slot, byte)) = self.frame_slot(self.verified.access(pc)) {
             match (size, signed) {
                 (Size::DW, _) => self.line(format!("mov.b64 {d}, {slot};")),
@@ -176,6 +184,22 @@ impl Emitter<'_> {
                 self.line(format!("cvt.s64.s32 {d}, {w0};"));
             }
         }
+    }
+
+    /// The kernel's register that holds the word a load at `pc` of `size` reads, and the byte
+    /// of the word it starts at, when the word stays the same while the kernel runs
+    /// ([`Options::invariants`](super::Options::invariants)).
+    fn invariant_word(&self, pc: usize, size: Size) -> Option<(String, u32)> {
+        let a = self.verified.access(pc)?;
+        let (AccessRegion::MapValue(m), Some(o)) = (a.region, a.offset) else { return None };
+        let o = u32::try_from(o).ok()?;
+        let byte = o % 8;
+        if byte + size.bytes() > 8 || byte % size.bytes() != 0 {
+            return None;
+        }
+        let (_, _, register) =
+            self.options.invariants.iter().find(|(map, at, _)| *map == m && *at == o - byte)?;
+        Some((register.clone(), byte))
     }
 
     /// A load from a device context: the value comes from the words that hold the field.

@@ -118,6 +118,14 @@ pub struct Options {
     /// sites, whose code would otherwise grow by a few hundred instructions per site. `None`:
     /// inline.
     pub outline: Option<String>,
+    /// Words of map values that stay the same while the kernel runs, each in a 64-bit register
+    /// of the kernel that the kernel loaded when it started: `(map, offset, register)`, the
+    /// map's index in [`maps`](Options::maps) and the word's offset in its value (a multiple of
+    /// 8). A load from that word (or a part of it) reads the register: no memory access, and
+    /// no wait for one before the code that depends on it. For a one-slot array that no probe
+    /// of the kernel writes (a configuration, such as the far tier's): what host code writes
+    /// there while a kernel runs reaches the threads that start after it.
+    pub invariants: Vec<(u32, u32, String)>,
 }
 
 /// Where a thread remembers its last hit in a hash map ([`Options::lookup_cache`]).
@@ -210,6 +218,7 @@ impl Options {
             lookup_cache: Vec::new(),
             ring_batches: Vec::new(),
             outline: None,
+            invariants: Vec::new(),
         }
     }
 }

@@ -1,0 +1,95 @@
+//! Words of map values that stay the same while a kernel runs: the words probes read from a
+//! one-slot array that no probe of the kernel writes (a configuration, such as the far tier's
+//! mode and Δ), each loaded into a register of the kernel when it starts
+//! ([`Options::invariants`](crate::translate::Options::invariants)). A probe at every access
+//! then tests its configuration with no load: its branch waits for nothing, and the kernel's
+//! own loads issue as they would without it. (Measured on the H200 with the far tier's probes
+//! and nothing far: a load of the mode at each access made a grid-stride saxpy 1.8× slower.)
+
+use std::collections::BTreeSet;
+
+use egpu_ebpf::verifier::AccessRegion;
+use egpu_ebpf::{DeviceEvent, Instruction, MapKind};
+
+use super::DeviceProbe;
+use crate::translate::{DeviceMap, reads_only};
+
+/// A word of a map value that stays the same while the kernel runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Word {
+    /// The map's device address.
+    map: u64,
+    /// The word's offset in the value (a multiple of 8).
+    offset: u32,
+    /// The kernel's register that holds it.
+    register: String,
+    /// Its device address.
+    address: u64,
+}
+
+/// Whether every value of the map bound as `b` is one value, which the kernel may read once.
+fn one_value(b: &DeviceMap) -> bool {
+    let g = b.geometry;
+    g.kind == MapKind::Array && g.capacity == 1 && b.spread == 0
+}
+
+/// The words the probes `selected` for a kernel read from maps that hold one value no probe of
+/// theirs writes, with registers named from `stem`.
+pub(super) fn for_kernel(
+    selected: &[(usize, &DeviceProbe<'_>, DeviceEvent)],
+    stem: &str,
+) -> Vec<Word> {
+    let mut written = BTreeSet::new();
+    let mut read = BTreeSet::new();
+    for (_, p, _) in selected {
+        let only_read = reads_only(p.program);
+        for (m, b) in p.maps.iter().enumerate() {
+            if !only_read.get(m).copied().unwrap_or(false) {
+                written.insert(b.addr);
+            }
+        }
+        let verified = p.program.runnable();
+        for d in verified.program().decoded() {
+            let Instruction::Load { .. } = d.insn else { continue };
+            let Some(a) = verified.access(d.pc) else { continue };
+            let (AccessRegion::MapValue(m), Some(o)) = (a.region, a.offset) else { continue };
+            let (Some(b), Ok(o)) = (p.maps.get(m as usize), u32::try_from(o)) else { continue };
+            if one_value(b) {
+                let value = b.addr.wrapping_add(b.geometry.slot_offset(0, 0) as u64);
+                read.insert((b.addr, o - o % 8, value));
+            }
+        }
+    }
+    (read.into_iter().filter(|(map, ..)| !written.contains(map)).enumerate())
+        .map(|(i, (map, offset, value))| Word {
+            map,
+            offset,
+            register: format!("%{stem}_iv{i}"),
+            address: value.wrapping_add(u64::from(offset)),
+        })
+        .collect()
+}
+
+/// Probe `p`'s part of `words`: `(map index, offset, register)` for its options.
+pub(super) fn of(p: &DeviceProbe<'_>, words: &[Word]) -> Vec<(u32, u32, String)> {
+    let mut out = Vec::new();
+    for (m, b) in (0u32..).zip(p.maps) {
+        for w in words.iter().filter(|w| w.map == b.addr) {
+            out.push((m, w.offset, w.register.clone()));
+        }
+    }
+    out
+}
+
+/// The kernel's code when it starts: each word's register, declared and loaded.
+pub(super) fn loads(words: &[Word]) -> String {
+    let mut code = String::new();
+    for w in words {
+        code.push_str(&format!(
+            "\t.reg .b64 {r};\n\tmov.b64 {r}, {at};\n\tld.global.u64 {r}, [{r}];\n",
+            r = w.register,
+            at = w.address as i64
+        ));
+    }
+    code
+}
