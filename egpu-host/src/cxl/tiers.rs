@@ -110,8 +110,14 @@ fn far_wait(addr: u64) -> u64 {
         } else if mode == MODE_ALL {
             true
         } else if mode == MODE_RANGES {
-            // Outside the far ranges' span, nothing to search.
-            if addr >= c.base && addr < c.end { in_ranges(addr, c.ranges) } else { false }
+            // Outside the far ranges' span, nothing to search; one range is its span.
+            if addr < c.base || addr >= c.end {
+                false
+            } else if c.ranges == 1 {
+                true
+            } else {
+                in_ranges(addr, c.ranges)
+            }
         } else if mode == MODE_BITMAP {
             in_bitmap(addr, c.base, c.pages, c.page_shift)
         } else if mode == MODE_HASHED {
@@ -127,12 +133,18 @@ fn far_wait(addr: u64) -> u64 {
 
 /// A request to far memory waits Δ: the lowest of the lanes of a warp-level request whose
 /// addresses are far waits (the others run on to the probe's end, where the warp's lanes meet
-/// again, so the request waits once). `delay_ns` caps the wait at 1 ms.
+/// again, so the request waits once). Δ counts from the probe's start: the lookup's own time is
+/// part of it, so a far request takes Δ longer than it would without egpu (when the lookup is
+/// shorter than Δ). `delay_ns` caps the wait at 1 ms.
 #[helper(crate = crate::egpu_root)]
 fn wait_if_far(addr: u64) {
+    let start = egpu_vm::native::ktime_ns();
     let wait = far_wait(addr);
     if wait > 0 && egpu_vm::native::warp_leader() {
-        let _waited = egpu_vm::native::delay_ns(wait);
+        let spent = egpu_vm::native::ktime_ns() - start;
+        if wait > spent {
+            let _waited = egpu_vm::native::delay_ns(wait - spent);
+        }
     }
 }
 
