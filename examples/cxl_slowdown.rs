@@ -5,7 +5,8 @@
 //! 16×16-tiled 2048² matrix product), each timed over 10 launches bare, then under each tier.
 //! "Half" is the first half of each of the kernel's buffers. Prints a table (the slowdown
 //! against the bare kernel; Δ = 0 is what the probes cost with the lookup and no wait) and, with
-//! a path argument, writes it as CSV there.
+//! a path argument, writes it as CSV there and draws it beside, as an SVG of the slowdown
+//! against Δ (`table.csv`: `table.svg`).
 //!
 //! ```text
 //! cargo run --release -p egpu --example cxl_slowdown [-- table.csv]
@@ -123,6 +124,7 @@ fn run() -> Result<(), Box<dyn Error>> {
 
     let cxl = CxlSession::new(&gpu, &[])?;
     let mut table = String::from("kernel,far,delta_ns,ms,bare_ms,slowdown\n");
+    let mut lines: Vec<Line> = Vec::new();
     println!("| kernel | far | {} |", DELTAS.map(|d| format!("Δ {d} ns")).join(" | "));
     println!("|---|---|{}", "---|".repeat(DELTAS.len()));
     for case in &cases {
@@ -143,12 +145,14 @@ fn run() -> Result<(), Box<dyn Error>> {
                 .map(|b| (b.device_ptr(), b.device_ptr() + b.len() as u64 / fraction))
                 .collect();
             let mut row = format!("| {} | {far} |", case.label);
+            let mut line = Line { kernel: case.label, far, slowdown: Vec::new() };
             for delta in DELTAS {
                 let tier =
                     Tier::resolve(&Policy::Ranges(ranges.clone()), &[], Lookup::Ranges, delta)?;
                 cxl.set(&tier)?;
                 let t = time(&probed)?;
                 write!(row, " {:.2}× |", t / bare)?;
+                line.slowdown.push(t / bare);
                 writeln!(
                     table,
                     "{},{far},{delta},{:.4},{:.4},{:.4}",
@@ -159,13 +163,96 @@ fn run() -> Result<(), Box<dyn Error>> {
                 )?;
             }
             println!("{row}   (bare {:.3} ms)", bare * 1e3);
+            lines.push(line);
         }
     }
     if let Some(path) = std::env::args().nth(1) {
         std::fs::write(&path, table)?;
-        println!("written: {path}");
+        let svg = std::path::Path::new(&path).with_extension("svg");
+        std::fs::write(&svg, plot(&lines, &info.to_string()))?;
+        println!("written: {path}, {}", svg.display());
     }
     Ok(())
+}
+
+/// One kernel's slowdown at each of `DELTAS`, with all or half of its memory far.
+struct Line {
+    kernel: &'static str,
+    far: &'static str,
+    slowdown: Vec<f64>,
+}
+
+/// The slowdown against Δ, a line per kernel and tier (solid: all far; dashed: half), as SVG.
+fn plot(lines: &[Line], device: &str) -> String {
+    let (w, h, left, right, top, bottom) = (720.0, 440.0, 70.0, 170.0, 40.0, 50.0);
+    let most = lines.iter().flat_map(|l| l.slowdown.iter().copied()).fold(1.0, f64::max);
+    let top_y = (most * 1.1).ceil().max(2.0);
+    let last = *DELTAS.last().expect("deltas") as f64;
+    let x = |d: u64| left + (w - left - right) * d as f64 / last;
+    let y = |v: f64| top + (h - top - bottom) * (1.0 - (v - 1.0) / (top_y - 1.0));
+    let colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"];
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
+         font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" \
+         fill=\"white\"/>\n<text x=\"{left}\" y=\"22\" font-size=\"14\">Slowdown against \
+         the far tier's Δ ({device})</text>\n"
+    );
+    for d in DELTAS {
+        svg += &format!(
+            "<line x1=\"{0}\" y1=\"{top}\" x2=\"{0}\" y2=\"{1}\" stroke=\"#ddd\"/>\n\
+             <text x=\"{0}\" y=\"{2}\" text-anchor=\"middle\">{d}</text>\n",
+            x(d),
+            h - bottom,
+            h - bottom + 16.0
+        );
+    }
+    let step = ((top_y - 1.0) / 6.0).ceil().max(1.0);
+    let mut v = 1.0;
+    while v <= top_y {
+        svg += &format!(
+            "<line x1=\"{left}\" y1=\"{0}\" x2=\"{1}\" y2=\"{0}\" stroke=\"#ddd\"/>\n\
+             <text x=\"{2}\" y=\"{3}\" text-anchor=\"end\">{v}×</text>\n",
+            y(v),
+            w - right,
+            left - 6.0,
+            y(v) + 4.0
+        );
+        v += step;
+    }
+    svg += &format!(
+        "<text x=\"{0}\" y=\"{1}\" text-anchor=\"middle\">Δ = far − local latency (ns)</text>\n",
+        (left + w - right) / 2.0,
+        h - 12.0
+    );
+    let kernels: Vec<&str> = lines.iter().fold(Vec::new(), |mut k, l| {
+        if !k.contains(&l.kernel) {
+            k.push(l.kernel);
+        }
+        k
+    });
+    for (i, l) in lines.iter().enumerate() {
+        let k = kernels.iter().position(|&k| k == l.kernel).unwrap_or(0);
+        let colour = colours[k % colours.len()];
+        let dash = if l.far == "all" { "" } else { " stroke-dasharray=\"6 4\"" };
+        let points: Vec<String> =
+            DELTAS.iter().zip(&l.slowdown).map(|(&d, &s)| format!("{},{}", x(d), y(s))).collect();
+        svg += &format!(
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"{colour}\" stroke-width=\"2\"{dash}/>\n",
+            points.join(" ")
+        );
+        let ly = top + 18.0 * i as f64;
+        svg += &format!(
+            "<line x1=\"{0}\" y1=\"{ly}\" x2=\"{1}\" y2=\"{ly}\" stroke=\"{colour}\" \
+             stroke-width=\"2\"{dash}/>\n<text x=\"{2}\" y=\"{3}\">{4}, {5} far</text>\n",
+            w - right + 10.0,
+            w - right + 34.0,
+            w - right + 40.0,
+            ly + 4.0,
+            l.kernel,
+            l.far
+        );
+    }
+    svg + "</svg>\n"
 }
 
 fn main() -> ExitCode {
