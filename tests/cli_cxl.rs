@@ -11,13 +11,15 @@ mod support;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 
-#[test]
-fn cxl_runs_the_command_twice_and_writes_each_process_tier() {
-    let dir = support::build("cli-cxl");
+/// `egpu cxl --far POLICY` over the launcher's `merge` (with `mark` set, the launcher marks the
+/// first half of its allocation): its output, errors and the two runs' pids.
+fn cxl(policy: &str, mark: bool) -> (String, String, Vec<String>) {
+    let dir = support::build(&format!("cli-cxl-{}", policy.replace(':', "-")));
     let ptx = dir.join("saxpy.ptx");
     std::fs::write(&ptx, include_str!("ptx/saxpy.ptx")).expect("a module file");
-    let mut child = Command::new(cli_support::egpu())
-        .args(["cxl", "--far", "all", "--far-latency", "300ns", "--library"])
+    let mut command = Command::new(cli_support::egpu());
+    command
+        .args(["cxl", "--far", policy, "--far-latency", "300ns", "--library"])
         .arg(support::preload_library())
         .arg("--")
         .arg(dir.join("launcher"))
@@ -26,9 +28,11 @@ fn cxl_runs_the_command_twice_and_writes_each_process_tier() {
         .env("LD_LIBRARY_PATH", &dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("egpu runs");
+        .stderr(Stdio::piped());
+    if mark {
+        command.env("EGPU_TEST_MARK", "1");
+    }
+    let mut child = command.spawn().expect("egpu runs");
     let mut stdin = child.stdin.take().expect("its input");
     let mut out = BufReader::new(child.stdout.take().expect("its output"));
     let mut stdout = String::new();
@@ -58,6 +62,12 @@ fn cxl_runs_the_command_twice_and_writes_each_process_tier() {
     let status = child.wait().expect("egpu");
     assert!(status.success(), "{stdout}\n{stderr}");
     assert_eq!(pids.len(), 2, "{stdout}\n{stderr}");
+    (stdout, stderr, pids)
+}
+
+#[test]
+fn cxl_runs_the_command_twice_and_writes_each_process_tier() {
+    let (stdout, stderr, pids) = cxl("all", false);
     assert!(stderr.contains("egpu: cxl: the baseline run"), "{stderr}");
     assert!(stderr.contains("egpu: cxl: far all, 300 ns away"), "{stderr}");
     // The emulated run's process, found, its tier written, its allocation read.
@@ -69,6 +79,21 @@ fn cxl_runs_the_command_twice_and_writes_each_process_tier() {
     assert!(stdout.contains("baseline µs") && stdout.contains("slowdown"), "{stdout}");
     let row = stdout.lines().find(|l| l.trim_end().ends_with('×')).expect("a kernel's line");
     assert!(row.split_whitespace().nth(1) == Some("2"), "two launches: {row}\n{stdout}");
+}
+
+#[test]
+fn cxl_reads_the_ranges_a_program_marks() {
+    // The launcher marks the first 32 of its 64 bytes through the preloaded library's
+    // `egpu_cxl_mark`: refused in the baseline run (no far tier there), recorded in the
+    // emulated run's ring, where egpu reads it and makes those bytes, and only those, far.
+    let (stdout, stderr, pids) = cxl("marked", true);
+    let marks: Vec<&str> = stdout.lines().filter(|l| l.starts_with("marked ")).collect();
+    assert_eq!(marks, ["marked -1", "marked 0"], "{stdout}");
+    let found = format!(
+        "egpu: cxl: process {}: 1 device allocations, 32 bytes of them far, 1 range marked",
+        pids[1]
+    );
+    assert!(stderr.contains(&found), "{stderr}");
 }
 
 #[test]

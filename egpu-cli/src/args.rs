@@ -305,8 +305,9 @@ global load, store and atomic of the kernels with PTX, where each warp-level req
 memory waits --far-latency (Δ: the far tier's latency less local memory's, at most 1ms). Which
 memory is far is --far: all, none, size:BYTES (device allocations of at least that many bytes;
 K, M, G suffixes), nth:N[,N..] (the Nth device allocations, from 1), pages:FRACTION (that
-fraction of pages, by hash) or ranges:START-END[,..]. egpu reads each process's allocations as
-it makes them and writes its tier into its maps, which the GPU sees at the next merge
+fraction of pages, by hash), ranges:START-END[,..] or marked (the ranges the program marks by
+calling the preloaded library's egpu_cxl_mark(address, bytes), found with dlsym). egpu reads
+each process's allocations and marks as it makes them and writes its tier into its maps, which the GPU sees at the next merge
 (EGPU_MERGE_MS, 100 ms): kernels launched before then run as if nothing were far. Prints per
 kernel the launches, the mean GPU time of each run and the slowdown. Exits as the emulated
 COMMAND does.")]

@@ -136,14 +136,16 @@ fn feed(stop: &AtomicBool, policy: &Policy, lookup: Lookup, delay: u64) -> Vec<(
     fed.into_iter()
         .map(|(pid, (_, tracker, failed))| {
             let tier = tracker.tier().ok();
-            let far: u64 = tracker
-                .allocations()
-                .iter()
-                .filter(|a| a.size > 0 && tier.as_ref().is_some_and(|t| t.is_far(a.addr)))
-                .map(|a| a.size)
+            let far: u64 = (tracker.allocations().iter())
+                .map(|a| tier.as_ref().map_or(0, |t| t.far_bytes(a.addr, a.size)))
                 .sum();
+            let marked = match tracker.marked().len() {
+                0 => String::new(),
+                1 => ", 1 range marked".to_owned(),
+                n => format!(", {n} ranges marked"),
+            };
             let line = format!(
-                "{} device allocations, {far} bytes of them far{}",
+                "{} device allocations, {far} bytes of them far{marked}{}",
                 tracker.allocations().len(),
                 failed.map(|e| format!("; the tier could not be written: {e}")).unwrap_or_default()
             );

@@ -386,6 +386,20 @@ pub extern "C" fn egpu_preload_probes(on: c_int) -> c_int {
     }
 }
 
+/// Marks `bytes` of memory at `addr` far, for `egpu cxl --far marked` (0 bytes: unmarks the
+/// range marked at `addr`): 0 when recorded, -1 when this process runs without the far tier's
+/// probes (not under `egpu cxl`), -2 when the record could not be written (its ring full). A
+/// program finds it with `dlsym(RTLD_DEFAULT, "egpu_cxl_mark")`, so it runs without egpu too.
+#[unsafe(no_mangle)]
+pub extern "C" fn egpu_cxl_mark(addr: u64, bytes: u64) -> c_int {
+    let Some(user) = defaults::user() else { return -1 };
+    let Some(ring) = user.map(egpu::host::cxl::ALLOCS_MAP) else { return -1 };
+    match ring.output(&egpu::host::cxl::marked_record(addr, bytes)) {
+        Ok(()) => 0,
+        Err(_) => -2,
+    }
+}
+
 /// The driver's own `cuLaunchKernel`, which this library's calls (null when not found): what a
 /// launch costs without this library, measured in the same process.
 #[unsafe(no_mangle)]

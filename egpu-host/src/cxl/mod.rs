@@ -108,8 +108,11 @@ pub enum Policy {
     /// bitmap's size with [`Lookup::Bitmap`], of 64 KiB with [`Lookup::Ranges`] (no table is
     /// searched either way).
     Pages(f64),
-    /// These ranges, `[start, end)`, as the program marks them.
+    /// These ranges, `[start, end)`.
     Ranges(Vec<(u64, u64)>),
+    /// The ranges the program marks itself (`egpu_cxl_mark` of the preloaded library), which a
+    /// [`Tracker`] reads from its records; with no tracker, none.
+    Marked,
 }
 
 /// How far memory is looked up, where a policy gives ranges.
@@ -131,8 +134,9 @@ pub enum TierError {
     #[error(
         "`{0}` is not a far-memory policy: all, none, size:BYTES (allocations of at least \
          that many bytes, K/M/G suffixes), nth:N[,N..] (the Nth allocations, from 1), \
-         pages:FRACTION (0 to 1, pages chosen by hash) or ranges:START-END[,START-END..] \
-         (hex or decimal addresses)"
+         pages:FRACTION (0 to 1, pages chosen by hash), ranges:START-END[,START-END..] \
+         (hex or decimal addresses) or marked (the ranges the program marks with \
+         egpu_cxl_mark)"
     )]
     Syntax(String),
     /// More ranges than the table holds.
@@ -176,6 +180,7 @@ impl FromStr for Policy {
         Ok(match (kind, arg.is_empty()) {
             ("none", true) => Policy::None,
             ("all", true) => Policy::All,
+            ("marked", true) => Policy::Marked,
             ("size", false) => Policy::AtLeast(number(arg).ok_or_else(wrong)?),
             ("nth", false) => {
                 let ns = list(arg)?;
@@ -224,6 +229,7 @@ impl fmt::Display for Policy {
         match self {
             Policy::None => write!(f, "none"),
             Policy::All => write!(f, "all"),
+            Policy::Marked => write!(f, "marked"),
             Policy::AtLeast(n) => write!(f, "size:{n}"),
             Policy::Nth(ns) => {
                 let ns: Vec<String> = ns.iter().map(u64::to_string).collect();
@@ -264,7 +270,7 @@ impl Tier {
         let config = TierConfig { delay_ns, ..TierConfig::default() };
         let plain = |mode| Tier::plain(config, mode);
         let ranges: Vec<(u64, u64)> = match policy {
-            Policy::None => return Ok(plain(MODE_NONE)),
+            Policy::None | Policy::Marked => return Ok(plain(MODE_NONE)),
             Policy::All => return Ok(plain(MODE_ALL)),
             Policy::Pages(fraction) => {
                 let Lookup::Bitmap { page_shift } = lookup else {
@@ -333,6 +339,33 @@ impl Tier {
         }
     }
 
+    /// How many of the `bytes` at `addr` are far, as [`is_far`](Self::is_far) says of each
+    /// (by range where the tier has ranges, by page where it has pages).
+    pub fn far_bytes(&self, addr: u64, bytes: u64) -> u64 {
+        let end = addr.saturating_add(bytes);
+        let c = &self.config;
+        match c.mode {
+            MODE_ALL => bytes,
+            MODE_RANGES => {
+                (self.ranges.iter()).map(|r| end.min(r.end).saturating_sub(addr.max(r.start))).sum()
+            }
+            MODE_BITMAP | MODE_HASHED => {
+                let page = 1u64 << c.page_shift.min(63);
+                let mut far = 0;
+                let mut at = addr;
+                while at < end {
+                    let next = ((at / page) + 1).saturating_mul(page).min(end);
+                    if self.is_far(at) {
+                        far += next - at;
+                    }
+                    at = next;
+                }
+                far
+            }
+            _ => 0,
+        }
+    }
+
     /// Writes the tier into its maps in this process, where the probes read it: the ranges and
     /// bitmap words first, the configuration last (a probe that reads the new configuration
     /// finds its tables written).
@@ -365,6 +398,23 @@ impl Tier {
     }
 }
 
+/// The name of the ring of allocation records (`[address, bytes]`) in the far tier's pack.
+pub const ALLOCS_MAP: &str = "ALLOCS";
+
+/// The bit of a record's bytes that makes it a range the program marked (`Policy::Marked`), not
+/// an allocation.
+pub const MARKED: u64 = 1 << 63;
+
+/// The record of a range the program marks far (0 bytes: the mark at `addr` taken back), as
+/// the preloaded library's `egpu_cxl_mark` writes it into the `ALLOCS` ring: `[addr, bytes |
+/// MARKED]`, in the ring's byte order.
+pub fn marked_record(addr: u64, bytes: u64) -> [u8; 16] {
+    let mut record = [0u8; 16];
+    record[..8].copy_from_slice(&addr.to_ne_bytes());
+    record[8..].copy_from_slice(&(bytes | MARKED).to_ne_bytes());
+    record
+}
+
 /// A process's far-tier maps, opened in shared memory (where the preloaded library made them,
 /// `egpu-PID-u-NAME`), to write its tier from outside it.
 #[derive(Debug)]
@@ -385,7 +435,7 @@ impl TierMaps {
             tier: Array::open_shared(&name("TIER")).map_err(err("TIER"))?,
             ranges: Array::open_shared(&name("FAR_RANGES")).map_err(err("FAR_RANGES"))?,
             pages: Array::open_shared(&name("FAR_PAGES")).map_err(err("FAR_PAGES"))?,
-            allocs: RingBuf::open_shared(&name("ALLOCS")).map_err(err("ALLOCS"))?,
+            allocs: RingBuf::open_shared(&name(ALLOCS_MAP)).map_err(err("ALLOCS"))?,
         })
     }
 
@@ -405,20 +455,34 @@ pub struct Tracker {
     delay_ns: u64,
     /// Every allocation in the order made; a freed one's size is 0 (its ordinal stays).
     allocations: Vec<Allocation>,
+    /// The ranges the program marked far, in the order marked.
+    marked: Vec<(u64, u64)>,
 }
 
 impl Tracker {
     /// A tracker of `policy`, looked up as `lookup` says, far requests waiting `delay_ns`.
     pub fn new(policy: Policy, lookup: Lookup, delay_ns: u64) -> Result<Tracker, TierError> {
         Tier::resolve(&policy, &[], lookup, delay_ns)?;
-        Ok(Tracker { policy, lookup, delay_ns, allocations: Vec::new() })
+        Ok(Tracker { policy, lookup, delay_ns, allocations: Vec::new(), marked: Vec::new() })
     }
 
-    /// Takes the records `[address, bytes]` (0 bytes: a free); whether the policy's far memory
-    /// may have changed.
+    /// Takes the records `[address, bytes]` (0 bytes: a free; with [`MARKED`], a range the
+    /// program marked, 0 bytes taking the mark at that address back); whether the policy's far
+    /// memory may have changed.
     pub fn record(&mut self, records: impl IntoIterator<Item = [u64; 2]>) -> bool {
         let mut changed = false;
         for [addr, size] in records {
+            if size & MARKED != 0 {
+                let bytes = size & !MARKED;
+                let before = self.marked.len();
+                self.marked.retain(|&(start, _)| start != addr);
+                if bytes > 0 {
+                    self.marked.push((addr, addr.saturating_add(bytes)));
+                }
+                changed |= matches!(self.policy, Policy::Marked)
+                    && (bytes > 0 || self.marked.len() != before);
+                continue;
+            }
             if size > 0 {
                 self.allocations.push(Allocation { addr, size });
             } else if let Some(a) =
@@ -438,9 +502,18 @@ impl Tracker {
         &self.allocations
     }
 
-    /// The tier of the allocations recorded.
+    /// The ranges the program marked far, in the order marked.
+    pub fn marked(&self) -> &[(u64, u64)] {
+        &self.marked
+    }
+
+    /// The tier of the allocations (or, `Policy::Marked`, the marks) recorded.
     pub fn tier(&self) -> Result<Tier, TierError> {
-        Tier::resolve(&self.policy, &self.allocations, self.lookup, self.delay_ns)
+        let policy = match &self.policy {
+            Policy::Marked => &Policy::Ranges(self.marked.clone()),
+            other => other,
+        };
+        Tier::resolve(policy, &self.allocations, self.lookup, self.delay_ns)
     }
 }
 

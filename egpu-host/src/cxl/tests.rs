@@ -5,7 +5,16 @@ use super::*;
 
 #[test]
 fn policies_are_read_and_written_back() {
-    for text in ["none", "all", "size:1073741824", "nth:1,3", "pages:0.5", "ranges:0x1000-0x2000"] {
+    let texts = [
+        "none",
+        "all",
+        "marked",
+        "size:1073741824",
+        "nth:1,3",
+        "pages:0.5",
+        "ranges:0x1000-0x2000",
+    ];
+    for text in texts {
         let p: Policy = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
         assert_eq!(p.to_string().parse::<Policy>(), Ok(p.clone()), "{text}");
     }
@@ -152,4 +161,48 @@ fn allocations_recorded_by_the_host_probe_resolve_the_policy() {
     // A free of something never allocated changes nothing.
     probes.fire(Phase::Exit, &mut event(0x5000, 0, AllocCtx::FREE, AllocCtx::DEVICE, 0));
     assert!(!tracker.record(consumer.drain()));
+}
+
+#[test]
+fn ranges_a_program_marks_are_far_under_marked_and_nothing_else() {
+    let record = |addr: u64, bytes: u64| {
+        let r = marked_record(addr, bytes);
+        let word = |i: usize| u64::from_ne_bytes(r[i..i + 8].try_into().expect("8 bytes"));
+        [word(0), word(8)]
+    };
+    let mut marked = Tracker::new(Policy::Marked, Lookup::Ranges, 100).expect("a tracker");
+    let mut sized = Tracker::new(Policy::AtLeast(1), Lookup::Ranges, 100).expect("a tracker");
+    let records = [[0x7000_0000, 4096], record(0x7000_0000, 1024), record(0x9000, 16)];
+    assert!(marked.record(records));
+    assert!(sized.record(records));
+    // Marks are not allocations, and allocations are not marks.
+    assert_eq!((marked.allocations().len(), sized.allocations().len()), (1, 1));
+    let tier = marked.tier().expect("resolves");
+    let r = |start, end| FarRange { start, end };
+    assert_eq!(tier.ranges, [r(0x9000, 0x9010), r(0x7000_0000, 0x7000_0400)]);
+    assert_eq!(tier.far_bytes(0x7000_0000, 4096), 1024);
+    assert_eq!(sized.tier().expect("resolves").far_bytes(0x7000_0000, 4096), 4096);
+    // A mark taken back (0 bytes at its address); again: nothing to take.
+    assert!(marked.record([record(0x9000, 0)]));
+    assert_eq!(marked.tier().expect("resolves").ranges, [r(0x7000_0000, 0x7000_0400)]);
+    assert!(!marked.record([record(0x9000, 0)]));
+    // With no tracker, `marked` is nothing far.
+    let plain = Tier::resolve(&Policy::Marked, &[], Lookup::Ranges, 100).expect("resolves");
+    assert_eq!(plain.config.mode, MODE_NONE);
+}
+
+#[test]
+fn far_bytes_count_by_range_and_by_page() {
+    let allocations = [Allocation { addr: 0x10_0000, size: 0x3_0000 }];
+    let ranges = Policy::Ranges(vec![(0x10_8000, 0x11_8000)]);
+    let tier = Tier::resolve(&ranges, &allocations, Lookup::Ranges, 1).expect("ranges");
+    assert_eq!(tier.far_bytes(0x10_0000, 0x3_0000), 0x1_0000);
+    // By 64 KiB pages the range rounds out to two whole pages.
+    let bitmap = Lookup::Bitmap { page_shift: 16 };
+    let tier = Tier::resolve(&ranges, &allocations, bitmap, 1).expect("a bitmap");
+    assert_eq!(tier.far_bytes(0x10_0000, 0x3_0000), 0x2_0000);
+    let all = Tier::resolve(&Policy::All, &[], Lookup::Ranges, 1).expect("all");
+    assert_eq!(all.far_bytes(5, 77), 77);
+    let none = Tier::resolve(&Policy::None, &[], Lookup::Ranges, 1).expect("none");
+    assert_eq!(none.far_bytes(5, 77), 0);
 }
