@@ -96,7 +96,8 @@ use egpu::host::cxl::{
 /// bytes it names, or with a bitmap of `2^shift`-byte pages, every page those bytes touch.
 fn reference(policy: &Policy, allocations: &[Allocation], lookup: Lookup, addr: u64) -> bool {
     let ranges: Vec<(u64, u64)> = match policy {
-        Policy::None => return false,
+        // With no tracker to read marks from, nothing.
+        Policy::None | Policy::Marked => return false,
         Policy::All => return true,
         Policy::Pages(fraction) => {
             let shift = match lookup {
