@@ -138,12 +138,16 @@ fn far_wait(addr: u64) -> u64 {
 /// shorter than Δ). `delay_ns` caps the wait at 1 ms.
 #[helper(crate = crate::egpu_root)]
 fn wait_if_far(addr: u64) {
-    let start = egpu_vm::native::ktime_ns();
-    let wait = far_wait(addr);
-    if wait > 0 && egpu_vm::native::warp_leader() {
-        let spent = egpu_vm::native::ktime_ns() - start;
-        if wait > spent {
-            let _waited = egpu_vm::native::delay_ns(wait - spent);
+    // With nothing far, not even the clock is read.
+    let mode = if let Ok(c) = TIER.get(0) { c.mode } else { MODE_NONE };
+    if mode != MODE_NONE {
+        let start = egpu_vm::native::ktime_ns();
+        let wait = far_wait(addr);
+        if wait > 0 && egpu_vm::native::warp_leader() {
+            let spent = egpu_vm::native::ktime_ns() - start;
+            if wait > spent {
+                let _waited = egpu_vm::native::delay_ns(wait - spent);
+            }
         }
     }
 }
