@@ -72,7 +72,14 @@ pub struct TierConfig {
     /// The address past the last far byte (ranges): an access outside `base..end` is not
     /// searched for.
     pub end: u64,
+    /// The first [`INLINE_RANGES`] far ranges (ranges), tested in turn when there are no more
+    /// than that: the probe reads them once per thread, with the rest of this configuration
+    /// (words of a one-slot array no probe writes), so a few ranges cost no lookup.
+    pub first: [FarRange; INLINE_RANGES],
 }
+
+/// Far ranges [`TierConfig::first`] holds.
+pub const INLINE_RANGES: usize = 4;
 
 /// Far memory from `start` up to `end` (excluded).
 #[repr(C)]
@@ -300,11 +307,16 @@ impl Tier {
                 let (Some(first), Some(last)) = (ranges.first(), ranges.last()) else {
                     return Ok(plain(MODE_NONE));
                 };
+                let mut inline = [FarRange::default(); INLINE_RANGES];
+                for (slot, r) in inline.iter_mut().zip(&ranges) {
+                    *slot = *r;
+                }
                 let config = TierConfig {
                     mode: MODE_RANGES,
                     ranges: ranges.len() as u64,
                     base: first.start,
                     end: last.end,
+                    first: inline,
                     ..config
                 };
                 Ok(Tier { config, ranges, bitmap: vec![] })

@@ -8,7 +8,7 @@ use egpu_macros::{helper, probe};
 use egpu_maps::{Array, RingBuf};
 use egpu_probe::Probe;
 
-use super::{BITMAP_WORDS, FarRange, MAX_RANGES, TierConfig};
+use super::{BITMAP_WORDS, FarRange, INLINE_RANGES, MAX_RANGES, TierConfig};
 use super::{MODE_ALL, MODE_BITMAP, MODE_HASHED, MODE_NONE, MODE_RANGES, PAGE_HASH};
 
 /// The tier's configuration, slot 0.
@@ -113,8 +113,12 @@ fn far_wait(addr: u64) -> u64 {
             // Outside the far ranges' span, nothing to search; one range is its span.
             if addr < c.base || addr >= c.end {
                 false
-            } else if c.ranges == 1 {
-                true
+            } else if c.ranges <= INLINE_RANGES as u64 {
+                // Unused slots are empty (start = end = 0).
+                (addr >= c.first[0].start && addr < c.first[0].end)
+                    || (addr >= c.first[1].start && addr < c.first[1].end)
+                    || (addr >= c.first[2].start && addr < c.first[2].end)
+                    || (addr >= c.first[3].start && addr < c.first[3].end)
             } else {
                 in_ranges(addr, c.ranges)
             }

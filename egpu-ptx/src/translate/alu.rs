@@ -50,6 +50,11 @@ impl Emitter<'_> {
                 };
                 self.line(format!("{opcode} {d}, {d}, {count};"));
             }
+            AluOp::Div | AluOp::SDiv | AluOp::Mod | AluOp::SMod if positive(src) => {
+                // A constant divisor, neither 0 nor -1: no test, and ptxas divides by
+                // multiplying (a divisor in a register is a call of a division routine).
+                self.line(format!("{}.{}64 {d}, {d}, {s};", div_opcode(op), div_type(op)));
+            }
             AluOp::Div | AluOp::SDiv | AluOp::Mod | AluOp::SMod => {
                 let [t0, t1] = [self.tmp64(0), self.tmp64(1)];
                 self.line(format!("mov.b64 {t1}, {s};"));
@@ -137,6 +142,9 @@ impl Emitter<'_> {
                 };
                 self.line(format!("{opcode} {w0}, {w0}, {count};"));
             }
+            AluOp::Div | AluOp::SDiv | AluOp::Mod | AluOp::SMod if positive(src) => {
+                self.line(format!("{}.{}32 {w0}, {w0}, {b};", div_opcode(op), div_type(op)));
+            }
             AluOp::Div | AluOp::SDiv | AluOp::Mod | AluOp::SMod => {
                 self.line(format!("mov.b32 {w2}, {b};"));
                 let w3 = self.tmp32(3);
@@ -209,4 +217,20 @@ impl Emitter<'_> {
         }
         Ok(())
     }
+}
+
+/// Whether `src` is a constant above 0: a divisor with none of eBPF's special cases (0, -1),
+/// the same read as signed or unsigned.
+fn positive(src: Operand) -> bool {
+    matches!(src, Operand::Imm(i) if i > 0)
+}
+
+/// The PTX instruction of a division or remainder.
+fn div_opcode(op: AluOp) -> &'static str {
+    if matches!(op, AluOp::Div | AluOp::SDiv) { "div" } else { "rem" }
+}
+
+/// The PTX type letter of a division or remainder: signed or unsigned.
+fn div_type(op: AluOp) -> &'static str {
+    if matches!(op, AluOp::SDiv | AluOp::SMod) { "s" } else { "u" }
 }
