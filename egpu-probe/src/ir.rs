@@ -253,7 +253,38 @@ pub enum Expr {
     Call(Ty, u32, Vec<CallArg>),
 }
 
+/// A leaf an expression reads ([`Expr::reads`]): a variable, or a place (a load's, or a helper
+/// argument passed by address).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Read<'a> {
+    Var(Var),
+    Place(&'a Place),
+}
+
 impl Expr {
+    /// Calls `f` with each variable and place the expression reads, left to right.
+    pub(crate) fn reads<'a>(&'a self, f: &mut impl FnMut(Read<'a>)) {
+        match self {
+            Expr::Const(..) => {}
+            Expr::Var(v) => f(Read::Var(*v)),
+            Expr::Load(_, p) => f(Read::Place(p)),
+            Expr::Unary(_, _, a) | Expr::Cast { arg: a, .. } => a.reads(f),
+            Expr::Binary(_, _, a, b) | Expr::Cmp(_, _, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
+                a.reads(f);
+                b.reads(f);
+            }
+            Expr::Call(_, _, args) => {
+                for a in args {
+                    match a {
+                        CallArg::Value(e) => e.reads(f),
+                        CallArg::Addr(p) => f(Read::Place(p)),
+                        CallArg::Map(_) => {}
+                    }
+                }
+            }
+        }
+    }
+
     /// The value of `lhs op rhs` for canonical values of `ty` (for a shift, `rhs` is the
     /// amount, of any type).
     pub fn eval_binary(op: BinOp, ty: Ty, lhs: u64, rhs: u64) -> u64 {

@@ -43,7 +43,7 @@ use egpu_ebpf::{AluOp, CallTarget, Instruction, JmpCond, Operand, Reg, Size};
 
 use super::regalloc::Home;
 use super::{CompileError, Gen, Label, Op, alu, mov_imm};
-use crate::ir::{CallArg, Expr, Place, Ptr, Stmt, Var};
+use crate::ir::{CallArg, Expr, Place, Ptr, Read, Stmt, Var};
 
 /// `bpf_loop`'s helper id.
 const LOOP: u32 = egpu_ebpf::helpers::id::LOOP;
@@ -126,27 +126,12 @@ impl Uses {
     }
 
     fn expr(&mut self, e: &Expr) {
-        match e {
-            Expr::Const(..) => {}
-            Expr::Var(v) => {
-                self.reads.insert(*v);
+        e.reads(&mut |r| match r {
+            Read::Var(v) => {
+                self.reads.insert(v);
             }
-            Expr::Load(_, p) => self.place(p),
-            Expr::Unary(_, _, a) | Expr::Cast { arg: a, .. } => self.expr(a),
-            Expr::Binary(_, _, a, b) | Expr::Cmp(_, _, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
-                self.expr(a);
-                self.expr(b);
-            }
-            Expr::Call(_, _, args) => {
-                for a in args {
-                    match a {
-                        CallArg::Value(e) => self.expr(e),
-                        CallArg::Addr(p) => self.place(p),
-                        CallArg::Map(_) => {}
-                    }
-                }
-            }
-        }
+            Read::Place(p) => self.place(p),
+        });
     }
 }
 

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use egpu_ebpf::{AluOp, Instruction, Operand, Reg, Size};
 
 use super::{CompileError, Gen, alu};
-use crate::ir::{CallArg, Expr, Place, Ptr, Stmt, Ty, Var};
+use crate::ir::{Expr, Place, Ptr, Read, Stmt, Ty, Var};
 
 /// Where a variable or pointer lives.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -231,28 +231,10 @@ fn live_spans(stmts: &[Stmt]) -> BTreeMap<Contender, (u32, u32)> {
             }
         }
         fn expr(&mut self, e: &Expr) {
-            match e {
-                Expr::Const(..) => {}
-                Expr::Var(v) => self.mention(Contender::Var(v.0)),
-                Expr::Load(_, p) => self.place(p),
-                Expr::Unary(_, _, a) | Expr::Cast { arg: a, .. } => self.expr(a),
-                Expr::Binary(_, _, a, b)
-                | Expr::Cmp(_, _, a, b)
-                | Expr::And(a, b)
-                | Expr::Or(a, b) => {
-                    self.expr(a);
-                    self.expr(b);
-                }
-                Expr::Call(_, _, args) => {
-                    for a in args {
-                        match a {
-                            CallArg::Value(e) => self.expr(e),
-                            CallArg::Addr(p) => self.place(p),
-                            CallArg::Map(_) => {}
-                        }
-                    }
-                }
-            }
+            e.reads(&mut |r| match r {
+                Read::Var(v) => self.mention(Contender::Var(v.0)),
+                Read::Place(p) => self.place(p),
+            });
         }
         fn stmts(&mut self, stmts: &[Stmt]) {
             for s in stmts {
@@ -315,25 +297,10 @@ fn count_uses(stmts: &[Stmt], weight: u64, out: &mut BTreeMap<Contender, u64>, c
         }
     }
     fn expr(e: &Expr, weight: u64, out: &mut BTreeMap<Contender, u64>, ctx: &mut bool) {
-        match e {
-            Expr::Const(..) => {}
-            Expr::Var(v) => *out.entry(Contender::Var(v.0)).or_default() += weight,
-            Expr::Load(_, p) => place(p, weight, out, ctx),
-            Expr::Unary(_, _, a) | Expr::Cast { arg: a, .. } => expr(a, weight, out, ctx),
-            Expr::Binary(_, _, a, b) | Expr::Cmp(_, _, a, b) | Expr::And(a, b) | Expr::Or(a, b) => {
-                expr(a, weight, out, ctx);
-                expr(b, weight, out, ctx);
-            }
-            Expr::Call(_, _, args) => {
-                for a in args {
-                    match a {
-                        CallArg::Value(e) => expr(e, weight, out, ctx),
-                        CallArg::Addr(p) => place(p, weight, out, ctx),
-                        CallArg::Map(_) => {}
-                    }
-                }
-            }
-        }
+        e.reads(&mut |r| match r {
+            Read::Var(v) => *out.entry(Contender::Var(v.0)).or_default() += weight,
+            Read::Place(p) => place(p, weight, out, ctx),
+        });
     }
     for s in stmts {
         match s {
