@@ -231,8 +231,9 @@ fn the_far_tier_probes_pass_ptxas() {
         .map(|(program, maps)| DeviceProbe { program, kernels: Kernels::All, maps })
         .collect();
     let ptx = inject(&saxpy, &probes).expect("instruments").ptx;
-    // At each of 3 accesses, on the far path only: the wait's start and its spin.
-    assert_eq!(ptx.matches(", %globaltimer;").count(), 6, "a wait at each of 3 accesses: {ptx}");
+    // At each of 3 accesses: the probe's start, the time spent looking up, the wait's start
+    // and its spin.
+    assert_eq!(ptx.matches(", %globaltimer;").count(), 12, "a wait at each of 3 accesses: {ptx}");
     // The probes' frames live in registers: no pointer into them is passed down (a `bpf_loop`
     // callback's would put them in local memory, 42x on saxpy on the H200).
     assert!(!ptx.contains(".local"), "the far tier's frames in local memory: {ptx}");

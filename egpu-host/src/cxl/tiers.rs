@@ -137,17 +137,21 @@ fn far_wait(addr: u64) -> u64 {
 
 /// A request to far memory waits Δ: the lowest of the lanes of a warp-level request whose
 /// addresses are far waits (the others run on to the probe's end, where the warp's lanes meet
-/// again, so the request waits once). The clock is read on the far path only: a read at every
-/// access, to count Δ from the probe's start, cost a near load 90 ns on the H200 (a one-thread
-/// pointer chase). `delay_ns` caps the wait at 1 ms.
+/// again, so the request waits once). Δ counts from the probe's start: the lookup's own time is
+/// part of it, so a far request takes Δ longer than it would without egpu (when the lookup is
+/// shorter than Δ). `delay_ns` caps the wait at 1 ms.
 #[helper(crate = crate::egpu_root)]
 fn wait_if_far(addr: u64) {
     // With nothing far, not even the clock is read.
     let mode = if let Ok(c) = TIER.get(0) { c.mode } else { MODE_NONE };
     if mode != MODE_NONE {
+        let start = egpu_vm::native::ktime_ns();
         let wait = far_wait(addr);
         if wait > 0 && egpu_vm::native::warp_leader() {
-            let _waited = egpu_vm::native::delay_ns(wait);
+            let spent = egpu_vm::native::ktime_ns() - start;
+            if wait > spent {
+                let _waited = egpu_vm::native::delay_ns(wait - spent);
+            }
         }
     }
 }
