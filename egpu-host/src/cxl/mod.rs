@@ -10,13 +10,14 @@
 //!
 //! - `TIER` (an array of one [`TierConfig`]): the mode, Δ, and each mode's figures;
 //! - `FAR_RANGES` ([`FarRange`]s, sorted and disjoint, at most [`MAX_RANGES`]): searched in
-//!   at most 9 steps (a binary search of a small sorted table);
+//!   at most 9 steps (a binary search of a small sorted table) when there are more than
+//!   [`INLINE_RANGES`], which the configuration holds itself;
 //! - `FAR_PAGES` (a bitmap of pages from a base address, at most [`BITMAP_WORDS`] words):
 //!   one lookup.
 //!
-//! Ranges cost a few lookups per access and hold any number of bytes; a bitmap costs one and
-//! holds a window of [`BITMAP_WORDS`] × 64 pages. Which is cheaper on the GPU is the H200's to
-//! say. The probes are in `tiers.rs`; [`CxlSession`] attaches them in process.
+//! Up to four ranges cost compares; more cost up to nine dependent lookups per access; a bitmap
+//! costs one and holds a window of [`BITMAP_WORDS`] × 64 pages. The probes are in `tiers.rs`;
+//! [`CxlSession`] attaches them in process.
 
 mod session;
 mod tiers;

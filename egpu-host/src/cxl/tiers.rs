@@ -110,7 +110,8 @@ fn far_wait(addr: u64) -> u64 {
         } else if mode == MODE_ALL {
             true
         } else if mode == MODE_RANGES {
-            // Outside the far ranges' span, nothing to search; one range is its span.
+            // Outside the far ranges' span nothing is far; up to four ranges are tested in
+            // place, from the configuration's registers; more are searched for.
             if addr < c.base || addr >= c.end {
                 false
             } else if c.ranges <= INLINE_RANGES as u64 {
