@@ -671,6 +671,11 @@ fn a_configuration_no_probe_writes_is_read_once_per_thread() {
     assert!(!ptx.contains("%egpu_iv"), "{ptx}");
     let ptx = instrument(&[(&reader, DeviceEvent::GlobalLoad)], &[array_binding(2)]);
     assert!(!ptx.contains("%egpu_iv") && ptx.contains("ld.global.u64"), "{ptx}");
+    // Nor in a kernel without loops, where each probe runs at most once per thread.
+    let flat = saxpy().replace("\t@%p2 bra \t$L__BB0_2;\n", "");
+    let probes = [DeviceProbe { program: &reader, kernels: Kernels::All, maps: &maps }];
+    let ptx = inject(&flat, &probes).expect("instruments").ptx;
+    assert!(!ptx.contains("%egpu_iv") && ptx.contains("ld.global.u64"), "{ptx}");
     let Some(ptxas) = egpu_device::testing::require_ptxas() else { return };
     let ptx = instrument(&[(&reader, DeviceEvent::GlobalLoad)], &maps);
     ptxas.check(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}\n{ptx}"));

@@ -312,7 +312,9 @@ pub fn inject_with(
             (entry && !sampled_here.is_empty()).then(|| sampled::hoisted(&module, f)).flatten();
         let caches = if entry { lookup_caches(&selected) } else { BTreeMap::new() };
         let rings = if entry { drained_rings(&selected, sm) } else { BTreeMap::new() };
-        let words = if entry { invariants::for_kernel(&selected, &names.stem) } else { vec![] };
+        // Not in a kernel without loops, whose probes run at most once per thread anyway.
+        let hoist = entry && !summaries::loop_free(&module, f.body.clone(), &instructions);
+        let words = if hoist { invariants::for_kernel(&selected, &names.stem) } else { vec![] };
         // Per-thread combining of atomic adds needs kernel-wide registers: kernels only. Adds to
         // a hash map's values combine when its values stay put (the maps with a lookup cache).
         let combine = entry

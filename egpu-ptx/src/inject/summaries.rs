@@ -250,7 +250,7 @@ fn code(
 
 /// Whether every instruction of the kernel whose body holds `instructions` runs at most once per
 /// thread: no jump goes back to a label at or before it (nor through a table, `brx.idx`).
-fn loop_free(
+pub(super) fn loop_free(
     module: &PtxModule,
     body: std::ops::Range<usize>,
     instructions: &[(usize, PtxInstruction<'_>)],
