@@ -83,6 +83,16 @@ fn run() -> Result<(), Box<dyn Error>> {
             (0..buffer.len() / 4).flat_map(|i| ((i % 97) as f32 * 0.01).to_le_bytes()).collect();
         buffer.write(&bytes)?;
     }
+    // The two row kernels: a block per row of `cols` floats, `rin` to `rout`.
+    let row_kernel = |label, name| Case {
+        label,
+        ptx: &kernels,
+        name,
+        grid: (rows, 1, 1),
+        block: (256, 1, 1),
+        args: vec![Arg::Ptr(&rin), Arg::Ptr(&rout), Arg::U32(cols)],
+        buffers: vec![&rin, &rout],
+    };
     let cases = [
         Case {
             label: "saxpy",
@@ -93,24 +103,8 @@ fn run() -> Result<(), Box<dyn Error>> {
             args: vec![Arg::U32(n), Arg::F32(2.0), Arg::Ptr(&x), Arg::Ptr(&y)],
             buffers: vec![&x, &y],
         },
-        Case {
-            label: "softmax",
-            ptx: &kernels,
-            name: "softmax_rows",
-            grid: (rows, 1, 1),
-            block: (256, 1, 1),
-            args: vec![Arg::Ptr(&rin), Arg::Ptr(&rout), Arg::U32(cols)],
-            buffers: vec![&rin, &rout],
-        },
-        Case {
-            label: "layernorm",
-            ptx: &kernels,
-            name: "layernorm_rows",
-            grid: (rows, 1, 1),
-            block: (256, 1, 1),
-            args: vec![Arg::Ptr(&rin), Arg::Ptr(&rout), Arg::U32(cols)],
-            buffers: vec![&rin, &rout],
-        },
+        row_kernel("softmax", "softmax_rows"),
+        row_kernel("layernorm", "layernorm_rows"),
         Case {
             label: "matmul",
             ptx: &kernels,
