@@ -3,9 +3,10 @@
 //! mode and Δ), each loaded into a register of the kernel when it starts
 //! ([`Options::invariants`](crate::translate::Options::invariants)). A probe at every access
 //! then tests its configuration with no load: its branch waits for nothing, and the kernel's
-//! own loads issue as they would without it. (Measured on the H200 with the far tier's probes
-//! and nothing far: a load of the mode at each access made a grid-stride saxpy 1.82× slower;
-//! the mode in a register, 1.07× and 1.14× in two runs.) Only in kernels with loops: in one
+//! own loads issue as they would without it. (On the H200, the far tier's probes with nothing
+//! far: a grid-stride saxpy 1.82× slower with a load of the mode at each access, 1.07× and
+//! 1.14× with the mode in a register and tested first; the two changes not measured apart.)
+//! Only in kernels with loops: in one
 //! without, each probe runs at most once per thread, so a load at the start would save nothing
 //! and load words a thread may not use (`mem_timing.cu`'s one-element-per-thread saxpy, nothing
 //! far: 1.52× before the words were loaded at its start, 1.75× after, other changes between;
