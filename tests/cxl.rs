@@ -1,10 +1,11 @@
 //! The pieces of a slower memory tier's emulation that need no GPU: the delay helper
-//! (`egpu_delay_ns`) verified with its bound, run by the CPU VM, translated to a spin on
-//! `%globaltimer` and injected into a kernel that `ptxas` accepts.
+//! (`egpu_delay_ns`) verified with its bound, run by the CPU VM (its waits counted from the
+//! probe's start), translated to a spin on `%clock64` (or `%globaltimer` where the SM clock is
+//! not known) and injected into a kernel that `ptxas` accepts.
 
 use egpu::ebpf::MemAccessCtx;
 use egpu::ebpf::helpers::MAX_DELAY_NS;
-use egpu_device::inject::{DeviceProbe, Kernels, inject};
+use egpu_device::inject::{DeviceProbe, InjectOptions, Kernels, inject, inject_with};
 use egpu_device::testing::require_ptxas;
 use egpu_test_support::{Rng, read_workspace_file};
 
@@ -33,6 +34,15 @@ fn bounded(ctx: &mut Wait) -> u64 {
 #[egpu::probe(user)]
 fn uncapped(ctx: &mut Wait) -> u64 {
     egpu::helpers::delay_ns(ctx.ns)
+}
+
+/// Two waits of the same length: both count from the probe's start, so the second ends at
+/// once; the nanoseconds from the start to each wait's end, in the halves of the result.
+#[egpu::probe(user)]
+fn twice(ctx: &mut Wait) -> u64 {
+    let first = egpu::helpers::delay_ns(ctx.ns);
+    let second = egpu::helpers::delay_ns(ctx.ns);
+    (first << 32) | (second & 0xffff_ffff)
 }
 
 #[test]
@@ -66,6 +76,15 @@ fn the_cpu_vm_waits_at_least_what_is_asked() {
     let start = std::time::Instant::now();
     let passed = vm.run_ctx(&mut Wait { ns: u64::MAX }).expect("runs");
     assert!(passed >= MAX_DELAY_NS && start.elapsed().as_secs() < 5, "{passed}");
+    // Waits count from the probe's start: two of MAX_DELAY_NS take it once, not twice.
+    let mut vm = twice::probe().vm().unwrap_or_else(|e| panic!("{e}"));
+    let start = std::time::Instant::now();
+    let both = vm.run_ctx(&mut Wait { ns: MAX_DELAY_NS }).expect("runs");
+    let elapsed = start.elapsed();
+    let (first, second) = (both >> 32, both & 0xffff_ffff);
+    assert!(first >= MAX_DELAY_NS && second >= first, "{first} then {second} ns");
+    assert!(elapsed.as_nanos() < 2 * u128::from(MAX_DELAY_NS), "{elapsed:?}: waited twice");
+    println!("two waits of {MAX_DELAY_NS} ns in one probe: {elapsed:?} in all");
 }
 
 #[test]
@@ -73,16 +92,30 @@ fn the_delay_helper_translates_to_a_spin_that_ptxas_accepts() {
     let program = far_load::probe().verified().unwrap_or_else(|e| panic!("{e}"));
     let saxpy = read_workspace_file("tests/ptx/saxpy.ptx");
     let probes = [DeviceProbe { program, kernels: Kernels::All, maps: &[] }];
-    let ptx = inject(&saxpy, &probes).expect("instruments").ptx;
-    // At each of saxpy's two loads: the clock read, then read again until 200 ns have passed.
-    assert_eq!(ptx.matches("min.u64 ").count(), 2, "{ptx}");
-    assert_eq!(ptx.matches(", %globaltimer;").count(), 4, "{ptx}");
-    let spin = ptx.find("mov.u64 %egpu").expect("a clock read");
-    assert!(ptx[spin..].contains("setp.lt.u64"), "{ptx}");
+    // At each of saxpy's two loads: the clock read as the probe starts, then read again until
+    // 200 ns have passed since. Without the SM's clock, on %globaltimer.
+    let timer = inject(&saxpy, &probes).expect("instruments").ptx;
+    assert_eq!(timer.matches("min.u64 ").count(), 2, "{timer}");
+    assert_eq!(timer.matches(", %globaltimer;").count(), 4, "{timer}");
+    assert!(!timer.contains("%clock64"), "{timer}");
+    // With it (the H200's 1980 MHz), on %clock64: 396 cycles, converted when translating.
+    let options = InjectOptions { sm_clock_khz: Some(1_980_000), ..InjectOptions::default() };
+    let cycles = inject_with(&saxpy, &probes, &options).expect("instruments").ptx;
+    assert_eq!(cycles.matches(", %clock64;").count(), 4, "{cycles}");
+    assert!(!cycles.contains("%globaltimer"), "{cycles}");
+    for ptx in [&timer, &cycles] {
+        let start = ptx.find("_entry, %").expect("the probe's start");
+        let spin = ptx[start..].find("_entry;").expect("a spin from the start") + start;
+        assert!(ptx[spin..].contains("setp.lt.u64"), "{ptx}");
+    }
     let Some(ptxas) = require_ptxas() else { return };
-    let report = ptxas.check(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}\n{ptx}"));
-    let registers = report.function("saxpy").and_then(|f| f.registers);
-    println!("saxpy with a 200 ns wait at each load: ptxas-valid, {registers:?} registers");
+    for (clock, ptx) in [("%globaltimer", &timer), ("%clock64", &cycles)] {
+        let report = ptxas.check(ptx, "sm_90").unwrap_or_else(|e| panic!("{e}\n{ptx}"));
+        let registers = report.function("saxpy").and_then(|f| f.registers);
+        println!(
+            "saxpy with a 200 ns wait at each load on {clock}: ptxas-valid, {registers:?} registers"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -230,18 +263,19 @@ fn the_far_tier_probes_pass_ptxas() {
         .zip(&maps)
         .map(|(program, maps)| DeviceProbe { program, kernels: Kernels::All, maps })
         .collect();
-    let ptx = inject(&saxpy, &probes).expect("instruments").ptx;
-    // At each of 3 accesses: the probe's start, the time spent looking up, the wait's start
-    // and its spin.
-    assert_eq!(ptx.matches(", %globaltimer;").count(), 12, "a wait at each of 3 accesses: {ptx}");
+    let options = InjectOptions { sm_clock_khz: Some(1_980_000), ..InjectOptions::default() };
+    let ptx = inject_with(&saxpy, &probes, &options).expect("instruments").ptx;
+    // At each of 3 accesses: the probe's start and the wait's spin, on the SM's clock.
+    assert_eq!(ptx.matches(", %clock64;").count(), 6, "a wait at each of 3 accesses: {ptx}");
+    assert!(!ptx.contains("%globaltimer"), "{ptx}");
     // The probes' frames live in registers: no pointer into them is passed down (a `bpf_loop`
     // callback's would put them in local memory, 42x on saxpy on the H200).
     assert!(!ptx.contains(".local"), "the far tier's frames in local memory: {ptx}");
     // The pointer chase of `examples/cxl_chase.rs`: its load and its two stores, and the two
-    // stores of its clock reader.
+    // stores of each of its clock readers.
     let chase = read_workspace_file("tests/ptx/chase.ptx");
-    let chased = inject(&chase, &probes).expect("instruments").ptx;
-    assert_eq!(chased.matches("min.u64 %egpu").count(), 5, "{chased}");
+    let chased = inject_with(&chase, &probes, &options).expect("instruments").ptx;
+    assert_eq!(chased.matches("_entry, %clock64;").count(), 7, "{chased}");
     let Some(ptxas) = require_ptxas() else { return };
     let report = ptxas.check(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
     let registers = report.function("saxpy").and_then(|f| f.registers);
@@ -251,7 +285,7 @@ fn the_far_tier_probes_pass_ptxas() {
     let Some(nvcc) = egpu_device::testing::require_nvcc() else { return };
     let cu = egpu_test_support::workspace_path("examples/cxl_kernels.cu");
     let kernels = nvcc.compile_ptx(&cu, "sm_90").unwrap_or_else(|e| panic!("{e}"));
-    let probed = inject(&kernels, &probes).expect("instruments").ptx;
+    let probed = inject_with(&kernels, &probes, &options).expect("instruments").ptx;
     let report = ptxas.check(&probed, "sm_90").unwrap_or_else(|e| panic!("{e}"));
     for k in ["softmax_rows", "layernorm_rows", "matmul"] {
         let registers = report.function(k).and_then(|f| f.registers);

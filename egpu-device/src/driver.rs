@@ -82,6 +82,10 @@ pub struct GpuInfo {
     /// (`1000 * major + 10 * minor`, so 13000 is CUDA 13.0).
     #[doc(alias = "cuDriverGetVersion")]
     pub driver_version: u32,
+    /// The SMs' rated (peak) clock in kHz (0 where the driver does not say): what `%clock64`
+    /// counts, which probes' waits count in.
+    #[doc(alias = "CU_DEVICE_ATTRIBUTE_CLOCK_RATE")]
+    pub sm_clock_khz: u32,
     /// The peak memory clock in kHz (0 where the driver does not say).
     #[doc(alias = "CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE")]
     pub memory_clock_khz: u32,
@@ -263,6 +267,7 @@ fn device_info(ordinal: c_int, driver_version: u32) -> Result<GpuInfo, DriverErr
     check("cuDeviceTotalMem", unsafe { sys::cuDeviceTotalMem_v2(&mut total_memory, device) })?;
 
     use CUdevice_attribute::{
+        CU_DEVICE_ATTRIBUTE_CLOCK_RATE as SM_CLOCK_KHZ,
         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR as MAJOR,
         CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR as MINOR,
         CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH as BUS_BITS,
@@ -276,7 +281,8 @@ fn device_info(ordinal: c_int, driver_version: u32) -> Result<GpuInfo, DriverErr
         sm_count: attribute(device, SM_COUNT)?,
         total_memory: u64::try_from(total_memory).unwrap_or(u64::MAX),
         driver_version,
-        // Informational: a driver that no longer answers these leaves the peak unknown (0).
+        // Informational: a driver that no longer answers these leaves them unknown (0).
+        sm_clock_khz: attribute(device, SM_CLOCK_KHZ).unwrap_or(0),
         memory_clock_khz: attribute(device, MEMORY_CLOCK_KHZ).unwrap_or(0),
         memory_bus_bits: attribute(device, BUS_BITS).unwrap_or(0),
     })
@@ -368,6 +374,7 @@ mod tests {
             sm_count: 128,
             total_memory: 24 << 30,
             driver_version: 12040,
+            sm_clock_khz: 0,
             memory_clock_khz: 0,
             memory_bus_bits: 0,
         };

@@ -88,6 +88,8 @@ pub struct Instrumenter<'g> {
     launched: Mutex<HashMap<String, u64>>,
     /// Where tensor copies look their bytes up.
     tensor_maps: Option<&'g TensorMaps<'g>>,
+    /// The SMs' rated clock, which probes' waits count cycles by (`None`: unknown).
+    sm_clock_khz: Option<u32>,
 }
 
 impl std::fmt::Debug for Instrumenter<'_> {
@@ -157,6 +159,7 @@ impl<'g> Instrumenter<'g> {
             cache: Mutex::new(HashMap::new()),
             launched: Mutex::new(HashMap::new()),
             tensor_maps: None,
+            sm_clock_khz: gpu.info().ok().map(|i| i.sm_clock_khz).filter(|&k| k > 0),
         }
     }
 
@@ -318,6 +321,7 @@ impl<'g> Instrumenter<'g> {
         let options = InjectOptions {
             tensor_boxes: self.tensor_maps.map(TensorMaps::device_ptr),
             sampled,
+            sm_clock_khz: self.sm_clock_khz,
             ..InjectOptions::default()
         };
         let injected =

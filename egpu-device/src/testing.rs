@@ -86,6 +86,7 @@ pub fn h200() -> GpuInfo {
         sm_count: 132,
         total_memory: 150_110_011_392,
         driver_version: 13000,
+        sm_clock_khz: 1_980_000,
         memory_clock_khz: 3_131_000,
         memory_bus_bits: 6144,
     }

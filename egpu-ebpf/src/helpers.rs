@@ -46,16 +46,17 @@ pub mod id {
     /// `long egpu_ringbuf_output_warp(ringbuf, data, size, flags)`: one record per warp-level
     /// call, the lowest lane's.
     pub const RINGBUF_OUTPUT_WARP: u32 = super::EGPU_HELPER_BASE + 5;
-    /// `u64 egpu_delay_ns(ns)`: the calling thread waits `ns` nanoseconds (at most
-    /// [`MAX_DELAY_NS`](super::MAX_DELAY_NS)); returns the nanoseconds that passed.
+    /// `u64 egpu_delay_ns(ns)`: holds the calling thread until `ns` nanoseconds (at most
+    /// [`MAX_DELAY_NS`](super::MAX_DELAY_NS)) have passed since the probe began, so that the
+    /// probe's own work counts toward them; returns the nanoseconds since the probe began.
     pub const DELAY_NS: u32 = super::EGPU_HELPER_BASE + 6;
 }
 
-/// The most nanoseconds one call of `egpu_delay_ns` may wait: 1 ms, which the verifier proves
-/// of its argument. Emulating a slower memory tier adds hundreds of nanoseconds per access; a
+/// The most nanoseconds one call of `egpu_delay_ns` may wait: 2^20 − 1 (about 1.05 ms), which
+/// the verifier proves of its argument (a mask with it is one instruction that proves it). Emulating a slower memory tier adds hundreds of nanoseconds per access; a
 /// host event such as a copy may be slowed by more, a call per chunk. A bound keeps a probe
 /// from stalling the thread it runs in, a GPU kernel's or the program's own, without end.
-pub const MAX_DELAY_NS: u64 = 1_000_000;
+pub const MAX_DELAY_NS: u64 = (1 << 20) - 1;
 
 /// What a helper argument must be. The verifier checks calls against these.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -388,10 +389,12 @@ pub const HELPERS: &[HelperInfo] = &[
         args: &[arg("ns", ArgKind::Nanoseconds)],
         ret: RetKind::Scalar,
         cpu: "the calling thread spins on the monotonic clock until ns nanoseconds have \
-              passed; the nanoseconds that passed",
-        gpu: "the calling thread spins on %globaltimer until ns nanoseconds have passed, each \
-              lane on its own; the nanoseconds that passed by that clock (a wait is rounded up \
-              to its steps)",
+              passed since the probe began (the VM's run; a native call: since the call); the \
+              nanoseconds since then",
+        gpu: "the lane spins on %clock64 until ns nanoseconds, in cycles of the SM's rated \
+              clock, have passed since its probe began (on %globaltimer, in 32 ns steps on \
+              the H200, where the clock is not known), each lane on its own; the nanoseconds \
+              since then",
         on_cpu: true,
         on_gpu: true,
     },

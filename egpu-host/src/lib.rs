@@ -399,10 +399,7 @@ impl HostProbes {
 
 /// Whether `verified` calls `egpu_delay_ns`.
 fn calls_delay(verified: &Verified) -> bool {
-    use egpu_ebpf::helpers::id;
-    use egpu_ebpf::{CallTarget, Instruction};
-    let delay = Instruction::Call(CallTarget::Helper(id::DELAY_NS));
-    verified.program().decoded().iter().any(|d| d.insn == delay)
+    verified.calls_helper(egpu_ebpf::helpers::id::DELAY_NS)
 }
 
 /// The context words (bit `i`: bytes `8i..8i + 8`) a verified program may touch: those its loads

@@ -163,12 +163,40 @@ fn warp_stride(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     0
 }
 
-/// Spins until `ns` nanoseconds of `CLOCK_MONOTONIC` have passed (at most
+thread_local! {
+    /// When the run of a program that waits began on this thread (`CLOCK_MONOTONIC` ns; 0:
+    /// none is running).
+    static PROBE_START: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Marks the start of a run of a program that calls `egpu_delay_ns`, whose waits count from
+/// it, until dropped (runs may nest).
+pub(crate) struct ProbeStart {
+    prev: u64,
+}
+
+impl ProbeStart {
+    pub(crate) fn now() -> ProbeStart {
+        ProbeStart { prev: PROBE_START.replace(ktime_get_ns(0, 0, 0, 0, 0)) }
+    }
+}
+
+impl Drop for ProbeStart {
+    fn drop(&mut self) {
+        PROBE_START.set(self.prev);
+    }
+}
+
+/// Spins until `ns` nanoseconds of `CLOCK_MONOTONIC` (at most
 /// [`MAX_DELAY_NS`](egpu_ebpf::helpers::MAX_DELAY_NS), which the verifier proved; the bound
-/// holds for a program run unverified too); the nanoseconds that passed.
+/// holds for a program run unverified too) have passed since the run began (a native call,
+/// outside any run: since the call); the nanoseconds since then.
 fn delay_ns(ns: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     let ns = ns.min(egpu_ebpf::helpers::MAX_DELAY_NS);
-    let start = ktime_get_ns(0, 0, 0, 0, 0);
+    let start = match PROBE_START.get() {
+        0 => ktime_get_ns(0, 0, 0, 0, 0),
+        start => start,
+    };
     loop {
         let passed = ktime_get_ns(0, 0, 0, 0, 0).wrapping_sub(start);
         if passed >= ns {
@@ -219,8 +247,9 @@ pub mod native {
     pub fn warp_stride(addr: u64) -> u64 {
         super::warp_stride(addr, 0, 0, 0, 0)
     }
-    /// Waits `ns` nanoseconds (at most [`MAX_DELAY_NS`](egpu_ebpf::helpers::MAX_DELAY_NS)),
-    /// spinning; the nanoseconds that passed.
+    /// Waits until `ns` nanoseconds (at most
+    /// [`MAX_DELAY_NS`](egpu_ebpf::helpers::MAX_DELAY_NS)) have passed since the VM's run
+    /// began, or since the call outside a run, spinning; the nanoseconds since then.
     pub fn delay_ns(ns: u64) -> u64 {
         super::delay_ns(ns, 0, 0, 0, 0)
     }

@@ -123,4 +123,19 @@ impl Verified {
     pub fn callx_helper(&self, pc: usize) -> Option<u32> {
         self.callx.get(pc).copied().flatten().filter(|&id| id != CALLX_VARIES)
     }
+
+    /// Whether the program calls helper `id`, by `call` or by a `callx` that reaches it.
+    pub fn calls_helper(&self, id: u32) -> bool {
+        use crate::{CallTarget, Instruction};
+        self.program().decoded().iter().any(|d| match d.insn {
+            Instruction::Call(CallTarget::Helper(h)) => h == id,
+            Instruction::Call(CallTarget::Reg(_)) => self
+                .callx
+                .get(d.pc)
+                .copied()
+                .flatten()
+                .is_some_and(|h| h == id || h == CALLX_VARIES),
+            _ => false,
+        })
+    }
 }

@@ -20,9 +20,11 @@ use crate::real::Hook;
 type AttributeFn = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult;
 static ATTRIBUTE: Hook<AttributeFn> = Hook::new(c"cuDeviceGetAttribute", std::ptr::null_mut);
 
-/// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR` and `_MINOR`.
+/// `CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR` and `_MINOR`, `CU_DEVICE_ATTRIBUTE_CLOCK_RATE`
+/// (kHz).
 const MAJOR: c_int = 75;
 const MINOR: c_int = 76;
+const CLOCK_RATE: c_int = 13;
 
 /// The magic number of the runtime's wrapper of a fat binary (`__fatBinC_Wrapper_t`: magic,
 /// version, then a pointer to the fat binary).
@@ -175,19 +177,27 @@ unsafe fn fatbin_bytes<'a>(image: *const c_void) -> Result<&'a [u8], Refusal> {
 
 /// The current context's device's architecture (`90` for sm_90), if the driver says.
 fn device_arch() -> Option<u32> {
+    let (major, minor) = (device_attribute(MAJOR)?, device_attribute(MINOR)?);
+    u32::try_from(major * 10 + minor).ok()
+}
+
+/// The current context's device's SMs' rated clock in kHz, if the driver says: probes' waits
+/// count `%clock64` cycles by it.
+pub(super) fn sm_clock_khz() -> Option<u32> {
+    u32::try_from(device_attribute(CLOCK_RATE)?).ok().filter(|&k| k > 0)
+}
+
+/// Attribute `which` of the current context's device, if the driver says.
+fn device_attribute(which: c_int) -> Option<c_int> {
     let (get_device, attribute) = (CTX_GET_DEVICE.get_or_ask()?, ATTRIBUTE.get_or_ask()?);
     let mut device: c_int = 0;
     // SAFETY: the driver writes one device.
     if unsafe { get_device(&mut device) } != 0 {
         return None;
     }
-    let read = |which| {
-        let mut value: c_int = 0;
-        // SAFETY: the driver writes one value.
-        (unsafe { attribute(&mut value, which, device) } == 0).then_some(value)
-    };
-    let (major, minor) = (read(MAJOR)?, read(MINOR)?);
-    u32::try_from(major * 10 + minor).ok()
+    let mut value: c_int = 0;
+    // SAFETY: the driver writes one value.
+    (unsafe { attribute(&mut value, which, device) } == 0).then_some(value)
 }
 
 #[cfg(test)]

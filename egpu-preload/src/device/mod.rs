@@ -359,6 +359,7 @@ impl UserProbes {
             registers: images::machine_registers(),
             bound_sampled_only: !images::bounded(),
             sampled: self.sampled.clone(),
+            sm_clock_khz: images::sm_clock_khz(),
         };
         let injected = inject_with(ptx, &probes, &options);
         if crate::log_enabled("modules") {

@@ -54,13 +54,16 @@ pub fn warp_stride(addr: Val<u64>) -> Val<u64> {
     val(Expr::Call(Ty::U64, id::WARP_STRIDE, vec![CallArg::Value(expr(addr))]))
 }
 
-/// Waits `ns` nanoseconds, spinning (each lane on its own on the GPU), and gives the
-/// nanoseconds that passed; a wait over [`MAX_DELAY_NS`](egpu_ebpf::helpers::MAX_DELAY_NS),
-/// 1 ms, waits that. The program caps `ns` itself, then takes it modulo `MAX_DELAY_NS + 1`
-/// (which changes nothing left after the cap), so the verifier sees the bound wherever the
-/// capped value is kept: it follows a bound from a comparison to the register compared, not to
-/// a copy of the value on the stack.
+/// Waits until `ns` nanoseconds have passed since the probe began, spinning (each lane on its
+/// own on the GPU), so that the probe's own work counts toward them; gives the nanoseconds since
+/// the probe began. A wait over [`MAX_DELAY_NS`](egpu_ebpf::helpers::MAX_DELAY_NS), 2^20 − 1,
+/// waits that. The program caps `ns` itself, then masks it with `MAX_DELAY_NS` (which changes
+/// nothing left after the cap), so the verifier sees the bound wherever the capped value is
+/// kept: it follows a bound from a comparison to the register compared, not to a copy of the
+/// value on the stack. (A mask is one instruction on the GPU; the remainder by a constant this
+/// used to take was a call of a 64-bit division routine in `ptxas`'s code.)
 pub fn delay_ns(ns: Val<u64>) -> Val<u64> {
+    const _: () = assert!((MAX_DELAY_NS + 1).is_power_of_two());
     if let Expr::Const(_, c) = expr(ns) {
         let arg = Expr::Const(Ty::U64, c.min(MAX_DELAY_NS));
         return val(Expr::Call(Ty::U64, id::DELAY_NS, vec![CallArg::Value(arg)]));
@@ -69,8 +72,7 @@ pub fn delay_ns(ns: Val<u64>) -> Val<u64> {
     let over = Expr::Cmp(CmpOp::Gt, Ty::U64, Box::new(expr(ns)), Box::new(max()));
     let ns = expr(ns);
     push(Stmt::If(over, vec![Stmt::Set(capped.var, max())], vec![Stmt::Set(capped.var, ns)]));
-    let bound = Expr::Const(Ty::U64, MAX_DELAY_NS + 1);
-    let arg = Expr::Binary(BinOp::Rem, Ty::U64, Box::new(Expr::Var(capped.var)), Box::new(bound));
+    let arg = Expr::Binary(BinOp::And, Ty::U64, Box::new(Expr::Var(capped.var)), Box::new(max()));
     val(Expr::Call(Ty::U64, id::DELAY_NS, vec![CallArg::Value(arg)]))
 }
 

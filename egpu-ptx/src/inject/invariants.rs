@@ -13,13 +13,19 @@
 //! not measured again since).
 //! [`for_kernel`] is the injector's to call only for those kernels.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use egpu_ebpf::verifier::AccessRegion;
 use egpu_ebpf::{DeviceEvent, Instruction, MapKind};
 
 use super::DeviceProbe;
 use crate::translate::{DeviceMap, reads_only};
+
+/// The most words a kernel keeps in registers (12 registers; a kernel's other registers are
+/// its own): those the probes read first (by instruction), the rest read where used. The far
+/// tier's configuration has 16 words: with all of them in registers `ptxas` gave saxpy 38
+/// registers, with 8 32, with 6 28 (matmul 56, 45, 39); fewer registers, more blocks per SM.
+const MAX_WORDS: usize = 6;
 
 /// A word of a map value that stays the same while the kernel runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,7 +53,8 @@ pub(super) fn for_kernel(
     stem: &str,
 ) -> Vec<Word> {
     let mut written = BTreeSet::new();
-    let mut read = BTreeSet::new();
+    // Each word with the first instruction that reads it (the least over the probes).
+    let mut read = BTreeMap::new();
     for (_, p, _) in selected {
         let only_read = reads_only(p.program);
         for (m, b) in p.maps.iter().enumerate() {
@@ -63,12 +70,19 @@ pub(super) fn for_kernel(
             let (Some(b), Ok(o)) = (p.maps.get(m as usize), u32::try_from(o)) else { continue };
             if one_value(b) {
                 let value = b.addr.wrapping_add(b.geometry.slot_offset(0, 0) as u64);
-                read.insert((b.addr, o - o % 8, value));
+                let first = read.entry((b.addr, o - o % 8, value)).or_insert(d.pc);
+                *first = (*first).min(d.pc);
             }
         }
     }
-    (read.into_iter().filter(|(map, ..)| !written.contains(map)).enumerate())
-        .map(|(i, (map, offset, value))| Word {
+    let mut words: Vec<_> =
+        read.into_iter().filter(|((map, ..), _)| !written.contains(map)).collect();
+    // The words read first are those of the path every access takes (a mode tested first).
+    words.sort_by_key(|&(word, pc)| (pc, word));
+    words.truncate(MAX_WORDS);
+    words.sort_unstable();
+    (words.into_iter().enumerate())
+        .map(|(i, ((map, offset, value), _))| Word {
             map,
             offset,
             register: format!("%{stem}_iv{i}"),

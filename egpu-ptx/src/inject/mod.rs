@@ -236,6 +236,10 @@ pub struct InjectOptions {
     pub bound_sampled_only: bool,
     /// Probes that run in one warp in N only (`sampled.rs`).
     pub sampled: Option<WarpSampling>,
+    /// The SM's rated clock in kHz, for waits counted in cycles
+    /// ([`Options::sm_clock_khz`](crate::translate::Options::sm_clock_khz)); `None`: on
+    /// `%globaltimer`.
+    pub sm_clock_khz: Option<u32>,
 }
 
 /// Instruments `ptx` with `probes`.
@@ -280,6 +284,7 @@ pub fn inject_with(
     // Kernels copied for sampled warps: their body's `{`, its `}` and the pieces declared once.
     let mut copied: BTreeMap<usize, (usize, Vec<usize>, Sample)> = BTreeMap::new();
     let sample = options.sampled.as_ref().map_or(Sample::EVERY, |s| s.sample);
+    let sm_clock_khz = options.sm_clock_khz;
     for f in module.functions() {
         let mut index = 0u32;
         let id = kernel_id(&f.name);
@@ -415,6 +420,7 @@ pub fn inject_with(
             let prefix = format!("{}{serial}", names.stem);
             serial += 1;
             let mut options = Options::new(prefix, context);
+            options.sm_clock_khz = sm_clock_khz;
             options.pid = std::process::id();
             options.maps = p.maps.to_vec();
             options.sm = sm;

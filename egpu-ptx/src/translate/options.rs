@@ -126,6 +126,10 @@ pub struct Options {
     /// of the kernel writes (a configuration, such as the far tier's): what host code writes
     /// there while a kernel runs reaches the threads that start after it.
     pub invariants: Vec<(u32, u32, String)>,
+    /// The SM's rated clock in kHz (`CU_DEVICE_ATTRIBUTE_CLOCK_RATE`): `egpu_delay_ns` then
+    /// counts its wait in `%clock64` cycles (read in a cycle or two, and exact) at that rate.
+    /// `None`: on `%globaltimer`, whose steps (32 ns on the H200) round each wait.
+    pub sm_clock_khz: Option<u32>,
 }
 
 /// Where a thread remembers its last hit in a hash map ([`Options::lookup_cache`]).
@@ -219,6 +223,7 @@ impl Options {
             ring_batches: Vec::new(),
             outline: None,
             invariants: Vec::new(),
+            sm_clock_khz: None,
         }
     }
 }
