@@ -46,10 +46,16 @@ pub mod id {
     /// `long egpu_ringbuf_output_warp(ringbuf, data, size, flags)`: one record per warp-level
     /// call, the lowest lane's.
     pub const RINGBUF_OUTPUT_WARP: u32 = super::EGPU_HELPER_BASE + 5;
-    /// `u64 egpu_delay_ns(ns)`: holds the calling thread until `ns` nanoseconds (at most
-    /// [`MAX_DELAY_NS`](super::MAX_DELAY_NS)) have passed since the probe began, so that the
-    /// probe's own work counts toward them; returns the nanoseconds since the probe began.
+    /// `u64 egpu_delay_ns(ns, since)`: holds the calling thread until `ns` nanoseconds (at most
+    /// [`MAX_DELAY_NS`](super::MAX_DELAY_NS)) have passed since `since`, a value of
+    /// [`CLOCK`] read earlier by the same probe (0: since the call), so that what the probe did
+    /// meanwhile counts toward them; returns the nanoseconds since then.
     pub const DELAY_NS: u32 = super::EGPU_HELPER_BASE + 6;
+    /// `u64 egpu_clock()`: the clock waits count on, for [`DELAY_NS`]'s `since` (on the GPU
+    /// `%clock64`'s cycles, or `%globaltimer`'s nanoseconds where the SM's clock is not known;
+    /// the monotonic clock's nanoseconds on the CPU): a probe reads it when it starts, so that
+    /// its own work is part of its wait.
+    pub const CLOCK: u32 = super::EGPU_HELPER_BASE + 7;
 }
 
 /// The most nanoseconds one call of `egpu_delay_ns` may wait: 2^20 − 1 (about 1.05 ms), which
@@ -100,7 +106,7 @@ impl ArgKind {
             ArgKind::Count => "number of calls",
             ArgKind::Func => "local function (lddw func)",
             ArgKind::StackOrNull => "pointer to the stack, or 0",
-            ArgKind::Nanoseconds => "nanoseconds, at most 1,000,000",
+            ArgKind::Nanoseconds => "nanoseconds, at most 1,048,575",
         }
     }
 }
@@ -386,15 +392,25 @@ pub const HELPERS: &[HelperInfo] = &[
     HelperInfo {
         id: id::DELAY_NS,
         name: "egpu_delay_ns",
-        args: &[arg("ns", ArgKind::Nanoseconds)],
+        args: &[arg("ns", ArgKind::Nanoseconds), arg("since", ArgKind::Scalar)],
         ret: RetKind::Scalar,
         cpu: "the calling thread spins on the monotonic clock until ns nanoseconds have \
-              passed since the probe began (the VM's run; a native call: since the call); the \
-              nanoseconds since then",
+              passed since `since` (egpu_clock's, or 0: the call); the nanoseconds since then",
         gpu: "the lane spins on %clock64 until ns nanoseconds, in cycles of the SM's rated \
-              clock, have passed since its probe began (on %globaltimer, in 32 ns steps on \
-              the H200, where the clock is not known), each lane on its own; the nanoseconds \
-              since then",
+              clock, have passed since `since` (egpu_clock's, or 0: the call), each lane on \
+              its own (on %globaltimer, in 32 ns steps on the H200, where the SM's clock is \
+              not known); the nanoseconds since then",
+        on_cpu: true,
+        on_gpu: true,
+    },
+    HelperInfo {
+        id: id::CLOCK,
+        name: "egpu_clock",
+        args: &[],
+        ret: RetKind::Scalar,
+        cpu: "the monotonic clock in nanoseconds",
+        gpu: "%clock64 (the SM's cycles) where the SM's clock is known, else %globaltimer: \
+              for egpu_delay_ns's since only",
         on_cpu: true,
         on_gpu: true,
     },

@@ -562,6 +562,7 @@ fn a_probe_that_waits_runs_on_the_thread_that_posts() {
         mov %r4, 0
         call 2
         mov %r1, 200000
+        mov %r2, 0
         call 65542
         mov %r0, 0
         exit";

@@ -163,40 +163,18 @@ fn warp_stride(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
     0
 }
 
-thread_local! {
-    /// When the run of a program that waits began on this thread (`CLOCK_MONOTONIC` ns; 0:
-    /// none is running).
-    static PROBE_START: Cell<u64> = const { Cell::new(0) };
-}
-
-/// Marks the start of a run of a program that calls `egpu_delay_ns`, whose waits count from
-/// it, until dropped (runs may nest).
-pub(crate) struct ProbeStart {
-    prev: u64,
-}
-
-impl ProbeStart {
-    pub(crate) fn now() -> ProbeStart {
-        ProbeStart { prev: PROBE_START.replace(ktime_get_ns(0, 0, 0, 0, 0)) }
-    }
-}
-
-impl Drop for ProbeStart {
-    fn drop(&mut self) {
-        PROBE_START.set(self.prev);
-    }
+/// The clock waits count on: `CLOCK_MONOTONIC` in ns, as `bpf_ktime_get_ns`.
+fn clock(_: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+    ktime_get_ns(0, 0, 0, 0, 0)
 }
 
 /// Spins until `ns` nanoseconds of `CLOCK_MONOTONIC` (at most
 /// [`MAX_DELAY_NS`](egpu_ebpf::helpers::MAX_DELAY_NS), which the verifier proved; the bound
-/// holds for a program run unverified too) have passed since the run began (a native call,
-/// outside any run: since the call); the nanoseconds since then.
-fn delay_ns(ns: u64, _: u64, _: u64, _: u64, _: u64) -> u64 {
+/// holds for a program run unverified too) have passed since `since` (`egpu_clock`'s; 0: the
+/// call); the nanoseconds since then.
+fn delay_ns(ns: u64, since: u64, _: u64, _: u64, _: u64) -> u64 {
     let ns = ns.min(egpu_ebpf::helpers::MAX_DELAY_NS);
-    let start = match PROBE_START.get() {
-        0 => ktime_get_ns(0, 0, 0, 0, 0),
-        start => start,
-    };
+    let start = if since == 0 { ktime_get_ns(0, 0, 0, 0, 0) } else { since };
     loop {
         let passed = ktime_get_ns(0, 0, 0, 0, 0).wrapping_sub(start);
         if passed >= ns {
@@ -247,11 +225,20 @@ pub mod native {
     pub fn warp_stride(addr: u64) -> u64 {
         super::warp_stride(addr, 0, 0, 0, 0)
     }
-    /// Waits until `ns` nanoseconds (at most
-    /// [`MAX_DELAY_NS`](egpu_ebpf::helpers::MAX_DELAY_NS)) have passed since the VM's run
-    /// began, or since the call outside a run, spinning; the nanoseconds since then.
+    /// Waits `ns` nanoseconds (at most [`MAX_DELAY_NS`](egpu_ebpf::helpers::MAX_DELAY_NS)),
+    /// spinning; the nanoseconds that passed.
     pub fn delay_ns(ns: u64) -> u64 {
         super::delay_ns(ns, 0, 0, 0, 0)
+    }
+    /// Waits until `ns` nanoseconds (at most
+    /// [`MAX_DELAY_NS`](egpu_ebpf::helpers::MAX_DELAY_NS)) have passed since `since`, a value
+    /// of [`clock`] (0: the call), spinning; the nanoseconds since then.
+    pub fn delay_ns_since(since: u64, ns: u64) -> u64 {
+        super::delay_ns(ns, since, 0, 0, 0)
+    }
+    /// The clock waits count on (`egpu_clock`): `CLOCK_MONOTONIC` in ns.
+    pub fn clock() -> u64 {
+        super::clock(0, 0, 0, 0, 0)
     }
 }
 
@@ -476,6 +463,7 @@ bindings! {
     warp_peers: id::WARP_PEERS,
     warp_stride: id::WARP_STRIDE,
     delay_ns: id::DELAY_NS,
+    clock: id::CLOCK,
     bad_callx: BAD_CALLX,
     add32: atomic_helper(AtomicOp::Add, Size::W),
     add64: atomic_helper(AtomicOp::Add, Size::DW),

@@ -209,9 +209,6 @@ pub struct Vm {
     needs_state: bool,
     /// The JIT runs it, and it needs no per-run state.
     fast: bool,
-    /// It calls `egpu_delay_ns`, whose waits count from the run's start
-    /// ([`helpers::ProbeStart`]).
-    waits: bool,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -400,14 +397,6 @@ impl Vm {
             needs_state: legal.uses_callx
                 || legal.uses_internal_helpers && engine == Engine::Interpreter,
             fast: engine == Engine::Jit && !legal.uses_callx,
-            // A `callx` may reach the helper too.
-            waits: legal.uses_callx
-                || program.decoded().iter().any(|d| {
-                    d.insn
-                        == egpu_ebpf::Instruction::Call(egpu_ebpf::CallTarget::Helper(
-                            egpu_ebpf::helpers::id::DELAY_NS,
-                        ))
-                }),
             listing: legal.insns,
             origin: legal.origin,
             _not_send: PhantomData,
@@ -445,7 +434,6 @@ impl Vm {
     /// Runs the program with `ctx` as its context (`r1` points at it) and returns `r0`.
     #[inline]
     pub fn run(&mut self, ctx: &mut [u8]) -> Result<u64, RunError> {
-        let _start = self.waits.then(helpers::ProbeStart::now);
         if self.fast && ctx.len() >= self.ctx_need {
             // SAFETY: as in `execute`; `fast` holds only for the JIT.
             let mem: &'static mut [u8] =

@@ -96,10 +96,26 @@ pub mod helpers {
         egpu_vm::native::warp_stride(addr)
     }
 
-    /// Waits `ns` nanoseconds (at most 1 ms), spinning, and gives the nanoseconds that passed
-    /// (`egpu_delay_ns`: what emulating a slower memory tier is made of).
+    /// Waits `ns` nanoseconds (at most 2^20 − 1, about 1 ms), spinning, and gives the
+    /// nanoseconds that passed (`egpu_delay_ns`: what emulating a slower memory tier is made
+    /// of).
     pub fn delay_ns(ns: u64) -> u64 {
         egpu_vm::native::delay_ns(ns)
+    }
+
+    /// Waits until `ns` nanoseconds (at most 2^20 − 1) have passed since `since`, a value of
+    /// [`clock`] the probe read earlier, spinning; the nanoseconds since `since`. A probe that
+    /// reads the clock when it starts makes its own work part of its wait: what it delays then
+    /// takes `ns` longer than without it.
+    pub fn delay_ns_since(since: u64, ns: u64) -> u64 {
+        egpu_vm::native::delay_ns_since(since, ns)
+    }
+
+    /// The clock waits count on (`egpu_clock`): on the GPU the SM's cycles (`%clock64`) where
+    /// the SM's clock is known, else `%globaltimer`; the monotonic clock on the CPU. Only for
+    /// [`delay_ns_since`].
+    pub fn clock() -> u64 {
+        egpu_vm::native::clock()
     }
 }
 

@@ -100,9 +100,9 @@ fn in_bitmap(addr: u64, base: u64, pages: u64, shift: u64) -> bool {
     }
 }
 
-/// Whether `addr` is far, and the wait of a request there (0 when it is not).
+/// Whether `addr` is far.
 #[helper(crate = crate::egpu_root)]
-fn far_wait(addr: u64) -> u64 {
+fn far(addr: u64) -> bool {
     if let Ok(c) = TIER.get(0) {
         let mode = c.mode;
         let far = if mode == MODE_NONE {
@@ -130,26 +130,30 @@ fn far_wait(addr: u64) -> u64 {
         } else {
             false
         };
-        if far { c.delay_ns } else { 0 }
+        far
     } else {
-        0
+        false
     }
 }
 
 /// A request to far memory waits Δ: the lowest of the lanes of a warp-level request whose
 /// addresses are far waits (the others run on to the probe's end, where the warp's lanes meet
-/// again, so the request waits once). `delay_ns` counts Δ from the probe's start: the lookup's
-/// own time is part of it, so a far request takes Δ longer than it would without egpu (when the
-/// lookup is shorter than Δ). With nothing far, the probe is a test of the mode (a register).
+/// again, so the request waits once). Δ counts from the probe's start (`delay_ns_since` the
+/// clock read first): the lookup's own time is part of it, so a far request takes Δ longer than
+/// it would without egpu (when the lookup is shorter than Δ). With nothing far, the probe is a
+/// test of the mode, in a register: not even the clock is read (a clock read keeps `ptxas`
+/// from moving the kernel's loads across it: mem_timing's grid-stride saxpy 1.51x with one at
+/// every access, nothing far).
 #[helper(crate = crate::egpu_root)]
 fn wait_if_far(addr: u64) {
-    // Tested apart first: with nothing far, nothing else runs (and `ptxas` gives the kernel
-    // fewer registers: 32 rather than 38 for saxpy).
+    // Δ is read first, with the mode: the configuration's words read first are those kept in
+    // registers.
     let mode = if let Ok(c) = TIER.get(0) { c.mode } else { MODE_NONE };
+    let delta = if let Ok(c) = TIER.get(0) { c.delay_ns } else { 0 };
     if mode != MODE_NONE {
-        let wait = far_wait(addr);
-        if wait > 0 && egpu_vm::native::warp_leader() {
-            let _since_start = egpu_vm::native::delay_ns(wait);
+        let start = egpu_vm::native::clock();
+        if far(addr) && delta > 0 && egpu_vm::native::warp_leader() {
+            let _since_start = egpu_vm::native::delay_ns_since(start, delta);
         }
     }
 }
@@ -185,7 +189,8 @@ pub struct Address {
 /// Returns the wait of a request to `ctx.addr` (0: not far), by the device probe's own lookup.
 #[probe(user, crate = crate::egpu_root)]
 fn resolve(ctx: &mut Address) -> u64 {
-    far_wait(ctx.addr)
+    let delta = if let Ok(c) = TIER.get(0) { c.delay_ns } else { 0 };
+    if far(ctx.addr) { delta } else { 0 }
 }
 
 /// The probe that resolves an address as the device probe does, for the CPU VM: it returns the

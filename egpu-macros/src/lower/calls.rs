@@ -9,7 +9,7 @@ use syn::{Expr, Ident, Pat};
 use super::{Kind, Lower};
 
 /// The helpers a probe may call, by name, with how many arguments each takes.
-const HELPERS: [(&str, usize); 9] = [
+const HELPERS: [(&str, usize); 11] = [
     ("ktime_ns", 0),
     ("cpu_id", 0),
     ("prandom_u32", 0),
@@ -19,6 +19,8 @@ const HELPERS: [(&str, usize); 9] = [
     ("warp_peers", 1),
     ("warp_stride", 1),
     ("delay_ns", 1),
+    ("delay_ns_since", 2),
+    ("clock", 0),
 ];
 
 impl Lower {

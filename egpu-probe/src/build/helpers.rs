@@ -54,26 +54,44 @@ pub fn warp_stride(addr: Val<u64>) -> Val<u64> {
     val(Expr::Call(Ty::U64, id::WARP_STRIDE, vec![CallArg::Value(expr(addr))]))
 }
 
-/// Waits until `ns` nanoseconds have passed since the probe began, spinning (each lane on its
-/// own on the GPU), so that the probe's own work counts toward them; gives the nanoseconds since
-/// the probe began. A wait over [`MAX_DELAY_NS`](egpu_ebpf::helpers::MAX_DELAY_NS), 2^20 − 1,
-/// waits that. The program caps `ns` itself, then masks it with `MAX_DELAY_NS` (which changes
-/// nothing left after the cap), so the verifier sees the bound wherever the capped value is
-/// kept: it follows a bound from a comparison to the register compared, not to a copy of the
-/// value on the stack. (A mask is one instruction on the GPU; the remainder by a constant this
-/// used to take was a call of a 64-bit division routine in `ptxas`'s code.)
+/// Waits `ns` nanoseconds, spinning (each lane on its own on the GPU), and gives the
+/// nanoseconds that passed; a wait over [`MAX_DELAY_NS`](egpu_ebpf::helpers::MAX_DELAY_NS),
+/// 2^20 − 1, waits that.
 pub fn delay_ns(ns: Val<u64>) -> Val<u64> {
+    delay(Expr::Const(Ty::U64, 0), ns)
+}
+
+/// Waits until `ns` nanoseconds have passed since `since`, a value of [`clock`] the probe read
+/// earlier, spinning (each lane on its own on the GPU), so that what the probe did meanwhile
+/// counts toward them; gives the nanoseconds since `since`. Capped as [`delay_ns`] is.
+pub fn delay_ns_since(since: Val<u64>, ns: Val<u64>) -> Val<u64> {
+    delay(expr(since), ns)
+}
+
+/// The clock waits count on (`egpu_clock`): on the GPU `%clock64`'s cycles where the SM's clock
+/// is known, else `%globaltimer`'s ns; the monotonic clock on the CPU. For [`delay_ns_since`].
+pub fn clock() -> Val<u64> {
+    val(Expr::Call(Ty::U64, id::CLOCK, vec![]))
+}
+
+/// `egpu_delay_ns(ns, since)`. The program caps `ns` itself, then masks it with `MAX_DELAY_NS`
+/// (which changes nothing left after the cap), so the verifier sees the bound wherever the
+/// capped value is kept: it follows a bound from a comparison to the register compared, not
+/// to a copy of the value on the stack. (A mask is one instruction on the GPU; the remainder by
+/// a constant this used to take was a call of `ptxas`'s 64-bit division routine.)
+fn delay(since: Expr, ns: Val<u64>) -> Val<u64> {
     const _: () = assert!((MAX_DELAY_NS + 1).is_power_of_two());
-    if let Expr::Const(_, c) = expr(ns) {
-        let arg = Expr::Const(Ty::U64, c.min(MAX_DELAY_NS));
-        return val(Expr::Call(Ty::U64, id::DELAY_NS, vec![CallArg::Value(arg)]));
-    }
-    let capped = local_uninit::<u64>();
-    let over = Expr::Cmp(CmpOp::Gt, Ty::U64, Box::new(expr(ns)), Box::new(max()));
-    let ns = expr(ns);
-    push(Stmt::If(over, vec![Stmt::Set(capped.var, max())], vec![Stmt::Set(capped.var, ns)]));
-    let arg = Expr::Binary(BinOp::And, Ty::U64, Box::new(Expr::Var(capped.var)), Box::new(max()));
-    val(Expr::Call(Ty::U64, id::DELAY_NS, vec![CallArg::Value(arg)]))
+    let arg = if let Expr::Const(_, c) = expr(ns) {
+        Expr::Const(Ty::U64, c.min(MAX_DELAY_NS))
+    } else {
+        let capped = local_uninit::<u64>();
+        let over = Expr::Cmp(CmpOp::Gt, Ty::U64, Box::new(expr(ns)), Box::new(max()));
+        let ns = expr(ns);
+        push(Stmt::If(over, vec![Stmt::Set(capped.var, max())], vec![Stmt::Set(capped.var, ns)]));
+        Expr::Binary(BinOp::And, Ty::U64, Box::new(Expr::Var(capped.var)), Box::new(max()))
+    };
+    let args = vec![CallArg::Value(arg), CallArg::Value(since)];
+    val(Expr::Call(Ty::U64, id::DELAY_NS, args))
 }
 
 fn max() -> Expr {

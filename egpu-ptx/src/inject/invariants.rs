@@ -21,11 +21,12 @@ use egpu_ebpf::{DeviceEvent, Instruction, MapKind};
 use super::DeviceProbe;
 use crate::translate::{DeviceMap, reads_only};
 
-/// The most words a kernel keeps in registers (12 registers; a kernel's other registers are
+/// The most words a kernel keeps in registers (16 registers; a kernel's other registers are
 /// its own): those the probes read first (by instruction), the rest read where used. The far
 /// tier's configuration has 16 words: with all of them in registers `ptxas` gave saxpy 38
-/// registers, with 8 32, with 6 28 (matmul 56, 45, 39); fewer registers, more blocks per SM.
-const MAX_WORDS: usize = 6;
+/// registers and the matmul of `examples/cxl_kernels.cu` 56, with 8 32 and 45 (6: 32 and 39);
+/// fewer registers, more blocks per SM.
+const MAX_WORDS: usize = 8;
 
 /// A word of a map value that stays the same while the kernel runs.
 #[derive(Clone, Debug, PartialEq, Eq)]

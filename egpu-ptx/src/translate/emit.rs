@@ -39,10 +39,6 @@ pub(super) struct Emitter<'a> {
     /// Labels to place after the code of the instruction at a pc (where a lookup's cache hit,
     /// which cannot be null, goes on past the null check that follows the lookup).
     pub(super) after: BTreeMap<usize, String>,
-    /// Whether the program calls `egpu_delay_ns`, whose waits count from the probe's start:
-    /// the main function reads the clock first thing into [`Emitter::entry`], and passes it to
-    /// local functions.
-    pub(super) waits: bool,
 }
 
 impl<'a> Emitter<'a> {
@@ -63,7 +59,6 @@ impl<'a> Emitter<'a> {
             words: 0,
             shared: BTreeMap::new(),
             after: BTreeMap::new(),
-            waits: verified.calls_helper(egpu_ebpf::helpers::id::DELAY_NS),
         }
     }
 
@@ -87,14 +82,6 @@ impl<'a> Emitter<'a> {
         let main = self.function == 0;
         if main {
             self.out.push_str("\t{\n");
-            if self.waits {
-                // The probe's start, before anything else it does.
-                let entry = self.entry();
-                let clock =
-                    if self.options.sm_clock_khz.is_some() { "clock64" } else { "globaltimer" };
-                self.line(format!(".reg .b64 {entry};"));
-                self.line(format!("mov.u64 {entry}, %{clock};"));
-            }
         } else {
             let mut params: Vec<String> =
                 (1..=5).map(|i| format!(".reg .b64 {}", self.param(i))).collect();
@@ -103,9 +90,6 @@ impl<'a> Emitter<'a> {
                 if size_reg.is_some() {
                     params.push(format!(".reg .b32 {}", self.size_param()));
                 }
-            }
-            if self.waits {
-                params.push(format!(".reg .b64 {}", self.entry()));
             }
             let (ret, name) = (self.ret_param(), self.func_name(self.function));
             writeln!(self.out, ".func (.reg .b64 {ret}) {name}({})\n{{", params.join(", "))

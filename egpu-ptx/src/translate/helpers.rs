@@ -3,7 +3,7 @@
 //! `bpf_get_smp_processor_id` (the SM id), `bpf_get_current_pid_tgid` (the host process, a
 //! constant) and the warp's (`egpu_warp_lanes`, `egpu_warp_leader`, `egpu_warp_sectors`,
 //! `egpu_warp_peers`, `egpu_warp_stride`: over the lanes that run the call together,
-//! `activemask`) and `egpu_delay_ns` (a spin on `%clock64`, or `%globaltimer`, from the probe's start). The map helpers go to [`maps`](super::maps); any other is refused.
+//! `activemask`), `egpu_clock` and `egpu_delay_ns` (a spin on `%clock64`, or `%globaltimer`). The map helpers go to [`maps`](super::maps); any other is refused.
 
 use egpu_ebpf::Reg;
 use egpu_ebpf::helpers::{MAX_DELAY_NS, id as helper_id};
@@ -54,6 +54,10 @@ impl Emitter<'_> {
             helper_id::WARP_SECTORS => self.warp_sectors(),
             helper_id::WARP_STRIDE => self.warp_stride(),
             helper_id::DELAY_NS => self.delay_ns(pc),
+            helper_id::CLOCK => {
+                let (r0, clock) = (self.reg(Reg::R0), self.wait_clock());
+                self.line(format!("mov.u64 {r0}, {clock};"));
+            }
             helper_id::WARP_PEERS => {
                 let (value, w1, q0) = (self.reg(Reg::R1), self.tmp32(1), self.pred(0));
                 self.line(format!("activemask.b32 {w0};"));
@@ -176,45 +180,50 @@ impl Emitter<'_> {
         self.line(format!("selp.b64 {r0}, {t3}, -1, {q0};"));
     }
 
-    /// `egpu_delay_ns(ns)` at `pc`: the lane spins until `ns` nanoseconds (at most
+    /// The clock waits count on: `%clock64` where the SM's clock is known
+    /// ([`Options::sm_clock_khz`](super::Options::sm_clock_khz)), else `%globaltimer`.
+    fn wait_clock(&self) -> &'static str {
+        if self.options.sm_clock_khz.is_some_and(|k| k > 0) { "%clock64" } else { "%globaltimer" }
+    }
+
+    /// `egpu_delay_ns(ns, since)` at `pc`: the lane spins until `ns` nanoseconds (at most
     /// [`MAX_DELAY_NS`], which the verifier proved of the argument; bounded here again) have
-    /// passed since the probe began ([`Emitter::entry`](super::Emitter::entry)); the
-    /// nanoseconds since then. With the SM's clock known ([`Options::sm_clock_khz`]) the spin
-    /// reads `%clock64` against the wait in cycles (converted in fixed point, to a fraction of
-    /// a cycle); otherwise `%globaltimer`. Each lane waits on its
-    /// own; the probe's `bar.warp.sync` brings the warp's lanes together after it.
-    ///
-    /// [`Options::sm_clock_khz`]: super::Options::sm_clock_khz
+    /// passed since `since` (`egpu_clock`'s; 0: now); the nanoseconds since then. With the SM's
+    /// clock known ([`Options::sm_clock_khz`](super::Options::sm_clock_khz)) it reads
+    /// `%clock64` (a read takes a cycle or two, and counts every cycle) against the wait in
+    /// cycles at the rated clock, converted in fixed point; otherwise `%globaltimer`, whose
+    /// steps (32 ns on the H200) round the wait. Each lane waits on its own; the probe's
+    /// `bar.warp.sync` brings the warp's lanes together after it.
     fn delay_ns(&mut self, pc: usize) {
-        let (r0, ns, entry) = (self.reg(Reg::R0), self.reg(Reg::R1), self.entry());
-        let t1 = self.tmp64(1);
+        let (r0, ns, since) = (self.reg(Reg::R0), self.reg(Reg::R1), self.reg(Reg::R2));
+        let [t0, t1] = [self.tmp64(0), self.tmp64(1)];
         let q0 = self.pred(0);
         let spin = self.local_label('Z', pc);
+        let clock = self.wait_clock();
         self.line(format!("min.u64 {t1}, {ns}, {MAX_DELAY_NS};"));
-        let Some(khz) = self.options.sm_clock_khz.filter(|&k| k > 0) else {
-            self.place(&spin);
-            self.line(format!("mov.u64 {r0}, %globaltimer;"));
-            self.line(format!("sub.u64 {r0}, {r0}, {entry};"));
-            self.line(format!("setp.lt.u64 {q0}, {r0}, {t1};"));
-            self.line(format!("@{q0} bra {spin};"));
-            return;
-        };
+        self.line(format!("mov.u64 {t0}, {clock};"));
+        self.line(format!("setp.ne.u64 {q0}, {since}, 0;"));
+        self.line(format!("selp.b64 {t0}, {since}, {t0}, {q0};"));
+        let khz = self.options.sm_clock_khz.filter(|&k| k > 0).map(u128::from);
         // Fixed point with 32 fraction bits: a wait (< 2^20 ns) times cycles per ns (< 2^3)
         // fits in 64 bits, as does a time since the start of up to 2^31 cycles (about a second
         // at 2 GHz; longer ones saturate there) times ns per cycle (< 2^33 from 0.5 GHz up).
-        let khz = u128::from(khz);
-        let cycles_per_ns = ((khz << 32) + 500_000) / 1_000_000;
-        let ns_per_cycle = ((1_000_000u128 << 32) + khz / 2) / khz;
-        self.line(format!("mul.lo.u64 {t1}, {t1}, {cycles_per_ns};"));
-        self.line(format!("shr.u64 {t1}, {t1}, 32;"));
+        if let Some(khz) = khz {
+            let cycles_per_ns = ((khz << 32) + 500_000) / 1_000_000;
+            self.line(format!("mul.lo.u64 {t1}, {t1}, {cycles_per_ns};"));
+            self.line(format!("shr.u64 {t1}, {t1}, 32;"));
+        }
         self.place(&spin);
-        self.line(format!("mov.u64 {r0}, %clock64;"));
-        self.line(format!("sub.u64 {r0}, {r0}, {entry};"));
+        self.line(format!("mov.u64 {r0}, {clock};"));
+        self.line(format!("sub.u64 {r0}, {r0}, {t0};"));
         self.line(format!("setp.lt.u64 {q0}, {r0}, {t1};"));
         self.line(format!("@{q0} bra {spin};"));
-        self.line(format!("min.u64 {r0}, {r0}, 2147483648;"));
-        self.line(format!("mul.lo.u64 {r0}, {r0}, {ns_per_cycle};"));
-        self.line(format!("shr.u64 {r0}, {r0}, 32;"));
+        if let Some(khz) = khz {
+            let ns_per_cycle = ((1_000_000u128 << 32) + khz / 2) / khz;
+            self.line(format!("min.u64 {r0}, {r0}, 2147483648;"));
+            self.line(format!("mul.lo.u64 {r0}, {r0}, {ns_per_cycle};"));
+            self.line(format!("shr.u64 {r0}, {r0}, 32;"));
+        }
     }
 
     /// The refusal of helper `id`, called at `pc`.

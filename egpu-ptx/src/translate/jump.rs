@@ -98,9 +98,6 @@ impl Emitter<'_> {
                     args.push(addr);
                     args.extend(size_reg);
                 }
-                if self.waits {
-                    args.push(self.entry());
-                }
                 let r0 = self.reg(Reg::R0);
                 self.line(format!("call ({r0}), {name}, ({});", args.join(", ")));
             }

@@ -145,12 +145,6 @@ impl Emitter<'_> {
         format!("%{}_cx", self.prefix())
     }
 
-    /// The 64-bit register (a parameter, in a local function) that holds the clock when the
-    /// probe began ([`Emitter::waits`]).
-    pub(super) fn entry(&self) -> String {
-        format!("%{}_entry", self.prefix())
-    }
-
     /// A local function's parameter that receives the size of a memory access context, when
     /// it is known at run time only.
     pub(super) fn size_param(&self) -> String {
