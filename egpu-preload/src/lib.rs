@@ -216,7 +216,10 @@ fn hand_out(symbol: &CStr, version: Option<c_int>, flags: u64, found: *mut c_voi
         b"cuKernelGetName" => real::KERNEL_GET_NAME.keep(found),
         name => match version {
             None => events::exact(name).map_or(found, |e| e.hook.keep(found)),
-            Some(v) => events::by_base(name, v, per_thread)
+            // A function the driver exports under a form's name is that form, whatever version
+            // was asked for: the static runtime asks for `cuMemAlloc` at 3020, the version
+            // that brought `cuMemAlloc_v2`, and gets the exported `cuMemAlloc_v2`.
+            Some(v) => events::by_base(name, v.max(4000), per_thread)
                 .find(|e| exported_as(found, e.exact))
                 .or_else(|| only_form(name, v, per_thread))
                 .map_or(found, |e| e.hook.keep(found)),

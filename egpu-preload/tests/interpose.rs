@@ -75,7 +75,7 @@ fn every_launch_is_one_event_in_its_own_process() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
     // The program ran as without the library: the driver saw every launch.
-    assert!(stdout.contains("parent driver launches 21 ptsz 1 other calls 27"), "{stdout}");
+    assert!(stdout.contains("parent driver launches 21 ptsz 1 other calls 28"), "{stdout}");
     assert!(stdout.contains("fork-child driver launches 22"), "{stdout}");
     assert!(stdout.contains("fork2-child driver launches 23"), "{stdout}");
     assert!(stdout.contains("exec-child driver launches 2"), "{stdout}");
@@ -108,7 +108,7 @@ fn every_launch_is_one_event_in_its_own_process() {
         "copies dtoh 2 356",
         "copies dtod 1 128",
         "sets 2 5096",
-        "allocations device 2 6144",
+        "allocations device 3 7168",
         "allocations pinned 1 1024",
         "frees device 2 0",
         "frees pinned 1 0",
@@ -121,7 +121,7 @@ fn every_launch_is_one_event_in_its_own_process() {
     assert_eq!(parent.others, others, "linked, by dlsym and by cuGetProcAddress (_ptsz too)");
     // Launches, copies and allocations have two built-in probes each (counts, and sizes); the
     // rest one.
-    assert_eq!(parent.runs, 25 * 2 + 10 * 2 + 6 * 2 + 4 + 2, "one run per event and probe");
+    assert_eq!(parent.runs, 25 * 2 + 10 * 2 + 7 * 2 + 4 + 2, "one run per event and probe");
     // The children count their own launches only, from zero.
     let children: Vec<&Summary> =
         all.values().filter(|s| !s.kernels.contains_key("_Z5kernAPf")).collect();
@@ -255,7 +255,7 @@ fn without_the_library_nothing_changes() {
         .expect("running the launcher");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
-    assert!(stdout.contains("parent driver launches 21 ptsz 1 other calls 27"), "{stdout}");
+    assert!(stdout.contains("parent driver launches 21 ptsz 1 other calls 28"), "{stdout}");
     assert!(summaries(&dir).is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }
