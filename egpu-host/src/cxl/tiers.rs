@@ -105,7 +105,7 @@ fn in_bitmap(addr: u64, base: u64, pages: u64, shift: u64) -> bool {
 fn far(addr: u64) -> bool {
     if let Ok(c) = TIER.get(0) {
         let mode = c.mode;
-        let far = if mode == MODE_NONE {
+        if mode == MODE_NONE {
             false
         } else if mode == MODE_ALL {
             true
@@ -129,8 +129,7 @@ fn far(addr: u64) -> bool {
             (addr >> c.page_shift) * PAGE_HASH < c.threshold
         } else {
             false
-        };
-        far
+        }
     } else {
         false
     }
