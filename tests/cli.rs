@@ -356,7 +356,7 @@ fn run_starts_a_program_under_the_library_and_maps_reads_it_live() {
         "--".as_ref(),
         launcher.as_os_str(),
     ]);
-    assert!(r.stdout.contains("parent driver launches 21 ptsz 1 other calls 27"), "{}", r.stdout);
+    assert!(r.stdout.contains("parent driver launches 21 ptsz 1 other calls 28"), "{}", r.stdout);
     let parent = std::fs::read_dir(&dir)
         .expect("the directory")
         .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())

@@ -108,7 +108,7 @@ fn cxl_refuses_a_wrong_policy_or_latency_before_running_anything() {
     cli_support::fails(
         &["cxl", "--far-latency", "2ms", "--library", "/nonexistent", "--", "true"],
         1,
-        &["over the 1000000 ns one wait may take"],
+        &["over the 1048575 ns one wait may take"],
     );
     cli_support::fails(&["cxl", "--bitmap-pages", "3K", "--", "true"], 1, &["--bitmap-pages 3K"]);
 }

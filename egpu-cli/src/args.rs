@@ -302,7 +302,9 @@ pub(crate) struct MemRunArgs {
 Runs COMMAND twice under the preloaded library, every kernel launch timed by CUDA events: once
 as it is (the baseline; --no-baseline leaves it out), then with the far tier's probes at every
 global load, store and atomic of the kernels with PTX, where each warp-level request to far
-memory waits --far-latency (Δ: the far tier's latency less local memory's, at most 1ms). Which
+memory waits --far-latency (Δ: the far tier's latency less local memory's, at most 1048575ns; the
+instrumented kernels' registers bounded to keep their blocks per SM, EGPU_MAXNREG=1 unless the
+environment sets it). Which
 memory is far is --far: all, none, size:BYTES (device allocations of at least that many bytes;
 K, M, G suffixes), nth:N[,N..] (the Nth device allocations, from 1), pages:FRACTION (that
 fraction of pages, by hash), ranges:START-END[,..] or marked (the ranges the program marks by
@@ -315,7 +317,7 @@ pub(crate) struct CxlArgs {
     /// Which memory is far
     #[arg(long, value_name = "POLICY", default_value = "all")]
     pub(crate) far: egpu::host::cxl::Policy,
-    /// What each request to far memory waits: 100ns, 250ns, 1us (at most 1ms)
+    /// What each request to far memory waits: 100ns, 250ns, 1us (at most 1048575ns, about 1ms)
     #[arg(long, value_name = "DURATION", default_value = "250ns", value_parser = humantime::parse_duration)]
     pub(crate) far_latency: Duration,
     /// Find far memory in a bitmap of pages of this many bytes (4K to 1G, a power of two)

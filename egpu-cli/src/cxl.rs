@@ -83,8 +83,13 @@ fn page_shift(text: &str) -> Result<u32, Error> {
 }
 
 /// The command under the preloaded library, every launch timed, its summaries at `summary`,
-/// with the pack at `probes`.
+/// with the pack at `probes`. The emulated run bounds each instrumented kernel's registers to
+/// keep its blocks per SM (`EGPU_MAXNREG=1`, unless the environment says otherwise): the far
+/// tier's probes hold its configuration in registers, and a kernel that then fits fewer
+/// blocks per SM slows for that alone (on the H200, `mem_timing.cu`'s grid-stride saxpy with
+/// nothing far: 1.52x unbounded, 1.05x bounded).
 fn run_args(a: &CxlArgs, summary: PathBuf, probes: Option<&Path>) -> RunArgs {
+    let bound = probes.is_some() && std::env::var_os("EGPU_MAXNREG").is_none();
     RunArgs {
         summary: Some(summary),
         library: a.library.clone(),
@@ -97,7 +102,7 @@ fn run_args(a: &CxlArgs, summary: PathBuf, probes: Option<&Path>) -> RunArgs {
         linger: None,
         kernel_times: true,
         command: a.command.clone(),
-        env: Vec::new(),
+        env: if bound { vec![("EGPU_MAXNREG".into(), "1".into())] } else { Vec::new() },
     }
 }
 
@@ -220,6 +225,20 @@ mod tests {
         for bad in ["", "2K", "3M", "2G", "64Q", "K"] {
             assert!(page_shift(bad).is_err(), "{bad}");
         }
+    }
+
+    /// The emulated run bounds registers to keep blocks per SM; the baseline runs as it is.
+    #[test]
+    fn the_emulated_run_keeps_each_kernels_blocks_per_sm() {
+        use clap::Parser;
+        let cli = crate::args::Cli::try_parse_from(["egpu", "cxl", "--far", "all", "--", "prog"])
+            .expect("parses");
+        let crate::args::Command::Cxl(a) = cli.command else { panic!("not cxl") };
+        let bound = ("EGPU_MAXNREG".into(), "1".into());
+        let emulated = run_args(&a, "s".into(), Some(Path::new("p")));
+        let user_set = std::env::var_os("EGPU_MAXNREG").is_some();
+        assert_eq!(emulated.env.contains(&bound), !user_set, "{:?}", emulated.env);
+        assert!(run_args(&a, "s".into(), None).env.is_empty());
     }
 
     #[test]
