@@ -290,6 +290,7 @@ fn the_far_tier_probes_pass_ptxas() {
     // stores of each of its clock readers.
     let chase = read_workspace_file("tests/ptx/chase.ptx");
     let chased = inject_with(&chase, &probes, &options).expect("instruments").ptx;
+    std::fs::write("/tmp/chased.ptx", &chased).ok();
     let Some(ptxas) = require_ptxas() else { return };
     let report = ptxas.check(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
     let registers = report.function("saxpy").and_then(|f| f.registers);
