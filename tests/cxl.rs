@@ -265,19 +265,6 @@ fn the_far_tier_probes_pass_ptxas() {
         .map(|(program, maps)| DeviceProbe { program, kernels: Kernels::All, maps })
         .collect();
     let options = InjectOptions { sm_clock_khz: Some(1_980_000), ..InjectOptions::default() };
-    if let Ok(mt) = std::fs::read_to_string("/tmp/mt.ptx") {
-        let mut maps2 = maps.clone();
-        for m in maps2.iter_mut().flatten() {
-            m.live = false;
-        }
-        let probes2: Vec<DeviceProbe<'_>> = programs
-            .iter()
-            .zip(&maps2)
-            .map(|(program, maps)| DeviceProbe { program, kernels: Kernels::All, maps })
-            .collect();
-        let out = inject_with(&mt, &probes2, &options).expect("instruments").ptx;
-        std::fs::write("/tmp/mt_far.ptx", out).unwrap();
-    }
     let ptx = inject_with(&saxpy, &probes, &options).expect("instruments").ptx;
     // At each of 3 accesses: the probe's start, the wait's (which it replaces) and the spin's,
     // on the SM's clock.
@@ -290,7 +277,6 @@ fn the_far_tier_probes_pass_ptxas() {
     // stores of each of its clock readers.
     let chase = read_workspace_file("tests/ptx/chase.ptx");
     let chased = inject_with(&chase, &probes, &options).expect("instruments").ptx;
-    std::fs::write("/tmp/chased.ptx", &chased).ok();
     let Some(ptxas) = require_ptxas() else { return };
     let report = ptxas.check(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
     let registers = report.function("saxpy").and_then(|f| f.registers);
