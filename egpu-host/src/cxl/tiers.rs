@@ -100,16 +100,13 @@ fn in_bitmap(addr: u64, base: u64, pages: u64, shift: u64) -> bool {
     }
 }
 
-/// Whether `addr` is far.
+/// Whether `addr` is far. The range table is tested for first, the mode of most policies
+/// (each test is on the far path's time); `none`, tested by the caller, is among the others.
 #[helper(crate = crate::egpu_root)]
 fn far(addr: u64) -> bool {
     if let Ok(c) = TIER.get(0) {
         let mode = c.mode;
-        if mode == MODE_NONE {
-            false
-        } else if mode == MODE_ALL {
-            true
-        } else if mode == MODE_RANGES {
+        if mode == MODE_RANGES {
             // Outside the far ranges' span nothing is far; up to four ranges are tested in
             // place, from the configuration's registers; more are searched for.
             if addr < c.base || addr >= c.end {
@@ -123,6 +120,8 @@ fn far(addr: u64) -> bool {
             } else {
                 in_ranges(addr, c.ranges)
             }
+        } else if mode == MODE_ALL {
+            true
         } else if mode == MODE_BITMAP {
             in_bitmap(addr, c.base, c.pages, c.page_shift)
         } else if mode == MODE_HASHED {
