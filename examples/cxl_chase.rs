@@ -5,11 +5,11 @@
 //! (issue 24's validation): Δ is far latency less local latency, and the local latency is the
 //! chase's with the probes and nothing far (what the probes cost every load, near or far, is
 //! printed apart, and over the bare chase). A far request's wait counts from its probe's start
-//! (`egpu_clock`, `egpu_delay_ns`), so the lookup's own time is part of Δ. It also prints `%globaltimer`'s
-//! step, the SM clock measured against the rated one (waits count `%clock64` cycles at the
-//! rated clock), what the lookup costs a load with the range table and with the bitmap when
-//! nothing it asks is far, and what the probes cost nvcc's grid-stride saxpy with nothing far
-//! and with a far range elsewhere.
+//! (`egpu_clock`, `egpu_delay_ns`), so the lookup's own time is part of Δ. It also prints
+//! `%globaltimer`'s step, the SM clock measured against the rated one (waits count `%clock64`
+//! cycles at the rated clock), what the lookup costs a load with the range table and with the
+//! bitmap when nothing it asks is far, and what the probes cost nvcc's grid-stride saxpy with
+//! nothing far and with a far range elsewhere.
 //!
 //! ```text
 //! cargo run --release -p egpu --example cxl_chase

@@ -302,14 +302,14 @@ pub(crate) struct MemRunArgs {
 Runs COMMAND twice under the preloaded library, every kernel launch timed by CUDA events: once
 as it is (the baseline; --no-baseline leaves it out), then with the far tier's probes at every
 global load, store and atomic of the kernels with PTX, where each warp-level request to far
-memory waits --far-latency (Δ: the far tier's latency less local memory's, at most 1048575ns; the
-instrumented kernels' registers bounded to keep their blocks per SM, EGPU_MAXNREG=1 unless the
-environment sets it). Which
-memory is far is --far: all, none, size:BYTES (device allocations of at least that many bytes;
-K, M, G suffixes), nth:N[,N..] (the Nth device allocations, from 1), pages:FRACTION (that
-fraction of pages, by hash), ranges:START-END[,..] or marked (the ranges the program marks by
-calling the preloaded library's egpu_cxl_mark(address, bytes), found with dlsym). egpu reads
-each process's allocations and marks as it makes them and writes its tier into its maps, which the GPU sees at the next merge
+memory waits --far-latency (Δ: the far tier's latency less local memory's, at most 1048575ns;
+the instrumented kernels' registers bounded to keep their blocks per SM, EGPU_MAXNREG=1 unless
+the environment sets it). Which memory is far is --far: all, none, size:BYTES (device
+allocations of at least that many bytes; K, M, G suffixes), nth:N[,N..] (the Nth device
+allocations, from 1), pages:FRACTION (that fraction of pages, by hash), ranges:START-END[,..]
+or marked (the ranges the program marks by calling the preloaded library's
+egpu_cxl_mark(address, bytes), found with dlsym). egpu reads each process's allocations and
+marks as it makes them and writes its tier into its maps, which the GPU sees at the next merge
 (EGPU_MERGE_MS, 100 ms): kernels launched before then run as if nothing were far. Prints per
 kernel the launches, the mean GPU time of each run and the slowdown. Exits as the emulated
 COMMAND does.")]

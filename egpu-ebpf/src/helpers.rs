@@ -59,8 +59,9 @@ pub mod id {
 }
 
 /// The most nanoseconds one call of `egpu_delay_ns` may wait: 2^20 − 1 (about 1.05 ms), which
-/// the verifier proves of its argument (a mask with it is one instruction that proves it). Emulating a slower memory tier adds hundreds of nanoseconds per access; a
-/// host event such as a copy may be slowed by more, a call per chunk. A bound keeps a probe
+/// the verifier proves of its argument (a mask with it is one instruction that proves it).
+/// Emulating a slower memory tier adds hundreds of nanoseconds per access; a host event such
+/// as a copy may be slowed by more, a call per chunk. A bound keeps a probe
 /// from stalling the thread it runs in, a GPU kernel's or the program's own, without end.
 pub const MAX_DELAY_NS: u64 = (1 << 20) - 1;
 

@@ -294,12 +294,12 @@ impl UserProbes {
         Some(UserProbes { maps, host, device, on_device, sampled })
     }
 
-    /// Whether there are device probes to inject.
     /// The map named `name`, when the pack has one.
     pub(crate) fn map(&self, name: &str) -> Option<&RawMap> {
         self.maps.iter().find(|(n, _)| n == name).map(|(_, m)| m)
     }
 
+    /// Whether there are device probes to inject.
     pub(crate) fn on_device(&self) -> bool {
         !self.device.is_empty()
     }

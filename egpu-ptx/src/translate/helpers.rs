@@ -3,7 +3,8 @@
 //! `bpf_get_smp_processor_id` (the SM id), `bpf_get_current_pid_tgid` (the host process, a
 //! constant) and the warp's (`egpu_warp_lanes`, `egpu_warp_leader`, `egpu_warp_sectors`,
 //! `egpu_warp_peers`, `egpu_warp_stride`: over the lanes that run the call together,
-//! `activemask`), `egpu_clock` and `egpu_delay_ns` (a spin on `%clock64`, or `%globaltimer`). The map helpers go to [`maps`](super::maps); any other is refused.
+//! `activemask`), `egpu_clock` and `egpu_delay_ns` (a spin on `%clock64`, or `%globaltimer`).
+//! The map helpers go to [`maps`](super::maps); any other is refused.
 
 use egpu_ebpf::Reg;
 use egpu_ebpf::helpers::{MAX_DELAY_NS, id as helper_id};
