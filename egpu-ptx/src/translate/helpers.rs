@@ -12,6 +12,13 @@ use egpu_ebpf::helpers::{MAX_DELAY_NS, id as helper_id};
 use super::TranslateError;
 use super::emit::Emitter;
 
+/// The cycles a spin on `%clock64` takes, past its deadline, to see it pass and leave: a read
+/// of the clock, the compare, the branch back, half a turn on average, and the branch out. The
+/// spin aims that much early. Measured on the H200 (`examples/cxl_chase.rs`: a far load of a
+/// one-thread pointer chase against a near one): a constant 14.7 to 17.7 ns (29 to 35 cycles at
+/// 1.98 GHz) over Δ at Δ = 100 to 800 ns, whatever the lookup before the wait.
+const SPIN_EXIT_CYCLES: u64 = 32;
+
 impl Emitter<'_> {
     /// A call of helper `id` at `pc`, inlined; its result in `r0`.
     pub(super) fn helper(&mut self, pc: usize, id: u32) -> Result<(), TranslateError> {
@@ -193,8 +200,9 @@ impl Emitter<'_> {
     /// clock known ([`Options::sm_clock_khz`](super::Options::sm_clock_khz)) it reads
     /// `%clock64` (a read takes a cycle or two, and counts every cycle) against the wait in
     /// cycles at the rated clock, converted in fixed point; otherwise `%globaltimer`, whose
-    /// steps (32 ns on the H200) round the wait. Each lane waits on its own; the probe's
-    /// `bar.warp.sync` brings the warp's lanes together after it.
+    /// steps (32 ns on the H200) round the wait. On `%clock64` the deadline is
+    /// [`SPIN_EXIT_CYCLES`] early. Each lane waits on its own; the probe's `bar.warp.sync`
+    /// brings the warp's lanes together after it.
     fn delay_ns(&mut self, pc: usize) {
         let (r0, ns, since) = (self.reg(Reg::R0), self.reg(Reg::R1), self.reg(Reg::R2));
         let [t0, t1] = [self.tmp64(0), self.tmp64(1)];
@@ -213,12 +221,18 @@ impl Emitter<'_> {
             let cycles_per_ns = ((khz << 32) + 500_000) / 1_000_000;
             self.line(format!("mul.lo.u64 {t1}, {t1}, {cycles_per_ns};"));
             self.line(format!("shr.u64 {t1}, {t1}, 32;"));
+            // Aimed early by the cycles the spin takes to see its deadline pass and leave.
+            self.line(format!("max.u64 {t1}, {t1}, {SPIN_EXIT_CYCLES};"));
+            self.line(format!("sub.u64 {t1}, {t1}, {SPIN_EXIT_CYCLES};"));
         }
+        // The spin compares the clock with the deadline: one step less per turn than a
+        // subtraction from the start would take, so it ends closer to the deadline.
+        self.line(format!("add.u64 {t1}, {t1}, {t0};"));
         self.place(&spin);
         self.line(format!("mov.u64 {r0}, {clock};"));
-        self.line(format!("sub.u64 {r0}, {r0}, {t0};"));
         self.line(format!("setp.lt.u64 {q0}, {r0}, {t1};"));
         self.line(format!("@{q0} bra {spin};"));
+        self.line(format!("sub.u64 {r0}, {r0}, {t0};"));
         if let Some(khz) = khz {
             let ns_per_cycle = ((1_000_000u128 << 32) + khz / 2) / khz;
             self.line(format!("min.u64 {r0}, {r0}, 2147483648;"));
