@@ -78,20 +78,35 @@ pub fn clock() -> Val<u64> {
 /// (which changes nothing left after the cap), so the verifier sees the bound wherever the
 /// capped value is kept: it follows a bound from a comparison to the register compared, not
 /// to a copy of the value on the stack. (A mask is one instruction on the GPU; the remainder by
-/// a constant this used to take was a call of `ptxas`'s 64-bit division routine.)
+/// a constant this used to take was a call of `ptxas`'s 64-bit division routine.) A value the
+/// program masked itself with a constant of at most the bound (`ns & MAX_DELAY_NS`) is passed
+/// on as it is: the cap's branch would lengthen a far request's path for nothing.
 fn delay(since: Expr, ns: Val<u64>) -> Val<u64> {
     const _: () = assert!((MAX_DELAY_NS + 1).is_power_of_two());
-    let arg = if let Expr::Const(_, c) = expr(ns) {
-        Expr::Const(Ty::U64, c.min(MAX_DELAY_NS))
-    } else {
-        let capped = local_uninit::<u64>();
-        let over = Expr::Cmp(CmpOp::Gt, Ty::U64, Box::new(expr(ns)), Box::new(max()));
-        let ns = expr(ns);
-        push(Stmt::If(over, vec![Stmt::Set(capped.var, max())], vec![Stmt::Set(capped.var, ns)]));
-        Expr::Binary(BinOp::And, Ty::U64, Box::new(Expr::Var(capped.var)), Box::new(max()))
+    let arg = match expr(ns) {
+        Expr::Const(_, c) => Expr::Const(Ty::U64, c.min(MAX_DELAY_NS)),
+        // Masked already to at most the maximum (`delta & MAX_DELAY_NS`): nothing to cap.
+        masked @ Expr::Binary(BinOp::And, Ty::U64, _, _) if bounded_mask(&masked) => masked,
+        _ => {
+            let capped = local_uninit::<u64>();
+            let over = Expr::Cmp(CmpOp::Gt, Ty::U64, Box::new(expr(ns)), Box::new(max()));
+            let ns = expr(ns);
+            push(Stmt::If(
+                over,
+                vec![Stmt::Set(capped.var, max())],
+                vec![Stmt::Set(capped.var, ns)],
+            ));
+            Expr::Binary(BinOp::And, Ty::U64, Box::new(Expr::Var(capped.var)), Box::new(max()))
+        }
     };
     let args = vec![CallArg::Value(arg), CallArg::Value(since)];
     val(Expr::Call(Ty::U64, id::DELAY_NS, args))
+}
+
+/// Whether `e` is a value masked with a constant of at most [`MAX_DELAY_NS`] (either side).
+fn bounded_mask(e: &Expr) -> bool {
+    let small = |e: &Expr| matches!(e, Expr::Const(_, c) if *c <= MAX_DELAY_NS);
+    matches!(e, Expr::Binary(BinOp::And, _, l, r) if small(l) || small(r))
 }
 
 fn max() -> Expr {
