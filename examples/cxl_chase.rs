@@ -123,6 +123,10 @@ fn run() -> Result<bool, Box<dyn Error>> {
             near - bare_ns
         );
     }
+    // The far path with no wait: what a wait of Δ hides, as long as it is shorter.
+    set(&far, Lookup::Ranges, 0)?;
+    let alone = per_load(&launch, &out)? - none;
+    println!("  the far path alone (Δ 0, range table): {alone:.1} ns more per load than near");
     let mut within = 0;
     for delta in DELTAS {
         for (name, lookup) in [("ranges", Lookup::Ranges), ("bitmap", BITMAP)] {

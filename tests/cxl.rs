@@ -36,6 +36,12 @@ fn uncapped(ctx: &mut Wait) -> u64 {
     egpu::helpers::delay_ns(ctx.ns)
 }
 
+/// A wait masked to the bound already: Probe Rust passes it on as it is, with no cap.
+#[egpu::probe(user)]
+fn masked(ctx: &mut Wait) -> u64 {
+    egpu::helpers::delay_ns(ctx.ns & MAX_DELAY_NS)
+}
+
 /// Two waits of the same length from one clock read: the second ends at once; the nanoseconds
 /// from the read to each wait's end, in the halves of the result.
 #[egpu::probe(user)]
@@ -50,9 +56,12 @@ fn twice(ctx: &mut Wait) -> u64 {
 fn the_delay_helper_is_verified_with_its_bound() {
     // An eBPF program must prove the bound (`tests/verifier/bad_delay_unbounded.s`); Probe
     // Rust's `delay_ns` caps the wait, so every probe proves it.
-    for probe in [far_load::probe(), bounded::probe(), uncapped::probe()] {
+    for probe in [far_load::probe(), bounded::probe(), uncapped::probe(), masked::probe()] {
         probe.verified().unwrap_or_else(|e| panic!("{e}"));
     }
+    // A masked wait has its bound: no cap before the call.
+    let words = |p: &egpu::probe::Probe| p.verified().expect("verified").program().to_bytes().len();
+    assert!(words(masked::probe()) < words(uncapped::probe()), "the masked wait was capped");
     let program =
         egpu::ebpf::assemble("ldxdw %r1, [%r1+0]\nmov %r2, 0\ncall 65542\nmov %r0, 0\nexit")
             .expect("assembles");
@@ -78,6 +87,10 @@ fn the_cpu_vm_waits_at_least_what_is_asked() {
     let start = std::time::Instant::now();
     let passed = vm.run_ctx(&mut Wait { ns: u64::MAX }).expect("runs");
     assert!(passed >= MAX_DELAY_NS && start.elapsed().as_secs() < 5, "{passed}");
+    // Masked, not capped: 2^20 + 5000 ns asked waits 5000.
+    let mut vm = masked::probe().vm().unwrap_or_else(|e| panic!("{e}"));
+    let passed = vm.run_ctx(&mut Wait { ns: MAX_DELAY_NS + 5_001 }).expect("runs");
+    assert!((5_000..MAX_DELAY_NS / 2).contains(&passed), "{passed}");
     // Waits count from the clock read: two of MAX_DELAY_NS from one read take it once.
     let mut vm = twice::probe().vm().unwrap_or_else(|e| panic!("{e}"));
     let start = std::time::Instant::now();
@@ -266,9 +279,10 @@ fn the_far_tier_probes_pass_ptxas() {
         .collect();
     let options = InjectOptions { sm_clock_khz: Some(1_980_000), ..InjectOptions::default() };
     let ptx = inject_with(&saxpy, &probes, &options).expect("instruments").ptx;
-    // At each of 3 accesses: the probe's start, the wait's (which it replaces) and the spin's,
-    // on the SM's clock.
-    assert_eq!(ptx.matches(", %clock64;").count(), 9, "a wait at each of 3 accesses: {ptx}");
+    // At each of 3 accesses: the probe's start, and at each of its two waits (where a few
+    // ranges are tested in place, where the others are looked up) the wait's own read (which
+    // the start replaces) and the spin's, on the SM's clock.
+    assert_eq!(ptx.matches(", %clock64;").count(), 15, "two waits at each of 3 accesses: {ptx}");
     assert!(!ptx.contains("%globaltimer"), "{ptx}");
     // The probes' frames live in registers: no pointer into them is passed down (a `bpf_loop`
     // callback's would put them in local memory, 42x on saxpy on the H200).

@@ -30,7 +30,7 @@ use egpu_ebpf::helpers::MAX_DELAY_NS;
 use egpu_maps::{Array, RingBuf};
 
 pub use session::{CxlError, CxlSession};
-pub use tiers::{Address, allocation_recorder, far_access, far_resolver};
+pub use tiers::{Address, allocation_recorder, far_access, far_counter, far_resolver};
 
 /// Far ranges the range table holds.
 pub const MAX_RANGES: u32 = 256;
@@ -535,6 +535,17 @@ impl Tracker {
 pub fn pack() -> Result<crate::pack::Pack, crate::pack::PackError> {
     let mut pack = crate::pack::Pack::new();
     for probe in far_access() {
+        pack.add(probe)?;
+    }
+    pack.add(allocation_recorder())?;
+    Ok(pack)
+}
+
+/// The pack of `egpu cxl`'s count run: the device probes that count each kernel's accesses
+/// and those to far memory ([`far_counter`]), and the host probe recording allocations.
+pub fn count_pack() -> Result<crate::pack::Pack, crate::pack::PackError> {
+    let mut pack = crate::pack::Pack::new();
+    for probe in far_counter() {
         pack.add(probe)?;
     }
     pack.add(allocation_recorder())?;

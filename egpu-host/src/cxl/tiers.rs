@@ -3,9 +3,10 @@
 //! [`far_resolver`] says whether an address is far, for the CPU VM (the tests, the host).
 
 use bytemuck::{Pod, Zeroable};
+use egpu_ebpf::helpers::MAX_DELAY_NS;
 use egpu_ebpf::{AllocCtx, MemAccessCtx};
 use egpu_macros::{helper, probe};
-use egpu_maps::{Array, RingBuf};
+use egpu_maps::{Array, HashMap, RingBuf};
 use egpu_probe::Probe;
 
 use super::{BITMAP_WORDS, FarRange, INLINE_RANGES, MAX_RANGES, TierConfig};
@@ -134,24 +135,40 @@ fn far(addr: u64) -> bool {
     }
 }
 
-/// A request to far memory waits Δ: the lowest of the lanes of a warp-level request whose
-/// addresses are far waits (the others run on to the probe's end, where the warp's lanes meet
-/// again, so the request waits once). Δ counts from the probe's start (`delay_ns_since` the
-/// clock read past the mode test): the lookup's own time is part of it, so a far request takes
-/// Δ longer than a near one (when the lookup is shorter than Δ). With nothing far, the probe
-/// is a test of the mode, in a register, and no clock read: one at every probe's start kept
-/// `ptxas` from moving kernels' loads across it (on the H200, saxpy with nothing far 1.46x in
-/// process against 1.06x).
+/// A request to far memory waits Δ: the lanes of a warp-level request whose addresses are far
+/// spin until Δ past the probe's start (`delay_ns_since` a clock read past the mode test) and
+/// the others wait for them where the warp's lanes meet again, at the probe's end, so the
+/// request waits Δ once. The lookup's own time is part of Δ, so a far request takes Δ longer
+/// than a near one (when the lookup is shorter than Δ). Every test that finds the address far
+/// calls the wait itself, with no boolean carried out of the lookup: each merge of such a
+/// value is a branch on the far path, whose length is what the wait cannot hide. With nothing
+/// far, the probe is a test of the mode, in a register, and no clock read: one at every probe's
+/// start kept `ptxas` from moving kernels' loads across it (on the H200, saxpy with nothing far
+/// 1.46x in process against 1.06x).
 #[helper(crate = crate::egpu_root)]
 fn wait_if_far(addr: u64) {
-    // Δ is read first, with the mode: the configuration's words read first are those kept in
-    // registers.
-    let mode = if let Ok(c) = TIER.get(0) { c.mode } else { MODE_NONE };
-    let delta = if let Ok(c) = TIER.get(0) { c.delay_ns } else { 0 };
-    if mode != MODE_NONE {
-        let start = egpu_vm::native::clock();
-        if far(addr) && delta > 0 && egpu_vm::native::warp_leader() {
-            let _since_start = egpu_vm::native::delay_ns_since(start, delta);
+    if let Ok(c) = TIER.get(0) {
+        // Read first, so that they are among the configuration's words kept in registers.
+        let mode = c.mode;
+        let delta = c.delay_ns;
+        if mode != MODE_NONE {
+            let start = egpu_vm::native::clock();
+            // A few ranges (the common case), tested in place, within their span (one test
+            // for most near addresses); an unused range is empty.
+            if mode == MODE_RANGES && c.ranges <= INLINE_RANGES as u64 {
+                if addr >= c.base
+                    && addr < c.end
+                    && ((addr >= c.first[0].start && addr < c.first[0].end)
+                        || (addr >= c.first[1].start && addr < c.first[1].end)
+                        || (addr >= c.first[2].start && addr < c.first[2].end)
+                        || (addr >= c.first[3].start && addr < c.first[3].end))
+                {
+                    // Tier::resolve keeps Δ at most MAX_DELAY_NS: the mask changes nothing.
+                    let _since = egpu_vm::native::delay_ns_since(start, delta & MAX_DELAY_NS);
+                }
+            } else if far(addr) {
+                let _since = egpu_vm::native::delay_ns_since(start, delta & MAX_DELAY_NS);
+            }
         }
     }
 }
@@ -174,6 +191,46 @@ fn far_atomic(ctx: &MemAccessCtx) {
 /// The emulation's device probes: loads, stores and atomics to far memory wait.
 pub fn far_access() -> [&'static Probe; 3] {
     [far_load::probe(), far_store::probe(), far_atomic::probe()]
+}
+
+/// Kernels the count run counts accesses of.
+const COUNTED_KERNELS: u32 = 4096;
+
+/// The count run's accesses per kernel (by `kernel_id`): every load, store and atomic lane.
+pub(super) static CXL_ACCESSES: HashMap<u64, u64> = HashMap::with_capacity(COUNTED_KERNELS);
+/// The count run's accesses to far memory per kernel.
+pub(super) static CXL_FAR: HashMap<u64, u64> = HashMap::with_capacity(COUNTED_KERNELS);
+
+/// Counts an access of `kernel`'s, and whether it was far, by the device probe's own lookup
+/// (the translation adds a warp's lanes up before the atomic add).
+#[helper(crate = crate::egpu_root)]
+fn count_access(kernel: u64, addr: u64) {
+    CXL_ACCESSES.fetch_add(&kernel, 1);
+    if far(addr) {
+        CXL_FAR.fetch_add(&kernel, 1);
+    }
+}
+
+#[probe(device::global_load, crate = crate::egpu_root)]
+fn count_load(ctx: &MemAccessCtx) {
+    count_access(ctx.kernel_id, ctx.addr);
+}
+
+#[probe(device::global_store, crate = crate::egpu_root)]
+fn count_store(ctx: &MemAccessCtx) {
+    count_access(ctx.kernel_id, ctx.addr);
+}
+
+#[probe(device::global_atomic, crate = crate::egpu_root)]
+fn count_atomic(ctx: &MemAccessCtx) {
+    count_access(ctx.kernel_id, ctx.addr);
+}
+
+/// The count run's device probes: each kernel's accesses, and those to far memory, counted
+/// (`CXL_ACCESSES`, `CXL_FAR`) with no wait: what `egpu cxl` runs a third time for the share
+/// of far accesses, apart from the timed runs, whose times counting would change.
+pub fn far_counter() -> [&'static Probe; 3] {
+    [count_load::probe(), count_store::probe(), count_atomic::probe()]
 }
 
 /// An address to resolve ([`far_resolver`]'s context).
