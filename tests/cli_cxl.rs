@@ -1,6 +1,6 @@
-//! `egpu cxl` on the stand-in driver (`egpu-preload/tests/fixture`): the command runs twice,
-//! the second time with the far tier's pack, whose maps egpu finds in the process and writes
-//! its tier into; then the table of each kernel's times.
+//! `egpu cxl` on the stand-in driver (`egpu-preload/tests/fixture`): the command runs three
+//! times, the second time with the far tier's pack, whose maps egpu finds in the process and
+//! writes its tier into, the third with the count run's; then the table of each kernel's times.
 
 #[expect(dead_code, reason = "this file makes no temporary folders")]
 mod cli_support;
@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Command, Stdio};
 
 /// `egpu cxl --far POLICY` over the launcher's `merge` (with `mark` set, the launcher marks the
-/// first half of its allocation): its output, errors and the two runs' pids.
+/// first half of its allocation): its output, errors and the three runs' pids.
 fn cxl(policy: &str, mark: bool) -> (String, String, Vec<String>) {
     let dir = support::build(&format!("cli-cxl-{}", policy.replace(':', "-")));
     let ptx = dir.join("saxpy.ptx");
@@ -41,7 +41,7 @@ fn cxl(policy: &str, mark: bool) -> (String, String, Vec<String>) {
     // synchronises, says `synced` and waits for a line again: each given after a pause, in which
     // egpu's thread finds the emulated run's maps, then its allocation.
     let mut waits = 0;
-    while waits < 4 {
+    while waits < 6 {
         let mut line = String::new();
         if out.read_line(&mut line).expect("a line") == 0 {
             break;
@@ -61,12 +61,12 @@ fn cxl(policy: &str, mark: bool) -> (String, String, Vec<String>) {
     child.stderr.take().expect("its errors").read_to_string(&mut stderr).expect("its errors");
     let status = child.wait().expect("egpu");
     assert!(status.success(), "{stdout}\n{stderr}");
-    assert_eq!(pids.len(), 2, "{stdout}\n{stderr}");
+    assert_eq!(pids.len(), 3, "{stdout}\n{stderr}");
     (stdout, stderr, pids)
 }
 
 #[test]
-fn cxl_runs_the_command_twice_and_writes_each_process_tier() {
+fn cxl_runs_the_command_three_times_and_writes_each_process_tier() {
     let (stdout, stderr, pids) = cxl("all", false);
     assert!(stderr.contains("egpu: cxl: the baseline run"), "{stderr}");
     assert!(stderr.contains("egpu: cxl: far all, 300 ns away"), "{stderr}");
@@ -75,9 +75,17 @@ fn cxl_runs_the_command_twice_and_writes_each_process_tier() {
         format!("egpu: cxl: process {}: 1 device allocations, 64 bytes of them far", pids[1]);
     assert!(stderr.contains(&found), "{stderr}");
     assert!(!stderr.contains("could not be written"), "{stderr}");
+    // The count run's process: its tier written too, so that it counts what the emulation
+    // took for far.
+    assert!(stderr.contains("egpu: cxl: the count run"), "{stderr}");
+    let counted =
+        format!("egpu: cxl: process {}: 1 device allocations, 64 bytes of them far", pids[2]);
+    assert!(stderr.contains(&counted), "{stderr}");
     // The launches, timed in both runs (the stand-in's events), with their ratio.
-    assert!(stdout.contains("baseline µs") && stdout.contains("slowdown"), "{stdout}");
-    let row = stdout.lines().find(|l| l.trim_end().ends_with('×')).expect("a kernel's line");
+    assert!(stdout.contains("baseline µs") && stdout.contains("far accesses"), "{stdout}");
+    // The stand-in runs no kernel: the count run saw no access, and the share is `-`.
+    let row = stdout.lines().find(|l| l.contains('×')).expect("a kernel's line");
+    assert!(row.trim_end().ends_with(" -"), "{row}");
     assert!(row.split_whitespace().nth(1) == Some("2"), "two launches: {row}\n{stdout}");
 }
 
@@ -85,10 +93,10 @@ fn cxl_runs_the_command_twice_and_writes_each_process_tier() {
 fn cxl_reads_the_ranges_a_program_marks() {
     // The launcher marks the first 32 of its 64 bytes through the preloaded library's
     // `egpu_cxl_mark`: refused in the baseline run (no far tier there), recorded in the
-    // emulated run's ring, where egpu reads it and makes those bytes, and only those, far.
+    // emulated and count runs' rings, where egpu reads it and makes those bytes, and only those, far.
     let (stdout, stderr, pids) = cxl("marked", true);
     let marks: Vec<&str> = stdout.lines().filter(|l| l.starts_with("marked ")).collect();
-    assert_eq!(marks, ["marked -1", "marked 0"], "{stdout}");
+    assert_eq!(marks, ["marked -1", "marked 0", "marked 0"], "{stdout}");
     let found = format!(
         "egpu: cxl: process {}: 1 device allocations, 32 bytes of them far, 1 range marked",
         pids[1]

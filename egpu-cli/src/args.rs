@@ -327,6 +327,10 @@ pub(crate) struct CxlArgs {
     /// Leave the baseline run out (the table then has the emulated times only)
     #[arg(long)]
     pub(crate) no_baseline: bool,
+    /// Leave the count run out (a third run, untimed, that counts each kernel's accesses and
+    /// those to far memory; the table then has no share of far accesses)
+    #[arg(long)]
+    pub(crate) no_count: bool,
     /// The preloaded library
     #[arg(long, value_name = "PATH")]
     pub(crate) library: Option<PathBuf>,

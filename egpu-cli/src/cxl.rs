@@ -1,6 +1,8 @@
 //! `egpu cxl`: a command run as it is (the baseline) and with part of its GPU memory in an
-//! emulated slower tier (`egpu::host::cxl`), every launch timed by CUDA events; then per kernel
-//! the two times and the slowdown. While the emulated run goes, a thread of egpu's finds the
+//! emulated slower tier (`egpu::host::cxl`), every launch timed by CUDA events, then a third
+//! time untimed with probes that count each kernel's accesses and those to far memory (counting
+//! would change the emulated run's times); then per kernel the two times, the slowdown and the
+//! share of far accesses. While the emulated and count runs go, a thread of egpu's finds the
 //! command's processes (those with the tier's maps in shared memory), reads the allocations
 //! each makes from its `ALLOCS` ring, resolves the policy over them and writes the process's
 //! tier, which its preloaded library copies to the GPU at its next merge.
@@ -36,28 +38,52 @@ pub(crate) fn cxl_cmd(a: CxlArgs) -> Result<ExitCode, Error> {
         crate::run::run_cmd(run_args(&a, dir.join("baseline"), None))?;
         Some(kernel_times(&dir, "baseline")?)
     };
-    let pack = egpu::host::cxl::pack().map_err(failed)?;
     let pack_path = dir.join("cxl.pack");
-    std::fs::write(&pack_path, pack.to_text())
-        .map_err(|e| failed(format!("{}: {e}", pack_path.display())))?;
+    write_pack(&pack_path, egpu::host::cxl::pack())?;
     let shown = match lookup {
         Lookup::Ranges => "a table of ranges".to_owned(),
         Lookup::Bitmap { page_shift } => format!("a bitmap of {} B pages", 1u64 << page_shift),
     };
     eprintln!("egpu: cxl: far {}, {delay} ns away, found in {shown}", a.far);
+    let code = fed_run(&a, run_args(&a, dir.join("emulated"), Some(&pack_path)), lookup, delay)?;
+    let shares = if a.no_count || code != ExitCode::SUCCESS {
+        None
+    } else {
+        eprintln!("egpu: cxl: the count run (each kernel's accesses, and those to far memory)");
+        let count_path = dir.join("count.pack");
+        write_pack(&count_path, egpu::host::cxl::count_pack())?;
+        let counted = run_args(&a, dir.join("counted"), Some(&count_path));
+        fed_run(&a, counted, lookup, delay)?;
+        Some(far_shares(&dir, "counted")?)
+    };
+    print!("{}", table(baseline.as_ref(), &kernel_times(&dir, "emulated")?, shares.as_ref()));
+    Ok(code)
+}
+
+/// `pack` written to `path` for the preloaded library.
+fn write_pack(
+    path: &Path,
+    pack: Result<egpu::host::pack::Pack, egpu::host::pack::PackError>,
+) -> Result<(), Error> {
+    let pack = pack.map_err(failed)?;
+    std::fs::write(path, pack.to_text()).map_err(|e| failed(format!("{}: {e}", path.display())))
+}
+
+/// Runs `run` while a thread of egpu's writes the tier of each of its processes; then a line
+/// per process.
+fn fed_run(a: &CxlArgs, run: RunArgs, lookup: Lookup, delay: u64) -> Result<ExitCode, Error> {
     let stop = Arc::new(AtomicBool::new(false));
     let feeder = {
         let (stop, policy) = (stop.clone(), a.far.clone());
         std::thread::spawn(move || feed(&stop, &policy, lookup, delay))
     };
-    let code = crate::run::run_cmd(run_args(&a, dir.join("emulated"), Some(&pack_path)));
+    let code = crate::run::run_cmd(run);
     stop.store(true, Ordering::Relaxed);
     let fed = feeder.join().unwrap_or_default();
     let code = code?;
     for (pid, line) in fed {
         eprintln!("egpu: cxl: process {pid}: {line}");
     }
-    print!("{}", table(baseline.as_ref(), &kernel_times(&dir, "emulated")?));
     Ok(code)
 }
 
@@ -163,12 +189,7 @@ fn feed(stop: &AtomicBool, policy: &Policy, lookup: Lookup, delay: u64) -> Vec<(
 /// wrote (`kernel_time ID LAUNCHES NS BUCKETS NAME` lines).
 fn kernel_times(dir: &Path, run: &str) -> Result<BTreeMap<String, (u64, u64)>, Error> {
     let mut times: BTreeMap<String, (u64, u64)> = BTreeMap::new();
-    let entries = std::fs::read_dir(dir).map_err(|e| failed(format!("{}: {e}", dir.display())))?;
-    for entry in entries.filter_map(Result::ok) {
-        if !entry.file_name().to_string_lossy().starts_with(&format!("{run}.")) {
-            continue;
-        }
-        let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+    for text in summaries(dir, run)? {
         for line in text.lines() {
             let words: Vec<&str> = line.split(' ').collect();
             if let ["kernel_time", _id, n, ns, _buckets, name @ ..] = words.as_slice()
@@ -183,16 +204,50 @@ fn kernel_times(dir: &Path, run: &str) -> Result<BTreeMap<String, (u64, u64)>, E
     Ok(times)
 }
 
+/// Per kernel name: its accesses in the count run and those to far memory, from the
+/// summaries `run`'s processes wrote (`map CXL_ACCESSES NAME N`, `map CXL_FAR NAME N`).
+fn far_shares(dir: &Path, run: &str) -> Result<BTreeMap<String, (u64, u64)>, Error> {
+    let mut shares: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for text in summaries(dir, run)? {
+        for line in text.lines() {
+            let words: Vec<&str> = line.split(' ').collect();
+            if let ["map", map @ ("CXL_ACCESSES" | "CXL_FAR"), name @ .., n] = words.as_slice()
+                && let Ok(n) = n.parse::<u64>()
+            {
+                let share = shares.entry(name.join(" ")).or_default();
+                if *map == "CXL_FAR" {
+                    share.1 += n;
+                } else {
+                    share.0 += n;
+                }
+            }
+        }
+    }
+    Ok(shares)
+}
+
+/// The summaries the processes of `run` wrote into `dir`.
+fn summaries(dir: &Path, run: &str) -> Result<Vec<String>, Error> {
+    let entries = std::fs::read_dir(dir).map_err(|e| failed(format!("{}: {e}", dir.display())))?;
+    Ok(entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{run}.")))
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect())
+}
+
 /// The table: per kernel of the emulated run, its launches, the mean GPU time per launch of
-/// each run and their ratio.
+/// each run and their ratio, and the share of its accesses that went to far memory (from the
+/// count run; `-` without one, or for a kernel whose accesses it did not see).
 fn table(
     baseline: Option<&BTreeMap<String, (u64, u64)>>,
     emulated: &BTreeMap<String, (u64, u64)>,
+    shares: Option<&BTreeMap<String, (u64, u64)>>,
 ) -> String {
     let mean = |(n, ns): (u64, u64)| if n == 0 { 0.0 } else { ns as f64 / n as f64 / 1e3 };
     let mut out = format!(
-        "{:<40} {:>9} {:>14} {:>14} {:>9}\n",
-        "kernel", "launches", "baseline µs", "emulated µs", "slowdown"
+        "{:<40} {:>9} {:>14} {:>14} {:>9} {:>12}\n",
+        "kernel", "launches", "baseline µs", "emulated µs", "slowdown", "far accesses"
     );
     for (name, &times) in emulated {
         let base = baseline.and_then(|b| b.get(name)).map(|&t| mean(t));
@@ -200,9 +255,13 @@ fn table(
             Some(b) if b > 0.0 => (format!("{b:.3}"), format!("{:.2}×", mean(times) / b)),
             _ => ("-".into(), "-".into()),
         };
+        let far = match shares.and_then(|s| s.get(name)) {
+            Some(&(all, far)) if all > 0 => format!("{:.1}%", far as f64 * 100.0 / all as f64),
+            _ => "-".into(),
+        };
         let short: String = name.chars().take(40).collect();
         out.push_str(&format!(
-            "{short:<40} {:>9} {shown:>14} {:>14.3} {ratio:>9}\n",
+            "{short:<40} {:>9} {shown:>14} {:>14.3} {ratio:>9} {far:>12}\n",
             times.0,
             mean(times)
         ));
@@ -227,6 +286,30 @@ mod tests {
         }
     }
 
+    /// The count run's maps, read from the summaries, give each kernel's share of far
+    /// accesses; a kernel the count run did not see, or no count run, gives `-`.
+    #[test]
+    fn the_table_shows_each_kernels_share_of_far_accesses() {
+        let dir = std::env::temp_dir().join(format!("egpu-cxl-shares-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("a folder");
+        let summary = "kernel_time 0x1 2 4000 - saxpy\nmap CXL_ACCESSES saxpy 300\n\
+                       map CXL_FAR saxpy 75\nmap CXL_ACCESSES void k<int> 8\nmap OTHER saxpy 9\n";
+        std::fs::write(dir.join("counted.12"), summary).expect("a summary");
+        std::fs::write(dir.join("counted.13"), "map CXL_ACCESSES saxpy 100\n").expect("another");
+        std::fs::write(dir.join("emulated.12"), "map CXL_FAR saxpy 1000\n").expect("not counted");
+        let shares = far_shares(&dir, "counted").expect("read");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(shares.get("saxpy"), Some(&(400, 75)));
+        assert_eq!(shares.get("void k<int>"), Some(&(8, 0)));
+        let times: BTreeMap<String, (u64, u64)> =
+            [("saxpy".to_owned(), (2, 4000)), ("other".to_owned(), (1, 10))].into();
+        let text = table(Some(&times), &times, Some(&shares));
+        let row = |k: &str| text.lines().find(|l| l.starts_with(k)).expect(k).to_owned();
+        assert!(row("saxpy").ends_with(" 18.8%"), "{text}");
+        assert!(row("other").ends_with(" -"), "{text}");
+        assert!(table(None, &times, None).lines().nth(1).expect("a row").ends_with(" -"));
+    }
+
     /// The emulated run bounds registers to keep blocks per SM; the baseline runs as it is.
     #[test]
     fn the_emulated_run_keeps_each_kernels_blocks_per_sm() {
@@ -246,11 +329,11 @@ mod tests {
         let base: BTreeMap<String, (u64, u64)> = [("saxpy".to_owned(), (2, 4000))].into();
         let emulated: BTreeMap<String, (u64, u64)> =
             [("saxpy".to_owned(), (2, 10_000)), ("other".to_owned(), (1, 500))].into();
-        let t = table(Some(&base), &emulated);
+        let t = table(Some(&base), &emulated, None);
         let saxpy = t.lines().find(|l| l.starts_with("saxpy")).expect("saxpy's line");
-        assert!(saxpy.contains("2.000") && saxpy.contains("5.000") && saxpy.ends_with("2.50×"));
+        assert!(saxpy.contains("2.000") && saxpy.contains("5.000") && saxpy.contains(" 2.50× "));
         let other = t.lines().find(|l| l.starts_with("other")).expect("other's line");
-        assert!(other.ends_with('-'), "{other}");
-        assert!(table(None, &BTreeMap::new()).contains("no kernel launch was timed"));
+        assert_eq!(other.split_whitespace().filter(|w| *w == "-").count(), 3, "{other}");
+        assert!(table(None, &BTreeMap::new(), None).contains("no kernel launch was timed"));
     }
 }
