@@ -8,8 +8,9 @@
 //! (`egpu_clock`, `egpu_delay_ns`), so the lookup's own time is part of Δ. It also prints
 //! `%globaltimer`'s step, the SM clock measured against the rated one (waits count `%clock64`
 //! cycles at the rated clock), what the lookup costs a load with the range table and with the
-//! bitmap when nothing it asks is far, and what the probes cost nvcc's grid-stride saxpy with
-//! nothing far and with a far range elsewhere.
+//! bitmap when nothing it asks is far, what the probes cost nvcc's grid-stride saxpy with
+//! nothing far and with a far range elsewhere, and the bandwidth saxpy gets with all of its
+//! memory far under a bandwidth cap per SM (`CxlSession::capped`, `Tier::with_bandwidth`).
 //!
 //! ```text
 //! cargo run --release -p egpu --example cxl_chase
@@ -180,6 +181,28 @@ fn run() -> Result<bool, Box<dyn Error>> {
         println!(
             "saxpy 2^26 with the probes, {what}: {:.3}x (median of 5; target <= 1.1)",
             ratios[2]
+        );
+    }
+    // The bandwidth cap: saxpy with all of its memory far at Δ = 0, each SM's far requests at
+    // most `rate` bytes per second; the bytes it moves (reads of x and y, writes of y) over its
+    // time, against the cap times the SMs.
+    let capped = CxlSession::capped(&gpu, &[])?;
+    let probed = capped.load_ptx(SAXPY)?;
+    let bytes = 3.0 * 4.0 * f64::from(n);
+    for rate in [256u64 << 20, 1 << 30] {
+        capped.set(&Tier::resolve(&Policy::All, &[], Lookup::Ranges, 0)?.with_bandwidth(rate))?;
+        let t = time(&|| {
+            probed.launch("saxpy", grid, (256, 1, 1), &sargs)?;
+            Ok(())
+        })?;
+        let cap = rate as f64 * f64::from(info.sm_count);
+        println!(
+            "bandwidth cap {} MiB/s per SM ({:.1} GB/s in all): saxpy moved {:.2} GB/s ({:.2} of \
+             the cap)",
+            rate >> 20,
+            cap / 1e9,
+            bytes / t / 1e9,
+            bytes / t / cap
         );
     }
     Ok(within == DELTAS.len())

@@ -108,7 +108,9 @@ fn cxl_reads_the_ranges_a_program_marks() {
 fn cxl_refuses_a_wrong_policy_or_latency_before_running_anything() {
     let help = cli_support::succeeds(&["cxl", "--help"]);
     assert!(
-        help.stdout.contains("--far-latency") && help.stdout.contains("nth:N"),
+        help.stdout.contains("--far-latency")
+            && help.stdout.contains("nth:N")
+            && help.stdout.contains("--bandwidth"),
         "{}",
         help.stdout
     );
@@ -119,4 +121,6 @@ fn cxl_refuses_a_wrong_policy_or_latency_before_running_anything() {
         &["over the 1048575 ns one wait may take"],
     );
     cli_support::fails(&["cxl", "--bitmap-pages", "3K", "--", "true"], 1, &["--bitmap-pages 3K"]);
+    cli_support::fails(&["cxl", "--bandwidth", "fast", "--", "true"], 2, &["is not a rate"]);
+    cli_support::fails(&["cxl", "--bandwidth", "0", "--", "true"], 2, &["is not a rate"]);
 }

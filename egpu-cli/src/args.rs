@@ -320,6 +320,11 @@ pub(crate) struct CxlArgs {
     /// What each request to far memory waits: 100ns, 250ns, 1us (at most 1048575ns, about 1ms)
     #[arg(long, value_name = "DURATION", default_value = "250ns", value_parser = humantime::parse_duration)]
     pub(crate) far_latency: Duration,
+    /// Cap far requests at this many bytes per second per SM (2G, 500M, 2GB/s: K, M, G, T are
+    /// powers of 1024): a token bucket per SM, whose requests wait for its link on top of the
+    /// far latency. A link of B shared by S SMs is B/S per SM
+    #[arg(long, value_name = "RATE", value_parser = bandwidth)]
+    pub(crate) bandwidth: Option<u64>,
     /// Find far memory in a bitmap of pages of this many bytes (4K to 1G, a power of two)
     /// instead of a table of ranges
     #[arg(long, value_name = "BYTES")]
@@ -536,6 +541,15 @@ pub(crate) fn loopback(address: &str) -> Result<SocketAddr, String> {
         );
     }
     Ok(parsed)
+}
+
+/// `--bandwidth`: bytes per second, as policies write numbers, with an optional `B/s` or `/s`.
+fn bandwidth(text: &str) -> Result<u64, String> {
+    let number = text.trim().trim_end_matches("/s").trim_end_matches('B');
+    match egpu::host::cxl::number(number) {
+        Some(rate) if rate > 0 => Ok(rate),
+        _ => Err(format!("`{text}` is not a rate: bytes per second, like 2G, 500M or 2GB/s")),
+    }
 }
 
 #[cfg(test)]

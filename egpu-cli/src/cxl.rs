@@ -39,12 +39,17 @@ pub(crate) fn cxl_cmd(a: CxlArgs) -> Result<ExitCode, Error> {
         Some(kernel_times(&dir, "baseline")?)
     };
     let pack_path = dir.join("cxl.pack");
-    write_pack(&pack_path, egpu::host::cxl::pack())?;
+    let pack = match a.bandwidth {
+        Some(_) => egpu::host::cxl::pack_capped(),
+        None => egpu::host::cxl::pack(),
+    };
+    write_pack(&pack_path, pack)?;
     let shown = match lookup {
         Lookup::Ranges => "a table of ranges".to_owned(),
         Lookup::Bitmap { page_shift } => format!("a bitmap of {} B pages", 1u64 << page_shift),
     };
-    eprintln!("egpu: cxl: far {}, {delay} ns away, found in {shown}", a.far);
+    let capped = a.bandwidth.map(|r| format!(", at most {r} bytes/s per SM")).unwrap_or_default();
+    eprintln!("egpu: cxl: far {}, {delay} ns away{capped}, found in {shown}", a.far);
     let code = fed_run(&a, run_args(&a, dir.join("emulated"), Some(&pack_path)), lookup, delay)?;
     let shares = if a.no_count || code != ExitCode::SUCCESS {
         None
@@ -74,8 +79,8 @@ fn write_pack(
 fn fed_run(a: &CxlArgs, run: RunArgs, lookup: Lookup, delay: u64) -> Result<ExitCode, Error> {
     let stop = Arc::new(AtomicBool::new(false));
     let feeder = {
-        let (stop, policy) = (stop.clone(), a.far.clone());
-        std::thread::spawn(move || feed(&stop, &policy, lookup, delay))
+        let (stop, policy, rate) = (stop.clone(), a.far.clone(), a.bandwidth.unwrap_or(0));
+        std::thread::spawn(move || feed(&stop, &policy, lookup, delay, rate))
     };
     let code = crate::run::run_cmd(run);
     stop.store(true, Ordering::Relaxed);
@@ -134,7 +139,13 @@ fn run_args(a: &CxlArgs, summary: PathBuf, probes: Option<&Path>) -> RunArgs {
 
 /// Until `stop`: the tier of each process of this one's with the tier's maps, written when it
 /// is found and again after each change of its allocations; then a line per process.
-fn feed(stop: &AtomicBool, policy: &Policy, lookup: Lookup, delay: u64) -> Vec<(u32, String)> {
+fn feed(
+    stop: &AtomicBool,
+    policy: &Policy,
+    lookup: Lookup,
+    delay: u64,
+    rate: u64,
+) -> Vec<(u32, String)> {
     let me = std::process::id();
     let mut fed: BTreeMap<u32, (TierMaps, Tracker, Option<String>)> = BTreeMap::new();
     loop {
@@ -148,6 +159,7 @@ fn feed(stop: &AtomicBool, policy: &Policy, lookup: Lookup, delay: u64) -> Vec<(
             else {
                 continue;
             };
+            let tracker = tracker.with_bandwidth(rate);
             let failed =
                 tracker.tier().and_then(|t| t.write_to(&maps)).err().map(|e| e.to_string());
             fed.insert(pid, (maps, tracker, failed));
@@ -308,6 +320,18 @@ mod tests {
         assert!(row("saxpy").ends_with(" 18.8%"), "{text}");
         assert!(row("other").ends_with(" -"), "{text}");
         assert!(table(None, &times, None).lines().nth(1).expect("a row").ends_with(" -"));
+    }
+
+    /// `--bandwidth` takes bytes per second with the policies' suffixes, `B/s` or `/s` after.
+    #[test]
+    fn bandwidth_is_bytes_per_second() {
+        use clap::Parser;
+        for (text, rate) in [("2G", 2u64 << 30), ("500MB/s", 500 << 20), ("4096/s", 4096)] {
+            let cli = crate::args::Cli::try_parse_from(["egpu", "cxl", "--bandwidth", text, "x"])
+                .expect("parses");
+            let crate::args::Command::Cxl(a) = cli.command else { panic!("not cxl") };
+            assert_eq!(a.bandwidth, Some(rate), "{text}");
+        }
     }
 
     /// The emulated run bounds registers to keep blocks per SM; the baseline runs as it is.

@@ -28,9 +28,13 @@ use std::str::FromStr;
 use bytemuck::{Pod, Zeroable};
 use egpu_ebpf::helpers::MAX_DELAY_NS;
 use egpu_maps::{Array, RingBuf};
+use egpu_probe::Probe;
 
 pub use session::{CxlError, CxlSession};
-pub use tiers::{Address, allocation_recorder, far_access, far_counter, far_resolver};
+pub use tiers::{
+    Address, Request, allocation_recorder, far_access, far_access_capped, far_counter,
+    far_resolver, link_queue,
+};
 
 /// Far ranges the range table holds.
 pub const MAX_RANGES: u32 = 256;
@@ -77,6 +81,9 @@ pub struct TierConfig {
     /// than that: the probe reads them once per thread, with the rest of this configuration
     /// (words of a one-slot array no probe writes), so a few ranges cost no lookup.
     pub first: [FarRange; INLINE_RANGES],
+    /// The bandwidth cap: nanoseconds per byte of far requests through each SM's link, in fixed
+    /// point with 16 fraction bits (0: no cap). See [`Tier::with_bandwidth`].
+    pub link_ns_per_byte: u64,
 }
 
 /// Far ranges [`TierConfig::first`] holds.
@@ -327,6 +334,22 @@ impl Tier {
     }
 
     /// A tier of `config` in `mode`, with no table.
+    /// This tier with far requests capped at `bytes_per_second` per SM (0: no cap): a token
+    /// bucket per SM. Each warp-level request to far memory takes its lanes' bytes' time on its
+    /// SM's link (`LINKS`, when the link is next free, by `%globaltimer`); one that finds the
+    /// link busy waits the time until it is free on top of Δ. A link of `B` bytes/s shared by
+    /// `S` SMs is `B / S` per SM.
+    pub fn with_bandwidth(mut self, bytes_per_second: u64) -> Tier {
+        self.config.link_ns_per_byte = match bytes_per_second {
+            0 => 0,
+            // 10^9 ns × 2^16 per second, at least 1 (16 fraction bits: 2^-16 ns per byte).
+            rate => {
+                ((1_000_000_000u128 << 16) / u128::from(rate)).clamp(1, u128::from(u32::MAX)) as u64
+            }
+        };
+        self
+    }
+
     fn plain(config: TierConfig, mode: u64) -> Tier {
         Tier { config: TierConfig { mode, ..config }, ranges: vec![], bitmap: vec![] }
     }
@@ -466,6 +489,8 @@ pub struct Tracker {
     policy: Policy,
     lookup: Lookup,
     delay_ns: u64,
+    /// The bandwidth cap per SM, bytes per second (0: none).
+    bandwidth: u64,
     /// Every allocation in the order made; a freed one's size is 0 (its ordinal stays).
     allocations: Vec<Allocation>,
     /// The ranges the program marked far, in the order marked.
@@ -476,7 +501,21 @@ impl Tracker {
     /// A tracker of `policy`, looked up as `lookup` says, far requests waiting `delay_ns`.
     pub fn new(policy: Policy, lookup: Lookup, delay_ns: u64) -> Result<Tracker, TierError> {
         Tier::resolve(&policy, &[], lookup, delay_ns)?;
-        Ok(Tracker { policy, lookup, delay_ns, allocations: Vec::new(), marked: Vec::new() })
+        Ok(Tracker {
+            policy,
+            lookup,
+            delay_ns,
+            bandwidth: 0,
+            allocations: Vec::new(),
+            marked: Vec::new(),
+        })
+    }
+
+    /// This tracker with far requests capped at `bytes_per_second` per SM
+    /// ([`Tier::with_bandwidth`]).
+    pub fn with_bandwidth(mut self, bytes_per_second: u64) -> Tracker {
+        self.bandwidth = bytes_per_second;
+        self
     }
 
     /// Takes the records `[address, bytes]` (0 bytes: a free; with [`MARKED`], a range the
@@ -526,15 +565,26 @@ impl Tracker {
             Policy::Marked => &Policy::Ranges(self.marked.clone()),
             other => other,
         };
-        Tier::resolve(policy, &self.allocations, self.lookup, self.delay_ns)
+        Ok(Tier::resolve(policy, &self.allocations, self.lookup, self.delay_ns)?
+            .with_bandwidth(self.bandwidth))
     }
 }
 
 /// The probes of the far tier in a pack for the preloaded library (`EGPU_PROBES`): the device
 /// probes at every load, store and atomic, and the host probe recording allocations.
 pub fn pack() -> Result<crate::pack::Pack, crate::pack::PackError> {
+    packed(far_access())
+}
+
+/// [`pack`] with the bandwidth cap's probes ([`far_access_capped`]).
+pub fn pack_capped() -> Result<crate::pack::Pack, crate::pack::PackError> {
+    packed(far_access_capped())
+}
+
+/// `probes` and the host probe recording allocations, in a pack.
+fn packed(probes: [&'static Probe; 3]) -> Result<crate::pack::Pack, crate::pack::PackError> {
     let mut pack = crate::pack::Pack::new();
-    for probe in far_access() {
+    for probe in probes {
         pack.add(probe)?;
     }
     pack.add(allocation_recorder())?;
@@ -544,12 +594,7 @@ pub fn pack() -> Result<crate::pack::Pack, crate::pack::PackError> {
 /// The pack of `egpu cxl`'s count run: the device probes that count each kernel's accesses
 /// and those to far memory ([`far_counter`]), and the host probe recording allocations.
 pub fn count_pack() -> Result<crate::pack::Pack, crate::pack::PackError> {
-    let mut pack = crate::pack::Pack::new();
-    for probe in far_counter() {
-        pack.add(probe)?;
-    }
-    pack.add(allocation_recorder())?;
-    Ok(pack)
+    packed(far_counter())
 }
 
 /// Pages of `2^page_shift` bytes, `fraction` of them far by hash (every page from 1 on, none

@@ -24,7 +24,7 @@ use egpu_device::maps::DeviceMapBuffer;
 use egpu_device::translate::DeviceMap;
 use egpu_maps::MapError;
 
-use super::{Tier, TierError, far_access};
+use super::{Tier, TierError, far_access, far_access_capped};
 
 /// Why a [`CxlSession`] could not be made, load a module or take a tier.
 #[derive(Debug, thiserror::Error)]
@@ -72,8 +72,21 @@ impl<'g> CxlSession<'g> {
     /// The far tier's probes (loads, stores, atomics) attached to the kernels named in
     /// `kernels` (every kernel when empty), with no memory far until [`set`](Self::set).
     pub fn new(gpu: &'g Gpu, kernels: &[&str]) -> Result<CxlSession<'g>, CxlError> {
+        Self::with_probes(gpu, kernels, far_access())
+    }
+
+    /// As [`new`](Self::new), with the probes that keep a tier's bandwidth cap
+    /// ([`Tier::with_bandwidth`]) as well as its Δ.
+    pub fn capped(gpu: &'g Gpu, kernels: &[&str]) -> Result<CxlSession<'g>, CxlError> {
+        Self::with_probes(gpu, kernels, far_access_capped())
+    }
+
+    fn with_probes(
+        gpu: &'g Gpu,
+        kernels: &[&str],
+        probes: [&'static egpu_probe::Probe; 3],
+    ) -> Result<CxlSession<'g>, CxlError> {
         Tier::resolve(&super::Policy::None, &[], super::Lookup::Ranges, 0)?.write()?;
-        let probes = far_access();
         // One copy per map, whichever probe names it first; each probe's table bound to them.
         let mut owners: Vec<usize> = Vec::new();
         let mut buffers: Vec<DeviceMapBuffer<'g>> = Vec::new();

@@ -135,6 +135,39 @@ fn far(addr: u64) -> bool {
     }
 }
 
+/// Slots of `LINKS`: SMs by `%smid` (the H200 has 132).
+const LINK_SLOTS: u32 = 256;
+/// Per SM (by `%smid`), when its link to far memory is next free (`bpf_ktime_get_ns`: on the
+/// GPU `%globaltimer`, one clock for all SMs), with a bandwidth cap.
+pub(super) static LINKS: Array<u64> = Array::with_len(LINK_SLOTS);
+
+/// The time a far request of `size` bytes per lane waits for its SM's link, with the bandwidth
+/// cap `per_byte` (`TierConfig::link_ns_per_byte`; 0: none, no wait): its lanes' bytes take
+/// their time on the link from when it is free (a token bucket per SM, kept as the time the
+/// link is next free). The lowest lane charges the request: an add, then a read, so another
+/// warp's request added between them counts in this one's wait too (it waits the longer); a
+/// link found idle starts again from now (a plain store: a request another warp added between
+/// the read and it is lost, the cap the looser for it).
+#[helper(crate = crate::egpu_root)]
+fn queued(size: u64, per_byte: u64) -> u64 {
+    let mut wait = 0;
+    if per_byte != 0 && egpu_vm::native::warp_leader() {
+        let bytes = egpu_vm::native::warp_lanes() as u64 * size;
+        let cost = (bytes * per_byte) >> 16;
+        let sm = egpu_vm::native::cpu_id() & (LINK_SLOTS - 1);
+        let now = egpu_vm::native::ktime_ns();
+        LINKS.fetch_add(sm, cost);
+        if let Ok(free) = LINKS.get(sm) {
+            if free < now + cost {
+                LINKS.set(sm, &(now + cost));
+            } else {
+                wait = free - cost - now;
+            }
+        }
+    }
+    wait
+}
+
 /// A request to far memory waits Δ: the lanes of a warp-level request whose addresses are far
 /// spin until Δ past the probe's start (`delay_ns_since` a clock read past the mode test) and
 /// the others wait for them where the warp's lanes meet again, at the probe's end, so the
@@ -173,6 +206,25 @@ fn wait_if_far(addr: u64) {
     }
 }
 
+/// [`wait_if_far`] with the bandwidth cap: a far request waits Δ, then the time it waits for
+/// its SM's link ([`queued`]). Apart, with the plain lookup ([`far`]): the link's code in the
+/// probe above took saxpy's instrumented kernel from 32 registers to 52, and its far path
+/// longer, with no cap.
+#[helper(crate = crate::egpu_root)]
+fn wait_if_far_capped(addr: u64, size: u64) {
+    if let Ok(c) = TIER.get(0) {
+        let mode = c.mode;
+        let delta = c.delay_ns;
+        let per_byte = c.link_ns_per_byte;
+        if mode != MODE_NONE {
+            let start = egpu_vm::native::clock();
+            if far(addr) {
+                let _since = egpu_vm::native::delay_ns_since(start, delta + queued(size, per_byte));
+            }
+        }
+    }
+}
+
 #[probe(device::global_load, crate = crate::egpu_root)]
 fn far_load(ctx: &MemAccessCtx) {
     wait_if_far(ctx.addr);
@@ -188,9 +240,31 @@ fn far_atomic(ctx: &MemAccessCtx) {
     wait_if_far(ctx.addr);
 }
 
-/// The emulation's device probes: loads, stores and atomics to far memory wait.
+#[probe(device::global_load, crate = crate::egpu_root)]
+fn capped_load(ctx: &MemAccessCtx) {
+    wait_if_far_capped(ctx.addr, ctx.size as u64);
+}
+
+#[probe(device::global_store, crate = crate::egpu_root)]
+fn capped_store(ctx: &MemAccessCtx) {
+    wait_if_far_capped(ctx.addr, ctx.size as u64);
+}
+
+#[probe(device::global_atomic, crate = crate::egpu_root)]
+fn capped_atomic(ctx: &MemAccessCtx) {
+    wait_if_far_capped(ctx.addr, ctx.size as u64);
+}
+
+/// The emulation's device probes: loads, stores and atomics to far memory wait Δ (a tier's
+/// bandwidth cap, [`super::Tier::with_bandwidth`], is left alone: [`far_access_capped`]).
 pub fn far_access() -> [&'static Probe; 3] {
     [far_load::probe(), far_store::probe(), far_atomic::probe()]
+}
+
+/// The emulation's device probes with the bandwidth cap: far requests wait Δ, then for their
+/// SM's link when the tier caps it.
+pub fn far_access_capped() -> [&'static Probe; 3] {
+    [capped_load::probe(), capped_store::probe(), capped_atomic::probe()]
 }
 
 /// Kernels the count run counts accesses of.
@@ -239,6 +313,28 @@ pub fn far_counter() -> [&'static Probe; 3] {
 pub struct Address {
     /// The address.
     pub addr: u64,
+}
+
+/// A far request, for [`link_queue`]: its bytes per lane.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct Request {
+    /// Its bytes (one lane on the CPU).
+    pub size: u64,
+}
+
+/// Returns what a far request of `ctx.size` bytes waits for its link, by the device probe's own
+/// token bucket (on the CPU VM, the link of the CPU the call runs on).
+#[probe(user, crate = crate::egpu_root)]
+fn queue(ctx: &mut Request) -> u64 {
+    let per_byte = if let Ok(c) = TIER.get(0) { c.link_ns_per_byte } else { 0 };
+    queued(ctx.size, per_byte)
+}
+
+/// The probe that charges a far request to its link as the device probe does, for the CPU VM:
+/// it returns the time the request waits for the link (0: it was free, or no cap).
+pub fn link_queue() -> &'static Probe {
+    queue::probe()
 }
 
 /// Returns the wait of a request to `ctx.addr` (0: not far), by the device probe's own lookup.
