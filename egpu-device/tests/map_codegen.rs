@@ -341,6 +341,16 @@ fn adds_by_the_kernels_id_are_combined_per_thread_and_adds_by_page_are_not() {
     // Not when the map is read and written live by the host (its values may move).
     let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, true)]);
     assert!(!ptx.contains("_sum_addr") && !ptx.contains("_hs0"));
+    // Nor when the probe reads the value it adds to: it must see its adds (a token bucket's
+    // time, the far tier's `LINKS`).
+    let reads_back = "mov %r9, %r1\nldxdw %r0, [%r9+8]\nstxdw [%r10-8], %r0\nlddw %r1, map[0]\n\
+                      mov %r2, %r10\nadd %r2, -8\ncall 1\njeq %r0, 0, out\n\
+                      ldxw %r1, [%r9+16]\nlock add [%r0], %r1\nldxdw %r1, [%r0+0]\nout:\n\
+                      mov %r0, 0\nexit";
+    let back = program(reads_back, hash_def(8), DeviceEvent::GlobalLoad);
+    let ptx = instrument(&[(&back, DeviceEvent::GlobalLoad)], &[hash_binding(8, false)]);
+    assert!(!ptx.contains("_sum_addr") && !ptx.contains("_hs0"), "{ptx}");
+    assert!(ptx.contains("red.global.add.u64") || ptx.contains("red.add.u64"), "{ptx}");
     // Not by page alone: the key changes from access to access.
     let pages = page_counts(false);
     assert!(!pages.contains("_sum_addr") && !pages.contains("_hs0"));

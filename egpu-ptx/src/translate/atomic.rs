@@ -117,10 +117,12 @@ pub fn combines(verified: &Verified, stable: &dyn Fn(u32) -> bool) -> bool {
 /// would only cost the kernel registers (measured with the `pages` set's (kernel, page) keys,
 /// 2 MiB pages, its adds combined: the grid-stride saxpy 4.42× against 3.71×, the model 3.36×
 /// against 4.10×).
+/// A map whose values the program also loads or stores is not combined: the probe reads what it
+/// added (a token bucket's time, say) and must see its adds.
 fn combinable(verified: &Verified, access: Option<Access>, stable: &dyn Fn(u32) -> bool) -> bool {
     let program: &Program = verified.program();
     match access {
-        Some(Access { region: AccessRegion::MapValue(m), .. }) => {
+        Some(Access { region: AccessRegion::MapValue(m), .. }) if !read_or_stored(verified, m) => {
             program.maps().get(m as usize).is_some_and(|d| match d.kind {
                 MapKind::Array | MapKind::PerCpuArray => true,
                 MapKind::Hash | MapKind::PerCpuHash => {
@@ -131,6 +133,17 @@ fn combinable(verified: &Verified, access: Option<Access>, stable: &dyn Fn(u32) 
         }
         _ => false,
     }
+}
+
+/// Whether the program loads or stores (other than by an atomic) a value of map `m`.
+fn read_or_stored(verified: &Verified, m: u32) -> bool {
+    verified.program().decoded().iter().any(|d| {
+        matches!(d.insn, Instruction::Load { .. } | Instruction::Store { .. })
+            && matches!(
+                verified.access(d.pc),
+                Some(Access { region: AccessRegion::MapValue(v), .. }) if v == m
+            )
+    })
 }
 
 impl Emitter<'_> {
