@@ -351,6 +351,10 @@ fn adds_by_the_kernels_id_are_combined_per_thread_and_adds_by_page_are_not() {
     let ptx = instrument(&[(&back, DeviceEvent::GlobalLoad)], &[hash_binding(8, false)]);
     assert!(!ptx.contains("_sum_addr") && !ptx.contains("_hs0"), "{ptx}");
     assert!(ptx.contains("red.global.add.u64") || ptx.contains("red.add.u64"), "{ptx}");
+    // And its read goes past the SM's L1, which atomics and other SMs' writes leave stale.
+    assert!(ptx.contains("ld.relaxed.gpu.global.u64"), "{ptx}");
+    let plain = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, false)]);
+    assert!(!plain.contains("ld.relaxed.gpu"), "a probe that only adds reads nothing: {plain}");
     // Not by page alone: the key changes from access to access.
     let pages = page_counts(false);
     assert!(!pages.contains("_sum_addr") && !pages.contains("_hs0"));

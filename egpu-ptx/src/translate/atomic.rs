@@ -137,8 +137,24 @@ fn combinable(verified: &Verified, access: Option<Access>, stable: &dyn Fn(u32) 
 
 /// Whether the program loads or stores (other than by an atomic) a value of map `m`.
 fn read_or_stored(verified: &Verified, m: u32) -> bool {
+    touches(verified, m, |insn| {
+        matches!(insn, Instruction::Load { .. } | Instruction::Store { .. })
+    })
+}
+
+/// Whether the program writes a value of map `m` itself (a store or an atomic): its loads of
+/// them then read past the SM's L1, which is not coherent with the other SMs' writes nor with
+/// atomics (`ld.relaxed.gpu`); otherwise a thread reads back the line its SM cached first.
+pub(super) fn writes_values(verified: &Verified, m: u32) -> bool {
+    touches(verified, m, |insn| {
+        matches!(insn, Instruction::Store { .. } | Instruction::Atomic { .. })
+    })
+}
+
+/// Whether an instruction `which` picks reaches a value of map `m`.
+fn touches(verified: &Verified, m: u32, which: impl Fn(&Instruction) -> bool) -> bool {
     verified.program().decoded().iter().any(|d| {
-        matches!(d.insn, Instruction::Load { .. } | Instruction::Store { .. })
+        which(&d.insn)
             && matches!(
                 verified.access(d.pc),
                 Some(Access { region: AccessRegion::MapValue(v), .. }) if v == m

@@ -154,7 +154,13 @@ impl Emitter<'_> {
             }
             return;
         }
-        let (addr, space, aligned) = self.address(pc, base, off);
+        let (addr, mut space, aligned) = self.address(pc, base, off);
+        if let Some(Access { region: AccessRegion::MapValue(m), .. }) = self.verified.access(pc)
+            && space == ".global"
+            && super::atomic::writes_values(self.verified, m)
+        {
+            space = ".relaxed.gpu.global";
+        }
         let w0 = self.tmp32(0);
         if !aligned {
             let (t0, t1) = (self.tmp64(0), self.tmp64(1));
