@@ -189,7 +189,7 @@ fn run() -> Result<bool, Box<dyn Error>> {
     let capped = CxlSession::capped(&gpu, &[])?;
     let probed = capped.load_ptx(SAXPY)?;
     let bytes = 3.0 * 4.0 * f64::from(n);
-    for rate in [256u64 << 20, 1 << 30] {
+    for rate in [128u64 << 20, 256 << 20, 1 << 30] {
         capped.set(&Tier::resolve(&Policy::All, &[], Lookup::Ranges, 0)?.with_bandwidth(rate))?;
         let t = time(&|| {
             probed.launch("saxpy", grid, (256, 1, 1), &sargs)?;
