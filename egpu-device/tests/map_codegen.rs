@@ -694,3 +694,27 @@ fn a_configuration_no_probe_writes_is_read_once_per_thread() {
     let ptx = instrument(&[(&reader, DeviceEvent::GlobalLoad)], &maps);
     ptxas.check(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}\n{ptx}"));
 }
+
+#[test]
+fn instructions_no_path_reaches_are_left_out() {
+    // r6 is 0 on every path: the verifier never follows the branch, so it learned nothing about
+    // the store to the frame and the lookup in another map there. Translated, they would be a
+    // store at no known slot and a call whose map the verifier never saw: left out, a `trap`
+    // in their place.
+    let text = "mov %r6, 0\nstxdw [%r10-8], %r6\njne %r6, 0, dead\nlddw %r1, map[0]\n\
+                mov %r2, %r10\nadd %r2, -8\ncall 1\nmov %r0, 0\nexit\n\
+                dead:\nstdw [%r10-16], 7\nlddw %r1, map[1]\nmov %r2, %r10\nadd %r2, -16\n\
+                call 1\nmov %r0, 0\nexit";
+    let mut defs = hash_def(8);
+    defs.push(MapDef { name: "count".into(), ..defs[0].clone() });
+    let p = program(text, defs, DeviceEvent::GlobalLoad);
+    let reached: Vec<bool> = (0..p.program().insns().len()).map(|pc| p.reached(pc)).collect();
+    assert!(reached[0] && !reached[reached.len() - 1], "{reached:?}");
+    let mut count = hash_binding(8, false);
+    count.addr += 1 << 20;
+    let ptx = instrument(&[(&p, DeviceEvent::GlobalLoad)], &[hash_binding(8, false), count]);
+    // In the probe's code (once, whatever number of sites call it), and no byte-wise store to
+    // an unknown frame.
+    assert_eq!(ptx.matches("trap;").count(), 1, "{ptx}");
+    assert!(!ptx.contains("st.u8"), "{ptx}");
+}

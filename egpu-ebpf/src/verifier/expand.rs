@@ -92,6 +92,9 @@ pub(super) fn expand(
     let mut callx = verified.callx.clone();
     callx.resize(total, None);
     calls.resize(total, None);
+    // The loops' functions added are reached as their callbacks were.
+    let mut reached = verified.reached.clone();
+    reached.resize(total, true);
     Ok(Some(Verified {
         program: runnable,
         context_bytes: verified.context_bytes,
@@ -100,6 +103,7 @@ pub(super) fn expand(
         accesses,
         callx,
         calls,
+        reached,
         runnable: None,
     }))
 }

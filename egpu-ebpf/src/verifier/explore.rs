@@ -74,6 +74,8 @@ pub(super) struct Explorer<'p> {
     pub(super) accesses: Vec<Option<Access>>,
     pub(super) callx: Vec<Option<u32>>,
     pub(super) calls: Vec<Option<CallFacts>>,
+    /// Per slot: whether a path reached it.
+    pub(super) reached: Vec<bool>,
     /// Facts about the helper call being checked, on this path.
     pub(super) call: CallFacts,
     /// The `bpf_loop` calls reached, each with the caller's state as its callback grows it.
@@ -120,6 +122,7 @@ impl<'p> Explorer<'p> {
             accesses: vec![None; len],
             callx: vec![None; len],
             calls: vec![None; len],
+            reached: vec![false; len],
             call: CallFacts { map: None, args: [None; 5], max_size: None, min_size: None },
             loops: Vec::new(),
             loop_exits: Vec::new(),
@@ -169,6 +172,7 @@ impl<'p> Explorer<'p> {
                         }
                     }
                 }
+                self.reached[pc] = true;
                 let insn = self.insns[pc].expect("paths visit instruction starts only");
                 match self.step(pc, insn, &mut state) {
                     Ok(Next::Go(next)) => pc = next,

@@ -13,6 +13,8 @@ pub struct Verified {
     pub(super) accesses: Vec<Option<Access>>,
     pub(super) callx: Vec<Option<u32>>,
     pub(super) calls: Vec<Option<CallFacts>>,
+    /// Per slot: whether some path reaches the instruction that starts there.
+    pub(super) reached: Vec<bool>,
     /// What engines run, when it differs from the program: see [`Verified::runnable`].
     pub(super) runnable: Option<Box<Verified>>,
 }
@@ -105,6 +107,12 @@ impl Verified {
     /// Instructions the verifier followed, over all paths.
     pub fn insns_processed(&self) -> usize {
         self.insns_processed
+    }
+
+    /// Whether some path reaches the instruction at slot `pc`: one no path reaches is never
+    /// run, and the verifier learned nothing about it (engines may leave it out).
+    pub fn reached(&self, pc: usize) -> bool {
+        self.reached.get(pc).copied().unwrap_or(false)
     }
 
     /// What the load, store or atomic at slot `pc` reaches; `None` for other instructions and

@@ -96,6 +96,7 @@ pub fn verify(program: &Program) -> Result<Verified, VerifyError> {
         accesses: explorer.accesses,
         callx: explorer.callx,
         calls: explorer.calls,
+        reached: explorer.reached,
         runnable: None,
     };
     match expand::expand(&verified, &sites) {

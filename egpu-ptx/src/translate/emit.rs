@@ -123,12 +123,22 @@ impl<'a> Emitter<'a> {
             .filter(|d| (start..end).contains(&d.pc))
             .copied()
             .collect();
+        // An instruction no path reaches is left out (the verifier learned nothing about it to
+        // translate it by: a frame slot it stores to, a map it passes); a run of them starts
+        // with a `trap`, which no path reaches either.
+        let mut unreached = false;
         for d in decoded {
             if targets.contains(&d.pc) {
                 let label = self.label(d.pc);
                 self.place(&label);
             }
-            self.instruction(d.pc, d.insn)?;
+            if self.verified.reached(d.pc) {
+                unreached = false;
+                self.instruction(d.pc, d.insn)?;
+            } else if !unreached {
+                unreached = true;
+                self.line("trap;");
+            }
             if let Some(label) = self.after.remove(&d.pc) {
                 self.place(&label);
             }
