@@ -125,7 +125,8 @@ impl<'a> Emitter<'a> {
             .collect();
         // An instruction no path reaches is left out (the verifier learned nothing about it to
         // translate it by: a frame slot it stores to, a map it passes); a run of them starts
-        // with a `trap`, which no path reaches either.
+        // with an exit returning 0, which no path reaches either (and which, were the verifier
+        // wrong, would end the probe rather than fault the kernel it runs in).
         let mut unreached = false;
         for d in decoded {
             if targets.contains(&d.pc) {
@@ -137,7 +138,9 @@ impl<'a> Emitter<'a> {
                 self.instruction(d.pc, d.insn)?;
             } else if !unreached {
                 unreached = true;
-                self.line("trap;");
+                let r0 = self.reg(Reg::R0);
+                self.line(format!("mov.b64 {r0}, 0;"));
+                self.exit();
             }
             if let Some(label) = self.after.remove(&d.pc) {
                 self.place(&label);
