@@ -333,7 +333,6 @@ impl Tier {
         }
     }
 
-    /// A tier of `config` in `mode`, with no table.
     /// This tier with far requests capped at `bytes_per_second` per SM (0: no cap): a token
     /// bucket per SM. Each warp-level request to far memory takes its lanes' bytes' time on its
     /// SM's link (`LINKS`, when the link is next free, by `%globaltimer`); one that finds the
@@ -350,6 +349,7 @@ impl Tier {
         self
     }
 
+    /// A tier of `config` in `mode`, with no table.
     fn plain(config: TierConfig, mode: u64) -> Tier {
         Tier { config: TierConfig { mode, ..config }, ranges: vec![], bitmap: vec![] }
     }
