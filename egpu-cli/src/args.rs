@@ -299,9 +299,9 @@ pub(crate) struct MemRunArgs {
 /// `egpu cxl`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
-Runs COMMAND twice under the preloaded library, every kernel launch timed by CUDA events: once
-as it is (the baseline; --no-baseline leaves it out), then with the far tier's probes at every
-global load, store and atomic of the kernels with PTX, where each warp-level request to far
+Runs COMMAND three times under the preloaded library, every kernel launch timed by CUDA events:
+once as it is (the baseline; --no-baseline leaves it out), then with the far tier's probes at
+every global load, store and atomic of the kernels with PTX, where each warp-level request to far
 memory waits --far-latency (Δ: the far tier's latency less local memory's, at most 1048575ns;
 the instrumented kernels' registers bounded to keep their blocks per SM, EGPU_MAXNREG=1 unless
 the environment sets it). Which memory is far is --far: all, none, size:BYTES (device
@@ -310,8 +310,11 @@ allocations, from 1), pages:FRACTION (that fraction of pages, by hash), ranges:S
 or marked (the ranges the program marks by calling the preloaded library's
 egpu_cxl_mark(address, bytes), found with dlsym). egpu reads each process's allocations and
 marks as it makes them and writes its tier into its maps, which the GPU sees at the next merge
-(EGPU_MERGE_MS, 100 ms): kernels launched before then run as if nothing were far. Prints per
-kernel the launches, the mean GPU time of each run and the slowdown. Exits as the emulated
+(EGPU_MERGE_MS, 100 ms): kernels launched before then run as if nothing were far. With
+--bandwidth, far requests also wait for their SM's link (a token bucket per SM). Then, untimed,
+with probes that count each kernel's accesses and those to far memory (--no-count leaves this
+run out). Prints per kernel the launches, the mean GPU time of the baseline and emulated runs,
+the slowdown and the share of its accesses that went to far memory. Exits as the emulated
 COMMAND does.")]
 pub(crate) struct CxlArgs {
     /// Which memory is far

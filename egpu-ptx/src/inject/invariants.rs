@@ -7,9 +7,10 @@
 //! far: a grid-stride saxpy 1.82× slower with a load of the mode at each access, 1.07× and
 //! 1.14× with the mode in a register and tested first; the two changes not measured apart.)
 //! Only in kernels with loops: in one without, each probe runs at most once per thread, so a
-//! load at the start would save nothing and load words a thread may not use (`mem_timing.cu`'s one-element-per-thread saxpy, nothing
-//! far: 1.52× before the words were loaded at its start, 1.75× after, other changes between;
-//! not measured again since).
+//! load at the start would save nothing and load words a thread may not use (`mem_timing.cu`'s
+//! one-element-per-thread saxpy, nothing far: 1.52× before the words were loaded at its start,
+//! 1.75× after, other changes between; 1.12× later, with the far path of `egpu-host`'s
+//! `cxl/tiers.rs` shortened).
 //! [`for_kernel`] is the injector's to call only for those kernels.
 
 use std::collections::{BTreeMap, BTreeSet};

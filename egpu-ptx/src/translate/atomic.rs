@@ -117,6 +117,7 @@ pub fn combines(verified: &Verified, stable: &dyn Fn(u32) -> bool) -> bool {
 /// would only cost the kernel registers (measured with the `pages` set's (kernel, page) keys,
 /// 2 MiB pages, its adds combined: the grid-stride saxpy 4.42× against 3.71×, the model 3.36×
 /// against 4.10×).
+///
 /// A map whose values the program also loads or stores is not combined: the probe reads what it
 /// added (a token bucket's time, say) and must see its adds.
 fn combinable(verified: &Verified, access: Option<Access>, stable: &dyn Fn(u32) -> bool) -> bool {
