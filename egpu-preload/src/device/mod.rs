@@ -34,6 +34,7 @@ use egpu::device::translate::{DeviceMap, adds_only, reads_only};
 use egpu::ebpf::verifier::Verified;
 use egpu::ebpf::{AttachPoint, MapKind};
 use egpu::host::builtin;
+use egpu::maps::layout::Geometry;
 use egpu::maps::{Placement, RawMap};
 use egpu::pack::Pack;
 
@@ -75,22 +76,45 @@ pub(crate) struct UserProbes {
     sampled: Option<WarpSampling>,
 }
 
-/// Per-SM copies of the slots of a map that device probes only add to: `EGPU_SPREAD` (a power of
-/// two up to 1024; 0: none), 16 by default. A GPU's adds to one counter then go to 16 addresses,
-/// not one, where they would queue (the add kernel of the zero-code benchmark: 3.8× its time
-/// with one).
-fn copies() -> u32 {
-    static COPIES: OnceLock<u32> = OnceLock::new();
-    *COPIES.get_or_init(|| {
+/// Per-SM copies of the slots of a map that device probes only add to: one per SM up to
+/// [`MOST_COPIES`] (each SM adds to copy `%smid % copies`), fewer where the slots are large, so
+/// that a map's copies take at most [`COPIES_BYTES`], but at least [`FEWEST_COPIES`].
+/// `EGPU_SPREAD` sets the number for every map (a power of two up to 1024; 0: none). A GPU's
+/// adds to one counter then go to many addresses, not one, where they would queue (the add
+/// kernel of the zero-code benchmark: 3.8× its time with one copy), and few land on one line of
+/// L2: measured on the H200, the `counts` set took a one-element-per-thread saxpy 1.69× its
+/// time with 16 copies, 1.54× with 128 (and with 1024: the H200 has 132 SMs); a
+/// torch.compile'd transformer block's elementwise add kernel took 3.4× with 16, 1.4× with 128
+/// (two runs, whose autotuned kernels differ).
+fn copies(geometry: &Geometry) -> u32 {
+    static SPREAD: OnceLock<Option<u32>> = OnceLock::new();
+    let set = *SPREAD.get_or_init(|| {
         let n = std::env::var("EGPU_SPREAD").ok().and_then(|v| v.parse::<u32>().ok());
-        n.unwrap_or(16).min(1024)
-    })
+        n.map(|n| n.min(1024))
+    });
+    set.unwrap_or_else(|| default_copies(geometry))
 }
+
+/// [`copies`] when `EGPU_SPREAD` is not set.
+fn default_copies(geometry: &Geometry) -> u32 {
+    let slots = u64::from(geometry.slots) * u64::from(geometry.slot_stride);
+    let fit = (COPIES_BYTES / slots.max(1)).clamp(1, u64::from(MOST_COPIES)) as u32;
+    // The largest power of two that fits.
+    (1 << fit.ilog2()).max(FEWEST_COPIES)
+}
+
+/// The most per-SM copies a map gets by default ([`copies`]): one per SM of an H200 but 4.
+const MOST_COPIES: u32 = 128;
+/// The fewest per-SM copies a map spread gets by default (the `pages` map's 1 MiB of slots).
+const FEWEST_COPIES: u32 = 16;
+/// The bytes a map's per-SM copies may take by default, per context (the `counts` set's maps
+/// have 128 copies within it, 36 MiB in all; each merge copies them to the host).
+const COPIES_BYTES: u64 = 16 << 20;
 
 /// The per-SM copies map `m` gets: [`copies`] when every device probe that uses it only adds to
 /// its values (`adds`, each probe's [`adds_only`]), else 0.
-fn spread(device: &[(Verified, Vec<usize>)], adds: &[Vec<bool>], m: usize) -> u32 {
-    let n = copies();
+fn spread(device: &[(Verified, Vec<usize>)], adds: &[Vec<bool>], m: usize, g: &Geometry) -> u32 {
+    let n = copies(g);
     if only(device, adds, m) && n.is_power_of_two() { n } else { 0 }
 }
 
@@ -287,7 +311,7 @@ impl UserProbes {
         let on_device = used
             .into_iter()
             .map(|m| {
-                let copies = spread(&device, &adds, m);
+                let copies = spread(&device, &adds, m, maps[m].1.geometry());
                 (m, copies, copies == 0 && only(&device, &reads, m))
             })
             .collect();
@@ -474,4 +498,30 @@ pub(crate) fn summary(user: &UserProbes, names: &builtin::Builtin) -> String {
     text.push_str(&boxes::summary());
     text.push_str(&names.render_maps(&user.maps));
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `counts`' maps (1,024 kernels, values of 48, 32 and 16 bytes) get a copy per SM;
+    /// `pages`' map (16,384 pages) the fewest; a small one 128; none more than 16 MiB of copies
+    /// unless at the floor.
+    #[test]
+    fn default_copies_by_the_bytes_of_a_map_s_slots() {
+        let hash = |capacity: u32, value: u32| {
+            Geometry::new(MapKind::Hash, 8, value, capacity, 1, 0).expect("a geometry")
+        };
+        for value in [48, 32, 16] {
+            assert_eq!(default_copies(&hash(1024, value)), 128, "{value}-byte values");
+        }
+        let pages = Geometry::new(MapKind::Hash, 16, 8, 1 << 14, 1, 0).expect("a geometry");
+        assert_eq!(default_copies(&pages), 16);
+        assert_eq!(default_copies(&hash(8, 8)), 128);
+        let between = hash(8192, 8);
+        let n = default_copies(&between);
+        assert!(n.is_power_of_two() && (16..=128).contains(&n), "{n}");
+        let bytes = u64::from(between.slots) * u64::from(between.slot_stride) * u64::from(n);
+        assert!(bytes <= COPIES_BYTES, "{bytes}");
+    }
 }
