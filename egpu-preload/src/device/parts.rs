@@ -5,8 +5,9 @@
 //! - every [`period`] (`EGPU_MERGE_MS`, 100 ms by default): the staleness of what `egpu maps`,
 //!   the metrics and host probes see, while kernels run;
 //! - soon after each of the program's synchronisations, copies and queries that find the work
-//!   done ([`synced`], which wakes the thread; it pauses a millisecond after each merge, so wakes
-//!   meanwhile are merged then), and at module unloads;
+//!   done ([`synced`], which wakes the thread; it pauses after each merge, a millisecond or nine
+//!   times the merge's time ([`pause_after`]), so wakes meanwhile are merged then), and at module
+//!   unloads;
 //! - before a context is destroyed or its device's primary context released or reset
 //!   ([`teardown`]), and at exit ([`finish`]), after waiting for the context's work: those
 //!   merges are settled, and leave the exact counts.
@@ -273,10 +274,11 @@ fn start_merger() {
         let spawned = std::thread::Builder::new().name("egpu-merge".into()).spawn(move || {
             while !STOPPED.load(Ordering::Relaxed) {
                 std::thread::park_timeout(period);
+                let start = std::time::Instant::now();
                 merge_all(false, |_| true);
                 // A wake meanwhile (a synchronisation right after an asynchronous copy, say) is
-                // kept, and merged after this pause: at most a thousand merges a second.
-                std::thread::sleep(Duration::from_millis(1));
+                // kept, and merged after this pause.
+                std::thread::sleep(pause_after(start.elapsed(), period));
             }
         });
         match spawned {
@@ -284,6 +286,14 @@ fn start_merger() {
             Err(_) => std::thread::current(),
         }
     });
+}
+
+/// The merger's pause after a merge that took `took`: a millisecond, or nine times the merge's
+/// time, so that a program that synchronises all the time keeps the merger busy a tenth of the
+/// time at most (a merge copies every part, per-SM copies included, to the host: 36 MiB with
+/// the `counts` set), but never longer than the `period` between merges.
+fn pause_after(took: Duration, period: Duration) -> Duration {
+    (took * 9).clamp(Duration::from_millis(1), period.max(Duration::from_millis(1)))
 }
 
 /// After one of the program's synchronisations or copies: wakes the merger (a few loads when
@@ -582,4 +592,21 @@ pub(crate) fn summary() -> String {
         DRAINED.load(Ordering::Relaxed),
         REFRESHED.load(Ordering::Relaxed),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pause_after;
+    use std::time::Duration;
+
+    #[test]
+    fn the_merger_pauses_nine_times_a_merge_between_a_millisecond_and_the_period() {
+        let ms = Duration::from_millis;
+        let period = ms(100);
+        assert_eq!(pause_after(Duration::from_micros(20), period), ms(1));
+        assert_eq!(pause_after(ms(4), period), ms(36));
+        assert_eq!(pause_after(ms(50), period), period);
+        // A period shorter than a millisecond still pauses one.
+        assert_eq!(pause_after(ms(4), Duration::ZERO), ms(1));
+    }
 }
