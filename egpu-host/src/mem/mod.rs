@@ -16,6 +16,7 @@
 //! | `pages` | per kernel, accesses per page (4 KiB, 64 KiB or 2 MiB: [`PageSize`]); atomics per 8-byte address | per access, an add to its page's count, one per group of lanes on a page; the page's value remembered from the thread's last lookup, a search otherwise |
 //! | `timeline` | one warp in N, or one line in N of each warp's ([`timeline`], [`SampleBy`]): each request's device time, SM, address, size and lanes in a ring per SM; bandwidth over time windows ([`windows`]) | by warps, nothing in a warp not sampled (the kernel runs a copy of its body without the probes: egpu-ptx's `WarpSampling`); by lines, two multiplies and a compare per access; for a sampled request, the lanes and a ring record by their leader, its tickets taken 32 at a time |
 
+pub mod allocs;
 pub mod cache;
 pub mod pages;
 pub mod record;

@@ -1,0 +1,226 @@
+//! Attribution of device accesses to the allocations they fall in (issue 25; the probes, the
+//! table and their check on the CPU VM so far): per kernel and allocation, the accesses and
+//! bytes read, written and reached by atomics.
+//!
+//! The host keeps the program's live device allocations as a table sorted by address
+//! ([`AllocTable`], from the allocations the far tier's recorder sees:
+//! [`crate::cxl::allocation_recorder`], [`crate::cxl::Tracker`]), each with its id: its ordinal
+//! among the program's allocations, from 1. A probe at every load, store and atomic searches it
+//! (twelve halvings, written out, over at most [`MAX_ALLOCS`] entries) and adds to the value of
+//! (kernel, allocation) in `ALLOC_TRAFFIC`; an address in no allocation adds to allocation 0.
+//! The table is written entries first, then their number; an access made while it is rewritten
+//! may be attributed to allocation 0.
+
+use bytemuck::{Pod, Zeroable};
+use egpu_ebpf::MemAccessCtx;
+use egpu_macros::{helper, probe};
+use egpu_maps::{Array, HashMap, MapError};
+use egpu_probe::Probe;
+
+use crate::cxl::Allocation;
+
+/// The live allocations the table holds (twelve halvings of one more leave none).
+pub const MAX_ALLOCS: u32 = 4095;
+const _: () = assert!(MAX_ALLOCS < 1 << 12);
+/// (kernel, allocation) pairs `ALLOC_TRAFFIC` holds.
+pub const ALLOC_KEYS: u32 = 1 << 14;
+
+/// A live allocation: its addresses `start..end` and its id.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct AllocRange {
+    /// Its first byte's address.
+    pub start: u64,
+    /// Past its last byte.
+    pub end: u64,
+    /// Its ordinal among the program's allocations, from 1.
+    pub id: u64,
+}
+
+/// How many entries of the table are live (slot 0 of `ALLOC_COUNT`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct AllocCount {
+    /// The first this many entries.
+    pub live: u64,
+}
+
+/// A kernel and an allocation (0: an address in none).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Pod, Zeroable)]
+pub struct AllocKey {
+    /// The kernel's id.
+    pub kernel: u64,
+    /// The allocation's id.
+    pub alloc: u64,
+}
+
+/// What a kernel's accesses to an allocation came to.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct AllocTraffic {
+    /// Loads (every class: plain, asynchronous, bulk and tensor copies), per thread.
+    pub loads: u64,
+    /// Their bytes.
+    pub loaded: u64,
+    /// Stores.
+    pub stores: u64,
+    /// Their bytes.
+    pub stored: u64,
+    /// Atomics.
+    pub atomics: u64,
+    /// Their operands' bytes.
+    pub atomic: u64,
+}
+
+/// The live allocations, sorted by address: the first `ALLOC_COUNT[0]`.
+pub(super) static ALLOC_RANGES: Array<AllocRange> = Array::with_len(MAX_ALLOCS);
+/// How many entries of `ALLOC_RANGES` are live.
+pub(super) static ALLOC_COUNT: Array<AllocCount> = Array::with_len(1);
+/// Accesses per kernel and allocation.
+pub(super) static ALLOC_TRAFFIC: HashMap<AllocKey, AllocTraffic> =
+    HashMap::with_capacity(ALLOC_KEYS);
+
+/// One halving of the search for the first entry of `ALLOC_RANGES` that ends past `addr`:
+/// `state` holds the first candidate (high half) and how many are left (low half).
+#[helper(crate = crate::egpu_root)]
+fn alloc_step(state: u64, addr: u64) -> u64 {
+    let n = state & 0xffff_ffff;
+    let mid = (state >> 32) + (n >> 1);
+    let end = if n == 0 {
+        0
+    } else if let Ok(r) = ALLOC_RANGES.get(mid as u32) {
+        r.end
+    } else {
+        0
+    };
+    if n == 0 {
+        state
+    } else if end <= addr {
+        ((mid + 1) << 32) | (n - (n >> 1) - 1)
+    } else {
+        ((state >> 32) << 32) | (n >> 1)
+    }
+}
+
+/// The id of the allocation `addr` falls in, 0 for none.
+#[helper(crate = crate::egpu_root)]
+fn allocation(addr: u64) -> u64 {
+    let count = if let Ok(c) = ALLOC_COUNT.get(0) { c.live } else { 0 };
+    let total = if count > MAX_ALLOCS as u64 { MAX_ALLOCS as u64 } else { count };
+    let s = alloc_step(total, addr);
+    let s = alloc_step(s, addr);
+    let s = alloc_step(s, addr);
+    let s = alloc_step(s, addr);
+    let s = alloc_step(s, addr);
+    let s = alloc_step(s, addr);
+    let s = alloc_step(s, addr);
+    let s = alloc_step(s, addr);
+    let s = alloc_step(s, addr);
+    let s = alloc_step(s, addr);
+    let s = alloc_step(s, addr);
+    let s = alloc_step(s, addr);
+    let lo = s >> 32;
+    if lo < total {
+        if let Ok(r) = ALLOC_RANGES.get(lo as u32) {
+            if r.start <= addr { r.id } else { 0 }
+        } else {
+            0
+        }
+    } else {
+        0
+    }
+}
+
+/// Every read of global memory: its count and bytes to its kernel and allocation.
+#[probe(device::global_load, crate = crate::egpu_root)]
+fn alloc_loads(ctx: &MemAccessCtx) {
+    let key = AllocKey { kernel: ctx.kernel_id, alloc: allocation(ctx.addr) };
+    ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.loads, 1);
+    ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.loaded, ctx.size as u64);
+}
+
+/// Every write of global memory but atomics.
+#[probe(device::global_store, crate = crate::egpu_root)]
+fn alloc_stores(ctx: &MemAccessCtx) {
+    let key = AllocKey { kernel: ctx.kernel_id, alloc: allocation(ctx.addr) };
+    ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.stores, 1);
+    ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.stored, ctx.size as u64);
+}
+
+/// Every atomic.
+#[probe(device::global_atomic, crate = crate::egpu_root)]
+fn alloc_atomics(ctx: &MemAccessCtx) {
+    let key = AllocKey { kernel: ctx.kernel_id, alloc: allocation(ctx.addr) };
+    ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.atomics, 1);
+    ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.atomic, ctx.size as u64);
+}
+
+/// The attribution's device probes: loads, stores, atomics.
+pub fn probes() -> [&'static Probe; 3] {
+    [alloc_loads::probe(), alloc_stores::probe(), alloc_atomics::probe()]
+}
+
+/// The live allocations as the probes search them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllocTable {
+    entries: Vec<AllocRange>,
+    /// Live allocations left out, the table being full (the latest kept).
+    pub left_out: usize,
+}
+
+impl AllocTable {
+    /// The table of `allocations` (in the order made, a freed one with size 0, as
+    /// [`crate::cxl::Tracker::allocations`] gives them): the live ones, each with its ordinal
+    /// from 1, sorted by address; the latest [`MAX_ALLOCS`] when more are live.
+    pub fn of(allocations: &[Allocation]) -> AllocTable {
+        let live: Vec<AllocRange> = (allocations.iter().enumerate())
+            .filter(|(_, a)| a.size > 0)
+            .map(|(i, a)| AllocRange {
+                start: a.addr,
+                end: a.addr.saturating_add(a.size),
+                id: i as u64 + 1,
+            })
+            .collect();
+        let left_out = live.len().saturating_sub(MAX_ALLOCS as usize);
+        let mut entries = live[left_out..].to_vec();
+        entries.sort_unstable_by_key(|r| r.start);
+        AllocTable { entries, left_out }
+    }
+
+    /// The entries, sorted by address.
+    pub fn entries(&self) -> &[AllocRange] {
+        &self.entries
+    }
+
+    /// The id of the allocation `addr` falls in (what the probes find), 0 for none.
+    pub fn find(&self, addr: u64) -> u64 {
+        let i = self.entries.partition_point(|r| r.end <= addr);
+        self.entries.get(i).filter(|r| r.start <= addr).map_or(0, |r| r.id)
+    }
+
+    /// Writes the table into this process's maps, which the probes search.
+    pub fn write(&self) -> Result<(), MapError> {
+        self.write_into(&ALLOC_RANGES, &ALLOC_COUNT)
+    }
+
+    /// Writes the table into `ranges` and `count` (another process's, opened in shared memory):
+    /// the entries first, then their number.
+    pub fn write_into(
+        &self,
+        ranges: &Array<AllocRange>,
+        count: &Array<AllocCount>,
+    ) -> Result<(), MapError> {
+        for (i, r) in self.entries.iter().enumerate() {
+            ranges.set(i as u32, r)?;
+        }
+        count.set(0, &AllocCount { live: self.entries.len() as u64 })
+    }
+}
+
+/// What `ALLOC_TRAFFIC` holds in this process: per (kernel, allocation), the traffic.
+pub fn traffic() -> Vec<(AllocKey, AllocTraffic)> {
+    let mut all: Vec<_> = ALLOC_TRAFFIC.iter().collect();
+    all.sort_unstable_by_key(|(k, _)| (k.kernel, k.alloc));
+    all
+}
