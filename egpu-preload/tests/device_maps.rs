@@ -352,7 +352,9 @@ fn a_map_the_device_only_reads_follows_the_host() {
     pack.add(scaled::probe()).expect("the probe packs");
     let path = dir.join("scaled.pack");
     std::fs::write(&path, pack.to_text()).expect("the pack file");
-    let env = [("FAKE_DEVICE_READ", "1")];
+    // The first launch's writers end (reading 0) before the host writes: without that, a
+    // writer still running when a merge refreshed the part read 3 (seen once in CI).
+    let env = [("FAKE_DEVICE_READ", "1"), ("FAKE_SYNC_FIRST", "1")];
     let (mut child, mut out, pid) = start_env(&dir, &path, "10", "0", &env);
     let name = egpu::host::builtin::user_map_name(pid, "SCALE");
     let scale = Array::<[u64; 2]>::from_raw(RawMap::open_shared(&name).expect("the map"))
