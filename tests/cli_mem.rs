@@ -237,3 +237,38 @@ fn an_h200_timeline_shows_the_two_phases_of_a_kernel() {
     let r = succeeds(&["mem".as_ref(), "report".as_ref(), path.as_os_str()]);
     assert!(r.stdout.contains("windows: 50 ×"), "{}", r.stdout);
 }
+
+/// `egpu mem what-if` over the H200 timeline recording: the line that says what the samples are,
+/// then the library's what-if of them; by 4 KiB pages a larger working set; a recording without
+/// samples refused, saying what to run.
+#[test]
+fn mem_what_if_runs_the_cache_what_if_over_a_recording_s_samples() {
+    use egpu::host::mem::cache::{accesses_of_samples, what_if};
+    let path = egpu_test_support::workspace_path("tests/data/mem/mem_timing-timeline-h200.egpumem");
+    let rec = Recording::parse(&std::fs::read_to_string(&path).expect("read")).expect("parses");
+    let r = succeeds(&["mem".as_ref(), "what-if".as_ref(), path.as_os_str()]);
+    let mut lines = r.stdout.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "process 731 (/tmp/mc/mem_timing): 4000 sampled requests (1 in 32 warps; 4000 of \
+             196986 records kept, 1934 dropped)"
+        )
+    );
+    let want = what_if(&accesses_of_samples(&rec.samples, 1 << 21), 1 << 21);
+    assert_eq!(lines.collect::<Vec<_>>().join("\n") + "\n", want.to_string());
+    assert_eq!(want.accesses, 4000);
+    let small = succeeds(&["mem", "what-if", "--page-size", "4k", path.to_str().expect("utf-8")]);
+    let pages = |text: &str| -> u64 {
+        let at = text.find("working set ").expect("the working set") + "working set ".len();
+        text[at..].split_whitespace().next().expect("a number").parse().expect("pages")
+    };
+    assert!(pages(&small.stdout) > pages(&r.stdout), "{}\n{}", small.stdout, r.stdout);
+    let none = egpu_test_support::workspace_path("tests/data/mem/mem_timing-h200.egpumem");
+    fails(
+        &["mem".as_ref(), "what-if".as_ref(), none.as_os_str()],
+        1,
+        &["no timeline samples", "egpu mem run --sets timeline"],
+    );
+    fails(&["mem", "what-if", "--kernel", "(", "x.egpumem"], 2, &["--kernel"]);
+}

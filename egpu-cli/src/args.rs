@@ -229,6 +229,8 @@ pub(crate) enum MemCommand {
     Report(MemReportArgs),
     /// Draw recordings: a heatmap, bandwidth over time, launch durations, requests per SM, a page
     Render(MemRenderArgs),
+    /// How LRU and LFU caches of part of the working set would serve recordings' sampled pages
+    WhatIf(MemWhatIfArgs),
 }
 
 /// `egpu mem run`.
@@ -376,6 +378,27 @@ pub(crate) struct MemRenderArgs {
     #[arg(long, value_name = "DIR", required = true)]
     pub(crate) out: PathBuf,
     /// Draw only the kernels whose mangled name this regular expression matches
+    #[arg(long, value_name = "REGEX", value_parser = kernel_regex)]
+    pub(crate) kernel: Option<String>,
+}
+
+/// `egpu mem what-if`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Reads the `timeline` set's samples of each recording (`egpu mem run --sets timeline`; raise
+--max-records there to keep every record) as a sequence of page accesses in device-time order,
+a store or an atomic writing its page, and says for LRU and LFU caches of 25%, 50% and 75% of
+the pages it touched the hit rate, the misses (first touches apart), and the bytes they would
+move in and write back. The samples are one warp in N's requests: the what-if is the sampled
+warps', which the line above each table says. Needs no GPU.")]
+pub(crate) struct MemWhatIfArgs {
+    /// Recordings, or folders whose `.egpumem` files are read
+    #[arg(value_name = "PATH", required = true)]
+    pub(crate) paths: Vec<PathBuf>,
+    /// The pages the cache holds: 4k, 64k or 2m
+    #[arg(long, value_name = "SIZE", default_value = "2m")]
+    pub(crate) page_size: egpu::host::mem::PageSize,
+    /// Only the kernels whose mangled name this regular expression matches
     #[arg(long, value_name = "REGEX", value_parser = kernel_regex)]
     pub(crate) kernel: Option<String>,
 }

@@ -9,7 +9,9 @@ use std::process::ExitCode;
 
 use egpu::host::mem::{Recording, Set, table};
 
-use crate::args::{MemCommand, MemRenderArgs, MemReportArgs, MemRunArgs, OtlpProtocol, RunArgs};
+use crate::args::{
+    MemCommand, MemRenderArgs, MemReportArgs, MemRunArgs, MemWhatIfArgs, OtlpProtocol, RunArgs,
+};
 use crate::{Error, failed};
 
 /// `egpu mem`.
@@ -18,6 +20,7 @@ pub(crate) fn mem_cmd(command: MemCommand) -> Result<ExitCode, Error> {
         MemCommand::Run(a) => run(a),
         MemCommand::Report(a) => report(a).map(|()| ExitCode::SUCCESS),
         MemCommand::Render(a) => render(a).map(|()| ExitCode::SUCCESS),
+        MemCommand::WhatIf(a) => what_if(a).map(|()| ExitCode::SUCCESS),
     }
 }
 
@@ -175,6 +178,58 @@ fn print_tables(files: &[PathBuf]) -> Result<(), Error> {
         }
         first = false;
         print!("{}", table::render(&recording));
+    }
+    Ok(())
+}
+
+/// `egpu mem what-if`: per recording with `timeline` samples, the line saying what they are
+/// and the what-if's table; an error when none has samples.
+fn what_if(a: MemWhatIfArgs) -> Result<(), Error> {
+    use egpu::host::mem::cache;
+    let kernels = a.kernel.as_deref().map(regex_lite::Regex::new).transpose().map_err(failed)?;
+    let page_bytes = a.page_size.bytes();
+    let mut shown = 0;
+    for file in expand(&a.paths)? {
+        let text = std::fs::read_to_string(&file)
+            .map_err(|e| failed(format!("{}: {e}", file.display())))?;
+        let mut recording =
+            Recording::parse(&text).map_err(|e| failed(format!("{}: {e}", file.display())))?;
+        if let Some(k) = &kernels {
+            recording = crate::render::select(recording, k);
+        }
+        let h = &recording.header;
+        if recording.samples.is_empty() {
+            let of = if kernels.is_some() { " of the kernels --kernel matches" } else { "" };
+            eprintln!("egpu: {}: no timeline samples{of}", file.display());
+            continue;
+        }
+        if shown > 0 {
+            println!();
+        }
+        shown += 1;
+        let of = h.timeline.as_ref().map_or(String::new(), |t| {
+            let dropped =
+                if t.dropped > 0 { format!(", {} dropped", t.dropped) } else { "".into() };
+            let what = if t.lines { "lines of each warp's" } else { "warps" };
+            format!(
+                " (1 in {} {what}; {} of {} records kept{dropped})",
+                t.sample, t.kept, t.records
+            )
+        });
+        println!(
+            "process {} ({}): {} sampled requests{of}",
+            h.pid,
+            h.command,
+            recording.samples.len()
+        );
+        let accesses = cache::accesses_of_samples(&recording.samples, page_bytes);
+        print!("{}", cache::what_if(&accesses, page_bytes));
+    }
+    if shown == 0 {
+        return Err(failed(
+            "no recording has timeline samples: run `egpu mem run --sets timeline` (and raise \
+             --max-records to keep every record)",
+        ));
     }
     Ok(())
 }

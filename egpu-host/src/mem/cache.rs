@@ -14,6 +14,8 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
 
+use super::windows::Sample;
+
 /// A replacement policy: which resident page makes room for a page brought in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Policy {
@@ -202,6 +204,18 @@ pub fn simulate(
     cache.outcome()
 }
 
+/// The page accesses of a recording's `timeline` samples (`egpu mem run --sets timeline`), in
+/// device-time order: each request's leader address over `page_bytes` (a power of two), a
+/// write for a store or an atomic. The samples are the requests of one warp in N (and, past
+/// `--max-records`, a uniform sample of those): a what-if over them is one over the sampled
+/// warps' requests, not the program's.
+pub fn accesses_of_samples(samples: &[Sample], page_bytes: u64) -> Vec<Access> {
+    let shift = page_bytes.max(1).ilog2();
+    let mut ordered: Vec<&Sample> = samples.iter().collect();
+    ordered.sort_by_key(|s| (s.time_ns, s.sm, s.launch));
+    ordered.iter().map(|s| Access { page: s.addr >> shift, write: s.access != "load" }).collect()
+}
+
 /// The capacities [`what_if`] tries, as percentages of the working set.
 pub const SHARES: [u64; 3] = [25, 50, 75];
 
@@ -240,8 +254,11 @@ impl fmt::Display for WhatIf {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "cache what-if: {} accesses, working set {} pages of {} bytes",
-            self.accesses, self.working_set, self.page_bytes
+            "cache what-if: {} accesses, working set {} pages of {} bytes ({})",
+            self.accesses,
+            self.working_set,
+            self.page_bytes,
+            super::table::bytes(self.working_set * self.page_bytes)
         )?;
         writeln!(
             f,
@@ -258,8 +275,8 @@ impl fmt::Display for WhatIf {
                 100.0 * o.hit_rate(),
                 o.misses(),
                 o.cold_misses,
-                o.bytes_in(),
-                o.bytes_out()
+                super::table::bytes(o.bytes_in()),
+                super::table::bytes(o.bytes_out())
             )?;
         }
         Ok(())
