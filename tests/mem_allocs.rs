@@ -12,16 +12,11 @@ use egpu::host::HostProbes;
 use egpu::host::cxl::{Lookup, Policy, Tracker, allocation_recorder};
 use egpu::host::mem::allocs::{self, AllocKey, AllocTable, AllocTraffic, MAX_ALLOCS};
 use egpu::maps::RingBuf;
+use egpu_test_support::Rng;
 
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
+/// A number below `n`.
+fn below(rng: &mut Rng, n: u64) -> u64 {
+    rng.below(n as usize) as u64
 }
 
 #[test]
@@ -33,19 +28,19 @@ fn accesses_add_to_the_allocation_they_fall_in() {
     let ring = RingBuf::<[u64; 2]>::from_raw(maps[0].clone()).expect("the ring");
     let mut consumer = ring.consumer().expect("the consumer");
     let mut tracker = Tracker::new(Policy::None, Lookup::Ranges, 0).expect("a tracker");
-    let mut rng = Rng(0x2545_F491_4F6C_DD1D);
+    let mut rng = Rng::from_env("mem_allocs", 0x2545_F491_4F6C_DD1D);
 
     // 40 device allocations with gaps between them, the 5th and the 17th freed later; a failed
     // allocation and a pinned host one, which are not recorded.
     let mut made: Vec<(u64, u64)> = Vec::new();
     let mut next = 0x7f00_0000_0000u64;
     for _ in 0..40 {
-        let size = 1 + rng.below(1 << 20);
+        let size = 1 + below(&mut rng, 1 << 20);
         made.push((next, size));
         let mut ctx =
             AllocCtx { ptr: next, bytes: size, kind: AllocCtx::DEVICE, ..Default::default() };
         probes.fire(Phase::Exit, &mut ctx);
-        next += size.next_multiple_of(512) + 512 * rng.below(4);
+        next += size.next_multiple_of(512) + 512 * below(&mut rng, 4);
     }
     for mut ctx in [
         AllocCtx {
@@ -91,10 +86,10 @@ fn accesses_add_to_the_allocation_they_fall_in() {
             // The first byte, the last, random ones, just past the end (a gap or the next one),
             // and for a freed allocation the same (allocation 0).
             let mut addrs = vec![start, start + size - 1, start + size];
-            addrs.extend((0..20).map(|_| start + rng.below(size)));
+            addrs.extend((0..20).map(|_| start + below(&mut rng, size)));
             for addr in addrs {
-                let direction = rng.below(3) as usize;
-                let size = sizes[rng.below(5) as usize];
+                let direction = below(&mut rng, 3) as usize;
+                let size = sizes[below(&mut rng, 5) as usize];
                 let mut ctx = MemAccessCtx { kernel_id: kernel, addr, size, ..Default::default() };
                 vms[direction].run_ctx(&mut ctx).expect("runs");
                 let t = want.entry((kernel, id_of(addr))).or_default();

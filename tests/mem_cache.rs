@@ -4,6 +4,12 @@
 //! `cache what-if cases: N, 0 wrong`.
 
 use egpu::host::mem::cache::{Access, Outcome, Policy, SHARES, simulate, what_if};
+use egpu_test_support::Rng;
+
+/// A number below `n`.
+fn below(rng: &mut Rng, n: u64) -> u64 {
+    rng.below(n as usize) as u64
+}
 
 /// The reference: the resident pages in a list, the victim found by a scan.
 fn reference(accesses: &[Access], policy: Policy, capacity: u64, page_bytes: u64) -> Outcome {
@@ -42,40 +48,24 @@ fn reference(accesses: &[Access], policy: Policy, capacity: u64, page_bytes: u64
     o
 }
 
-/// A small deterministic generator (xorshift).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 /// Sequences of `len` accesses over `pages` pages: uniform, skewed (a few pages take most
 /// accesses), loops with noise, and phases that move from one set of pages to the next.
 fn sequences(rng: &mut Rng) -> Vec<Vec<Access>> {
     let mut out = Vec::new();
     for (pages, len) in [(4, 40), (16, 300), (64, 2000), (200, 3000)] {
-        let access = |rng: &mut Rng, page: u64| Access { page, write: rng.below(4) == 0 };
-        let uniform: Vec<_> = (0..len).map(|_| rng.below(pages)).collect();
+        let access = |rng: &mut Rng, page: u64| Access { page, write: below(rng, 4) == 0 };
+        let uniform: Vec<_> = (0..len).map(|_| below(rng, pages)).collect();
         let skewed: Vec<_> = (0..len)
             .map(|_| {
-                let r = rng.below(pages * pages);
+                let r = below(rng, pages * pages);
                 pages - 1 - r.isqrt().min(pages - 1)
             })
             .collect();
         let looped: Vec<_> = (0..len as u64)
-            .map(|i| if rng.below(10) == 0 { rng.below(pages) } else { i % pages })
+            .map(|i| if below(rng, 10) == 0 { below(rng, pages) } else { i % pages })
             .collect();
         let phased: Vec<_> = (0..len as u64)
-            .map(|i| (i * 4 / len as u64) * pages / 4 + rng.below(pages / 4 + 1))
+            .map(|i| (i * 4 / len as u64) * pages / 4 + below(rng, pages / 4 + 1))
             .collect();
         for seq in [uniform, skewed, looped, phased] {
             out.push(seq.into_iter().map(|p| access(rng, p)).collect());
@@ -97,7 +87,7 @@ fn lru_and_lfu_agree_with_the_reference_and_with_known_answers() {
     };
 
     // Random sequences at every capacity from one page to past the working set.
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng::from_env("mem_cache", 0x9E37_79B9_7F4A_7C15);
     for (n, seq) in sequences(&mut rng).iter().enumerate() {
         let distinct = seq.iter().map(|a| a.page).collect::<std::collections::HashSet<_>>().len();
         let step = (distinct / 12).max(1);

@@ -82,7 +82,9 @@ pub(super) static ALLOC_TRAFFIC: HashMap<AllocKey, AllocTraffic> =
     HashMap::with_capacity(ALLOC_KEYS);
 
 /// One halving of the search for the first entry of `ALLOC_RANGES` that ends past `addr`:
-/// `state` holds the first candidate (high half) and how many are left (low half).
+/// `state` holds the first candidate (high half) and how many are left (low half). (The far
+/// tier's `search_step` over its own table: a Probe Rust helper names the maps it uses, it
+/// cannot take one as an argument.)
 #[helper(crate = crate::egpu_root)]
 fn alloc_step(state: u64, addr: u64) -> u64 {
     let n = state & 0xffff_ffff;
