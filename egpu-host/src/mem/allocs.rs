@@ -22,8 +22,9 @@ use crate::cxl::Allocation;
 /// The live allocations the table holds (twelve halvings of one more leave none).
 pub const MAX_ALLOCS: u32 = 4095;
 const _: () = assert!(MAX_ALLOCS < 1 << 12);
-/// (kernel, allocation) pairs `ALLOC_TRAFFIC` holds.
-pub const ALLOC_KEYS: u32 = 1 << 14;
+/// (kernel, allocation) pairs `ALLOC_TRAFFIC` holds (its slots take 576 KiB, its per-SM copies
+/// under the preloaded library 16 times that).
+pub const ALLOC_KEYS: u32 = 1 << 12;
 
 /// A live allocation: its addresses `start..end` and its id.
 #[repr(C)]
