@@ -272,3 +272,49 @@ fn mem_what_if_runs_the_cache_what_if_over_a_recording_s_samples() {
     );
     fails(&["mem", "what-if", "--kernel", "(", "x.egpumem"], 2, &["--kernel"]);
 }
+
+/// `egpu mem run --sets allocs` on the stand-in driver: the launcher's device allocations (the
+/// driver's, one found through `cuGetProcAddress`, the runtime's) and frees, in order, in its
+/// recording; its table lists them. Pinned host memory is not a device allocation.
+#[test]
+fn mem_run_allocs_records_the_program_s_device_allocations() {
+    let dir = support::build("cli-mem-allocs");
+    let out = dir.join("mem");
+    let library = support::preload_library();
+    let launcher = dir.join("launcher");
+    let r = succeeds(&[
+        "mem".as_ref(),
+        "run".as_ref(),
+        "--sets".as_ref(),
+        "allocs".as_ref(),
+        "--library".as_ref(),
+        library.as_os_str(),
+        "--out".as_ref(),
+        out.as_os_str(),
+        "--".as_ref(),
+        launcher.as_os_str(),
+    ]);
+    let all = recordings(&out);
+    let parent = all
+        .iter()
+        .filter(|rec| rec.kernels.iter().any(|k| k.name == "_Z5kernAPf"))
+        .max_by_key(|rec| rec.allocations.len())
+        .expect("the parent's recording");
+    assert_eq!(parent.header.sets, ["allocs"]);
+    // cuMemAlloc 4096 (freed), cuMemAlloc by address 1024, cudaMalloc 2048 (freed).
+    let want = [(1, 4096, true), (2, 1024, false), (3, 2048, true)];
+    let got: Vec<(u64, u64, bool)> =
+        parent.allocations.iter().map(|a| (a.id, a.bytes, a.freed)).collect();
+    let exact = want.iter().filter(|w| got.contains(w)).count();
+    println!("allocations recorded (stand-in driver): {exact}/{} exact", want.len());
+    assert_eq!(got, want);
+    assert!(parent.allocations.iter().all(|a| a.addr != 0));
+    // No kernel reached them (the stand-in's kernels run no probes): the table says so.
+    assert!(r.stdout.contains("allocations: 3 made, 0 reached"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("never reached: 1 (4.10 kB), 2 (1.02 kB), 3 (2.05 kB)"),
+        "{}",
+        r.stdout
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

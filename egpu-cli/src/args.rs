@@ -247,6 +247,8 @@ The sets are device probes injected into every kernel COMMAND loads with PTX:
           line in N of each warp's): each
           request's device time, SM, address, size and lanes; bandwidth per kernel over
           windows of --window, and up to --max-records records kept
+  allocs  per kernel and device allocation, the accesses and bytes that fell in it (a table of
+          the live allocations, kept at each allocation and free, searched at each access)
 
 Each process that launched kernels writes its recording, DIR/<pid>.egpumem (JSON lines: a
 header naming the device, the driver and egpu, a line per kernel, per launch timed and per

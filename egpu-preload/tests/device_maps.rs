@@ -385,3 +385,42 @@ fn a_map_the_device_only_reads_follows_the_host() {
     assert!(summary.contains(" mirrored 1 refreshed 1\n"), "{summary}");
     assert!(summary.contains(" failed 0 "), "{summary}");
 }
+
+/// The `allocs` set's table: a device allocation the program makes is in the table's maps, and
+/// in their device parts, before the allocation call returns (a kernel launched next searches
+/// it), not at the next merge.
+#[test]
+fn an_allocation_reaches_the_table_s_device_parts_before_the_call_returns() {
+    use egpu::host::mem::allocs::{AllocCount, AllocRange};
+    let dir = build("merge-allocs");
+    let pack = egpu::host::mem::pack(&[egpu::host::mem::Set::Allocs], Default::default())
+        .expect("the set's pack");
+    let path = dir.join("allocs.pack");
+    std::fs::write(&path, pack.to_text()).expect("the pack file");
+    // Merges an hour apart: only the allocation's own refresh can copy the table.
+    let (mut child, mut out, pid) =
+        start_env(&dir, &path, "3600000", "0", &[("FAKE_PRINT_TABLE", "1")]);
+    let name = |map: &str| egpu::host::builtin::user_map_name(pid, map);
+    let count =
+        Array::<AllocCount>::from_raw(RawMap::open_shared(&name("ALLOC_COUNT")).expect("map"))
+            .expect("the table's count");
+    let ranges =
+        Array::<AllocRange>::from_raw(RawMap::open_shared(&name("ALLOC_RANGES")).expect("map"))
+            .expect("the table");
+    assert_eq!(count.get(0).expect("slot 0").live, 0);
+    child.stdin.as_mut().expect("its input").write_all(b"go\n").expect("a line");
+    // Its device part, right after the allocation returned, before the launcher's copy and
+    // synchronisation wake the merger: the launcher's 64-byte buffer, id 1.
+    assert_eq!(next_line(&mut out).trim(), "table 64 1");
+    assert_eq!(next_line(&mut out).trim(), "synced");
+    // The host's maps: the same.
+    assert_eq!(count.get(0).expect("slot 0").live, 1);
+    let entry = ranges.get(0).expect("entry 0");
+    assert_eq!((entry.end - entry.start, entry.id), (64, 1));
+    child.stdin.as_mut().expect("its input").write_all(b"go\n").expect("a line");
+    assert!(child.wait().expect("the launcher").success());
+    let summary = summary_of(&dir, "3600000");
+    // Both maps the probes only read were copied to their parts once, at the allocation.
+    assert!(summary.contains(" mirrored 2 refreshed 2\n"), "{summary}");
+    assert!(summary.contains(" failed 0 "), "{summary}");
+}

@@ -14,8 +14,9 @@
 use bytemuck::{Pod, Zeroable};
 use egpu_ebpf::MemAccessCtx;
 use egpu_macros::{helper, probe};
-use egpu_maps::{Array, HashMap, MapError};
+use egpu_maps::{Array, HashMap, MapError, RawMap};
 use egpu_probe::Probe;
+use serde::{Deserialize, Serialize};
 
 use crate::cxl::Allocation;
 
@@ -185,6 +186,21 @@ impl AllocTable {
                 id: i as u64 + 1,
             })
             .collect();
+        AllocTable::sorted(live)
+    }
+
+    /// The table of the allocations a recording keeps (each with its id), the freed ones left
+    /// out; the latest [`MAX_ALLOCS`] when more are live.
+    pub fn of_records(records: &[AllocationRecord]) -> AllocTable {
+        let live: Vec<AllocRange> = (records.iter())
+            .filter(|a| !a.freed && a.bytes > 0)
+            .map(|a| AllocRange { start: a.addr, end: a.addr.saturating_add(a.bytes), id: a.id })
+            .collect();
+        AllocTable::sorted(live)
+    }
+
+    /// The table of the `live` ranges, the latest [`MAX_ALLOCS`] kept, sorted by address.
+    fn sorted(live: Vec<AllocRange>) -> AllocTable {
         let left_out = live.len().saturating_sub(MAX_ALLOCS as usize);
         let mut entries = live[left_out..].to_vec();
         entries.sort_unstable_by_key(|r| r.start);
@@ -226,4 +242,118 @@ pub fn traffic() -> Vec<(AllocKey, AllocTraffic)> {
     let mut all: Vec<_> = ALLOC_TRAFFIC.iter().collect();
     all.sort_unstable_by_key(|(k, _)| (k.kernel, k.alloc));
     all
+}
+
+/// An allocation the program made (`"type":"allocation"`), as the preloaded library kept it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocationRecord {
+    /// Its ordinal among the program's device allocations, from 1 (the `alloc` of
+    /// [`AllocUse`]).
+    pub id: u64,
+    /// Its device address.
+    pub addr: u64,
+    /// Its bytes.
+    pub bytes: u64,
+    /// Whether the program freed it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub freed: bool,
+}
+
+/// A kernel's accesses to an allocation (`"type":"alloc_traffic"`), every launch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AllocUse {
+    /// The kernel's id, in hexadecimal.
+    pub kernel: String,
+    /// The allocation's id; 0: addresses in no allocation the table held.
+    pub alloc: u64,
+    /// Loads, per thread.
+    pub loads: u64,
+    /// Their bytes.
+    pub loaded: u64,
+    /// Stores.
+    pub stores: u64,
+    /// Their bytes.
+    pub stored: u64,
+    /// Atomics.
+    pub atomics: u64,
+    /// Their operands' bytes.
+    pub atomic: u64,
+}
+
+/// The `allocs` set's map as `egpu mem` reads it back (`ALLOC_TRAFFIC`), by kernel, then
+/// allocation.
+pub(super) fn uses(traffic: RawMap) -> Vec<AllocUse> {
+    let Ok(map) = HashMap::<AllocKey, AllocTraffic>::from_raw(traffic) else { return Vec::new() };
+    let mut all: Vec<AllocUse> = map
+        .iter()
+        .map(|(k, t)| AllocUse {
+            kernel: super::record::kernel_hex(k.kernel),
+            alloc: k.alloc,
+            loads: t.loads,
+            loaded: t.loaded,
+            stores: t.stores,
+            stored: t.stored,
+            atomics: t.atomics,
+            atomic: t.atomic,
+        })
+        .collect();
+    all.sort_by(|a, b| (&a.kernel, a.alloc).cmp(&(&b.kernel, b.alloc)));
+    all
+}
+
+/// The allocations that matter to the table `egpu mem` prints (the `allocs` set): each the
+/// kernels' accesses reached, most bytes first, with its size and whether the program freed it,
+/// then the allocations made that no access reached and the bytes no allocation held.
+pub(super) fn render(recording: &super::Recording) -> String {
+    use std::fmt::Write as _;
+    let uses = &recording.alloc_traffic;
+    if uses.is_empty() && recording.allocations.is_empty() {
+        return String::new();
+    }
+    // Per allocation: read, written, atomic bytes, and the kernels that reached it.
+    let mut by: std::collections::BTreeMap<u64, ([u64; 3], usize)> = Default::default();
+    for u in uses {
+        let (b, kernels) = by.entry(u.alloc).or_default();
+        b[0] = b[0].saturating_add(u.loaded);
+        b[1] = b[1].saturating_add(u.stored);
+        b[2] = b[2].saturating_add(u.atomic);
+        *kernels += 1;
+    }
+    let bytes = super::table::bytes;
+    let mut text = format!(
+        "allocations: {} made, {} reached by the kernels' accesses\n",
+        recording.allocations.len(),
+        by.keys().filter(|&&id| id > 0).count()
+    );
+    let _ = writeln!(
+        text,
+        "  {:>6} {:>15} {:>12} {:>12} {:>12} {:>8}",
+        "id", "size", "read", "written", "atomic", "kernels"
+    );
+    let mut rows: Vec<(&u64, &([u64; 3], usize))> = by.iter().collect();
+    rows.sort_by_key(|(id, (b, _))| (std::cmp::Reverse(b[0] + b[1] + b[2]), **id));
+    for (&id, &(b, kernels)) in rows {
+        let made = recording.allocations.iter().find(|a| a.id == id);
+        let size = match (id, made) {
+            (0, _) => "(none)".to_owned(),
+            (_, Some(a)) if a.freed => format!("{} freed", bytes(a.bytes)),
+            (_, Some(a)) => bytes(a.bytes),
+            (_, None) => "?".to_owned(),
+        };
+        let _ = writeln!(
+            text,
+            "  {id:>6} {size:>15} {:>12} {:>12} {:>12} {kernels:>8}",
+            bytes(b[0]),
+            bytes(b[1]),
+            bytes(b[2])
+        );
+    }
+    let untouched: Vec<String> = (recording.allocations.iter())
+        .filter(|a| !by.contains_key(&a.id))
+        .map(|a| format!("{} ({})", a.id, bytes(a.bytes)))
+        .collect();
+    if !untouched.is_empty() {
+        let _ = writeln!(text, "  never reached: {}", untouched.join(", "));
+    }
+    text
 }

@@ -15,6 +15,7 @@
 //! | `pattern` | per kernel and site, the warp-level requests, the 32-byte sectors they touched and the fewest they could have | per access, the warp's lanes and sectors (`match.any`, `redux`), and a hash map update by the lowest lane |
 //! | `pages` | per kernel, accesses per page (4 KiB, 64 KiB or 2 MiB: [`PageSize`]); atomics per 8-byte address | per access, an add to its page's count, one per group of lanes on a page; the page's value remembered from the thread's last lookup, a search otherwise |
 //! | `timeline` | one warp in N, or one line in N of each warp's ([`timeline`], [`SampleBy`]): each request's device time, SM, address, size and lanes in a ring per SM; bandwidth over time windows ([`windows`]) | by warps, nothing in a warp not sampled (the kernel runs a copy of its body without the probes: egpu-ptx's `WarpSampling`); by lines, two multiplies and a compare per access; for a sampled request, the lanes and a ring record by their leader, its tickets taken 32 at a time |
+//! | `allocs` | per kernel and device allocation, the accesses and bytes that fell in it ([`allocs`]: the preloaded library keeps the table of live allocations) | per access, a search of the table (twelve halvings) and an add to the (kernel, allocation) value |
 
 pub mod allocs;
 pub mod cache;
@@ -65,11 +66,14 @@ pub enum Set {
     Pages,
     /// Sampled requests with the device clock: bandwidth over time.
     Timeline,
+    /// Accesses and bytes per kernel and allocation.
+    Allocs,
 }
 
 impl Set {
     /// Every set, in the order `egpu mem` lists them.
-    pub const ALL: [Set; 5] = [Set::Counts, Set::Timing, Set::Pattern, Set::Pages, Set::Timeline];
+    pub const ALL: [Set; 6] =
+        [Set::Counts, Set::Timing, Set::Pattern, Set::Pages, Set::Timeline, Set::Allocs];
     /// The sets `egpu mem run` runs unless told otherwise.
     pub const DEFAULT: [Set; 2] = [Set::Counts, Set::Timing];
 
@@ -81,6 +85,7 @@ impl Set {
             Set::Pattern => "pattern",
             Set::Pages => "pages",
             Set::Timeline => "timeline",
+            Set::Allocs => "allocs",
         }
     }
 
@@ -92,6 +97,7 @@ impl Set {
             Set::Pattern => "SITES",
             Set::Pages => "PAGES",
             Set::Timeline => "TIMELINE",
+            Set::Allocs => "ALLOC_TRAFFIC",
         }
     }
 
@@ -115,6 +121,12 @@ impl Set {
                 let probes = timeline::timeline(sampling.shift(), lines).map(|p| p.to_vec());
                 probes.unwrap_or_default().into_iter().map(|p| (p, warps)).collect()
             }
+            // The host probe at allocations' exits has the preloaded library keep the table.
+            Set::Allocs => {
+                let mut probes = allocs::probes().to_vec();
+                probes.push(crate::cxl::allocation_recorder());
+                every(&probes)
+            }
         }
     }
 }
@@ -127,7 +139,7 @@ impl fmt::Display for Set {
 
 /// A name that is no set.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("no set is named `{0}`: the sets are counts, timing, pattern, pages, timeline")]
+#[error("no set is named `{0}`: the sets are counts, timing, pattern, pages, timeline, allocs")]
 pub struct UnknownSet(pub String);
 
 impl FromStr for Set {

@@ -6,7 +6,9 @@
 //! process launched (`"type":"kernel"`, [`Kernel`]), one per launch timed (`"type":"launch"`,
 //! [`Launch`]) and one per site the `pattern` set saw (`"type":"site"`, [`SiteRecord`]); with the
 //! `timeline` set, one per time window of a launch (`"type":"window"`, [`Window`]) and one per
-//! raw record kept (`"type":"sample"`, [`Sample`]). Fields and line kinds are added, never
+//! raw record kept (`"type":"sample"`, [`Sample`]); with the `allocs` set, one per allocation
+//! (`"type":"allocation"`, [`AllocationRecord`]) and one per kernel and allocation it reached
+//! (`"type":"alloc_traffic"`, [`AllocUse`]). Fields and line kinds are added, never
 //! renamed or removed, within a version; a reader of version 1 ignores fields it does not know.
 
 use std::collections::BTreeMap;
@@ -14,6 +16,7 @@ use std::collections::BTreeMap;
 use egpu_maps::{Array, HashMap, PerCpuArray, RawMap};
 use serde::{Deserialize, Serialize};
 
+use super::allocs::{AllocUse, AllocationRecord};
 use super::pages::{Address, Page};
 use super::sets::{Atomics, Reads, Requests, Site, Start, Writes};
 use super::windows::{Sample, TimelineSummary, Window};
@@ -372,6 +375,9 @@ enum Line {
     Site(SiteRecord),
     Window(Window),
     Sample(Sample),
+    Allocation(AllocationRecord),
+    #[serde(rename = "alloc_traffic")]
+    AllocTraffic(AllocUse),
 }
 
 /// What one process recorded.
@@ -389,6 +395,10 @@ pub struct Recording {
     pub windows: Vec<Window>,
     /// The `timeline` set's raw records kept, by time.
     pub samples: Vec<Sample>,
+    /// The program's device allocations, in the order made (the `allocs` set).
+    pub allocations: Vec<AllocationRecord>,
+    /// The `allocs` set's accesses per kernel and allocation.
+    pub alloc_traffic: Vec<AllocUse>,
 }
 
 /// Why a recording could not be read.
@@ -420,7 +430,8 @@ pub enum RecordingError {
 }
 
 /// The kinds of line this egpu reads.
-const KINDS: [&str; 6] = ["header", "kernel", "launch", "site", "window", "sample"];
+const KINDS: [&str; 8] =
+    ["header", "kernel", "launch", "site", "window", "sample", "allocation", "alloc_traffic"];
 
 /// Whether `text` is a JSON object whose `type` is a string this egpu does not know (a kind a
 /// later egpu writes within version 1).
@@ -441,8 +452,17 @@ impl Recording {
     /// kernels the host saw launched ([`Seen`]); kernels the maps hold and the host did not
     /// launch (graph replays) are named by `seen.name`.
     pub fn collect(mut header: Header, maps: &[(String, RawMap)], seen: &Seen<'_>) -> Recording {
-        const SETS_MAPS: [&str; 8] =
-            ["READS", "WRITES", "ATOMICS", "STARTS", "RUNS", "SITES", "PAGES", "CONTENDED"];
+        const SETS_MAPS: [&str; 9] = [
+            "READS",
+            "WRITES",
+            "ATOMICS",
+            "STARTS",
+            "RUNS",
+            "SITES",
+            "PAGES",
+            "CONTENDED",
+            "ALLOC_TRAFFIC",
+        ];
         header.refused = maps
             .iter()
             .filter(|(name, _)| SETS_MAPS.contains(&name.as_str()))
@@ -581,7 +601,8 @@ impl Recording {
             let bytes = k.traffic.map_or(0, |t| t.total());
             (std::cmp::Reverse(k.gpu_ns), std::cmp::Reverse(bytes), std::cmp::Reverse(k.launches))
         });
-        Recording { header, kernels, launches, sites, ..Recording::default() }
+        let alloc_traffic = map("ALLOC_TRAFFIC").map(super::allocs::uses).unwrap_or_default();
+        Recording { header, kernels, launches, sites, alloc_traffic, ..Recording::default() }
     }
 
     /// Adds the GPU time CUDA events measured (`--kernel-times`): `times` holds, per kernel id,
@@ -634,6 +655,8 @@ impl Recording {
         self.sites.iter().for_each(|s| line(Line::Site(s.clone())));
         self.windows.iter().for_each(|w| line(Line::Window(w.clone())));
         self.samples.iter().for_each(|s| line(Line::Sample(s.clone())));
+        self.allocations.iter().for_each(|a| line(Line::Allocation(a.clone())));
+        self.alloc_traffic.iter().for_each(|a| line(Line::AllocTraffic(a.clone())));
         text
     }
 
@@ -675,6 +698,8 @@ impl Recording {
                 Line::Site(s) => recording.sites.push(s),
                 Line::Window(w) => recording.windows.push(w),
                 Line::Sample(s) => recording.samples.push(s),
+                Line::Allocation(a) => recording.allocations.push(a),
+                Line::AllocTraffic(a) => recording.alloc_traffic.push(a),
             }
         }
         Ok(recording)

@@ -61,6 +61,11 @@ use crate::pack::PackError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MemError {
+    /// A set that runs under the preloaded library only.
+    #[error(
+        "the `{0}` set runs under `egpu mem run` only: in process, egpu does not see the program's allocations"
+    )]
+    NotInProcess(Set),
     /// The sets' probes could not be put in a pack.
     #[error("the sets' probes: {0}")]
     Pack(#[from] PackError),
@@ -117,6 +122,9 @@ impl Plan {
     /// The sets' pack, with a map in this process's memory for each map name it declares.
     pub(crate) fn new(sets: &[Set], page: PageSize, sampling: Sampling) -> Result<Plan, MemError> {
         let sets: Vec<Set> = Set::ALL.into_iter().filter(|s| sets.contains(s)).collect();
+        if sets.contains(&Set::Allocs) {
+            return Err(MemError::NotInProcess(Set::Allocs));
+        }
         let pack = pack_sampled(&sets, page, sampling)?;
         let mut maps: Vec<(String, RawMap)> = Vec::new();
         let (mut probes, mut samples) = (Vec::new(), Vec::new());

@@ -216,6 +216,7 @@ pub fn render(recording: &Recording) -> String {
     }
     // Bandwidth over time, with the `timeline` set.
     text.push_str(&super::windows::render(recording));
+    text.push_str(&super::allocs::render(recording));
     text
 }
 

@@ -195,7 +195,8 @@ fn the_pack_names_each_set_once() {
     assert_eq!(pack.probes().len(), 5);
     let again = crate::pack::Pack::parse(&pack.to_text()).expect("read back");
     assert_eq!(again.probes().len(), 5);
-    assert_eq!(super::pack(&Set::ALL, PageSize::Mib2).expect("every set").probes().len(), 14);
+    // 14 device probes, and the `allocs` set's three and its host probe at allocations.
+    assert_eq!(super::pack(&Set::ALL, PageSize::Mib2).expect("every set").probes().len(), 18);
     assert_eq!(
         ("4k".parse(), "64KiB".parse(), "2m".parse()),
         (Ok(PageSize::Kib4), Ok(PageSize::Kib64), Ok(PageSize::Mib2))
@@ -237,10 +238,15 @@ fn the_sets_in_corpus_kernels_pass_ptxas() {
     ];
     for (sets, sampling) in combinations {
         let pack = super::pack_sampled(sets, PageSize::Kib64, sampling).expect("a pack");
+        // The device probes (the `allocs` set has a host probe too).
+        let on_device = |p: &&crate::pack::PackedProbe| {
+            matches!(p.program.program().attach_point(), egpu_ebpf::AttachPoint::Device(_))
+        };
         // As the preloaded library binds them: maps only added to spread over 16 per-SM copies.
         let bound: Vec<Vec<DeviceMap>> = pack
             .probes()
             .iter()
+            .filter(on_device)
             .map(|p| {
                 let adds = egpu_device::translate::adds_only(&p.program);
                 p.maps
@@ -261,6 +267,7 @@ fn the_sets_in_corpus_kernels_pass_ptxas() {
         let device: Vec<DeviceProbe<'_>> = pack
             .probes()
             .iter()
+            .filter(on_device)
             .zip(&bound)
             .map(|(p, maps)| DeviceProbe { program: &p.program, kernels: Kernels::All, maps })
             .collect();
@@ -450,4 +457,44 @@ fn a_sites_stride_is_its_requests_commonest() {
     let g = Coalescing { requests: 4, gather: 3, unit: 1, ..Default::default() };
     assert_eq!(g.stride(), Some((Stride::Gather, 0.75)));
     assert_eq!(Coalescing { requests: 4, ..Default::default() }.stride(), None);
+}
+
+/// The `allocs` set's lines read back as written, and the table's section: allocations by bytes
+/// reached, the freed one said so, addresses in none apart, those never reached listed.
+#[test]
+fn allocation_lines_read_back_and_print() {
+    use super::allocs::{AllocUse, AllocationRecord};
+    let made = |id, bytes, freed| AllocationRecord { id, addr: 0x7000 * id, bytes, freed };
+    let reach = |alloc, loaded, stored| AllocUse {
+        kernel: "00000000000000aa".into(),
+        alloc,
+        loads: 1,
+        loaded,
+        stores: 1,
+        stored,
+        ..AllocUse::default()
+    };
+    let header = super::Header {
+        format: super::record::FORMAT.into(),
+        version: super::record::VERSION,
+        ..super::Header::default()
+    };
+    let recording = Recording {
+        header,
+        allocations: vec![made(1, 4096, true), made(2, 1 << 20, false), made(3, 512, false)],
+        alloc_traffic: vec![reach(0, 8, 0), reach(1, 4096, 0), reach(2, 3_000_000, 1_000_000)],
+        ..Recording::default()
+    };
+    let text = recording.to_jsonl();
+    assert!(
+        text.contains("\"type\":\"allocation\"") && text.contains("\"type\":\"alloc_traffic\"")
+    );
+    assert_eq!(Recording::parse(&text).expect("reads back"), recording);
+    let table = table::render(&recording);
+    let rows: Vec<&str> = table.lines().skip_while(|l| !l.starts_with("allocations:")).collect();
+    assert_eq!(rows[0], "allocations: 3 made, 2 reached by the kernels' accesses", "{table}");
+    let ids: Vec<&str> = rows[2..5].iter().map(|r| r.split_whitespace().next().unwrap()).collect();
+    assert_eq!(ids, ["2", "1", "0"], "most bytes first: {table}");
+    assert!(rows[3].contains("4.10 kB freed") && rows[4].contains("(none)"), "{table}");
+    assert_eq!(rows[5], "  never reached: 3 (512 B)", "{table}");
 }

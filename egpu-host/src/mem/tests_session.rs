@@ -53,6 +53,10 @@ fn the_plan_binds_each_map_once() {
     assert_eq!((header.format.as_str(), header.version), ("egpu-mem", 1));
     let pages =
         Plan::new(&[Set::Pages], PageSize::Kib4, Sampling::DEFAULT).expect("pages").header(None);
+    // In process egpu sees no allocation of the program's: the `allocs` set is refused.
+    let allocs = Plan::new(&[Set::Counts, Set::Allocs], PageSize::Kib4, Sampling::DEFAULT);
+    let e = allocs.expect_err("refused").to_string();
+    assert!(e.contains("`allocs` set runs under `egpu mem run` only"), "{e}");
     assert_eq!((pages.page_bytes, pages.device.as_str()), (4096, ""));
     // The timeline's ring: bound as the others, written a claim per record (no host thread
     // drains it while kernels run).

@@ -188,6 +188,9 @@ pub(crate) fn write(user: &UserProbes, names: &Builtin) {
         site: &|kernel, site| lines.get(&(kernel, site)).copied(),
     };
     let mut recording = Recording::collect(header, &user.maps, &seen);
+    if has(Set::Allocs.map()) {
+        recording.allocations = super::allocs::records();
+    }
     super::timeline::finish(&mut recording, &user.maps);
     for k in recording.kernels.iter_mut().filter(|k| !k.instrumented) {
         k.unselected = !super::kernels::chosen(&k.name);

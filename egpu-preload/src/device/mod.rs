@@ -14,6 +14,7 @@
 //! left out; a module that cannot be instrumented, or whose instrumented form the driver
 //! refuses, is loaded as it came (and counted, with the reason, in the summary).
 
+pub(crate) mod allocs;
 pub(crate) mod boxes;
 mod caches;
 mod images;

@@ -288,6 +288,25 @@ fn start_merger() {
     });
 }
 
+/// Copies the maps the device probes only read to their parts in every context of this process
+/// whose host map changed, now (not during a stream capture): what a host write that kernels
+/// launched next must see asks for (the `allocs` set's table).
+pub(crate) fn refresh_mirrors() {
+    if capturing() {
+        return;
+    }
+    let pid = std::process::id();
+    let mut contexts = lock();
+    for c in contexts.iter_mut().filter(|c| c.pid == pid) {
+        if let Err(reason) = refresh(c)
+            && FAILED.fetch_add(1, Ordering::Relaxed) == 0
+            && crate::log_enabled("maps")
+        {
+            eprintln!("egpu: copying the host's maps to the device: {reason}");
+        }
+    }
+}
+
 /// The merger's pause after a merge that took `took`: a millisecond, or nine times the merge's
 /// time, so that a program that synchronises all the time keeps the merger busy a tenth of the
 /// time at most (a merge copies every part, per-SM copies included, to the host: 36 MiB with

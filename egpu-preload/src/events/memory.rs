@@ -229,13 +229,24 @@ pub(super) fn free(ptr: u64, kind: u32) -> AllocCtx {
     AllocCtx { ptr, kind, op: AllocCtx::FREE, ..AllocCtx::default() }
 }
 
-/// After an allocation: the address it wrote to `out`.
+/// After an allocation: the address it wrote to `out`; a device allocation goes into the
+/// `allocs` set's table ([`crate::device::allocs`]).
 pub(super) fn allocated<P: Copy + Into<u64>>(out: *mut P) -> impl FnOnce(&mut AllocCtx, CuResult) {
     move |ctx, result| {
         if result == 0 && !out.is_null() {
             // SAFETY: the driver wrote the address to the caller's pointer.
             ctx.ptr = unsafe { out.read() }.into();
+            if ctx.kind == AllocCtx::DEVICE {
+                crate::device::allocs::made(ctx.ptr, ctx.bytes);
+            }
         }
+    }
+}
+
+/// After a free: a device allocation leaves the `allocs` set's table.
+pub(super) fn released(ctx: &mut AllocCtx, result: CuResult) {
+    if result == 0 && ctx.kind == AllocCtx::DEVICE {
+        crate::device::allocs::freed(ctx.ptr);
     }
 }
 

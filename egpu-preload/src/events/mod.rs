@@ -57,7 +57,7 @@ use event::{nothing, observe};
 pub(crate) use launch::captured;
 use launch::{LaunchConfig, capture, config_stream, count_capture, graph, launch_ctx, launch_ex};
 use memory::{Copy2dDriver, Copy3d, Copy3dDriver, Extent, HostPtr, PitchedPtr};
-use memory::{alloc, allocated, copy, driver_copy_2d, driver_copy_3d, free};
+use memory::{alloc, allocated, copy, driver_copy_2d, driver_copy_3d, free, released};
 use memory::{runtime_copy, runtime_copy_3d, runtime_set_3d, set};
 use modules::{library, read_file};
 use modules::{load, load_fatbinary, load_file, load_module, load_with};
@@ -362,9 +362,9 @@ entry_points! {
         => driver(|_, _| alloc(bytes, AllocCtx::HOST_PINNED), allocated(out));
     ALLOC_MANAGED cuMemAllocManaged (out: *mut DevicePtr, bytes: usize, flags: c_uint)
         => driver(|_, _| alloc(bytes, AllocCtx::MANAGED), allocated(out));
-    FREE cuMemFree_v2 (ptr: DevicePtr) => driver(|_, _| free(ptr, AllocCtx::DEVICE), nothing);
+    FREE cuMemFree_v2 (ptr: DevicePtr) => driver(|_, _| free(ptr, AllocCtx::DEVICE), released);
     FREE_ASYNC cuMemFreeAsync +ptsz (ptr: DevicePtr, stream: Handle)
-        => driver(|_, _| free(ptr, AllocCtx::DEVICE), nothing);
+        => driver(|_, _| free(ptr, AllocCtx::DEVICE), released);
     FREE_HOST cuMemFreeHost (ptr: *mut c_void)
         => driver(|_, _| free(ptr as u64, AllocCtx::HOST_PINNED), nothing);
 
@@ -496,9 +496,9 @@ entry_points! {
     RT_MALLOC_MANAGED cudaMallocManaged (out: *mut HostPtr, bytes: usize, flags: c_uint)
         => runtime(|_, _| alloc(bytes, AllocCtx::MANAGED), allocated(out));
     RT_FREE cudaFree (ptr: *mut c_void)
-        => runtime(|_, _| free(ptr as u64, AllocCtx::DEVICE), nothing);
+        => runtime(|_, _| free(ptr as u64, AllocCtx::DEVICE), released);
     RT_FREE_ASYNC cudaFreeAsync +ptsz (ptr: *mut c_void, stream: Handle)
-        => runtime(|_, _| free(ptr as u64, AllocCtx::DEVICE), nothing);
+        => runtime(|_, _| free(ptr as u64, AllocCtx::DEVICE), released);
     RT_FREE_HOST cudaFreeHost (ptr: *mut c_void)
         => runtime(|_, _| free(ptr as u64, AllocCtx::HOST_PINNED), nothing);
 }
