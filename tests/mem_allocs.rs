@@ -195,4 +195,18 @@ fn the_attribution_probes_pass_ptxas() {
     let report = ptxas.check(&ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
     let registers = report.function("saxpy").and_then(|f| f.registers);
     println!("saxpy with the attribution probes: ptxas-valid, {registers:?} registers");
+    // The GPU check's program (egpu-preload/tests/programs/alloc_traffic.cu), by nvcc: every
+    // kernel's accesses observed, and ptxas takes it.
+    let Some(nvcc) = egpu_device::testing::require_nvcc() else { return };
+    let cu = egpu_test_support::workspace_path("egpu-preload/tests/programs/alloc_traffic.cu");
+    let program = nvcc.compile_ptx(&cu, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+    let injection = inject(&program, &device).expect("instruments");
+    let report = ptxas.check(&injection.ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
+    for kernel in ["read_once", "read_looped", "fill", "count"] {
+        let registers = (report.functions.iter())
+            .find(|f| f.name.contains(kernel))
+            .and_then(|f| f.registers)
+            .unwrap_or_else(|| panic!("{kernel} compiled"));
+        println!("alloc_traffic.cu's {kernel} with the attribution probes: {registers} registers");
+    }
 }
