@@ -59,7 +59,7 @@ pub struct AllocKey {
 
 /// What a kernel's accesses to an allocation came to.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable, Serialize, Deserialize)]
 pub struct AllocTraffic {
     /// Loads (every class: plain, asynchronous, bulk and tensor copies), per thread.
     pub loads: u64,
@@ -266,18 +266,9 @@ pub struct AllocUse {
     pub kernel: String,
     /// The allocation's id; 0: addresses in no allocation the table held.
     pub alloc: u64,
-    /// Loads, per thread.
-    pub loads: u64,
-    /// Their bytes.
-    pub loaded: u64,
-    /// Stores.
-    pub stores: u64,
-    /// Their bytes.
-    pub stored: u64,
-    /// Atomics.
-    pub atomics: u64,
-    /// Their operands' bytes.
-    pub atomic: u64,
+    /// What the kernel's accesses there came to.
+    #[serde(flatten)]
+    pub traffic: AllocTraffic,
 }
 
 /// The `allocs` set's map as `egpu mem` reads it back (`ALLOC_TRAFFIC`), by kernel, then
@@ -286,15 +277,10 @@ pub(super) fn uses(traffic: RawMap) -> Vec<AllocUse> {
     let Ok(map) = HashMap::<AllocKey, AllocTraffic>::from_raw(traffic) else { return Vec::new() };
     let mut all: Vec<AllocUse> = map
         .iter()
-        .map(|(k, t)| AllocUse {
+        .map(|(k, traffic)| AllocUse {
             kernel: super::record::kernel_hex(k.kernel),
             alloc: k.alloc,
-            loads: t.loads,
-            loaded: t.loaded,
-            stores: t.stores,
-            stored: t.stored,
-            atomics: t.atomics,
-            atomic: t.atomic,
+            traffic,
         })
         .collect();
     all.sort_by(|a, b| (&a.kernel, a.alloc).cmp(&(&b.kernel, b.alloc)));
@@ -314,9 +300,9 @@ pub(super) fn render(recording: &super::Recording) -> String {
     let mut by: std::collections::BTreeMap<u64, ([u64; 3], usize)> = Default::default();
     for u in uses {
         let (b, kernels) = by.entry(u.alloc).or_default();
-        b[0] = b[0].saturating_add(u.loaded);
-        b[1] = b[1].saturating_add(u.stored);
-        b[2] = b[2].saturating_add(u.atomic);
+        b[0] = b[0].saturating_add(u.traffic.loaded);
+        b[1] = b[1].saturating_add(u.traffic.stored);
+        b[2] = b[2].saturating_add(u.traffic.atomic);
         *kernels += 1;
     }
     let bytes = super::table::bytes;

@@ -463,16 +463,12 @@ fn a_sites_stride_is_its_requests_commonest() {
 /// reached, the freed one said so, addresses in none apart, those never reached listed.
 #[test]
 fn allocation_lines_read_back_and_print() {
-    use super::allocs::{AllocUse, AllocationRecord};
+    use super::allocs::{AllocTraffic, AllocUse, AllocationRecord};
     let made = |id, bytes, freed| AllocationRecord { id, addr: 0x7000 * id, bytes, freed };
     let reach = |alloc, loaded, stored| AllocUse {
         kernel: "00000000000000aa".into(),
         alloc,
-        loads: 1,
-        loaded,
-        stores: 1,
-        stored,
-        ..AllocUse::default()
+        traffic: AllocTraffic { loads: 1, loaded, stores: 1, stored, ..AllocTraffic::default() },
     };
     let header = super::Header {
         format: super::record::FORMAT.into(),
