@@ -158,6 +158,16 @@ fn a_full_table_keeps_the_latest_sorted() {
     }
     assert_eq!(table.find(0), 0);
     assert_eq!(AllocTable::of(&[]).find(0x1000), 0);
+    // From a recording's allocations: the freed one left out, the ids kept.
+    use egpu::host::mem::allocs::AllocationRecord;
+    let record = |id, addr, freed| AllocationRecord { id, addr, bytes: 0x100, freed };
+    let from = AllocTable::of_records(&[
+        record(1, 0x3000, false),
+        record(2, 0x1000, true),
+        record(3, 0x2000, false),
+    ]);
+    let ids: Vec<(u64, u64)> = from.entries().iter().map(|r| (r.start, r.id)).collect();
+    assert_eq!(ids, [(0x2000, 3), (0x3000, 1)]);
 }
 
 /// The probes translate into saxpy with their maps as the preloaded library binds them (the

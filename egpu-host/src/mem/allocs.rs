@@ -199,8 +199,9 @@ impl AllocTable {
         AllocTable::sorted(live)
     }
 
-    /// The table of the `live` ranges, the latest [`MAX_ALLOCS`] kept, sorted by address.
-    fn sorted(live: Vec<AllocRange>) -> AllocTable {
+    /// The table of the `live` ranges (in the order made), the latest [`MAX_ALLOCS`] kept,
+    /// sorted by address.
+    pub fn sorted(live: Vec<AllocRange>) -> AllocTable {
         let left_out = live.len().saturating_sub(MAX_ALLOCS as usize);
         let mut entries = live[left_out..].to_vec();
         entries.sort_unstable_by_key(|r| r.start);
