@@ -309,12 +309,14 @@ fn mem_run_allocs_records_the_program_s_device_allocations() {
     println!("allocations recorded (stand-in driver): {exact}/{} exact", want.len());
     assert_eq!(got, want);
     assert!(parent.allocations.iter().all(|a| a.addr != 0));
+    // The launcher's copies: into the first from host memory three times 4096 bytes, 512 and a
+    // 2D copy of 256, out of it 100 and 256; 128 from it to the third (the runtime's).
+    let copies: Vec<[u64; 3]> =
+        (parent.allocations.iter()).map(|a| [a.copied_in, a.copied_out, a.copied_device]).collect();
+    assert_eq!(copies, [[3 * 4096 + 512 + 256, 356, 128], [0, 0, 0], [0, 0, 128]]);
     // No kernel reached them (the stand-in's kernels run no probes): the table says so.
     assert!(r.stdout.contains("allocations: 3 made, 0 reached"), "{}", r.stdout);
-    assert!(
-        r.stdout.contains("never reached: 1 (4.10 kB), 2 (1.02 kB), 3 (2.05 kB)"),
-        "{}",
-        r.stdout
-    );
+    let never = "never reached: 1 (4.10 kB, 13.06 kB copied in), 2 (1.02 kB), 3 (2.05 kB)";
+    assert!(r.stdout.contains(never), "{}", r.stdout);
     let _ = std::fs::remove_dir_all(&dir);
 }

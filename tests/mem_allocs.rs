@@ -160,7 +160,13 @@ fn a_full_table_keeps_the_latest_sorted() {
     assert_eq!(AllocTable::of(&[]).find(0x1000), 0);
     // From a recording's allocations: the freed one left out, the ids kept.
     use egpu::host::mem::allocs::AllocationRecord;
-    let record = |id, addr, freed| AllocationRecord { id, addr, bytes: 0x100, freed };
+    let record = |id, addr, freed| AllocationRecord {
+        id,
+        addr,
+        bytes: 0x100,
+        freed,
+        ..AllocationRecord::default()
+    };
     let from = AllocTable::of_records(&[
         record(1, 0x3000, false),
         record(2, 0x1000, true),

@@ -12,7 +12,7 @@
 //! may be attributed to allocation 0.
 
 use bytemuck::{Pod, Zeroable};
-use egpu_ebpf::MemAccessCtx;
+use egpu_ebpf::{MemAccessCtx, MemcpyCtx};
 use egpu_macros::{helper, probe};
 use egpu_maps::{Array, HashMap, MapError, RawMap};
 use egpu_probe::Probe;
@@ -160,9 +160,19 @@ fn alloc_atomics(ctx: &MemAccessCtx) {
     ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.atomic, ctx.size as u64);
 }
 
+/// Nothing: its being attached has the preloaded library observe copies' exits, where it adds
+/// their bytes to the allocations they reach.
+#[probe(host::memcpy::exit, crate = crate::egpu_root)]
+fn copies_seen(_ctx: &MemcpyCtx) {}
+
 /// The attribution's device probes: loads, stores, atomics.
 pub fn probes() -> [&'static Probe; 3] {
     [alloc_loads::probe(), alloc_stores::probe(), alloc_atomics::probe()]
+}
+
+/// The host probe at copies' exits that the `allocs` set's pack carries (it does nothing).
+pub fn copy_watcher() -> &'static Probe {
+    copies_seen::probe()
 }
 
 /// The live allocations as the probes search them.
@@ -258,6 +268,22 @@ pub struct AllocationRecord {
     /// Whether the program freed it.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub freed: bool,
+    /// Bytes the program's copies moved into it from host memory.
+    #[serde(default, skip_serializing_if = "super::record::is_zero")]
+    pub copied_in: u64,
+    /// Of those, from pinned host memory (`cuMemAllocHost`, `cudaMallocHost`, `cudaHostAlloc`;
+    /// memory registered with `cudaHostRegister` counts as pageable).
+    #[serde(default, skip_serializing_if = "super::record::is_zero")]
+    pub copied_in_pinned: u64,
+    /// Bytes copied out of it to host memory.
+    #[serde(default, skip_serializing_if = "super::record::is_zero")]
+    pub copied_out: u64,
+    /// Of those, to pinned host memory.
+    #[serde(default, skip_serializing_if = "super::record::is_zero")]
+    pub copied_out_pinned: u64,
+    /// Bytes copied into or out of it from or to other device memory.
+    #[serde(default, skip_serializing_if = "super::record::is_zero")]
+    pub copied_device: u64,
 }
 
 /// A kernel's accesses to an allocation (`"type":"alloc_traffic"`), every launch.
@@ -314,8 +340,8 @@ pub(super) fn render(recording: &super::Recording) -> String {
     );
     let _ = writeln!(
         text,
-        "  {:>6} {:>15} {:>12} {:>12} {:>12} {:>8}",
-        "id", "size", "read", "written", "atomic", "kernels"
+        "  {:>6} {:>15} {:>12} {:>12} {:>12} {:>8} {:>12} {:>12}",
+        "id", "size", "read", "written", "atomic", "kernels", "copied in", "copied out"
     );
     let mut rows: Vec<(&u64, &([u64; 3], usize))> = by.iter().collect();
     rows.sort_by_key(|(id, (b, _))| (std::cmp::Reverse(b[0] + b[1] + b[2]), **id));
@@ -327,17 +353,24 @@ pub(super) fn render(recording: &super::Recording) -> String {
             (_, Some(a)) => bytes(a.bytes),
             (_, None) => "?".to_owned(),
         };
+        let (copied_in, copied_out) = match made {
+            Some(a) => (bytes(a.copied_in), bytes(a.copied_out)),
+            None => ("-".to_owned(), "-".to_owned()),
+        };
         let _ = writeln!(
             text,
-            "  {id:>6} {size:>15} {:>12} {:>12} {:>12} {kernels:>8}",
+            "  {id:>6} {size:>15} {:>12} {:>12} {:>12} {kernels:>8} {copied_in:>12} {copied_out:>12}",
             bytes(b[0]),
             bytes(b[1]),
-            bytes(b[2])
+            bytes(b[2]),
         );
     }
     let untouched: Vec<String> = (recording.allocations.iter())
         .filter(|a| !by.contains_key(&a.id))
-        .map(|a| format!("{} ({})", a.id, bytes(a.bytes)))
+        .map(|a| match a.copied_in {
+            0 => format!("{} ({})", a.id, bytes(a.bytes)),
+            n => format!("{} ({}, {} copied in)", a.id, bytes(a.bytes), bytes(n)),
+        })
         .collect();
     if !untouched.is_empty() {
         let _ = writeln!(text, "  never reached: {}", untouched.join(", "));

@@ -121,10 +121,12 @@ impl Set {
                 let probes = timeline::timeline(sampling.shift(), lines).map(|p| p.to_vec());
                 probes.unwrap_or_default().into_iter().map(|p| (p, warps)).collect()
             }
-            // The host probe at allocations' exits has the preloaded library keep the table.
+            // The host probes at allocations' and copies' exits have the preloaded library keep
+            // the table and count the copies.
             Set::Allocs => {
                 let mut probes = allocs::probes().to_vec();
                 probes.push(crate::cxl::allocation_recorder());
+                probes.push(allocs::copy_watcher());
                 every(&probes)
             }
         }

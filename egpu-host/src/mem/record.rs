@@ -180,7 +180,7 @@ fn is_false(b: &bool) -> bool {
     !*b
 }
 
-fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
+pub(super) fn is_zero<T: Default + PartialEq>(n: &T) -> bool {
     *n == T::default()
 }
 

@@ -195,8 +195,9 @@ fn the_pack_names_each_set_once() {
     assert_eq!(pack.probes().len(), 5);
     let again = crate::pack::Pack::parse(&pack.to_text()).expect("read back");
     assert_eq!(again.probes().len(), 5);
-    // 14 device probes, and the `allocs` set's three and its host probe at allocations.
-    assert_eq!(super::pack(&Set::ALL, PageSize::Mib2).expect("every set").probes().len(), 18);
+    // 14 device probes, and the `allocs` set's three and its host probes at allocations and
+    // copies.
+    assert_eq!(super::pack(&Set::ALL, PageSize::Mib2).expect("every set").probes().len(), 19);
     assert_eq!(
         ("4k".parse(), "64KiB".parse(), "2m".parse()),
         (Ok(PageSize::Kib4), Ok(PageSize::Kib64), Ok(PageSize::Mib2))
@@ -464,7 +465,14 @@ fn a_sites_stride_is_its_requests_commonest() {
 #[test]
 fn allocation_lines_read_back_and_print() {
     use super::allocs::{AllocTraffic, AllocUse, AllocationRecord};
-    let made = |id, bytes, freed| AllocationRecord { id, addr: 0x7000 * id, bytes, freed };
+    let made = |id, bytes, freed| AllocationRecord {
+        id,
+        addr: 0x7000 * id,
+        bytes,
+        freed,
+        copied_in: if id == 3 { 2048 } else { 0 },
+        ..AllocationRecord::default()
+    };
     let reach = |alloc, loaded, stored| AllocUse {
         kernel: "00000000000000aa".into(),
         alloc,
@@ -492,5 +500,5 @@ fn allocation_lines_read_back_and_print() {
     let ids: Vec<&str> = rows[2..5].iter().map(|r| r.split_whitespace().next().unwrap()).collect();
     assert_eq!(ids, ["2", "1", "0"], "most bytes first: {table}");
     assert!(rows[3].contains("4.10 kB freed") && rows[4].contains("(none)"), "{table}");
-    assert_eq!(rows[5], "  never reached: 3 (512 B)", "{table}");
+    assert_eq!(rows[5], "  never reached: 3 (512 B, 2.05 kB copied in)", "{table}");
 }

@@ -236,8 +236,10 @@ pub(super) fn allocated<P: Copy + Into<u64>>(out: *mut P) -> impl FnOnce(&mut Al
         if result == 0 && !out.is_null() {
             // SAFETY: the driver wrote the address to the caller's pointer.
             ctx.ptr = unsafe { out.read() }.into();
-            if ctx.kind == AllocCtx::DEVICE {
-                crate::device::allocs::made(ctx.ptr, ctx.bytes);
+            match ctx.kind {
+                AllocCtx::DEVICE => crate::device::allocs::made(ctx.ptr, ctx.bytes),
+                AllocCtx::HOST_PINNED => crate::device::allocs::pinned(ctx.ptr, ctx.bytes, false),
+                _ => {}
             }
         }
     }
@@ -245,8 +247,19 @@ pub(super) fn allocated<P: Copy + Into<u64>>(out: *mut P) -> impl FnOnce(&mut Al
 
 /// After a free: a device allocation leaves the `allocs` set's table.
 pub(super) fn released(ctx: &mut AllocCtx, result: CuResult) {
-    if result == 0 && ctx.kind == AllocCtx::DEVICE {
-        crate::device::allocs::freed(ctx.ptr);
+    if result == 0 {
+        match ctx.kind {
+            AllocCtx::DEVICE => crate::device::allocs::freed(ctx.ptr),
+            AllocCtx::HOST_PINNED => crate::device::allocs::pinned(ctx.ptr, 0, true),
+            _ => {}
+        }
+    }
+}
+
+/// After a copy (not a set): its bytes to the allocations it reached, for the `allocs` set.
+pub(super) fn copied(ctx: &mut MemcpyCtx, result: CuResult) {
+    if result == 0 && ctx.flags & MemcpyCtx::MEMSET == 0 {
+        crate::device::allocs::copied(ctx.dst, ctx.src, ctx.bytes);
     }
 }
 

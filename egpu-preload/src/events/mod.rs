@@ -57,7 +57,7 @@ use event::{nothing, observe};
 pub(crate) use launch::captured;
 use launch::{LaunchConfig, capture, config_stream, count_capture, graph, launch_ctx, launch_ex};
 use memory::{Copy2dDriver, Copy3d, Copy3dDriver, Extent, HostPtr, PitchedPtr};
-use memory::{alloc, allocated, copy, driver_copy_2d, driver_copy_3d, free, released};
+use memory::{alloc, allocated, copied, copy, driver_copy_2d, driver_copy_3d, free, released};
 use memory::{runtime_copy, runtime_copy_3d, runtime_set_3d, set};
 use modules::{library, read_file};
 use modules::{load, load_fatbinary, load_file, load_module, load_with};
@@ -288,25 +288,25 @@ entry_points! {
 
     // Copies and sets.
     MEMCPY cuMemcpy +ptds (dst: DevicePtr, src: DevicePtr, bytes: usize)
-        => driver(|_, _| copy(dst, src, bytes as u64, NULL, M::DEFAULT, 0), nothing);
+        => driver(|_, _| copy(dst, src, bytes as u64, NULL, M::DEFAULT, 0), copied);
     MEMCPY_ASYNC cuMemcpyAsync +ptsz (dst: DevicePtr, src: DevicePtr, bytes: usize, stream: Handle)
-        => driver(|_, _| copy(dst, src, bytes as u64, stream, M::DEFAULT, ASYNC), nothing);
+        => driver(|_, _| copy(dst, src, bytes as u64, stream, M::DEFAULT, ASYNC), copied);
     HTOD cuMemcpyHtoD_v2 +ptds (dst: DevicePtr, src: *const c_void, bytes: usize)
-        => driver(|_, _| copy(dst, src as u64, bytes as u64, NULL, M::HOST_TO_DEVICE, 0), nothing);
+        => driver(|_, _| copy(dst, src as u64, bytes as u64, NULL, M::HOST_TO_DEVICE, 0), copied);
     DTOH cuMemcpyDtoH_v2 +ptds (dst: *mut c_void, src: DevicePtr, bytes: usize)
-        => driver(|_, _| copy(dst as u64, src, bytes as u64, NULL, M::DEVICE_TO_HOST, 0), nothing);
+        => driver(|_, _| copy(dst as u64, src, bytes as u64, NULL, M::DEVICE_TO_HOST, 0), copied);
     DTOD cuMemcpyDtoD_v2 +ptds (dst: DevicePtr, src: DevicePtr, bytes: usize)
-        => driver(|_, _| copy(dst, src, bytes as u64, NULL, M::DEVICE_TO_DEVICE, 0), nothing);
+        => driver(|_, _| copy(dst, src, bytes as u64, NULL, M::DEVICE_TO_DEVICE, 0), copied);
     HTOD_ASYNC cuMemcpyHtoDAsync_v2 +ptsz (dst: DevicePtr, src: *const c_void, bytes: usize, stream: Handle)
-        => driver(|_, _| copy(dst, src as u64, bytes as u64, stream, M::HOST_TO_DEVICE, ASYNC), nothing);
+        => driver(|_, _| copy(dst, src as u64, bytes as u64, stream, M::HOST_TO_DEVICE, ASYNC), copied);
     DTOH_ASYNC cuMemcpyDtoHAsync_v2 +ptsz (dst: *mut c_void, src: DevicePtr, bytes: usize, stream: Handle)
-        => driver(|_, _| copy(dst as u64, src, bytes as u64, stream, M::DEVICE_TO_HOST, ASYNC), nothing);
+        => driver(|_, _| copy(dst as u64, src, bytes as u64, stream, M::DEVICE_TO_HOST, ASYNC), copied);
     DTOD_ASYNC cuMemcpyDtoDAsync_v2 +ptsz (dst: DevicePtr, src: DevicePtr, bytes: usize, stream: Handle)
-        => driver(|_, _| copy(dst, src, bytes as u64, stream, M::DEVICE_TO_DEVICE, ASYNC), nothing);
+        => driver(|_, _| copy(dst, src, bytes as u64, stream, M::DEVICE_TO_DEVICE, ASYNC), copied);
     PEER cuMemcpyPeer +ptds (dst: DevicePtr, dst_ctx: Handle, src: DevicePtr, src_ctx: Handle, bytes: usize)
-        => driver(|_, _| copy(dst, src, bytes as u64, NULL, M::PEER, 0), nothing);
+        => driver(|_, _| copy(dst, src, bytes as u64, NULL, M::PEER, 0), copied);
     PEER_ASYNC cuMemcpyPeerAsync +ptsz (dst: DevicePtr, dst_ctx: Handle, src: DevicePtr, src_ctx: Handle, bytes: usize, stream: Handle)
-        => driver(|_, _| copy(dst, src, bytes as u64, stream, M::PEER, ASYNC), nothing);
+        => driver(|_, _| copy(dst, src, bytes as u64, stream, M::PEER, ASYNC), copied);
     SET8 cuMemsetD8_v2 +ptds (dst: DevicePtr, value: u8, n: usize)
         => driver(|_, _| set(dst, n as u64, NULL, 0), nothing);
     SET16 cuMemsetD16_v2 +ptds (dst: DevicePtr, value: u16, n: usize)
@@ -320,15 +320,15 @@ entry_points! {
     SET32_ASYNC cuMemsetD32Async +ptsz (dst: DevicePtr, value: c_uint, n: usize, stream: Handle)
         => driver(|_, _| set(dst, 4 * n as u64, stream, ASYNC), nothing);
     COPY_2D cuMemcpy2D_v2 +ptds (p: *const Copy2dDriver)
-        => driver(|_, _| driver_copy_2d(p, NULL, 0), nothing);
+        => driver(|_, _| driver_copy_2d(p, NULL, 0), copied);
     COPY_2D_UNALIGNED cuMemcpy2DUnaligned_v2 +ptds (p: *const Copy2dDriver)
-        => driver(|_, _| driver_copy_2d(p, NULL, 0), nothing);
+        => driver(|_, _| driver_copy_2d(p, NULL, 0), copied);
     COPY_2D_ASYNC cuMemcpy2DAsync_v2 +ptsz (p: *const Copy2dDriver, stream: Handle)
-        => driver(|_, _| driver_copy_2d(p, stream, ASYNC), nothing);
+        => driver(|_, _| driver_copy_2d(p, stream, ASYNC), copied);
     COPY_3D cuMemcpy3D_v2 +ptds (p: *const Copy3dDriver)
-        => driver(|_, _| driver_copy_3d(p, NULL, 0), nothing);
+        => driver(|_, _| driver_copy_3d(p, NULL, 0), copied);
     COPY_3D_ASYNC cuMemcpy3DAsync_v2 +ptsz (p: *const Copy3dDriver, stream: Handle)
-        => driver(|_, _| driver_copy_3d(p, stream, ASYNC), nothing);
+        => driver(|_, _| driver_copy_3d(p, stream, ASYNC), copied);
     SET_2D8 cuMemsetD2D8_v2 +ptds (dst: DevicePtr, pitch: usize, value: u8, width: usize, height: usize)
         => driver(|_, _| set(dst, (width * height) as u64, NULL, 0), nothing);
     SET_2D16 cuMemsetD2D16_v2 +ptds (dst: DevicePtr, pitch: usize, value: u16, width: usize, height: usize)
@@ -366,7 +366,7 @@ entry_points! {
     FREE_ASYNC cuMemFreeAsync +ptsz (ptr: DevicePtr, stream: Handle)
         => driver(|_, _| free(ptr, AllocCtx::DEVICE), released);
     FREE_HOST cuMemFreeHost (ptr: *mut c_void)
-        => driver(|_, _| free(ptr as u64, AllocCtx::HOST_PINNED), nothing);
+        => driver(|_, _| free(ptr as u64, AllocCtx::HOST_PINNED), released);
 
     // Synchronisation.
     STREAM_SYNC cuStreamSynchronize +ptsz (stream: Handle)
@@ -446,29 +446,29 @@ entry_points! {
         => runtime_capture(end);
     RT_EVENT_QUERY cudaEventQuery (event: Handle) => runtime_merge_point(None);
     RT_MEMCPY cudaMemcpy +ptds (dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int)
-        => runtime(|_, _| runtime_copy(dst, src, bytes, kind, NULL, 0), nothing);
+        => runtime(|_, _| runtime_copy(dst, src, bytes, kind, NULL, 0), copied);
     RT_MEMCPY_ASYNC cudaMemcpyAsync +ptsz (dst: *mut c_void, src: *const c_void, bytes: usize, kind: c_int, stream: Handle)
-        => runtime(|_, _| runtime_copy(dst, src, bytes, kind, stream, ASYNC), nothing);
+        => runtime(|_, _| runtime_copy(dst, src, bytes, kind, stream, ASYNC), copied);
     RT_MEMCPY_2D cudaMemcpy2D +ptds (dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c_int)
-        => runtime(|_, _| runtime_copy(dst, src, width * height, kind, NULL, 0), nothing);
+        => runtime(|_, _| runtime_copy(dst, src, width * height, kind, NULL, 0), copied);
     RT_MEMCPY_2D_ASYNC cudaMemcpy2DAsync +ptsz (dst: *mut c_void, dpitch: usize, src: *const c_void, spitch: usize, width: usize, height: usize, kind: c_int, stream: Handle)
-        => runtime(|_, _| runtime_copy(dst, src, width * height, kind, stream, ASYNC), nothing);
+        => runtime(|_, _| runtime_copy(dst, src, width * height, kind, stream, ASYNC), copied);
     RT_MEMCPY_3D cudaMemcpy3D +ptds (p: *const Copy3d)
-        => runtime(|_, _| runtime_copy_3d(p, NULL, 0), nothing);
+        => runtime(|_, _| runtime_copy_3d(p, NULL, 0), copied);
     RT_MEMCPY_3D_ASYNC cudaMemcpy3DAsync +ptsz (p: *const Copy3d, stream: Handle)
-        => runtime(|_, _| runtime_copy_3d(p, stream, ASYNC), nothing);
+        => runtime(|_, _| runtime_copy_3d(p, stream, ASYNC), copied);
     RT_MEMCPY_PEER cudaMemcpyPeer (dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, bytes: usize)
-        => runtime(|_, _| copy(dst as u64, src as u64, bytes as u64, NULL, M::PEER, 0), nothing);
+        => runtime(|_, _| copy(dst as u64, src as u64, bytes as u64, NULL, M::PEER, 0), copied);
     RT_MEMCPY_PEER_ASYNC cudaMemcpyPeerAsync (dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, bytes: usize, stream: Handle)
-        => runtime(|_, _| copy(dst as u64, src as u64, bytes as u64, stream, M::PEER, ASYNC), nothing);
+        => runtime(|_, _| copy(dst as u64, src as u64, bytes as u64, stream, M::PEER, ASYNC), copied);
     RT_TO_SYMBOL cudaMemcpyToSymbol +ptds (symbol: *const c_void, src: *const c_void, bytes: usize, offset: usize, kind: c_int)
-        => runtime(|_, _| runtime_copy(symbol.cast_mut(), src, bytes, kind, NULL, 0), nothing);
+        => runtime(|_, _| runtime_copy(symbol.cast_mut(), src, bytes, kind, NULL, 0), copied);
     RT_TO_SYMBOL_ASYNC cudaMemcpyToSymbolAsync +ptsz (symbol: *const c_void, src: *const c_void, bytes: usize, offset: usize, kind: c_int, stream: Handle)
-        => runtime(|_, _| runtime_copy(symbol.cast_mut(), src, bytes, kind, stream, ASYNC), nothing);
+        => runtime(|_, _| runtime_copy(symbol.cast_mut(), src, bytes, kind, stream, ASYNC), copied);
     RT_FROM_SYMBOL cudaMemcpyFromSymbol +ptds (dst: *mut c_void, symbol: *const c_void, bytes: usize, offset: usize, kind: c_int)
-        => runtime(|_, _| runtime_copy(dst, symbol, bytes, kind, NULL, 0), nothing);
+        => runtime(|_, _| runtime_copy(dst, symbol, bytes, kind, NULL, 0), copied);
     RT_FROM_SYMBOL_ASYNC cudaMemcpyFromSymbolAsync +ptsz (dst: *mut c_void, symbol: *const c_void, bytes: usize, offset: usize, kind: c_int, stream: Handle)
-        => runtime(|_, _| runtime_copy(dst, symbol, bytes, kind, stream, ASYNC), nothing);
+        => runtime(|_, _| runtime_copy(dst, symbol, bytes, kind, stream, ASYNC), copied);
     RT_MEMSET cudaMemset +ptds (dst: *mut c_void, value: c_int, bytes: usize)
         => runtime(|_, _| set(dst as u64, bytes as u64, NULL, 0), nothing);
     RT_MEMSET_ASYNC cudaMemsetAsync +ptsz (dst: *mut c_void, value: c_int, bytes: usize, stream: Handle)
@@ -500,7 +500,7 @@ entry_points! {
     RT_FREE_ASYNC cudaFreeAsync +ptsz (ptr: *mut c_void, stream: Handle)
         => runtime(|_, _| free(ptr as u64, AllocCtx::DEVICE), released);
     RT_FREE_HOST cudaFreeHost (ptr: *mut c_void)
-        => runtime(|_, _| free(ptr as u64, AllocCtx::HOST_PINNED), nothing);
+        => runtime(|_, _| free(ptr as u64, AllocCtx::HOST_PINNED), released);
 }
 
 /// Synchronisation: the handle waited for.
