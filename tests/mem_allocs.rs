@@ -132,6 +132,47 @@ fn accesses_add_to_the_allocation_they_fall_in() {
         .map(|(k, t)| (k.alloc, t.loads))
         .collect();
     assert_eq!(found, expected);
+    first_touches_of_managed_memory(&mut vms);
+}
+
+/// Managed memory: each 4 KiB page's first launch, kept by the same probes; pages of plain
+/// device memory keep none. Launch 5 touches pages 0–3 of the managed allocation, launch 6
+/// pages 2–7 (its first touches: 4–7), launch 7 all ten again and the plain allocation.
+fn first_touches_of_managed_memory(vms: &mut [egpu::vm::Vm]) {
+    use egpu::host::mem::allocs::AllocationRecord;
+    use egpu::host::mem::managed::first_touches_here;
+    let made = |id, addr, managed| AllocationRecord {
+        id,
+        addr,
+        bytes: 10 << 12,
+        managed,
+        ..AllocationRecord::default()
+    };
+    let allocations = [made(1, 0x7a00_0000_0000, true), made(2, 0x7b00_0000_0000, false)];
+    AllocTable::of_records(&allocations).write().expect("written");
+    let mut runs = 0;
+    for (launch, pages, alloc) in [(5u64, 0..4u64, 0), (6, 2..8, 0), (7, 0..10, 0), (7, 0..10, 1)] {
+        for page in pages {
+            for (i, vm) in vms.iter_mut().enumerate() {
+                let addr = allocations[alloc].addr + (page << 12) + 8 * i as u64;
+                let mut ctx = MemAccessCtx {
+                    kernel_id: 20 + launch,
+                    addr,
+                    size: 4,
+                    launch_id: launch,
+                    ..Default::default()
+                };
+                vm.run_ctx(&mut ctx).expect("runs");
+                runs += 1;
+            }
+        }
+    }
+    let got: Vec<_> = (first_touches_here(&allocations).into_iter())
+        .map(|t| (t.alloc, t.launch, t.pages, t.first, t.last))
+        .collect();
+    let want = [(1, 5, 4, 0, 3), (1, 6, 4, 4, 7), (1, 7, 2, 8, 9)];
+    println!("first touches of managed pages (CPU VM, {runs} accesses): {got:?}");
+    assert_eq!(got, want);
 }
 
 /// More allocations than the table holds, each of 128 bytes with a gap after it, in an order

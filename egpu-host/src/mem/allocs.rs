@@ -10,6 +10,13 @@
 //! (kernel, allocation) in `ALLOC_TRAFFIC`; an address in no allocation adds to allocation 0.
 //! The table is written entries first, then their number; an access made while it is rewritten
 //! may be attributed to allocation 0.
+//!
+//! Managed memory (`cuMemAllocManaged`, [`AllocRange::MANAGED`]): the probes also keep, per
+//! 4 KiB page of it, the first launch whose access reached the page (`FIRST_TOUCH`: the launch's
+//! `%gridid`, which grows with each launch of a context, and its kernel), read back as
+//! [`super::managed::FirstTouch`] lines. Within one launch the lanes that race for a page's
+//! entry all carry the same launch; launches running concurrently on different streams may
+//! each claim the pages they share.
 
 use bytemuck::{Pod, Zeroable};
 use egpu_ebpf::{MemAccessCtx, MemcpyCtx};
@@ -26,6 +33,11 @@ const _: () = assert!(MAX_ALLOCS < 1 << 12);
 /// (kernel, allocation) pairs `ALLOC_TRAFFIC` holds (its slots take 576 KiB, its per-SM copies
 /// under the preloaded library 16 times that).
 pub const ALLOC_KEYS: u32 = 1 << 12;
+/// Pages of managed memory whose first touch `FIRST_TOUCH` holds (512 MiB of 4 KiB pages;
+/// pages past it are counted as refused).
+pub const TOUCH_PAGES: u32 = 1 << 17;
+/// The pages of first touches: 4 KiB (`1 << TOUCH_SHIFT`).
+pub const TOUCH_SHIFT: u32 = 12;
 
 /// A live allocation: its addresses `start..end` and its id.
 #[repr(C)]
@@ -37,6 +49,13 @@ pub struct AllocRange {
     pub end: u64,
     /// Its ordinal among the program's allocations, from 1.
     pub id: u64,
+    /// What kind of memory: [`AllocRange::MANAGED`] or 0.
+    pub flags: u64,
+}
+
+impl AllocRange {
+    /// Managed memory (`cuMemAllocManaged`, `cudaMallocManaged`).
+    pub const MANAGED: u64 = 1;
 }
 
 /// How many entries of the table are live (slot 0 of `ALLOC_COUNT`).
@@ -83,6 +102,19 @@ pub(super) static ALLOC_COUNT: Array<AllocCount> = Array::with_len(1);
 pub(super) static ALLOC_TRAFFIC: HashMap<AllocKey, AllocTraffic> =
     HashMap::with_capacity(ALLOC_KEYS);
 
+/// The first launch that reached a page of managed memory.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+pub struct Touch {
+    /// The launch (`%gridid` on the GPU, 0 on the CPU VM).
+    pub launch: u64,
+    /// Its kernel's id.
+    pub kernel: u64,
+}
+
+/// Per 4 KiB page of managed memory (the address over 4 KiB), its first touch.
+pub(super) static FIRST_TOUCH: HashMap<u64, Touch> = HashMap::with_capacity(TOUCH_PAGES);
+
 /// One halving of the search for the first entry of `ALLOC_RANGES` that ends past `addr`:
 /// `state` holds the first candidate (high half) and how many are left (low half). (The far
 /// tier's `search_step` over its own table: a Probe Rust helper names the maps it uses, it
@@ -107,7 +139,7 @@ fn alloc_step(state: u64, addr: u64) -> u64 {
     }
 }
 
-/// The id of the allocation `addr` falls in, 0 for none.
+/// The allocation `addr` falls in: its id in the low 32 bits (0 for none), its flags above.
 #[helper(crate = crate::egpu_root)]
 fn allocation(addr: u64) -> u64 {
     let count = if let Ok(c) = ALLOC_COUNT.get(0) { c.live } else { 0 };
@@ -127,7 +159,7 @@ fn allocation(addr: u64) -> u64 {
     let lo = s >> 32;
     if lo < total {
         if let Ok(r) = ALLOC_RANGES.get(lo as u32) {
-            if r.start <= addr { r.id } else { 0 }
+            if r.start <= addr { r.id | (r.flags << 32) } else { 0 }
         } else {
             0
         }
@@ -136,28 +168,50 @@ fn allocation(addr: u64) -> u64 {
     }
 }
 
-/// Every read of global memory: its count and bytes to its kernel and allocation.
+/// A page of managed memory reached by `launch` of `kernel`: its first touch, if none yet.
+#[helper(crate = crate::egpu_root)]
+fn first_touch(page: u64, launch: u64, kernel: u64) {
+    if let Some(_t) = FIRST_TOUCH.get(&page) {
+    } else {
+        FIRST_TOUCH.insert(&page, &Touch { launch, kernel });
+    }
+}
+
+/// Every read of global memory: its count and bytes to its kernel and allocation (and, in
+/// managed memory, its page's first touch).
 #[probe(device::global_load, crate = crate::egpu_root)]
 fn alloc_loads(ctx: &MemAccessCtx) {
-    let key = AllocKey { kernel: ctx.kernel_id, alloc: allocation(ctx.addr) };
+    let found = allocation(ctx.addr);
+    let key = AllocKey { kernel: ctx.kernel_id, alloc: found & 0xffff_ffff };
     ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.loads, 1);
     ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.loaded, ctx.size as u64);
+    if found >> 32 != 0 {
+        first_touch(ctx.addr >> TOUCH_SHIFT, ctx.launch_id, ctx.kernel_id);
+    }
 }
 
 /// Every write of global memory but atomics.
 #[probe(device::global_store, crate = crate::egpu_root)]
 fn alloc_stores(ctx: &MemAccessCtx) {
-    let key = AllocKey { kernel: ctx.kernel_id, alloc: allocation(ctx.addr) };
+    let found = allocation(ctx.addr);
+    let key = AllocKey { kernel: ctx.kernel_id, alloc: found & 0xffff_ffff };
     ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.stores, 1);
     ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.stored, ctx.size as u64);
+    if found >> 32 != 0 {
+        first_touch(ctx.addr >> TOUCH_SHIFT, ctx.launch_id, ctx.kernel_id);
+    }
 }
 
 /// Every atomic.
 #[probe(device::global_atomic, crate = crate::egpu_root)]
 fn alloc_atomics(ctx: &MemAccessCtx) {
-    let key = AllocKey { kernel: ctx.kernel_id, alloc: allocation(ctx.addr) };
+    let found = allocation(ctx.addr);
+    let key = AllocKey { kernel: ctx.kernel_id, alloc: found & 0xffff_ffff };
     ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.atomics, 1);
     ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.atomic, ctx.size as u64);
+    if found >> 32 != 0 {
+        first_touch(ctx.addr >> TOUCH_SHIFT, ctx.launch_id, ctx.kernel_id);
+    }
 }
 
 /// Nothing: its being attached has the preloaded library observe copies' exits, where it adds
@@ -194,6 +248,7 @@ impl AllocTable {
                 start: a.addr,
                 end: a.addr.saturating_add(a.size),
                 id: i as u64 + 1,
+                flags: 0,
             })
             .collect();
         AllocTable::sorted(live)
@@ -204,7 +259,12 @@ impl AllocTable {
     pub fn of_records(records: &[AllocationRecord]) -> AllocTable {
         let live: Vec<AllocRange> = (records.iter())
             .filter(|a| !a.freed && a.bytes > 0)
-            .map(|a| AllocRange { start: a.addr, end: a.addr.saturating_add(a.bytes), id: a.id })
+            .map(|a| AllocRange {
+                start: a.addr,
+                end: a.addr.saturating_add(a.bytes),
+                id: a.id,
+                flags: if a.managed { AllocRange::MANAGED } else { 0 },
+            })
             .collect();
         AllocTable::sorted(live)
     }
@@ -284,6 +344,36 @@ pub struct AllocationRecord {
     /// Bytes copied into or out of it from or to other device memory.
     #[serde(default, skip_serializing_if = "super::record::is_zero")]
     pub copied_device: u64,
+    /// Whether it is managed memory (`cuMemAllocManaged`, `cudaMallocManaged`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub managed: bool,
+    /// Of managed memory, the bytes the program prefetched to a device (`cuMemPrefetchAsync`).
+    #[serde(default, skip_serializing_if = "super::record::is_zero")]
+    pub prefetched_to_device: u64,
+    /// The bytes it prefetched to host memory.
+    #[serde(default, skip_serializing_if = "super::record::is_zero")]
+    pub prefetched_to_host: u64,
+    /// The advice the program gave on it (`cuMemAdvise`), in order, repeats left out:
+    /// `read mostly`, `not read mostly`, `preferred device 0`, `preferred host`, `no preferred
+    /// location`, `accessed by device 0`, `not accessed by device 0`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub advice: Vec<String>,
+    /// The driver's unified-memory reports (CUPTI), of addresses in it: bytes migrated to a
+    /// device.
+    #[serde(default, skip_serializing_if = "super::record::is_zero")]
+    pub migrated_in: u64,
+    /// Bytes migrated to host memory.
+    #[serde(default, skip_serializing_if = "super::record::is_zero")]
+    pub migrated_out: u64,
+    /// GPU page faults.
+    #[serde(default, skip_serializing_if = "super::record::is_zero")]
+    pub gpu_faults: u64,
+    /// CPU page faults.
+    #[serde(default, skip_serializing_if = "super::record::is_zero")]
+    pub cpu_faults: u64,
+    /// Thrashing reports.
+    #[serde(default, skip_serializing_if = "super::record::is_zero")]
+    pub thrashing: u64,
 }
 
 /// A kernel's accesses to an allocation (`"type":"alloc_traffic"`), every launch.

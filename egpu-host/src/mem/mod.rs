@@ -19,6 +19,7 @@
 
 pub mod allocs;
 pub mod cache;
+pub mod managed;
 pub mod pages;
 pub mod record;
 pub mod session;

@@ -8,7 +8,8 @@
 //! `timeline` set, one per time window of a launch (`"type":"window"`, [`Window`]) and one per
 //! raw record kept (`"type":"sample"`, [`Sample`]); with the `allocs` set, one per allocation
 //! (`"type":"allocation"`, [`AllocationRecord`]) and one per kernel and allocation it reached
-//! (`"type":"alloc_traffic"`, [`AllocUse`]). Fields and line kinds are added, never
+//! (`"type":"alloc_traffic"`, [`AllocUse`]), and per managed allocation and launch the pages it
+//! touched first (`"type":"first_touch"`, [`FirstTouch`]). Fields and line kinds are added, never
 //! renamed or removed, within a version; a reader of version 1 ignores fields it does not know.
 
 use std::collections::BTreeMap;
@@ -17,6 +18,7 @@ use egpu_maps::{Array, HashMap, PerCpuArray, RawMap};
 use serde::{Deserialize, Serialize};
 
 use super::allocs::{AllocUse, AllocationRecord};
+use super::managed::FirstTouch;
 use super::pages::{Address, Page};
 use super::sets::{Atomics, Reads, Requests, Site, Start, Writes};
 use super::windows::{Sample, TimelineSummary, Window};
@@ -63,6 +65,10 @@ pub struct Header {
     /// What the kernel times from CUDA events did (`--kernel-times`); absent: they were off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub events: Option<EventTiming>,
+    /// With the `allocs` set and managed memory: whether the driver's unified-memory reports
+    /// (CUPTI's) were collected, `"collected"`, or why not; absent: no managed memory.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub um_reports: String,
 }
 
 /// The counts of the kernel times from CUDA events (`--kernel-times`): launches timed, and
@@ -378,6 +384,8 @@ enum Line {
     Allocation(AllocationRecord),
     #[serde(rename = "alloc_traffic")]
     AllocTraffic(AllocUse),
+    #[serde(rename = "first_touch")]
+    FirstTouch(FirstTouch),
 }
 
 /// What one process recorded.
@@ -399,6 +407,8 @@ pub struct Recording {
     pub allocations: Vec<AllocationRecord>,
     /// The `allocs` set's accesses per kernel and allocation.
     pub alloc_traffic: Vec<AllocUse>,
+    /// The `allocs` set's first touches of managed memory, by allocation and launch.
+    pub first_touches: Vec<FirstTouch>,
 }
 
 /// Why a recording could not be read.
@@ -430,8 +440,17 @@ pub enum RecordingError {
 }
 
 /// The kinds of line this egpu reads.
-const KINDS: [&str; 8] =
-    ["header", "kernel", "launch", "site", "window", "sample", "allocation", "alloc_traffic"];
+const KINDS: [&str; 9] = [
+    "header",
+    "kernel",
+    "launch",
+    "site",
+    "window",
+    "sample",
+    "allocation",
+    "alloc_traffic",
+    "first_touch",
+];
 
 /// Whether `text` is a JSON object whose `type` is a string this egpu does not know (a kind a
 /// later egpu writes within version 1).
@@ -452,7 +471,7 @@ impl Recording {
     /// kernels the host saw launched ([`Seen`]); kernels the maps hold and the host did not
     /// launch (graph replays) are named by `seen.name`.
     pub fn collect(mut header: Header, maps: &[(String, RawMap)], seen: &Seen<'_>) -> Recording {
-        const SETS_MAPS: [&str; 9] = [
+        const SETS_MAPS: [&str; 10] = [
             "READS",
             "WRITES",
             "ATOMICS",
@@ -462,6 +481,7 @@ impl Recording {
             "PAGES",
             "CONTENDED",
             "ALLOC_TRAFFIC",
+            "FIRST_TOUCH",
         ];
         header.refused = maps
             .iter()
@@ -657,6 +677,7 @@ impl Recording {
         self.samples.iter().for_each(|s| line(Line::Sample(s.clone())));
         self.allocations.iter().for_each(|a| line(Line::Allocation(a.clone())));
         self.alloc_traffic.iter().for_each(|a| line(Line::AllocTraffic(a.clone())));
+        self.first_touches.iter().for_each(|t| line(Line::FirstTouch(t.clone())));
         text
     }
 
@@ -700,6 +721,7 @@ impl Recording {
                 Line::Sample(s) => recording.samples.push(s),
                 Line::Allocation(a) => recording.allocations.push(a),
                 Line::AllocTraffic(a) => recording.alloc_traffic.push(a),
+                Line::FirstTouch(t) => recording.first_touches.push(t),
             }
         }
         Ok(recording)

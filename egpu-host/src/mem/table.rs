@@ -32,7 +32,7 @@ pub fn bandwidth(k: &Kernel) -> Option<(f64, bool)> {
 
 /// A kernel's name cut to `width` characters (the end kept: templates' parameters come last
 /// but the name first, so the start is kept and the cut marked with `…`).
-fn cut(name: &str, width: usize) -> String {
+pub(super) fn cut(name: &str, width: usize) -> String {
     if name.chars().count() <= width {
         return name.to_owned();
     }
@@ -217,6 +217,7 @@ pub fn render(recording: &Recording) -> String {
     // Bandwidth over time, with the `timeline` set.
     text.push_str(&super::windows::render(recording));
     text.push_str(&super::allocs::render(recording));
+    text.push_str(&super::managed::render(recording));
     text
 }
 
