@@ -7,7 +7,7 @@ use std::path::Path;
 use cli_support::{TempDir, fails, run, succeeds};
 use egpu_test_support::{compare_golden, workspace_path};
 
-const PICTURES: [&str; 4] = ["heatmap", "bandwidth", "durations", "sms"];
+const PICTURES: [&str; 5] = ["heatmap", "bandwidth", "durations", "sms", "allocations"];
 
 /// A PNG's width and height, after checking its signature and that it decodes.
 fn png_size(path: &Path) -> (u32, u32) {
@@ -45,7 +45,7 @@ fn render_writes_every_file_of_every_recording() {
             assert!(r.stderr.contains(&format!("{line}{picture}\n")), "{}", r.stderr);
         }
     }
-    assert_eq!(r.stderr.lines().filter(|l| l.starts_with("egpu: rendering ")).count(), 3 * 5);
+    assert_eq!(r.stderr.lines().filter(|l| l.starts_with("egpu: rendering ")).count(), 3 * 6);
     let top = read(&out.0.join("index.html"));
     for name in names {
         let dir = out.0.join(name);
@@ -74,6 +74,7 @@ fn render_writes_every_file_of_every_recording() {
     let pattern = out.0.join("mem_timing-pattern-h200");
     assert!(read(&pattern.join("heatmap.svg")).contains("run with --sets timeline"));
     assert!(read(&pattern.join("sms.svg")).contains("run with --sets timeline"));
+    assert!(read(&pattern.join("allocations.svg")).contains("run with --sets allocs"));
     assert!(read(&pattern.join("report.txt")).contains("durations: no launches timed"));
     // The table in the page is escaped (mangled names hold no `<`, the header's `(` stays).
     let index = read(&timeline.join("index.html"));

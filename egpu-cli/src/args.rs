@@ -362,13 +362,14 @@ pub(crate) struct MemReportArgs {
 /// `egpu mem render`.
 #[derive(Debug, Args)]
 #[command(after_help = "\
-Writes into DIR report.txt (the table of `egpu mem report`), heatmap, bandwidth, durations and
-sms as .png and .svg, and index.html, which shows the table and the pictures. The heatmap shows
-the `timeline` set's samples by address range (touched ranges only) and device time (long idle
-stretches between launches cut, grey), the launches they came from marked; the bandwidth plot
-the `timeline` set's windows per kernel against the device's peak; the histogram the `timing`
+Writes into DIR report.txt (the table of `egpu mem report`), heatmap, bandwidth, durations, sms
+and allocations as .png and .svg, and index.html, which shows the table and the pictures. The
+heatmap shows the `timeline` set's samples by address range (touched ranges only) and device
+time (long idle stretches between launches cut, grey), the launches they came from marked; the
+bandwidth plot the `timeline` set's windows per kernel against the device's peak; the histogram the `timing`
 set's launch durations per kernel; the bars the `timeline` set's samples per SM, kernels
-stacked. A picture without data says which set to run. Several recordings are rendered into a
+stacked; the allocations the `allocs` set's bytes per allocation and kernel, cold allocations as
+empty rows. A picture without data says which set to run. Several recordings are rendered into a
 sub-folder each, named after the file, with an index.html linking them. With --kernel, the table
 and the pictures keep the kernels it finds only (a kernel's launches apart, say). Progress goes
 to stderr, a line per recording and per picture; stdout gets the index.html paths. Needs no GPU.")]

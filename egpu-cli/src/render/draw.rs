@@ -15,11 +15,11 @@ pub(crate) const SIZE: (u32, u32) = (1200, 720);
 /// A drawing error, said in words (backends' errors differ in type).
 pub(crate) type DrawResult = Result<(), String>;
 
-fn err<E: std::fmt::Debug>(e: E) -> String {
+pub(super) fn err<E: std::fmt::Debug>(e: E) -> String {
     format!("{e:?}")
 }
 
-const FONT: &str = "sans-serif";
+pub(super) const FONT: &str = "sans-serif";
 
 /// The legend of a chart's series, in the top right corner.
 fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
@@ -35,7 +35,7 @@ fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
 }
 
 /// A picture with nothing to draw: its title and why.
-fn no_data<DB: DrawingBackend>(
+pub(super) fn no_data<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     title: &str,
     why: &str,
@@ -50,7 +50,7 @@ fn no_data<DB: DrawingBackend>(
 }
 
 /// Log-scale shading: white for no access, then light yellow to dark blue as accesses grow.
-fn shade(count: u64, max: u64) -> RGBColor {
+pub(super) fn shade(count: u64, max: u64) -> RGBColor {
     let f = if max <= 1 { 1.0 } else { (count as f64).ln() / (max as f64).ln() };
     let f = f.clamp(0.0, 1.0);
     let (a, b) = ((255.0, 237.0, 160.0), (8.0, 29.0, 88.0));
@@ -131,7 +131,7 @@ fn cuts<DB: DrawingBackend>(
 }
 
 /// A kernel's name for a legend: mangled names are long.
-fn short(name: &str) -> String {
+pub(super) fn short(name: &str) -> String {
     if name.chars().count() <= 40 {
         name.to_owned()
     } else {

@@ -1,13 +1,14 @@
 //! `egpu mem render`: pictures of recordings, without a GPU.
 //!
 //! Each recording gives a folder of `report.txt` (the table of `egpu mem report`, and a line per
-//! picture that had nothing to draw), `heatmap`, `bandwidth`, `durations` and `sms` as
+//! picture that had nothing to draw), `heatmap`, `bandwidth`, `durations`, `sms` and `allocations` as
 //! `.png` and `.svg`, and `index.html`, which shows the table and the pictures (static: no server, no
 //! script). One recording is rendered into the folder named; several into a sub-folder each,
 //! named after the recording's file, and an `index.html` linking them.
 //!
 //! | module | holds |
 //! |---|---|
+//! | `allocs.rs` | the `allocations` picture: its data and its drawing |
 //! | `data.rs` | the data behind each picture: binned counts, axis ranges, launches marked |
 //! | `draw.rs` | the pictures, drawn with plotters on either backend |
 //! | `mod.rs` | the files: reading recordings, PNG encoding, `report.txt`, `index.html` |
@@ -15,6 +16,7 @@
 //! Text in the pictures uses DejaVu Sans, embedded (`assets/`, its licence beside it) and
 //! given to plotters through `ab_glyph`: nothing depends on the system's fonts.
 
+mod allocs;
 pub(crate) mod data;
 mod draw;
 #[cfg(test)]
@@ -30,7 +32,7 @@ use plotters::prelude::*;
 static FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 
 /// The pictures, by file stem, in the order `index.html` shows them.
-pub(crate) const PICTURES: [&str; 4] = ["heatmap", "bandwidth", "durations", "sms"];
+pub(crate) const PICTURES: [&str; 5] = ["heatmap", "bandwidth", "durations", "sms", "allocations"];
 
 /// Why rendering failed.
 #[derive(Debug, thiserror::Error)]
@@ -171,13 +173,15 @@ fn write(path: &Path, bytes: &[u8]) -> Result<(), RenderError> {
 }
 
 /// What a recording lacks for each picture: `None` where it has data.
-pub(crate) fn missing(recording: &Recording) -> [Option<&'static str>; 4] {
+pub(crate) fn missing(recording: &Recording) -> [Option<&'static str>; 5] {
     let no_samples = recording.samples.is_empty().then_some("no samples: run with --sets timeline");
     [
         no_samples,
         recording.windows.is_empty().then_some("no windows: run with --sets timeline"),
         recording.launches.is_empty().then_some("no launches timed: run with --sets timing"),
         no_samples,
+        (recording.allocations.is_empty() && recording.alloc_traffic.is_empty())
+            .then_some("no allocations: run with --sets allocs"),
     ]
 }
 
@@ -209,6 +213,7 @@ fn render_counted(
     let bandwidth = data::bandwidth(recording);
     let durations = data::durations(recording);
     let sms = data::sms(recording);
+    let allocations = allocs::allocations(recording);
     for (picture, why) in PICTURES.iter().zip(missing) {
         if let Some((n, of)) = progress {
             eprintln!("egpu: rendering {n} of {of}: {picture}");
@@ -222,7 +227,8 @@ fn render_counted(
                         "heatmap" => draw::heatmap(&root, heatmap.as_ref(), why),
                         "bandwidth" => draw::bandwidth(&root, bandwidth.as_ref(), why),
                         "durations" => draw::durations(&root, durations.as_ref(), why),
-                        _ => draw::sms(&root, sms.as_ref(), why),
+                        "sms" => draw::sms(&root, sms.as_ref(), why),
+                        _ => allocs::draw(&root, allocations.as_ref(), why),
                     }?;
                     root.present().map_err(|e| format!("{e:?}"))
                 }};

@@ -136,6 +136,45 @@ fn recordings_without_data_give_none_and_say_why() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The allocations picture: hottest allocation first, kernels by bytes, allocations no kernel
+/// reached kept as empty rows, accesses in no allocation a row of their own; past
+/// `MAX_COLUMNS` kernels, the rest summed in one column.
+#[test]
+fn allocations_rows_hottest_first_with_the_cold_ones_kept() {
+    use egpu::host::mem::allocs::{AllocTraffic, AllocUse, AllocationRecord};
+    let mut r = recording("mem_timing-pattern-h200.egpumem");
+    let made = |id, bytes| AllocationRecord { id, addr: id << 20, bytes, ..Default::default() };
+    r.allocations = vec![made(1, 4096), made(2, 8192), made(3, 100)];
+    r.allocations[1].copied_in = 8192;
+    let used = |kernel: &str, alloc, loaded| AllocUse {
+        kernel: kernel.to_owned(),
+        alloc,
+        traffic: AllocTraffic { loaded, ..Default::default() },
+    };
+    r.alloc_traffic =
+        vec![used("aa", 1, 10), used("bb", 2, 500), used("aa", 2, 5), used("bb", 0, 7)];
+    let d = super::allocs::allocations(&r).expect("allocations");
+    assert_eq!(d.kernels, ["bb", "aa"]);
+    let rows: Vec<(&str, &[u64])> =
+        d.rows.iter().map(|r| (r.label.as_str(), &r.bytes[..])).collect();
+    assert_eq!(
+        rows,
+        [
+            ("#2 8.19 kB, 8.19 kB copied in", &[500, 5][..]),
+            ("#1 4.10 kB", &[0, 10][..]),
+            ("in no allocation", &[7, 0][..]),
+            ("#3 100 B", &[0, 0][..]),
+        ]
+    );
+    // Many kernels: the columns stop at MAX_COLUMNS, the last summing the rest.
+    r.alloc_traffic = (0..40).map(|k| used(&format!("{k:02}"), 1, 100 + k)).collect();
+    let d = super::allocs::allocations(&r).expect("allocations");
+    assert_eq!(d.kernels.len(), super::allocs::MAX_COLUMNS);
+    assert_eq!(d.kernels.last().map(String::as_str), Some("25 other kernels"));
+    assert_eq!(d.rows[0].bytes.iter().sum::<u64>(), (0..40).map(|k| 100 + k).sum::<u64>());
+    assert!(super::missing(&r)[4].is_none());
+}
+
 #[test]
 fn html_is_escaped() {
     assert_eq!(super::escape("<a & 'b\">"), "&lt;a &amp; &#39;b&quot;&gt;");
