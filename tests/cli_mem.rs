@@ -318,5 +318,38 @@ fn mem_run_allocs_records_the_program_s_device_allocations() {
     assert!(r.stdout.contains("allocations: 3 made, 0 reached"), "{}", r.stdout);
     let never = "never reached: 1 (4.10 kB, 13.06 kB copied in), 2 (1.02 kB), 3 (2.05 kB)";
     assert!(r.stdout.contains(never), "{}", r.stdout);
+
+    // Managed memory steered, in both forms of each call (the launcher checks that each got
+    // its own arguments): the allocation is managed, with its prefetches and advice.
+    let managed = dir.join("managed");
+    succeeds(&[
+        "mem".as_ref(),
+        "run".as_ref(),
+        "--sets".as_ref(),
+        "allocs".as_ref(),
+        "--library".as_ref(),
+        library.as_os_str(),
+        "--out".as_ref(),
+        managed.as_os_str(),
+        "--".as_ref(),
+        launcher.as_os_str(),
+        "managed".as_ref(),
+    ]);
+    let all = recordings(&managed);
+    let rec = all.iter().find(|rec| !rec.allocations.is_empty()).expect("a recording");
+    let a = &rec.allocations;
+    let got: Vec<_> = (a.iter())
+        .map(|a| (a.bytes, a.managed, a.prefetched_to_host, a.prefetched_to_device, &a.advice[..]))
+        .collect();
+    let advice = ["read mostly".to_owned(), "preferred device 0".to_owned()];
+    assert_eq!(got, [(65536, true, 16384, 32768, &advice[..])]);
+    println!("managed memory steered (stand-in driver): {got:?}");
+    // Its table (the launcher runs no kernel there, so `egpu mem run` printed none). Without
+    // CUPTI on the machine, the recording says why there are no driver reports.
+    let table = egpu::host::mem::table::render(rec);
+    assert!(table.contains("managed memory: 1 allocations"), "{table}");
+    assert!(table.contains("advice: read mostly, preferred device 0"), "{table}");
+    let reports = &rec.header.um_reports;
+    assert!(reports == "collected" || reports.contains("libcupti"), "{reports}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -79,10 +79,11 @@ pub(super) fn render(recording: &super::Recording) -> String {
         let found = recording.kernels.iter().find(|k| k.id == hex);
         found.map_or_else(|| hex.to_owned(), |k| super::table::cut(&k.name, 40))
     };
-    let reports = match recording.header.um_reports.as_str() {
-        "" => String::new(),
-        "collected" => ", the driver's migrations and faults from CUPTI".to_owned(),
-        why => format!(", no migrations or faults from the driver: {why}"),
+    let said = recording.header.um_reports.as_str();
+    let reports = match said.strip_prefix("collected") {
+        _ if said.is_empty() => String::new(),
+        Some(more) => format!(", the driver's migrations and faults from CUPTI{more}"),
+        None => format!(", no migrations or faults from the driver: {said}"),
     };
     let mut text = format!("managed memory: {} allocations{reports}\n", managed.len());
     for a in managed {

@@ -66,7 +66,8 @@ pub struct Header {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub events: Option<EventTiming>,
     /// With the `allocs` set and managed memory: whether the driver's unified-memory reports
-    /// (CUPTI's) were collected, `"collected"`, or why not; absent: no managed memory.
+    /// (CUPTI's) were collected, `"collected"` and how many, or why not; absent: no managed
+    /// memory.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub um_reports: String,
 }

@@ -189,7 +189,13 @@ pub(crate) fn write(user: &UserProbes, names: &Builtin) {
     };
     let mut recording = Recording::collect(header, &user.maps, &seen);
     if has(Set::Allocs.map()) {
+        super::allocs::reported(&super::cupti::finish());
+        recording.header.um_reports = super::allocs::um_reports();
         recording.allocations = super::allocs::records();
+        if let Some((_, touches)) = user.maps.iter().find(|(n, _)| n == "FIRST_TOUCH") {
+            recording.first_touches =
+                mem::managed::first_touches(touches.clone(), &recording.allocations);
+        }
     }
     super::timeline::finish(&mut recording, &user.maps);
     for k in recording.kernels.iter_mut().filter(|k| !k.instrumented) {

@@ -17,6 +17,7 @@
 pub(crate) mod allocs;
 pub(crate) mod boxes;
 mod caches;
+pub(crate) mod cupti;
 mod images;
 mod kernels;
 pub(crate) mod libraries;

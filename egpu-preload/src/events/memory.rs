@@ -237,7 +237,8 @@ pub(super) fn allocated<P: Copy + Into<u64>>(out: *mut P) -> impl FnOnce(&mut Al
             // SAFETY: the driver wrote the address to the caller's pointer.
             ctx.ptr = unsafe { out.read() }.into();
             match ctx.kind {
-                AllocCtx::DEVICE => crate::device::allocs::made(ctx.ptr, ctx.bytes),
+                AllocCtx::DEVICE => crate::device::allocs::made(ctx.ptr, ctx.bytes, false),
+                AllocCtx::MANAGED => crate::device::allocs::made(ctx.ptr, ctx.bytes, true),
                 AllocCtx::HOST_PINNED => crate::device::allocs::pinned(ctx.ptr, ctx.bytes, false),
                 _ => {}
             }
@@ -249,7 +250,8 @@ pub(super) fn allocated<P: Copy + Into<u64>>(out: *mut P) -> impl FnOnce(&mut Al
 pub(super) fn released(ctx: &mut AllocCtx, result: CuResult) {
     if result == 0 {
         match ctx.kind {
-            AllocCtx::DEVICE => crate::device::allocs::freed(ctx.ptr),
+            // `cuMemFree` frees managed memory too.
+            AllocCtx::DEVICE | AllocCtx::MANAGED => crate::device::allocs::freed(ctx.ptr),
             AllocCtx::HOST_PINNED => crate::device::allocs::pinned(ctx.ptr, 0, true),
             _ => {}
         }
@@ -272,4 +274,56 @@ impl From<HostPtr> for u64 {
     fn from(p: HostPtr) -> u64 {
         p.0 as u64
     }
+}
+
+/// `CUmemLocation`: where memory is to be, by kind (1 a device, 2 the host, 3 a host NUMA node,
+/// 4 the calling thread's NUMA node) and id.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct MemLocation {
+    kind: c_int,
+    id: c_int,
+}
+
+/// Where a steering call sends managed memory: a device's ordinal, or `None` for host memory.
+pub(super) trait Place: Copy {
+    fn device(self) -> Option<c_int>;
+}
+
+/// `CUdevice`, where `CU_DEVICE_CPU` (-1) is host memory.
+impl Place for c_int {
+    fn device(self) -> Option<c_int> {
+        (self >= 0).then_some(self)
+    }
+}
+
+impl Place for MemLocation {
+    fn device(self) -> Option<c_int> {
+        (self.kind == 1).then_some(self.id)
+    }
+}
+
+/// After `cuMemPrefetchAsync` of `count` bytes at `ptr` to `to`: the bytes to the allocations
+/// they fall in, for the `allocs` set.
+pub(super) fn prefetched(ptr: DevicePtr, count: usize, to: impl Place) {
+    crate::device::allocs::prefetched(ptr, count as u64, to.device().is_some());
+}
+
+/// After `cuMemAdvise` of `count` bytes at `ptr`: the advice (`CUmem_advise`, 1 to 6) to the
+/// allocations they fall in, in words.
+pub(super) fn advised(ptr: DevicePtr, count: usize, advice: c_int, place: impl Place) {
+    let place = match place.device() {
+        Some(d) => format!("device {d}"),
+        None => "host".to_owned(),
+    };
+    let words = match advice {
+        1 => "read mostly".to_owned(),
+        2 => "not read mostly".to_owned(),
+        3 => format!("preferred {place}"),
+        4 => "no preferred location".to_owned(),
+        5 => format!("accessed by {place}"),
+        6 => format!("not accessed by {place}"),
+        n => format!("advice {n}"),
+    };
+    crate::device::allocs::advised(ptr, count as u64, words);
 }

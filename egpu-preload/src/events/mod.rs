@@ -57,6 +57,7 @@ use event::{nothing, observe};
 pub(crate) use launch::captured;
 use launch::{LaunchConfig, capture, config_stream, count_capture, graph, launch_ctx, launch_ex};
 use memory::{Copy2dDriver, Copy3d, Copy3dDriver, Extent, HostPtr, PitchedPtr};
+use memory::{MemLocation, advised, prefetched};
 use memory::{alloc, allocated, copied, copy, driver_copy_2d, driver_copy_3d, free, released};
 use memory::{runtime_copy, runtime_copy_3d, runtime_set_3d, set};
 use modules::{library, read_file};
@@ -188,6 +189,22 @@ macro_rules! tensor_map {
             // SAFETY: the driver's function, with the caller's arguments unchanged.
             let call = move || unsafe { real($($arg),*) };
             replaced($map, call)
+        });
+    };
+}
+
+/// Defines an interposed entry point that makes no event but, when the call succeeds, runs
+/// `$after` (a steering of managed memory, kept for the `allocs` set: [`memory::prefetched`],
+/// [`memory::advised`]).
+macro_rules! steer {
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $after:expr) => {
+        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            // SAFETY: the driver's function, with the caller's arguments unchanged.
+            let result = unsafe { real($($arg),*) };
+            if result == 0 {
+                $after;
+            }
+            result
         });
     };
 }
@@ -363,6 +380,16 @@ entry_points! {
     ALLOC_MANAGED cuMemAllocManaged (out: *mut DevicePtr, bytes: usize, flags: c_uint)
         => driver(|_, _| alloc(bytes, AllocCtx::MANAGED), allocated(out));
     FREE cuMemFree_v2 (ptr: DevicePtr) => driver(|_, _| free(ptr, AllocCtx::DEVICE), released);
+    // Managed memory steered: prefetches and advice, CUDA 12's forms (a device ordinal, -1 the
+    // host) and the `_v2` ones (a `CUmemLocation`), which CUDA 13's headers call by the name.
+    PREFETCH cuMemPrefetchAsync +ptsz (ptr: DevicePtr, count: usize, device: c_int, stream: Handle)
+        => steer(prefetched(ptr, count, device));
+    PREFETCH_V2 cuMemPrefetchAsync_v2 +ptsz (ptr: DevicePtr, count: usize, to: MemLocation, flags: c_uint, stream: Handle)
+        => steer(prefetched(ptr, count, to));
+    ADVISE cuMemAdvise (ptr: DevicePtr, count: usize, advice: c_int, device: c_int)
+        => steer(advised(ptr, count, advice, device));
+    ADVISE_V2 cuMemAdvise_v2 (ptr: DevicePtr, count: usize, advice: c_int, place: MemLocation)
+        => steer(advised(ptr, count, advice, place));
     FREE_ASYNC cuMemFreeAsync +ptsz (ptr: DevicePtr, stream: Handle)
         => driver(|_, _| free(ptr, AllocCtx::DEVICE), released);
     FREE_HOST cuMemFreeHost (ptr: *mut c_void)

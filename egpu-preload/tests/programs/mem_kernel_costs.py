@@ -4,7 +4,8 @@ time per kernel from PyTorch's profiler, the kernels that lost the most time fir
 `--modules DIR`, the first instrumented run also writes every module's PTX and its instrumented form
 there (EGPU_LOG=modules), so the costly kernels can be read.
 
-    python3 mem_kernel_costs.py --egpu bin/egpu [--sets "counts;pages"] [--top 15] [--modules DIR]
+    python3 mem_kernel_costs.py --egpu bin/egpu [--sets "counts;pages;timeline --sample 1024"]
+        [--top 15] [--modules DIR]
 """
 
 import argparse
@@ -51,11 +52,14 @@ def main():
         os.makedirs(args.modules, exist_ok=True)
         probed_env.update(EGPU_LOG="modules", TMPDIR=os.path.abspath(args.modules))
     total_bare = sum(bare.values())
-    for sets in args.sets.split(";"):
-        probed = profile([os.path.abspath(args.egpu), "mem", "run", "--sets", sets, "--out",
-                          os.path.join(args.work, f"rec-{sets}"), "--", *model], probed_env)
+    for run in args.sets.split(";"):
+        # A run's sets, then `egpu mem run` options: "timeline --sample 1024".
+        sets, *options = run.split()
+        probed = profile([os.path.abspath(args.egpu), "mem", "run", "--sets", sets, *options,
+                          "--out", os.path.join(args.work, f"rec-{sets}"), "--", *model],
+                         probed_env)
         total = sum(probed.values())
-        print(f"\nkernel_costs {sets}: GPU time bare {total_bare:.0f} us, "
+        print(f"\nkernel_costs {run}: GPU time bare {total_bare:.0f} us, "
               f"under egpu {total:.0f} us ({total / total_bare:.2f}x)")
         rows = sorted(bare, key=lambda k: probed.get(k, 0.0) - bare[k], reverse=True)
         print(f"{'bare us':>9} {'egpu us':>9} {'ratio':>6} {'lost us':>8}  kernel")
