@@ -211,10 +211,18 @@ fn what_if(a: MemWhatIfArgs) -> Result<(), Error> {
             let dropped =
                 if t.dropped > 0 { format!(", {} dropped", t.dropped) } else { "".into() };
             let what = if t.lines { "lines of each warp's" } else { "warps" };
-            format!(
-                " (1 in {} {what}; {} of {} records kept{dropped})",
-                t.sample, t.kept, t.records
-            )
+            match t.sample == 1 && !t.lines && t.kept == t.records && t.dropped == 0 {
+                // `--sample 1` and nothing lost: the program's own sequence.
+                true => format!(
+                    " (every warp's requests, all {} kept: the program's sequence, a request's \
+                     page its leader lane's)",
+                    t.records
+                ),
+                false => format!(
+                    " (1 in {} {what}; {} of {} records kept{dropped})",
+                    t.sample, t.kept, t.records
+                ),
+            }
         });
         println!(
             "process {} ({}): {} sampled requests{of}",
