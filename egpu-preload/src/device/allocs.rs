@@ -147,9 +147,6 @@ pub(crate) fn made(addr: u64, bytes: u64, managed: bool) {
         if again {
             return false;
         }
-        if managed {
-            watch_managed_memory();
-        }
         let id = k.all.len() as u64 + 1;
         k.all.push(AllocationRecord { id, addr, bytes, managed, ..AllocationRecord::default() });
         k.live.insert(addr, id);
@@ -161,8 +158,15 @@ pub(crate) fn made(addr: u64, bytes: u64, managed: bool) {
 /// empty until the program made managed memory.
 static UM_REPORTS: Mutex<String> = Mutex::new(String::new());
 
-/// At the program's first managed allocation: CUPTI asked for the driver's unified-memory
-/// reports, unless `EGPU_MEM_CUPTI=0`.
+/// Before the program's first managed allocation, when this process runs the set: CUPTI asked
+/// for the driver's unified-memory reports (before the allocation: CUPTI reports on memory
+/// allocated after it started), unless `EGPU_MEM_CUPTI=0`.
+pub(crate) fn managed_coming() {
+    if active() {
+        watch_managed_memory();
+    }
+}
+
 fn watch_managed_memory() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -233,7 +237,8 @@ pub(crate) fn reported(events: &[super::cupti::UmEvent]) {
             UmKind::HostToDevice => a.migrated_in = a.migrated_in.saturating_add(n),
             UmKind::DeviceToHost => a.migrated_out = a.migrated_out.saturating_add(n),
             UmKind::GpuPageFault => a.gpu_faults = a.gpu_faults.saturating_add(n),
-            UmKind::CpuPageFault => a.cpu_faults = a.cpu_faults.saturating_add(n),
+            // A CPU fault's value is the faulting instruction's address: one fault a record.
+            UmKind::CpuPageFault => a.cpu_faults = a.cpu_faults.saturating_add(1),
             UmKind::Thrashing => a.thrashing = a.thrashing.saturating_add(n),
             _ => {}
         }

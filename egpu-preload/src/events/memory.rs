@@ -225,6 +225,13 @@ pub(super) fn alloc(bytes: usize, kind: u32) -> AllocCtx {
     AllocCtx { bytes: bytes as u64, kind, op: AllocCtx::ALLOC, ..AllocCtx::default() }
 }
 
+/// A managed allocation's context, before the call: the `allocs` set's CUPTI reports started
+/// first ([`crate::device::allocs::managed_coming`]).
+pub(super) fn managed(bytes: usize) -> AllocCtx {
+    crate::device::allocs::managed_coming();
+    alloc(bytes, AllocCtx::MANAGED)
+}
+
 pub(super) fn free(ptr: u64, kind: u32) -> AllocCtx {
     AllocCtx { ptr, kind, op: AllocCtx::FREE, ..AllocCtx::default() }
 }

@@ -57,7 +57,7 @@ use event::{nothing, observe};
 pub(crate) use launch::captured;
 use launch::{LaunchConfig, capture, config_stream, count_capture, graph, launch_ctx, launch_ex};
 use memory::{Copy2dDriver, Copy3d, Copy3dDriver, Extent, HostPtr, PitchedPtr};
-use memory::{MemLocation, advised, prefetched};
+use memory::{MemLocation, advised, managed, prefetched};
 use memory::{alloc, allocated, copied, copy, driver_copy_2d, driver_copy_3d, free, released};
 use memory::{runtime_copy, runtime_copy_3d, runtime_set_3d, set};
 use modules::{library, read_file};
@@ -378,7 +378,7 @@ entry_points! {
     HOST_ALLOC cuMemHostAlloc (out: *mut HostPtr, bytes: usize, flags: c_uint)
         => driver(|_, _| alloc(bytes, AllocCtx::HOST_PINNED), allocated(out));
     ALLOC_MANAGED cuMemAllocManaged (out: *mut DevicePtr, bytes: usize, flags: c_uint)
-        => driver(|_, _| alloc(bytes, AllocCtx::MANAGED), allocated(out));
+        => driver(|_, _| managed(bytes), allocated(out));
     FREE cuMemFree_v2 (ptr: DevicePtr) => driver(|_, _| free(ptr, AllocCtx::DEVICE), released);
     // Managed memory steered: prefetches and advice, CUDA 12's forms (a device ordinal, -1 the
     // host) and the `_v2` ones (a `CUmemLocation`), which CUDA 13's headers call by the name.
@@ -521,7 +521,7 @@ entry_points! {
     RT_HOST_ALLOC cudaHostAlloc (out: *mut HostPtr, bytes: usize, flags: c_uint)
         => runtime(|_, _| alloc(bytes, AllocCtx::HOST_PINNED), allocated(out));
     RT_MALLOC_MANAGED cudaMallocManaged (out: *mut HostPtr, bytes: usize, flags: c_uint)
-        => runtime(|_, _| alloc(bytes, AllocCtx::MANAGED), allocated(out));
+        => runtime(|_, _| managed(bytes), allocated(out));
     RT_FREE cudaFree (ptr: *mut c_void)
         => runtime(|_, _| free(ptr as u64, AllocCtx::DEVICE), released);
     RT_FREE_ASYNC cudaFreeAsync +ptsz (ptr: *mut c_void, stream: Handle)
