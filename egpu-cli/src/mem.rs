@@ -210,7 +210,7 @@ fn what_if(a: MemWhatIfArgs) -> Result<(), Error> {
         let of = h.timeline.as_ref().map_or(String::new(), |t| {
             let dropped =
                 if t.dropped > 0 { format!(", {} dropped", t.dropped) } else { "".into() };
-            let what = if t.lines { "lines of each warp's" } else { "warps" };
+            let what = t.unit();
             match t.sample == 1 && !t.lines && t.kept == t.records && t.dropped == 0 {
                 // `--sample 1` and nothing lost: the program's own sequence.
                 true => format!(

@@ -205,7 +205,11 @@ impl Pack {
             let program = p.program.program();
             let _ = writeln!(text, "probe {} {}", p.name, program.attach_point());
             if p.sample.is_sampled() {
-                let unit = if p.sample.blocks { "blocks" } else { "warps" };
+                let unit = match (p.sample.blocks, p.sample.turns) {
+                    (true, _) => "blocks",
+                    (false, true) => "turns",
+                    (false, false) => "warps",
+                };
                 let _ = writeln!(text, "{unit} {}", 1u64 << p.sample.shift);
             }
             for (def, g) in program.maps().iter().zip(&p.maps) {
@@ -268,7 +272,7 @@ impl Pack {
                         sample: Sample::EVERY,
                     });
                 }
-                ([unit @ ("warps" | "blocks"), n], Some(r))
+                ([unit @ ("warps" | "blocks" | "turns"), n], Some(r))
                     if r.defs.is_empty() && r.code.is_empty() =>
                 {
                     let why = format!("{unit} N: N is a number");
@@ -276,6 +280,7 @@ impl Pack {
                     let shift = sample_shift(n).map_err(|reason| bad(line, reason))?;
                     r.sample = match *unit {
                         "blocks" => Sample::blocks(shift),
+                        "turns" => Sample::turns(shift),
                         _ => Sample::warps(shift),
                     };
                 }

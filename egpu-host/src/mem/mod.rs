@@ -117,6 +117,7 @@ impl Set {
                 let warps = match sampling.by() {
                     SampleBy::Warps => Warps::warps(sampling.shift()),
                     SampleBy::Blocks => Warps::blocks(sampling.shift()),
+                    SampleBy::Turns => Warps::turns(sampling.shift()),
                     SampleBy::Lines => Warps::EVERY,
                 };
                 let probes = timeline::timeline(sampling.shift(), lines).map(|p| p.to_vec());

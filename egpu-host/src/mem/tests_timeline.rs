@@ -165,10 +165,24 @@ fn one_line_in_n_of_every_warp_is_recorded() {
     assert!(table.contains("1 in 32 lines of each warp's sampled"), "{table}");
     let by = |s: &str| s.parse::<super::SampleBy>();
     assert_eq!(
-        (by("warps"), by("lines"), by("blocks")),
-        (Ok(super::SampleBy::Warps), Ok(super::SampleBy::Lines), Ok(super::SampleBy::Blocks))
+        (by("warps"), by("lines"), by("blocks"), by("turns")),
+        (
+            Ok(super::SampleBy::Warps),
+            Ok(super::SampleBy::Lines),
+            Ok(super::SampleBy::Blocks),
+            Ok(super::SampleBy::Turns)
+        )
     );
-    assert!(by("threads").expect_err("no threads").to_string().contains("warps, blocks or lines"));
+    let why = by("threads").expect_err("no threads").to_string();
+    assert!(why.contains("warps, blocks, lines or turns"), "{why}");
+    // By turns: the pack says so, and reads back the same.
+    let turns = "32".parse::<super::Sampling>().expect("1 in 32").of(super::SampleBy::Turns);
+    let pack =
+        super::pack_sampled(&[super::Set::Timeline], Default::default(), turns).expect("a pack");
+    assert!(pack.probes().iter().all(|p| p.sample == Sample::turns(5)));
+    assert!(pack.to_text().contains("\nturns 32\n"));
+    let again = crate::pack::Pack::parse(&pack.to_text()).expect("read back");
+    assert!(again.probes().iter().all(|p| p.sample == Sample::turns(5)));
 }
 
 #[test]

@@ -228,6 +228,11 @@ pub enum SampleBy {
     /// Each warp's 128-byte lines: every warp records about one in N of its requests (those of
     /// a lane's line whose hash with the warp's falls in), so the cost is spread over them all.
     Lines,
+    /// Warps drawn again at each turn of a loop (`--sample-by turns`): each warp records its
+    /// requests in about one turn in N of each of the kernel's loops, so no few warps that
+    /// record every request hold back a kernel of few waves (its loop-free kernels are sampled
+    /// by warps).
+    Turns,
 }
 
 impl std::str::FromStr for SampleBy {
@@ -237,6 +242,7 @@ impl std::str::FromStr for SampleBy {
             "warps" | "warp" => Ok(SampleBy::Warps),
             "lines" | "line" => Ok(SampleBy::Lines),
             "blocks" | "block" => Ok(SampleBy::Blocks),
+            "turns" | "turn" => Ok(SampleBy::Turns),
             _ => Err(UnknownSampling(s.to_owned())),
         }
     }
@@ -284,7 +290,8 @@ impl Default for Sampling {
 /// A sampling factor, or what to sample, egpu has no probes for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "no sampling `{0}`: one in N takes N a power of two from 1 to 1024, of warps, blocks or lines"
+    "no sampling `{0}`: one in N takes N a power of two from 1 to 1024, of warps, blocks, lines \
+     or turns"
 )]
 pub struct UnknownSampling(pub String);
 

@@ -90,6 +90,9 @@ pub struct TimelineSummary {
     /// --sample-by lines`, the records' [`LINES`](super::timeline::LINES) bit).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub lines: bool,
+    /// Whether the warps were drawn again at each turn of a loop (`--sample-by turns`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub turns: bool,
     /// The window length asked for, in nanoseconds; 0: automatic, per kernel.
     pub window_ns: u64,
     /// Records drained.
@@ -102,6 +105,17 @@ pub struct TimelineSummary {
     /// keys are strings).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub dropped_by_sm: BTreeMap<String, u64>,
+}
+
+impl TimelineSummary {
+    /// What one in N was sampled of, in words.
+    pub fn unit(&self) -> &'static str {
+        match (self.lines, self.turns) {
+            (true, _) => "lines of each warp's",
+            (false, true) => "warps, drawn at each turn of a loop,",
+            (false, false) => "warps",
+        }
+    }
 }
 
 /// A launch's bins.
@@ -261,6 +275,7 @@ impl Timeline {
         recording.header.timeline = Some(TimelineSummary {
             sample: self.sample,
             lines: self.lines,
+            turns: false,
             window_ns: window_ns.unwrap_or(0),
             records: self.records,
             kept: kept.len() as u64,
@@ -358,7 +373,7 @@ pub fn render(recording: &Recording) -> String {
         text,
         "  timeline: 1 in {} {} sampled, {} records, {} kept",
         t.sample,
-        if t.lines { "lines of each warp's" } else { "warps" },
+        t.unit(),
         t.records,
         t.kept
     );

@@ -198,6 +198,9 @@ pub(crate) fn write(user: &UserProbes, names: &Builtin) {
         }
     }
     super::timeline::finish(&mut recording, &user.maps);
+    if let (Some(t), Some(s)) = (recording.header.timeline.as_mut(), user.sampled.as_ref()) {
+        t.turns = s.sample.turns;
+    }
     for k in recording.kernels.iter_mut().filter(|k| !k.instrumented) {
         k.unselected = !super::kernels::chosen(&k.name);
     }

@@ -37,6 +37,9 @@ VARIANTS = (("counts", "counts", {None: 1.1}, {}),
             ("timeline blocks 1/32", "timeline --sample-by blocks", {None: 1.5}, {}),
             # One line in 32 of each warp's (the sets' word, then `egpu mem run` options).
             ("timeline lines 1/32", "timeline --sample-by lines", {None: 1.5}, {}),
+            # One warp in 32, drawn again at each turn of a loop: every warp records in about
+            # one turn in 32, no warp all along.
+            ("timeline turns 1/32", "timeline --sample-by turns", {None: 1.5}, {}),
             # Hardly a warp recording: what every access's test and the set's registers cost,
             # without the recording warps' own work (a diagnostic, no target).
             ("timeline 1/1024", "timeline --sample 1024", {}, {}))

@@ -56,7 +56,7 @@ pub mod tensor_maps;
 use access::{Observation, Observed, observe, wrap_access};
 pub use injection::{Coverage, Injection, Site, Unobserved};
 pub use occupancy::blocks_per_sm;
-pub use sampled::{Sample, WarpSampling, warp_key, warp_sampled};
+pub use sampled::{Sample, WarpSampling, turn_sampled, warp_key, warp_sampled};
 
 use crate::ptx::{FunctionKind, PieceKind, PtxError, PtxInstruction, PtxModule};
 use crate::translate::{

@@ -38,20 +38,32 @@ pub struct Sample {
     pub shift: u32,
     /// Whole blocks.
     pub blocks: bool,
+    /// Drawn again at each turn of a loop ([`Sample::turns`]).
+    pub turns: bool,
 }
 
 impl Sample {
     /// Every warp.
-    pub const EVERY: Sample = Sample { shift: 0, blocks: false };
+    pub const EVERY: Sample = Sample { shift: 0, blocks: false, turns: false };
 
     /// One warp in `1 << shift`.
     pub fn warps(shift: u32) -> Sample {
-        Sample { shift: shift.min(31), blocks: false }
+        Sample { shift: shift.min(31), blocks: false, turns: false }
     }
 
     /// One block in `1 << shift`.
     pub fn blocks(shift: u32) -> Sample {
-        Sample { shift: shift.min(31), blocks: true }
+        Sample { shift: shift.min(31), blocks: true, turns: false }
+    }
+
+    /// One warp in `1 << shift` at each turn of a loop: a warp is drawn at its start, as
+    /// [`Sample::warps`] draws it, and again each time it reaches the head of a loop of the
+    /// kernel (a label a later branch goes back to), from its key and the turns it took, and
+    /// goes on in the copy of its draw. So every warp runs the probes in about one turn in N,
+    /// and a kernel of few waves is not held back by a few sampled warps that run them all
+    /// along (a kernel without loops is sampled by warps).
+    pub fn turns(shift: u32) -> Sample {
+        Sample { shift: shift.min(31), blocks: false, turns: true }
     }
 
     /// Whether it samples at all (N above 1).
@@ -63,7 +75,8 @@ impl Sample {
 impl std::fmt::Display for Sample {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let unit = if self.blocks { "block" } else { "warp" };
-        write!(f, "one {unit} in {}", 1u64 << self.shift)
+        write!(f, "one {unit} in {}", 1u64 << self.shift)?;
+        if self.turns { write!(f, " at each turn of a loop") } else { Ok(()) }
     }
 }
 
@@ -102,6 +115,8 @@ impl WarpSampling {
 
 /// The multiplier of the warps' Fibonacci hashing: 2⁶⁴ over the golden ratio.
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
+/// What a loop's turns are multiplied by before they are mixed into a warp's key.
+const TURNS: u64 = 0xD6E8_FEB8_6659_FD93;
 
 /// A warp's key: `block.x · 32 + warp`, `block.y` and `block.z` xored into its high bits.
 pub fn warp_key(block: [u32; 3], warp: u32) -> u64 {
@@ -121,9 +136,25 @@ pub fn warp_sampled(block: [u32; 3], warp: u32, sample: Sample) -> bool {
 /// PTX that sets the predicate `pred` (declared by the caller) when the thread's warp is
 /// sampled, in a block of its own whose registers start with `stem`.
 pub(super) fn test(stem: &str, pred: &str, sample: Sample) -> String {
-    let (g0, g1, g2) = (format!("%{stem}_g0"), format!("%{stem}_g1"), format!("%{stem}_g2"));
-    let (k0, k1) = (format!("%{stem}_gk0"), format!("%{stem}_gk1"));
-    let limit = (1u64 << 32) >> sample.shift.min(31);
+    let k0 = format!("%{stem}_gk0");
+    let body: String = (key_lines(stem, &k0, sample).iter().chain(&draw_lines(&k0, pred, sample)))
+        .map(|l| format!("\t{l}\n"))
+        .collect();
+    let (g0, g1, g2, k1) = registers(stem);
+    format!("\t{{\n\t.reg .b32 {g0}, {g1}, {g2};\n\t.reg .b64 {k0}, {k1};\n{body}\t}}\n")
+}
+
+/// The registers of [`key_lines`]: three of 32 bits, one of 64.
+fn registers(stem: &str) -> (String, String, String, String) {
+    let r = |n: &str| format!("%{stem}_{n}");
+    (r("g0"), r("g1"), r("g2"), r("gk1"))
+}
+
+/// PTX that puts the thread's warp key ([`warp_key`]; by blocks, its block's warp 0's) into
+/// `key` (64 bits), with [`registers`] declared.
+fn key_lines(stem: &str, key: &str, sample: Sample) -> Vec<String> {
+    let (g0, g1, g2, k1) = registers(stem);
+    let k0 = key;
     let mut lines =
         vec![format!("mov.u32 {g1}, %ctaid.x;"), format!("mul.wide.u32 {k0}, {g1}, 32;")];
     if !sample.blocks {
@@ -150,12 +181,26 @@ pub(super) fn test(stem: &str, pred: &str, sample: Sample) -> String {
         format!("cvt.u64.u32 {k1}, {g1};"),
         format!("shl.b64 {k1}, {k1}, 48;"),
         format!("xor.b64 {k0}, {k0}, {k1};"),
-        format!("mul.lo.u64 {k0}, {k0}, {};", GOLDEN as i64),
-        format!("shr.u64 {k0}, {k0}, 32;"),
-        format!("setp.lt.u64 {pred}, {k0}, {limit};"),
     ]);
-    let body: String = lines.iter().map(|l| format!("\t{l}\n")).collect();
-    format!("\t{{\n\t.reg .b32 {g0}, {g1}, {g2};\n\t.reg .b64 {k0}, {k1};\n{body}\t}}\n")
+    lines
+}
+
+/// PTX that sets `pred` when the hashed `mixed` (a key, and the turns mixed in) falls in the
+/// sampled one in N; `mixed` is spent.
+fn draw_lines(mixed: &str, pred: &str, sample: Sample) -> [String; 3] {
+    let limit = (1u64 << 32) >> sample.shift.min(31);
+    [
+        format!("mul.lo.u64 {mixed}, {mixed}, {};", GOLDEN as i64),
+        format!("shr.u64 {mixed}, {mixed}, 32;"),
+        format!("setp.lt.u64 {pred}, {mixed}, {limit};"),
+    ]
+}
+
+/// Whether the warp of `key` is drawn after `turns` turns of loops ([`Sample::turns`]): the
+/// rule the kernel's draws follow (0 turns: [`warp_sampled`]'s).
+pub fn turn_sampled(key: u64, turns: u32, sample: Sample) -> bool {
+    let mixed = key ^ u64::from(turns).wrapping_mul(TURNS);
+    (mixed.wrapping_mul(GOLDEN) >> 32) < ((1u64 << 32) >> sample.shift.min(31))
 }
 
 /// The sampling of a kernel whose instructions are `opcodes`: by whole blocks, whatever
@@ -164,17 +209,52 @@ pub(super) fn test(stem: &str, pred: &str, sample: Sample) -> String {
 /// instructions, `wgmma`, `setmaxnreg`, `tcgen05`): warps of one block in two copies would run
 /// two different such instructions, which the PTX ISA leaves undefined. One warp in N still
 /// records, but whole blocks of them.
-pub(super) fn for_kernel<'a>(sample: Sample, mut opcodes: impl Iterator<Item = &'a str>) -> Sample {
+pub(super) fn for_kernel<'a>(sample: Sample, opcodes: impl Iterator<Item = &'a str>) -> Sample {
     let together = |op: &str| {
         let base = op.split('.').next().unwrap_or("");
         (base == "bar" && !op.starts_with("bar.warp"))
             || (base == "barrier" && op.split('.').any(|q| q == "aligned"))
             || matches!(base, "wgmma" | "setmaxnreg" | "tcgen05")
     };
-    match sample.blocks || !opcodes.any(together) {
-        true => sample,
-        false => Sample { blocks: true, ..sample },
+    let (mut together_seen, mut drawn_once) = (false, false);
+    for op in opcodes {
+        together_seen |= together(op);
+        // Warp-specialised kernels (`setmaxnreg`) run loops of different lengths in their
+        // warpgroups; `wgmma` keeps accumulators in flight across a loop's turns, which a
+        // warp going from one copy to the other could see moved (a model's results differed
+        // in their sixth digit on the H200 with its matmuls drawn by turns): drawn once.
+        drawn_once |=
+            op.starts_with("setmaxnreg") || op.starts_with("wgmma") || op.starts_with("tcgen05");
     }
+    Sample { blocks: sample.blocks || together_seen, turns: sample.turns && !drawn_once, ..sample }
+}
+
+/// `code` with the CTA barriers made the forms that threads may reach at different
+/// instructions (`barrier.sync` rather than `bar.sync`, `barrier.sync.aligned`; the same for
+/// `arrive` and `red`): with warps drawn at each turn of a loop, warps of a block that took
+/// different numbers of turns reach a barrier in different copies.
+fn unaligned_barriers(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    for line in code.split_inclusive('\n') {
+        let t = line.trim_start();
+        let op = t.split_whitespace().find(|w| !w.starts_with('@')).unwrap_or("");
+        let new = ["bar.", "bar.cta.", "barrier.", "barrier.cta."].iter().find_map(|p| {
+            let rest = op.strip_prefix(p)?;
+            let (what, after) = rest.split_once('.').unwrap_or((rest, ""));
+            if !matches!(what, "sync" | "arrive" | "red") {
+                return None;
+            }
+            let cta = if p.contains("cta") { "cta." } else { "" };
+            let after = after.strip_prefix("aligned").map_or(after, |a| a.trim_start_matches('.'));
+            let dot = if after.is_empty() { "" } else { "." };
+            Some(format!("barrier.{cta}{what}{dot}{after}"))
+        });
+        match new {
+            Some(new) => out.push_str(&line.replacen(op, &new, 1)),
+            None => out.push_str(line),
+        }
+    }
+    out
 }
 
 /// The marks around a sampled probe's code: its start, the end of its test, its end.
@@ -273,17 +353,126 @@ pub(super) fn hoisted(module: &PtxModule, f: &Function) -> Option<Vec<usize>> {
 /// A kernel's body as two copies: `inner` (its body between `{` and `}`, instrumented, sampled
 /// probes marked) for the warps not sampled, without the sampled probes and ending in `ret`,
 /// and for the sampled ones, without the probes' tests. `stem` names the test's predicate and
-/// the label of the second copy; the first thing run is the test.
+/// the label of the second copy; the first thing run is the test. Sampled by turns, each loop
+/// head of either copy draws the warp again ([`turn_sampled`]) and goes on in the copy drawn,
+/// past the other copy's draw.
 pub(super) fn copies(stem: &str, inner: &str, sample: Sample) -> String {
     let [start, tested, end] = marks(stem);
     let pred = format!("%{stem}_sampled");
     let label = format!("${stem}_sampled");
-    let plain = rename_labels(&cut(inner, &start, &end), &format!("_{stem}u"));
-    let sampled = cut(inner, &start, &tested);
+    let mut plain = rename_labels(&cut(inner, &start, &end), &format!("_{stem}u"));
+    let mut sampled = cut(inner, &start, &tested);
+    let mut first = test(stem, &pred, sample);
+    let heads = if sample.turns { loop_heads(inner) } else { Vec::new() };
+    if !heads.is_empty() {
+        let (key, turns) = (format!("%{stem}_key"), format!("%{stem}_turns"));
+        let (g0, g1, g2, k1) = registers(stem);
+        let lines: String =
+            key_lines(stem, &key, sample).iter().map(|l| format!("\t{l}\n")).collect();
+        first = format!(
+            "\t.reg .b64 {key};\n\t.reg .b32 {turns};\n\tmov.u32 {turns}, 0;\n\t{{\n\t.reg .b32 {g0}, \
+             {g1}, {g2};\n\t.reg .b64 {k1};\n{lines}\t}}\n{first}"
+        );
+        for head in &heads {
+            let (p, s) = (format!("{head}_{stem}u"), head.clone());
+            let redraw = |jump: &str, to: &str| {
+                let (m, q) = (format!("%{stem}_tm"), format!("%{stem}_tq"));
+                let draw: String =
+                    draw_lines(&m, &q, sample).iter().map(|l| format!("\t{l}\n")).collect();
+                format!(
+                    "\tadd.u32 {turns}, {turns}, 1;\n\t{{\n\t.reg .b64 {m};\n\t.reg .pred {q};\n\
+                     \tcvt.u64.u32 {m}, {turns};\n\tmul.lo.u64 {m}, {m}, {};\n\txor.b64 {m}, {m}, \
+                     {key};\n{draw}\t{jump} bra {to}_{stem}in;\n\t}}\n",
+                    TURNS as i64
+                )
+            };
+            // Each copy's draw, then where the other copy's draw lands.
+            let land = |own: &str| format!("{own}_{stem}in:\n");
+            let to_sampled = redraw(&format!("@%{stem}_tq"), &s) + &land(&p);
+            let to_plain = redraw(&format!("@!%{stem}_tq"), &p) + &land(&s);
+            plain = after_label(&plain, &p, &to_sampled);
+            sampled = after_label(&sampled, &s, &to_plain);
+        }
+    }
+    if heads.is_empty() {
+        return format!(
+            "\n\t.reg .pred {pred};\n{first}\t@{pred} bra {label};\n\t{{\n{plain}\n\tret;\n\t}}\n{label}:\n\t{{\n{sampled}\n\t}}\n"
+        );
+    }
+    // Copies a warp goes between share their registers and see each other's labels: the
+    // body's registers are declared once, before them, and they are not blocks of their own.
+    let (declared, plain) = registers_apart(&unaligned_barriers(&plain));
+    let (_, sampled) = registers_apart(&unaligned_barriers(&sampled));
     format!(
-        "\n\t.reg .pred {pred};\n{}\t@{pred} bra {label};\n\t{{\n{plain}\n\tret;\n\t}}\n{label}:\n\t{{\n{sampled}\n\t}}\n",
-        test(stem, &pred, sample)
+        "\n\t.reg .pred {pred};\n{declared}{first}\t@{pred} bra {label};\n{plain}\n\tret;\n{label}:\n{sampled}\n"
     )
+}
+
+/// The `.reg` declarations at the top level of `body` (not in a nested block), and `body`
+/// without them.
+fn registers_apart(body: &str) -> (String, String) {
+    let (mut declared, mut rest) = (String::new(), String::with_capacity(body.len()));
+    let mut depth = 0i64;
+    for line in body.split_inclusive('\n') {
+        let t = line.trim_start();
+        if depth == 0 && t.starts_with(".reg") {
+            declared.push_str(line);
+        } else {
+            rest.push_str(line);
+        }
+        // Braces of vector operands (`{%r1, %r2}`) open and close on one line.
+        let code = t.split("//").next().unwrap_or("");
+        depth += code.matches('{').count() as i64 - code.matches('}').count() as i64;
+    }
+    (declared, rest)
+}
+
+/// The labels of `text`'s top level (not in a nested block, whose labels the other copy cannot
+/// see) that a branch after them goes back to: its loops' heads.
+fn loop_heads(text: &str) -> Vec<String> {
+    let mut defined: Vec<String> = Vec::new();
+    let mut heads: BTreeSet<String> = BTreeSet::new();
+    let mut depth = 0i64;
+    for line in text.lines() {
+        let t = line.trim_start();
+        let code = t.split("//").next().unwrap_or("");
+        depth += code.matches('{').count() as i64 - code.matches('}').count() as i64;
+        if let Some(name) = label_of(t) {
+            if depth == 0 {
+                defined.push(name.to_owned());
+            }
+            continue;
+        }
+        let words: Vec<&str> = t.split_whitespace().collect();
+        let at = words.iter().position(|w| *w == "bra" || w.starts_with("bra."));
+        if let Some(target) = at.and_then(|i| words.get(i + 1)) {
+            let target = target.trim_end_matches(';');
+            if defined.iter().any(|d| d == target) {
+                heads.insert(target.to_owned());
+            }
+        }
+    }
+    heads.into_iter().collect()
+}
+
+/// The label a line defines, if any.
+fn label_of(line: &str) -> Option<&str> {
+    let end = line.find(|c: char| !ident(c))?;
+    (end > 0 && line[end..].trim_start().starts_with(':')).then_some(&line[..end])
+}
+
+/// `text` with `code` put after the line that defines `label`.
+fn after_label(text: &str, label: &str, code: &str) -> String {
+    let mut out = String::with_capacity(text.len() + code.len() + 64);
+    let mut done = false;
+    for line in text.split_inclusive('\n') {
+        out.push_str(line);
+        if !done && label_of(line.trim_start()) == Some(label) {
+            out.push_str(code);
+            done = true;
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -344,6 +533,54 @@ mod tests {
             );
         }
         assert_eq!(for_kernel(warps, ["barrier.sync"].into_iter()), warps);
+    }
+
+    /// By turns: each loop head of either copy draws the warp again and lands past the other
+    /// copy's draw; the body's registers are declared once and the copies see each other's
+    /// labels; barriers become the forms reached from different instructions; a loop head in a
+    /// nested block is left alone. At 0 turns the draw is the warps' own.
+    #[test]
+    fn turns_draw_again_at_each_loop_head() {
+        let probe = mark("egpu", "$egpu_ws1", "\tPROBE;\n", Sample::turns(5));
+        let inner = format!(
+            "\t.reg .b32 %r<4>;\n$L0:\n{probe}\tld.global.f32 %f1, [%rd1];\n\tbar.sync 0;\n\
+             \t{{\n$W:\n\t@%p bra $W;\n\t}}\n\t@%p bra $L0;\n"
+        );
+        let both = copies("egpu", &inner, Sample::turns(5));
+        assert_eq!(both.matches(".reg .b32 %r<4>;").count(), 1, "{both}");
+        assert!(both.find(".reg .b32 %r<4>;") < both.find("@%egpu_sampled bra"));
+        let (plain, sampled) = both.split_once("$egpu_sampled:\n").expect("two copies");
+        assert!(plain.contains("$L0_egpuu:\n\tadd.u32 %egpu_turns, %egpu_turns, 1;"));
+        assert!(plain.contains("@%egpu_tq bra $L0_egpuin;") && plain.contains("$L0_egpuu_egpuin:"));
+        assert!(
+            sampled.contains("@!%egpu_tq bra $L0_egpuu_egpuin;") && sampled.contains("$L0_egpuin:")
+        );
+        assert!(!both.contains("$W_egpuin") && !both.contains("bar.sync"));
+        assert_eq!(both.matches("barrier.sync 0;").count(), 2);
+        assert_eq!(
+            unaligned_barriers("\t@%p bar.red.popc.u32 %r1, 0, %p2;\n"),
+            "\t@%p barrier.red.popc.u32 %r1, 0, %p2;\n"
+        );
+        assert_eq!(
+            unaligned_barriers("\tbarrier.cta.sync.aligned 1, 64;\n"),
+            "\tbarrier.cta.sync 1, 64;\n"
+        );
+        assert_eq!(unaligned_barriers("\tbar.warp.sync -1;\n"), "\tbar.warp.sync -1;\n");
+        // The draws: at 0 turns the warps' own; over turns, about one in N.
+        let key = warp_key([3, 0, 0], 1);
+        assert_eq!(
+            turn_sampled(key, 0, Sample::turns(5)),
+            warp_sampled([3, 0, 0], 1, Sample::warps(5))
+        );
+        let drawn = (0..4096).filter(|&t| turn_sampled(key, t, Sample::turns(5))).count();
+        assert!(drawn.abs_diff(128) < 48, "{drawn} of 4096 turns");
+        // Without loops, the copies are as by warps.
+        let flat = copies("egpu", &format!("{probe}\tret;\n"), Sample::turns(5));
+        assert!(!flat.contains("%egpu_turns") && flat.contains("\t{\n"));
+        // Warp-specialised kernels are drawn once.
+        assert!(
+            !for_kernel(Sample::turns(5), ["setmaxnreg.inc.sync.aligned.u32"].into_iter()).turns
+        );
     }
 
     #[test]
