@@ -263,3 +263,37 @@ fn the_books_pictures_are_the_commands() {
         assert!(chapter.contains(&format!("images/{picture}-h200.svg")), "pictures.md: {picture}");
     }
 }
+
+/// The allocations picture and the table's managed-memory section, from the `allocs` set's
+/// recordings of two H200 runs (alloc_check.py: `alloc_traffic.cu`, `managed_touch.cu`).
+#[test]
+fn allocations_of_h200_recordings() {
+    let out = TempDir::new("render-allocs");
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/mem");
+    let traffic = data.join("alloc_traffic-allocs-h200.egpumem");
+    succeeds(&[
+        "mem".as_ref(),
+        "render".as_ref(),
+        traffic.as_os_str(),
+        "--out".as_ref(),
+        out.0.as_os_str(),
+    ]);
+    let svg = read(&out.0.join("allocations.svg"));
+    // The five buffers: the one read in a loop hottest (20.97 MB), the one never touched an
+    // empty row, each kernel a column.
+    assert!(svg.contains("bytes per allocation × kernel"), "title");
+    assert!(svg.contains("#2 4.19 MB") && svg.contains("#4 4.19 MB"), "rows");
+    assert!(svg.contains("_Z11read_loopedPKfPf") && svg.contains("darkest cell 20.97 MB"));
+    assert_eq!(png_size(&out.0.join("allocations.png")), (1200, 720));
+    let managed = data.join("managed_touch-allocs-h200.egpumem");
+    let r = succeeds(&["mem".as_ref(), "report".as_ref(), managed.as_os_str()]);
+    for line in [
+        "64 of 64 pages of 4 KiB touched by kernels",
+        "first touched by _Z11write_pagesPjii (launch 1): 16 pages (0..=15)",
+        "first touched by _Z10read_pagesPKjiiS0_Pj (launch 2): 24 pages (16..=39)",
+        "first touched by _Z10bump_pagesPjii (launch 3): 24 pages (40..=63)",
+        "prefetched to a device 131.07 kB; advice: read mostly",
+    ] {
+        assert!(r.stdout.contains(line), "{line}\n{}", r.stdout);
+    }
+}
