@@ -283,7 +283,7 @@ fn allocations_of_h200_recordings() {
     // empty row, each kernel a column.
     assert!(svg.contains("bytes per allocation × kernel"), "title");
     assert!(svg.contains("#2 4.19 MB") && svg.contains("#4 4.19 MB"), "rows");
-    assert!(svg.contains("_Z11read_loopedPKfPf") && svg.contains("darkest cell 20.97 MB"));
+    assert!(svg.contains("_Z11read_loopedPKfPf") && svg.contains("4.19 MB to 20.97 MB, log scale"));
     assert_eq!(png_size(&out.0.join("allocations.png")), (1200, 720));
     let managed = data.join("managed_touch-allocs-h200.egpumem");
     let r = succeeds(&["mem".as_ref(), "report".as_ref(), managed.as_os_str()]);

@@ -7,7 +7,7 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 
-use super::draw::{DrawResult, err, no_data, shade, short};
+use super::draw::{DrawResult, err, no_data, short};
 
 /// Kernels drawn as columns (the rest summed into one "other kernels" column).
 pub(crate) const MAX_COLUMNS: usize = 16;
@@ -111,7 +111,7 @@ pub(crate) fn draw<DB: DrawingBackend>(
     let mut chart = ChartBuilder::on(root)
         .caption(title, (super::draw::FONT, 24))
         .margin(12)
-        .x_label_area_size(190)
+        .x_label_area_size(40)
         .y_label_area_size(280)
         .build_cartesian_2d(0f64..columns as f64, 0f64..rows.max(1) as f64)
         .map_err(err)?;
@@ -129,11 +129,6 @@ pub(crate) fn draw<DB: DrawingBackend>(
             true => column_label(x),
             false => String::new(),
         })
-        .x_label_style(
-            TextStyle::from((super::draw::FONT, 12).into_font())
-                .transform(FontTransform::Rotate90)
-                .pos(Pos::new(HPos::Left, VPos::Center)),
-        )
         .y_labels(rows * 2 + 1)
         .y_label_formatter(&|y| match y.fract() == 0.5 {
             true => row_label(y),
@@ -142,21 +137,39 @@ pub(crate) fn draw<DB: DrawingBackend>(
         .label_style((super::draw::FONT, 12))
         .draw()
         .map_err(err)?;
-    let max = d.rows.iter().flat_map(|r| r.bytes.iter().copied()).max().unwrap_or(0);
-    let cells = d.rows.iter().enumerate().flat_map(|(i, r)| {
-        let y = (rows - i - 1) as f64;
-        r.bytes.iter().enumerate().filter(|(_, b)| **b > 0).map(move |(c, &b)| {
-            let x = c as f64;
-            Rectangle::new([(x, y), (x + 1.0, y + 1.0)], shade(b, max).filled())
+    let moved = || d.rows.iter().flat_map(|r| r.bytes.iter().copied()).filter(|&b| b > 0);
+    let (min, max) = (moved().min().unwrap_or(0), moved().max().unwrap_or(0));
+    let cells: Vec<(f64, f64, u64)> = (d.rows.iter().enumerate())
+        .flat_map(|(i, r)| {
+            let y = (rows - i - 1) as f64;
+            let filled = r.bytes.iter().enumerate().filter(|(_, b)| **b > 0);
+            filled.map(move |(c, &b)| (c as f64, y, b)).collect::<Vec<_>>()
         })
-    });
-    chart.draw_series(cells).map_err(err)?;
+        .collect();
+    let squares = (cells.iter())
+        .map(|&(x, y, b)| Rectangle::new([(x, y), (x + 1.0, y + 1.0)], heat(b, min, max).filled()));
+    chart.draw_series(squares).map_err(err)?;
+    // Each cell's bytes, where the rows leave room for them.
+    if rows <= 24 {
+        let bytes = egpu::host::mem::table::bytes;
+        for light in [true, false] {
+            let colour = if light { &WHITE } else { &BLACK };
+            let style = TextStyle::from((super::draw::FONT, 13).into_font())
+                .color(colour)
+                .pos(Pos::new(HPos::Center, VPos::Center));
+            let labels = (cells.iter())
+                .filter(|&&(_, _, b)| (heat_of(b, min, max) > 0.5) == light)
+                .map(|&(x, y, b)| Text::new(bytes(b), (x + 0.5, y + 0.5), style.clone()));
+            chart.draw_series(labels).map_err(err)?;
+        }
+    }
     let grid = (0..=rows).map(|r| {
         PathElement::new(vec![(0.0, r as f64), (columns as f64, r as f64)], RGBColor(225, 225, 225))
     });
     chart.draw_series(grid).map_err(err)?;
     let note = format!(
-        "darkest cell {}, log scale{}",
+        "{} to {}, log scale{}",
+        egpu::host::mem::table::bytes(min),
         egpu::host::mem::table::bytes(max),
         match d.left_out {
             0 => String::new(),
@@ -168,4 +181,22 @@ pub(crate) fn draw<DB: DrawingBackend>(
         .pos(Pos::new(HPos::Right, VPos::Bottom));
     root.draw(&Text::new(note, (w as i32 - 12, h as i32 - 4), style)).map_err(err)?;
     Ok(())
+}
+
+/// Where `bytes` falls between the fewest (`min`) and the most (`max`) of any cell, on a log
+/// scale, from a quarter (the fewest, still seen) to one.
+fn heat_of(bytes: u64, min: u64, max: u64) -> f64 {
+    if max <= min || bytes <= min {
+        return if max <= min { 1.0 } else { 0.25 };
+    }
+    let span = (max as f64 / min as f64).ln();
+    0.25 + 0.75 * ((bytes as f64 / min as f64).ln() / span).clamp(0.0, 1.0)
+}
+
+/// A cell's colour: light yellow to dark blue as [`heat_of`] grows.
+fn heat(bytes: u64, min: u64, max: u64) -> RGBColor {
+    let f = heat_of(bytes, min, max);
+    let (a, b) = ((255.0, 237.0, 160.0), (8.0, 29.0, 88.0));
+    let mix = |x: f64, y: f64| (x + (y - x) * f).round() as u8;
+    RGBColor(mix(a.0, b.0), mix(a.1, b.1), mix(a.2, b.2))
 }
