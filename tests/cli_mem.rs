@@ -282,18 +282,16 @@ fn mem_run_allocs_records_the_program_s_device_allocations() {
     let out = dir.join("mem");
     let library = support::preload_library();
     let launcher = dir.join("launcher");
-    let r = succeeds(&[
-        "mem".as_ref(),
-        "run".as_ref(),
-        "--sets".as_ref(),
-        "allocs".as_ref(),
-        "--library".as_ref(),
-        library.as_os_str(),
-        "--out".as_ref(),
-        out.as_os_str(),
-        "--".as_ref(),
-        launcher.as_os_str(),
-    ]);
+    // `egpu mem run --sets allocs` of the launcher (with `mode`, if any) into `out`.
+    let run_allocs = |out: &std::path::Path, mode: &[&str]| {
+        let mut args: Vec<&std::ffi::OsStr> =
+            ["mem", "run", "--sets", "allocs", "--library"].iter().map(|a| a.as_ref()).collect();
+        args.extend([library.as_os_str(), "--out".as_ref(), out.as_os_str(), "--".as_ref()]);
+        args.push(launcher.as_os_str());
+        args.extend(mode.iter().map(|m| std::ffi::OsStr::new(m)));
+        succeeds(&args)
+    };
+    let r = run_allocs(&out, &[]);
     let all = recordings(&out);
     let parent = all
         .iter()
@@ -322,19 +320,7 @@ fn mem_run_allocs_records_the_program_s_device_allocations() {
     // Managed memory steered, in both forms of each call (the launcher checks that each got
     // its own arguments): the allocation is managed, with its prefetches and advice.
     let managed = dir.join("managed");
-    succeeds(&[
-        "mem".as_ref(),
-        "run".as_ref(),
-        "--sets".as_ref(),
-        "allocs".as_ref(),
-        "--library".as_ref(),
-        library.as_os_str(),
-        "--out".as_ref(),
-        managed.as_os_str(),
-        "--".as_ref(),
-        launcher.as_os_str(),
-        "managed".as_ref(),
-    ]);
+    run_allocs(&managed, &["managed"]);
     let all = recordings(&managed);
     let rec = all.iter().find(|rec| !rec.allocations.is_empty()).expect("a recording");
     let a = &rec.allocations;
