@@ -288,7 +288,7 @@ fn mem_run_allocs_records_the_program_s_device_allocations() {
             ["mem", "run", "--sets", "allocs", "--library"].iter().map(|a| a.as_ref()).collect();
         args.extend([library.as_os_str(), "--out".as_ref(), out.as_os_str(), "--".as_ref()]);
         args.push(launcher.as_os_str());
-        args.extend(mode.iter().map(|m| std::ffi::OsStr::new(m)));
+        args.extend(mode.iter().map(std::ffi::OsStr::new));
         succeeds(&args)
     };
     let r = run_allocs(&out, &[]);
