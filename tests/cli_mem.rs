@@ -144,7 +144,7 @@ fn mem_refuses_what_it_cannot_do() {
     fails(
         &["mem", "run", "--sample-by", "threads", "--", "true"],
         2,
-        &["of warps, blocks or lines"],
+        &["of warps, blocks, lines or turns"],
     );
     fails(&["mem", "run", "--window", "1ns", "--", "true"], 2, &["from 128ns to 60s"]);
     fails(&["mem", "run", "--kernel", "(", "--", "true"], 2, &["--kernel"]);
