@@ -1,6 +1,7 @@
 //! One way to name a program, for every subcommand that takes one.
 //!
-//! A PROGRAM is a file, told apart by what it holds: a shared library (ELF) that exports a probe
+//! A PROGRAM is a file, told apart by what it holds: an eBPF ELF object as clang makes them (its
+//! programs a pack's probes, `egpu::host::elf`), a shared library (ELF) that exports a probe
 //! pack (`egpu::export_probes!`), a pack's text (`egpu-probes 2` first), eBPF assembly text
 //! (bpf_conformance's syntax), or bytecode (little-endian 8-byte instructions, as
 //! `Program::to_bytes` writes them). `PACK:NAME` names one probe of a pack; a file whose whole
@@ -116,7 +117,7 @@ fn reading(name: &ProgramName, e: &std::io::Error) -> Error {
     }
 }
 
-/// Whether `bytes` are a pack: a shared library (ELF), or a pack's text.
+/// Whether `bytes` are a pack: an eBPF ELF object or a shared library (ELF), or a pack's text.
 fn is_pack(bytes: &[u8]) -> bool {
     bytes.starts_with(b"\x7fELF") || bytes.trim_ascii_start().starts_with(b"egpu-probes")
 }

@@ -501,6 +501,7 @@ pub fn thread_id() -> u32 {
 pub mod builtin;
 pub mod cxl;
 mod deferred;
+pub mod elf;
 /// egpu's surface as the probes of this crate name it (`#[egpu_macros::probe(..,
 /// crate = crate::egpu_root)]`): this crate sits beneath the facade `egpu`, so it builds the paths
 /// the generated code uses from the crates beneath the facade.

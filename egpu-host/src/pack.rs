@@ -119,6 +119,14 @@ pub enum PackError {
         /// Why.
         error: VerifyError,
     },
+    /// An eBPF ELF object could not be read.
+    #[error("{path}: {error}")]
+    Object {
+        /// The file.
+        path: String,
+        /// Why.
+        error: Box<crate::elf::ElfError>,
+    },
     /// The file could not be read, or the library loaded.
     #[error("{path}: {reason}")]
     Load {
@@ -334,11 +342,18 @@ impl Pack {
         Ok(pack)
     }
 
-    /// Reads the pack at `path`: a pack's text, or a shared library that exports one
+    /// Reads the pack at `path`: a pack's text, an eBPF ELF object as clang makes them (its
+    /// programs, see [`crate::elf`]), or a shared library that exports a pack
     /// ([`export_probes!`](crate::export_probes)), which is loaded into this process.
     pub fn load(path: &Path) -> Result<Pack, PackError> {
         let failed = |reason: String| PackError::Load { path: path.display().to_string(), reason };
         let bytes = std::fs::read(path).map_err(|e| failed(e.to_string()))?;
+        if crate::elf::is_bpf_object(&bytes) {
+            return crate::elf::load(&bytes).map_err(|error| PackError::Object {
+                path: path.display().to_string(),
+                error: Box::new(error),
+            });
+        }
         if !bytes.starts_with(b"\x7fELF") {
             let text = String::from_utf8(bytes).map_err(|_| failed("not UTF-8 text".into()))?;
             return Pack::parse(&text);
