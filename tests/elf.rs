@@ -33,7 +33,7 @@ fn clang() -> Option<PathBuf> {
 
 /// `tests/elf/NAME.c` built into an object in `out`.
 fn build(clang: &Path, name: &str, out: &Path) -> Vec<u8> {
-    let source = egpu_test_support::workspace_path(&format!("tests/elf/{name}.c"));
+    let source = egpu_test_support::workspace_path(format!("tests/elf/{name}.c"));
     let object = out.join(format!("{name}.o"));
     let status = std::process::Command::new(clang)
         .args(["-O2", "-g", "-target", "bpf", "-c"])
