@@ -1,5 +1,5 @@
 //! eBPF ELF objects made by clang from the C probes of `tests/elf/` (`clang -O2 -g -target bpf
-//! -c`), read into packs (`egpu::host::elf`): each object's programs loaded, verified, and run
+//! -c -I include`, with the generated `include/egpu.h`), read into packs (`egpu::host::elf`): each object's programs loaded, verified, and run
 //! on the CPU VM beside a Probe Rust twin over the same contexts, their maps compared. Prints
 //! `clang objects: N loaded, N verified, N agree with their Probe Rust twins`. Also: what egpu
 //! does not take yet (global data) and malformed objects (truncated, mutated, another machine)
@@ -35,8 +35,10 @@ fn clang() -> Option<PathBuf> {
 fn build(clang: &Path, name: &str, out: &Path) -> Vec<u8> {
     let source = egpu_test_support::workspace_path(format!("tests/elf/{name}.c"));
     let object = out.join(format!("{name}.o"));
+    let include = egpu_test_support::workspace_path("include");
     let status = std::process::Command::new(clang)
-        .args(["-O2", "-g", "-target", "bpf", "-c"])
+        .args(["-O2", "-g", "-target", "bpf", "-c", "-I"])
+        .arg(&include)
         .arg(&source)
         .arg("-o")
         .arg(&object)
@@ -264,4 +266,30 @@ fn malformed_objects_are_refused(good: &[u8], rng: &mut Rng) {
     }
     println!("malformed objects: {refused} refused, {read} read, 0 panics");
     assert!(refused > 0);
+}
+
+/// `include/egpu.h` is what `egpu_ebpf::c_header` generates from the field and helper tables
+/// (`EGPU_BLESS=1` writes it), and clang takes it.
+#[test]
+fn the_c_header_is_the_tables() {
+    let path = egpu_test_support::workspace_path("include/egpu.h");
+    let generated = egpu::ebpf::c_header();
+    if std::env::var("EGPU_BLESS").as_deref() == Ok("1") {
+        std::fs::write(&path, &generated).expect("written");
+    }
+    let kept = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(kept == generated, "include/egpu.h differs from the tables: run with EGPU_BLESS=1");
+    let Some(clang) = clang() else { return };
+    let out = std::env::temp_dir().join(format!("egpu-h-{}.o", std::process::id()));
+    let status = std::process::Command::new(clang)
+        .args(["-O2", "-target", "bpf", "-x", "c", "-c", "-include"])
+        .arg(&path)
+        .arg("-")
+        .arg("-o")
+        .arg(&out)
+        .stdin(std::process::Stdio::null())
+        .status()
+        .expect("clang runs");
+    assert!(status.success(), "clang refused include/egpu.h");
+    let _ = std::fs::remove_file(&out);
 }

@@ -30,6 +30,7 @@
 #![deny(missing_docs)]
 
 pub mod asm;
+pub mod c_header;
 pub mod conformance;
 pub mod context;
 pub mod disasm;
@@ -43,6 +44,7 @@ pub mod program;
 pub mod verifier;
 
 pub use asm::assemble;
+pub use c_header::c_header;
 pub use context::{
     AllocCtx, AttachPoint, CONTEXT_REVISION, DeviceEvent, HostEvent, KernelCtx, LaunchCtx,
     MemAccessCtx, MemcpyCtx, ModuleLoadCtx, ParseAttachError, Phase, SyncCtx, context_tag,

@@ -1,5 +1,5 @@
 /* Bytes read per kernel, in a BTF-defined hash map. */
-#include "egpu.h"
+#include <egpu.h>
 
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
@@ -9,7 +9,7 @@ struct {
 } BYTES SEC(".maps");
 
 SEC("egpu/device/global_load")
-int count_loads(struct mem_access_ctx *ctx) {
+int count_loads(struct egpu_mem_access_ctx *ctx) {
     __u64 kernel = ctx->kernel_id, zero = 0;
     __u64 *v = bpf_map_lookup_elem(&BYTES, &kernel);
     if (!v) {

@@ -1,5 +1,5 @@
 /* The same as counts_btf.c, its map a legacy `struct bpf_map_def` in `maps`. */
-#include "egpu.h"
+#include <egpu.h>
 
 struct bpf_map_def SEC("maps") BYTES = {
     .type = BPF_MAP_TYPE_HASH,
@@ -9,7 +9,7 @@ struct bpf_map_def SEC("maps") BYTES = {
 };
 
 SEC("egpu/device/global_load")
-int count_loads(struct mem_access_ctx *ctx) {
+int count_loads(struct egpu_mem_access_ctx *ctx) {
     __u64 kernel = ctx->kernel_id, zero = 0;
     __u64 *v = bpf_map_lookup_elem(&BYTES, &kernel);
     if (!v) {

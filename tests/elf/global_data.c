@@ -1,5 +1,5 @@
 /* Global data: a table in .rodata, which egpu does not take yet. */
-#include "egpu.h"
+#include <egpu.h>
 
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
@@ -11,7 +11,7 @@ struct {
 volatile const __u64 SCALE = 3;
 
 SEC("egpu/device/global_load")
-int scaled(struct mem_access_ctx *ctx) {
+int scaled(struct egpu_mem_access_ctx *ctx) {
     __u32 zero = 0;
     __u64 *v = bpf_map_lookup_elem(&OUT, &zero);
     if (v) __sync_fetch_and_add(v, ctx->size * SCALE);

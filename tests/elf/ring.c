@@ -1,5 +1,5 @@
 /* A ring buffer of fixed-size records: each atomic's address and size. */
-#include "egpu.h"
+#include <egpu.h>
 
 struct record {
     __u64 addr;
@@ -13,7 +13,7 @@ struct {
 } EVENTS SEC(".maps");
 
 SEC("egpu/device/global_atomic")
-int atomics(struct mem_access_ctx *ctx) {
+int atomics(struct egpu_mem_access_ctx *ctx) {
     struct record r = {.addr = ctx->addr, .size = ctx->size};
     bpf_ringbuf_output(&EVENTS, &r, sizeof(r), 0);
     return 0;

@@ -1,5 +1,5 @@
 /* A bpf-to-bpf call: the page of an access, by a function of .text, and 1 added to it. */
-#include "egpu.h"
+#include <egpu.h>
 
 struct {
     __uint(type, BPF_MAP_TYPE_HASH);
@@ -13,7 +13,7 @@ static __attribute__((noinline)) __u64 page_of(__u64 addr, __u64 shift) {
 }
 
 SEC("egpu/device/global_load")
-int pages(struct mem_access_ctx *ctx) {
+int pages(struct egpu_mem_access_ctx *ctx) {
     __u64 page = page_of(ctx->addr, 12), one = 1;
     __u64 *v = bpf_map_lookup_elem(&PAGES, &page);
     if (v)

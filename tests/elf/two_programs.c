@@ -1,5 +1,5 @@
 /* Two programs in one object, sharing an array: loads count in slot 0, stores in slot 1. */
-#include "egpu.h"
+#include <egpu.h>
 
 struct {
     __uint(type, BPF_MAP_TYPE_ARRAY);
@@ -15,7 +15,7 @@ static __attribute__((always_inline)) int add(__u32 slot) {
 }
 
 SEC("egpu/device/global_load")
-int loads(struct mem_access_ctx *ctx) { return add(0); }
+int loads(struct egpu_mem_access_ctx *ctx) { return add(0); }
 
 SEC("egpu/device/global_store")
-int stores(struct mem_access_ctx *ctx) { return add(1); }
+int stores(struct egpu_mem_access_ctx *ctx) { return add(1); }
