@@ -752,3 +752,50 @@ fn inject_gives_a_packs_sampled_probes_a_copy_of_each_kernel() {
     let test = &r.stdout[declared..branch];
     assert!(test.contains("%ctaid.x") && !test.contains("%tid"), "{test}");
 }
+
+/// An eBPF ELF object from clang is a program like any other: `egpu inject --probe OBJECT` and
+/// `OBJECT:NAME` inject its programs; an object for another machine is refused by name.
+#[test]
+fn inject_takes_a_clang_object() {
+    let clang = std::env::var_os("EGPU_CLANG").map(PathBuf::from).or_else(|| {
+        let path = std::env::var_os("PATH")?;
+        std::env::split_paths(&path).map(|d| d.join("clang")).find(|p| p.is_file())
+    });
+    let Some(clang) = clang else {
+        assert!(std::env::var("EGPU_REQUIRE_CLANG").as_deref() != Ok("1"), "no clang");
+        eprintln!("inject_takes_a_clang_object: skipped: no clang (EGPU_CLANG, or on PATH)");
+        return;
+    };
+    let dir = TempDir::new("inject-object");
+    let object = dir.0.join("two_programs.o");
+    let status = Command::new(clang)
+        .args(["-O2", "-g", "-target", "bpf", "-c", "-I"])
+        .arg(workspace_path("include"))
+        .arg(workspace_path("tests/elf/two_programs.c"))
+        .arg("-o")
+        .arg(&object)
+        .status()
+        .expect("clang runs");
+    assert!(status.success());
+    let r = succeeds(&[
+        "inject".into(),
+        saxpy().into_os_string(),
+        "--probe".into(),
+        object.clone().into_os_string(),
+    ]);
+    assert!(r.stderr.ends_with("3 sites\n"), "{}", r.stderr);
+    check_ptx("egpu inject --probe two_programs.o", &r.stdout);
+    let mut one = object.clone().into_os_string();
+    one.push(":stores");
+    let r = succeeds(&["inject".into(), saxpy().into_os_string(), "--probe".into(), one]);
+    assert!(r.stderr.ends_with("1 sites\n"), "{}", r.stderr);
+    let mut bytes = std::fs::read(&object).expect("the object");
+    bytes[18] = 62;
+    let other = dir.0.join("x86.o");
+    std::fs::write(&other, bytes).expect("written");
+    fails(
+        &["inject".into(), saxpy().into_os_string(), "--probe".into(), other.into_os_string()],
+        1,
+        &["not eBPF"],
+    );
+}

@@ -348,7 +348,7 @@ impl Pack {
     pub fn load(path: &Path) -> Result<Pack, PackError> {
         let failed = |reason: String| PackError::Load { path: path.display().to_string(), reason };
         let bytes = std::fs::read(path).map_err(|e| failed(e.to_string()))?;
-        if crate::elf::is_bpf_object(&bytes) {
+        if crate::elf::is_object(&bytes) {
             return crate::elf::load(&bytes).map_err(|error| PackError::Object {
                 path: path.display().to_string(),
                 error: Box::new(error),

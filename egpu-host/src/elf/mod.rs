@@ -106,9 +106,15 @@ pub enum ElfError {
 
 /// Whether `bytes` is an eBPF ELF object (rather than, say, a shared library of probes).
 pub fn is_bpf_object(bytes: &[u8]) -> bool {
+    is_object(bytes) && u16::from_le_bytes([bytes[18], bytes[19]]) == EM_BPF
+}
+
+/// Whether `bytes` is a relocatable ELF object (`ET_REL`), of any machine: what [`load`] reads,
+/// or refuses by its machine.
+pub fn is_object(bytes: &[u8]) -> bool {
     bytes.len() >= 20
         && bytes[..4] == *b"\x7fELF"
-        && u16::from_le_bytes([bytes[18], bytes[19]]) == EM_BPF
+        && u16::from_le_bytes([bytes[16], bytes[17]]) == 1
 }
 
 /// A map of the object: its definition and its symbol's section and offset.
