@@ -70,8 +70,63 @@ fn contexts(rng: &mut Rng, n: usize) -> Vec<MemAccessCtx> {
 }
 
 mod twins {
-    use egpu::ebpf::MemAccessCtx;
-    use egpu::maps::{Array, HashMap};
+    use bytemuck::{Pod, Zeroable};
+    use egpu::ebpf::{KernelCtx, LaunchCtx, MemAccessCtx, MemcpyCtx};
+    use egpu::maps::{Array, HashMap, PerCpuArray};
+
+    /// host_launch.c's value.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
+    pub(super) struct Launches {
+        pub(super) launches: u64,
+        pub(super) blocks: u64,
+    }
+
+    /// stores_atomics.c's key.
+    #[repr(C)]
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Pod, Zeroable)]
+    pub(super) struct Written {
+        pub(super) kernel: u64,
+        pub(super) atomic: u64,
+    }
+
+    pub(super) static LAUNCHES: HashMap<u64, Launches> = HashMap::with_capacity(32);
+    pub(super) static COPIED: Array<u64> = Array::with_len(5);
+    pub(super) static THREADS: PerCpuArray<u64> = PerCpuArray::with_len(1);
+    pub(super) static WRITTEN: HashMap<Written, u64> = HashMap::with_capacity(64);
+
+    /// host_launch.c.
+    #[egpu::probe(host::launch)]
+    pub(super) fn launched(ctx: &LaunchCtx) {
+        let blocks = ctx.grid[0] as u64 * ctx.grid[1] as u64 * ctx.grid[2] as u64;
+        LAUNCHES.fetch_add_field(&ctx.kernel_id, |v| &v.launches, 1);
+        LAUNCHES.fetch_add_field(&ctx.kernel_id, |v| &v.blocks, blocks);
+    }
+
+    /// memcpy_exit.c.
+    #[egpu::probe(host::memcpy::exit)]
+    pub(super) fn copied(ctx: &MemcpyCtx) {
+        if ctx.result == 0 {
+            COPIED.fetch_add(ctx.kind, ctx.bytes);
+        }
+    }
+
+    /// kernel_exit.c.
+    #[egpu::probe(device::kernel_exit)]
+    pub(super) fn exited(_ctx: &KernelCtx) {
+        THREADS.fetch_add(0, 1);
+    }
+
+    /// stores_atomics.c.
+    #[egpu::probe(device::global_store)]
+    pub(super) fn stored(ctx: &MemAccessCtx) {
+        WRITTEN.fetch_add(&Written { kernel: ctx.kernel_id, atomic: 0 }, ctx.size as u64);
+    }
+
+    #[egpu::probe(device::global_atomic)]
+    pub(super) fn atomics(ctx: &MemAccessCtx) {
+        WRITTEN.fetch_add(&Written { kernel: ctx.kernel_id, atomic: 1 }, ctx.size as u64);
+    }
 
     pub(super) static BYTES: HashMap<u64, u64> = HashMap::with_capacity(64);
     pub(super) static PAGES: HashMap<u64, u64> = HashMap::with_capacity(256);
@@ -186,9 +241,17 @@ fn clang_objects_load_verify_and_agree_with_their_twins() {
     let want: Vec<[u64; 2]> = ctxs[..100].iter().map(|c| [c.addr, u64::from(c.size)]).collect();
     assert_eq!(records, want, "ring");
 
+    // Host probes: launches (a BTF map of structs) and copies' exits (a legacy array).
+    let (a, v, g) = host_objects(&clang, &out, &mut rng);
+    (loaded, verified, agree) = (loaded + a, verified + v, agree + g);
+    // Threads' exits into a per-CPU array; stores and atomics through a shared subprogram; a
+    // legacy ring.
+    let (a, v, g) = device_objects(&clang, &out, &ctxs, &mut rng);
+    (loaded, verified, agree) = (loaded + a, verified + v, agree + g);
     println!(
         "clang objects: {loaded} loaded, {verified} verified, {agree} agree with their Probe Rust twins"
     );
+    assert!(loaded >= 10 && agree >= 8, "{loaded} loaded, {agree} agree");
 
     // Global data: refused, naming the section.
     match elf::load(&build(&clang, "global_data", &out)) {
@@ -211,7 +274,16 @@ fn device_programs_pass_ptxas(clang: &Path, out: &Path) {
     let Some(ptxas) = egpu_device::testing::require_ptxas() else { return };
     let saxpy = egpu_test_support::read_workspace_file("tests/ptx/saxpy.ptx");
     let mut valid = 0;
-    for name in ["counts_btf", "counts_legacy", "subprogram", "two_programs", "ring"] {
+    for name in [
+        "counts_btf",
+        "counts_legacy",
+        "subprogram",
+        "two_programs",
+        "ring",
+        "kernel_exit",
+        "stores_atomics",
+        "legacy_ring",
+    ] {
         let pack = elf::load(&build(clang, name, out)).expect("loads");
         for p in pack.probes() {
             let maps: Vec<DeviceMap> = (0u64..)
@@ -232,7 +304,7 @@ fn device_programs_pass_ptxas(clang: &Path, out: &Path) {
         }
     }
     println!("device programs of the corpus ptxas-valid after injection: {valid}");
-    assert_eq!(valid, 6);
+    assert_eq!(valid, 10);
 }
 
 /// Truncated and mutated objects, and an object for another machine: a typed error or a pack,
@@ -292,4 +364,109 @@ fn the_c_header_is_the_tables() {
         .expect("clang runs");
     assert!(status.success(), "clang refused include/egpu.h");
     let _ = std::fs::remove_file(&out);
+}
+
+/// host_launch.c and memcpy_exit.c beside their twins: (objects, programs, agreeing).
+fn host_objects(clang: &Path, out: &Path, rng: &mut Rng) -> (usize, usize, usize) {
+    use egpu::ebpf::{LaunchCtx, MemcpyCtx};
+    let launches: Vec<LaunchCtx> = (0..300)
+        .map(|_| LaunchCtx {
+            kernel_id: 1 + rng.below(4) as u64,
+            grid: [1 + rng.below(64) as u32, 1 + rng.below(4) as u32, 1],
+            ..LaunchCtx::default()
+        })
+        .collect();
+    let pack = elf::load(&build(clang, "host_launch", out)).expect("host_launch");
+    let (mut vm, maps) = vm_of(&pack, "launched");
+    let mut twin = twins::launched::probe().vm().expect("the twin's VM");
+    for c in &launches {
+        vm.run_ctx(&mut c.clone()).expect("runs");
+        twin.run_ctx(&mut c.clone()).expect("runs");
+    }
+    let map = HashMap::<u64, twins::Launches>::from_raw(maps[0].clone()).expect("LAUNCHES");
+    let mut got: Vec<(u64, twins::Launches)> = map.iter().collect();
+    let mut want: Vec<(u64, twins::Launches)> = twins::LAUNCHES.iter().collect();
+    got.sort_by_key(|e| e.0);
+    want.sort_by_key(|e| e.0);
+    assert_eq!(got, want, "host_launch");
+    assert_eq!(got.iter().map(|e| e.1.launches).sum::<u64>(), 300);
+
+    let copies: Vec<MemcpyCtx> = (0..300)
+        .map(|_| MemcpyCtx {
+            bytes: rng.below(1 << 20) as u64,
+            kind: rng.below(5) as u32,
+            result: if rng.below(10) == 0 { 2 } else { 0 },
+            ..MemcpyCtx::default()
+        })
+        .collect();
+    let pack = elf::load(&build(clang, "memcpy_exit", out)).expect("memcpy_exit");
+    let (mut vm, maps) = vm_of(&pack, "copied");
+    let mut twin = twins::copied::probe().vm().expect("the twin's VM");
+    for c in &copies {
+        vm.run_ctx(&mut c.clone()).expect("runs");
+        twin.run_ctx(&mut c.clone()).expect("runs");
+    }
+    let array = Array::<u64>::from_raw(maps[0].clone()).expect("COPIED");
+    let got: Vec<u64> = (0..5).map(|i| array.get(i).expect("slot")).collect();
+    let want: Vec<u64> = (0..5).map(|i| twins::COPIED.get(i).expect("slot")).collect();
+    assert_eq!(got, want, "memcpy_exit");
+    (2, 2, 2)
+}
+
+/// kernel_exit.c, stores_atomics.c and legacy_ring.c: (objects, programs, agreeing).
+fn device_objects(
+    clang: &Path,
+    out: &Path,
+    ctxs: &[MemAccessCtx],
+    rng: &mut Rng,
+) -> (usize, usize, usize) {
+    use egpu::ebpf::KernelCtx;
+    use egpu::maps::PerCpuArray;
+    let threads: Vec<KernelCtx> = (0..200)
+        .map(|_| KernelCtx {
+            kernel_id: 1 + rng.below(3) as u64,
+            block: [rng.below(100) as u32, 0, 0],
+            ..KernelCtx::default()
+        })
+        .collect();
+    let pack = elf::load(&build(clang, "kernel_exit", out)).expect("kernel_exit");
+    let (mut vm, maps) = vm_of(&pack, "exited");
+    let mut twin = twins::exited::probe().vm().expect("the twin's VM");
+    for c in &threads {
+        vm.run_ctx(&mut c.clone()).expect("runs");
+        twin.run_ctx(&mut c.clone()).expect("runs");
+    }
+    let got = PerCpuArray::<u64>::from_raw(maps[0].clone()).expect("THREADS").sum(0).expect("sum");
+    assert_eq!((got, twins::THREADS.sum(0).expect("sum")), (200, 200), "kernel_exit");
+
+    let pack = elf::load(&build(clang, "stores_atomics", out)).expect("stores_atomics");
+    let shared = RawMap::create(pack.probes()[0].maps[0], &Placement::Process).expect("a map");
+    let mut vms: Vec<Vm> = (pack.probes().iter())
+        .map(|p| Vm::with_maps(&p.program, std::slice::from_ref(&shared), EngineChoice::Auto))
+        .collect::<Result<_, _>>()
+        .expect("VMs");
+    let mut twin_vms =
+        [twins::stored::probe().vm().expect("vm"), twins::atomics::probe().vm().expect("vm")];
+    for (i, c) in ctxs.iter().enumerate() {
+        vms[i % 2].run_ctx(&mut c.clone()).expect("runs");
+        twin_vms[i % 2].run_ctx(&mut c.clone()).expect("runs");
+    }
+    let map = HashMap::<twins::Written, u64>::from_raw(shared).expect("WRITTEN");
+    let mut got: Vec<(twins::Written, u64)> = map.iter().collect();
+    let mut want: Vec<(twins::Written, u64)> = twins::WRITTEN.iter().collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "stores_atomics");
+
+    let pack = elf::load(&build(clang, "legacy_ring", out)).expect("legacy_ring");
+    let (mut vm, maps) = vm_of(&pack, "started");
+    for c in &threads[..50] {
+        vm.run_ctx(&mut c.clone()).expect("runs");
+    }
+    let ring = RingBuf::<[u64; 2]>::from_raw(maps[0].clone()).expect("STARTS");
+    let records: Vec<[u64; 2]> = ring.consumer().expect("consumer").drain().collect();
+    let want: Vec<[u64; 2]> =
+        threads[..50].iter().map(|c| [c.kernel_id, u64::from(c.block[0])]).collect();
+    assert_eq!(records, want, "legacy_ring");
+    (3, 4, 2)
 }
