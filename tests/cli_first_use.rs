@@ -503,3 +503,55 @@ fn item11_probes_names_the_file_it_refused() {
         &[&format!("{}: line 2", s(&bad))],
     );
 }
+
+/// A C probe from clang runs under `egpu run --probes OBJECT` as a pack's does: memcpy_exit.c
+/// adds the stand-in launcher's copies' bytes by direction, which the summary prints.
+#[test]
+fn a_clang_objects_host_probe_runs_under_egpu_run() {
+    let clang = std::env::var_os("EGPU_CLANG").map(std::path::PathBuf::from).or_else(|| {
+        let path = std::env::var_os("PATH")?;
+        std::env::split_paths(&path).map(|d| d.join("clang")).find(|p| p.is_file())
+    });
+    let Some(clang) = clang else {
+        assert!(std::env::var("EGPU_REQUIRE_CLANG").as_deref() != Ok("1"), "no clang");
+        eprintln!("a_clang_objects_host_probe_runs_under_egpu_run: skipped: no clang");
+        return;
+    };
+    let dir = support::build("cli-clang-object");
+    let library = support::preload_library();
+    let object = dir.join("memcpy_exit.o");
+    let status = std::process::Command::new(clang)
+        .args(["-O2", "-g", "-target", "bpf", "-c", "-I"])
+        .arg(egpu_test_support::workspace_path("include"))
+        .arg(egpu_test_support::workspace_path("tests/elf/memcpy_exit.c"))
+        .arg("-o")
+        .arg(&object)
+        .status()
+        .expect("clang runs");
+    assert!(status.success());
+    let summary = dir.join("summary");
+    succeeds(&[
+        "run".as_ref(),
+        "--library".as_ref(),
+        library.as_os_str(),
+        "--probes".as_ref(),
+        object.as_os_str(),
+        "--summary".as_ref(),
+        summary.as_os_str(),
+        "--".as_ref(),
+        dir.join("launcher").as_os_str(),
+    ]);
+    let parent = std::fs::read_dir(&dir)
+        .expect("the directory")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .find(|text| text.contains("_Z5kernAPf") && text.contains("map COPIED"))
+        .expect("the parent's summary with the object's map");
+    let lines: Vec<&str> = parent.lines().filter(|l| l.starts_with("map COPIED")).collect();
+    println!("{}", lines.join("\n"));
+    // By kind: 0, the sets (cuMemsetD32 of 1024 words, cudaMemset of 1000 bytes); 1, host to
+    // device (4096 three ways, cuMemcpy's 512, the 2D copy's 256); 2, device to host (100, and
+    // cudaMemcpy's 256); 3, device to device (cudaMemcpy's default kind, 128).
+    let want = ["map COPIED 0 5096", "map COPIED 1 13056", "map COPIED 2 356", "map COPIED 3 128"];
+    assert_eq!(lines, want, "{parent}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
