@@ -357,7 +357,8 @@ fn link(
                     if target >= text.insns.len() {
                         return Err(fail("a call past .text".into()));
                     }
-                    insns[at].imm = ((text_base + target) as i32).wrapping_sub(at as i32).wrapping_sub(1);
+                    insns[at].imm =
+                        ((text_base + target) as i32).wrapping_sub(at as i32).wrapping_sub(1);
                 }
                 other => {
                     return Err(fail(format!(
