@@ -320,9 +320,13 @@ fn link(
             let insn = insns.get(at).copied().ok_or_else(|| fail("past the code".into()))?;
             match r.kind {
                 R_BPF_64_64 if insn.opcode == op::LDDW => {
-                    if let Some(i) = maps.iter().position(|m| {
-                        Some(m.section) == r.target_section && m.offset == r.symbol_offset
-                    }) {
+                    // The symbol's offset, plus the instruction's immediate: 0 for a map's own
+                    // symbol, the map's offset when the relocation names its section.
+                    let offset = r.symbol_offset.wrapping_add(u64::from(insn.imm as u32));
+                    if let Some(i) = maps
+                        .iter()
+                        .position(|m| Some(m.section) == r.target_section && m.offset == offset)
+                    {
                         let index = table.iter().position(|&t| t == i).unwrap_or_else(|| {
                             table.push(i);
                             table.len() - 1

@@ -401,8 +401,14 @@ pub(super) fn copies(stem: &str, inner: &str, sample: Sample) -> String {
     }
     // Copies a warp goes between share their registers and see each other's labels: the
     // body's registers are declared once, before them, and they are not blocks of their own.
-    let (declared, plain) = registers_apart(&unaligned_barriers(&plain));
-    let (_, sampled) = registers_apart(&unaligned_barriers(&sampled));
+    let (mut declared, plain) = registers_apart(&unaligned_barriers(&plain));
+    let (more, sampled) = registers_apart(&unaligned_barriers(&sampled));
+    // The sampled copy's own (its probes' at the top level), each line once.
+    for line in more.split_inclusive('\n') {
+        if !declared.split_inclusive('\n').any(|d| d == line) {
+            declared.push_str(line);
+        }
+    }
     format!(
         "\n\t.reg .pred {pred};\n{declared}{first}\t@{pred} bra {label};\n{plain}\n\tret;\n{label}:\n{sampled}\n"
     )
@@ -541,13 +547,16 @@ mod tests {
     /// nested block is left alone. At 0 turns the draw is the warps' own.
     #[test]
     fn turns_draw_again_at_each_loop_head() {
-        let probe = mark("egpu", "$egpu_ws1", "\tPROBE;\n", Sample::turns(5));
+        let probe = mark("egpu", "$egpu_ws1", "\t.reg .b32 %own;\n\tPROBE;\n", Sample::turns(5));
         let inner = format!(
             "\t.reg .b32 %r<4>;\n$L0:\n{probe}\tld.global.f32 %f1, [%rd1];\n\tbar.sync 0;\n\
              \t{{\n$W:\n\t@%p bra $W;\n\t}}\n\t@%p bra $L0;\n"
         );
         let both = copies("egpu", &inner, Sample::turns(5));
         assert_eq!(both.matches(".reg .b32 %r<4>;").count(), 1, "{both}");
+        // A register only the sampled copy's probe declares is declared before both.
+        assert_eq!(both.matches(".reg .b32 %own;").count(), 1, "{both}");
+        assert!(both.find(".reg .b32 %own;") < both.find("@%egpu_sampled bra"));
         assert!(both.find(".reg .b32 %r<4>;") < both.find("@%egpu_sampled bra"));
         let (plain, sampled) = both.split_once("$egpu_sampled:\n").expect("two copies");
         assert!(plain.contains("$L0_egpuu:\n\tadd.u32 %egpu_turns, %egpu_turns, 1;"));
