@@ -127,6 +127,33 @@ fn item1_user_map_keys_print_as_numbers() {
 #[path = "../egpu-preload/tests/support/mod.rs"]
 mod support;
 
+/// The stand-in launcher run under `egpu run --probes PROBES --summary`: the summary of its
+/// parent process (which launched `_Z5kernAPf`), with map `map`'s lines.
+fn launcher_summary(
+    dir: &std::path::Path,
+    library: &std::path::Path,
+    probes: &std::path::Path,
+    map: &str,
+) -> String {
+    let summary = dir.join("summary");
+    succeeds(&[
+        "run".as_ref(),
+        "--library".as_ref(),
+        library.as_os_str(),
+        "--probes".as_ref(),
+        probes.as_os_str(),
+        "--summary".as_ref(),
+        summary.as_os_str(),
+        "--".as_ref(),
+        dir.join("launcher").as_os_str(),
+    ]);
+    std::fs::read_dir(dir)
+        .expect("the directory")
+        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
+        .find(|text| text.contains("_Z5kernAPf") && text.contains(&format!("map {map}")))
+        .expect("the parent's summary")
+}
+
 /// The case end to end: a host probe of a pack counts launches by grid size, under
 /// `egpu run --probes PACK --summary PATH`; the summary prints each grid size as a number.
 #[test]
@@ -154,23 +181,7 @@ fn item1_user_map_keys_print_as_numbers_in_the_summary() {
     pack.push("per_grid", verify(&program).expect("verifies"), vec![g]).expect("pushed");
     let pack_path = dir.join("per_grid.pack");
     std::fs::write(&pack_path, pack.to_text()).expect("the pack");
-    let summary = dir.join("summary");
-    succeeds(&[
-        "run".as_ref(),
-        "--library".as_ref(),
-        library.as_os_str(),
-        "--probes".as_ref(),
-        pack_path.as_os_str(),
-        "--summary".as_ref(),
-        summary.as_os_str(),
-        "--".as_ref(),
-        dir.join("launcher").as_os_str(),
-    ]);
-    let parent = std::fs::read_dir(&dir)
-        .expect("the directory")
-        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-        .find(|text| text.contains("_Z5kernAPf"))
-        .expect("the parent's summary");
+    let parent = launcher_summary(&dir, &library, &pack_path, "PER_GRID");
     let lines: Vec<&str> = parent.lines().filter(|l| l.starts_with("map PER_GRID")).collect();
     assert!(lines.len() > 1, "launches of several grid sizes:\n{parent}");
     let mut keys = Vec::new();
@@ -529,23 +540,7 @@ fn a_clang_objects_host_probe_runs_under_egpu_run() {
         .status()
         .expect("clang runs");
     assert!(status.success());
-    let summary = dir.join("summary");
-    succeeds(&[
-        "run".as_ref(),
-        "--library".as_ref(),
-        library.as_os_str(),
-        "--probes".as_ref(),
-        object.as_os_str(),
-        "--summary".as_ref(),
-        summary.as_os_str(),
-        "--".as_ref(),
-        dir.join("launcher").as_os_str(),
-    ]);
-    let parent = std::fs::read_dir(&dir)
-        .expect("the directory")
-        .filter_map(|e| std::fs::read_to_string(e.ok()?.path()).ok())
-        .find(|text| text.contains("_Z5kernAPf") && text.contains("map COPIED"))
-        .expect("the parent's summary with the object's map");
+    let parent = launcher_summary(&dir, &library, &object, "COPIED");
     let lines: Vec<&str> = parent.lines().filter(|l| l.starts_with("map COPIED")).collect();
     println!("{}", lines.join("\n"));
     // By kind: 0, the sets (cuMemsetD32 of 1024 words, cudaMemset of 1000 bytes); 1, host to

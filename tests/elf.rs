@@ -57,6 +57,26 @@ fn vm_of(pack: &egpu::pack::Pack, name: &str) -> (Vm, Vec<RawMap>) {
     (vm, maps)
 }
 
+/// Program `name` of object `object` (built from `tests/elf/OBJECT.c`) and its Probe Rust
+/// `twin`, each run over `ctxs`: the program's maps.
+fn side_by_side<C: bytemuck::Pod>(
+    clang: &Path,
+    out: &Path,
+    object: &str,
+    name: &str,
+    twin: &egpu::probe::Probe,
+    ctxs: &[C],
+) -> Vec<RawMap> {
+    let pack = elf::load(&build(clang, object, out)).unwrap_or_else(|e| panic!("{object}: {e}"));
+    let (mut vm, maps) = vm_of(&pack, name);
+    let mut twin = twin.vm().expect("the twin's VM");
+    for c in ctxs {
+        vm.run_ctx(&mut c.clone()).expect("runs");
+        twin.run_ctx(&mut c.clone()).expect("runs");
+    }
+    maps
+}
+
 /// Contexts of accesses: kernels 1–3, addresses over 64 pages, sizes 1–16.
 fn contexts(rng: &mut Rng, n: usize) -> Vec<MemAccessCtx> {
     (0..n)
@@ -192,14 +212,8 @@ fn clang_objects_load_verify_and_agree_with_their_twins() {
     }
 
     // A bpf-to-bpf call.
-    let pack = elf::load(&build(&clang, "subprogram", &out)).expect("subprogram");
-    (loaded, verified) = (loaded + 1, verified + pack.probes().len());
-    let (mut vm, maps) = vm_of(&pack, "pages");
-    let mut twin_vm = twins::pages::probe().vm().expect("the twin's VM");
-    for c in &ctxs {
-        vm.run_ctx(&mut c.clone()).expect("runs");
-        twin_vm.run_ctx(&mut c.clone()).expect("runs");
-    }
+    let maps = side_by_side(&clang, &out, "subprogram", "pages", twins::pages::probe(), &ctxs);
+    (loaded, verified) = (loaded + 1, verified + 1);
     let got = sorted(&HashMap::<u64, u64>::from_raw(maps[0].clone()).expect("PAGES"));
     assert_eq!(got, sorted(&twins::PAGES), "subprogram");
     agree += 1;
@@ -376,13 +390,8 @@ fn host_objects(clang: &Path, out: &Path, rng: &mut Rng) -> (usize, usize, usize
             ..LaunchCtx::default()
         })
         .collect();
-    let pack = elf::load(&build(clang, "host_launch", out)).expect("host_launch");
-    let (mut vm, maps) = vm_of(&pack, "launched");
-    let mut twin = twins::launched::probe().vm().expect("the twin's VM");
-    for c in &launches {
-        vm.run_ctx(&mut c.clone()).expect("runs");
-        twin.run_ctx(&mut c.clone()).expect("runs");
-    }
+    let maps =
+        side_by_side(clang, out, "host_launch", "launched", twins::launched::probe(), &launches);
     let map = HashMap::<u64, twins::Launches>::from_raw(maps[0].clone()).expect("LAUNCHES");
     let mut got: Vec<(u64, twins::Launches)> = map.iter().collect();
     let mut want: Vec<(u64, twins::Launches)> = twins::LAUNCHES.iter().collect();
@@ -399,13 +408,7 @@ fn host_objects(clang: &Path, out: &Path, rng: &mut Rng) -> (usize, usize, usize
             ..MemcpyCtx::default()
         })
         .collect();
-    let pack = elf::load(&build(clang, "memcpy_exit", out)).expect("memcpy_exit");
-    let (mut vm, maps) = vm_of(&pack, "copied");
-    let mut twin = twins::copied::probe().vm().expect("the twin's VM");
-    for c in &copies {
-        vm.run_ctx(&mut c.clone()).expect("runs");
-        twin.run_ctx(&mut c.clone()).expect("runs");
-    }
+    let maps = side_by_side(clang, out, "memcpy_exit", "copied", twins::copied::probe(), &copies);
     let array = Array::<u64>::from_raw(maps[0].clone()).expect("COPIED");
     let got: Vec<u64> = (0..5).map(|i| array.get(i).expect("slot")).collect();
     let want: Vec<u64> = (0..5).map(|i| twins::COPIED.get(i).expect("slot")).collect();
@@ -429,13 +432,7 @@ fn device_objects(
             ..KernelCtx::default()
         })
         .collect();
-    let pack = elf::load(&build(clang, "kernel_exit", out)).expect("kernel_exit");
-    let (mut vm, maps) = vm_of(&pack, "exited");
-    let mut twin = twins::exited::probe().vm().expect("the twin's VM");
-    for c in &threads {
-        vm.run_ctx(&mut c.clone()).expect("runs");
-        twin.run_ctx(&mut c.clone()).expect("runs");
-    }
+    let maps = side_by_side(clang, out, "kernel_exit", "exited", twins::exited::probe(), &threads);
     let got = PerCpuArray::<u64>::from_raw(maps[0].clone()).expect("THREADS").sum(0).expect("sum");
     assert_eq!((got, twins::THREADS.sum(0).expect("sum")), (200, 200), "kernel_exit");
 
