@@ -255,6 +255,16 @@ fn clang_objects_load_verify_and_agree_with_their_twins() {
     let want: Vec<[u64; 2]> = ctxs[..100].iter().map(|c| [c.addr, u64::from(c.size)]).collect();
     assert_eq!(records, want, "ring");
 
+    // bpf_loop with a callback of .text: each load adds size × (0 + 1 + 2 + 3).
+    let pack = elf::load(&build(&clang, "loop", &out)).expect("loop");
+    (loaded, verified) = (loaded + 1, verified + pack.probes().len());
+    let (mut vm, maps) = vm_of(&pack, "looped");
+    for c in &ctxs {
+        vm.run_ctx(&mut c.clone()).expect("runs");
+    }
+    let sum = Array::<u64>::from_raw(maps[0].clone()).expect("SUM").get(0).expect("slot 0");
+    assert_eq!(sum, ctxs.iter().map(|c| 6 * u64::from(c.size)).sum::<u64>(), "loop");
+
     // Host probes: launches (a BTF map of structs) and copies' exits (a legacy array).
     let (a, v, g) = host_objects(&clang, &out, &mut rng);
     (loaded, verified, agree) = (loaded + a, verified + v, agree + g);
@@ -297,6 +307,7 @@ fn device_programs_pass_ptxas(clang: &Path, out: &Path) {
         "kernel_exit",
         "stores_atomics",
         "legacy_ring",
+        "loop",
     ] {
         let pack = elf::load(&build(clang, name, out)).expect("loads");
         for p in pack.probes() {
@@ -318,7 +329,7 @@ fn device_programs_pass_ptxas(clang: &Path, out: &Path) {
         }
     }
     println!("device programs of the corpus ptxas-valid after injection: {valid}");
-    assert_eq!(valid, 10);
+    assert_eq!(valid, 11);
 }
 
 /// Truncated and mutated objects, and an object for another machine: a typed error or a pack,

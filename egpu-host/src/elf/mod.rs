@@ -13,8 +13,9 @@
 //!   its value (`__type(value, struct event)`) and its capacity in records as `max_entries`.
 //!   A program's map table holds the maps it refers to, in the order it first does.
 //! - **Relocations**: `lddw` of a map symbol (`R_BPF_64_64`) becomes a reference to the map's
-//!   entry in the program's table; calls of `.text` functions (`R_BPF_64_32`) are pointed at
-//!   the copy of `.text` after the program.
+//!   entry in the program's table, `lddw` of a `.text` function (`bpf_loop`'s callback) a
+//!   reference to the function; calls of `.text` functions (`R_BPF_64_32`) are pointed at the
+//!   copy of `.text` after the program.
 //!
 //! Not yet: global data (`.rodata`, `.data`, `.bss` as array maps), refused with
 //! [`ElfError::GlobalData`]. Nothing here trusts the object: a malformed one gets a typed error
@@ -45,6 +46,8 @@ const R_BPF_64_64: u32 = 1;
 const R_BPF_64_32: u32 = 10;
 /// The source field of a call of a local function (`BPF_PSEUDO_CALL`).
 const PSEUDO_CALL: u8 = 1;
+/// The source field of an `lddw` of a function's address (`BPF_PSEUDO_FUNC`).
+const PSEUDO_FUNC_REF: u8 = 4;
 
 /// Why an ELF object could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -323,6 +326,22 @@ fn link(
                     // The symbol's offset, plus the instruction's immediate: 0 for a map's own
                     // symbol, the map's offset when the relocation names its section.
                     let offset = r.symbol_offset.wrapping_add(u64::from(insn.imm as u32));
+                    let in_text = text.filter(|t| Some(t.section) == r.target_section);
+                    if let Some(text) = in_text {
+                        // A function's address (`bpf_loop`'s callback): `lddw func`, pointed at
+                        // the copy of `.text` after the program.
+                        let target = (offset / 8) as usize;
+                        if target >= text.insns.len() {
+                            return Err(fail("a function past .text".into()));
+                        }
+                        insns[at].src = PSEUDO_FUNC_REF;
+                        insns[at].imm =
+                            ((text_base + target) as i32).wrapping_sub(at as i32).wrapping_sub(1);
+                        if let Some(next) = insns.get_mut(at + 1) {
+                            next.imm = 0;
+                        }
+                        continue;
+                    }
                     if let Some(i) = maps
                         .iter()
                         .position(|m| Some(m.section) == r.target_section && m.offset == offset)
