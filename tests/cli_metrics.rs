@@ -177,7 +177,13 @@ fn kernel_times_are_served_as_durations_in_seconds() {
     let pid = line.trim().strip_prefix("ready ").expect("ready <pid>").to_string();
     let kernel = |k: &str| format!("pid=\"{pid}\",cuda_kernel_name=\"{k}\"");
     let a = format!("gpu_cuda_kernel_duration_seconds_count{{{}}} 3", kernel("_Z5kernAPf"));
-    let response = scrape_until(&address, &a);
+    // The launches' times and the synchronisation's reach the metrics apart: the scrape that
+    // is checked is one taken once both have (counts only grow, and nothing runs meanwhile).
+    scrape_until(&address, &a);
+    let synced = format!(
+        "gpu_cuda_synchronize_duration_seconds_count{{pid=\"{pid}\",cuda_synchronize_kind=\"Context\"}} 1"
+    );
+    let response = scrape_until(&address, &synced);
     for line in [
         "# TYPE gpu_cuda_kernel_duration_seconds histogram".to_owned(),
         format!(
