@@ -757,26 +757,11 @@ fn inject_gives_a_packs_sampled_probes_a_copy_of_each_kernel() {
 /// `OBJECT:NAME` inject its programs; an object for another machine is refused by name.
 #[test]
 fn inject_takes_a_clang_object() {
-    let clang = std::env::var_os("EGPU_CLANG").map(PathBuf::from).or_else(|| {
-        let path = std::env::var_os("PATH")?;
-        std::env::split_paths(&path).map(|d| d.join("clang")).find(|p| p.is_file())
-    });
-    let Some(clang) = clang else {
-        assert!(std::env::var("EGPU_REQUIRE_CLANG").as_deref() != Ok("1"), "no clang");
-        eprintln!("inject_takes_a_clang_object: skipped: no clang (EGPU_CLANG, or on PATH)");
+    let Some(clang) = egpu_test_support::require_clang("inject_takes_a_clang_object") else {
         return;
     };
     let dir = TempDir::new("inject-object");
-    let object = dir.0.join("two_programs.o");
-    let status = Command::new(clang)
-        .args(["-O2", "-g", "-target", "bpf", "-c", "-I"])
-        .arg(workspace_path("include"))
-        .arg(workspace_path("tests/elf/two_programs.c"))
-        .arg("-o")
-        .arg(&object)
-        .status()
-        .expect("clang runs");
-    assert!(status.success());
+    let object = egpu_test_support::bpf_object(&clang, "two_programs", &dir.0);
     let r = succeeds(&[
         "inject".into(),
         saxpy().into_os_string(),

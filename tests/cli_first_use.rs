@@ -519,27 +519,14 @@ fn item11_probes_names_the_file_it_refused() {
 /// adds the stand-in launcher's copies' bytes by direction, which the summary prints.
 #[test]
 fn a_clang_objects_host_probe_runs_under_egpu_run() {
-    let clang = std::env::var_os("EGPU_CLANG").map(std::path::PathBuf::from).or_else(|| {
-        let path = std::env::var_os("PATH")?;
-        std::env::split_paths(&path).map(|d| d.join("clang")).find(|p| p.is_file())
-    });
-    let Some(clang) = clang else {
-        assert!(std::env::var("EGPU_REQUIRE_CLANG").as_deref() != Ok("1"), "no clang");
-        eprintln!("a_clang_objects_host_probe_runs_under_egpu_run: skipped: no clang");
+    let Some(clang) =
+        egpu_test_support::require_clang("a_clang_objects_host_probe_runs_under_egpu_run")
+    else {
         return;
     };
     let dir = support::build("cli-clang-object");
     let library = support::preload_library();
-    let object = dir.join("memcpy_exit.o");
-    let status = std::process::Command::new(clang)
-        .args(["-O2", "-g", "-target", "bpf", "-c", "-I"])
-        .arg(egpu_test_support::workspace_path("include"))
-        .arg(egpu_test_support::workspace_path("tests/elf/memcpy_exit.c"))
-        .arg("-o")
-        .arg(&object)
-        .status()
-        .expect("clang runs");
-    assert!(status.success());
+    let object = egpu_test_support::bpf_object(&clang, "memcpy_exit", &dir);
     let parent = launcher_summary(&dir, &library, &object, "COPIED");
     let lines: Vec<&str> = parent.lines().filter(|l| l.starts_with("map COPIED")).collect();
     println!("{}", lines.join("\n"));

@@ -19,33 +19,12 @@ use egpu_test_support::Rng;
 
 /// clang, or why not.
 fn clang() -> Option<PathBuf> {
-    let found = std::env::var_os("EGPU_CLANG").map(PathBuf::from).or_else(|| {
-        let path = std::env::var_os("PATH")?;
-        std::env::split_paths(&path).map(|d| d.join("clang")).find(|p| p.is_file())
-    });
-    if found.is_none() {
-        let why = "no clang (EGPU_CLANG, or on PATH; scripts/clang installs Debian's)";
-        assert!(std::env::var("EGPU_REQUIRE_CLANG").as_deref() != Ok("1"), "{why}");
-        eprintln!("elf: skipped: {why}");
-    }
-    found
+    egpu_test_support::require_clang("elf")
 }
 
 /// `tests/elf/NAME.c` built into an object in `out`.
 fn build(clang: &Path, name: &str, out: &Path) -> Vec<u8> {
-    let source = egpu_test_support::workspace_path(format!("tests/elf/{name}.c"));
-    let object = out.join(format!("{name}.o"));
-    let include = egpu_test_support::workspace_path("include");
-    let status = std::process::Command::new(clang)
-        .args(["-O2", "-g", "-target", "bpf", "-c", "-I"])
-        .arg(&include)
-        .arg(&source)
-        .arg("-o")
-        .arg(&object)
-        .status()
-        .expect("clang runs");
-    assert!(status.success(), "clang failed on {}", source.display());
-    std::fs::read(&object).expect("the object")
+    std::fs::read(egpu_test_support::bpf_object(clang, name, out)).expect("the object")
 }
 
 /// A program of a pack on the CPU VM, with maps of its own.
@@ -55,6 +34,16 @@ fn vm_of(pack: &egpu::pack::Pack, name: &str) -> (Vm, Vec<RawMap>) {
         (p.maps.iter()).map(|g| RawMap::create(*g, &Placement::Process).expect("a map")).collect();
     let vm = Vm::with_maps(&p.program, &maps, EngineChoice::Auto).expect("a VM");
     (vm, maps)
+}
+
+/// A pack's programs on the CPU VM, all bound to one map (each table's only map, shared).
+fn sharing_one_map(pack: &egpu::pack::Pack) -> (RawMap, Vec<Vm>) {
+    let shared = RawMap::create(pack.probes()[0].maps[0], &Placement::Process).expect("a map");
+    let vms = (pack.probes().iter())
+        .map(|p| Vm::with_maps(&p.program, std::slice::from_ref(&shared), EngineChoice::Auto))
+        .collect::<Result<_, _>>()
+        .expect("VMs");
+    (shared, vms)
 }
 
 /// Program `name` of object `object` (built from `tests/elf/OBJECT.c`) and its Probe Rust
@@ -225,11 +214,7 @@ fn clang_objects_load_verify_and_agree_with_their_twins() {
         ["loads", "stores"]
     );
     (loaded, verified) = (loaded + 1, verified + pack.probes().len());
-    let shared = RawMap::create(pack.probes()[0].maps[0], &Placement::Process).expect("a map");
-    let mut vms: Vec<Vm> = (pack.probes().iter())
-        .map(|p| Vm::with_maps(&p.program, std::slice::from_ref(&shared), EngineChoice::Auto))
-        .collect::<Result<_, _>>()
-        .expect("VMs");
+    let (shared, mut vms) = sharing_one_map(&pack);
     let mut twin_vms =
         [twins::loads::probe().vm().expect("vm"), twins::stores::probe().vm().expect("vm")];
     for (i, c) in ctxs.iter().enumerate() {
@@ -448,11 +433,7 @@ fn device_objects(
     assert_eq!((got, twins::THREADS.sum(0).expect("sum")), (200, 200), "kernel_exit");
 
     let pack = elf::load(&build(clang, "stores_atomics", out)).expect("stores_atomics");
-    let shared = RawMap::create(pack.probes()[0].maps[0], &Placement::Process).expect("a map");
-    let mut vms: Vec<Vm> = (pack.probes().iter())
-        .map(|p| Vm::with_maps(&p.program, std::slice::from_ref(&shared), EngineChoice::Auto))
-        .collect::<Result<_, _>>()
-        .expect("VMs");
+    let (shared, mut vms) = sharing_one_map(&pack);
     let mut twin_vms =
         [twins::stored::probe().vm().expect("vm"), twins::atomics::probe().vm().expect("vm")];
     for (i, c) in ctxs.iter().enumerate() {

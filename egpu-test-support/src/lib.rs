@@ -11,13 +11,17 @@
 //!   binaries also run on another machine, from a copy of the working tree, where the folders
 //!   compiled in with `env!("CARGO_MANIFEST_DIR")` do not exist.
 //!
+//! - [`require_clang`] and [`bpf_object`]: the C probes of `tests/elf` built by clang.
+//!
 //! It depends on `std` alone, so every crate of the workspace can take it as a
 //! `[dev-dependencies]` entry (`egpu-test-support.workspace = true`) without a cycle.
 
+mod clang;
 mod golden;
 mod paths;
 mod rng;
 
+pub use clang::{bpf_object, require_clang};
 pub use golden::{Golden, blessing, compare_golden, line_diff};
 pub use paths::{files_with_extension, read_workspace_file, workspace_path, workspace_root};
 pub use rng::{Algorithm, Rng, seed_from_env, splitmix64, xorshift64star};

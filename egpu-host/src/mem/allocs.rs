@@ -168,10 +168,13 @@ fn allocation(addr: u64) -> u64 {
     }
 }
 
-/// A page of managed memory reached by `launch` of `kernel`: its first touch, if none yet.
+/// An access to `addr` by `launch` of `kernel` in the allocation `found` ([`allocation`]'s
+/// answer): in managed memory, its page's first touch, if the page has none yet.
 #[helper(crate = crate::egpu_root)]
-fn first_touch(page: u64, launch: u64, kernel: u64) {
-    if let Some(_t) = FIRST_TOUCH.get(&page) {
+fn first_touch(found: u64, addr: u64, launch: u64, kernel: u64) {
+    let page = addr >> TOUCH_SHIFT;
+    if found >> 32 == 0 {
+    } else if let Some(_t) = FIRST_TOUCH.get(&page) {
     } else {
         FIRST_TOUCH.insert(&page, &Touch { launch, kernel });
     }
@@ -185,9 +188,7 @@ fn alloc_loads(ctx: &MemAccessCtx) {
     let key = AllocKey { kernel: ctx.kernel_id, alloc: found & 0xffff_ffff };
     ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.loads, 1);
     ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.loaded, ctx.size as u64);
-    if found >> 32 != 0 {
-        first_touch(ctx.addr >> TOUCH_SHIFT, ctx.launch_id, ctx.kernel_id);
-    }
+    first_touch(found, ctx.addr, ctx.launch_id, ctx.kernel_id);
 }
 
 /// Every write of global memory but atomics.
@@ -197,9 +198,7 @@ fn alloc_stores(ctx: &MemAccessCtx) {
     let key = AllocKey { kernel: ctx.kernel_id, alloc: found & 0xffff_ffff };
     ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.stores, 1);
     ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.stored, ctx.size as u64);
-    if found >> 32 != 0 {
-        first_touch(ctx.addr >> TOUCH_SHIFT, ctx.launch_id, ctx.kernel_id);
-    }
+    first_touch(found, ctx.addr, ctx.launch_id, ctx.kernel_id);
 }
 
 /// Every atomic.
@@ -209,9 +208,7 @@ fn alloc_atomics(ctx: &MemAccessCtx) {
     let key = AllocKey { kernel: ctx.kernel_id, alloc: found & 0xffff_ffff };
     ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.atomics, 1);
     ALLOC_TRAFFIC.fetch_add_field(&key, |t| &t.atomic, ctx.size as u64);
-    if found >> 32 != 0 {
-        first_touch(ctx.addr >> TOUCH_SHIFT, ctx.launch_id, ctx.kernel_id);
-    }
+    first_touch(found, ctx.addr, ctx.launch_id, ctx.kernel_id);
 }
 
 /// Nothing: its being attached has the preloaded library observe copies' exits, where it adds
