@@ -5,11 +5,18 @@ and each tensor allocated by itself (PYTORCH_NO_CUDA_MEMORY_CACHING=1: PyTorch's
 allocator would otherwise hand out segments that hold many tensors, and the attribution would be
 to segments).
 
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 python3 examples/llm_memory.py
     PYTORCH_NO_CUDA_MEMORY_CACHING=1 egpu mem run --sets allocs --out rec -- \\
         python3 examples/llm_memory.py --tensors rec/tensors.json
     python3 examples/llm_memory.py --report rec
 
-The first run writes the weights' addresses and sizes (`--tensors`); the second joins them with
+The first, plain run fills Inductor's and Triton's caches (its autotuning included), so that the
+run under egpu compiles nothing: autotuning instrumented kernels takes minutes. On the H200 the
+plain run took 67 s from empty caches and 22 s from full ones, the run under egpu 178 s (not
+yet broken down: the driver's JIT of 21 instrumented modules, and the allocation table copied to
+the GPU at each of the 314 allocations, are the candidates).
+
+The run under egpu writes the weights' addresses and sizes (`--tensors`); `--report` joins them with
 the recording's allocations and prints, per weight and for the other allocations (activations,
 Inductor's buffers, the KV cache), the bytes the kernels read and wrote, hottest first, and the
 weights no kernel read (cold).
@@ -94,7 +101,7 @@ def run(tensors_path):
     print("results", new)
 
 
-def report(folder):
+def report(folder, rows_shown=40):
     tensors = json.load(open(os.path.join(folder, "tensors.json")))
     lines = []
     for path in glob.glob(os.path.join(folder, "*.egpumem")):
@@ -113,23 +120,30 @@ def report(folder):
         by_addr.setdefault(a["addr"], []).append(a)
     named = {}
     for t in tensors:
+        # The weight's is the latest allocation at its address: it lives to the end, so no
+        # later one reuses the address (earlier ones may have: `.half()` frees the fp32 copies).
         made = [a for a in by_addr.get(t["addr"], []) if a["bytes"] >= t["bytes"]]
         if made:
-            named[made[0]["id"]] = t["name"]
+            named[max(made, key=lambda a: a["id"])["id"]] = t["name"]
     rows = []
     for i, a in allocations.items():
         read, written = moved.get(i, [0, 0])
         rows.append((read + written, read, written, a["bytes"], named.get(i), i))
-    rows.sort(reverse=True)
+    rows.sort(key=lambda r: (r[0], r[1], r[3], -r[5]), reverse=True)
     mb = lambda n: f"{n / 1e6:10.2f} MB"  # noqa: E731
     print(f"{len(allocations)} allocations, {len(named)} of them weights "
           f"(of {len(tensors)} parameters)")
     print(f"{'allocation':<34} {'size':>13} {'read':>13} {'written':>13}  read / size")
-    for total, read, written, size, name, i in rows:
-        if total == 0:
-            continue
+    reached = [r for r in rows if r[0] > 0]
+    for total, read, written, size, name, i in reached[:rows_shown]:
         what = name or f"#{i} (activation or buffer)"
         print(f"{what[:34]:<34} {mb(size)} {mb(read)} {mb(written)}  {read / max(size, 1):8.1f}x")
+    rest = reached[rows_shown:]
+    if rest:
+        weights = sum(1 for r in rest if r[4])
+        read, written = sum(r[1] for r in rest) / 1e6, sum(r[2] for r in rest) / 1e6
+        print(f"... {len(rest)} more reached ({weights} weights), "
+              f"{read:.2f} MB read, {written:.2f} MB written")
     cold = [(name, size) for total, _, _, size, name, _ in rows if total == 0 and name]
     print(f"cold weights (no kernel read them): {len(cold)}"
           + "".join(f"\n  {n} ({size} B)" for n, size in cold[:20]))
@@ -142,7 +156,8 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tensors", help="write the weights' addresses and sizes to this file")
     ap.add_argument("--report", metavar="DIR", help="join a recording folder with its tensors")
+    ap.add_argument("--rows", type=int, default=40, help="the report's hottest allocations shown")
     args = ap.parse_args()
     if args.report:
-        sys.exit(report(args.report))
+        sys.exit(report(args.report, args.rows))
     run(args.tensors)

@@ -285,6 +285,15 @@ fn allocations_of_h200_recordings() {
     assert!(svg.contains("#2 4.19 MB") && svg.contains("#4 4.19 MB"), "rows");
     assert!(svg.contains("_Z11read_loopedPKfPf") && svg.contains("4.19 MB to 20.97 MB, log scale"));
     assert_eq!(png_size(&out.0.join("allocations.png")), (1200, 720));
+    // A decoder's inference (examples/llm_memory.py): many kernels, their names down the
+    // columns; the hottest rows its weights (2.10 MB, read 64 times).
+    let llm = data.join("llm_memory-allocs-h200.egpumem");
+    let many = TempDir::new("render-allocs-llm");
+    let args = ["mem".as_ref(), "render".as_ref(), llm.as_os_str(), "--out".as_ref()];
+    succeeds(&[&args[..], &[many.0.as_os_str()]].concat());
+    let svg = read(&many.0.join("allocations.svg"));
+    assert!(svg.contains("#62 2.10 MB, freed") && svg.contains("more allocations not drawn"));
+    assert!(svg.contains("rotate(90") && svg.contains("triton_tem_fused_addmm_gelu_t_view"));
     let managed = data.join("managed_touch-allocs-h200.egpumem");
     let r = succeeds(&["mem".as_ref(), "report".as_ref(), managed.as_os_str()]);
     for line in [

@@ -165,3 +165,50 @@ fn sampled_probes_leave_the_other_warps_copy_as_the_kernel_was() {
     assert!(got <= most, "{got} registers, bound {most}");
     assert_eq!(spilled_plain, 0, "{sass}");
 }
+
+/// Drawn again at each turn of a loop, Triton's `wgmma` matmuls keep their `wgmma`s in flight:
+/// ptxas serialises none (its C7515 note), and their waits are as many per copy as the
+/// kernel's own. Each loop has one head, from which both copies go on.
+#[test]
+fn turns_keep_wgmma_in_flight() {
+    let Some(ptxas) = egpu_device::testing::require_ptxas() else { return };
+    let Some(nvdisasm) = egpu_device::testing::require_nvdisasm() else { return };
+    let def = MapDef {
+        name: "records".into(),
+        kind: MapKind::RingBuf,
+        key_size: 0,
+        value_size: 48,
+        capacity: 4096,
+    };
+    let geometry = Geometry::new(MapKind::RingBuf, 0, 48, 4096, 1, 128).expect("a geometry");
+    let maps =
+        [DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false, spread: 0, drained: true }];
+    let programs = at_loads_and_stores(RECORD, &def);
+    let probes: Vec<DeviceProbe<'_>> = programs
+        .iter()
+        .map(|p| DeviceProbe { program: p, kernels: Kernels::All, maps: &maps })
+        .collect();
+    let options = InjectOptions {
+        sampled: Some(egpu_device::inject::WarpSampling {
+            probes: vec![0, 1],
+            sample: egpu_device::inject::Sample::turns(5),
+        }),
+        ..InjectOptions::default()
+    };
+    let waits = |cubin: &[u8]| {
+        let sass = egpu_device::testing::disassemble(&nvdisasm, cubin);
+        (sass.matches("HGMMA").count(), sass.matches("WARPGROUP.DEPBAR").count())
+    };
+    for name in ["triton_matmul_tma", "triton_matmul_cp_async"] {
+        let path = egpu_test_support::workspace_path(format!("tests/ptx/triton/{name}.ptx"));
+        let ptx = std::fs::read_to_string(&path).expect("the corpus");
+        let (_, bare) = ptxas.compile(&ptx, "sm_90a").expect("ptxas");
+        let injected = inject_with(&ptx, &probes, &options).expect("instruments");
+        assert!(injected.ptx.contains("_turns, 1;"), "{name}: not drawn by turns");
+        let (report, cubin) = ptxas.compile(&injected.ptx, "sm_90a").expect("ptxas");
+        assert!(!report.stderr.contains("C7515"), "{name}: {}", report.stderr);
+        let ((mma, wait), (mma2, wait2)) = (waits(&bare), waits(&cubin));
+        println!("{name} by turns: {mma2} wgmma, {wait2} waits (bare: {mma}, {wait})");
+        assert!(mma2 == 2 * mma && wait2 <= 2 * wait, "{name}: {mma2} wgmma, {wait2} waits");
+    }
+}

@@ -111,7 +111,7 @@ pub(crate) fn draw<DB: DrawingBackend>(
     let mut chart = ChartBuilder::on(root)
         .caption(title, (super::draw::FONT, 24))
         .margin(12)
-        .x_label_area_size(40)
+        .x_label_area_size(if columns > 6 { 250 } else { 40 })
         .y_label_area_size(280)
         .build_cartesian_2d(0f64..columns as f64, 0f64..rows.max(1) as f64)
         .map_err(err)?;
@@ -120,12 +120,14 @@ pub(crate) fn draw<DB: DrawingBackend>(
         let r = *y as usize;
         d.rows.get(rows.saturating_sub(r + 1)).map_or_else(String::new, |r| r.label.clone())
     };
-    let column_label = |x: &f64| d.kernels.get(*x as usize).cloned().unwrap_or_default();
+    let column_label = |x: &f64| d.kernels.get(*x as usize).map(|k| short(k)).unwrap_or_default();
+    // Kernels' names across when few fit, else down from each column (drawn below).
+    let down = columns > 6;
     chart
         .configure_mesh()
         .disable_mesh()
         .x_labels(columns * 2 + 1)
-        .x_label_formatter(&|x| match x.fract() == 0.5 {
+        .x_label_formatter(&|x| match x.fract() == 0.5 && !down {
             true => column_label(x),
             false => String::new(),
         })
@@ -137,6 +139,16 @@ pub(crate) fn draw<DB: DrawingBackend>(
         .label_style((super::draw::FONT, 12))
         .draw()
         .map_err(err)?;
+    if down {
+        let style = TextStyle::from((super::draw::FONT, 12).into_font())
+            .transform(FontTransform::Rotate90)
+            .pos(Pos::new(HPos::Left, VPos::Center));
+        for c in 0..columns {
+            let (x, y) = chart.backend_coord(&(c as f64 + 0.5, 0.0));
+            let name: String = column_label(&(c as f64)).chars().take(34).collect();
+            root.draw(&Text::new(name, (x, y + 6), style.clone())).map_err(err)?;
+        }
+    }
     let moved = || d.rows.iter().flat_map(|r| r.bytes.iter().copied()).filter(|&b| b > 0);
     let (min, max) = (moved().min().unwrap_or(0), moved().max().unwrap_or(0));
     let cells: Vec<(f64, f64, u64)> = (d.rows.iter().enumerate())

@@ -219,12 +219,10 @@ pub(super) fn for_kernel<'a>(sample: Sample, opcodes: impl Iterator<Item = &'a s
     let (mut together_seen, mut drawn_once) = (false, false);
     for op in opcodes {
         together_seen |= together(op);
-        // Warp-specialised kernels (`setmaxnreg`) run loops of different lengths in their
-        // warpgroups; `wgmma` keeps accumulators in flight across a loop's turns, which a
-        // warp going from one copy to the other could see moved (a model's results differed
-        // in their sixth digit on the H200 with its matmuls drawn by turns): drawn once.
-        drawn_once |=
-            op.starts_with("setmaxnreg") || op.starts_with("wgmma") || op.starts_with("tcgen05");
+        // Warp-specialised kernels (`setmaxnreg`, and `tcgen05`'s) run loops of different
+        // lengths in their warpgroups, which would meet at a loop's head in different copies:
+        // drawn once.
+        drawn_once |= op.starts_with("setmaxnreg") || op.starts_with("tcgen05");
     }
     Sample { blocks: sample.blocks || together_seen, turns: sample.turns && !drawn_once, ..sample }
 }
@@ -353,132 +351,174 @@ pub(super) fn hoisted(module: &PtxModule, f: &Function) -> Option<Vec<usize>> {
 /// A kernel's body as two copies: `inner` (its body between `{` and `}`, instrumented, sampled
 /// probes marked) for the warps not sampled, without the sampled probes and ending in `ret`,
 /// and for the sampled ones, without the probes' tests. `stem` names the test's predicate and
-/// the label of the second copy; the first thing run is the test. Sampled by turns, each loop
-/// head of either copy draws the warp again ([`turn_sampled`]) and goes on in the copy drawn,
-/// past the other copy's draw.
+/// the label of the second copy; the first thing run is the test. Sampled by turns, the copies
+/// are of the kernel's loops instead ([`by_turns`]), where it has loops that allow it.
 pub(super) fn copies(stem: &str, inner: &str, sample: Sample) -> String {
+    if sample.turns
+        && let Some(body) = by_turns(stem, inner, sample)
+    {
+        return body;
+    }
     let [start, tested, end] = marks(stem);
     let pred = format!("%{stem}_sampled");
     let label = format!("${stem}_sampled");
-    let mut plain = rename_labels(&cut(inner, &start, &end), &format!("_{stem}u"));
-    let mut sampled = cut(inner, &start, &tested);
-    let mut first = test(stem, &pred, sample);
-    let heads = if sample.turns { loop_heads(inner) } else { Vec::new() };
-    if !heads.is_empty() {
-        let (key, turns) = (format!("%{stem}_key"), format!("%{stem}_turns"));
-        let (g0, g1, g2, k1) = registers(stem);
-        let lines: String =
-            key_lines(stem, &key, sample).iter().map(|l| format!("\t{l}\n")).collect();
-        first = format!(
-            "\t.reg .b64 {key};\n\t.reg .b32 {turns};\n\tmov.u32 {turns}, 0;\n\t{{\n\t.reg .b32 {g0}, \
-             {g1}, {g2};\n\t.reg .b64 {k1};\n{lines}\t}}\n{first}"
-        );
-        for head in &heads {
-            let (p, s) = (format!("{head}_{stem}u"), head.clone());
-            let redraw = |jump: &str, to: &str| {
-                let (m, q) = (format!("%{stem}_tm"), format!("%{stem}_tq"));
-                let draw: String =
-                    draw_lines(&m, &q, sample).iter().map(|l| format!("\t{l}\n")).collect();
-                format!(
-                    "\tadd.u32 {turns}, {turns}, 1;\n\t{{\n\t.reg .b64 {m};\n\t.reg .pred {q};\n\
-                     \tcvt.u64.u32 {m}, {turns};\n\tmul.lo.u64 {m}, {m}, {};\n\txor.b64 {m}, {m}, \
-                     {key};\n{draw}\t{jump} bra {to}_{stem}in;\n\t}}\n",
-                    TURNS as i64
-                )
-            };
-            // Each copy's draw, then where the other copy's draw lands.
-            let land = |own: &str| format!("{own}_{stem}in:\n");
-            let to_sampled = redraw(&format!("@%{stem}_tq"), &s) + &land(&p);
-            let to_plain = redraw(&format!("@!%{stem}_tq"), &p) + &land(&s);
-            plain = after_label(&plain, &p, &to_sampled);
-            sampled = after_label(&sampled, &s, &to_plain);
-        }
-    }
-    if heads.is_empty() {
-        return format!(
-            "\n\t.reg .pred {pred};\n{first}\t@{pred} bra {label};\n\t{{\n{plain}\n\tret;\n\t}}\n{label}:\n\t{{\n{sampled}\n\t}}\n"
-        );
-    }
-    // Copies a warp goes between share their registers and see each other's labels: the
-    // body's registers are declared once, before them, and they are not blocks of their own.
-    let (mut declared, plain) = registers_apart(&unaligned_barriers(&plain));
-    let (more, sampled) = registers_apart(&unaligned_barriers(&sampled));
-    // The sampled copy's own (its probes' at the top level), each line once.
-    for line in more.split_inclusive('\n') {
-        if !declared.split_inclusive('\n').any(|d| d == line) {
-            declared.push_str(line);
-        }
-    }
+    let plain = rename_labels(&cut(inner, &start, &end), &format!("_{stem}u"));
+    let sampled = cut(inner, &start, &tested);
+    let first = test(stem, &pred, sample);
     format!(
-        "\n\t.reg .pred {pred};\n{declared}{first}\t@{pred} bra {label};\n{plain}\n\tret;\n{label}:\n{sampled}\n"
+        "\n\t.reg .pred {pred};\n{first}\t@{pred} bra {label};\n\t{{\n{plain}\n\tret;\n\t}}\n{label}:\n\t{{\n{sampled}\n\t}}\n"
     )
 }
 
-/// The `.reg` declarations at the top level of `body` (not in a nested block), and `body`
-/// without them.
+/// A kernel's body sampled by turns ([`Sample::turns`]): each of its outermost loops as two
+/// copies, one without the sampled probes and one with them, after one head that draws the
+/// warp again ([`turn_sampled`]) and goes on in the copy drawn; the code outside the loops once,
+/// each sampled probe there run by the warps of the first draw. One head, reached from before
+/// the loop and from both copies' ends: a loop entered at two places is irreducible, and ptxas
+/// then serialises every `wgmma` of the kernel (C7515). `None` when the body has no loop, or a
+/// loop that a branch from outside enters past its head.
+fn by_turns(stem: &str, inner: &str, sample: Sample) -> Option<String> {
+    let [start, tested, end] = marks(stem);
+    let (declared, body) = registers_apart(inner);
+    let lines: Vec<&str> = body.split_inclusive('\n').collect();
+    let regions = loops(&lines)?;
+    let (key, turns, now) =
+        (format!("%{stem}_key"), format!("%{stem}_turns"), format!("%{stem}_now"));
+    let (m, q) = (format!("%{stem}_tm"), format!("%{stem}_tq"));
+    let (g0, g1, g2, k1) = registers(stem);
+    let keyed: String = key_lines(stem, &key, sample).iter().map(|l| format!("\t{l}\n")).collect();
+    let draw = |into: &str| -> String {
+        draw_lines(&m, into, sample).iter().map(|l| format!("\t{l}\n")).collect()
+    };
+    let mut out = format!(
+        "\n{declared}\t.reg .b64 {key};\n\t.reg .b32 {turns};\n\t.reg .pred {now};\n\tmov.u32 {turns}, \
+         0;\n\t{{\n\t.reg .b32 {g0}, {g1}, {g2};\n\t.reg .b64 {k1};\n{keyed}\t}}\n\t{{\n\t.reg .b64 \
+         {m};\n\tmov.b64 {m}, {key};\n{}\t}}\n",
+        draw(&now)
+    );
+    let mut at = 0;
+    for (first, last) in regions {
+        out.push_str(&tested_once(&lines[at..first].concat(), stem, &now));
+        let head = label_of(lines[first].trim_start())?;
+        let region = lines[first + 1..=last].concat();
+        let plain = rename_labels(&cut(&region, &start, &end), &format!("_{stem}u"));
+        let sampled = rename_labels(&cut(&region, &start, &tested), &format!("_{stem}s"));
+        let (drawn, past) = (format!("{head}_{stem}s"), format!("{head}_{stem}x"));
+        out.push_str(lines[first]);
+        out.push_str(&format!(
+            "\tadd.u32 {turns}, {turns}, 1;\n\t{{\n\t.reg .b64 {m};\n\t.reg .pred {q};\n\tcvt.u64.u32 \
+             {m}, {turns};\n\tmul.lo.u64 {m}, {m}, {};\n\txor.b64 {m}, {m}, {key};\n{}\t@{q} bra \
+             {drawn};\n\t}}\n{}\tbra {past};\n{drawn}:\n{}{past}:\n",
+            TURNS as i64,
+            draw(&q),
+            unaligned_barriers(&plain),
+            unaligned_barriers(&sampled),
+        ));
+        at = last + 1;
+    }
+    out.push_str(&tested_once(&lines[at..].concat(), stem, &now));
+    Some(out)
+}
+
+/// `text` with each marked sampled probe's own test made a test of the draw `now`.
+fn tested_once(text: &str, stem: &str, now: &str) -> String {
+    let [start, tested, _] = marks(stem);
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(&start) {
+        out.push_str(&rest[..at]);
+        let test_end = rest[at..].find(&tested).map_or(rest.len(), |e| at + e + tested.len());
+        let label = rest[at..test_end].split_whitespace().skip_while(|w| *w != "bra").nth(1);
+        if let Some(label) = label.map(|l| l.trim_end_matches(';')) {
+            out.push_str(&format!("\t@!{now} bra {label};\n"));
+        }
+        rest = &rest[test_end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The `.reg` declarations at the top level of `body` (not in a nested block), each once, and
+/// `body` without them.
 fn registers_apart(body: &str) -> (String, String) {
     let (mut declared, mut rest) = (String::new(), String::with_capacity(body.len()));
     let mut depth = 0i64;
     for line in body.split_inclusive('\n') {
         let t = line.trim_start();
         if depth == 0 && t.starts_with(".reg") {
-            declared.push_str(line);
+            if !declared.split_inclusive('\n').any(|d| d == line) {
+                declared.push_str(line);
+            }
         } else {
             rest.push_str(line);
         }
-        // Braces of vector operands (`{%r1, %r2}`) open and close on one line.
-        let code = t.split("//").next().unwrap_or("");
-        depth += code.matches('{').count() as i64 - code.matches('}').count() as i64;
+        depth += braces(t);
     }
     (declared, rest)
 }
 
-/// The labels of `text`'s top level (not in a nested block, whose labels the other copy cannot
-/// see) that a branch after them goes back to: its loops' heads.
-fn loop_heads(text: &str) -> Vec<String> {
-    let mut defined: Vec<String> = Vec::new();
-    let mut heads: BTreeSet<String> = BTreeSet::new();
+/// How many blocks a line of PTX opens, less those it closes (the braces of vector operands,
+/// `{%r1, %r2}`, open and close on one line).
+fn braces(line: &str) -> i64 {
+    let code = line.split("//").next().unwrap_or("");
+    code.matches('{').count() as i64 - code.matches('}').count() as i64
+}
+
+/// The outermost loops of `lines` (a body's top level), as the first and last line of each: a
+/// label at the top level, to the last branch back to it, loops that overlap joined, in order.
+/// `None` when there is none, or when a branch from outside a loop goes to a label inside it
+/// other than its head, or a loop ends inside a nested block.
+fn loops(lines: &[&str]) -> Option<Vec<(usize, usize)>> {
     let mut depth = 0i64;
-    for line in text.lines() {
+    // Labels as (name, line, depth); loops as (head's line, last branch back's line).
+    let mut defined: Vec<(&str, usize, i64)> = Vec::new();
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
         let t = line.trim_start();
-        let code = t.split("//").next().unwrap_or("");
-        depth += code.matches('{').count() as i64 - code.matches('}').count() as i64;
         if let Some(name) = label_of(t) {
-            if depth == 0 {
-                defined.push(name.to_owned());
+            defined.push((name, i, depth));
+        } else if let Some(target) = branch_target(t) {
+            let back = defined.iter().find(|d| d.0 == target && d.2 == 0);
+            if let Some(&(_, at, _)) = back {
+                spans.push((at, i));
             }
-            continue;
         }
-        let words: Vec<&str> = t.split_whitespace().collect();
-        let at = words.iter().position(|w| *w == "bra" || w.starts_with("bra."));
-        if let Some(target) = at.and_then(|i| words.get(i + 1)) {
-            let target = target.trim_end_matches(';');
-            if defined.iter().any(|d| d == target) {
-                heads.insert(target.to_owned());
-            }
+        depth += braces(t);
+        if spans.last().is_some_and(|s| s.1 == i) && depth != 0 {
+            return None;
         }
     }
-    heads.into_iter().collect()
+    spans.sort_unstable();
+    let mut regions: Vec<(usize, usize)> = Vec::new();
+    for (a, b) in spans {
+        match regions.last_mut() {
+            Some(r) if a <= r.1 => r.1 = r.1.max(b),
+            _ => regions.push((a, b)),
+        }
+    }
+    // No way into a loop but its head.
+    for &(a, b) in &regions {
+        let inside: BTreeSet<&str> =
+            (a + 1..=b).filter_map(|i| label_of(lines[i].trim_start())).collect();
+        let from_outside = (0..lines.len()).filter(|i| !(a..=b).contains(i));
+        if from_outside.flat_map(|i| lines[i].split(|c| !ident(c))).any(|w| inside.contains(w)) {
+            return None;
+        }
+    }
+    (!regions.is_empty()).then_some(regions)
+}
+
+/// The label a branch goes to, if the line is one.
+fn branch_target(line: &str) -> Option<&str> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "bra" || w.starts_with("bra."))?;
+    Some(words.get(at + 1)?.trim_end_matches(';'))
 }
 
 /// The label a line defines, if any.
 fn label_of(line: &str) -> Option<&str> {
     let end = line.find(|c: char| !ident(c))?;
     (end > 0 && line[end..].trim_start().starts_with(':')).then_some(&line[..end])
-}
-
-/// `text` with `code` put after the line that defines `label`.
-fn after_label(text: &str, label: &str, code: &str) -> String {
-    let mut out = String::with_capacity(text.len() + code.len() + 64);
-    let mut done = false;
-    for line in text.split_inclusive('\n') {
-        out.push_str(line);
-        if !done && label_of(line.trim_start()) == Some(label) {
-            out.push_str(code);
-            done = true;
-        }
-    }
-    out
 }
 
 #[cfg(test)]
@@ -541,31 +581,45 @@ mod tests {
         assert_eq!(for_kernel(warps, ["barrier.sync"].into_iter()), warps);
     }
 
-    /// By turns: each loop head of either copy draws the warp again and lands past the other
-    /// copy's draw; the body's registers are declared once and the copies see each other's
-    /// labels; barriers become the forms reached from different instructions; a loop head in a
-    /// nested block is left alone. At 0 turns the draw is the warps' own.
+    /// By turns: the loop is copied after one head that draws the warp again; the code
+    /// before and after it is not, its probes tested against the first draw; the registers are
+    /// declared once; barriers in the loop become the forms reached from different
+    /// instructions. At 0 turns the draw is the warps' own.
     #[test]
     fn turns_draw_again_at_each_loop_head() {
-        let probe = mark("egpu", "$egpu_ws1", "\t.reg .b32 %own;\n\tPROBE;\n", Sample::turns(5));
+        let probe = |n: u32| {
+            let code = format!("\t.reg .b32 %own;\n\tPROBE{n};\n");
+            mark("egpu", &format!("$egpu_ws{n}"), &code, Sample::turns(5))
+        };
         let inner = format!(
-            "\t.reg .b32 %r<4>;\n$L0:\n{probe}\tld.global.f32 %f1, [%rd1];\n\tbar.sync 0;\n\
-             \t{{\n$W:\n\t@%p bra $W;\n\t}}\n\t@%p bra $L0;\n"
+            "\t.reg .b32 %r<4>;\n{}\tbar.sync 0;\n$L0:\n{}\tld.global.f32 %f1, [%rd1];\n\t@%p bra \
+             $L1;\n\tbar.sync 0;\n$L1:\n\t{{\n$W:\n\t@%p bra $W;\n\t}}\n\t@%p bra $L0;\n{}\tret;\n",
+            probe(1),
+            probe(2),
+            probe(3)
         );
-        let both = copies("egpu", &inner, Sample::turns(5));
-        assert_eq!(both.matches(".reg .b32 %r<4>;").count(), 1, "{both}");
-        // A register only the sampled copy's probe declares is declared before both.
-        assert_eq!(both.matches(".reg .b32 %own;").count(), 1, "{both}");
-        assert!(both.find(".reg .b32 %own;") < both.find("@%egpu_sampled bra"));
-        assert!(both.find(".reg .b32 %r<4>;") < both.find("@%egpu_sampled bra"));
-        let (plain, sampled) = both.split_once("$egpu_sampled:\n").expect("two copies");
-        assert!(plain.contains("$L0_egpuu:\n\tadd.u32 %egpu_turns, %egpu_turns, 1;"));
-        assert!(plain.contains("@%egpu_tq bra $L0_egpuin;") && plain.contains("$L0_egpuu_egpuin:"));
-        assert!(
-            sampled.contains("@!%egpu_tq bra $L0_egpuu_egpuin;") && sampled.contains("$L0_egpuin:")
-        );
-        assert!(!both.contains("$W_egpuin") && !both.contains("bar.sync"));
-        assert_eq!(both.matches("barrier.sync 0;").count(), 2);
+        let body = copies("egpu", &inner, Sample::turns(5));
+        assert_eq!(body.matches(".reg .b32 %r<4>;").count(), 1, "{body}");
+        assert_eq!(body.matches(".reg .b32 %own;").count(), 1, "{body}");
+        // Before and after the loop: once, each probe tested against the first draw.
+        assert_eq!(body.matches("PROBE1").count() + body.matches("PROBE3").count(), 2, "{body}");
+        assert!(body.contains("@!%egpu_now bra $egpu_ws1;\n\tPROBE1;"), "{body}");
+        assert!(body.contains("@!%egpu_now bra $egpu_ws3;"), "{body}");
+        assert!(!body.contains("%egpu_gp") && body.contains("\tbar.sync 0;\n$L0:\n"), "{body}");
+        // The loop: one head, which draws again, then the plain copy, then the sampled one.
+        let head = body.find("$L0:\n\tadd.u32 %egpu_turns, %egpu_turns, 1;").expect("the head");
+        let (plain, sampled) = body[head..].split_once("$L0_egpus:\n").expect("two copies");
+        assert!(plain.contains("@%egpu_tq bra $L0_egpus;") && plain.ends_with("bra $L0_egpux;\n"));
+        assert!(!plain.contains("PROBE2") && sampled.contains("PROBE2"), "{body}");
+        assert!(!sampled.contains("@!%egpu_now bra $egpu_ws2"), "{body}");
+        // Both copies go back to the one head; their own labels are their own.
+        assert!(plain.contains("@%p bra $L0;") && sampled.contains("@%p bra $L0;"));
+        assert!(plain.contains("@%p bra $L1_egpuu;") && plain.contains("$L1_egpuu:"));
+        assert!(sampled.contains("@%p bra $L1_egpus;") && sampled.contains("$L1_egpus:"));
+        assert!(plain.contains("barrier.sync 0;") && sampled.contains("barrier.sync 0;"));
+        // Both leave the loop to the code after it.
+        let past = sampled.find("$L0_egpux:\n").expect("where both copies leave the loop");
+        assert!(sampled[past..].contains("PROBE3"), "{body}");
         assert_eq!(
             unaligned_barriers("\t@%p bar.red.popc.u32 %r1, 0, %p2;\n"),
             "\t@%p barrier.red.popc.u32 %r1, 0, %p2;\n"
@@ -575,6 +629,10 @@ mod tests {
             "\tbarrier.cta.sync 1, 64;\n"
         );
         assert_eq!(unaligned_barriers("\tbar.warp.sync -1;\n"), "\tbar.warp.sync -1;\n");
+        // A branch from outside into the loop past its head: copies as by warps.
+        let entered = format!("\t@%p bra $L1;\n{inner}");
+        let once = copies("egpu", &entered, Sample::turns(5));
+        assert!(!once.contains("%egpu_turns") && once.contains("@%egpu_sampled bra"), "{once}");
         // The draws: at 0 turns the warps' own; over turns, about one in N.
         let key = warp_key([3, 0, 0], 1);
         assert_eq!(
@@ -584,12 +642,12 @@ mod tests {
         let drawn = (0..4096).filter(|&t| turn_sampled(key, t, Sample::turns(5))).count();
         assert!(drawn.abs_diff(128) < 48, "{drawn} of 4096 turns");
         // Without loops, the copies are as by warps.
-        let flat = copies("egpu", &format!("{probe}\tret;\n"), Sample::turns(5));
+        let flat = copies("egpu", &format!("{}\tret;\n", probe(1)), Sample::turns(5));
         assert!(!flat.contains("%egpu_turns") && flat.contains("\t{\n"));
-        // Warp-specialised kernels are drawn once.
-        assert!(
-            !for_kernel(Sample::turns(5), ["setmaxnreg.inc.sync.aligned.u32"].into_iter()).turns
-        );
+        // Warp-specialised kernels are drawn once; kernels with `wgmma` by turns.
+        let once = for_kernel(Sample::turns(5), ["setmaxnreg.inc.sync.aligned.u32"].into_iter());
+        assert!(!once.turns);
+        assert!(for_kernel(Sample::turns(5), ["wgmma.fence.sync.aligned"].into_iter()).turns);
     }
 
     #[test]
