@@ -316,6 +316,7 @@ fn mem_run_allocs_records_the_program_s_device_allocations() {
     assert!(r.stdout.contains("allocations: 3 made, 0 reached"), "{}", r.stdout);
     let never = "never reached: 1 (4.10 kB, 13.06 kB copied in), 2 (1.02 kB), 3 (2.05 kB)";
     assert!(r.stdout.contains(never), "{}", r.stdout);
+    attributed(&parent.allocations);
 
     // Managed memory steered, in both forms of each call (the launcher checks that each got
     // its own arguments): the allocation is managed, with its prefetches and advice.
@@ -338,4 +339,41 @@ fn mem_run_allocs_records_the_program_s_device_allocations() {
     let reports = &rec.header.um_reports;
     assert!(reports == "collected" || reports.contains("libcupti"), "{reports}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The `allocs` set's probes on the CPU VM over the allocations the stand-in driver made (all
+/// live, as at a launch), as the preloaded library writes their table: loads, stores and atomics
+/// at each one's first byte, its middle, its last and just past it, each attributed to the
+/// allocation it falls in (0: none). Prints `allocations attributed (stand-in driver): K/K
+/// exact`.
+fn attributed(made: &[egpu::host::mem::allocs::AllocationRecord]) {
+    use egpu::ebpf::MemAccessCtx;
+    use egpu::host::mem::allocs::{self, AllocTable, AllocationRecord};
+    use std::collections::BTreeMap;
+    let live: Vec<AllocationRecord> =
+        made.iter().map(|a| AllocationRecord { freed: false, ..a.clone() }).collect();
+    AllocTable::of_records(&live).write().expect("the table written");
+    let mut vms: Vec<_> = allocs::probes().iter().map(|p| p.vm().expect("a VM")).collect();
+    let id_of = |addr: u64| {
+        let holds = |a: &&AllocationRecord| a.addr <= addr && addr < a.addr + a.bytes;
+        live.iter().find(holds).map_or(0, |a| a.id)
+    };
+    let mut want: BTreeMap<u64, [u64; 3]> = BTreeMap::new();
+    for a in &live {
+        let at = [a.addr, a.addr + a.bytes / 2, a.addr + a.bytes - 4, a.addr + a.bytes];
+        for (i, addr) in at.into_iter().enumerate() {
+            let direction = (i + a.id as usize) % 3;
+            let mut ctx = MemAccessCtx { kernel_id: 31, addr, size: 4, ..Default::default() };
+            vms[direction].run_ctx(&mut ctx).expect("runs");
+            want.entry(id_of(addr)).or_default()[direction] += 4;
+        }
+    }
+    let got: BTreeMap<u64, [u64; 3]> = (allocs::traffic().into_iter())
+        .filter(|(k, _)| k.kernel == 31)
+        .map(|(k, t)| (k.alloc, [t.loaded, t.stored, t.atomic]))
+        .collect();
+    let exact = live.iter().filter(|a| got.get(&a.id) == want.get(&a.id)).count();
+    println!("allocations attributed (stand-in driver): {exact}/{} exact", live.len());
+    assert_eq!(got, want);
+    assert_eq!(exact, 3);
 }
