@@ -243,8 +243,8 @@ The sets are device probes injected into every kernel COMMAND loads with PTX:
   pattern per kernel and access site, the warp-level requests, the 32-byte sectors they
           touched and the fewest they could have (coalescing)
   pages   per kernel, accesses per page of --page-size, and the addresses its atomics meet at
-  timeline one warp in --sample N (--sample-by blocks: the warps of one block in N; lines: one
-          line in N of each warp's; turns: each warp drawn again at each turn of a loop): each
+  timeline one warp in --sample N, drawn again at each turn of a loop (--sample-by warps: for
+          life; blocks: the warps of one block in N; lines: one line in N of each warp's): each
           request's device time, SM, address, size and lanes; bandwidth per kernel over
           windows of --window, and up to --max-records records kept
   allocs  per kernel and device allocation, the accesses and bytes that fell in it (a table of
@@ -269,11 +269,11 @@ pub(crate) struct MemRunArgs {
     /// The `timeline` set records one warp in N (a power of two, 1 to 1024)
     #[arg(long, value_name = "N", default_value = "32")]
     pub(crate) sample: egpu::host::mem::Sampling,
-    /// What `--sample` picks one in N of: warps (a sampled warp records all its requests),
-    /// blocks (each warp of a sampled block does), lines (every warp records the requests to
-    /// about one in N of its 128-byte lines) or turns (warps drawn again at each turn of a
-    /// loop: every warp records in about one turn in N)
-    #[arg(long, value_name = "WHAT", default_value = "warps")]
+    /// What `--sample` picks one in N of: turns (warps drawn again at each turn of a loop:
+    /// every warp records in about one turn in N), warps (a sampled warp records all its
+    /// requests), blocks (each warp of a sampled block does) or lines (every warp records the
+    /// requests to about one in N of its 128-byte lines)
+    #[arg(long, value_name = "WHAT", default_value = "turns")]
     pub(crate) sample_by: egpu::host::mem::SampleBy,
     /// The `timeline` set's windows: 100us, 1ms, … [default: a 50th of each kernel's longest
     /// launch, at least 1us]

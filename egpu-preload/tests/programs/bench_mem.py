@@ -30,16 +30,16 @@ VARIANTS = (("counts", "counts", {None: 1.1}, {}),
             ("timing-events", "timing", {}, {"EGPU_KERNEL_TIMES": "1"}),
             ("counts,timing", "counts,timing", {}, {}),
             ("pages", "pages", {"model": 2.0, None: 3.0}, {}),
-            # `egpu mem run`'s default sampling: one warp in 32.
+            # `egpu mem run`'s default sampling: one warp in 32, drawn again at each turn of
+            # a loop (every warp records in about one turn in 32, no warp all along).
             ("timeline 1/32", "timeline", {None: 1.5}, {}),
+            # One warp in 32 for life.
+            ("timeline warps 1/32", "timeline --sample-by warps", {}, {}),
             # One block in 32, each of its warps recording: the warps a block's barriers hold
             # together are slowed together.
             ("timeline blocks 1/32", "timeline --sample-by blocks", {None: 1.5}, {}),
             # One line in 32 of each warp's (the sets' word, then `egpu mem run` options).
             ("timeline lines 1/32", "timeline --sample-by lines", {None: 1.5}, {}),
-            # One warp in 32, drawn again at each turn of a loop: every warp records in about
-            # one turn in 32, no warp all along.
-            ("timeline turns 1/32", "timeline --sample-by turns", {None: 1.5}, {}),
             # Hardly a warp recording: what every access's test and the set's registers cost,
             # without the recording warps' own work (a diagnostic, no target).
             ("timeline 1/1024", "timeline --sample 1024", {}, {}))
