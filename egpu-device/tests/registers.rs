@@ -92,11 +92,8 @@ const RECORD: &str = "mov %r6, %r1\nldxdw %r0, [%r6+0]\nstxdw [%r10-48], %r0\n\
                       lddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -48\nmov %r3, 48\nmov %r4, 0\n\
                       call 65541\nmov %r0, 0\nexit";
 
-#[test]
-fn sampled_probes_leave_the_other_warps_copy_as_the_kernel_was() {
-    let Some(ptxas) = egpu_device::testing::require_ptxas() else { return };
-    let Some(nvcc) = egpu_device::testing::require_nvcc() else { return };
-    let Some(nvdisasm) = egpu_device::testing::require_nvdisasm() else { return };
+/// [`RECORD`] at every load and store, and its ring, drained while kernels run.
+fn recording() -> (Vec<Verified>, [DeviceMap; 1]) {
     let def = MapDef {
         name: "records".into(),
         kind: MapKind::RingBuf,
@@ -105,9 +102,17 @@ fn sampled_probes_leave_the_other_warps_copy_as_the_kernel_was() {
         capacity: 4096,
     };
     let geometry = Geometry::new(MapKind::RingBuf, 0, 48, 4096, 1, 128).expect("a geometry");
-    let maps =
-        [DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false, spread: 0, drained: true }];
-    let programs = at_loads_and_stores(RECORD, &def);
+    let ring =
+        DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false, spread: 0, drained: true };
+    (at_loads_and_stores(RECORD, &def), [ring])
+}
+
+#[test]
+fn sampled_probes_leave_the_other_warps_copy_as_the_kernel_was() {
+    let Some(ptxas) = egpu_device::testing::require_ptxas() else { return };
+    let Some(nvcc) = egpu_device::testing::require_nvcc() else { return };
+    let Some(nvdisasm) = egpu_device::testing::require_nvdisasm() else { return };
+    let (programs, maps) = recording();
     let probes: Vec<DeviceProbe<'_>> = programs
         .iter()
         .map(|p| DeviceProbe { program: p, kernels: Kernels::All, maps: &maps })
@@ -173,17 +178,7 @@ fn sampled_probes_leave_the_other_warps_copy_as_the_kernel_was() {
 fn turns_keep_wgmma_in_flight() {
     let Some(ptxas) = egpu_device::testing::require_ptxas() else { return };
     let Some(nvdisasm) = egpu_device::testing::require_nvdisasm() else { return };
-    let def = MapDef {
-        name: "records".into(),
-        kind: MapKind::RingBuf,
-        key_size: 0,
-        value_size: 48,
-        capacity: 4096,
-    };
-    let geometry = Geometry::new(MapKind::RingBuf, 0, 48, 4096, 1, 128).expect("a geometry");
-    let maps =
-        [DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false, spread: 0, drained: true }];
-    let programs = at_loads_and_stores(RECORD, &def);
+    let (programs, maps) = recording();
     let probes: Vec<DeviceProbe<'_>> = programs
         .iter()
         .map(|p| DeviceProbe { program: p, kernels: Kernels::All, maps: &maps })
