@@ -21,6 +21,9 @@
 //! kernel whose body declares `.shared` or `.local` variables inside a nested block, and device
 //! functions, are not copied: there each sampled probe tests the warp where it runs.
 //!
+//! Drawn by turns ([`Sample::turns`]), the copies are of each outermost loop instead, after
+//! one head that draws the warp again ([`by_turns`]); the code outside the loops runs once.
+//!
 //! Each sampled probe's code is marked where it is emitted ([`mark`]): the marks (comments
 //! whose text holds the injector's stem, which the module's text does not) let the copies take
 //! the probe out, or only its test.
@@ -428,8 +431,8 @@ fn tested_once(text: &str, stem: &str, now: &str) -> String {
     while let Some(at) = rest.find(&start) {
         out.push_str(&rest[..at]);
         let test_end = rest[at..].find(&tested).map_or(rest.len(), |e| at + e + tested.len());
-        let label = rest[at..test_end].split_whitespace().skip_while(|w| *w != "bra").nth(1);
-        if let Some(label) = label.map(|l| l.trim_end_matches(';')) {
+        if let Some(label) = rest[at..test_end].lines().find_map(|l| branch_target(l.trim_start()))
+        {
             out.push_str(&format!("\t@!{now} bra {label};\n"));
         }
         rest = &rest[test_end..];
