@@ -74,6 +74,7 @@ mod hash_table;
 pub mod layout;
 pub mod merge;
 mod raw;
+mod raw_bytes;
 mod region;
 mod ring;
 mod ring_buf;

@@ -26,6 +26,7 @@
 
 #![allow(non_snake_case)] // the CUDA API's names
 
+mod attach;
 mod defaults;
 mod device;
 mod events;

@@ -1,0 +1,1 @@
+//! Unit tests of the ABI's behaviour on bad arguments.
