@@ -378,7 +378,7 @@ typedef struct egpu_map_desc {
 } egpu_map_desc;
 
 /**
- * What `egpu_map_info` tells of a map.
+ * What `egpu_map_get_info` tells of a map.
  */
 typedef struct egpu_map_info {
     /**
@@ -452,7 +452,7 @@ typedef struct egpu_program_desc {
 } egpu_program_desc;
 
 /**
- * What `egpu_program_info` tells of a program. Its strings belong to the program and live as
+ * What `egpu_program_get_info` tells of a program. Its strings belong to the program and live as
  * long as it.
  */
 typedef struct egpu_program_info {
@@ -802,7 +802,7 @@ enum egpu_status egpu_probes_detach(const struct egpu_probes *probes, uint64_t i
  * egpu.h (`struct egpu_launch_ctx` for a launch), whose size `ctx_length` must be
  * (`EGPU_BAD_SIZE` otherwise). A zero `tag` word is filled in; a tag of another event is
  * `EGPU_BAD_ARGUMENT`. Probes do not write host contexts. A probe that faults is counted
- * (`egpu_probes_health`), not reported: the event goes on.
+ * (`egpu_probes_get_health`), not reported: the event goes on.
  *
  * # Safety
  * `probes` is null or a live probe set; `ctx` is null or valid for `ctx_length` bytes.
@@ -831,8 +831,8 @@ uint32_t egpu_context_tag(uint32_t event);
  * # Safety
  * `probes` is null or a live probe set; `health` is null or valid for `health->size` bytes.
  */
-enum egpu_status egpu_probes_health(const struct egpu_probes *probes,
-                                    struct egpu_probes_health *health);
+enum egpu_status egpu_probes_get_health(const struct egpu_probes *probes,
+                                        struct egpu_probes_health *health);
 
 /**
  * Frees a probe set (null: nothing), detaching its probes. No thread may be firing it.
@@ -880,7 +880,7 @@ enum egpu_status egpu_map_open(const char *name, struct egpu_map **out);
  * # Safety
  * `map` is null or a live map handle; `info` is null or valid for `info->size` bytes.
  */
-enum egpu_status egpu_map_info(const struct egpu_map *map, struct egpu_map_info *info);
+enum egpu_status egpu_map_get_info(const struct egpu_map *map, struct egpu_map_info *info);
 
 /**
  * Copies `key`'s value into `values`: `value_size × (cpu_shards + sm_shards)` bytes, each
@@ -1028,8 +1028,8 @@ enum egpu_status egpu_program_verify(const struct egpu_program *program);
  * # Safety
  * `program` is null or a live program handle; `info` is null or valid for `info->size` bytes.
  */
-enum egpu_status egpu_program_info(const struct egpu_program *program,
-                                   struct egpu_program_info *info);
+enum egpu_status egpu_program_get_info(const struct egpu_program *program,
+                                       struct egpu_program_info *info);
 
 /**
  * Describes entry `index` of the program's map table into `def`; `EGPU_NOT_FOUND` past its

@@ -233,7 +233,7 @@ fn fire_as<C: HostContext + Pod>(
 /// egpu.h (`struct egpu_launch_ctx` for a launch), whose size `ctx_length` must be
 /// (`EGPU_BAD_SIZE` otherwise). A zero `tag` word is filled in; a tag of another event is
 /// `EGPU_BAD_ARGUMENT`. Probes do not write host contexts. A probe that faults is counted
-/// (`egpu_probes_health`), not reported: the event goes on.
+/// (`egpu_probes_get_health`), not reported: the event goes on.
 ///
 /// # Safety
 /// `probes` is null or a live probe set; `ctx` is null or valid for `ctx_length` bytes.
@@ -305,7 +305,7 @@ unsafe impl ffi::Sized for egpu_probes_health {
 /// # Safety
 /// `probes` is null or a live probe set; `health` is null or valid for `health->size` bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn egpu_probes_health(
+pub unsafe extern "C" fn egpu_probes_get_health(
     probes: *const egpu_probes,
     health: *mut egpu_probes_health,
 ) -> egpu_status {

@@ -215,7 +215,7 @@ pub unsafe extern "C" fn egpu_map_open(
     })
 }
 
-/// What `egpu_map_info` tells of a map.
+/// What `egpu_map_get_info` tells of a map.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
 pub struct egpu_map_info {
@@ -253,7 +253,7 @@ unsafe impl ffi::Sized for egpu_map_info {
 /// # Safety
 /// `map` is null or a live map handle; `info` is null or valid for `info->size` bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn egpu_map_info(
+pub unsafe extern "C" fn egpu_map_get_info(
     map: *const egpu_map,
     info: *mut egpu_map_info,
 ) -> egpu_status {

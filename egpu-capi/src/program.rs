@@ -262,7 +262,7 @@ pub unsafe extern "C" fn egpu_program_verify(program: *const egpu_program) -> eg
     })
 }
 
-/// What `egpu_program_info` tells of a program. Its strings belong to the program and live as
+/// What `egpu_program_get_info` tells of a program. Its strings belong to the program and live as
 /// long as it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug)]
@@ -297,7 +297,7 @@ unsafe impl ffi::Sized for egpu_program_info {
 /// # Safety
 /// `program` is null or a live program handle; `info` is null or valid for `info->size` bytes.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn egpu_program_info(
+pub unsafe extern "C" fn egpu_program_get_info(
     program: *const egpu_program,
     info: *mut egpu_program_info,
 ) -> egpu_status {
