@@ -139,11 +139,9 @@ fn probes_for(spec: &str) -> Result<(PathBuf, usize, bool), Error> {
     let Some(probe) = &name.probe else { return Ok((path, pack.probes().len(), false)) };
     // Says which probes there are when NAME is none of them.
     program::from_pack(&name, &pack)?;
-    let mut one = egpu::pack::Pack::new();
-    for p in pack.probes().iter().filter(|p| &p.name == probe) {
-        one.push(&p.name, p.program.clone(), p.maps.clone())
-            .map_err(|e| Error::Failed(format!("{spec}: {e}")))?;
-    }
+    // The probe whole: its sampling and its maps' first contents too.
+    let mut one = pack;
+    one.retain(|p| &p.name == probe);
     let written = std::env::temp_dir().join(format!("egpu-{}-{probe}.pack", std::process::id()));
     std::fs::write(&written, one.to_text())
         .map_err(|e| Error::Failed(format!("writing {}: {e}", written.display())))?;

@@ -216,11 +216,23 @@ impl Assembler {
         if mnemonic == "lddw" {
             count(2)?;
             let dst = self.reg(line, &ops[0])?;
-            if let Some(idx) = ops[1].strip_prefix("map[").and_then(|r| r.strip_suffix(']')) {
-                let idx = parse_int(idx)
-                    .and_then(|v| u32::try_from(v).ok())
-                    .ok_or_else(|| self.err(line, format!("bad map index `{idx}`")))?;
-                return Ok(Instruction::LoadImm64 { dst, imm: Imm64::Map(idx) });
+            if let Some(rest) = ops[1].strip_prefix("map[") {
+                let (idx, offset) = rest.split_once(']').unwrap_or((rest, "?"));
+                let number = |text: &str, what: &str| {
+                    parse_int(text)
+                        .and_then(|v| u32::try_from(v).ok())
+                        .ok_or_else(|| self.err(line, format!("bad {what} `{text}`")))
+                };
+                let map = number(idx, "map index")?;
+                let imm = match offset {
+                    "" => Imm64::Map(map),
+                    // `map[N]+OFF`: the address of byte OFF of the map's value.
+                    _ => match offset.strip_prefix('+') {
+                        Some(off) => Imm64::MapValue { map, offset: number(off, "value offset")? },
+                        None => return Err(self.err(line, format!("bad map `{}`", ops[1]))),
+                    },
+                };
+                return Ok(Instruction::LoadImm64 { dst, imm });
             }
             let v = self.imm64(line, &ops[1])?;
             return Ok(Instruction::LoadImm64 { dst, imm: Imm64::Value(v) });

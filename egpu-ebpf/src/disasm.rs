@@ -115,6 +115,9 @@ pub fn instruction_text(insn: &Instruction) -> String {
         }
         Instruction::LoadImm64 { dst, imm: Imm64::Value(v) } => format!("lddw {dst}, {v:#x}"),
         Instruction::LoadImm64 { dst, imm: Imm64::Map(i) } => format!("lddw {dst}, map[{i}]"),
+        Instruction::LoadImm64 { dst, imm: Imm64::MapValue { map, offset } } => {
+            format!("lddw {dst}, map[{map}]+{offset}")
+        }
         Instruction::LoadImm64 { dst, imm: Imm64::Func(off) } => {
             format!("lddw {dst}, func {off:+}")
         }

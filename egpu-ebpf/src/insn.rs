@@ -227,6 +227,9 @@ pub mod opcode {
     pub const PSEUDO_FUNC: u8 = 4;
     /// `lddw` with `src = 5`: the immediate is an index into the program's map table.
     pub const PSEUDO_MAP_IDX: u8 = 5;
+    /// `lddw` with `src = 6`: the immediate is an index into the program's map table, the next
+    /// slot's an offset into the map's value.
+    pub const PSEUDO_MAP_IDX_VALUE: u8 = 6;
 
     // Source field of a call.
     pub const CALL_HELPER: u8 = 0;

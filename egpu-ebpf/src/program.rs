@@ -168,7 +168,10 @@ fn check_structure(
         if d.insn.written_reg() == Some(Reg::R10) {
             return Err(ProgramError::WritesFramePointer { pc: d.pc });
         }
-        if let Instruction::LoadImm64 { imm: Imm64::Map(index), .. } = d.insn
+        if let Instruction::LoadImm64 {
+            imm: Imm64::Map(index) | Imm64::MapValue { map: index, .. },
+            ..
+        } = d.insn
             && index as usize >= n_maps
         {
             return Err(ProgramError::UnknownMap { pc: d.pc, index, len: n_maps });

@@ -394,8 +394,9 @@ fn lddw_followed_by_an_instruction() {
 
 #[test]
 fn lddw_unsupported_source() {
-    // 4 is a function reference and 5 a map index; the others are Linux's kernel objects.
-    for src in [1, 2, 3, 6, 15] {
+    // 4 is a function reference, 5 a map index and 6 a place in a map's value; the others are
+    // Linux's kernel objects (by file descriptor).
+    for src in [1, 2, 3, 7, 15] {
         let slots = [MOV0, MOV0, Insn::new(op::LDDW, 0, src, 0, 1), Insn::default(), EXIT];
         decode_err(&slots, DecodeError::UnsupportedLddwSource { pc: 2, src }, 2);
     }

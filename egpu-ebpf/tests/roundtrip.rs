@@ -117,6 +117,7 @@ fn shapes() -> Vec<Instruction> {
     }
     v.push(Instruction::LoadImm64 { dst: r0, imm: Imm64::Value(0) });
     v.push(Instruction::LoadImm64 { dst: r0, imm: Imm64::Map(0) });
+    v.push(Instruction::LoadImm64 { dst: r0, imm: Imm64::MapValue { map: 0, offset: 0 } });
     v.push(Instruction::LoadImm64 { dst: r0, imm: Imm64::Func(0) });
     for size in SIZES {
         v.push(Instruction::Load { size, signed: false, dst: r0, base: r0, off: 0 });
@@ -172,6 +173,10 @@ fn fill(rng: &mut Rng, shape: Instruction, pc: usize, len: usize) -> Instruction
                 } else {
                     rng.next_u64() as u32
                 }),
+                Imm64::MapValue { .. } => Imm64::MapValue {
+                    map: if rng.chance(1, 2) { rng.below(4) as u32 } else { rng.next_u64() as u32 },
+                    offset: rng.next_u64() as u32,
+                },
                 Imm64::Func(_) => Imm64::Func(rng.jump_off(pc, len, 32) as i32),
             };
             Instruction::LoadImm64 { dst: rng.reg(), imm }
@@ -229,6 +234,7 @@ fn shape_key(insn: &Instruction) -> String {
         Instruction::Endian { order, bits, .. } => format!("endian {order:?} {bits}"),
         Instruction::LoadImm64 { imm: Imm64::Value(_), .. } => "lddw value".into(),
         Instruction::LoadImm64 { imm: Imm64::Map(_), .. } => "lddw map".into(),
+        Instruction::LoadImm64 { imm: Imm64::MapValue { .. }, .. } => "lddw map value".into(),
         Instruction::LoadImm64 { imm: Imm64::Func(_), .. } => "lddw func".into(),
         Instruction::Load { size, signed, .. } => format!("load {size:?} signed={signed}"),
         Instruction::Store { size, src, .. } => format!("store {size:?} {}", kind(src)),

@@ -17,8 +17,10 @@
 //! `WarpSampling`); without either, in every warp.
 //!
 //! `map` lines give the map as a [`MapDef`] in its text form, `NAME=KIND:KEY:VALUE:CAPACITY`, then
-//! its CPU shards and SM shards; `code` lines the program's instructions in hexadecimal (several
-//! lines are joined). A pack is made from `#[egpu::probe]` functions with [`Pack::add`], written
+//! its CPU shards and SM shards; a `data` line after a `map` line, the map's first contents in
+//! hexadecimal (global data: an array of one entry whose value starts with those bytes, see
+//! [`PackedProbe::data`]); `code` lines the program's instructions in hexadecimal (several
+//! lines are joined, as are several `data` lines). A pack is made from `#[egpu::probe]` functions with [`Pack::add`], written
 //! with [`Pack::to_text`], and read back with [`Pack::parse`], which checks everything and
 //! verifies each probe's program, once. A crate of probes becomes a shared library that exports
 //! its pack with [`export_probes!`](crate::export_probes); [`Pack::load`] reads either form.
@@ -33,6 +35,7 @@ use std::path::Path;
 use egpu_device::inject::Sample;
 use egpu_ebpf::verifier::{Verified, VerifyError, verify};
 use egpu_ebpf::{AttachPoint, MapDef, Program};
+use egpu_maps::RawMap;
 use egpu_maps::layout::Geometry;
 
 use egpu_probe::{BuildError, Probe};
@@ -54,6 +57,22 @@ pub struct PackedProbe {
     pub maps: Vec<Geometry>,
     /// The warps it runs in on the GPU (egpu-ptx's `WarpSampling`).
     pub sample: Sample,
+    /// Each map's first contents, in its table's order: the first bytes of the value of an
+    /// array of one entry (an ELF object's global data, `.rodata` and `.data`), the rest
+    /// zeros; empty for a map that starts empty. Whoever creates the maps writes them
+    /// ([`PackedProbe::fill`]).
+    pub data: Vec<Vec<u8>>,
+}
+
+impl PackedProbe {
+    /// Writes map `index`'s first contents ([`PackedProbe::data`]) into `map`, a map just made
+    /// for it; nothing for a map that starts empty.
+    pub fn fill(&self, index: usize, map: &RawMap) -> Result<(), egpu_maps::MapError> {
+        let Some(data) = self.data.get(index).filter(|d| !d.is_empty()) else { return Ok(()) };
+        let mut value = data.clone();
+        value.resize(map.geometry().value_size as usize, 0);
+        map.update(&0u32.to_le_bytes(), &value, egpu_maps::UpdateFlags::Any)
+    }
 }
 
 /// A probe of a pack being read.
@@ -63,6 +82,7 @@ struct Reading {
     attach: AttachPoint,
     defs: Vec<MapDef>,
     maps: Vec<Geometry>,
+    data: Vec<Vec<u8>>,
     code: Vec<u8>,
     sample: Sample,
 }
@@ -192,13 +212,50 @@ impl Pack {
                 )));
             }
         }
+        let data = vec![Vec::new(); maps.len()];
         self.probes.push(PackedProbe {
             name: name.into(),
             program: verified,
             maps,
             sample: Sample::EVERY,
+            data,
         });
         Ok(self)
+    }
+
+    /// Gives map `map` of the probe added last its first contents, `data`: the first bytes of
+    /// the value of an array of one entry (global data, see [`PackedProbe::data`]).
+    pub fn with_data(&mut self, map: &str, data: Vec<u8>) -> Result<&mut Pack, PackError> {
+        let syntax = |reason: String| PackError::Syntax { line: 0, reason };
+        let Some(p) = self.probes.last_mut() else {
+            return Err(syntax(format!("map {map}'s data: no probe yet")));
+        };
+        let defs = p.program.program().maps();
+        let Some(i) = defs.iter().position(|d| d.name == map) else {
+            return Err(syntax(format!("probe {}: no map {map} for its data", p.name)));
+        };
+        let g = p.maps[i];
+        if g.kind != egpu_ebpf::MapKind::Array || g.capacity != 1 {
+            return Err(syntax(format!(
+                "probe {}: map {map} has data, which only an array of one entry takes",
+                p.name
+            )));
+        }
+        if data.len() > g.value_size as usize {
+            return Err(syntax(format!(
+                "probe {}: map {map}'s data is {} bytes, its value {}",
+                p.name,
+                data.len(),
+                g.value_size
+            )));
+        }
+        p.data[i] = data;
+        Ok(self)
+    }
+
+    /// Keeps the probes `keep` says yes to.
+    pub fn retain(&mut self, keep: impl FnMut(&PackedProbe) -> bool) {
+        self.probes.retain(keep);
     }
 
     /// The probes, in the order they were added.
@@ -220,7 +277,7 @@ impl Pack {
                 };
                 let _ = writeln!(text, "{unit} {}", 1u64 << p.sample.shift);
             }
-            for (def, g) in program.maps().iter().zip(&p.maps) {
+            for ((def, g), data) in program.maps().iter().zip(&p.maps).zip(&p.data) {
                 // The layout's numbers, as `parse` makes the definition from them.
                 let def = MapDef {
                     name: def.name.clone(),
@@ -230,13 +287,14 @@ impl Pack {
                     capacity: g.capacity,
                 };
                 let _ = writeln!(text, "map {def} {} {}", g.cpu_shards, g.sm_shards);
+                for chunk in data.chunks(64) {
+                    text.push_str("data ");
+                    hex(&mut text, chunk);
+                }
             }
             for chunk in program.to_bytes().chunks(64) {
                 text.push_str("code ");
-                for b in chunk {
-                    let _ = write!(text, "{b:02x}");
-                }
-                text.push('\n');
+                hex(&mut text, chunk);
             }
             text.push_str("end\n");
         }
@@ -276,6 +334,7 @@ impl Pack {
                         attach,
                         defs: vec![],
                         maps: vec![],
+                        data: vec![],
                         code: vec![],
                         sample: Sample::EVERY,
                     });
@@ -309,26 +368,35 @@ impl Pack {
                             })?;
                     r.defs.push(def);
                     r.maps.push(g);
+                    r.data.push(Vec::new());
+                }
+                (["data", hex], Some(r)) if r.code.is_empty() && !r.data.is_empty() => {
+                    let data = r.data.last_mut().expect("a map read");
+                    unhex(hex, data)
+                        .ok_or_else(|| bad(line, "data is pairs of hexadecimal digits"))?;
                 }
                 (["code", hex], Some(r)) => {
-                    if hex.len() % 2 != 0 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                        return Err(bad(line, "code is pairs of hexadecimal digits"));
-                    }
-                    for i in (0..hex.len()).step_by(2) {
-                        r.code.push(u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(0));
-                    }
+                    unhex(hex, &mut r.code)
+                        .ok_or_else(|| bad(line, "code is pairs of hexadecimal digits"))?;
                 }
                 (["end"], Some(_)) => {
                     let r = current.take().expect("a probe being read");
+                    let names: Vec<String> = r.defs.iter().map(|d| d.name.clone()).collect();
                     let program = Program::from_bytes(&r.code, r.defs, r.attach)
                         .map_err(|error| PackError::Program { probe: r.name.clone(), error })?;
                     // A pack is input from another process: verified here, once.
                     let verified = verify(&program)
                         .map_err(|error| PackError::Verify { probe: r.name.clone(), error })?;
-                    pack.push(&r.name, verified, r.maps).map_err(|e| match e {
+                    let at_line = |e| match e {
                         PackError::Syntax { reason, .. } => PackError::Syntax { line, reason },
                         e => e,
-                    })?;
+                    };
+                    pack.push(&r.name, verified, r.maps).map_err(at_line)?;
+                    for (name, data) in names.iter().zip(r.data) {
+                        if !data.is_empty() {
+                            pack.with_data(name, data).map_err(at_line)?;
+                        }
+                    }
                     if let Some(p) = pack.probes.last_mut() {
                         p.sample = r.sample;
                     }
@@ -427,6 +495,25 @@ macro_rules! export_probes {
     };
 }
 
+/// Appends `bytes` in hexadecimal, and a new line.
+fn hex(text: &mut String, bytes: &[u8]) {
+    for b in bytes {
+        let _ = write!(text, "{b:02x}");
+    }
+    text.push('\n');
+}
+
+/// Appends the bytes `hex` spells to `out`; `None` when it is not pairs of hexadecimal digits.
+fn unhex(hex: &str, out: &mut Vec<u8>) -> Option<()> {
+    if !hex.len().is_multiple_of(2) || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    for i in (0..hex.len()).step_by(2) {
+        out.push(u8::from_str_radix(&hex[i..i + 2], 16).ok()?);
+    }
+    Some(())
+}
+
 /// log2 of `n`, one warp or block in which a sampled probe runs: a power of two up to 2³¹.
 fn sample_shift(n: u32) -> Result<u32, &'static str> {
     match n.is_power_of_two() {
@@ -474,6 +561,66 @@ mod tests {
         assert_eq!(p.maps(), program.maps());
         assert_eq!(p.attach_point(), program.attach_point());
         assert_eq!(back.to_text(), text);
+    }
+
+    /// A probe that adds the launch's first context word to global data: value 0 of an array
+    /// of one entry, at offset 8, with no lookup.
+    fn global_data() -> (Verified, Vec<Geometry>) {
+        let text =
+            "ldxdw %r2, [%r1+0]\nlddw %r1, map[0]+8\nlock add [%r1+0], %r2\nmov %r0, 0\nexit";
+        let def: MapDef = ".data=array:4:24:1".parse().expect("a definition");
+        let attach = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
+        let program =
+            Program::new(assemble(text).expect("assembles"), vec![def], attach).expect("a program");
+        let g = Geometry::new(MapKind::Array, 4, 24, 1, 1, 0).expect("geometry");
+        (verify(&program).expect("verifies"), vec![g])
+    }
+
+    #[test]
+    fn global_data_is_carried_and_filled() {
+        let (program, maps) = global_data();
+        let mut pack = Pack::new();
+        pack.push("globals", program, maps).expect("push");
+        pack.with_data(".data", vec![1, 2, 3, 4, 5, 6, 7, 8, 9]).expect("data");
+        let text = pack.to_text();
+        assert!(text.contains("\nmap .data=array:4:24:1 1 0\ndata 010203040506070809\n"), "{text}");
+        let back = Pack::parse(&text).expect("parses");
+        let p = &back.probes()[0];
+        assert_eq!(p.data, [vec![1, 2, 3, 4, 5, 6, 7, 8, 9]]);
+        assert_eq!(back.to_text(), text);
+        let map = RawMap::create(p.maps[0], &egpu_maps::Placement::Process).expect("a map");
+        p.fill(0, &map).expect("filled");
+        let mut vm = egpu_vm::Vm::with_maps(
+            &p.program,
+            std::slice::from_ref(&map),
+            egpu_vm::EngineChoice::Auto,
+        )
+        .expect("a VM");
+        let mut ctx = egpu_ebpf::LaunchCtx { kernel_id: 0x10, ..Default::default() };
+        vm.run_ctx(&mut ctx).expect("runs");
+        let value = map.lookup(&0u32.to_le_bytes()).expect("a lookup").expect("value 0");
+        // SAFETY: value 0 of the map, 24 bytes, which the map keeps while `map` lives.
+        let bytes = unsafe { std::slice::from_raw_parts(value.as_ptr(), 24) };
+        let word = |i: usize| u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
+        assert_eq!((word(0), word(8), word(16)), (0x0807_0605_0403_0201, 0x10 + 9, 0));
+
+        let cases = [
+            (
+                "map .data=array:4:24:1 1 0\n",
+                "map .data=array:4:24:1 1 0\ndata zz\n",
+                "line 4: data",
+            ),
+            ("data 0102", "data 01020304050607080900000000000000000000000000000000", "24"),
+            ("map .data=array:4:24:1", "map .data=array:4:24:2", "an array of one entry"),
+        ];
+        for (from, to, want) in cases {
+            let bad = text.replacen(from, to, 1);
+            let err = match Pack::parse(&bad) {
+                Err(e) => e.to_string(),
+                Ok(_) => panic!("{bad} read"),
+            };
+            assert!(err.contains(want), "{err:?} should say {want:?}");
+        }
     }
 
     #[test]

@@ -148,14 +148,24 @@ impl Emitter {
     }
 }
 
+/// Where the VM keeps a map of the program's table.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MapAddress {
+    /// What `lddw rX, map[n]` loads: the address of the VM's binding of the map, which the map
+    /// helpers take as their first argument.
+    pub(crate) binding: u64,
+    /// The address of the map's first value in its memory, to which `lddw rX, map[n]+OFF`
+    /// (global data, an array of one entry) adds `OFF`.
+    pub(crate) value: u64,
+}
+
 /// Legalises `program` for a VM whose frame 0 has `r10 = frame_top`. `bound` lists the helper
-/// numbers the VM provides, for `callx`; `maps[n]` is what `lddw rX, map[n]` loads (the address
-/// of the VM's binding of map `n`, which the map helpers take as their first argument).
+/// numbers the VM provides, for `callx`; `maps[n]` says where map `n` of its table is.
 pub(crate) fn legalise(
     program: &Program,
     frame_top: u64,
     bound: &[u32],
-    maps: &[u64],
+    maps: &[MapAddress],
 ) -> Result<Legalised, LoadError> {
     let n = program.insns().len();
     // Labels 0..n are the original instruction starts.
@@ -203,7 +213,7 @@ fn rewrite(
     pc: usize,
     insn: Instruction,
     bound: &[u32],
-    maps: &[u64],
+    maps: &[MapAddress],
 ) -> Result<(), LoadError> {
     use Instruction as I;
     match insn {
@@ -236,7 +246,12 @@ fn rewrite(
         }
         I::LoadImm64 { dst, imm: Imm64::Map(n) } => {
             // `Program::new` checked the index against the map table, which the VM binds whole.
-            let addr = maps[n as usize];
+            let addr = maps[n as usize].binding;
+            e.insn(I::LoadImm64 { dst, imm: Imm64::Value(addr) });
+        }
+        I::LoadImm64 { dst, imm: Imm64::MapValue { map, offset } } => {
+            // The verifier checked the offset against the value's size.
+            let addr = maps[map as usize].value + u64::from(offset);
             e.insn(I::LoadImm64 { dst, imm: Imm64::Value(addr) });
         }
         I::Load { size, signed: true, dst, base, off } => {

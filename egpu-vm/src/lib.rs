@@ -40,6 +40,7 @@ use egpu_ebpf::verifier::Verified;
 use egpu_ebpf::{Instruction, MapDef, MapKind, Program};
 use egpu_maps::layout::Geometry;
 use egpu_maps::{Placement, RawMap};
+use legalise::MapAddress;
 use thiserror::Error;
 
 pub use helpers::Fault;
@@ -323,7 +324,17 @@ impl Vm {
         let mut stack = vec![0u64; STACK_BYTES / 8 + 1].into_boxed_slice();
         let base = stack.as_mut_ptr() as u64;
         let top = base + STACK_BYTES as u64;
-        let map_addrs: Vec<u64> = maps.iter().map(|m| m as *const RawMap as u64).collect();
+        let map_addrs: Vec<MapAddress> = maps
+            .iter()
+            .map(|m| {
+                let g = m.geometry();
+                let first = g.slot_offset(0, 0) as u64 + u64::from(g.value_offset);
+                MapAddress {
+                    binding: m as *const RawMap as u64,
+                    value: m.memory().0.as_ptr() as u64 + first,
+                }
+            })
+            .collect();
         let map_ranges: Box<[(u64, u64)]> = maps
             .iter()
             .map(|m| {

@@ -217,6 +217,9 @@ pub fn decode_one(slots: &[Insn], pc: usize) -> Result<Instruction, DecodeError>
                     }
                     Imm64::Map(s.imm as u32)
                 }
+                op::PSEUDO_MAP_IDX_VALUE => {
+                    Imm64::MapValue { map: s.imm as u32, offset: next.imm as u32 }
+                }
                 op::PSEUDO_FUNC => {
                     if next.imm != 0 {
                         return Err(DecodeError::ReservedField {

@@ -99,6 +99,9 @@ impl Instruction {
                 let (src, lo, hi) = match imm {
                     Imm64::Value(v) => (0, v as u32 as i32, (v >> 32) as u32 as i32),
                     Imm64::Map(idx) => (op::PSEUDO_MAP_IDX, idx as i32, 0),
+                    Imm64::MapValue { map, offset } => {
+                        (op::PSEUDO_MAP_IDX_VALUE, map as i32, offset as i32)
+                    }
                     Imm64::Func(off) => (op::PSEUDO_FUNC, off, 0),
                 };
                 (Insn::new(op::LDDW, r(dst), src, 0, lo), Some(Insn::new(0, 0, 0, 0, hi)))

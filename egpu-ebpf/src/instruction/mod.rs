@@ -268,6 +268,15 @@ pub enum Imm64 {
     Value(u64),
     /// The address of map number `n` of the program's map table (`src = 5`).
     Map(u32),
+    /// The address of byte `offset` of the value of map number `map`, an array of one entry
+    /// (`src = 6`, Linux's `BPF_PSEUDO_MAP_IDX_VALUE`): global data (`.rodata`, `.data`,
+    /// `.bss`), read and written in place, with no lookup.
+    MapValue {
+        /// The map's index in the program's map table.
+        map: u32,
+        /// The offset in its value.
+        offset: u32,
+    },
     /// A reference to the local function at `pc + 1 + offset` (`src = 4`, Linux's
     /// `BPF_PSEUDO_FUNC`), for a helper that calls back into the program (`bpf_loop`).
     Func(i32),

@@ -12,14 +12,20 @@
 //!   egpu's rings hold fixed-size records: a ring buffer declares its record's type or size as
 //!   its value (`__type(value, struct event)`) and its capacity in records as `max_entries`.
 //!   A program's map table holds the maps it refers to, in the order it first does.
+//! - **Global data**: each section `.rodata*`, `.data*` and `.bss*` is an array of one entry
+//!   named after the section, whose value is the section (as libbpf makes them): its first
+//!   contents are the section's bytes ([`PackedProbe::data`](crate::pack::PackedProbe::data);
+//!   zeros for `.bss`), which whoever creates the maps writes. A program reads and writes its
+//!   variables in place, through `lddw rX, map[N]+OFF` (`BPF_PSEUDO_MAP_IDX_VALUE`), as Linux
+//!   does; nothing keeps a program from writing `.rodata`, whose changes only it sees.
 //! - **Relocations**: `lddw` of a map symbol (`R_BPF_64_64`) becomes a reference to the map's
-//!   entry in the program's table, `lddw` of a `.text` function (`bpf_loop`'s callback) a
-//!   reference to the function; calls of `.text` functions (`R_BPF_64_32`) are pointed at the
-//!   copy of `.text` after the program.
+//!   entry in the program's table, `lddw` of a variable (or of a data section and an offset) a
+//!   reference to its place in the value of its section's map, `lddw` of a `.text` function
+//!   (`bpf_loop`'s callback) a reference to the function; calls of `.text` functions
+//!   (`R_BPF_64_32`) are pointed at the copy of `.text` after the program.
 //!
-//! Not yet: global data (`.rodata`, `.data`, `.bss` as array maps), refused with
-//! [`ElfError::GlobalData`]. Nothing here trusts the object: a malformed one gets a typed error
-//! naming the section or symbol, never a panic.
+//! Nothing here trusts the object: a malformed one gets a typed error naming the section or
+//! symbol, never a panic.
 
 mod btf;
 #[cfg(test)]
@@ -91,17 +97,6 @@ pub enum ElfError {
         /// Why.
         why: String,
     },
-    /// Global data: not yet.
-    #[error(
-        "program {program} uses global data in {section}: egpu does not take `.rodata`, `.data` \
-         or `.bss` yet"
-    )]
-    GlobalData {
-        /// The program.
-        program: String,
-        /// The section.
-        section: String,
-    },
     /// A program is not a well-formed eBPF program, or egpu could not pack it.
     #[error(transparent)]
     Pack(#[from] PackError),
@@ -120,11 +115,15 @@ pub fn is_object(bytes: &[u8]) -> bool {
         && u16::from_le_bytes([bytes[16], bytes[17]]) == 1
 }
 
-/// A map of the object: its definition and its symbol's section and offset.
+/// A map of the object: its definition and its symbol's section and offset; for global data,
+/// the section's bytes.
 struct ObjectMap {
     def: MapDef,
     section: SectionIndex,
     offset: u64,
+    /// Global data: the section's bytes (trailing zeros left out), which `lddw` reaches
+    /// anywhere in.
+    data: Option<Vec<u8>>,
 }
 
 /// A function's code and where it came from.
@@ -164,13 +163,19 @@ pub fn load(bytes: &[u8]) -> Result<Pack, ElfError> {
         }
         for (function, start, size) in functions {
             let own = code(&section, start, size)?;
-            let program = link(&file, &maps, own, text.as_ref(), &function)?;
-            let program = Program::new(program.0, program.1, attach_point)
+            let (insns, table) = link(&file, &maps, own, text.as_ref())?;
+            let defs = table.iter().map(|&i| maps[i].def.clone()).collect();
+            let program = Program::new(insns, defs, attach_point)
                 .map_err(|error| PackError::Program { probe: function.clone(), error })?;
             let verified = egpu_ebpf::verifier::verify(&program)
                 .map_err(|error| PackError::Verify { probe: function.clone(), error })?;
             let geometries = program.maps().iter().map(geometry).collect::<Result<_, _>>()?;
             pack.push(&function, verified, geometries)?;
+            for m in table.iter().map(|&i| &maps[i]) {
+                if let Some(data) = m.data.clone().filter(|d| !d.is_empty()) {
+                    pack.with_data(&m.def.name, data)?;
+                }
+            }
             found += 1;
         }
     }
@@ -227,7 +232,7 @@ fn object_maps(file: &ElfFile64<'_, Endianness>) -> Result<Vec<ObjectMap>, ElfEr
                 });
             };
             let def = map_def(&name, Some(w[0]), Some(w[1]), Some(w[2]), Some(w[3]))?;
-            out.push(ObjectMap { def, section: section.index(), offset: s.address() });
+            out.push(ObjectMap { def, section: section.index(), offset: s.address(), data: None });
         }
     }
     if let Some(section) = file.section_by_name(".maps") {
@@ -246,11 +251,43 @@ fn object_maps(file: &ElfFile64<'_, Endianness>) -> Result<Vec<ObjectMap>, ElfEr
                     why: "no symbol in `.maps`".into(),
                 })?;
             let def = map_def(&m.name, m.kind, m.key_size, m.value_size, m.max_entries)?;
-            out.push(ObjectMap { def, section: section.index(), offset: symbol.address() });
+            let (section, offset) = (section.index(), symbol.address());
+            out.push(ObjectMap { def, section, offset, data: None });
         }
+    }
+    for section in file.sections() {
+        let Ok(name) = section.name() else { continue };
+        if !GLOBAL_DATA.iter().any(|d| name == *d || name.starts_with(&format!("{d}."))) {
+            continue;
+        }
+        let why = |why: String| ElfError::Map { map: name.to_owned(), why };
+        let size = u32::try_from(section.size())
+            .map_err(|_| why(format!("{} bytes of global data", section.size())))?;
+        if size == 0 {
+            continue;
+        }
+        // `.bss` has no bytes in the file: zeros.
+        let mut data = match name.starts_with(".bss") {
+            true => Vec::new(),
+            false => section.data().map_err(|e| why(e.to_string()))?.to_vec(),
+        };
+        while data.last() == Some(&0) {
+            data.pop();
+        }
+        let def = MapDef {
+            name: name.to_owned(),
+            kind: MapKind::Array,
+            key_size: 4,
+            value_size: size,
+            capacity: 1,
+        };
+        out.push(ObjectMap { def, section: section.index(), offset: 0, data: Some(data) });
     }
     Ok(out)
 }
+
+/// The sections of global data, each an array of one entry (and those named `NAME.SUFFIX`).
+const GLOBAL_DATA: [&str; 3] = [".rodata", ".data", ".bss"];
 
 /// A map's definition from its numbers, checked.
 fn map_def(
@@ -291,15 +328,14 @@ fn geometry(def: &MapDef) -> Result<Geometry, ElfError> {
         .map_err(|e| ElfError::Map { map: def.name.clone(), why: e.to_string() })
 }
 
-/// A program's instructions and map table: its own code, relocated, then `.text`'s when it
-/// calls into it.
+/// A program's instructions and map table (indices in `maps`): its own code, relocated, then
+/// `.text`'s when it calls into it.
 fn link(
     file: &ElfFile64<'_, Endianness>,
     maps: &[ObjectMap],
     own: Code,
     text: Option<&Code>,
-    program: &str,
-) -> Result<(Vec<Insn>, Vec<MapDef>), ElfError> {
+) -> Result<(Vec<Insn>, Vec<usize>), ElfError> {
     let mut table: Vec<usize> = Vec::new();
     let mut insns = own.insns.clone();
     let calls_text =
@@ -342,27 +378,33 @@ fn link(
                         }
                         continue;
                     }
-                    if let Some(i) = maps
-                        .iter()
-                        .position(|m| Some(m.section) == r.target_section && m.offset == offset)
-                    {
+                    let found = maps.iter().position(|m| {
+                        Some(m.section) == r.target_section
+                            && (m.offset == offset || m.data.is_some())
+                    });
+                    if let Some(i) = found {
                         let index = table.iter().position(|&t| t == i).unwrap_or_else(|| {
                             table.push(i);
                             table.len() - 1
                         });
-                        insns[at].src = op::PSEUDO_MAP_IDX;
                         insns[at].imm = index as i32;
+                        // A variable: its place in the value of its section's map.
+                        let (src, next_imm) = match &maps[i].data {
+                            None => (op::PSEUDO_MAP_IDX, 0),
+                            Some(_) if offset < u64::from(maps[i].def.value_size) => {
+                                (op::PSEUDO_MAP_IDX_VALUE, offset as i32)
+                            }
+                            Some(_) => {
+                                return Err(fail(format!(
+                                    "`lddw` of byte {offset} of {}, past its end",
+                                    r.in_section
+                                )));
+                            }
+                        };
+                        insns[at].src = src;
                         if let Some(next) = insns.get_mut(at + 1) {
-                            next.imm = 0;
+                            next.imm = next_imm;
                         }
-                    } else if [".rodata", ".data", ".bss"]
-                        .iter()
-                        .any(|d| r.in_section.starts_with(d))
-                    {
-                        return Err(ElfError::GlobalData {
-                            program: program.to_owned(),
-                            section: r.in_section,
-                        });
                     } else {
                         return Err(fail(format!("`lddw` of {}, which is no map", r.target_name)));
                     }
@@ -392,7 +434,7 @@ fn link(
             }
         }
     }
-    Ok((insns, table.into_iter().map(|i| maps[i].def.clone()).collect()))
+    Ok((insns, table))
 }
 
 /// A relocation of a piece of code: its slot in the piece, what it points at.

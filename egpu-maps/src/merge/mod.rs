@@ -130,11 +130,34 @@ impl DevicePart {
         self.range.start..self.range.end + self.copies as usize * self.slots_bytes()
     }
 
-    /// The part's first contents: an empty map (header, then zeros), and its copies (zeros).
+    /// The part's first contents: an empty map (header, then zeros; or the map's values, see
+    /// [`DevicePart::from_values`]), and its copies (zeros).
     pub fn image(&self) -> Vec<u8> {
         let mut image = vec![0; self.range().end];
         image[..HEADER_BYTES].copy_from_slice(&self.geometry.header_bytes(current_pid()));
+        image[self.range.clone()].copy_from_slice(&self.applied);
         image
+    }
+
+    /// Starts the part of an array from `map`'s values rather than empty: its first image holds
+    /// them (global data's first contents, or what host probes added already), as merged, so
+    /// that merges add to the map only what device probes change.
+    pub fn from_values(mut self, map: &RawMap) -> Result<DevicePart, MapError> {
+        if self.geometry.kind != MapKind::Array {
+            let kind = self.geometry.kind;
+            return Err(MapError::Unsupported { op: "a device part from the map's values", kind });
+        }
+        if map.geometry() != &self.geometry {
+            return Err(MapError::Geometry {
+                reason: "the map's geometry is not the part's".into(),
+            });
+        }
+        for w in (0..self.applied.len()).step_by(8) {
+            let value = map.region().word(self.range.start + w).load(Relaxed);
+            self.applied[w..w + 8].copy_from_slice(&value.to_le_bytes());
+        }
+        self.seen.copy_from_slice(&self.applied);
+        Ok(self)
     }
 
     /// Merges `snapshot` (the part's bytes in [`range`](Self::range), copied from the GPU) into

@@ -107,6 +107,34 @@ fn array_words_add_their_growth() {
     assert_eq!(again.words, 0);
 }
 
+/// An array's part started from the map's values (global data's first contents): the image
+/// holds them, and merges add only what the device changed.
+#[test]
+fn an_array_part_starts_from_the_map_values() {
+    let target = map(MapKind::Array, 4, 16, 1, 1, 0);
+    let word = |m: &RawMap, w: usize| m.region().word(m.geometry().slot_offset(0, 0) + w);
+    word(&target, 0).store(100, Relaxed);
+    word(&target, 8).store(3, Relaxed);
+    let mut part =
+        DevicePart::new(target.geometry()).and_then(|p| p.from_values(&target)).expect("a part");
+    // The device's memory, made from the image.
+    let device = map(MapKind::Array, 4, 16, 1, 1, 0);
+    let image = part.image();
+    for at in (0..image.len()).step_by(8) {
+        let w = u64::from_le_bytes(image[at..at + 8].try_into().expect("8 bytes"));
+        device.region().word(at).store(w, Relaxed);
+    }
+    assert_eq!((word(&device, 0).load(Relaxed), word(&device, 8).load(Relaxed)), (100, 3));
+    let unchanged = part.merge(&snapshot(&part, &device), &target, false).expect("merged");
+    assert_eq!(unchanged.words, 0);
+    word(&device, 0).fetch_add(7, Relaxed);
+    part.merge(&snapshot(&part, &device), &target, true).expect("merged");
+    assert_eq!((word(&target, 0).load(Relaxed), word(&target, 8).load(Relaxed)), (107, 3));
+    let hash = map(MapKind::Hash, 8, 8, 4, 1, 0);
+    let refused = DevicePart::new(hash.geometry()).and_then(|p| p.from_values(&hash));
+    assert!(refused.is_err());
+}
+
 /// Per-CPU arrays: only the SM shards are merged, each into its own; the host shards keep
 /// what host code wrote.
 #[test]

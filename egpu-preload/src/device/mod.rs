@@ -261,7 +261,8 @@ impl UserProbes {
         let mut samples = Vec::new();
         for probe in pack.probes() {
             let mut indices = Vec::new();
-            for (def, geometry) in probe.program.program().maps().iter().zip(&probe.maps) {
+            let table = probe.program.program().maps().iter().zip(&probe.maps).enumerate();
+            for (i, (def, geometry)) in table {
                 let index = match maps.iter().position(|(n, _)| *n == def.name) {
                     Some(i) if maps[i].1.geometry() == geometry => i,
                     Some(_) => {
@@ -275,6 +276,10 @@ impl UserProbes {
                     }
                     None => {
                         let raw = create(pid, &def.name, *geometry, shared)?;
+                        // Global data's first contents.
+                        if let Err(e) = probe.fill(i, &raw) {
+                            eprintln!("egpu: EGPU_PROBES: map {}'s first contents: {e}", def.name);
+                        }
                         maps.push((def.name.clone(), raw));
                         maps.len() - 1
                     }

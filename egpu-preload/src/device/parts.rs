@@ -29,8 +29,8 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread::Thread;
 use std::time::Duration;
 
-use egpu::maps::RawMap;
 use egpu::maps::merge::{DevicePart, Merged};
+use egpu::maps::{MapKind, RawMap};
 
 use super::boxes::{self, DeviceTable, InContext};
 use crate::events::{ALLOC, CTX_SYNC, DTOH_ASYNC, HTOD, HTOD_ASYNC, STREAM_SYNC};
@@ -228,6 +228,11 @@ fn make(
             0 => DevicePart::new(raw.geometry()),
             n => DevicePart::spread(raw.geometry(), n),
         }
+        // An array's part starts from the map's values (global data's first contents).
+        .and_then(|part| match raw.kind() {
+            MapKind::Array => part.from_values(&raw),
+            _ => Ok(part),
+        })
         .map_err(|e| format!("map {} on the GPU: {e}", maps[map].0))?;
         let mirror = mirrored.then(|| host_bytes(&raw));
         let image = mirror.clone().unwrap_or_else(|| merge.image());

@@ -197,7 +197,7 @@ impl Emitter<'_> {
         }
     }
 
-    /// `lddw`: a 64-bit constant, or the device address of a map.
+    /// `lddw`: a 64-bit constant, the device address of a map, or of a place in its value.
     pub(super) fn load_imm64(
         &mut self,
         pc: usize,
@@ -210,6 +210,13 @@ impl Emitter<'_> {
             Imm64::Map(m) => {
                 let map = self.map(pc, Some(m))?;
                 self.line(format!("mov.b64 {d}, {};", map.addr as i64));
+            }
+            Imm64::MapValue { map: m, offset } => {
+                // The verifier checked: an array of one entry, the offset inside its value.
+                let map = self.map(pc, Some(m))?;
+                let g = map.geometry;
+                let value = g.slot_offset(0, 0) as u64 + u64::from(g.value_offset + offset);
+                self.line(format!("mov.b64 {d}, {};", map.addr.wrapping_add(value) as i64));
             }
             // Only bpf_loop reads a function reference, and the program translated is the
             // runnable one, where those calls are loops and the references plain numbers.

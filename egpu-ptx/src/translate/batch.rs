@@ -282,7 +282,7 @@ fn step(
             s.regs[dst.index() as usize] = Some(match imm {
                 Imm64::Value(v) => Value::Const(v),
                 Imm64::Map(m) => Value::Map(m),
-                Imm64::Func(_) => return None,
+                Imm64::MapValue { .. } | Imm64::Func(_) => return None,
             });
         }
         Instruction::Load { size, dst, .. } => {

@@ -198,7 +198,7 @@ fn check(verified: &Verified, options: &Options) -> Result<(), TranslateError> {
                     .decoded()
                     .iter()
                     .find(|d| {
-                        matches!(d.insn, Instruction::LoadImm64 { imm: Imm64::Map(m), .. } if m as usize == i)
+                        matches!(d.insn, Instruction::LoadImm64 { imm: Imm64::Map(m) | Imm64::MapValue { map: m, .. }, .. } if m as usize == i)
                     })
                     .map_or(0, |d| d.pc);
                 return Err(TranslateError::MapUse {

@@ -16,9 +16,9 @@ use super::scalar::Scalar;
 use super::state::{Frame, Region, SLOTS, Slot, State, Value};
 pub(crate) use callback::{LoopEntry, MAX_LOOPS};
 
-use crate::Reg;
 use crate::helpers::id as helper_id;
 use crate::instruction::{AluOp, CallTarget, Imm64, Instruction, Operand};
+use crate::{MapKind, Reg};
 
 /// Largest number a pointer may be moved by, and largest offset it may reach (as in Linux).
 const MAX_OFFSET: i64 = 1 << 29;
@@ -89,6 +89,29 @@ impl Explorer<'_> {
                 let v = match imm {
                     Imm64::Value(v) => Value::Scalar(Scalar::constant(v)),
                     Imm64::Map(m) => Value::MapRef(m),
+                    Imm64::MapValue { map, offset } => {
+                        let def = &self.program.maps()[map as usize];
+                        if def.kind != MapKind::Array || def.capacity != 1 {
+                            return fail(
+                                Violation::MapValueBounds,
+                                format!(
+                                    "takes the address of the value of map `{}` directly, which                                      only an array of one entry has (global data)",
+                                    def.name
+                                ),
+                            );
+                        }
+                        if offset >= def.value_size {
+                            return fail(
+                                Violation::MapValueBounds,
+                                format!(
+                                    "takes the address of byte {offset} of the {}-byte value of                                      map `{}`",
+                                    def.value_size, def.name
+                                ),
+                            );
+                        }
+                        let off = Scalar::constant(u64::from(offset));
+                        Value::Pointer { region: Region::MapValue(map), off }
+                    }
                     Imm64::Func(_) => {
                         let target = insn.call_target(pc).expect("a function reference") as usize;
                         Value::FuncRef(self.function_at(target) as u32)
