@@ -854,7 +854,8 @@ enum egpu_status egpu_map_create(const struct egpu_map_desc *desc, struct egpu_m
 /**
  * Creates a map for entry `index` of the program's map table: its kind, sizes and capacity,
  * with the layout its object gave (or the CPU VM's default shards), in process memory
- * (`shared_name` null) or shared memory under `shared_name`.
+ * (`shared_name` null) or shared memory under `shared_name`; a map of an ELF object's global
+ * data (`.rodata`, `.data`) starts with its contents.
  *
  * # Safety
  * `program` is null or a live program handle; `shared_name` is null or a NUL-terminated
@@ -1193,7 +1194,7 @@ void egpu_ptx_result_free(struct egpu_ptx_result *result);
 /**
  * Loads `program` into a VM for this thread, verifying it first if it was not. With `maps`
  * null and `map_count` 0, each entry of its map table gets a new, empty map in process memory
- * (`egpu_vm_map` hands them out); otherwise `map_count` is the table's length and entry `n`
+ * (`egpu_vm_map` hands them out; global data's start with its contents); otherwise `map_count` is the table's length and entry `n`
  * is bound to `maps[n]`, which must be of its kind, key and value size (`EGPU_LOAD` names the
  * entry that is not). `EGPU_VERIFY` when the verifier refuses it, `EGPU_LOAD` when the CPU
  * cannot run it (a device-only helper).

@@ -163,7 +163,8 @@ pub unsafe extern "C" fn egpu_map_create(
 
 /// Creates a map for entry `index` of the program's map table: its kind, sizes and capacity,
 /// with the layout its object gave (or the CPU VM's default shards), in process memory
-/// (`shared_name` null) or shared memory under `shared_name`.
+/// (`shared_name` null) or shared memory under `shared_name`; a map of an ELF object's global
+/// data (`.rodata`, `.data`) starts with its contents.
 ///
 /// # Safety
 /// `program` is null or a live program handle; `shared_name` is null or a NUL-terminated
@@ -188,6 +189,7 @@ pub unsafe extern "C" fn egpu_map_create_for(
             return fail(EGPU_NULL_ARGUMENT, "`out` is null");
         }
         let raw = RawMap::create(g, &placement(name)).map_err(map_failure)?;
+        p.fill(index, &raw)?;
         // SAFETY: the caller's promise.
         unsafe { put_map(raw, out) }
     })

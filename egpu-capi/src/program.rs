@@ -40,6 +40,8 @@ pub(crate) struct ProgramHandle {
     /// The map layouts a pack gave (shards included); `None` for bytecode and assembly.
     layouts: Option<Vec<Geometry>>,
     map_names: Vec<CString>,
+    /// Each map's first contents (an object's global data), empty for a map that starts empty.
+    data: Vec<Vec<u8>>,
     verified: Mutex<Option<Arc<Verified>>>,
 }
 
@@ -68,9 +70,11 @@ impl ProgramHandle {
         name: &str,
         program: Program,
         layouts: Option<Vec<Geometry>>,
+        data: Vec<Vec<u8>>,
         verified: Option<Verified>,
     ) -> ProgramHandle {
         ProgramHandle {
+            data,
             name: c_string(name),
             attach: c_string(&program.attach_point().to_string()),
             map_names: program.maps().iter().map(|m| c_string(&m.name)).collect(),
@@ -101,6 +105,16 @@ impl ProgramHandle {
 
     pub(crate) fn name(&self) -> String {
         self.name.to_string_lossy().into_owned()
+    }
+
+    /// Writes map `index`'s first contents (an ELF object's `.rodata` or `.data`: the value of
+    /// an array of one entry) into `map`, just made for it; nothing for a map that starts empty.
+    pub(crate) fn fill(&self, index: usize, map: &egpu_maps::RawMap) -> Result<()> {
+        let Some(data) = self.data.get(index).filter(|d| !d.is_empty()) else { return Ok(()) };
+        let mut value = data.clone();
+        value.resize(map.geometry().value_size as usize, 0);
+        map.update(&0u32.to_le_bytes(), &value, egpu_maps::UpdateFlags::Any)
+            .map_err(crate::maps::map_failure)
     }
 
     /// The layout of map `index` of the table: the pack's, or the one the CPU VM gives a map
@@ -210,7 +224,7 @@ pub unsafe extern "C" fn egpu_program_from_bytecode(
         }
         let program = Program::from_bytes(code, maps, attach)
             .map_err(|e| Failure::new(EGPU_BAD_PROGRAM, format!("{name}: {e}")))?;
-        let handle = ffi::new_handle(ProgramHandle::new(&name, program, None, None));
+        let handle = ffi::new_handle(ProgramHandle::new(&name, program, None, Vec::new(), None));
         // SAFETY: checked not null; the caller's promise that it is writable.
         unsafe { ffi::put(out, handle, "out") }
     })
@@ -240,7 +254,7 @@ pub unsafe extern "C" fn egpu_program_from_assembly(
             assemble(text).map_err(|e| Failure::new(EGPU_BAD_PROGRAM, format!("{name}: {e}")))?;
         let program = Program::new(slots, maps, attach)
             .map_err(|e| Failure::new(EGPU_BAD_PROGRAM, format!("{name}: {e}")))?;
-        let handle = ffi::new_handle(ProgramHandle::new(&name, program, None, None));
+        let handle = ffi::new_handle(ProgramHandle::new(&name, program, None, Vec::new(), None));
         // SAFETY: checked not null; the caller's promise that it is writable.
         unsafe { ffi::put(out, handle, "out") }
     })
@@ -579,8 +593,13 @@ unsafe fn put_program(p: &egpu_host::pack::PackedProbe, out: *mut *mut egpu_prog
         return fail(crate::error::EGPU_NULL_ARGUMENT, "`out` is null");
     }
     let program = p.program.program().clone();
-    let handle =
-        ProgramHandle::new(&p.name, program, Some(p.maps.clone()), Some(p.program.clone()));
+    let handle = ProgramHandle::new(
+        &p.name,
+        program,
+        Some(p.maps.clone()),
+        p.data.clone(),
+        Some(p.program.clone()),
+    );
     // SAFETY: checked not null; the caller's promise that it is writable.
     unsafe { ffi::put(out, ffi::new_handle(handle), "out") }
 }

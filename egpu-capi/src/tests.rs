@@ -406,3 +406,48 @@ fn ptx_requests_are_checked() {
         egpu_program_free(host);
     }
 }
+
+#[test]
+fn global_data_starts_in_the_maps_made_for_it() {
+    let code = egpu_ebpf::assemble(
+        "mov %r2, 0
+         stxw [%r10-4], %r2
+         lddw %r1, map[0]
+         mov %r2, %r10
+         add %r2, -4
+         call 1
+         jne %r0, 0, +2
+         mov %r0, 0
+         exit
+         ldxdw %r0, [%r0+0]
+         exit",
+    )
+    .expect("assembles");
+    let hex: String =
+        egpu_ebpf::insn::slots_to_bytes(&code).iter().map(|b| format!("{b:02x}")).collect();
+    let pack = format!(
+        "egpu-probes 2\nprobe constant user(8)\nmap .rodata=array:4:8:1 1 0\n\
+         data 2a00000000000000\ncode {hex}\nend\n"
+    );
+    let (mut object, mut program, mut vm, mut map) =
+        (null_mut(), null_mut(), null_mut(), null_mut());
+    let mut ctx = [0u8; 8];
+    let (mut r0, mut value) = (0, [0u8; 8]);
+    // SAFETY: buffers of their lengths, live handles, out-pointers.
+    unsafe {
+        let status = egpu_object_from_pack(pack.as_ptr(), pack.len(), &mut object);
+        assert_eq!(status, EGPU_OK, "{}", last());
+        assert_eq!(egpu_object_program(object, 0, &mut program), EGPU_OK);
+        expect(egpu_object_program(object, 1, &mut program), EGPU_NOT_FOUND);
+        egpu_object_free(object);
+        assert_eq!(egpu_vm_new(program, null(), 0, &mut vm), EGPU_OK, "{}", last());
+        assert_eq!(egpu_vm_run(vm, ctx.as_mut_ptr(), 8, &mut r0), EGPU_OK, "{}", last());
+        assert_eq!(r0, 42, "the VM's own map starts with the data");
+        egpu_vm_free(vm);
+        assert_eq!(egpu_map_create_for(program, 0, null(), &mut map), EGPU_OK, "{}", last());
+        assert_eq!(egpu_map_array_get(map, 0, value.as_mut_ptr(), 8), EGPU_OK, "{}", last());
+        assert_eq!(u64::from_le_bytes(value), 42, "a map made for it too");
+        egpu_map_free(map);
+        egpu_program_free(program);
+    }
+}

@@ -54,7 +54,7 @@ unsafe fn own<'a>(vm: *const egpu_vm) -> Result<&'a VmHandle> {
 
 /// Loads `program` into a VM for this thread, verifying it first if it was not. With `maps`
 /// null and `map_count` 0, each entry of its map table gets a new, empty map in process memory
-/// (`egpu_vm_map` hands them out); otherwise `map_count` is the table's length and entry `n`
+/// (`egpu_vm_map` hands them out; global data's start with its contents); otherwise `map_count` is the table's length and entry `n`
 /// is bound to `maps[n]`, which must be of its kind, key and value size (`EGPU_LOAD` names the
 /// entry that is not). `EGPU_VERIFY` when the verifier refuses it, `EGPU_LOAD` when the CPU
 /// cannot run it (a device-only helper).
@@ -84,7 +84,11 @@ pub unsafe extern "C" fn egpu_vm_new(
         let name = p.name();
         let loaded = |e: ::egpu_vm::LoadError| Failure::new(EGPU_LOAD, format!("{name}: {e}"));
         let vm = if maps.is_null() && map_count == 0 {
-            Vm::new(&verified).map_err(loaded)?
+            let vm = Vm::new(&verified).map_err(loaded)?;
+            for (index, map) in vm.maps().iter().enumerate() {
+                p.fill(index, map)?;
+            }
+            vm
         } else {
             let raw: Vec<RawMap> = bound.iter().map(|m| m.raw().clone()).collect();
             Vm::with_maps(&verified, &raw, EngineChoice::Auto).map_err(loaded)?

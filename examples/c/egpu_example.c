@@ -152,6 +152,7 @@ static int run_on_the_vm(void) {
     egpu_map *counts = NULL;
     egpu_vm *vm = NULL;
 
+    /* ANCHOR: vm */
     /* A program from assembly, with its attach point and map table as text. */
     egpu_program_desc desc = {sizeof desc, "count", "user(8)", "counts=hash:4:8:64"};
     OK(egpu_program_from_assembly(&desc, COUNT, &count));
@@ -200,6 +201,7 @@ static int run_on_the_vm(void) {
     uint32_t keys[3];
     OK(egpu_map_keys(counts, (uint8_t *)keys, sizeof keys, &n));
     printf("counts: 1 -> 15, 2 -> 20, 3 -> 7 (%zu keys)\n", n);
+    /* ANCHOR_END: vm */
 
     /* A program from bytecode, and from a pack's text. */
     desc.name = "answer";
@@ -234,6 +236,7 @@ static int fire_host_events(void) {
     egpu_map *map = NULL;
     egpu_probes *probes = NULL;
 
+    /* ANCHOR: host */
     egpu_program_desc desc = {sizeof desc, "blocks", "host::launch", "blocks=hash:8:8:64"};
     OK(egpu_program_from_assembly(&desc, BLOCKS, &blocks));
     OK(egpu_map_create_for(blocks, 0, NULL, &map));
@@ -262,6 +265,7 @@ static int fire_host_events(void) {
     kernel = 8;
     OK(egpu_map_lookup(map, (const uint8_t *)&kernel, 8, (uint8_t *)&total, 8));
     CHECK(total == 256, "kernel 8's blocks");
+    /* ANCHOR_END: host */
     egpu_probes_health health = {.size = sizeof health};
     OK(egpu_probes_get_health(probes, &health));
     CHECK(health.runs == 4 && health.faults == 0, "four runs");
