@@ -124,11 +124,14 @@ unsafe fn read_array<T: ffi::Sized>(ptr: *const T, count: usize, what: &str) -> 
     if ptr.is_null() {
         return fail(EGPU_NULL_ARGUMENT, format!("`{what}` is null with a count of {count}"));
     }
-    // SAFETY: the caller's promise: the first element is there.
-    let first = unsafe { ffi::read(ptr, &format!("{what}[0]")) }?;
-    // SAFETY: as above; `read` checked it is a plausible size.
+    if count > (1 << 16) {
+        return fail(EGPU_BAD_SIZE, format!("`{what}`'s count {count} is not a count"));
+    }
+    // SAFETY: the caller's promise: the first element is there. Its size, checked by `read`,
+    // is every element's stride.
+    unsafe { ffi::read(ptr, &format!("{what}[0]")) }?;
+    // SAFETY: as above.
     let stride = unsafe { ptr.cast::<usize>().read_unaligned() };
-    let _ = first;
     (0..count)
         .map(|i| {
             // SAFETY: element `i` lies `i × stride` bytes on (the caller's promise).
