@@ -112,7 +112,9 @@ fn array_words_add_their_growth() {
 #[test]
 fn an_array_part_starts_from_the_map_values() {
     let target = map(MapKind::Array, 4, 16, 1, 1, 0);
-    let word = |m: &RawMap, w: usize| m.region().word(m.geometry().slot_offset(0, 0) + w);
+    fn word(m: &RawMap, w: usize) -> &AtomicU64 {
+        m.region().word(m.geometry().slot_offset(0, 0) + w)
+    }
     word(&target, 0).store(100, Relaxed);
     word(&target, 8).store(3, Relaxed);
     let mut part =
