@@ -317,6 +317,7 @@ fn device_programs_pass_ptxas(clang: &Path, out: &Path) {
         "legacy_ring",
         "loop",
         "global_data",
+        "global_bytes",
     ] {
         let pack = elf::load(&build(clang, name, out)).expect("loads");
         for p in pack.probes() {
@@ -338,7 +339,7 @@ fn device_programs_pass_ptxas(clang: &Path, out: &Path) {
         }
     }
     println!("device programs of the corpus ptxas-valid after injection: {valid}");
-    assert_eq!(valid, 12);
+    assert_eq!(valid, 13);
 }
 
 /// global_data.c beside its twin, and its pack through its text and back: (objects, programs).
