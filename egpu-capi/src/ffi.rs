@@ -77,7 +77,7 @@ pub(crate) unsafe fn optional_text<'a>(ptr: *const c_char, what: &str) -> Result
 /// # Safety
 /// The type is `#[repr(C)]`, starts with a `usize`, and every bit pattern of it is valid (or
 /// its readers check the fields that may not be).
-pub(crate) unsafe trait Sized: Copy {
+pub(crate) unsafe trait SizedStruct: Copy {
     /// The struct's name in C, for messages.
     const NAME: &'static str;
 }
@@ -88,7 +88,7 @@ pub(crate) unsafe trait Sized: Copy {
 ///
 /// # Safety
 /// `ptr` is null or valid for reads of the `size` bytes its first field says.
-pub(crate) unsafe fn read<T: Sized>(ptr: *const T, what: &str) -> Result<T> {
+pub(crate) unsafe fn read<T: SizedStruct>(ptr: *const T, what: &str) -> Result<T> {
     if ptr.is_null() {
         return fail(EGPU_NULL_ARGUMENT, format!("`{what}` is null"));
     }
@@ -104,7 +104,7 @@ pub(crate) unsafe fn read<T: Sized>(ptr: *const T, what: &str) -> Result<T> {
 ///
 /// # Safety
 /// `ptr` is null or valid for reads and writes of the `size` bytes its first field says.
-pub(crate) unsafe fn write<T: Sized>(ptr: *mut T, value: T, what: &str) -> Result<()> {
+pub(crate) unsafe fn write<T: SizedStruct>(ptr: *mut T, value: T, what: &str) -> Result<()> {
     if ptr.is_null() {
         return fail(EGPU_NULL_ARGUMENT, format!("`{what}` is null"));
     }
@@ -119,7 +119,7 @@ pub(crate) unsafe fn write<T: Sized>(ptr: *mut T, value: T, what: &str) -> Resul
     Ok(())
 }
 
-fn check_size<T: Sized>(size: usize, what: &str) -> Result<()> {
+fn check_size<T: SizedStruct>(size: usize, what: &str) -> Result<()> {
     let ours = size_of::<T>();
     if size < ours || size > MAX_STRUCT {
         return fail(
@@ -216,7 +216,7 @@ pub(crate) unsafe fn handles<'a, T: Kind>(
 }
 
 /// A kind of handle: the Rust value behind an opaque C type.
-pub(crate) trait Kind: std::marker::Sized + 'static {
+pub(crate) trait Kind: Sized + 'static {
     /// The opaque type C sees.
     type Opaque;
     /// The handle's type in C, for messages.

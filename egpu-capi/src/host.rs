@@ -296,7 +296,7 @@ pub struct egpu_probes_health {
 }
 
 // SAFETY: `#[repr(C)]`, starts with its size; written, never read.
-unsafe impl ffi::Sized for egpu_probes_health {
+unsafe impl ffi::SizedStruct for egpu_probes_health {
     const NAME: &'static str = "egpu_probes_health";
 }
 

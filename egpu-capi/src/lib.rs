@@ -35,9 +35,10 @@
 //!   `EGPU_NULL_ARGUMENT`; lengths, counts and enum-like numbers are checked before use (enums
 //!   cross as `uint32_t`, never as Rust enums, so no value a caller passes is undefined
 //!   behaviour). Each handle starts with a tag of its kind, so a handle of the wrong kind (easy
-//!   in Python, where every handle is a `c_void_p`) is `EGPU_BAD_ARGUMENT`, and a handle freed
-//!   once is refused as long as its memory was not reused; a pointer that was never a handle
-//!   cannot be told apart and is, as in any C library, undefined behaviour.
+//!   in Python, where every handle is a `c_void_p`) is `EGPU_BAD_ARGUMENT`. A handle used after
+//!   its `_free`, or a pointer that was never a handle, is, as in any C library, undefined
+//!   behaviour (the tag is cleared when a handle is freed, which often turns such a use into
+//!   `EGPU_BAD_ARGUMENT`, but nothing can promise it).
 //! - **Handles are made and freed here.** Each kind has its `_free`, which takes null.
 //!   Freeing one never invalidates another: a VM or an attachment keeps its program's verified
 //!   form and its maps alive; a map's memory lives until its last holder goes.

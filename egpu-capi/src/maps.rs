@@ -118,7 +118,7 @@ pub struct egpu_map_desc {
 }
 
 // SAFETY: `#[repr(C)]`, starts with its size; the kind and the name are checked where read.
-unsafe impl ffi::Sized for egpu_map_desc {
+unsafe impl ffi::SizedStruct for egpu_map_desc {
     const NAME: &'static str = "egpu_map_desc";
 }
 
@@ -246,7 +246,7 @@ pub struct egpu_map_info {
 }
 
 // SAFETY: `#[repr(C)]`, starts with its size; written, never read.
-unsafe impl ffi::Sized for egpu_map_info {
+unsafe impl ffi::SizedStruct for egpu_map_info {
     const NAME: &'static str = "egpu_map_info";
 }
 

@@ -160,7 +160,7 @@ pub struct egpu_program_desc {
 }
 
 // SAFETY: `#[repr(C)]`, starts with its size; pointers are checked where read.
-unsafe impl ffi::Sized for egpu_program_desc {
+unsafe impl ffi::SizedStruct for egpu_program_desc {
     const NAME: &'static str = "egpu_program_desc";
 }
 
@@ -302,7 +302,7 @@ pub struct egpu_program_info {
 }
 
 // SAFETY: `#[repr(C)]`, starts with its size; written, never read.
-unsafe impl ffi::Sized for egpu_program_info {
+unsafe impl ffi::SizedStruct for egpu_program_info {
     const NAME: &'static str = "egpu_program_info";
 }
 
@@ -360,7 +360,7 @@ pub struct egpu_map_def {
 }
 
 // SAFETY: `#[repr(C)]`, starts with its size; written, never read.
-unsafe impl ffi::Sized for egpu_map_def {
+unsafe impl ffi::SizedStruct for egpu_map_def {
     const NAME: &'static str = "egpu_map_def";
 }
 

@@ -67,7 +67,7 @@ pub struct egpu_device_map {
 }
 
 // SAFETY: `#[repr(C)]`, starts with its size; the kind is checked where read.
-unsafe impl ffi::Sized for egpu_device_map {
+unsafe impl ffi::SizedStruct for egpu_device_map {
     const NAME: &'static str = "egpu_device_map";
 }
 
@@ -86,7 +86,7 @@ pub struct egpu_device_probe {
 }
 
 // SAFETY: `#[repr(C)]`, starts with its size; pointers are checked where read.
-unsafe impl ffi::Sized for egpu_device_probe {
+unsafe impl ffi::SizedStruct for egpu_device_probe {
     const NAME: &'static str = "egpu_device_probe";
 }
 
@@ -109,7 +109,7 @@ pub struct egpu_ptx_request {
 }
 
 // SAFETY: `#[repr(C)]`, starts with its size; pointers are checked where read.
-unsafe impl ffi::Sized for egpu_ptx_request {
+unsafe impl ffi::SizedStruct for egpu_ptx_request {
     const NAME: &'static str = "egpu_ptx_request";
 }
 
@@ -117,7 +117,7 @@ unsafe impl ffi::Sized for egpu_ptx_request {
 ///
 /// # Safety
 /// `ptr` is null or valid for `count` elements of the size the first one's `size` says.
-unsafe fn read_array<T: ffi::Sized>(ptr: *const T, count: usize, what: &str) -> Result<Vec<T>> {
+unsafe fn read_array<T: ffi::SizedStruct>(ptr: *const T, count: usize, what: &str) -> Result<Vec<T>> {
     if count == 0 {
         return Ok(Vec::new());
     }
@@ -325,7 +325,7 @@ pub struct egpu_ptx_summary {
 }
 
 // SAFETY: `#[repr(C)]`, starts with its size; written, never read.
-unsafe impl ffi::Sized for egpu_ptx_summary {
+unsafe impl ffi::SizedStruct for egpu_ptx_summary {
     const NAME: &'static str = "egpu_ptx_summary";
 }
 
@@ -377,7 +377,7 @@ pub struct egpu_ptx_site {
 }
 
 // SAFETY: `#[repr(C)]`, starts with its size; written, never read.
-unsafe impl ffi::Sized for egpu_ptx_site {
+unsafe impl ffi::SizedStruct for egpu_ptx_site {
     const NAME: &'static str = "egpu_ptx_site";
 }
 
