@@ -319,6 +319,7 @@ fn clang_objects_load_verify_and_agree_with_their_twins() {
     assert!(loaded >= 10 && agree == loaded, "{loaded} loaded, {agree} agree");
 
     malformed_objects_are_refused(&build(&clang, "subprogram", &out), &mut rng);
+    refused_by_name(&clang, &out);
     device_programs_pass_ptxas(&clang, &out);
     let _ = std::fs::remove_dir_all(&out);
 }
@@ -396,6 +397,44 @@ fn global_data(clang: &Path, out: &Path, ctxs: &[MemAccessCtx]) {
 fn drained(ring: &RawMap) -> Vec<[u64; 2]> {
     let ring = RingBuf::<[u64; 2]>::from_raw(ring.clone()).expect("a ring of two words");
     ring.consumer().expect("consumer").drain().collect()
+}
+
+/// Objects clang builds that egpu cannot take (`tests/elf/bad/`): a typed error naming the
+/// section, map or symbol.
+fn refused_by_name(clang: &Path, out: &Path) {
+    std::fs::create_dir_all(out.join("bad")).expect("a folder");
+    let load = |name: &str| match elf::load(&build(clang, &format!("bad/{name}"), out)) {
+        Ok(pack) => panic!("bad/{name}: read, {} probes", pack.probes().len()),
+        Err(e) => e,
+    };
+    match load("attach") {
+        ElfError::Attach { section, attach } => {
+            assert_eq!(
+                (section.as_str(), attach.as_str()),
+                ("egpu/device/global_nothing", "device/global_nothing")
+            );
+        }
+        other => panic!("attach: {other}"),
+    }
+    for (name, map, says) in
+        [("huge_map", "HUGE", "capacity"), ("lru_map", "RECENT", "type 9 is not one egpu has")]
+    {
+        match load(name) {
+            ElfError::Map { map: m, why } => {
+                assert_eq!(m, map, "{name}");
+                assert!(why.contains(says), "{name}: {why}");
+            }
+            other => panic!("{name}: {other}"),
+        }
+    }
+    match load("extern_symbol") {
+        ElfError::Relocation { section, why, .. } => {
+            assert_eq!(section, "egpu/device/global_load");
+            assert!(why.contains("elsewhere"), "{why}");
+        }
+        other => panic!("extern_symbol: {other}"),
+    }
+    println!("objects refused by name: 4 (an attach point, a map too large, a map kind, a symbol)");
 }
 
 /// Truncated and mutated objects, and an object for another machine: a typed error or a pack,
