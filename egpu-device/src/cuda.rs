@@ -23,22 +23,45 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::any::Any;
 use std::ffi::{CString, c_uint, c_void};
 use std::fmt;
+use std::sync::Arc;
 
 use cudarc::driver::sys::{
     self, CUcontext, CUdevice, CUdeviceptr, CUfunction, CUfunction_attribute, CUjit_option,
-    CUmodule,
+    CUmodule, CUstream,
 };
 
 use crate::driver::{DriverError, GpuInfo, check, guarded, library_present};
 
-/// One GPU with its primary context, retained while this value lives.
+/// One GPU with a context: its primary context, retained while this value lives
+/// ([`Gpu::open`]), or a context another library owns, borrowed ([`Gpu::from_raw_context`],
+/// and with the `cudarc-interop` feature `Gpu::from_cudarc`).
 #[derive(Debug)]
 pub struct Gpu {
-    ordinal: i32,
-    device: CUdevice,
-    context: CUcontext,
+    pub(crate) ordinal: i32,
+    pub(crate) device: CUdevice,
+    pub(crate) context: CUcontext,
+    /// Whether this value retained the primary context, and releases it when dropped.
+    pub(crate) owned: bool,
+    /// What keeps a borrowed context alive while this value lives (a cudarc context's `Arc`).
+    #[expect(dead_code, reason = "held, never read: dropped with the value")]
+    pub(crate) keep: KeepAlive,
+}
+
+/// What a [`Gpu`] that borrows its context holds to keep it alive, if anything.
+#[derive(Default)]
+pub(crate) struct KeepAlive(pub(crate) Option<Arc<dyn Any + Send + Sync>>);
+
+// The value held is never used, only dropped with the `Gpu`: a panic cannot leave it half-made.
+impl std::panic::RefUnwindSafe for KeepAlive {}
+impl std::panic::UnwindSafe for KeepAlive {}
+
+impl fmt::Debug for KeepAlive {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() { "KeepAlive(..)" } else { "KeepAlive(None)" })
+    }
 }
 
 // SAFETY: a CUDA context may be used from any thread once made current there, which every method
@@ -63,11 +86,14 @@ impl From<DriverError> for JitError {
     }
 }
 
-/// A loaded module, unloaded when dropped.
+/// A loaded module, unloaded when dropped (unless it was borrowed, [`Module::from_raw`], or
+/// handed over, [`Module::into_raw`]).
 pub struct Module<'g> {
-    gpu: &'g Gpu,
-    module: CUmodule,
-    info_log: String,
+    pub(crate) gpu: &'g Gpu,
+    pub(crate) module: CUmodule,
+    pub(crate) info_log: String,
+    /// Whether this value unloads the module when dropped.
+    pub(crate) owned: bool,
 }
 
 // SAFETY: a module handle belongs to its context, not to a thread; every use makes the context
@@ -85,18 +111,20 @@ impl fmt::Debug for Module<'_> {
 /// A kernel of a loaded module.
 #[derive(Debug, Clone, Copy)]
 pub struct Kernel<'m> {
-    function: CUfunction,
+    pub(crate) function: CUfunction,
     /// The hash of its mangled name ([`egpu_ebpf::kernel_id`]).
-    id: u64,
-    _module: std::marker::PhantomData<&'m ()>,
+    pub(crate) id: u64,
+    pub(crate) _module: std::marker::PhantomData<&'m ()>,
 }
 
-/// Device memory, freed when dropped.
+/// Device memory, freed when dropped (unless it was borrowed, [`DeviceBuffer::from_raw`]).
 #[derive(Debug)]
 pub struct DeviceBuffer<'g> {
-    gpu: &'g Gpu,
-    ptr: CUdeviceptr,
-    len: usize,
+    pub(crate) gpu: &'g Gpu,
+    pub(crate) ptr: CUdeviceptr,
+    pub(crate) len: usize,
+    /// Whether this value frees the memory when dropped.
+    pub(crate) owned: bool,
 }
 
 /// Host memory pinned and mapped into the GPU; unregistered when dropped.
@@ -160,7 +188,7 @@ impl Gpu {
             check("cuDevicePrimaryCtxRetain", unsafe {
                 sys::cuDevicePrimaryCtxRetain(&mut context, device)
             })?;
-            let gpu = Gpu { ordinal, device, context };
+            let gpu = Gpu { ordinal, device, context, owned: true, keep: KeepAlive::default() };
             gpu.bind()?;
             Ok(gpu)
         })
@@ -173,7 +201,7 @@ impl Gpu {
     }
 
     /// Makes the context current on the calling thread.
-    fn bind(&self) -> Result<(), DriverError> {
+    pub(crate) fn bind(&self) -> Result<(), DriverError> {
         // SAFETY: `context` is the retained primary context, alive while `self` is.
         check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.context) })
     }
@@ -259,7 +287,7 @@ impl Gpu {
                 String::from_utf8_lossy(&buf[..end]).trim().to_owned()
             };
             match check("cuModuleLoadDataEx", result) {
-                Ok(()) => Ok(Ok(Module { gpu: self, module, info_log: text(&info) })),
+                Ok(()) => Ok(Ok(Module { gpu: self, module, info_log: text(&info), owned: true })),
                 Err(e) => Ok(Err(JitError { error: e, log: text(&error) })),
             }
         })?
@@ -272,7 +300,7 @@ impl Gpu {
             let mut ptr: CUdeviceptr = 0;
             // SAFETY: `ptr` is live and writable.
             check("cuMemAlloc", unsafe { sys::cuMemAlloc_v2(&mut ptr, len.max(1)) })?;
-            let buffer = DeviceBuffer { gpu: self, ptr, len };
+            let buffer = DeviceBuffer { gpu: self, ptr, len, owned: true };
             // SAFETY: `ptr` is a fresh allocation of at least `len` bytes.
             check("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(ptr, 0, len.max(1)) })?;
             Ok(buffer)
@@ -282,6 +310,20 @@ impl Gpu {
     /// Launches `kernel` and waits for it to finish.
     pub fn launch(
         &self,
+        kernel: &Kernel<'_>,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        args: &[Arg<'_>],
+    ) -> Result<(), DriverError> {
+        self.launch_on_raw(std::ptr::null_mut(), kernel, grid, block, args)?;
+        self.synchronize()
+    }
+
+    /// Launches `kernel` on `stream` (a stream of this context, or null: the default stream),
+    /// without waiting.
+    pub(crate) fn launch_on_raw(
+        &self,
+        stream: CUstream,
         kernel: &Kernel<'_>,
         grid: (u32, u32, u32),
         block: (u32, u32, u32),
@@ -315,7 +357,8 @@ impl Gpu {
             let call = || {
                 // SAFETY: `function` belongs to a module alive for 'm; `params` holds one
                 // pointer per kernel parameter, each to a live value of at least the
-                // parameter's size.
+                // parameter's size; `stream` is null or a stream of this context (the callers'
+                // contract).
                 outcome = unsafe {
                     sys::cuLaunchKernel(
                         function,
@@ -326,7 +369,7 @@ impl Gpu {
                         block.1,
                         block.2,
                         0,
-                        std::ptr::null_mut(),
+                        stream,
                         params.as_mut_ptr(),
                         std::ptr::null_mut(),
                     )
@@ -335,8 +378,7 @@ impl Gpu {
             };
             // Host probes on launches see egpu's own (see `hooks`).
             crate::hooks::launch(id, function as u64, grid, block, call);
-            check("cuLaunchKernel", outcome)?;
-            self.synchronize()
+            check("cuLaunchKernel", outcome)
         })
     }
 
@@ -374,6 +416,10 @@ impl Gpu {
 
 impl Drop for Gpu {
     fn drop(&mut self) {
+        if !self.owned {
+            // A borrowed context: its owner releases it (after `keep`, dropped next).
+            return;
+        }
         let _ = guarded(|| {
             // SAFETY: releases the retain made in `open`; nothing of this Gpu outlives it
             // (modules and buffers borrow it).
@@ -430,6 +476,9 @@ impl Kernel<'_> {
 
 impl Drop for Module<'_> {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let _ = self.gpu.bind();
         // SAFETY: `module` was loaded by `load_ptx` and its kernels borrow `self`.
         let _ = guarded(|| check("cuModuleUnload", unsafe { sys::cuModuleUnload(self.module) }));
@@ -548,6 +597,9 @@ impl DeviceBuffer<'_> {
 
 impl Drop for DeviceBuffer<'_> {
     fn drop(&mut self) {
+        if !self.owned {
+            return;
+        }
         let _ = self.gpu.bind();
         // SAFETY: `ptr` came from `cuMemAlloc` and is freed once.
         let _ = guarded(|| check("cuMemFree", unsafe { sys::cuMemFree_v2(self.ptr) }));

@@ -39,6 +39,14 @@ pub enum DriverError {
         name: String,
     },
 
+    /// A raw driver handle handed to egpu was null where a live object is needed (the
+    /// raw-handle constructors of [`crate::raw`]).
+    #[error("a null `{handle}` was given where a live one is needed")]
+    NullHandle {
+        /// The handle's type, such as `CUcontext`.
+        handle: &'static str,
+    },
+
     /// The driver bindings panicked, typically because the loaded driver lacks a symbol; the
     /// panic was caught.
     #[error("the CUDA driver bindings panicked: {message}")]
@@ -311,7 +319,7 @@ pub(crate) fn check(call: &'static str, result: CUresult) -> Result<(), DriverEr
 }
 
 /// The name of a `CUresult`, such as `CUDA_ERROR_NO_DEVICE`. Never panics.
-fn error_name(result: CUresult) -> String {
+pub(crate) fn error_name(result: CUresult) -> String {
     let from_driver = panic::catch_unwind(|| {
         if !library_present() {
             return None;

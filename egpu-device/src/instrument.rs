@@ -29,12 +29,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use egpu_ebpf::verifier::Verified;
 
-use crate::cuda::{Arg, Gpu, JitError, Module};
+use crate::cuda::{Arg, Gpu, JitError, Kernel, Module};
 use crate::driver::DriverError;
 use crate::inject::{
     Coverage, DeviceProbe, InjectError, InjectOptions, Injection, Kernels, Sample, WarpSampling,
     inject_with,
 };
+use crate::raw::Stream;
 use crate::tensor_maps::TensorMaps;
 use crate::translate::{Context, DeviceMap, Options, translate};
 use egpu_ebpf::{AttachPoint, DeviceEvent};
@@ -78,7 +79,7 @@ pub enum Fallback {
 
 /// Device probes attached to a GPU, and the modules instrumented with them.
 pub struct Instrumenter<'g> {
-    gpu: &'g Gpu,
+    pub(crate) gpu: &'g Gpu,
     probes: Vec<Attached>,
     next_id: u64,
     paused: AtomicBool,
@@ -303,7 +304,16 @@ impl<'g> Instrumenter<'g> {
         })
     }
 
-    fn instrument(&self, ptx: &str) -> Loaded<'g> {
+    /// `ptx` instrumented with the attached probes, not loaded: the PTX with what the injector
+    /// did (kernels, sites, coverage), for a program that loads modules through another
+    /// wrapper (its raw handles: [`crate::raw`]; cudarc: the `cudarc-interop` feature). The
+    /// instrumented kernels take the parameters the originals take: nothing is passed to them
+    /// per launch (`launch_id` is `%gridid`), so a launch is the same call.
+    ///
+    /// # Errors
+    ///
+    /// The injector's: PTX it cannot read, a probe it cannot place.
+    pub fn instrument_ptx(&self, ptx: &str) -> Result<Injection, InjectError> {
         let names: Vec<Vec<&str>> =
             self.probes.iter().map(|p| p.kernels.iter().map(String::as_str).collect()).collect();
         let probes: Vec<DeviceProbe<'_>> = self
@@ -324,10 +334,34 @@ impl<'g> Instrumenter<'g> {
             sm_clock_khz: self.sm_clock_khz,
             ..InjectOptions::default()
         };
-        let injected =
-            inject_with(ptx, &probes, &options).map_err(|e| Fallback::Inject(e.to_string()))?;
+        inject_with(ptx, &probes, &options)
+    }
+
+    fn instrument(&self, ptx: &str) -> Loaded<'g> {
+        let injected = self.instrument_ptx(ptx).map_err(|e| Fallback::Inject(e.to_string()))?;
         let module = self.gpu.load_ptx(&injected.ptx).map_err(Fallback::Load)?;
         Ok((module, injected.coverage(), injected))
+    }
+
+    /// Counts a launch of kernel `name`, in `module`'s counts and this instrumenter's: the
+    /// kernel's launches in `module` before it (from 0).
+    pub(crate) fn note_launch(&self, module: &Mutex<HashMap<String, u64>>, name: &str) -> u64 {
+        let n = {
+            let mut launches = module.lock().unwrap_or_else(PoisonError::into_inner);
+            let n = launches.entry(name.to_owned()).or_insert(0);
+            *n += 1;
+            *n - 1
+        };
+        let mut all = self.launched.lock().unwrap_or_else(PoisonError::into_inner);
+        *all.entry(name.to_owned()).or_insert(0) += 1;
+        n
+    }
+
+    /// Whether a kernel's launch number `n` (from 0, in its module) runs instrumented: probes
+    /// attached, not paused, and sampled (`n % every == 0`).
+    pub(crate) fn wants(&self, n: u64) -> bool {
+        let every = self.every.load(Relaxed);
+        !self.paused.load(Relaxed) && n.is_multiple_of(every) && !self.probes.is_empty()
     }
 }
 
@@ -370,21 +404,38 @@ impl ProbedModule<'_, '_> {
         block: (u32, u32, u32),
         args: &[Arg<'_>],
     ) -> Result<Ran, DriverError> {
+        self.launch_with(None, name, grid, block, args)
+    }
+
+    /// [`launch`](Self::launch) on `stream` (another wrapper's, through [`Stream::from_raw`]),
+    /// without waiting: the stream's [`synchronize`](Stream::synchronize) waits for it, after
+    /// which the probes' maps can be read back. A launch that fails for lack of registers
+    /// instrumented is made again with the original kernel, as [`launch`](Self::launch) does.
+    pub fn launch_on(
+        &self,
+        stream: &Stream<'_>,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        args: &[Arg<'_>],
+    ) -> Result<Ran, DriverError> {
+        self.launch_with(Some(stream), name, grid, block, args)
+    }
+
+    fn launch_with(
+        &self,
+        stream: Option<&Stream<'_>>,
+        name: &str,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        args: &[Arg<'_>],
+    ) -> Result<Ran, DriverError> {
         let gpu = self.instrumenter.gpu;
-        let n = {
-            let mut launches = self.launches.lock().unwrap_or_else(PoisonError::into_inner);
-            let n = launches.entry(name.to_owned()).or_insert(0);
-            *n += 1;
-            *n - 1
+        let run = |kernel: &Kernel<'_>| match stream {
+            Some(stream) => gpu.launch_on(stream, kernel, grid, block, args),
+            None => gpu.launch(kernel, grid, block, args),
         };
-        {
-            let mut all = self.instrumenter.launched.lock().unwrap_or_else(PoisonError::into_inner);
-            *all.entry(name.to_owned()).or_insert(0) += 1;
-        }
-        let every = self.instrumenter.every.load(Relaxed);
-        let wanted = !self.instrumenter.paused.load(Relaxed)
-            && n % every == 0
-            && !self.instrumenter.probes.is_empty();
+        let wanted = self.instrumenter.wants(self.instrumenter.note_launch(&self.launches, name));
         let usable = match self.instrumented.as_ref() {
             Ok((module, ..)) if wanted && self.kernel_fallback(name).is_none() => Some(module),
             Err(why) if wanted => {
@@ -395,7 +446,7 @@ impl ProbedModule<'_, '_> {
         };
         if let Some(module) = usable {
             let kernel = module.kernel(name)?;
-            match gpu.launch(&kernel, grid, block, args) {
+            match run(&kernel) {
                 Ok(()) => return Ok(Ran::Instrumented),
                 Err(error) if out_of_resources(&error) => {
                     let why = Fallback::Launch { kernel: name.to_owned(), error };
@@ -409,7 +460,7 @@ impl ProbedModule<'_, '_> {
             }
         }
         let kernel = self.original.kernel(name)?;
-        gpu.launch(&kernel, grid, block, args)?;
+        run(&kernel)?;
         Ok(Ran::Original)
     }
 }
@@ -417,7 +468,7 @@ impl ProbedModule<'_, '_> {
 /// A launch that failed for lack of registers or threads per block
 /// (`CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`). Instrumentation adds no shared memory, so no other
 /// error can come from it.
-fn out_of_resources(error: &DriverError) -> bool {
+pub(crate) fn out_of_resources(error: &DriverError) -> bool {
     matches!(error.code(), Some(701))
 }
 

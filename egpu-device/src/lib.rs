@@ -76,13 +76,21 @@
 #![deny(missing_docs)]
 
 pub mod cuda;
+#[cfg(feature = "cudarc-interop")]
+pub mod cudarc_interop;
 pub mod driver;
 pub mod hooks;
 pub mod instrument;
 pub mod maps;
+pub mod raw;
 pub mod tensor_maps;
 pub mod testing;
 
 pub use egpu_ptx::{cubin, fatbin, image, inject, ptx, toolchain, translate};
 
 pub use driver::{DriverError, GpuInfo, GpuStatus, devices, gpu_status};
+
+/// cudarc, the version egpu is built with (feature `cudarc-interop`): name its types through
+/// this path, or depend on the same version, so that the contexts and modules are the same types.
+#[cfg(feature = "cudarc-interop")]
+pub use cudarc;

@@ -40,6 +40,24 @@ impl<'g> DeviceMapBuffer<'g> {
         Ok(DeviceMapBuffer { raw: Some(raw.clone()), geometry: *raw.geometry(), buffer })
     }
 
+    /// [`upload`](Self::upload) into device memory the caller provides (another wrapper's,
+    /// through [`DeviceBuffer::from_raw`]; a cudarc slice's with the `cudarc-interop`
+    /// feature): it must hold the whole map.
+    ///
+    /// # Errors
+    ///
+    /// `CUDA_ERROR_INVALID_VALUE` when `buffer` is smaller than the map; the copy's error.
+    pub fn upload_into(
+        buffer: DeviceBuffer<'g>,
+        raw: &RawMap,
+    ) -> Result<DeviceMapBuffer<'g>, DriverError> {
+        let (ptr, len) = raw.memory();
+        // SAFETY: the map's memory is `len` readable bytes while `raw` lives (a snapshot, as in
+        // `upload`); `write_raw` refuses a buffer shorter than `len`.
+        unsafe { buffer.write_raw(ptr.as_ptr(), len)? };
+        Ok(DeviceMapBuffer { raw: Some(raw.clone()), geometry: *raw.geometry(), buffer })
+    }
+
     /// An empty map of `geometry` in GPU memory only (a trace ring too large to keep a host
     /// copy of, for example): its header and counters can be read ([`counter`](Self::counter)),
     /// not downloaded.
@@ -132,6 +150,11 @@ impl<'g> DeviceMapBuffer<'g> {
     /// The host map, when there is one.
     pub fn raw(&self) -> Option<&RawMap> {
         self.raw.as_ref()
+    }
+
+    /// The map's geometry (kind, sizes, capacity, shards).
+    pub fn geometry(&self) -> &Geometry {
+        &self.geometry
     }
 }
 

@@ -29,6 +29,10 @@
 //! | the header | the driver, through [`Gpu::info`] | the driver, through its interposed entry points |
 //! | reading back | [`MemSession::recording`]: synchronise, download, [`Recording::collect`] | at exit, after the last merge |
 //!
+//! A cudarc program does the same over its own context (feature `cudarc-interop`): the session
+//! made on `Gpu::from_cudarc(&ctx)`, its modules loaded with `MemSession::load_cudarc`, their
+//! kernels launched through cudarc's builder as `ProbedCudaFunction::launch_builder` gives it.
+//!
 //! The maps' device copies are bound without per-SM copies of their slots (no `spread`), so adds
 //! to one counter meet at one address, as in `egpu::device`'s own examples: the figures are the
 //! same, the cost on the heaviest kernels higher than under the preloaded library. The
@@ -391,6 +395,27 @@ impl<'g> MemSession<'g> {
     /// not load.
     pub fn load_ptx<'s>(&'s self, ptx: &str) -> Result<ProbedModule<'s, 'g>, MemError> {
         let module = self.instrumenter.load(ptx)?;
+        if let Some(injection) = module.injection() {
+            self.injected
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .add(injection, &self.kernels);
+        }
+        Ok(module)
+    }
+
+    /// [`MemSession::load_ptx`] for a cudarc program: loads `ptx` into `context` (the
+    /// session's GPU's, `Gpu::from_cudarc`) through cudarc's `load_module`, as it is and
+    /// instrumented with the sets' probes; its kernels' launches through
+    /// [`ProbedCudaFunction::launch_builder`](egpu_device::cudarc_interop::ProbedCudaFunction::launch_builder)
+    /// are counted in the recording. Fails only when the original does not load.
+    #[cfg(feature = "cudarc-interop")]
+    pub fn load_cudarc<'s>(
+        &'s self,
+        context: &std::sync::Arc<egpu_device::cudarc_interop::CudaContext>,
+        ptx: &egpu_device::cudarc_interop::Ptx,
+    ) -> Result<egpu_device::cudarc_interop::ProbedCudaModule<'s, 'g>, MemError> {
+        let module = self.instrumenter.load_cudarc(context, ptx)?;
         if let Some(injection) = module.injection() {
             self.injected
                 .lock()
