@@ -20,6 +20,11 @@
 //!   every global (or generic) load and store, leaving the rest of the text as it was;
 //! - [`instrument`] loads modules through egpu ([`instrument::Instrumenter`]): instrumented and
 //!   cached, or the original kernel, with sampling, detaching and a fallback that says why;
+//! - [`raw`] takes other wrappers' driver handles (contexts, modules, kernels, streams, device
+//!   memory), borrowed, so that any wrapper (cust included) uses the instrumenter and maps;
+//!   with the `cudarc-interop` feature, `cudarc_interop` does the same for cudarc's safe API:
+//!   modules loaded through `CudaContext::load_module` instrumented, maps in `CudaSlice`s,
+//!   launches through cudarc's launch builder;
 //! - [`maps`] places maps where probes update them: a copy in GPU memory
 //!   ([`maps::DeviceMapBuffer`]), or the host map pinned and mapped into the GPU, read live
 //!   ([`maps::HostMappedMap`]), on the layout every side shares (`egpu_maps::layout`);
@@ -46,9 +51,10 @@
 //! | safe    | [`devices`], [`gpu_status`], [`GpuInfo`], [`GpuStatus`], [`DriverError`]; the owning types of [`cuda`]: [`Gpu`](cuda::Gpu), [`Module`](cuda::Module), [`Kernel`](cuda::Kernel), [`DeviceBuffer`](cuda::DeviceBuffer), [`HostMapping`](cuda::HostMapping) | Plain Rust values and typed errors. The library is probed first ([`DriverError::LibraryNotFound`]), before any owning type can exist, and the queries and the calls that open a context, load a module, allocate, launch and release run under `catch_unwind`, so a missing driver is an error, never a panic. Each owning type releases its driver object when dropped: `Gpu` its retain of the primary context, `Module` the module, `DeviceBuffer` the memory, `HostMapping` the registration of the host memory; a `Kernel` borrows its module. |
 //!
 //! All driver access in egpu goes through this crate and these layers, never through `cudarc`
-//! directly from another crate. That keeps the `unsafe` in one place, and it leaves one seam where
-//! an interop with the Rust-CUDA project (`cust`) can be added later: contexts, streams and
-//! device pointers handed in from `cust` would enter here and nowhere else.
+//! directly from another crate. That keeps the `unsafe` in one place, and it leaves one seam
+//! where other wrappers' objects enter: contexts, modules, kernels, streams and device pointers
+//! of any wrapper through [`raw`], and cudarc's safe types through `cudarc_interop` (feature
+//! `cudarc-interop`), both borrowed, never released by egpu.
 //!
 //! # Without a GPU
 //!
