@@ -117,7 +117,11 @@ unsafe impl ffi::SizedStruct for egpu_ptx_request {
 ///
 /// # Safety
 /// `ptr` is null or valid for `count` elements of the size the first one's `size` says.
-unsafe fn read_array<T: ffi::SizedStruct>(ptr: *const T, count: usize, what: &str) -> Result<Vec<T>> {
+unsafe fn read_array<T: ffi::SizedStruct>(
+    ptr: *const T,
+    count: usize,
+    what: &str,
+) -> Result<Vec<T>> {
     if count == 0 {
         return Ok(Vec::new());
     }
