@@ -118,8 +118,10 @@ impl WarpSampling {
 
 /// The multiplier of the warps' Fibonacci hashing: 2⁶⁴ over the golden ratio.
 const GOLDEN: u64 = 0x9E37_79B9_7F4A_7C15;
-/// What a loop's turns are multiplied by before they are mixed into a warp's key.
-const TURNS: u64 = 0xD6E8_FEB8_6659_FD93;
+/// What each turn of a loop adds to a warp's draw: 2³² over the golden ratio, so that the
+/// draws of a warp's turns step evenly over 2³² (a Weyl sequence) and it records one turn in N,
+/// spread out.
+const TURNS: u32 = 0x9E37_79B9;
 
 /// A warp's key: `block.x · 32 + warp`, `block.y` and `block.z` xored into its high bits.
 pub fn warp_key(block: [u32; 3], warp: u32) -> u64 {
@@ -200,10 +202,12 @@ fn draw_lines(mixed: &str, pred: &str, sample: Sample) -> [String; 3] {
 }
 
 /// Whether the warp of `key` is drawn after `turns` turns of loops ([`Sample::turns`]): the
-/// rule the kernel's draws follow (0 turns: [`warp_sampled`]'s).
+/// rule the kernel's draws follow. The warp's first draw ([`warp_sampled`]'s, at 0 turns) plus
+/// [`TURNS`] a turn, modulo 2³², below the sampling's limit: two 32-bit instructions a turn.
 pub fn turn_sampled(key: u64, turns: u32, sample: Sample) -> bool {
-    let mixed = key ^ u64::from(turns).wrapping_mul(TURNS);
-    (mixed.wrapping_mul(GOLDEN) >> 32) < ((1u64 << 32) >> sample.shift.min(31))
+    let first = (key.wrapping_mul(GOLDEN) >> 32) as u32;
+    let draw = first.wrapping_add(turns.wrapping_mul(TURNS));
+    u64::from(draw) < (1u64 << 32) >> sample.shift.min(31)
 }
 
 /// The sampling of a kernel whose instructions are `opcodes`: by whole blocks, whatever
@@ -393,12 +397,15 @@ fn by_turns(stem: &str, inner: &str, sample: Sample) -> Option<String> {
     let draw = |into: &str| -> String {
         draw_lines(&m, into, sample).iter().map(|l| format!("\t{l}\n")).collect()
     };
+    // `turns` holds the warp's draw: its first, then `TURNS` more at each loop head.
     let mut out = format!(
-        "\n{declared}\t.reg .b64 {key};\n\t.reg .b32 {turns};\n\t.reg .pred {now};\n\tmov.u32 {turns}, \
-         0;\n\t{{\n\t.reg .b32 {g0}, {g1}, {g2};\n\t.reg .b64 {k1};\n{keyed}\t}}\n\t{{\n\t.reg .b64 \
-         {m};\n\tmov.b64 {m}, {key};\n{}\t}}\n",
+        "\n{declared}\t.reg .b64 {key};\n\t.reg .b32 {turns};\n\t.reg .pred {now};\n\t{{\n\t.reg \
+         .b32 {g0}, {g1}, {g2};\n\t.reg .b64 {k1};\n{keyed}\t}}\n\t{{\n\t.reg .b64 {m};\n\tmov.b64 \
+         {m}, {key};\n{}\tcvt.u32.u64 {turns}, {m};\n\t}}\n",
         draw(&now)
     );
+    // The largest draw that records.
+    let most = ((1u64 << 32) >> sample.shift.min(31)) - 1;
     let mut at = 0;
     for (first, last) in regions {
         out.push_str(&tested_once(&lines[at..first].concat(), stem, &now));
@@ -407,13 +414,18 @@ fn by_turns(stem: &str, inner: &str, sample: Sample) -> Option<String> {
         let plain = rename_labels(&cut(&region, &start, &end), &format!("_{stem}u"));
         let sampled = rename_labels(&cut(&region, &start, &tested), &format!("_{stem}s"));
         let (drawn, past) = (format!("{head}_{stem}s"), format!("{head}_{stem}x"));
+        // In a loop whose every turn starts with the whole warp together, the draw is made
+        // uniform for ptxas (a vote of the full warp, a uniform branch): else it reads the
+        // branch as divergent and keeps none of the loop's values in uniform registers, which
+        // costs a Triton matmul's loop 153 instructions instead of 81 (book: gpu-backend.md).
+        let uniform = match converged(&lines[first + 1..=last]) {
+            true => format!("\tvote.sync.any.pred {q}, {q}, -1;\n\t@{q} bra.uni {drawn};\n"),
+            false => format!("\t@{q} bra {drawn};\n"),
+        };
         out.push_str(lines[first]);
         out.push_str(&format!(
-            "\tadd.u32 {turns}, {turns}, 1;\n\t{{\n\t.reg .b64 {m};\n\t.reg .pred {q};\n\tcvt.u64.u32 \
-             {m}, {turns};\n\tmul.lo.u64 {m}, {m}, {};\n\txor.b64 {m}, {m}, {key};\n{}\t@{q} bra \
-             {drawn};\n\t}}\n{}\tbra {past};\n{drawn}:\n{}{past}:\n",
-            TURNS as i64,
-            draw(&q),
+            "\tadd.u32 {turns}, {turns}, {TURNS};\n\t{{\n\t.reg .pred {q};\n\tsetp.le.u32 {q}, {turns}, \
+             {most};\n{uniform}\t}}\n{}\tbra {past};\n{drawn}:\n{}{past}:\n",
             unaligned_barriers(&plain),
             unaligned_barriers(&sampled),
         ));
@@ -421,6 +433,41 @@ fn by_turns(stem: &str, inner: &str, sample: Sample) -> Option<String> {
     }
     out.push_str(&tested_once(&lines[at..].concat(), stem, &now));
     Some(out)
+}
+
+/// Whether a loop's every turn starts with the whole warp together, by the program's own word:
+/// its head's straight-line code (`body`, from the line after the head's label to the first
+/// label or branch) has an instruction the warp must run converged (an `.aligned` one, which
+/// `bar.sync`, `bar.red` and `bar.arrive` are, or a `.sync` one over the full warp, `-1` or
+/// `0xffffffff`). The draws' warp-uniform branch is then as safe as the program.
+fn converged(body: &[&str]) -> bool {
+    for line in body {
+        let code = line.split("//").next().unwrap_or("").trim();
+        if label_of(code).is_some() || branch_target(code).is_some() {
+            return false;
+        }
+        let op = code.split_whitespace().find(|w| !w.starts_with('@')).unwrap_or("");
+        let op = op.trim_end_matches(';');
+        let full_warp = op.contains(".sync")
+            && code
+                .split(|c: char| c == ',' || c == ';' || c.is_whitespace())
+                .any(|w| matches!(w, "-1" | "0xffffffff" | "0xFFFFFFFF" | "4294967295"));
+        let aligned = op.split('.').any(|w| w == "aligned")
+            || [
+                "bar.sync",
+                "bar.red",
+                "bar.arrive",
+                "bar.cta.sync",
+                "bar.cta.red",
+                "bar.cta.arrive",
+            ]
+            .iter()
+            .any(|b| op == *b || op.starts_with(&format!("{b}.")));
+        if full_warp || aligned {
+            return true;
+        }
+    }
+    false
 }
 
 /// `text` with each marked sampled probe's own test made a test of the draw `now`.
@@ -610,7 +657,10 @@ mod tests {
         assert!(body.contains("@!%egpu_now bra $egpu_ws3;"), "{body}");
         assert!(!body.contains("%egpu_gp") && body.contains("\tbar.sync 0;\n$L0:\n"), "{body}");
         // The loop: one head, which draws again, then the plain copy, then the sampled one.
-        let head = body.find("$L0:\n\tadd.u32 %egpu_turns, %egpu_turns, 1;").expect("the head");
+        let head =
+            body.find("$L0:\n\tadd.u32 %egpu_turns, %egpu_turns, 2654435769;").expect("the head");
+        // One warp in 32 records: draws up to 2^27 - 1.
+        assert!(body[head..].contains("setp.le.u32 %egpu_tq, %egpu_turns, 134217727;"), "{body}");
         let (plain, sampled) = body[head..].split_once("$L0_egpus:\n").expect("two copies");
         assert!(plain.contains("@%egpu_tq bra $L0_egpus;") && plain.ends_with("bra $L0_egpux;\n"));
         assert!(!plain.contains("PROBE2") && sampled.contains("PROBE2"), "{body}");
@@ -643,7 +693,12 @@ mod tests {
             warp_sampled([3, 0, 0], 1, Sample::warps(5))
         );
         let drawn = (0..4096).filter(|&t| turn_sampled(key, t, Sample::turns(5))).count();
-        assert!(drawn.abs_diff(128) < 48, "{drawn} of 4096 turns");
+        assert!(drawn.abs_diff(128) <= 1, "{drawn} of 4096 turns");
+        // Spread out: never two turns in a row, and no long run without one.
+        let turns: Vec<u32> =
+            (0..4096).filter(|&t| turn_sampled(key, t, Sample::turns(5))).collect();
+        let gaps = turns.windows(2).map(|w| w[1] - w[0]);
+        assert!(gaps.clone().min() > Some(1) && gaps.max() < Some(64), "{turns:?}");
         // Without loops, the copies are as by warps.
         let flat = copies("egpu", &format!("{}\tret;\n", probe(1)), Sample::turns(5));
         assert!(!flat.contains("%egpu_turns") && flat.contains("\t{\n"));
@@ -651,6 +706,38 @@ mod tests {
         let once = for_kernel(Sample::turns(5), ["setmaxnreg.inc.sync.aligned.u32"].into_iter());
         assert!(!once.turns);
         assert!(for_kernel(Sample::turns(5), ["wgmma.fence.sync.aligned"].into_iter()).turns);
+    }
+
+    /// A loop whose turns start with the warp together (an aligned barrier, a full-warp
+    /// `.sync` before the head's first branch) draws with a full-warp vote and a uniform
+    /// branch; another draws with a plain branch.
+    #[test]
+    fn converged_loops_draw_uniformly() {
+        let probe = mark("egpu", "$egpu_ws1", "\tPROBE;\n", Sample::turns(5));
+        let body = |head: &str| {
+            let inner =
+                format!("$L0:\n{head}{probe}\tld.global.f32 %f1, [%rd1];\n\t@%p bra $L0;\n");
+            copies("egpu", &inner, Sample::turns(5))
+        };
+        let uniform =
+            "\tvote.sync.any.pred %egpu_tq, %egpu_tq, -1;\n\t@%egpu_tq bra.uni $L0_egpus;";
+        for head in [
+            "\tbar.sync 0;\n",
+            "\t.loc 1 2 3\n\tadd.s32 %r1, %r1, 1;\n\tbarrier.sync.aligned 0;\n",
+            "\telect.sync %r7|%p7, -1;\n",
+            "\twgmma.fence.sync.aligned;\n",
+        ] {
+            assert!(body(head).contains(uniform), "{head}: {}", body(head));
+        }
+        for head in [
+            "",
+            "\tbarrier.sync 0;\n",
+            "\t@%p bra $L2;\n$L2:\n\tbar.sync 0;\n",
+            "\tshfl.sync.idx.b32 %r1, %r2, 0, 31, %r9;\n",
+        ] {
+            let b = body(head);
+            assert!(!b.contains("vote.sync") && b.contains("@%egpu_tq bra $L0_egpus;"), "{b}");
+        }
     }
 
     #[test]
