@@ -33,46 +33,7 @@ extern "C" __global__ void kernC(float *x) {
     x[block * blockDim.x + threadIdx.x] *= 2.0f;
 }
 
-/* blocks[kernel_id] += grid.x * grid.y, inserted the first time. */
-static const char *BLOCKS =
-    "ldxdw %r6, [%r1+0]\n"
-    "ldxw %r7, [%r1+40]\n"
-    "ldxw %r8, [%r1+44]\n"
-    "mul %r7, %r8\n"
-    "stxdw [%r10-8], %r6\n"
-    "lddw %r1, map[0]\n"
-    "mov %r2, %r10\n"
-    "add %r2, -8\n"
-    "call 1\n"
-    "jeq %r0, 0, +3\n"
-    "lock add [%r0+0], %r7\n"
-    "mov %r0, 0\n"
-    "exit\n"
-    "stxdw [%r10-16], %r7\n"
-    "lddw %r1, map[0]\n"
-    "mov %r2, %r10\n"
-    "add %r2, -8\n"
-    "mov %r3, %r10\n"
-    "add %r3, -16\n"
-    "mov %r4, 0\n"
-    "call 2\n"
-    "mov %r0, 0\n"
-    "exit\n";
-
-/* The two values of the map, smallest first. */
-static void totals(const egpu_map *map, uint64_t out[2]) {
-    uint64_t keys[4];
-    size_t n = 0;
-    OK(egpu_map_keys(map, (uint8_t *)keys, sizeof keys, &n));
-    CHECK(n == 2, "two kernels launched");
-    for (size_t i = 0; i < 2; i++)
-        OK(egpu_map_lookup(map, (const uint8_t *)&keys[i], 8, (uint8_t *)&out[i], 8));
-    if (out[0] > out[1]) {
-        uint64_t t = out[0];
-        out[0] = out[1];
-        out[1] = t;
-    }
-}
+#include "../fixture/blocks.h"
 
 int main(void) {
     if (egpu_cuda_available() != 1) {
