@@ -203,7 +203,8 @@ fn draw_lines(mixed: &str, pred: &str, sample: Sample) -> [String; 3] {
 
 /// Whether the warp of `key` is drawn after `turns` turns of loops ([`Sample::turns`]): the
 /// rule the kernel's draws follow. The warp's first draw ([`warp_sampled`]'s, at 0 turns) plus
-/// [`TURNS`] a turn, modulo 2³², below the sampling's limit: two 32-bit instructions a turn.
+/// `0x9E3779B9` (2³² over the golden ratio) a turn, modulo 2³², below the sampling's limit: two
+/// 32-bit instructions a turn.
 pub fn turn_sampled(key: u64, turns: u32, sample: Sample) -> bool {
     let first = (key.wrapping_mul(GOLDEN) >> 32) as u32;
     let draw = first.wrapping_add(turns.wrapping_mul(TURNS));
