@@ -285,6 +285,22 @@ fn the_sets_in_corpus_kernels_pass_ptxas() {
                 assert!(injected.ptx.contains("st.release.gpu.global.u64"), "{what}");
                 assert!(injected.ptx.contains(".reg .b64 %egpu_rn0, %egpu_re0"), "{what}");
             }
+            if sets == [Set::Pages] && *name == "saxpy" {
+                // A thread's counts by page in its registers, in a kernel with a loop that
+                // declares its block size (nvcc's saxpy does not: not there): a hit adds to the
+                // sum of its page with no search and no atomic, the warp going on together when
+                // all its lanes hit; the sums reach memory at the exits.
+                assert!(!injected.ptx.contains("%egpu_hc0"), "{what}");
+                let declared = ptx.replacen(")\n{", ")\n.reqntid 256\n{", 1);
+                assert_ne!(&declared, ptx, "{what}: the kernel's body");
+                let injected = inject(&declared, &device).unwrap_or_else(|e| panic!("{what}: {e}"));
+                for sum in ["%egpu_hc0, %egpu_hc0", "%egpu_hd0, %egpu_hd0"] {
+                    assert!(injected.ptx.contains(&format!("add.s64 {sum}, 1;")), "{what}");
+                }
+                assert!(injected.ptx.contains("vote.sync.all.pred"), "{what}");
+                assert!(injected.ptx.contains("$egpu_flush"), "{what}");
+                ptxas.check(&injected.ptx, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));
+            }
             // Every probe's frame in registers (no pointer into it passed down).
             assert!(!injected.ptx.contains(".local"), "{what}: a frame in local memory");
             ptxas.check(&injected.ptx, "sm_90").unwrap_or_else(|e| panic!("{what}: {e}"));

@@ -39,7 +39,8 @@ kernels`, `durations within 5%: K/K kernels`,
 `bandwidth within 5%: K/K kernels`, `event durations within 5%: K/K kernels` and
 `pattern exact: K/K kernels`, `registers as loaded: K/K kernels` (each instrumented kernel's
 registers per thread as the driver loaded it, recorded) (and `counts beside pages: K/K runs
-exact`), and fails when any
+exact` and `pages exact: K/K kernels`: each kernel's accesses over its pages are its requests),
+and fails when any
 is not K/K, K is 0, results differ or a run fails. With --keep, the recordings are copied there (a folder per program).
 """
 
@@ -258,6 +259,23 @@ def every_set(name, command, args, env, bare, expected, out_dir, totals):
     return failures
 
 
+def pages_counted(recs):
+    """Per instrumented kernel of the recordings, whether the `pages` set's accesses (over all
+    its pages) are the `counts` set's requests (loads, stores, atomics and async copies, each
+    lane's): every access on one page, none lost to the thread's sums of page counts."""
+    verdicts = []
+    for _, kernels, _, _ in recs:
+        for k in kernels:
+            t, p = k.get("traffic"), k.get("pages")
+            if not t or not p or t.get("tensor_loads") or t.get("tensor_stores"):
+                continue
+            want = t["loads"] + t["stores"] + t["atomics"] + t["asyncs"]
+            if p["accesses"] != want:
+                print(f"  pages: {k['name']} {p['accesses']} accesses, the counts say {want}")
+            verdicts.append(p["accesses"] == want)
+    return verdicts
+
+
 def beside_pages(name, command, args, env, expected, out_dir, totals):
     """The bytes of `command` under `counts,pages`, `args.pages_runs` times: a loss there came
     and went from run to run (the `hot` kernel 30 loads short in about half of them, before
@@ -268,9 +286,11 @@ def beside_pages(name, command, args, env, expected, out_dir, totals):
         shutil.rmtree(pages_dir, ignore_errors=True)
         rc, _, _ = device_check.run([args.egpu, "mem", "run", "--sets", "counts,pages", "--out",
                                      pages_dir, "--", *command], env)
-        rows, _, exact = device_check.verdicts(
-            expected, traffic_maps(recordings(pages_dir)) if rc == 0 else {})
-        ok = rc == 0 and all(exact)
+        recs = recordings(pages_dir) if rc == 0 else []
+        rows, _, exact = device_check.verdicts(expected, traffic_maps(recs))
+        counted = pages_counted(recs)
+        totals["pages exact"] += counted
+        ok = rc == 0 and all(exact) and all(counted)
         for kernel, cls, want, got in rows:
             if want != got:
                 print(f"  beside pages, run {run + 1}, differs: {kernel} {cls} expected {want} "
@@ -433,7 +453,8 @@ def main():
     programs += coverage
     failures += more
     totals = {"exact": [], "durations": [], "bandwidth": [], "events": [], "pattern": [],
-              "timeline": [], "every": [], "stride": [], "pages": [], "registers": []}
+              "timeline": [], "every": [], "stride": [], "pages": [], "pages exact": [],
+              "registers": []}
     for name, command, env in programs:
         if args.only and args.only not in name:
             continue
@@ -454,6 +475,8 @@ def main():
             failures.append(f"{what}: no kernel")
     if totals["pages"]:
         print(f"  counts beside pages: {sum(totals['pages'])}/{len(totals['pages'])} runs exact")
+        exact = totals["pages exact"]
+        print(f"  pages exact: {sum(exact)}/{len(exact)} kernels")
     for f in failures:
         print(f"  failure: {f}")
     return 1 if failures else 0

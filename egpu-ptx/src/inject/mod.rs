@@ -63,8 +63,8 @@ use crate::translate::{
     CacheKey, Context, DeviceMap, LookupCache, Options, TranslateError, combines, translate,
 };
 use sums::{
-    Cached, close_batches, converged, drained_rings, flush, lookup_caches, ring_registers,
-    sum_register,
+    COUNT_REGISTERS, Cached, close_batches, converged, drained_rings, flush, lookup_caches,
+    ring_registers, sum_register,
 };
 
 /// Probed memory accesses in a kernel past which its probes share the hash map searches
@@ -320,6 +320,11 @@ pub fn inject_with(
         // Not in a kernel without loops, whose probes run at most once per thread anyway.
         let hoist = entry && !summaries::loop_free(&module, f.body.clone(), &instructions);
         let words = if hoist { invariants::for_kernel(&selected, &names.stem) } else { vec![] };
+        // Counts by page in registers, in loops (`Counts`), where the sums cost no block per SM.
+        let registers = options.registers.get(&f.name).copied();
+        let counted = hoist
+            && sm >= 80
+            && occupancy::room_for(module.piece_text(f.header), registers, COUNT_REGISTERS, sm);
         // Per-thread combining of atomic adds needs kernel-wide registers: kernels only. Adds to
         // a hash map's values combine when its values stay put (the maps with a lookup cache).
         let combine = entry
@@ -410,6 +415,7 @@ pub fn inject_with(
             previous: (!c.by_kernel && c.map.geometry.key_size > 8 && c.kernel_first).then(|| {
                 (format!("%{}_hq{}", names.stem, c.index), format!("%{}_hv{}", names.stem, c.index))
             }),
+            counts: sums::counts(&names, c, counted),
         };
         let first_site = sites.len();
         let mut emit = |probe: usize,
@@ -468,6 +474,7 @@ pub fn inject_with(
             regs.push(c.value);
             regs.extend(c.sums.into_iter().map(|(_, r)| r));
             regs.extend(c.previous.into_iter().flat_map(|(k, v)| [k, v]));
+            regs.extend(c.counts.into_iter().flat_map(|k| [k.last, k.previous]));
             after.entry(f.body.start).or_default().push_str(&zeroed(&regs));
         }
         for &(i, _) in rings.values() {
@@ -521,18 +528,23 @@ pub fn inject_with(
                 for slot in 0..2 {
                     let (addr, sum) = (&names.sums[2 * slot], &names.sums[2 * slot + 1]);
                     let label = format!("${}_flush{piece}_{slot}", names.stem);
-                    code.push_str(&flush(&names, (addr, 0), sum, &label, sm, (None, false)));
+                    code.push_str(&flush(&names, (addr, 0), sum, &label, sm, (None, false, false)));
                 }
-                for cached in caches.values() {
-                    let c = cache(cached);
-                    // Sums counted by the warp are added by each lane: the lanes that led.
-                    let by_lane = summed.by_warp && summed.maps.contains(&cached.map.addr);
-                    for (offset, sum) in &c.sums {
-                        let label = format!("${}_flush{piece}_{}", names.stem, &sum[1..]);
-                        let at = (c.value.as_str(), *offset);
-                        let to = (Some(cached.map), by_lane);
-                        code.push_str(&flush(&names, at, sum, &label, sm, to));
-                    }
+            }
+            for cached in caches.values() {
+                let c = cache(cached);
+                // Sums counted by the warp are added by each lane: the lanes that led.
+                let by_lane = summed.by_warp && summed.maps.contains(&cached.map.addr);
+                // The kernel id's value, the same in every lane; the counts' values by lane.
+                let counted = c.counts.iter().zip(&c.previous).flat_map(|(k, (_, pv))| {
+                    [(&c.value, k.field, &k.last), (pv, k.field, &k.previous)]
+                });
+                let summed = c.sums.iter().map(|(offset, sum)| (&c.value, *offset, sum));
+                for (addr, offset, sum) in summed.chain(counted.clone()) {
+                    let label = format!("${}_flush{piece}_{}", names.stem, &sum[1..]);
+                    let uniform = !counted.clone().any(|(_, _, s)| s == sum);
+                    let to = (Some(cached.map), by_lane, uniform);
+                    code.push_str(&flush(&names, (addr, offset), sum, &label, sm, to));
                 }
             }
             // The exit probes last: a clock read there (the `timing` set's) comes after the

@@ -69,6 +69,27 @@ pub(super) fn limit(
     most_registers(registers, sm).map(|n| format!(".maxnreg {n}\n"))
 }
 
+/// Whether the kernel whose header is `header` keeps its blocks per SM on `sm_NN` with `more`
+/// registers per thread than `registers` (those it was compiled to, when known): only for a
+/// kernel that declares its block size (`.reqntid` or `.maxntid`, as Triton's do); without it
+/// egpu cannot tell (nvcc's grid-stride saxpy, 40 registers with the `pages` set, lost a block
+/// of 256 threads per SM of six with 8 more).
+pub(super) fn room_for(header: &str, registers: Option<u32>, more: u32, sm: u32) -> bool {
+    let declared = [".reqntid", ".maxntid"].iter().find_map(|d| {
+        let rest = &header[header.find(d)? + d.len()..];
+        let mut dims = rest.split(|c: char| !(c.is_ascii_digit() || c == ',' || c.is_whitespace()));
+        let dims = dims.next()?.split(',').map(|n| n.trim().parse::<u32>().ok());
+        dims.collect::<Option<Vec<u32>>>().map(|d| d.iter().product::<u32>())
+    });
+    match (declared, registers) {
+        (Some(threads), Some(r)) => {
+            blocks_per_sm(r + more, threads, sm) == blocks_per_sm(r, threads, sm)
+        }
+        (Some(_), None) => true,
+        (None, _) => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -102,6 +123,18 @@ mod tests {
         assert!(most == 255 || (1..=32).any(|w| blocks(most + 1, w, l) != blocks(168, w, l)));
         assert_eq!(most_registers(30, 61), None);
         assert_eq!(most_registers(255, 90), Some(255));
+    }
+
+    #[test]
+    fn room_for_more_registers_is_judged_at_the_declared_block_size() {
+        // A Triton matmul: 128 threads, 118 registers (4 blocks by registers) keeps 4 at 126.
+        assert!(room_for(".entry k() .reqntid 128", Some(118), 8, 90));
+        assert!(room_for(".entry k()\n.maxntid 64, 2, 1\n{", Some(118), 8, 90));
+        // 256 threads at 40 registers: 6 blocks, 5 at 48.
+        assert!(!room_for(".entry k() .reqntid 256", Some(40), 8, 90));
+        assert!(room_for(".entry k() .reqntid 256", None, 8, 90));
+        // No declared block size: unknown, so no.
+        assert!(!room_for(".entry k()", Some(30), 8, 90));
     }
 
     #[test]

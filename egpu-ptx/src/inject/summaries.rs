@@ -305,6 +305,7 @@ pub(super) fn exit_lookup(
         value: value.clone(),
         sums: Vec::new(),
         previous: None,
+        counts: None,
     })];
     let program = lookup_program(&c.def, id).ok_or_else(|| TranslateError::MapUse {
         pc: 0,

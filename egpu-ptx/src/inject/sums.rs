@@ -13,7 +13,8 @@ use egpu_ebpf::{AtomicOp, DeviceEvent, Instruction, MapDef, MapKind, Size};
 
 use super::{DeviceProbe, Names};
 use crate::translate::{
-    DeviceMap, close_ring_batch, kernel_first, kernel_keyed, lookups_and_removals, warp_add,
+    Counts, DeviceMap, adds_only, close_ring_batch, kernel_first, kernel_keyed,
+    lookups_and_removals, warp_add,
 };
 
 /// A hash map with a lookup cache ([`lookup_caches`]).
@@ -29,6 +30,8 @@ pub(super) struct Cached {
     /// Besides, every probe binds it alike: the probes reach one value of it (or, spread over
     /// per-SM copies, that value's copy of the thread's SM).
     pub(super) one_value: bool,
+    /// Every probe only adds to its values ([`adds_only`]).
+    pub(super) adds_only: bool,
     /// Its binding.
     pub(super) map: DeviceMap,
     /// Its declaration (of the first probe that names it).
@@ -79,6 +82,7 @@ pub(super) fn lookup_caches(
                 by_kernel,
                 kernel_first: first,
                 one_value: true,
+                adds_only: true,
                 map: b,
                 def: def.clone(),
                 fields: BTreeSet::new(),
@@ -86,6 +90,16 @@ pub(super) fn lookup_caches(
             entry.by_kernel &= by_kernel;
             entry.kernel_first &= first;
             entry.one_value &= entry.by_kernel && b.spread == entry.map.spread;
+        }
+    }
+    // Whether every probe that binds it only adds to its values (one that binds it without a
+    // lookup may still update its entries).
+    for (_, p, _) in selected {
+        let added = adds_only(p.program);
+        for (b, adds) in p.maps.iter().zip(added) {
+            if let Some(c) = caches.get_mut(&b.addr) {
+                c.adds_only &= adds;
+            }
         }
     }
     // The fields the probes at accesses add to (a kernel's entry and exit run once per thread:
@@ -113,6 +127,26 @@ pub(super) fn lookup_caches(
     caches
 }
 
+/// The registers per thread that counts by page ([`Counts`]) are taken to cost a kernel: their
+/// two 64-bit sums, and what holding them through a loop costs (measured: nvcc's grid-stride
+/// saxpy went from 40 to 48 registers with the `pages` set).
+pub(super) const COUNT_REGISTERS: u32 = 8;
+
+/// The registers of cached map `c`'s [`Counts`], when its probes only add to its values, one
+/// field of them, and look it up by (kernel, word), and the kernel combines adds (`combine`).
+pub(super) fn counts(names: &Names, c: &Cached, combine: bool) -> Option<Counts> {
+    let field = match c.fields.iter().collect::<Vec<_>>()[..] {
+        [&field] => field,
+        _ => return None,
+    };
+    let pair = c.kernel_first && !c.by_kernel && c.map.geometry.key_size > 8;
+    (combine && pair && c.adds_only).then(|| Counts {
+        field,
+        last: format!("%{}_hc{}", names.stem, c.index),
+        previous: format!("%{}_hd{}", names.stem, c.index),
+    })
+}
+
 /// The sum register of field `offset` of cached map `c`.
 pub(super) fn sum_register(names: &Names, c: &Cached, offset: u32) -> String {
     format!("%{}_hs{}_{offset}", names.stem, c.index)
@@ -124,13 +158,15 @@ pub(super) fn sum_register(names: &Names, c: &Cached, offset: u32) -> String {
 /// target allows, unless `by_lane` (sums counted by the warp: each lane adds its own); `label`,
 /// unique in the module, starts the labels. With `spread` (the map's binding, spread over
 /// per-SM copies), the sum goes to the copy of the thread's SM, as the probes' own adds do.
+/// With `uniform`, every lane that flushes has the same `addr` (a value found by the kernel's
+/// id): the lanes are not matched by address.
 pub(super) fn flush(
     n: &Names,
     (addr, offset): (&str, u32),
     sum: &str,
     label: &str,
     sm: u32,
-    (spread, by_lane): (Option<DeviceMap>, bool),
+    (spread, by_lane, uniform): (Option<DeviceMap>, bool, bool),
 ) -> String {
     let r = |what: &str| format!("%{}_f{what}", n.stem);
     let (fq, ft, fa) = (r("q"), r("t"), r("a"));
@@ -157,9 +193,6 @@ pub(super) fn flush(
     };
     let add = if sm >= 80 && !by_lane {
         // The sum's address is a map value's: global memory.
-        // A cached map's value is the same for every lane that gets here (its address not
-        // null): one key, and the copy of the warp's SM.
-        let uniform = spread.is_some();
         warp_add(uniform, &to, sum, None, ".global", [&w[0], &w[1], &w[2], &w[3]], &fq, &ft, label)
     } else {
         format!("\tred.global.add.u64 [{to}], {sum};\n{label}_done:\n")

@@ -214,6 +214,7 @@ impl Emitter<'_> {
             (w0, w1, w2)
         };
         let b = self.reg(base);
+        let counted = self.counted(pc, region, (op, fetch, bits), off, &b, &s);
         // An add to a map spread over per-SM copies: to the copy of this thread's SM.
         let (b, off) = match region {
             Some(AccessRegion::MapValue(m)) if op == AtomicOp::Add && !fetch => {
@@ -320,12 +321,46 @@ impl Emitter<'_> {
                 self.line(format!("cvt.u64.u32 {into}, {old};"));
             }
         }
+        if let Some(done) = counted {
+            self.place(&done);
+        }
+    }
+
+    /// An add of `src` to field `off` of the value at `base` that a lookup cache with
+    /// [`Counts`](super::Counts) remembers (the last hit's or the one before): to that entry's
+    /// sum, then to the label returned, which the caller places after its atomic.
+    fn counted(
+        &mut self,
+        pc: usize,
+        region: Option<AccessRegion>,
+        (op, fetch, bits): (AtomicOp, bool, u32),
+        off: i16,
+        base: &str,
+        src: &str,
+    ) -> Option<String> {
+        let Some(AccessRegion::MapValue(m)) = region else { return None };
+        if op != AtomicOp::Add || fetch || bits != 64 || self.function != 0 {
+            return None;
+        }
+        let c = self.options.lookup_cache.get(m as usize).cloned().flatten()?;
+        let (k, (_, before)) = (c.counts?, c.previous?);
+        if i64::from(k.field) != i64::from(off) {
+            return None;
+        }
+        let (q0, q1, done) = (self.pred(0), self.pred(1), self.local_label('D', pc));
+        self.line(format!("setp.eq.u64 {q0}, {base}, {};", c.value));
+        self.line(format!("setp.eq.u64 {q1}, {base}, {before};"));
+        self.line(format!("@{q0} add.s64 {0}, {0}, {src};", k.last));
+        self.line(format!("@{q1} add.s64 {0}, {0}, {src};", k.previous));
+        self.line(format!("or.pred {q0}, {q0}, {q1};"));
+        self.line(format!("@{q0} bra {done};"));
+        Some(done)
     }
 
     /// The address in the copy of this thread's SM ([`DeviceMap::spread`]) of `base + off`, an
     /// address in `map`'s slots: `base + off + total_bytes - first slot + copy × slots' bytes`,
     /// in `tmp64(3)` (which the adds take as their address).
-    fn spread_address(&mut self, map: DeviceMap, base: &str, off: i16) -> String {
+    pub(super) fn spread_address(&mut self, map: DeviceMap, base: &str, off: i16) -> String {
         let g = map.geometry;
         let (w0, t2, t3) = (self.tmp32(0), self.tmp64(2), self.tmp64(3));
         let smid = self.smid();

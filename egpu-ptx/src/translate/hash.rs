@@ -16,11 +16,13 @@
 
 use egpu_ebpf::helpers::id as helper_id;
 use egpu_ebpf::verifier::Access;
-use egpu_ebpf::{Instruction, JmpCond, Operand, Reg, Width};
+use egpu_ebpf::{AluOp, AtomicOp, Instruction, JmpCond, Operand, Reg, Size, Width};
 use egpu_maps::layout::{DEVICE_OWNER, HASH_MULTIPLIER, HASH_SEED, hash_state as hs, shard};
 
+use super::atomic::warp_add;
 use super::emit::Emitter;
 use super::maps::MAX_WORDS;
+use super::spread::lands_at;
 use super::{CacheKey, Context, DeviceMap, Options, TranslateError};
 
 /// How many times a device insert re-reads a slot that another writer holds before passing it.
@@ -93,7 +95,32 @@ impl Emitter<'_> {
                     (words, pv)
                 },
             );
-        if let (Some(c), Some(ck)) = (&cache, &remembered) {
+        let counted = cache.as_ref().zip(previous.as_ref()).zip(remembered.as_ref());
+        let counted = counted.and_then(|((c, p), ck)| Some((c.counts.as_ref()?, ck, p)));
+        if let Some((k, ck, (pk, pv))) = counted
+            && let Some((dst, add, past)) = self.counted_add(pc, k.field)
+        {
+            // A count: either entry's key adds the number to its sum, and goes on past the add.
+            let c = cache.as_ref().expect("a cache");
+            let (q1, q2, w0) = (self.pred(1), self.pred(2), self.tmp32(0));
+            for (q, ck, cp, sum) in [(&q0, ck, &c.value, &k.last), (&q1, pk, *pv, &k.previous)] {
+                self.line(format!("setp.eq.u64 {q}, {}, {};", key[0], ck[0]));
+                for (w, r) in key.iter().zip(ck).skip(1) {
+                    self.line(format!("setp.eq.and.u64 {q}, {w}, {r}, {q};"));
+                }
+                self.line(format!("setp.ne.and.u64 {q}, {cp}, 0, {q};"));
+                self.line(format!("@{q} add.s64 {sum}, {sum}, {add};"));
+                self.line(format!("@{q} mov.b64 {r0}, {cp};"));
+            }
+            self.line(format!("or.pred {q0}, {q0}, {q1};"));
+            // What the add's `mov` would have left (unless no path reads it, ptxas drops it).
+            self.line(format!("@{q0} mov.b64 {}, {add};", self.reg(dst)));
+            // The warp's lanes all found theirs (most accesses): a branch ptxas knows is uniform.
+            self.line(format!("activemask.b32 {w0};"));
+            self.line(format!("vote.sync.all.pred {q2}, {q0}, {w0};"));
+            self.line(format!("@{q2} bra.uni {past};"));
+            self.line(format!("@{q0} bra {past};"));
+        } else if let (Some(c), Some(ck)) = (&cache, &remembered) {
             // This thread's last hit in this map (and the one before), when it was this key:
             // before the hash, which a hit does not need.
             let hit = self.past_null_check(pc).unwrap_or_else(|| done.clone());
@@ -132,6 +159,10 @@ impl Emitter<'_> {
             for (k, r) in key.iter().zip(ck).take(constants) {
                 self.line(format!("setp.eq.and.u64 {q0}, {k}, {r}, {q0};"));
             }
+            // The sum of the hit before the last goes to memory; the last's becomes it.
+            if let (Some(k), Some((_, pv))) = (&c.counts, &c.previous) {
+                self.flush_count(pc, map, (pv, k.field), (&k.previous, &k.last));
+            }
             // The last hit becomes the one before.
             if let Some((pk, pv)) = &c.previous {
                 let last = ck.last().expect("a key word");
@@ -145,6 +176,84 @@ impl Emitter<'_> {
         }
         self.place(&done);
         Ok(())
+    }
+
+    /// When the lookup at `pc` is followed by a null test of its result (`jeq r0, 0`), a `mov`
+    /// of a number and a 64-bit add of it to field `field` of the value found (no jump landing
+    /// on either): the `mov`'s register and number, and the label after the add, placed here.
+    fn counted_add(&mut self, pc: usize, field: u32) -> Option<(Reg, i64, String)> {
+        let decoded = self.program.decoded();
+        let i = decoded.iter().position(|d| d.pc == pc)?;
+        let [test, mov, add] = [1, 2, 3].map(|k| decoded.get(i + k).map(|d| d.insn));
+        let Some(Instruction::Branch {
+            cond: JmpCond::Eq,
+            width: Width::W64,
+            dst: Reg::R0,
+            src: Operand::Imm(0),
+            ..
+        }) = test
+        else {
+            return None;
+        };
+        let Some(Instruction::Alu { op: AluOp::Mov, width: Width::W64, dst, src: Operand::Imm(n) }) =
+            mov
+        else {
+            return None;
+        };
+        let Some(Instruction::Atomic {
+            op: AtomicOp::Add,
+            fetch: false,
+            size: Size::DW,
+            base: Reg::R0,
+            off,
+            src,
+        }) = add
+        else {
+            return None;
+        };
+        let (mov_pc, add_pc) = (decoded[i + 2].pc, decoded[i + 3].pc);
+        let lands = lands_at(self.program, mov_pc) || lands_at(self.program, add_pc);
+        if src != dst || i64::from(off) != i64::from(field) || lands {
+            return None;
+        }
+        let label = self.local_label('C', pc);
+        let past = self.after.entry(add_pc).or_insert(label).clone();
+        Some((dst, i64::from(n), past))
+    }
+
+    /// On a search's hit that a cache with [`Counts`](super::Counts) remembers: `sum` (that of
+    /// the entry before the last) added to field `field` of the value at `value`, in the copy of
+    /// the thread's SM where the map is spread, aggregated across the warp, when both are
+    /// nonzero; then `last`'s sum becomes it and `last` starts again. Under the predicate `q0`
+    /// (a hit remembered).
+    fn flush_count(
+        &mut self,
+        pc: usize,
+        map: DeviceMap,
+        (value, field): (&str, u32),
+        (sum, last): (&str, &str),
+    ) {
+        let (q0, q2, t2, t3) = (self.pred(0), self.pred(2), self.tmp64(2), self.tmp64(3));
+        let skip = self.local_label('K', pc);
+        self.line(format!("@!{q0} bra {skip};"));
+        self.line(format!("setp.eq.u64 {q2}, {value}, 0;"));
+        self.line(format!("setp.eq.or.u64 {q2}, {sum}, 0, {q2};"));
+        self.line(format!("@{q2} bra {skip}_moved;"));
+        let at = match map.spread {
+            0 => {
+                self.line(format!("add.s64 {t3}, {value}, {field};"));
+                t3.clone()
+            }
+            _ => self.spread_address(map, value, field as i16),
+        };
+        let [w0, w1, w2, w3] = [0, 1, 2, 3].map(|i| self.tmp32(i));
+        let w = [&*w0, &w1, &w2, &w3];
+        let code = warp_add(false, &at, sum, None, ".global", w, &q2, &t2, &format!("{skip}_f"));
+        self.out.push_str(&code);
+        self.place(&format!("{skip}_moved"));
+        self.line(format!("mov.b64 {sum}, {last};"));
+        self.line(format!("mov.b64 {last}, 0;"));
+        self.place(&skip);
     }
 
     /// Where a lookup at `pc` that found its value (not null) goes on when the next instruction

@@ -102,7 +102,7 @@ pub use batch::{Addend, SiteConstants, SummaryAdd, batchable, summary};
 pub use error::TranslateError;
 pub use keys::{kernel_first, kernel_keyed};
 pub use maps::{RING_BATCH, close_ring_batch, lookups_and_removals};
-pub use options::{CacheKey, Context, DeviceMap, LookupCache, Options, Translation};
+pub use options::{CacheKey, Context, Counts, DeviceMap, LookupCache, Options, Translation};
 pub use spread::{adds_only, reads_only};
 
 use emit::Emitter;

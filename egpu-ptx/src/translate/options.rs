@@ -152,6 +152,28 @@ pub struct LookupCache {
     /// when the last misses (a thread whose accesses alternate between two pages, a loop's
     /// loads of `x` and `y`, then finds both). The kernel starts them at 0.
     pub previous: Option<(String, String)>,
+    /// With `previous`: the thread's adds to the two values remembered, combined in registers
+    /// ([`Counts`]).
+    pub counts: Option<Counts>,
+}
+
+/// The thread's adds to the values a [`LookupCache`] with a `previous` entry remembers, not yet
+/// in memory: a count by (kernel, page), the `pages` set's. An add of a number to field
+/// `field` of either value is a register add; at a search's hit, which evicts the entry before
+/// the last, that entry's sum goes to memory (aggregated across the warp) and the last's becomes
+/// the one before; the kernel adds both when the thread exits. Where a probe's lookup is
+/// followed by its null test, a `mov` of a number and an add of it to the field found, and
+/// either entry holds the key, the thread adds the number to its sum and goes on past the add:
+/// a few instructions with no search, no vote of the lanes' addresses and no atomic. Only for
+/// maps whose values the probes only add to ([`adds_only`](super::adds_only)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Counts {
+    /// The offset of the 8-byte field added to.
+    pub field: u32,
+    /// A 64-bit register of the kernel: the sum of the last hit's value.
+    pub last: String,
+    /// A 64-bit register of the kernel: the sum of the value of the hit before.
+    pub previous: String,
 }
 
 /// The key a [`LookupCache`] remembers.
