@@ -207,8 +207,10 @@ impl SiteTable {
             let native: Vec<String> = record.addresses().iter().map(|&a| name(a)).collect();
             let _ = writeln!(text, "site {id} native {}", native.join(" <- "));
             if !python.is_empty() {
-                let frames: Vec<String> =
-                    python.iter().map(|f| format!("{}:{}:{}", f.file, f.line, f.function)).collect();
+                let frames: Vec<String> = python
+                    .iter()
+                    .map(|f| format!("{}:{}:{}", f.file, f.line, f.function))
+                    .collect();
                 let _ = writeln!(text, "site {id} python {}", frames.join(" <- "));
             }
         }
