@@ -247,6 +247,24 @@ mod tests {
         assert!(text.contains(&format!("site {c} native f1000 <- f2001\n")), "{text}");
     }
 
+    /// This test binary's own functions are found by their addresses, wherever it was loaded.
+    #[test]
+    fn elf_symbols_name_the_functions_of_a_running_program() {
+        let exe = std::env::current_exe().expect("this test");
+        let symbols = ElfSymbols::read(&exe).expect("an ELF file");
+        let here = elf_symbols_name_the_functions_of_a_running_program as *const () as u64;
+        // The load base: this function's run-time address less its address in the file.
+        let (name, offset) = symbols
+            .functions
+            .iter()
+            .find(|f| f.2.contains("elf_symbols_name_the_functions_of_a_running_program"))
+            .map(|f| (f.2.clone(), f.0))
+            .expect("the function in the symbol table");
+        let base = if symbols.relative { here - offset } else { 0 };
+        assert_eq!(symbols.find(here + 3, base), Some((name.as_str(), 3)));
+        assert_eq!(symbols.find(0, base), None);
+    }
+
     #[test]
     fn long_python_stacks_keep_whole_lines() {
         let deep: Vec<PythonFrame> = (0..100)
@@ -255,5 +273,44 @@ mod tests {
         let back = python_frames(&python_text(&deep));
         assert!(back.len() > 50 && back.len() < 100);
         assert_eq!(back[..], deep[..back.len()]);
+    }
+}
+
+/// The function symbols of an ELF file (its `.symtab`, else its `.dynsym`), for naming a site's
+/// addresses where the loader's tables do not (an executable linked without `-rdynamic`):
+/// what a reader symbolises with, in the process (`dladdr` first) or in another one (the
+/// object's load base from `/proc/PID/maps`).
+#[derive(Debug, Default)]
+pub struct ElfSymbols {
+    /// Start, size, name; by start.
+    functions: Vec<(u64, u64, String)>,
+    /// Whether addresses are the run-time ones less the load base (a shared object or PIE).
+    relative: bool,
+}
+
+impl ElfSymbols {
+    /// Reads the function symbols of the 64-bit ELF file at `path`.
+    pub fn read(path: &std::path::Path) -> Option<ElfSymbols> {
+        use object::{Object, ObjectKind, ObjectSymbol, SymbolKind};
+        let data = std::fs::read(path).ok()?;
+        let file = object::File::parse(&*data).ok()?;
+        let mut functions: Vec<(u64, u64, String)> = file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?.to_string())))
+            .collect();
+        functions.sort();
+        functions.dedup_by_key(|f| f.0);
+        Some(ElfSymbols { functions, relative: file.kind() == ObjectKind::Dynamic })
+    }
+
+    /// The function that holds `address`, of an object loaded at `base`: its name and the
+    /// address's offset in it.
+    pub fn find(&self, address: u64, base: u64) -> Option<(&str, u64)> {
+        let at = if self.relative { address.wrapping_sub(base) } else { address };
+        let i = self.functions.partition_point(|f| f.0 <= at).checked_sub(1)?;
+        let (start, size, name) = &self.functions[i];
+        (at - start < (*size).max(1)).then_some((name.as_str(), at - start))
     }
 }

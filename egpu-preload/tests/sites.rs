@@ -358,7 +358,7 @@ fn rust_scope_guards_tag_the_launches_inside_them() {
     println!("Rust scope guards ({} launches):", RUST_LAUNCHES.len());
     println!("launch sites attributed: {attributed}/{}", RUST_LAUNCHES.len());
     println!("tags exact: {exact}/{}", RUST_LAUNCHES.len());
-    assert_eq!(exact, RUST_LAUNCHES.len(), "{text}");
+    assert_eq!((attributed, exact), (RUST_LAUNCHES.len(), RUST_LAUNCHES.len()), "{text}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

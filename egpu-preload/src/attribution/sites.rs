@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use egpu::host::sites::{self, SiteRecord, SiteTable};
+use egpu::host::sites::{self, ElfSymbols, SiteRecord, SiteTable};
 
 use super::{SITES, python, stack};
 use crate::defaults::HOT;
@@ -134,8 +134,9 @@ pub(crate) fn summary() -> String {
     text
 }
 
-/// A return address named as `symbol+0xOFFSET` (of the call before it), or
-/// `object+0xOFFSET` where no symbol covers it, or its number.
+/// A return address named as `symbol+0xOFFSET` (of the call before it): by the loader's
+/// symbols (`dladdr`), else by the object's ELF symbols (an executable linked without
+/// `-rdynamic`), else `object+0xOFFSET`, or its number.
 fn symbol(address: u64) -> String {
     let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
     // The call instruction, not the one after it (which may be another function's).
@@ -151,14 +152,32 @@ fn symbol(address: u64) -> String {
         (!p.is_null())
             .then(|| unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy().into_owned())
     };
-    match (text(info.dli_sname), text(info.dli_fname)) {
-        (Some(name), _) if !name.is_empty() => {
-            format!("{name}+{:#x}", address - info.dli_saddr as u64)
-        }
-        (_, Some(file)) => {
-            let file = file.rsplit('/').next().unwrap_or_default().to_string();
-            format!("{file}+{:#x}", address - info.dli_fbase as u64)
-        }
-        _ => format!("{address:#x}"),
+    if let Some(name) = text(info.dli_sname).filter(|n| !n.is_empty()) {
+        return format!("{name}+{:#x}", address - info.dli_saddr as u64);
     }
+    let Some(file) = text(info.dli_fname) else { return format!("{address:#x}") };
+    let base = info.dli_fbase as u64;
+    if let Some((name, offset)) = elf_symbol(&file, address - 1, base) {
+        return format!("{name}+{:#x}", offset + 1);
+    }
+    let short = file.rsplit('/').next().unwrap_or_default().to_string();
+    format!("{short}+{:#x}", address - base)
+}
+
+/// The function of the object `file` (loaded at `base`) that holds `address`, by its ELF
+/// symbols, read once per object (at exit: never on a call's way).
+fn elf_symbol(file: &str, address: u64, base: u64) -> Option<(String, u64)> {
+    static READ: Mutex<Vec<(String, Option<ElfSymbols>)>> = Mutex::new(Vec::new());
+    let mut read = READ.lock().unwrap_or_else(|p| p.into_inner());
+    if !read.iter().any(|(f, _)| f == file) {
+        // The main program's name is the command's (`argv[0]`), maybe no path at all.
+        let path = if file.contains('/') && std::path::Path::new(file).exists() {
+            std::path::PathBuf::from(file)
+        } else {
+            std::path::PathBuf::from("/proc/self/exe")
+        };
+        read.push((file.to_string(), ElfSymbols::read(&path)));
+    }
+    let symbols = read.iter().find(|(f, _)| f == file)?.1.as_ref()?;
+    symbols.find(address, base).map(|(name, offset)| (name.to_string(), offset))
 }
