@@ -84,6 +84,8 @@ const STALE: u8 = 3;
 /// to be replaced at the next event.
 fn forked_child() {
     let local = local();
+    // The child's site table is its own: its sites are interned again.
+    local.attr.last_site.set(0);
     if local.posting.get() == POSTER {
         local.posting.set(STALE);
     }
