@@ -229,11 +229,10 @@ fn c_launches_carry_their_sites_and_tags() {
     for line in stdout.lines() {
         let words: Vec<&str> = line.split(' ').collect();
         let [kind, i, function, ..] = words.as_slice() else { continue };
-        if let Some(site) = seen.value("SITE_OF", key(kind, i.parse().expect("a number"))) {
-            if site != 0 {
-                sampled += 1;
-                right += usize::from(in_function(seen.native[&site].first(), function));
-            }
+        let site = seen.value("SITE_OF", key(kind, i.parse().expect("a number")));
+        if let Some(site) = site.filter(|&s| s != 0) {
+            sampled += 1;
+            right += usize::from(in_function(seen.native[&site].first(), function));
         }
     }
     assert_eq!(right, sampled);

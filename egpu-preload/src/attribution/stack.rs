@@ -51,7 +51,7 @@ pub(crate) fn walk(mut fp: usize, ret: usize, local: &crate::Local, out: &mut [u
     out[0] = ret as u64;
     let mut n = 1;
     while n < out.len() {
-        if fp < low || top < 16 || fp > top - 16 || fp % 8 != 0 {
+        if fp < low || top < 16 || fp > top - 16 || !fp.is_multiple_of(8) {
             break;
         }
         // SAFETY: `fp..fp + 16` lies in the thread's stack between the capture's frame and the
@@ -137,13 +137,16 @@ mod tests {
         frames[3] = 0x222;
         frames[4] = 8;
         frames[5] = 0x333;
+        std::hint::black_box(&frames);
         let mut out = [0u64; 16];
         // The walk starts from a frame above its own: call it from here, `frames` is above.
         let n = walk(base, 0xaaa, &local, &mut out);
         assert_eq!(&out[..n], [0xaaa, 0x111, 0x222, 0x333]);
         frames[2] = base + 33;
+        std::hint::black_box(&frames);
         assert_eq!(walk(base, 0xaaa, &local, &mut out), 3, "misaligned: stops");
         frames[2] = base;
+        std::hint::black_box(&frames);
         assert_eq!(walk(base, 0xaaa, &local, &mut out), 3, "going down: stops");
         assert_eq!(walk(0xdead_0000, 0xaaa, &local, &mut out), 1, "out of the stack");
         assert_eq!(walk(base, 0xaaa, &local, &mut out[..2]), 2, "bounded depth");

@@ -83,8 +83,11 @@ pub(crate) unsafe extern "C" fn egpu_tags_get(out: *mut u64) {
 /// `words` is null or points at four readable `u64`s.
 #[unsafe(no_mangle)]
 pub(crate) unsafe extern "C" fn egpu_tags_put(words: *const u64) {
-    // SAFETY: four words, as the caller promises.
-    let words =
-        if words.is_null() { [0; 4] } else { unsafe { words.cast::<[u64; 4]>().read_unaligned() } };
+    let words = if words.is_null() {
+        [0; 4]
+    } else {
+        // SAFETY: four words, as the caller promises.
+        unsafe { words.cast::<[u64; 4]>().read_unaligned() }
+    };
     put(words);
 }
