@@ -110,7 +110,7 @@ fn main() {
     for got in [
         jit.run_ctx(&mut ctx).expect("run"),
         interp.run_ctx(&mut ctx).expect("run"),
-        // SAFETY: the probe reads only bytes 40..60 of the 88-byte context.
+        // SAFETY: the probe reads only bytes 40..60 of the 128-byte context.
         unsafe { raw.execute_program_jit(&mut bytes.clone()) }.expect("run"),
     ] {
         assert_eq!(got & !0x4000_0000, want);

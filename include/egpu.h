@@ -53,8 +53,12 @@ struct egpu_launch_ctx {
     __s32 result; /* Exit only: the call's `CUresult`. */
     __u32 tag; /* `context_tag(HostEvent::Launch)`. */
     __u64 duration_ns; /* Exit only: host time spent in the call, in ns. */
+    __u64 site_id; /* The launch site this call was made from: the id of its stack, interned in the process's site table (`egpu-<pid>-sites`), when launch sites are captured (`EGPU_SITES`) and this call was sampled; 0 otherwise. */
+    __u64 tag_id; /* The request or job the program said this work belongs to (`egpu_tag_set`), 0 for none. */
+    __u64 trace_id[2]; /* The W3C trace context's trace id the program set (`egpu_traceparent_set`): its high 64 bits, then its low 64 bits (as the 32 hex digits read); zero for none. */
+    __u64 span_id; /* The W3C trace context's parent span id the program set, 0 for none. */
 };
-_Static_assert(sizeof(struct egpu_launch_ctx) == 88, "LaunchCtx is 88 bytes");
+_Static_assert(sizeof(struct egpu_launch_ctx) == 128, "LaunchCtx is 128 bytes");
 _Static_assert(__builtin_offsetof(struct egpu_launch_ctx, kernel_id) == 0, "LaunchCtx.kernel_id");
 _Static_assert(__builtin_offsetof(struct egpu_launch_ctx, function) == 8, "LaunchCtx.function");
 _Static_assert(__builtin_offsetof(struct egpu_launch_ctx, stream) == 16, "LaunchCtx.stream");
@@ -68,6 +72,10 @@ _Static_assert(__builtin_offsetof(struct egpu_launch_ctx, host_tid) == 68, "Laun
 _Static_assert(__builtin_offsetof(struct egpu_launch_ctx, result) == 72, "LaunchCtx.result");
 _Static_assert(__builtin_offsetof(struct egpu_launch_ctx, tag) == 76, "LaunchCtx.tag");
 _Static_assert(__builtin_offsetof(struct egpu_launch_ctx, duration_ns) == 80, "LaunchCtx.duration_ns");
+_Static_assert(__builtin_offsetof(struct egpu_launch_ctx, site_id) == 88, "LaunchCtx.site_id");
+_Static_assert(__builtin_offsetof(struct egpu_launch_ctx, tag_id) == 96, "LaunchCtx.tag_id");
+_Static_assert(__builtin_offsetof(struct egpu_launch_ctx, trace_id) == 104, "LaunchCtx.trace_id");
+_Static_assert(__builtin_offsetof(struct egpu_launch_ctx, span_id) == 120, "LaunchCtx.span_id");
 
 /* MemcpyCtx: Context of a memory copy or set (`cuMemcpy*`, `cudaMemcpy*`, `cuMemset*`). */
 struct egpu_memcpy_ctx {
@@ -83,8 +91,12 @@ struct egpu_memcpy_ctx {
     __s32 result; /* Exit only: the call's `CUresult`. */
     __u32 flags; /* `MemcpyCtx::ASYNC`, `MemcpyCtx::MEMSET`. */
     __u32 tag; /* `context_tag(HostEvent::Memcpy)`. */
+    __u64 site_id; /* The launch site this call was made from: the id of its stack, interned in the process's site table (`egpu-<pid>-sites`), when launch sites are captured (`EGPU_SITES`) and this call was sampled; 0 otherwise. */
+    __u64 tag_id; /* The request or job the program said this work belongs to (`egpu_tag_set`), 0 for none. */
+    __u64 trace_id[2]; /* The W3C trace context's trace id the program set (`egpu_traceparent_set`): its high 64 bits, then its low 64 bits (as the 32 hex digits read); zero for none. */
+    __u64 span_id; /* The W3C trace context's parent span id the program set, 0 for none. */
 };
-_Static_assert(sizeof(struct egpu_memcpy_ctx) == 72, "MemcpyCtx is 72 bytes");
+_Static_assert(sizeof(struct egpu_memcpy_ctx) == 112, "MemcpyCtx is 112 bytes");
 _Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, dst) == 0, "MemcpyCtx.dst");
 _Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, src) == 8, "MemcpyCtx.src");
 _Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, bytes) == 16, "MemcpyCtx.bytes");
@@ -97,6 +109,10 @@ _Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, host_tid) == 56, "Memc
 _Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, result) == 60, "MemcpyCtx.result");
 _Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, flags) == 64, "MemcpyCtx.flags");
 _Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, tag) == 68, "MemcpyCtx.tag");
+_Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, site_id) == 72, "MemcpyCtx.site_id");
+_Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, tag_id) == 80, "MemcpyCtx.tag_id");
+_Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, trace_id) == 88, "MemcpyCtx.trace_id");
+_Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, span_id) == 104, "MemcpyCtx.span_id");
 
 /* AllocCtx: Context of an allocation or a free. */
 struct egpu_alloc_ctx {
@@ -110,8 +126,12 @@ struct egpu_alloc_ctx {
     __u32 host_tid; /* Host thread id. */
     __s32 result; /* Exit only: the call's `CUresult`. */
     __u32 tag; /* `context_tag(HostEvent::Alloc)`. */
+    __u64 site_id; /* The launch site this call was made from: the id of its stack, interned in the process's site table (`egpu-<pid>-sites`), when launch sites are captured (`EGPU_SITES`) and this call was sampled; 0 otherwise. */
+    __u64 tag_id; /* The request or job the program said this work belongs to (`egpu_tag_set`), 0 for none. */
+    __u64 trace_id[2]; /* The W3C trace context's trace id the program set (`egpu_traceparent_set`): its high 64 bits, then its low 64 bits (as the 32 hex digits read); zero for none. */
+    __u64 span_id; /* The W3C trace context's parent span id the program set, 0 for none. */
 };
-_Static_assert(sizeof(struct egpu_alloc_ctx) == 56, "AllocCtx is 56 bytes");
+_Static_assert(sizeof(struct egpu_alloc_ctx) == 96, "AllocCtx is 96 bytes");
 _Static_assert(__builtin_offsetof(struct egpu_alloc_ctx, ptr) == 0, "AllocCtx.ptr");
 _Static_assert(__builtin_offsetof(struct egpu_alloc_ctx, bytes) == 8, "AllocCtx.bytes");
 _Static_assert(__builtin_offsetof(struct egpu_alloc_ctx, timestamp_ns) == 16, "AllocCtx.timestamp_ns");
@@ -122,6 +142,10 @@ _Static_assert(__builtin_offsetof(struct egpu_alloc_ctx, device) == 40, "AllocCt
 _Static_assert(__builtin_offsetof(struct egpu_alloc_ctx, host_tid) == 44, "AllocCtx.host_tid");
 _Static_assert(__builtin_offsetof(struct egpu_alloc_ctx, result) == 48, "AllocCtx.result");
 _Static_assert(__builtin_offsetof(struct egpu_alloc_ctx, tag) == 52, "AllocCtx.tag");
+_Static_assert(__builtin_offsetof(struct egpu_alloc_ctx, site_id) == 56, "AllocCtx.site_id");
+_Static_assert(__builtin_offsetof(struct egpu_alloc_ctx, tag_id) == 64, "AllocCtx.tag_id");
+_Static_assert(__builtin_offsetof(struct egpu_alloc_ctx, trace_id) == 72, "AllocCtx.trace_id");
+_Static_assert(__builtin_offsetof(struct egpu_alloc_ctx, span_id) == 88, "AllocCtx.span_id");
 
 /* SyncCtx: Context of a synchronisation call. */
 struct egpu_sync_ctx {

@@ -315,7 +315,7 @@ fn host_events_check_their_contexts() {
     let user = program(c"user(8)", c"", text);
     let mut probes = null_mut();
     let mut id = 0;
-    let mut ctx = [0u8; 88];
+    let mut ctx = [0u8; 128];
     // SAFETY: live handles and buffers of their lengths.
     unsafe {
         assert_eq!(egpu_probes_new(&mut probes), EGPU_OK);
@@ -323,16 +323,16 @@ fn host_events_check_their_contexts() {
         assert!(last().contains("not a host attach point"), "{}", last());
         assert_eq!(egpu_probes_attach(probes, launch, null(), 0, &mut id), EGPU_OK, "{}", last());
         expect(egpu_probes_fire(probes, 1, 0, ctx.as_ptr(), 80), EGPU_BAD_SIZE);
-        assert!(last().contains("88 bytes"), "{}", last());
-        expect(egpu_probes_fire(probes, 9, 0, ctx.as_ptr(), 88), EGPU_BAD_ARGUMENT);
-        expect(egpu_probes_fire(probes, 1, 2, ctx.as_ptr(), 88), EGPU_BAD_ARGUMENT);
-        assert_eq!(egpu_probes_fire(probes, 1, 0, ctx.as_ptr(), 88), EGPU_OK, "{}", last());
+        assert!(last().contains("128 bytes"), "{}", last());
+        expect(egpu_probes_fire(probes, 9, 0, ctx.as_ptr(), 128), EGPU_BAD_ARGUMENT);
+        expect(egpu_probes_fire(probes, 1, 2, ctx.as_ptr(), 128), EGPU_BAD_ARGUMENT);
+        assert_eq!(egpu_probes_fire(probes, 1, 0, ctx.as_ptr(), 128), EGPU_OK, "{}", last());
         // A memcpy context's tag on a launch.
         ctx[76..80].copy_from_slice(&egpu_context_tag(2).to_le_bytes());
-        expect(egpu_probes_fire(probes, 1, 0, ctx.as_ptr(), 88), EGPU_BAD_ARGUMENT);
+        expect(egpu_probes_fire(probes, 1, 0, ctx.as_ptr(), 128), EGPU_BAD_ARGUMENT);
         ctx[76..80].copy_from_slice(&egpu_context_tag(1).to_le_bytes());
-        assert_eq!(egpu_probes_fire(probes, 1, 0, ctx.as_ptr(), 88), EGPU_OK, "{}", last());
-        assert_eq!(egpu_context_size(1), 88);
+        assert_eq!(egpu_probes_fire(probes, 1, 0, ctx.as_ptr(), 128), EGPU_OK, "{}", last());
+        assert_eq!(egpu_context_size(1), 128);
         assert_eq!((egpu_context_size(0), egpu_context_tag(6)), (0, 0));
         let mut health = egpu_probes_health { size: size_of::<egpu_probes_health>(), ..zeroed() };
         assert_eq!(egpu_probes_get_health(probes, &mut health), EGPU_OK);

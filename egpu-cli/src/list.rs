@@ -61,7 +61,7 @@ impl Listed {
         }
     }
 
-    /// The context's column: `LaunchCtx (88 bytes)`.
+    /// The context's column: `LaunchCtx (128 bytes)`.
     fn context_column(self) -> String {
         match self.context() {
             Some(c) => format!("{} ({} bytes)", c.name, c.size),

@@ -30,7 +30,7 @@ pub(super) const SLOTS: usize = 4096;
 /// How often the worker looks at the queues.
 pub(super) const SWEEP: Duration = Duration::from_micros(500);
 /// The largest host context.
-const CTX_MAX: usize = 96;
+const CTX_MAX: usize = 128;
 
 const _: () = {
     assert!(CTX_MAX <= FIRST + 64 && CTX_MAX < 256);

@@ -460,6 +460,7 @@ pub fn global() -> &'static HostProbes {
 
 impl egpu_device::hooks::Observer for HostProbes {
     fn launch(&self, phase: Phase, ctx: &mut LaunchCtx) {
+        tags::fill_launch(ctx);
         self.fire(phase, ctx);
     }
 }
@@ -518,6 +519,8 @@ pub mod mem;
 #[cfg(feature = "otlp")]
 pub mod otlp;
 pub mod pack;
+pub mod sites;
+pub mod tags;
 pub use deferred::Poster;
 #[cfg(test)]
 mod tests;

@@ -655,7 +655,7 @@ mod tests {
             (good.replace("enter\n", "enter\nwarps x\n"), "line 3: warps N: N is a number"),
             (good.replace(":64 1 0\n", ":64 1 0\nwarps 32\n"), "unexpected `warps 32`"),
             // Reads a context byte past the launch context: the verifier's refusal, named.
-            (good.replace("code 7916000000000000", "code 7916580000000000"), "probe counts: instr"),
+            (good.replace("code 7916000000000000", "code 7916800000000000"), "probe counts: instr"),
         ];
         for (text, want) in cases {
             let err = Pack::parse(&text).expect_err(&text).to_string();

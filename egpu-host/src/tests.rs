@@ -154,10 +154,10 @@ fn programs_that_cannot_run_are_refused_and_counted() {
     let probes = HostProbes::new();
     let device = program("mov %r0, 0\nexit", vec![], AttachPoint::Device(DeviceEvent::GlobalLoad));
     assert!(matches!(probes.attach(&device, &[]), Err(AttachError::NotHost(_))));
-    // Reads past the end of the 88-byte LaunchCtx: the verifier refuses it, so it never reaches
+    // Reads past the end of the 128-byte LaunchCtx: the verifier refuses it, so it never reaches
     // a set (`attach` takes a `Verified`).
     let enter = AttachPoint::Host(HostEvent::Launch, Phase::Enter);
-    assert!(verify(&unverified("ldxdw %r0, [%r1+88]\nexit", vec![], enter)).is_err());
+    assert!(verify(&unverified("ldxdw %r0, [%r1+128]\nexit", vec![], enter)).is_err());
     // A map of the wrong kind for the table's entry.
     let wrong = Array::<u64>::with_len(64);
     let e = probes.attach(&by_kernel(), &[wrong.raw().clone()]).expect_err("refused");

@@ -1,6 +1,7 @@
 /* What the launch benchmarks share: the driver opened, a context current, an empty kernel
  * loaded, and the preloaded library's own entry points, or a message and a non-zero return. */
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 
 typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -14,6 +15,8 @@ struct bench {
     int (*probes)(int);          /* egpu_preload_probes: pause (0) or run (1) the probes */
     void *(*real_launch)(void);  /* egpu_preload_real_launch: the hook's real function */
     int (*sync)(void);           /* cuCtxSynchronize */
+    int (*sites)(int);           /* egpu_preload_sites: capture launch sites, 1 in N (0: none) */
+    uint64_t (*tag)(uint64_t);   /* egpu_tag_set: the thread's tag (0: none) */
 };
 
 static const char EMPTY_PTX[] = ".version 8.0\n.target sm_90\n.address_size 64\n"
@@ -35,8 +38,10 @@ static int set_up(struct bench *b) {
     b->hooked = (launch_fn)dlsym(b->cuda, "cuLaunchKernel");
     b->probes = (int (*)(int))dlsym(RTLD_DEFAULT, "egpu_preload_probes");
     b->real_launch = (void *(*)(void))dlsym(RTLD_DEFAULT, "egpu_preload_real_launch");
+    b->sites = (int (*)(int))dlsym(RTLD_DEFAULT, "egpu_preload_sites");
+    b->tag = (uint64_t (*)(uint64_t))dlsym(RTLD_DEFAULT, "egpu_tag_set");
     NEED(init && device_get && retain && set_current && load && get_function && b->sync && b->hooked);
-    if (!b->probes || !b->real_launch) { fprintf(stderr, "not under egpu's preloaded library\n"); return 2; }
+    if (!b->probes || !b->real_launch || !b->sites || !b->tag) { fprintf(stderr, "not under egpu's preloaded library\n"); return 2; }
     int dev;
     void *ctx, *module;
     CHECK(init(0));

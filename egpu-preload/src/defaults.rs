@@ -48,6 +48,9 @@ pub(crate) struct Hot {
     pub(crate) captures: AtomicI64,
     /// `egpu::host::global()`, once set up (stored before `READY`).
     probes: AtomicPtr<HostProbes>,
+    /// What the contexts are given of where calls come from ([`crate::attribution`]):
+    /// `attribution::SITES`, `attribution::TAGS`.
+    pub(crate) attribution: AtomicU8,
 }
 
 /// [`Hot::gate`]: the probes are set up (in this process, or in the parent of a fork).
@@ -70,6 +73,7 @@ pub(crate) static HOT: Hot = Hot {
     gate: AtomicU8::new(0),
     captures: AtomicI64::new(0),
     probes: AtomicPtr::new(std::ptr::null_mut()),
+    attribution: AtomicU8::new(0),
 };
 
 thread_local! {
@@ -177,6 +181,7 @@ pub(crate) fn probes() -> Option<&'static HostProbes> {
 fn set_up(probes: &HostProbes, pid: u32) -> Option<Defaults> {
     // Shared objects of processes that died without removing theirs.
     builtin::clean_dead();
+    crate::attribution::configure();
     let shared = std::env::var_os("EGPU_SHARED").is_none_or(|v| v != "0");
     let builtin = Builtin::create(pid, shared).ok()?;
     probes.mirror_health(builtin.health_map().clone());
@@ -301,6 +306,7 @@ fn write_summary() {
         if let Some(user) = &d.user {
             text.push_str(&crate::device::summary(user, &d.builtin));
         }
+        text.push_str(&crate::attribution::sites::summary());
         let mut path = base;
         path.push(format!(".{}", d.pid));
         if let Ok(mut file) = std::fs::File::create(&path) {

@@ -27,6 +27,7 @@
 #![allow(non_snake_case)] // the CUDA API's names
 
 mod attach;
+mod attribution;
 mod defaults;
 mod device;
 mod events;
@@ -56,7 +57,7 @@ const PER_THREAD_DEFAULT_STREAM: u64 = 2;
 /// (initial-exec model), one load from `%fs` away, where Rust's `thread_local!` in a shared
 /// library costs a call to `__tls_get_addr` and the loader's lines it reads, all cold after a
 /// driver call. (This makes the library loadable by `LD_PRELOAD`, or by `dlopen` while the
-/// static TLS surplus has room for its 128 bytes.) Elsewhere it is a `thread_local!`.
+/// static TLS surplus has room for its 192 bytes.) Elsewhere it is a `thread_local!`.
 #[repr(C, align(64))]
 struct Local {
     /// Whether this thread is inside an interposed call: calls the driver makes meanwhile are
@@ -68,6 +69,8 @@ struct Local {
     last: Cell<(usize, u64)>,
     /// This thread's queue to egpu's worker thread, dropped when the thread exits ([`Owner`]).
     poster: UnsafeCell<MaybeUninit<egpu::host::Poster>>,
+    /// Its tags and what its launch sites need (issue 28).
+    attr: attribution::Attr,
 }
 
 /// [`Local::posting`]: `poster` holds this thread's.
@@ -81,6 +84,8 @@ const STALE: u8 = 3;
 /// to be replaced at the next event.
 fn forked_child() {
     let local = local();
+    // The child's site table is its own: its sites are interned again.
+    local.attr.last_site.set(0);
     if local.posting.get() == POSTER {
         local.posting.set(STALE);
     }
@@ -402,6 +407,17 @@ pub extern "C" fn egpu_cxl_mark(addr: u64, bytes: u64) -> c_int {
         Ok(()) => 0,
         Err(_) => -2,
     }
+}
+
+/// Captures the launch sites of one call in `every` per thread from now on (0: none), as
+/// `EGPU_SITES` does at start, for programs that measure what they cost (`benches/launch.rs`):
+/// the previous setting, or -1 when the probes could not be set up.
+#[unsafe(no_mangle)]
+pub extern "C" fn egpu_preload_sites(every: c_int) -> c_int {
+    if defaults::probes().is_none() {
+        return -1;
+    }
+    attribution::sites::set_every(every.max(0) as u32) as c_int
 }
 
 /// The driver's own `cuLaunchKernel`, which this library's calls (null when not found): what a

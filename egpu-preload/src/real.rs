@@ -239,7 +239,7 @@ fn each_object<V: FnMut(&libc::dl_phdr_info) -> bool>(mut visit: V) {
 
 /// The executable segment of the loaded object that holds `address`: its start and length, or
 /// zeros.
-fn code_around(address: usize) -> (usize, usize) {
+pub(crate) fn code_around(address: usize) -> (usize, usize) {
     let mut found = (0, 0);
     each_object(|info| {
         if info.dlpi_phdr.is_null() {

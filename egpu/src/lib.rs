@@ -177,6 +177,11 @@ struct CpuVmChapterDoctests;
 #[doc = include_str!("../../book/src/host-probes.md")]
 struct HostProbesChapterDoctests;
 
+/// The launch sites and context tags chapter's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../../book/src/sites-and-tags.md")]
+struct SitesAndTagsChapterDoctests;
+
 /// The GPU machine chapter's example, compiled as a doctest.
 #[cfg(doctest)]
 #[doc = include_str!("../../book/src/gpu-machine.md")]

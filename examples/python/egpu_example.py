@@ -240,7 +240,7 @@ def main():
         bound = (c_void_p * 1)(per_kernel)
         ok(lib.egpu_probes_attach(probes, launches, bound, 1, byref(attachment)), "attach")
         size = lib.egpu_context_size(EVENT_LAUNCH)
-        check(size == 88, f"a launch context is {size} bytes")
+        check(size == 128, f"a launch context is {size} bytes")
         for kernel in [1, 2, 2, 5, 2, 9]:
             ctx = bytearray(size)
             struct.pack_into("<Q", ctx, 0, kernel)
@@ -266,7 +266,7 @@ def main():
         expect(lib.egpu_map_lookup(counts, None, 4, value, 8), NULL_ARGUMENT, "null key")
         expect(lib.egpu_map_lookup(counts, struct.pack("<H", 1), 2, value, 8), 8, "2-byte key")
         expect(lib.egpu_probes_fire(probes, EVENT_LAUNCH, PHASE_ENTER, b"\0" * 16, 16), BAD_SIZE, "short ctx")
-        expect(lib.egpu_probes_fire(probes, 77, PHASE_ENTER, b"\0" * 88, 88), BAD_ARGUMENT, "event 77")
+        expect(lib.egpu_probes_fire(probes, 77, PHASE_ENTER, b"\0" * 128, 128), BAD_ARGUMENT, "event 77")
         expect(lib.egpu_vm_run(counts, None, 0, byref(c_uint64())), BAD_ARGUMENT, "a map as a VM")
         check("egpu_map" in last(), f"names the handle's kind: {last()}")
         garbage = bytes(range(200, 232))

@@ -55,7 +55,7 @@ pub const fn kernel_id(name: &str) -> u64 {
 
 /// The revision of the contexts' layout: 1 for the first layout, one more with every change that
 /// adds fields (see the module documentation). It is part of every host context's [`tag`](context_tag).
-pub const CONTEXT_REVISION: u32 = 3;
+pub const CONTEXT_REVISION: u32 = 4;
 
 /// The tag word of `event`'s host context: `0xEC` in the top byte, then [`CONTEXT_REVISION`] (16
 /// bits), then the event (8 bits: launch 1, memcpy 2, alloc 3, sync 4, module load 5).
@@ -373,6 +373,18 @@ fields::contexts! {
         pub tag: u32,
         /// Exit only: host time spent in the call, in ns.
         pub duration_ns: u64,
+        /// The launch site this call was made from: the id of its stack, interned in the
+        /// process's site table (`egpu-<pid>-sites`), when launch sites are captured
+        /// (`EGPU_SITES`) and this call was sampled; 0 otherwise.
+        pub site_id: u64,
+        /// The request or job the program said this work belongs to (`egpu_tag_set`), 0 for
+        /// none.
+        pub tag_id: u64,
+        /// The W3C trace context's trace id the program set (`egpu_traceparent_set`): its high
+        /// 64 bits, then its low 64 bits (as the 32 hex digits read); zero for none.
+        pub trace_id: [u64; 2],
+        /// The W3C trace context's parent span id the program set, 0 for none.
+        pub span_id: u64,
     }
 }
 
@@ -410,6 +422,18 @@ fields::contexts! {
         pub flags: u32,
         /// [`context_tag`]`(HostEvent::Memcpy)`.
         pub tag: u32,
+        /// The launch site this call was made from: the id of its stack, interned in the
+        /// process's site table (`egpu-<pid>-sites`), when launch sites are captured
+        /// (`EGPU_SITES`) and this call was sampled; 0 otherwise.
+        pub site_id: u64,
+        /// The request or job the program said this work belongs to (`egpu_tag_set`), 0 for
+        /// none.
+        pub tag_id: u64,
+        /// The W3C trace context's trace id the program set (`egpu_traceparent_set`): its high
+        /// 64 bits, then its low 64 bits (as the 32 hex digits read); zero for none.
+        pub trace_id: [u64; 2],
+        /// The W3C trace context's parent span id the program set, 0 for none.
+        pub span_id: u64,
     }
 }
 
@@ -455,6 +479,18 @@ fields::contexts! {
         pub result: i32,
         /// [`context_tag`]`(HostEvent::Alloc)`.
         pub tag: u32,
+        /// The launch site this call was made from: the id of its stack, interned in the
+        /// process's site table (`egpu-<pid>-sites`), when launch sites are captured
+        /// (`EGPU_SITES`) and this call was sampled; 0 otherwise.
+        pub site_id: u64,
+        /// The request or job the program said this work belongs to (`egpu_tag_set`), 0 for
+        /// none.
+        pub tag_id: u64,
+        /// The W3C trace context's trace id the program set (`egpu_traceparent_set`): its high
+        /// 64 bits, then its low 64 bits (as the 32 hex digits read); zero for none.
+        pub trace_id: [u64; 2],
+        /// The W3C trace context's parent span id the program set, 0 for none.
+        pub span_id: u64,
     }
 }
 

@@ -8,9 +8,9 @@ use std::mem::{offset_of, size_of};
 #[test]
 fn the_layout_is_the_documented_abi() {
     let sizes = [
-        ("LaunchCtx", size_of::<LaunchCtx>(), 88),
-        ("MemcpyCtx", size_of::<MemcpyCtx>(), 72),
-        ("AllocCtx", size_of::<AllocCtx>(), 56),
+        ("LaunchCtx", size_of::<LaunchCtx>(), 128),
+        ("MemcpyCtx", size_of::<MemcpyCtx>(), 112),
+        ("AllocCtx", size_of::<AllocCtx>(), 96),
         ("SyncCtx", size_of::<SyncCtx>(), 48),
         ("ModuleLoadCtx", size_of::<ModuleLoadCtx>(), 56),
         ("KernelCtx", size_of::<KernelCtx>(), 80),
@@ -29,6 +29,18 @@ fn the_layout_is_the_documented_abi() {
     ] {
         assert!(end <= 64, "{end}");
     }
+    // Revision 4: the launch site and the tags, appended to the launch, copy and allocation
+    // contexts alike (issue 28).
+    for (ty, site) in [
+        (&LaunchCtx::TYPE, offset_of!(LaunchCtx, site_id)),
+        (&MemcpyCtx::TYPE, offset_of!(MemcpyCtx, site_id)),
+        (&AllocCtx::TYPE, offset_of!(AllocCtx, site_id)),
+    ] {
+        assert_eq!(site, ty.size - 40, "{}", ty.name);
+        let names: Vec<&str> = ty.fields.iter().rev().take(4).map(|f| f.name).collect();
+        assert_eq!(names, ["span_id", "trace_id", "tag_id", "site_id"], "{}", ty.name);
+    }
+    assert_eq!(offset_of!(LaunchCtx, duration_ns), 80);
     assert_eq!(offset_of!(KernelCtx, launch_id), 72);
     assert_eq!(offset_of!(MemAccessCtx, launch_id), 64);
     assert_eq!(offset_of!(MemAccessCtx, class), 76);

@@ -8,8 +8,40 @@ use egpu::host::{HostContext, HostProbes};
 
 use crate::{CuResult, defaults};
 
+/// A context that says where its call comes from (`site_id`) and what it belongs to (`tag_id`,
+/// `trace_id`, `span_id`): launches, copies, allocations ([`crate::attribution`]).
+pub(crate) trait Attributed {
+    /// Whether it has those fields.
+    const ATTRIBUTED: bool;
+    /// Fills them: the site id and the tags (tag id, trace id high and low, span id).
+    fn attribute(&mut self, site: u64, tags: [u64; 4]);
+}
+
+macro_rules! attributed {
+    ($($t:ty),*) => {$(
+        impl Attributed for $t {
+            const ATTRIBUTED: bool = true;
+            fn attribute(&mut self, site: u64, t: [u64; 4]) {
+                (self.site_id, self.tag_id, self.trace_id, self.span_id) =
+                    (site, t[0], [t[1], t[2]], t[3]);
+            }
+        }
+    )*};
+}
+attributed!(LaunchCtx, MemcpyCtx, AllocCtx);
+
+macro_rules! unattributed {
+    ($($t:ty),*) => {$(
+        impl Attributed for $t {
+            const ATTRIBUTED: bool = false;
+            fn attribute(&mut self, _: u64, _: [u64; 4]) {}
+        }
+    )*};
+}
+unattributed!(SyncCtx, ModuleLoadCtx);
+
 /// A host event's context: where its common fields are.
-pub(crate) trait Event: HostContext {
+pub(crate) trait Event: HostContext + Attributed {
     /// Whether a call of this kind may be one of the program's synchronisations with the GPU
     /// (a synchronisation, a copy): after it the maps' device parts are merged soon
     /// ([`crate::device::synced`]).
@@ -123,6 +155,7 @@ fn begin<C: Event>(
         probes.context_words(C::EVENT, Phase::Enter) | probes.context_words(C::EVENT, Phase::Exit);
     let reads = |offset: usize| words & (1 << (offset / 8)) != 0;
     let mut ctx = build(words, local);
+    crate::attribution::attribute(&mut ctx, local);
     let timed = reads(C::TIMESTAMP) | (exit & reads(C::DURATION));
     if timed | reads(C::TID) {
         stamp(&mut ctx, timed, reads(C::TID));

@@ -53,6 +53,7 @@ use egpu::ebpf::{AllocCtx, MemcpyCtx, SyncCtx};
 use crate::device::Teardown;
 use crate::real::{Hook, Keep};
 use crate::{CuResult, Handle};
+pub(crate) use event::Attributed;
 use event::{nothing, observe};
 pub(crate) use launch::captured;
 use launch::{LaunchConfig, capture, config_stream, count_capture, graph, launch_ctx, launch_ex};

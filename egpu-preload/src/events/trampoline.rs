@@ -60,7 +60,10 @@ pub(super) use swapped;
 /// poster of its own or no room in its queue.
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 #[inline(always)]
-pub(super) fn enter_only<C: Event>(build: impl FnOnce(u16, &crate::Local) -> C) -> bool {
+pub(super) fn enter_only<C: Event>(
+    build: impl FnOnce(u16, &crate::Local) -> C,
+    frame: (usize, usize),
+) -> bool {
     // A synchronisation, when the maps have device parts: the whole way, which merges after it.
     if C::SYNC_POINT && crate::device::merging() {
         rare();
@@ -73,6 +76,8 @@ pub(super) fn enter_only<C: Event>(build: impl FnOnce(u16, &crate::Local) -> C) 
         rare();
         return true;
     }
+    // The caller's frame, for its launch site (when sites are captured).
+    crate::attribution::keep_frame(local, frame);
     let words = probes.context_words(C::EVENT, Phase::Enter);
     let stamped = words & (1 << (C::TIMESTAMP / 8) | 1 << (C::TID / 8)) != 0;
     let Some(poster) = local.poster() else { return false };
@@ -80,7 +85,11 @@ pub(super) fn enter_only<C: Event>(build: impl FnOnce(u16, &crate::Local) -> C) 
         return false;
     }
     local.inside.set(true);
-    let posted = poster.post_line(Phase::Enter, || build(words, local));
+    let posted = poster.post_line(Phase::Enter, || {
+        let mut ctx = build(words, local);
+        crate::attribution::attribute(&mut ctx, local);
+        ctx
+    });
     local.inside.set(false);
     posted
 }
@@ -132,13 +141,14 @@ macro_rules! trampolined {
             }
 
             /// The event posted before the call ([`enter_only`]), from the arguments as the
-            /// trampoline saved them.
+            /// trampoline saved them and the caller's frame pointer (`rbp`, as the caller left
+            /// it: the trampoline does not touch it).
             ///
             /// # Safety
             ///
             /// `saved` is the trampoline's save area, as [`Saved`] describes it.
             #[allow(unused_variables, unused_mut)] // arguments the event does not read, or none
-            pub(super) unsafe extern "C" fn enter(saved: &[u64; SAVED]) -> bool {
+            pub(super) unsafe extern "C" fn enter(saved: &[u64; SAVED], rbp: usize) -> bool {
                 let mut saved = Saved { at: saved, next: 0 };
                 // A call from the driver's own code: the driver calling itself, part of the
                 // call the program made, which is its event.
@@ -146,8 +156,9 @@ macro_rules! trampolined {
                     rare();
                     return true;
                 }
+                let frame = (rbp, saved.return_address());
                 $(let $arg: $ty = saved.take();)*
-                enter_only($build)
+                enter_only($build, frame)
             }
         }
 
@@ -182,6 +193,7 @@ macro_rules! trampolined {
                 "push rsi", ".cfi_adjust_cfa_offset 8",
                 "push rdi", ".cfi_adjust_cfa_offset 8",
                 "mov rdi, rsp",
+                "mov rsi, rbp",
                 "call {enter}",
                 "test al, al",
                 "pop rdi", ".cfi_adjust_cfa_offset -8",
