@@ -104,11 +104,7 @@ impl Emitter<'_> {
             let c = cache.as_ref().expect("a cache");
             let (q1, q2, w0) = (self.pred(1), self.pred(2), self.tmp32(0));
             for (q, ck, cp, sum) in [(&q0, ck, &c.value, &k.last), (&q1, pk, *pv, &k.previous)] {
-                self.line(format!("setp.eq.u64 {q}, {}, {};", key[0], ck[0]));
-                for (w, r) in key.iter().zip(ck).skip(1) {
-                    self.line(format!("setp.eq.and.u64 {q}, {w}, {r}, {q};"));
-                }
-                self.line(format!("setp.ne.and.u64 {q}, {cp}, 0, {q};"));
+                self.entry_test(q, &key, ck, cp);
                 self.line(format!("@{q} add.s64 {sum}, {sum}, {add};"));
                 self.line(format!("@{q} mov.b64 {r0}, {cp};"));
             }
@@ -127,11 +123,7 @@ impl Emitter<'_> {
             let entries =
                 std::iter::once((ck, &c.value)).chain(previous.iter().map(|(k, v)| (k, *v)));
             for (ck, cp) in entries {
-                self.line(format!("setp.eq.u64 {q0}, {}, {};", key[0], ck[0]));
-                for (k, r) in key.iter().zip(ck).skip(1) {
-                    self.line(format!("setp.eq.and.u64 {q0}, {k}, {r}, {q0};"));
-                }
-                self.line(format!("setp.ne.and.u64 {q0}, {cp}, 0, {q0};"));
+                self.entry_test(&q0, &key, ck, cp);
                 self.line(format!("mov.b64 {r0}, {cp};"));
                 self.line(format!("@{q0} bra {hit};"));
             }
@@ -176,6 +168,16 @@ impl Emitter<'_> {
         }
         self.place(&done);
         Ok(())
+    }
+
+    /// Sets `q` when the lookup cache's entry of key words `remembered` and value `value` holds
+    /// `key` (a value remembered: not null).
+    fn entry_test(&mut self, q: &str, key: &[String], remembered: &[String], value: &str) {
+        self.line(format!("setp.eq.u64 {q}, {}, {};", key[0], remembered[0]));
+        for (k, r) in key.iter().zip(remembered).skip(1) {
+            self.line(format!("setp.eq.and.u64 {q}, {k}, {r}, {q};"));
+        }
+        self.line(format!("setp.ne.and.u64 {q}, {value}, 0, {q};"));
     }
 
     /// When the lookup at `pc` is followed by a null test of its result (`jeq r0, 0`), a `mov`
