@@ -569,3 +569,88 @@ impl Emitter<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use egpu_ebpf::verifier::verify;
+    use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
+    use egpu_maps::layout::Geometry;
+
+    use super::super::{CacheKey, Context, Counts, DeviceMap, LookupCache, Options, translate};
+
+    /// `PAGES.fetch_add(&(kernel id, addr >> 21), N)` as Probe Rust makes it: look up; when
+    /// missing, insert a zero and look up again; add.
+    const PAGES: &str = "mov %r9, %r1\nldxdw %r0, [%r9+8]\nstxdw [%r10-16], %r0\n\
+        ldxdw %r0, [%r9+0]\nrsh %r0, 21\nstxdw [%r10-8], %r0\nlddw %r1, map[0]\nmov %r2, %r10\n\
+        add %r2, -16\ncall 1\njeq %r0, 0, missing\nmov %r1, N\nlock add [%r0], %r1\nja out\n\
+        missing:\nstdw [%r10-24], 0\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -16\n\
+        mov %r3, %r10\nadd %r3, -24\nmov %r4, 1\ncall 2\nlddw %r1, map[0]\nmov %r2, %r10\n\
+        add %r2, -16\ncall 1\njeq %r0, 0, out\nmov %r1, N\nlock add [%r0], %r1\n\
+        out:\nmov %r0, 0\nexit";
+
+    /// The probe's body translated with a lookup cache that counts (`Counts`).
+    fn translated(text: &str) -> String {
+        let def = MapDef {
+            name: "pages".into(),
+            kind: MapKind::Hash,
+            key_size: 16,
+            value_size: 8,
+            capacity: 64,
+        };
+        let attach = AttachPoint::Device(DeviceEvent::GlobalLoad);
+        let program = Program::new(assemble(text).expect("assembles"), vec![def], attach);
+        let verified = verify(&program.expect("a program")).expect("verified");
+        let context = Context::load_store(7, "%addr".into(), 4, 0, false);
+        let mut options = Options::new("t", context);
+        options.maps = vec![DeviceMap {
+            addr: 0x7f00_0000_0000,
+            geometry: Geometry::new(MapKind::Hash, 16, 8, 64, 1, 0).expect("a geometry"),
+            live: false,
+            spread: 0,
+            drained: false,
+        }];
+        options.lookup_cache = vec![Some(LookupCache {
+            key: CacheKey::Second { first: 7, second: "%hk".into() },
+            value: "%hp".into(),
+            sums: Vec::new(),
+            previous: Some(("%hq".into(), "%hv".into())),
+            counts: Some(Counts { field: 0, last: "%hc".into(), previous: "%hd".into() }),
+        })];
+        translate(&verified, &options).expect("translates").body
+    }
+
+    /// A count found in either entry is a register add and goes on past the add, the warp by a
+    /// uniform branch when all its lanes hit; a search's hit sends the evicted entry's sum to
+    /// memory first; an add the lookup does not lead straight to still adds to the sums.
+    #[test]
+    fn counts_by_page_are_register_adds() {
+        let body = translated(&PAGES.replace('N', "3"));
+        for hit in ["@%t_q0 add.s64 %hc, %hc, 3;", "@%t_q1 add.s64 %hd, %hd, 3;"] {
+            assert!(body.contains(hit), "{hit}\n{body}");
+        }
+        // Both lookups (the first, and the one after an insert) take the shortcut.
+        let shortcut = "vote.sync.all.pred %t_q2, %t_q0, %t_w0;\n\t@%t_q2 bra.uni";
+        assert_eq!(body.matches(shortcut).count(), 2, "{body}");
+        // The evicted entry's sum to its value, then the last's becomes it.
+        let evicted = body.find("match.any.sync.b64").expect("a warp-aggregated flush");
+        let moved = body.find("mov.b64 %hd, %hc;\n\tmov.b64 %hc, 0;").expect("the sums move");
+        assert!(evicted < moved && body[moved..].contains("mov.b64 %hv, %hp;"), "{body}");
+        // The adds after the search: to the sums when the value is an entry's.
+        assert!(body.contains("setp.eq.u64 %t_q1, %t_r0, %hv;"), "{body}");
+        // Something between the first lookup's `mov` and add, or a jump landing on the add: no
+        // shortcut there, but still counted in registers.
+        let between = PAGES.replacen("mov %r1, N\n", "mov %r1, N\nmov %r3, 1\n", 1);
+        // (The insert's path ends by a jump to the first add: neither lookup takes it.)
+        let landing = PAGES.replacen("mov %r1, N\nlock", "mov %r1, N\nfirst:\nlock", 1);
+        let landing = landing.replace(
+            "jeq %r0, 0, out\nmov %r1, N\nlock add [%r0], %r1\nout:",
+            "jeq %r0, 0, out\nmov %r1, N\nja first\nout:",
+        );
+        assert!(landing.contains("ja first"), "{landing}");
+        for (text, shortcuts) in [(between, 1), (landing, 0)] {
+            let body = translated(&text.replace('N', "1"));
+            assert_eq!(body.matches(shortcut).count(), shortcuts, "{text}\n{body}");
+            assert!(body.contains("add.s64 %hc, %hc, %t_r1;"), "{text}\n{body}");
+        }
+    }
+}
