@@ -264,7 +264,10 @@ impl Emitter<'_> {
         let add = op == AtomicOp::Add && !fetch && bits == 64 && self.function == 0;
         let stable =
             |m: u32| self.options.lookup_cache.get(m as usize).is_some_and(Option::is_some);
-        let combined = add && combinable(self.verified, self.verified.access(pc), &stable);
+        // (An add a lookup cache counts went to its sums above: its label ends this function.)
+        let combined = add
+            && counted.is_none()
+            && combinable(self.verified, self.verified.access(pc), &stable);
         if let (Some(slots), true) = (&self.options.combine, combined) {
             if let Some(Access { region: AccessRegion::MapValue(m), offset: Some(at), .. }) =
                 self.verified.access(pc)
