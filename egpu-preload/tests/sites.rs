@@ -169,6 +169,47 @@ fn key(kind: &str, i: u64) -> u64 {
     }
 }
 
+/// What a launcher's calls came to: how many, how many with their site found, with their tags
+/// exact.
+#[derive(Default)]
+struct Tally {
+    calls: usize,
+    attributed: usize,
+    exact: usize,
+}
+
+impl Tally {
+    /// One call (`line`, the launcher's key `k`): whether its site is `here` (`site` and `frames`
+    /// said otherwise), and whether the tags seen are those printed.
+    fn call(
+        &mut self,
+        line: &str,
+        here: bool,
+        (site, frames): (Option<u64>, &dyn std::fmt::Debug),
+        tags: (&[Option<u64>; 4], &[Option<u64>; 4]),
+    ) {
+        self.calls += 1;
+        if here {
+            self.attributed += 1;
+        } else {
+            eprintln!("{line}: site {site:?}, frames {frames:?}");
+        }
+        if tags.0 == tags.1 {
+            self.exact += 1;
+        } else {
+            eprintln!("{line}: tags {:?}", tags.0);
+        }
+    }
+
+    /// The two lines, under `title`, and every call attributed and exact (`text`: what to show).
+    fn report(&self, title: &str, text: &str) {
+        println!("{title}");
+        println!("launch sites attributed: {}/{}", self.attributed, self.calls);
+        println!("tags exact: {}/{}", self.exact, self.calls);
+        assert_eq!((self.attributed, self.exact), (self.calls, self.calls), "{text}");
+    }
+}
+
 /// The C launcher: every call's site is its function and that function's caller, by name; its
 /// tags are the thread's when it was made.
 #[test]
@@ -191,33 +232,21 @@ fn c_launches_carry_their_sites_and_tags() {
         "-pthread",
     ]);
     let (stdout, seen, text) = run(&dir, Command::new(&exe), "summary", "1");
-    let (mut calls, mut attributed, mut exact) = (0, 0, 0);
+    let mut tally = Tally::default();
     for line in stdout.lines() {
         let words: Vec<&str> = line.split(' ').collect();
         let [kind, i, function, caller, tags @ ..] = words.as_slice() else { continue };
         let k = key(kind, i.parse().expect("a call number"));
-        calls += 1;
         let site = seen.value("SITE_OF", k).filter(|&s| s != 0);
         let frames = site.and_then(|s| seen.native.get(&s));
         let here = frames.is_some_and(|f| {
             in_function(f.first(), function) && (*caller == "-" || in_function(f.get(1), caller))
         });
-        if here {
-            attributed += 1;
-        } else {
-            eprintln!("{line}: site {site:?}, frames {frames:?}");
-        }
-        if seen.tags(k) == printed_tags(tags) {
-            exact += 1;
-        } else {
-            eprintln!("{line}: tags {:?}", seen.tags(k));
-        }
+        tally.call(line, here, (site, &frames), (&seen.tags(k), &printed_tags(tags)));
     }
-    println!("C launcher ({calls} launches, copies and allocations):");
-    println!("launch sites attributed: {attributed}/{calls}");
-    println!("tags exact: {exact}/{calls}");
-    assert_eq!(calls, 20, "{stdout}");
-    assert_eq!((attributed, exact), (calls, calls), "{text}");
+    assert_eq!(tally.calls, 20, "{stdout}");
+    let calls = tally.calls;
+    tally.report(&format!("C launcher ({calls} launches, copies and allocations):"), &text);
     // The runtime's copies at least were unwound (no trampoline saw them).
     let unwound = seen.lines.iter().find_map(|l| l.split(" unwound ").nth(1));
     let unwound: u64 = unwound.and_then(|u| u.split(' ').next()?.parse().ok()).unwrap_or(0);
@@ -266,13 +295,12 @@ fn python_launches_carry_their_frames_and_tags() {
         assert!(text.contains("sites python CPython 3.1"), "{text}");
     }
     let file = script.to_str().expect("a UTF-8 path");
-    let (mut calls, mut attributed, mut exact) = (0, 0, 0);
+    let mut tally = Tally::default();
     for line in stdout.lines() {
         let words: Vec<&str> = line.split(' ').collect();
         let ["launch", i, function, at, caller, caller_at, tags @ ..] = words.as_slice() else {
             continue;
         };
-        calls += 1;
         let k = i.parse().expect("a launch number");
         let site = seen.value("SITE_OF", k).filter(|&s| s != 0);
         let frames = site.and_then(|s| seen.python.get(&s));
@@ -285,22 +313,11 @@ fn python_launches_carry_their_frames_and_tags() {
             }
             _ => !read && site.is_some(),
         };
-        if here {
-            attributed += 1;
-        } else {
-            eprintln!("{line}: site {site:?}, frames {frames:?}");
-        }
-        if seen.tags(k) == printed_tags(tags) {
-            exact += 1;
-        } else {
-            eprintln!("{line}: tags {:?}", seen.tags(k));
-        }
+        tally.call(line, here, (site, &frames), (&seen.tags(k), &printed_tags(tags)));
     }
-    println!("Python launcher ({version}, {calls} launches through ctypes):");
-    println!("launch sites attributed: {attributed}/{calls}");
-    println!("tags exact: {exact}/{calls}");
-    assert_eq!(calls, 9, "{stdout}");
-    assert_eq!((attributed, exact), (calls, calls), "{text}");
+    assert_eq!(tally.calls, 9, "{stdout}");
+    let calls = tally.calls;
+    tally.report(&format!("Python launcher ({version}, {calls} launches through ctypes):"), &text);
 
     // Without the library the module does nothing, and says so.
     let out = Command::new(&python)
