@@ -161,7 +161,10 @@ pub(crate) fn around(
     per_thread: bool,
     call: impl FnOnce() -> CuResult,
 ) -> impl FnOnce() -> CuResult {
-    move || if enabled() { timed(f, stream, per_thread, call) } else { call() }
+    move || {
+        let call = move || if enabled() { timed(f, stream, per_thread, call) } else { call() };
+        crate::attribution::spans::around(f, call)
+    }
 }
 
 #[cold]
