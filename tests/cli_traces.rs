@@ -157,14 +157,27 @@ fn spans(requests: &Mutex<Vec<(String, Vec<u8>)>>) -> Vec<(Option<Any>, Span)> {
 
 #[test]
 fn launch_spans_reach_a_collector_parented_by_the_threads_trace_context() {
-    let dir = support::build("cli-traces");
+    check_spans(false);
+}
+
+/// With `--kernel-times`, the spans' times are the kernel's on the GPU from the CUDA events,
+/// mapped to wall time (the stand-in driver's kernels take 1000 ns of its clock per block).
+#[test]
+fn with_kernel_times_the_spans_have_the_gpus_times() {
+    check_spans(true);
+}
+
+fn check_spans(kernel_times: bool) {
+    let dir = support::build(if kernel_times { "cli-traces-times" } else { "cli-traces" });
     let program = support::program(&dir, "traced");
     let library = support::preload_library();
     let (url, requests) = collector();
     let before = unix_ns();
     let mut child = Command::new(egpu())
         .args(["run".as_ref(), "--library".as_ref(), library.as_os_str()])
-        .args(["--otlp", &url, "--otlp-every", "0.2", "--"])
+        .args(["--otlp", &url, "--otlp-every", "0.2"])
+        .args(kernel_times.then_some("--kernel-times"))
+        .arg("--")
         .arg(&program)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -199,6 +212,7 @@ fn launch_spans_reach_a_collector_parented_by_the_threads_trace_context() {
         (one, one_parent, "_Z5kernBPf", 9),
     ];
     let got = spans(&requests);
+    let clock = if kernel_times { "gpu_events" } else { "host_call" };
     let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
     let mut ids = std::collections::HashSet::new();
     let mut exact = 0;
@@ -212,7 +226,8 @@ fn launch_spans_reach_a_collector_parented_by_the_threads_trace_context() {
             && s.name == name
             && kernel == Some(Any::String(name.into()))
             && attribute(&s.attributes, "egpu.tag_id") == Some(Any::Int(tag))
-            && attribute(&s.attributes, "egpu.span.clock") == Some(Any::String("host_call".into()))
+            && attribute(&s.attributes, "egpu.span.clock") == Some(Any::String(clock.into()))
+            && (!kernel_times || s.end_time_unix_nano - s.start_time_unix_nano == 1000)
             && s.kind == 1
             && before <= s.start_time_unix_nano
             && s.start_time_unix_nano <= s.end_time_unix_nano
@@ -221,7 +236,7 @@ fn launch_spans_reach_a_collector_parented_by_the_threads_trace_context() {
         assert!(right, "span {i}: {s:?} of {pid:?}, expected {trace} {parent} {name} {tag}");
         exact += 1;
     }
-    println!("spans exact: {exact}/{}", got.len());
+    println!("spans exact ({clock} times): {exact}/{}", got.len());
     assert_eq!((exact, got.len()), (expected.len(), expected.len()), "{got:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -18,6 +18,11 @@ pub const CAPACITY: u32 = 8192;
 /// (`CLOCK_REALTIME`), not the kernel's time on the GPU.
 pub const CLOCK_HOST_CALL: u64 = 1;
 
+/// [`SpanRecord::clock`]: the span's start and end are the kernel's on the GPU, from the CUDA
+/// events around it (`EGPU_KERNEL_TIMES`), mapped to `CLOCK_REALTIME` by an anchor event
+/// recorded once per context on an idle stream of egpu's own and waited for.
+pub const CLOCK_GPU_EVENTS: u64 = 2;
+
 /// One launch's span.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Pod, Zeroable)]
@@ -38,7 +43,7 @@ pub struct SpanRecord {
     pub site_id: u64,
     /// The launch's tag (0: none).
     pub tag_id: u64,
-    /// Where `start_ns` and `end_ns` come from: [`CLOCK_HOST_CALL`].
+    /// Where `start_ns` and `end_ns` come from: [`CLOCK_HOST_CALL`] or [`CLOCK_GPU_EVENTS`].
     pub clock: u64,
     /// The launch call's `CUresult`.
     pub result: u64,
@@ -102,5 +107,16 @@ mod tests {
         assert_eq!(ring.drain(), [r(1), r(2)]);
         assert!(ring.drain().is_empty());
         assert_eq!(ring.drops(), 0);
+    }
+
+    #[test]
+    fn a_full_ring_drops_and_counts() {
+        let ring = SpanRing::create(u32::MAX - 8, false).expect("a ring");
+        let written = (0..=u64::from(CAPACITY))
+            .filter(|&n| ring.output(&SpanRecord { span_id: n, ..Default::default() }))
+            .count();
+        assert!(written >= CAPACITY as usize / 2 && written < CAPACITY as usize + 1, "{written}");
+        assert_eq!(ring.drops(), u64::from(CAPACITY) + 1 - written as u64);
+        assert_eq!(ring.drain().len(), written);
     }
 }

@@ -2,8 +2,10 @@
 //! kernel launch made while its thread has a W3C trace context set writes one
 //! [`SpanRecord`] to the process's span ring in shared memory (`egpu::host::spans`): the trace
 //! id and the thread's span as its parent, a new span id, the kernel, the launch's site and tag,
-//! and the host call's entry and exit on `CLOCK_REALTIME` as its start and end. A full ring
-//! drops the record and counts it; nothing waits.
+//! and the host call's entry and exit on `CLOCK_REALTIME` as its start and end, or, when the
+//! kernel times' events timed the launch (`EGPU_KERNEL_TIMES`), the kernel's start and end on the
+//! GPU mapped to `CLOCK_REALTIME` (`kernel_times`: the span is written when its events are
+//! harvested). A full ring drops the record and counts it; nothing waits.
 //!
 //! Once a thread sets a trace context, every driver call takes the whole way (no trampoline
 //! fast path, as with the kernel times), where launches are wrapped here.
@@ -79,11 +81,19 @@ fn traced(f: Handle, call: impl FnOnce() -> CuResult) -> CuResult {
         clock: CLOCK_HOST_CALL,
         result: result as u64,
     };
+    // Timed by the kernel times' events: written when they are harvested, with the GPU's times.
+    if let Err(record) = crate::kernel_times::defer_span(record) {
+        write(&record);
+    }
+    result
+}
+
+/// Writes `record` to the process's ring (dropped and counted when it is full).
+pub(crate) fn write(record: &SpanRecord) {
     match ring() {
-        Some(ring) if ring.output(&record) => WRITTEN.fetch_add(1, Ordering::Relaxed),
+        Some(ring) if ring.output(record) => WRITTEN.fetch_add(1, Ordering::Relaxed),
         _ => DROPPED.fetch_add(1, Ordering::Relaxed),
     };
-    result
 }
 
 /// A new span id: a counter seeded by the time and pid, mixed (splitmix64); never 0.
@@ -95,7 +105,7 @@ fn span_id() -> u64 {
 }
 
 /// Now on `CLOCK_REALTIME`, in nanoseconds since the Unix epoch.
-fn now_ns() -> u64 {
+pub(crate) fn now_ns() -> u64 {
     let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: writes `t`.
     unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut t) };

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use egpu::host::builtin::Builtin;
-use egpu::host::spans::{CLOCK_HOST_CALL, SpanRecord, SpanRing};
+use egpu::host::spans::{CLOCK_GPU_EVENTS, CLOCK_HOST_CALL, SpanRecord, SpanRing};
 use prost::Message as _;
 
 use super::protobuf::{Any, AnyValue, InstrumentationScope, KeyValue, Resource};
@@ -129,7 +129,11 @@ pub(crate) fn span(b: &Builtin, r: &SpanRecord) -> Span {
     }
     let trace: Vec<u8> = r.trace_id.iter().flat_map(|w| w.to_be_bytes()).collect();
     let mut attributes = vec![string("gpu.cuda.kernel.name", &name)];
-    let clock = if r.clock == CLOCK_HOST_CALL { "host_call" } else { "unknown" };
+    let clock = match r.clock {
+        CLOCK_HOST_CALL => "host_call",
+        CLOCK_GPU_EVENTS => "gpu_events",
+        _ => "unknown",
+    };
     attributes.push(string("egpu.span.clock", clock));
     if r.site_id != 0 {
         attributes.push(string("egpu.site_id", &r.site_id.to_string()));
@@ -173,4 +177,54 @@ fn int(key: &str, value: i64) -> KeyValue {
 /// `request`, encoded: the body of a `POST /v1/traces` as `application/x-protobuf`.
 pub(crate) fn encode(request: &ExportTraceServiceRequest) -> Vec<u8> {
     request.encode_to_vec()
+}
+
+#[cfg(test)]
+mod tests {
+    use egpu::host::otlp::Endpoint;
+    use prost::Message as _;
+
+    use super::*;
+    use crate::metrics::fixture::filled;
+
+    /// A record's span, through the wire form: ids big-endian, a launch the driver refused as
+    /// an error, no parent when the thread had no span, the end never before the start.
+    #[test]
+    fn a_record_becomes_a_span() {
+        let b = filled();
+        let r = SpanRecord {
+            trace_id: [0x0102_0304_0506_0708, 0x090a_0b0c_0d0e_0f10],
+            span_id: 0x1112_1314_1516_1718,
+            start_ns: 5,
+            end_ns: 4,
+            clock: CLOCK_HOST_CALL,
+            tag_id: u64::MAX,
+            result: 1,
+            ..Default::default()
+        };
+        let sent =
+            ExportTraceServiceRequest { resource_spans: vec![resource(b.pid, vec![span(&b, &r)])] };
+        let got = ExportTraceServiceRequest::decode(encode(&sent).as_slice()).expect("a request");
+        assert_eq!(got, sent);
+        let s = &got.resource_spans[0].scope_spans[0].spans[0];
+        assert_eq!(s.trace_id, (1..=16).collect::<Vec<u8>>());
+        assert_eq!(s.span_id, (0x11..=0x18).collect::<Vec<u8>>());
+        assert!(s.parent_span_id.is_empty());
+        assert_eq!((s.name.as_str(), s.kind), ("(unnamed)", INTERNAL));
+        assert_eq!((s.start_time_unix_nano, s.end_time_unix_nano), (5, 5));
+        assert_eq!(s.status.as_ref().map(|s| s.code), Some(ERROR));
+        assert!(s.attributes.contains(&string("egpu.tag_id", &u64::MAX.to_string())));
+        assert!(s.attributes.contains(&string("egpu.span.clock", "host_call")));
+    }
+
+    #[test]
+    fn spans_go_beside_the_metrics() {
+        let path = |url: &str| {
+            let e: Endpoint = url.parse().expect("an endpoint");
+            super::super::traces_endpoint(&e).path
+        };
+        assert_eq!(path("http://127.0.0.1:4318"), "/v1/traces");
+        assert_eq!(path("http://collector:4318/otlp/v1/metrics"), "/otlp/v1/traces");
+        assert_eq!(path("http://collector:4318/ingest"), "/v1/traces");
+    }
 }
