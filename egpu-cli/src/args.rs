@@ -163,7 +163,9 @@ http://ADDRESS/metrics; ADDRESS is a loopback one, port 0 for any (the one taken
 standard error). The counts of processes that exited stay in what is served and pushed.
 --otlp: pushes the same metrics to an OpenTelemetry collector (OTLP/HTTP, JSON; a URL like
 http://127.0.0.1:4318) every --otlp-every seconds and when COMMAND ends (an egpu built with
-the `otlp` feature).
+the `otlp` feature), with a span per kernel launch made under a W3C trace context (egpu_tags.h,
+egpu_tags.py, egpu::host::tags) to /v1/traces (OTLP/HTTP protobuf), timed by the host call, or
+with --kernel-times by the kernel's CUDA events mapped to wall time.
 --kernel-times: every kernel launch (with PTX or not: cuBLAS, ATen) is timed on the GPU by a pair
 of CUDA events recorded on its stream around it (pooled, harvested without blocking; launches
 in stream captures are not timed), into gpu.cuda.kernel.duration (seconds, a histogram per

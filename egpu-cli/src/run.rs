@@ -52,6 +52,10 @@ pub(crate) fn run_cmd(a: RunArgs) -> Result<ExitCode, Error> {
     if a.kernel_times {
         child.env("EGPU_KERNEL_TIMES", "1");
     }
+    if otlp.is_some() {
+        // Launch spans of threads with a trace context, exported with the metrics.
+        child.env("EGPU_TRACES", "1");
+    }
     let options = egpu::host::builtin::MetricsOptions::default().with_kernel_names(a.kernel_names);
     let descendants = Descendants::new();
     if a.metrics.is_some() || otlp.is_some() {

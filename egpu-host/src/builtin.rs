@@ -434,7 +434,7 @@ impl Builtin {
 
 /// Removes process `pid`'s shared objects (those that exist), its user maps' included.
 pub fn unlink(pid: u32) {
-    for map in MAPS.iter().chain(&crate::sites::MAPS) {
+    for map in MAPS.iter().chain(&crate::sites::MAPS).chain(&crate::spans::MAPS) {
         let _ = egpu_maps::unlink_shared(&shared_name(pid, map));
     }
     for name in user_objects(pid) {

@@ -520,6 +520,7 @@ pub mod mem;
 pub mod otlp;
 pub mod pack;
 pub mod sites;
+pub mod spans;
 pub mod tags;
 pub use deferred::Poster;
 #[cfg(test)]

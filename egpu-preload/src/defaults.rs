@@ -307,6 +307,7 @@ fn write_summary() {
             text.push_str(&crate::device::summary(user, &d.builtin));
         }
         text.push_str(&crate::attribution::sites::summary());
+        text.push_str(&crate::attribution::spans::summary());
         let mut path = base;
         path.push(format!(".{}", d.pid));
         if let Ok(mut file) = std::fs::File::create(&path) {

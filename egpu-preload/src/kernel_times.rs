@@ -25,6 +25,11 @@
 //!   (`cuFuncLoad`, where the driver has it), so that the pair does not time the driver loading
 //!   its code on the stream (lazy loading, CUDA's default).
 //!
+//! - **Spans' times**: a launch whose span is recorded (`attribution::spans`) has it attached to
+//!   its pair and written at the harvest, its start and end the events' mapped to wall time by
+//!   the context's anchor ([`anchor`]: an event recorded on an idle stream of egpu's own when the
+//!   pool is made, and waited for); without an anchor, the host call's times.
+//!
 //! The cost: two `cuEventRecord` calls and two short locks per launch, every driver call taken
 //! the whole way (no trampoline fast path), and a query and an elapsed-time call per launch on
 //! egpu's thread; with it, the launch's own time on the host grows by the two records'. A
@@ -38,6 +43,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread::Thread;
 
 use egpu::host::builtin::TimingCount;
+use egpu::host::spans::{CLOCK_GPU_EVENTS, SpanRecord};
 
 use crate::device::Teardown;
 use crate::real::Hook;
@@ -51,6 +57,9 @@ static CREATE: Hook<CreateFn> = Hook::new(c"cuEventCreate", std::ptr::null_mut);
 static RECORD: Hook<RecordFn> = Hook::new(c"cuEventRecord", std::ptr::null_mut);
 static ELAPSED: Hook<ElapsedFn> = Hook::new(c"cuEventElapsedTime", std::ptr::null_mut);
 static DESTROY: Hook<EventFn> = Hook::new(c"cuEventDestroy_v2", std::ptr::null_mut);
+type StreamCreateFn = unsafe extern "C" fn(*mut Handle, c_uint) -> CuResult;
+/// For the anchor of the spans' GPU times ([`anchor`]).
+static STREAM_CREATE: Hook<StreamCreateFn> = Hook::new(c"cuStreamCreate", std::ptr::null_mut);
 /// `cuFuncLoad` (CUDA 12.4 and later): a function's first launch loads it first (see
 /// [`time_launch`]).
 static FUNC_LOAD: Hook<EventFn> = Hook::new(c"cuFuncLoad", std::ptr::null_mut);
@@ -101,8 +110,9 @@ struct Pair {
     end: usize,
 }
 
-/// A pair in flight: the kernel whose launch it brackets.
-type Pending = (Pair, u64);
+/// A pair in flight: the kernel whose launch it brackets, and the launch's span when its thread
+/// had a trace context (`attribution::spans`), given its times at the harvest.
+type Pending = (Pair, u64, Option<Box<SpanRecord>>);
 
 /// One context's pairs.
 struct Pool {
@@ -117,6 +127,9 @@ struct Pool {
     pending: VecDeque<Pending>,
     /// The functions launched in it (`CUfunction`s, as addresses).
     launched: std::collections::HashSet<usize>,
+    /// An event of its and when it completed, on `CLOCK_REALTIME`, made with the pool when
+    /// spans are on ([`anchor`]).
+    anchor: Option<(usize, u64)>,
 }
 
 // SAFETY: the events are the driver's handles, usable from any thread.
@@ -150,6 +163,8 @@ thread_local! {
     /// Whether this thread is inside a launch being timed: a launch the driver makes inside it
     /// is timed by the outer one's events.
     static TIMING: Cell<bool> = const { Cell::new(false) };
+    /// The context and start event of this thread's last timed launch, for its span.
+    static LAST: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
 }
 
 /// `call`, a launch of `f` on `stream` (the null stream meaning the thread's own when
@@ -161,7 +176,10 @@ pub(crate) fn around(
     per_thread: bool,
     call: impl FnOnce() -> CuResult,
 ) -> impl FnOnce() -> CuResult {
-    move || if enabled() { timed(f, stream, per_thread, call) } else { call() }
+    move || {
+        let call = move || if enabled() { timed(f, stream, per_thread, call) } else { call() };
+        crate::attribution::spans::around(f, call)
+    }
 }
 
 #[cold]
@@ -223,7 +241,8 @@ fn time_launch(
     let kernel = crate::defaults::kernel_id(f);
     let mut pools = pools();
     if let Some(pool) = find(&mut pools, context as usize) {
-        pool.pending.push_back((pair, kernel));
+        pool.pending.push_back((pair, kernel, None));
+        let _ = LAST.try_with(|l| l.set((context as usize, pair.start)));
     }
     drop(pools);
     start_harvester();
@@ -251,6 +270,7 @@ fn take(context: Handle, f: Handle) -> Option<(Pair, bool)> {
                 made: 0,
                 pending: VecDeque::new(),
                 launched: std::collections::HashSet::new(),
+                anchor: if crate::attribution::spans::on() { anchor() } else { None },
             });
         }
         let pool = find(&mut all, context as usize)?;
@@ -379,7 +399,11 @@ pub(crate) fn teardown(what: Teardown) {
         let keep = p.pid != pid || !covers(p);
         if !keep {
             COUNTS[TimingCount::Lost as usize].fetch_add(p.pending.len() as u64, Ordering::Relaxed);
-            for pair in p.free.drain(..).chain(p.pending.drain(..).map(|(pair, _)| pair)) {
+            let pending = p.pending.drain(..).map(|(pair, _, span)| {
+                span.inspect(|r| crate::attribution::spans::write(r));
+                pair
+            });
+            for pair in p.free.drain(..).chain(pending) {
                 gone.extend([pair.start as Handle, pair.end as Handle]);
             }
         }
@@ -456,10 +480,11 @@ fn settle(
     let hooks = (EVENT_QUERY.get_or_ask(), EVENT_SYNC.get_or_ask(), ELAPSED.get_or_ask());
     let (Some(query), Some(synchronize), Some(elapsed)) = hooks else {
         COUNTS[TimingCount::Failed as usize].fetch_add(batch.len() as u64, Ordering::Relaxed);
-        return (batch.into_iter().map(|(p, _)| p).collect(), left, 0);
+        return (batch.into_iter().map(|(p, _, _)| p).collect(), left, 0);
     };
     let pushed = push_context(context);
-    for (pair, kernel) in batch {
+    let anchor = find(&mut pools(), context).and_then(|p| p.anchor);
+    for (pair, kernel, span) in batch {
         let (start, end) = (pair.start as Handle, pair.end as Handle);
         // SAFETY: the driver's functions, with events this module made and recorded.
         let mut state = unsafe { query(end) };
@@ -476,10 +501,15 @@ fn settle(
                 } else {
                     count(TimingCount::Failed);
                 }
+                if let Some(mut record) = span {
+                    gpu_times(&mut record, anchor, pair, elapsed);
+                    crate::attribution::spans::write(&record);
+                }
                 done.push(pair);
             }
-            NOT_READY => left.push_back((pair, kernel)),
+            NOT_READY => left.push_back((pair, kernel, span)),
             _ => {
+                span.inspect(|r| crate::attribution::spans::write(r));
                 // The context went, or the driver did: the launch's time is lost.
                 count(if wait { TimingCount::Lost } else { TimingCount::Failed });
                 destroy(&[start, end]);
@@ -491,6 +521,66 @@ fn settle(
         pop_context();
     }
     (done, left, broken)
+}
+
+/// Attaches `record`, a launch's span, to the pair that timed the launch this thread just made,
+/// to be written at its harvest; gives it back when there is none.
+pub(crate) fn defer_span(record: SpanRecord) -> Result<(), SpanRecord> {
+    if !enabled() {
+        return Err(record);
+    }
+    let Ok((context, start)) = LAST.try_with(|l| l.replace((0, 0))) else { return Err(record) };
+    let mut all = pools();
+    let pending = find(&mut all, context).and_then(|p| {
+        p.pending.iter_mut().rev().find(|(pair, _, span)| pair.start == start && span.is_none())
+    });
+    match pending {
+        Some((_, _, span)) if start != 0 => {
+            *span = Some(Box::new(record));
+            Ok(())
+        }
+        _ => Err(record),
+    }
+}
+
+/// An event of the current context recorded on a stream of egpu's own, with nothing else on it,
+/// and waited for: its completion on `CLOCK_REALTIME` (the middle of the record and the wait,
+/// microseconds apart on an idle GPU), the anchor that maps the GPU's event times to wall time.
+fn anchor() -> Option<(usize, u64)> {
+    let (create, record) = (CREATE.get_or_ask()?, RECORD.get_or_ask()?);
+    let (stream_create, synchronize) = (STREAM_CREATE.get_or_ask()?, EVENT_SYNC.get_or_ask()?);
+    let (mut event, mut stream): (Handle, Handle) = (std::ptr::null_mut(), std::ptr::null_mut());
+    // SAFETY: the driver's functions, each writing one handle; `CU_STREAM_NON_BLOCKING`.
+    if unsafe { create(&mut event, 0) != 0 || stream_create(&mut stream, 1) != 0 } {
+        return None;
+    }
+    let before = crate::attribution::spans::now_ns();
+    // SAFETY: the event and stream just made.
+    if unsafe { record(event, stream) != 0 || synchronize(event) != 0 } {
+        return None;
+    }
+    let after = crate::attribution::spans::now_ns();
+    Some((event as usize, before + (after.saturating_sub(before)) / 2))
+}
+
+/// `record`'s start and end from `pair`'s events, mapped to wall time by `anchor`; its host
+/// call's times kept when there is no anchor or the driver does not say.
+fn gpu_times(
+    record: &mut SpanRecord,
+    anchor: Option<(usize, u64)>,
+    pair: Pair,
+    elapsed: ElapsedFn,
+) {
+    let Some((event, wall)) = anchor else { return };
+    let since = |e: usize| {
+        let mut ms: c_float = 0.0;
+        // SAFETY: the driver's function, with events of one context, both complete.
+        let ok = unsafe { elapsed(&mut ms, event as Handle, e as Handle) } == 0 && ms >= 0.0;
+        ok.then(|| wall + (f64::from(ms) * 1e6).round() as u64)
+    };
+    if let (Some(start), Some(end)) = (since(pair.start), since(pair.end)) {
+        (record.start_ns, record.end_ns, record.clock) = (start, end, CLOCK_GPU_EVENTS);
+    }
 }
 
 /// Makes `context` current on this thread when it is not (egpu's thread has none); whether it

@@ -1,7 +1,8 @@
 //! `egpu run --otlp`: pushing the descendants' metrics to an OpenTelemetry collector every so
 //! often and once more at the end ([`OtlpPusher`]), as an OTLP/HTTP export request in JSON
 //! (`egpu-host` renders it) or protobuf ([`protobuf`]: the few OTLP messages needed, derived with
-//! `prost`, from the same list of metrics).
+//! `prost`, from the same list of metrics), and the launch spans of the processes' span rings
+//! ([`traces`], OTLP/HTTP protobuf to `/v1/traces`) with each push.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,11 +18,16 @@ use crate::args::OtlpProtocol as Protocol;
 #[derive(Clone)]
 pub(crate) struct OtlpPusher {
     endpoint: Endpoint,
+    /// Where the spans go: the endpoint's `/v1/metrics` as `/v1/traces`.
+    traces: Endpoint,
+    spans: Arc<traces::Spans>,
     protocol: Protocol,
     options: MetricsOptions,
     start_ns: u64,
     /// The last error said, so that a collector that is down is reported once, not every time.
     said: Arc<Mutex<String>>,
+    /// The same, for the spans.
+    said_spans: Arc<Mutex<String>>,
     /// Held across each push; true once the last push is made, after which the periodic pushes
     /// stop (so none taken before it arrives after it).
     finished: Arc<Mutex<bool>>,
@@ -36,12 +42,16 @@ impl OtlpPusher {
         descendants: &Descendants,
     ) -> OtlpPusher {
         eprintln!("egpu: pushing metrics to {endpoint} every {every:?}");
+        let traces = traces_endpoint(&endpoint);
         let pusher = OtlpPusher {
             endpoint,
+            traces,
+            spans: Default::default(),
             protocol,
             options,
             start_ns: unix_ns(),
             said: Default::default(),
+            said_spans: Default::default(),
             finished: Default::default(),
         };
         let (me, descendants) = (pusher.clone(), descendants.clone());
@@ -73,14 +83,13 @@ impl OtlpPusher {
         };
         let result =
             egpu::host::otlp::post_as(&self.endpoint, &body, content_type, Duration::from_secs(5));
-        let mut said = self.said.lock().unwrap_or_else(|p| p.into_inner());
-        match result {
-            Ok(()) => said.clear(),
-            Err(e) if e.to_string() != *said => {
-                eprintln!("egpu: pushing metrics: {e}");
-                *said = e.to_string();
-            }
-            Err(_) => {}
+        report(&self.said, "metrics", result);
+        // The spans written since the last push (a push that fails loses them).
+        if let Some(spans) = self.spans.take(&processes) {
+            let body = traces::encode(&spans);
+            let (protobuf, timeout) = (egpu::host::otlp::PROTOBUF, Duration::from_secs(5));
+            let result = egpu::host::otlp::post_as(&self.traces, &body, protobuf, timeout);
+            report(&self.said_spans, "spans", result);
         }
     }
 
@@ -99,4 +108,30 @@ fn unix_ns() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
+/// Says an error pushing `what`, once until a push succeeds or the error changes (`said`: the
+/// last said).
+fn report(said: &Mutex<String>, what: &str, result: Result<(), egpu::host::otlp::OtlpError>) {
+    let mut said = said.lock().unwrap_or_else(|p| p.into_inner());
+    match result {
+        Ok(()) => said.clear(),
+        Err(e) if e.to_string() != *said => {
+            eprintln!("egpu: pushing {what}: {e}");
+            *said = e.to_string();
+        }
+        Err(_) => {}
+    }
+}
+
+/// Where spans go for metrics going to `endpoint`: its path's `/v1/metrics` ending as
+/// `/v1/traces`, else `/v1/traces`.
+fn traces_endpoint(endpoint: &Endpoint) -> Endpoint {
+    let mut traces = endpoint.clone();
+    traces.path = match endpoint.path.strip_suffix("/v1/metrics") {
+        Some(base) => format!("{base}/v1/traces"),
+        None => "/v1/traces".into(),
+    };
+    traces
+}
+
 pub(crate) mod protobuf;
+pub(crate) mod traces;

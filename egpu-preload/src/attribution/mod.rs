@@ -16,6 +16,7 @@
 
 pub(crate) mod python;
 pub(crate) mod sites;
+pub(crate) mod spans;
 pub(crate) mod stack;
 pub(crate) mod tags;
 
@@ -44,6 +45,10 @@ pub(crate) struct Attr {
     pub(crate) countdown: Cell<u32>,
     /// The last site this thread interned: most loops launch from one place.
     pub(crate) last_site: Cell<u64>,
+    /// The site of the call being observed (0: none), for its span ([`spans`]).
+    pub(crate) call_site: Cell<u64>,
+    /// Whether the thread is inside a launch whose span is being recorded ([`spans`]).
+    pub(crate) in_span: Cell<bool>,
 }
 
 /// Fills `ctx`'s site and tags when either is on: a load and a branch otherwise.
@@ -60,6 +65,7 @@ pub(crate) fn attribute<C: Attributed>(ctx: &mut C, local: &crate::Local) {
 fn attribute_now<C: Attributed>(ctx: &mut C, local: &crate::Local, on: u8) {
     let tags = if on & TAGS != 0 { local.attr.tags.get() } else { [0; 4] };
     let site = if on & SITES != 0 { sites::sampled(local) } else { 0 };
+    local.attr.call_site.set(site);
     ctx.attribute(site, tags);
 }
 
@@ -73,7 +79,8 @@ pub(crate) fn keep_frame(local: &crate::Local, frame: (usize, usize)) {
 }
 
 /// Reads `EGPU_SITES` (`N`: one call in `N` per thread; unset or 0: off), `EGPU_SITES_DEPTH`
-/// and `EGPU_SITES_PYTHON` once, when the probes are set up.
+/// `EGPU_SITES_PYTHON` and `EGPU_TRACES` once, when the probes are set up.
 pub(crate) fn configure() {
     sites::configure();
+    spans::configure();
 }

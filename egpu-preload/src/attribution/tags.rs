@@ -14,6 +14,10 @@ fn put(words: [u64; 4]) {
     if words != [0; 4] {
         HOT.attribution.fetch_or(TAGS, Ordering::Relaxed);
     }
+    // A trace context, with spans on: launches take the whole way, where their spans are made.
+    if words[1] | words[2] != 0 && super::spans::on() {
+        crate::defaults::swap_launches();
+    }
     crate::local().attr.tags.set(words);
 }
 

@@ -1,0 +1,242 @@
+//! `egpu run --otlp` exports launch spans (issue 28, OpenTelemetry traces): a C program against
+//! the stand-in driver sets W3C trace contexts through the preloaded library and launches; a
+//! local collector here decodes every `POST /v1/traces` (protobuf, with messages derived here,
+//! apart from egpu's) and each span is checked: trace id, parent span id, name, tag, times.
+#![cfg(feature = "otlp")]
+
+use std::io::{BufRead, Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use prost::Message as _;
+
+#[expect(dead_code, reason = "this file makes no temporary folders")]
+mod cli_support;
+use cli_support::egpu;
+
+/// Builds the stand-in driver and the preloaded library (egpu-preload's tests).
+#[path = "../egpu-preload/tests/support/mod.rs"]
+mod support;
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Request {
+    #[prost(message, repeated, tag = "1")]
+    resource_spans: Vec<ResourceSpans>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ResourceSpans {
+    #[prost(message, optional, tag = "1")]
+    resource: Option<Resource>,
+    #[prost(message, repeated, tag = "2")]
+    scope_spans: Vec<ScopeSpans>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Resource {
+    #[prost(message, repeated, tag = "1")]
+    attributes: Vec<KeyValue>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct ScopeSpans {
+    #[prost(message, repeated, tag = "2")]
+    spans: Vec<Span>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct Span {
+    #[prost(bytes = "vec", tag = "1")]
+    trace_id: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    span_id: Vec<u8>,
+    #[prost(bytes = "vec", tag = "4")]
+    parent_span_id: Vec<u8>,
+    #[prost(string, tag = "5")]
+    name: String,
+    #[prost(int32, tag = "6")]
+    kind: i32,
+    #[prost(fixed64, tag = "7")]
+    start_time_unix_nano: u64,
+    #[prost(fixed64, tag = "8")]
+    end_time_unix_nano: u64,
+    #[prost(message, repeated, tag = "9")]
+    attributes: Vec<KeyValue>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct KeyValue {
+    #[prost(string, tag = "1")]
+    key: String,
+    #[prost(message, optional, tag = "2")]
+    value: Option<AnyValue>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct AnyValue {
+    #[prost(oneof = "Any", tags = "1, 3")]
+    value: Option<Any>,
+}
+
+#[derive(Clone, PartialEq, prost::Oneof)]
+enum Any {
+    #[prost(string, tag = "1")]
+    String(String),
+    #[prost(int64, tag = "3")]
+    Int(i64),
+}
+
+fn attribute(attributes: &[KeyValue], key: &str) -> Option<Any> {
+    attributes.iter().find(|a| a.key == key).and_then(|a| a.value.clone()?.value)
+}
+
+fn unix_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_nanos() as u64
+}
+
+/// Requests received: each one's path and body.
+type Received = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// A collector: every request's path and body, as they arrive.
+fn collector() -> (String, Received) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let url = format!("http://{}", listener.local_addr().expect("its address"));
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let received = requests.clone();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let (mut request, mut buf) = (Vec::new(), [0u8; 65536]);
+            let mut body_at = None;
+            // The head, then as many body bytes as Content-Length says.
+            while let Ok(n) = stream.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                request.extend_from_slice(&buf[..n]);
+                let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") else {
+                    continue;
+                };
+                let head = String::from_utf8_lossy(&request[..end]).into_owned();
+                let length = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("Content-Length: "))
+                    .and_then(|n| n.trim().parse::<usize>().ok())
+                    .unwrap_or(0);
+                if request.len() >= end + 4 + length {
+                    body_at = Some((head, end + 4, length));
+                    break;
+                }
+            }
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+            if let Some((head, at, length)) = body_at {
+                let path = head.split_whitespace().nth(1).unwrap_or_default().to_string();
+                let body = request[at..at + length].to_vec();
+                received.lock().expect("the requests").push((path, body));
+            }
+        }
+    });
+    (url, requests)
+}
+
+/// The spans received so far, in order, each with its resource's `process.pid`.
+fn spans(requests: &Mutex<Vec<(String, Vec<u8>)>>) -> Vec<(Option<Any>, Span)> {
+    let requests = requests.lock().expect("the requests").clone();
+    let mut all = Vec::new();
+    for (path, body) in requests.iter().filter(|(p, _)| p == "/v1/traces") {
+        let request = Request::decode(body.as_slice()).unwrap_or_else(|e| panic!("{path}: {e}"));
+        for r in request.resource_spans {
+            let pid = attribute(&r.resource.unwrap_or_default().attributes, "process.pid");
+            for s in r.scope_spans.into_iter().flat_map(|s| s.spans) {
+                all.push((pid.clone(), s));
+            }
+        }
+    }
+    all
+}
+
+#[test]
+fn launch_spans_reach_a_collector_parented_by_the_threads_trace_context() {
+    check_spans(false);
+}
+
+/// With `--kernel-times`, the spans' times are the kernel's on the GPU from the CUDA events,
+/// mapped to wall time (the stand-in driver's kernels take 1000 ns of its clock per block).
+#[test]
+fn with_kernel_times_the_spans_have_the_gpus_times() {
+    check_spans(true);
+}
+
+fn check_spans(kernel_times: bool) {
+    let dir = support::build(if kernel_times { "cli-traces-times" } else { "cli-traces" });
+    let program = support::program(&dir, "traced");
+    let library = support::preload_library();
+    let (url, requests) = collector();
+    let before = unix_ns();
+    let mut child = Command::new(egpu())
+        .args(["run".as_ref(), "--library".as_ref(), library.as_os_str()])
+        .args(["--otlp", &url, "--otlp-every", "0.2"])
+        .args(kernel_times.then_some("--kernel-times"))
+        .arg("--")
+        .arg(&program)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("egpu run");
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    out.read_line(&mut line).expect("a line");
+    assert_eq!(line, "launched\n");
+    // The first five spans, pushed while the program waits.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while spans(&requests).len() < 5 {
+        assert!(Instant::now() < deadline, "no push with the first 5 spans");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.stdin.take().expect("stdin").write_all(b"go\n").expect("a line");
+    let status = child.wait().expect("egpu run");
+    let mut err = String::new();
+    child.stderr.take().expect("stderr").read_to_string(&mut err).expect("stderr");
+    assert!(status.success(), "{err}");
+    let after = unix_ns();
+
+    let (one, two) = ("4bf92f3577b34da6a3ce929d0e0e4736", "0af7651916cd43dd8448eb211c80319c");
+    let (one_parent, two_parent) = ("00f067aa0ba902b7", "b7ad6b7169203331");
+    let expected = [
+        (one, one_parent, "_Z5kernAPf", 7),
+        (one, one_parent, "_Z5kernAPf", 7),
+        (one, one_parent, "_Z5kernAPf", 7),
+        (two, two_parent, "_Z5kernBPf", 8),
+        (two, two_parent, "_Z5kernBPf", 8),
+        (one, one_parent, "_Z5kernBPf", 9),
+    ];
+    let got = spans(&requests);
+    let clock = if kernel_times { "gpu_events" } else { "host_call" };
+    let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+    let mut ids = std::collections::HashSet::new();
+    let mut exact = 0;
+    for (i, ((pid, s), (trace, parent, name, tag))) in got.iter().zip(expected).enumerate() {
+        let kernel = attribute(&s.attributes, "gpu.cuda.kernel.name");
+        let right = hex(&s.trace_id) == trace
+            && hex(&s.parent_span_id) == parent
+            && s.span_id.len() == 8
+            && s.span_id != [0; 8]
+            && ids.insert(s.span_id.clone())
+            && s.name == name
+            && kernel == Some(Any::String(name.into()))
+            && attribute(&s.attributes, "egpu.tag_id") == Some(Any::Int(tag))
+            && attribute(&s.attributes, "egpu.span.clock") == Some(Any::String(clock.into()))
+            && (!kernel_times || s.end_time_unix_nano - s.start_time_unix_nano == 1000)
+            && s.kind == 1
+            && before <= s.start_time_unix_nano
+            && s.start_time_unix_nano <= s.end_time_unix_nano
+            && s.end_time_unix_nano <= after
+            && matches!(pid, Some(Any::Int(p)) if *p > 0);
+        assert!(right, "span {i}: {s:?} of {pid:?}, expected {trace} {parent} {name} {tag}");
+        exact += 1;
+    }
+    println!("spans exact ({clock} times): {exact}/{}", got.len());
+    assert_eq!((exact, got.len()), (expected.len(), expected.len()), "{got:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
