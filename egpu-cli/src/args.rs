@@ -172,6 +172,11 @@ in stream captures are not timed), into gpu.cuda.kernel.duration (seconds, a his
 process, per kernel with --kernel-names); the time spent in synchronisations goes into
 gpu.cuda.synchronize.duration. Its cost: two event records per launch, and every CUDA call
 taking the library's slower path ($EGPU_KERNEL_TIMES=1 does the same).
+--gpu-time-report: with --kernel-times, when COMMAND ends, the timed launches' GPU time per tag
+and per call site (sites captured with EGPU_SITES=N, named by each process at its exit) in FILE,
+the GPU time by call stack as folded stacks in FILE.folded (outermost frame first, as inferno and
+flamegraph.pl read them) and as a flame graph in FILE.svg. Each process keeps at most 1024 sites
+and 1024 tags; the rest goes to one `other` entry.
 
 Exits as COMMAND does: 127 when it is not found, 126 when it cannot be run, 128+N when signal N
 ended it; egpu's own usage errors exit with 2 and its failures with 1, before COMMAND starts.")]
@@ -214,6 +219,10 @@ pub(crate) struct RunArgs {
     /// records per launch)
     #[arg(long)]
     pub(crate) kernel_times: bool,
+    /// Write the GPU time per tag and per call site to FILE, its folded stacks to FILE.folded
+    /// and its flame graph to FILE.svg when the command ends
+    #[arg(long, value_name = "FILE", requires = "kernel_times")]
+    pub(crate) gpu_time_report: Option<PathBuf>,
     /// The command and its arguments (after `--` when the command starts with `-`)
     #[arg(value_name = "COMMAND", required = true, num_args = 1.., trailing_var_arg = true)]
     pub(crate) command: Vec<OsString>,

@@ -132,6 +132,7 @@ fn run_args(a: &CxlArgs, summary: PathBuf, probes: Option<&Path>) -> RunArgs {
         otlp_protocol: OtlpProtocol::Json,
         linger: None,
         kernel_times: true,
+        gpu_time_report: None,
         command: a.command.clone(),
         env: if bound { vec![("EGPU_MAXNREG".into(), "1".into())] } else { Vec::new() },
     }

@@ -35,6 +35,7 @@
 
 mod args;
 mod cxl;
+mod gpu_time;
 mod list;
 mod maps;
 mod mem;

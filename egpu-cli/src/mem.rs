@@ -68,6 +68,7 @@ fn run(a: MemRunArgs) -> Result<ExitCode, Error> {
         otlp_protocol: OtlpProtocol::Json,
         linger: None,
         kernel_times: a.kernel_times,
+        gpu_time_report: None,
         command: a.command,
         env,
     };

@@ -52,6 +52,10 @@ pub(crate) fn run_cmd(a: RunArgs) -> Result<ExitCode, Error> {
     if a.kernel_times {
         child.env("EGPU_KERNEL_TIMES", "1");
     }
+    let gpu_time_base = a.gpu_time_report.as_ref().map(|_| crate::gpu_time::base());
+    if let Some(base) = &gpu_time_base {
+        child.env("EGPU_GPU_TIME", base);
+    }
     if otlp.is_some() {
         // Launch spans of threads with a trace context, exported with the metrics.
         child.env("EGPU_TRACES", "1");
@@ -93,6 +97,9 @@ pub(crate) fn run_cmd(a: RunArgs) -> Result<ExitCode, Error> {
         _ => 1,
     };
     exporter.command_ended(code);
+    if let (Some(base), Some(file)) = (&gpu_time_base, &a.gpu_time_report) {
+        crate::gpu_time::write(base, file)?;
+    }
     if let (Some(bound), Some(linger)) = (served, a.linger) {
         linger_for(bound, linger, code);
     }

@@ -434,7 +434,12 @@ impl Builtin {
 
 /// Removes process `pid`'s shared objects (those that exist), its user maps' included.
 pub fn unlink(pid: u32) {
-    for map in MAPS.iter().chain(&crate::sites::MAPS).chain(&crate::spans::MAPS) {
+    for map in MAPS
+        .iter()
+        .chain(&crate::sites::MAPS)
+        .chain(&crate::spans::MAPS)
+        .chain(&crate::gpu_time::MAPS)
+    {
         let _ = egpu_maps::unlink_shared(&shared_name(pid, map));
     }
     for name in user_objects(pid) {

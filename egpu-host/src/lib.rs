@@ -515,6 +515,7 @@ mod egpu_root {
         pub(crate) use egpu_probe::twin;
     }
 }
+pub mod gpu_time;
 pub mod mem;
 #[cfg(feature = "otlp")]
 pub mod otlp;

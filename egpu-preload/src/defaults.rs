@@ -317,6 +317,7 @@ fn write_summary() {
     if let Some(user) = &d.user {
         crate::device::mem::write(user, &d.builtin);
     }
+    crate::attribution::gpu_time::write();
     builtin::unlink(d.pid);
 }
 

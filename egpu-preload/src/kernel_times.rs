@@ -110,9 +110,18 @@ struct Pair {
     end: usize,
 }
 
-/// A pair in flight: the kernel whose launch it brackets, and the launch's span when its thread
-/// had a trace context (`attribution::spans`), given its times at the harvest.
-type Pending = (Pair, u64, Option<Box<SpanRecord>>);
+/// A pair in flight: the kernel whose launch it brackets, the launch's site and tag (for
+/// `attribution::gpu_time`), and its span when its thread had a trace context
+/// (`attribution::spans`), given its times at the harvest.
+type Pending = (Pair, Launch, Option<Box<SpanRecord>>);
+
+/// What a timed launch's GPU time is added to: its kernel, its site (0: none) and tag (0: none).
+#[derive(Clone, Copy)]
+struct Launch {
+    kernel: u64,
+    site: u64,
+    tag: u64,
+}
 
 /// One context's pairs.
 struct Pool {
@@ -238,10 +247,11 @@ fn time_launch(
         give_back(context, pair);
         return result;
     }
-    let kernel = crate::defaults::kernel_id(f);
+    let (site, tag) = crate::attribution::gpu_time::launch_keys();
+    let launch = Launch { kernel: crate::defaults::kernel_id(f), site, tag };
     let mut pools = pools();
     if let Some(pool) = find(&mut pools, context as usize) {
-        pool.pending.push_back((pair, kernel, None));
+        pool.pending.push_back((pair, launch, None));
         let _ = LAST.try_with(|l| l.set((context as usize, pair.start)));
     }
     drop(pools);
@@ -474,7 +484,7 @@ fn settle(
     context: usize,
     batch: VecDeque<Pending>,
     wait: bool,
-    times: &mut Vec<(u64, u64)>,
+    times: &mut Vec<(Launch, u64)>,
 ) -> (Vec<Pair>, VecDeque<Pending>, usize) {
     let (mut done, mut left, mut broken) = (Vec::new(), VecDeque::new(), 0);
     let hooks = (EVENT_QUERY.get_or_ask(), EVENT_SYNC.get_or_ask(), ELAPSED.get_or_ask());
@@ -484,7 +494,7 @@ fn settle(
     };
     let pushed = push_context(context);
     let anchor = find(&mut pools(), context).and_then(|p| p.anchor);
-    for (pair, kernel, span) in batch {
+    for (pair, launch, span) in batch {
         let (start, end) = (pair.start as Handle, pair.end as Handle);
         // SAFETY: the driver's functions, with events this module made and recorded.
         let mut state = unsafe { query(end) };
@@ -497,7 +507,7 @@ fn settle(
                 let mut ms: c_float = 0.0;
                 // SAFETY: as above; the driver writes one float.
                 if unsafe { elapsed(&mut ms, start, end) } == 0 && ms >= 0.0 {
-                    times.push((kernel, (f64::from(ms) * 1e6).round() as u64));
+                    times.push((launch, (f64::from(ms) * 1e6).round() as u64));
                 } else {
                     count(TimingCount::Failed);
                 }
@@ -507,7 +517,7 @@ fn settle(
                 }
                 done.push(pair);
             }
-            NOT_READY => left.push_back((pair, kernel, span)),
+            NOT_READY => left.push_back((pair, launch, span)),
             _ => {
                 span.inspect(|r| crate::attribution::spans::write(r));
                 // The context went, or the driver did: the launch's time is lost.
@@ -603,14 +613,14 @@ fn pop_context() {
 }
 
 /// Adds the harvested times and the counts since the last harvest to the built-in maps.
-fn publish(times: &[(u64, u64)]) {
+fn publish(times: &[(Launch, u64)]) {
     let counts = COUNTS.each_ref().map(|c| c.swap(0, Ordering::Relaxed));
     if times.is_empty() && counts.iter().all(|&n| n == 0) {
         return;
     }
     let published = crate::defaults::with_builtin(|b| {
-        for &(kernel, ns) in times {
-            b.record_kernel_time(kernel, ns);
+        for &(launch, ns) in times {
+            b.record_kernel_time(launch.kernel, ns);
         }
         b.count_timing(TimingCount::Timed, times.len() as u64);
         let slots = [
@@ -626,6 +636,7 @@ fn publish(times: &[(u64, u64)]) {
             }
         }
     });
+    crate::attribution::gpu_time::add(times.iter().map(|&(l, ns)| (l.site, l.tag, ns)));
     if published.is_none() {
         // No maps (yet): the counts wait for the next harvest.
         for (c, n) in COUNTS.iter().zip(counts) {

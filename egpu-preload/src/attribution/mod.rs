@@ -14,6 +14,7 @@
 //! Nothing of this is on the way of a call while neither is on: one load of the flags in
 //! [`defaults::HOT`](crate::defaults::HOT)'s line, which the call reads anyway, and a branch.
 
+pub(crate) mod gpu_time;
 pub(crate) mod python;
 pub(crate) mod sites;
 pub(crate) mod spans;

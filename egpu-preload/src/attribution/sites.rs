@@ -134,6 +134,29 @@ pub(crate) fn summary() -> String {
     text
 }
 
+/// Each site's frames by function, innermost first: its native frames' functions (`symbol`'s
+/// names without their offsets), then its Python frames as `file:line:function`, for the
+/// GPU time's flame graph (`gpu_time`); at exit.
+pub(crate) fn frames() -> Vec<(u64, Vec<String>)> {
+    let table = TABLE.lock().unwrap_or_else(|p| p.into_inner());
+    let Some((pid, Some(t))) = *table else { return Vec::new() };
+    if pid != std::process::id() {
+        return Vec::new();
+    }
+    let function = |a: u64| {
+        let name = symbol(a);
+        name.rsplit_once("+0x").map_or(name.as_str(), |(f, _)| f).replace(';', ":")
+    };
+    t.sites()
+        .into_iter()
+        .map(|(id, record, python)| {
+            let native = record.addresses().iter().map(|&a| function(a));
+            let python = python.iter().map(|f| format!("{}:{}:{}", f.file, f.line, f.function));
+            (id, native.chain(python.map(|f| f.replace(';', ":"))).collect())
+        })
+        .collect()
+}
+
 /// A return address named as `symbol+0xOFFSET` (of the call before it): by the loader's
 /// symbols (`dladdr`), else by the object's ELF symbols (an executable linked without
 /// `-rdynamic`), else `object+0xOFFSET`, or its number.
