@@ -11,8 +11,6 @@ use std::path::{Path, PathBuf};
 
 use egpu::host::gpu_time::OTHER;
 
-use crate::Error;
-
 /// One process's GPU time as it wrote it.
 #[derive(Default)]
 struct Process {
@@ -28,10 +26,11 @@ pub(crate) fn base() -> PathBuf {
 }
 
 /// Reads the processes' files under `base` (removing them), then writes the report to `file`,
-/// the folded stacks to `file.folded` and the flame graph to `file.svg`.
-pub(crate) fn write(base: &Path, file: &Path) -> Result<(), Error> {
+/// the folded stacks to `file.folded` and the flame graph to `file.svg`; a file that cannot be
+/// written is said.
+pub(crate) fn write(base: &Path, file: &Path) -> Result<(), String> {
     let processes = read(base);
-    let failed = |p: &Path, e: std::io::Error| Error::Failed(format!("{}: {e}", p.display()));
+    let failed = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
     std::fs::write(file, report(&processes)).map_err(|e| failed(file, e))?;
     let folded = folded(&processes);
     let folded_path = with_suffix(file, ".folded");
