@@ -49,9 +49,12 @@ pub(crate) trait Event: HostContext + Attributed {
     const TIMESTAMP: usize;
     const DURATION: usize;
     const TID: usize;
+    /// Where its `device` field is ([`super::devices::fill`]).
+    const DEVICE: usize;
     fn timestamp(&mut self) -> &mut u64;
     fn duration(&mut self) -> &mut u64;
     fn tid(&mut self) -> &mut u32;
+    fn device(&mut self) -> &mut u32;
     fn result(&mut self) -> &mut i32;
 }
 
@@ -62,9 +65,11 @@ macro_rules! event {
             const TIMESTAMP: usize = offset_of!($t, timestamp_ns);
             const DURATION: usize = offset_of!($t, duration_ns);
             const TID: usize = offset_of!($t, host_tid);
+            const DEVICE: usize = offset_of!($t, device);
             fn timestamp(&mut self) -> &mut u64 { &mut self.timestamp_ns }
             fn duration(&mut self) -> &mut u64 { &mut self.duration_ns }
             fn tid(&mut self) -> &mut u32 { &mut self.host_tid }
+            fn device(&mut self) -> &mut u32 { &mut self.device }
             fn result(&mut self) -> &mut i32 { &mut self.result }
         }
     )*};
@@ -156,6 +161,7 @@ fn begin<C: Event>(
     let reads = |offset: usize| words & (1 << (offset / 8)) != 0;
     let mut ctx = build(words, local);
     crate::attribution::attribute(&mut ctx, local);
+    super::devices::fill(&mut ctx, words);
     let timed = reads(C::TIMESTAMP) | (exit & reads(C::DURATION));
     if timed | reads(C::TID) {
         stamp(&mut ctx, timed, reads(C::TID));

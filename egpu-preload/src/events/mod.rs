@@ -39,6 +39,7 @@
 //! which lists them for `dlsym` (exact names) and `cuGetProcAddress` (base names, the flavour
 //! chosen by its flags).
 
+mod devices;
 mod event;
 mod launch;
 mod memory;
@@ -431,7 +432,7 @@ entry_points! {
     // Teardowns: the maps' device parts merged before them. Module unloads and queries (which
     // may find the work done): the merger woken after them.
     CTX_DESTROY cuCtxDestroy_v2 (context: Handle)
-        => merge_point(Some(Teardown::Context(context)));
+        => merge_point(Some(devices::destroyed(context)));
     PRIMARY_RELEASE cuDevicePrimaryCtxRelease_v2 (device: c_int)
         => merge_point(Some(Teardown::Release(device)));
     PRIMARY_RESET cuDevicePrimaryCtxReset_v2 (device: c_int)

@@ -88,6 +88,7 @@ pub(super) fn enter_only<C: Event>(
     let posted = poster.post_line(Phase::Enter, || {
         let mut ctx = build(words, local);
         crate::attribution::attribute(&mut ctx, local);
+        super::devices::fill(&mut ctx, words);
         ctx
     });
     local.inside.set(false);
