@@ -95,8 +95,10 @@ struct egpu_memcpy_ctx {
     __u64 tag_id; /* The request or job the program said this work belongs to (`egpu_tag_set`), 0 for none. */
     __u64 trace_id[2]; /* The W3C trace context's trace id the program set (`egpu_traceparent_set`): its high 64 bits, then its low 64 bits (as the 32 hex digits read); zero for none. */
     __u64 span_id; /* The W3C trace context's parent span id the program set, 0 for none. */
+    __u32 src_device; /* A copy between devices (`MemcpyCtx::PEER`): the source's CUDA device ordinal (the context it names, for the driver's `cuMemcpyPeer`); 0 for other copies, whose device is `device`. */
+    __u32 dst_device; /* A copy between devices: the destination's CUDA device ordinal; 0 for other copies. */
 };
-_Static_assert(sizeof(struct egpu_memcpy_ctx) == 112, "MemcpyCtx is 112 bytes");
+_Static_assert(sizeof(struct egpu_memcpy_ctx) == 120, "MemcpyCtx is 120 bytes");
 _Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, dst) == 0, "MemcpyCtx.dst");
 _Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, src) == 8, "MemcpyCtx.src");
 _Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, bytes) == 16, "MemcpyCtx.bytes");
@@ -113,6 +115,8 @@ _Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, site_id) == 72, "Memcp
 _Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, tag_id) == 80, "MemcpyCtx.tag_id");
 _Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, trace_id) == 88, "MemcpyCtx.trace_id");
 _Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, span_id) == 104, "MemcpyCtx.span_id");
+_Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, src_device) == 112, "MemcpyCtx.src_device");
+_Static_assert(__builtin_offsetof(struct egpu_memcpy_ctx, dst_device) == 116, "MemcpyCtx.dst_device");
 
 /* AllocCtx: Context of an allocation or a free. */
 struct egpu_alloc_ctx {

@@ -3,7 +3,7 @@
 //! device 1, switching with `cuCtxSetCurrent` and making one with `cuCtxCreate`. Host probes
 //! count each event per `ctx.device` in maps the summary prints; the counts must be exactly
 //! what the launcher did on each device, and the driver asked for a context's device once per
-//! context (the preloaded library caches it). Prints `per-device counts exact: 2/2 devices`.
+//! context (the preloaded library caches it); a copy between devices carries both. Prints `per-device counts exact: 2/2 devices`.
 
 mod support;
 
@@ -19,6 +19,8 @@ use support::{build, preload_library, program};
 static LAUNCHES_ON: HashMap<u32, u64> = HashMap::with_capacity(8);
 static COPIES_ON: HashMap<u32, u64> = HashMap::with_capacity(8);
 static ALLOCATIONS_ON: HashMap<u32, u64> = HashMap::with_capacity(8);
+/// Copies between devices, by source device × 16 + destination device.
+static PEER_COPIES: HashMap<u32, u64> = HashMap::with_capacity(8);
 
 #[egpu::probe(host::launch)]
 fn launched(ctx: &LaunchCtx) {
@@ -28,6 +30,9 @@ fn launched(ctx: &LaunchCtx) {
 #[egpu::probe(host::memcpy)]
 fn copied(ctx: &MemcpyCtx) {
     COPIES_ON.fetch_add(&ctx.device, 1);
+    if ctx.kind == MemcpyCtx::PEER {
+        PEER_COPIES.fetch_add(&(ctx.src_device * 16 + ctx.dst_device), 1);
+    }
 }
 
 #[egpu::probe(host::alloc)]
@@ -99,7 +104,7 @@ fn every_event_carries_the_device_of_its_context() {
     assert!(stdout.contains(asked), "{stdout}\n{stderr}");
     let maps = maps(&dir, "summary");
     // What devices.c does on each device: launches, copies, allocations.
-    let expected = [(0, [4, 2, 1]), (1, [7, 1, 2])];
+    let expected = [(0, [4, 3, 2]), (1, [7, 1, 2])];
     let mut exact = 0;
     for (device, counts) in expected {
         let got = ["LAUNCHES_ON", "COPIES_ON", "ALLOCATIONS_ON"]
@@ -112,6 +117,9 @@ fn every_event_carries_the_device_of_its_context() {
     }
     println!("per-device counts exact: {exact}/{} devices", expected.len());
     assert_eq!(exact, expected.len(), "{maps:?}\n{stderr}");
+    // The one copy between devices, from device 1 (a context made there) to device 0.
+    let peers: Vec<_> = maps.iter().filter(|((m, _), _)| m == "PEER_COPIES").collect();
+    assert_eq!(peers, [(&("PEER_COPIES".to_string(), 16), &1)], "{maps:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

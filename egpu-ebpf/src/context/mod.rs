@@ -55,7 +55,7 @@ pub const fn kernel_id(name: &str) -> u64 {
 
 /// The revision of the contexts' layout: 1 for the first layout, one more with every change that
 /// adds fields (see the module documentation). It is part of every host context's [`tag`](context_tag).
-pub const CONTEXT_REVISION: u32 = 4;
+pub const CONTEXT_REVISION: u32 = 5;
 
 /// The tag word of `event`'s host context: `0xEC` in the top byte, then [`CONTEXT_REVISION`] (16
 /// bits), then the event (8 bits: launch 1, memcpy 2, alloc 3, sync 4, module load 5).
@@ -434,6 +434,12 @@ fields::contexts! {
         pub trace_id: [u64; 2],
         /// The W3C trace context's parent span id the program set, 0 for none.
         pub span_id: u64,
+        /// A copy between devices ([`MemcpyCtx::PEER`]): the source's CUDA device ordinal (the
+        /// context it names, for the driver's `cuMemcpyPeer`); 0 for other copies, whose device
+        /// is `device`.
+        pub src_device: u32,
+        /// A copy between devices: the destination's CUDA device ordinal; 0 for other copies.
+        pub dst_device: u32,
     }
 }
 

@@ -9,7 +9,7 @@ use std::mem::{offset_of, size_of};
 fn the_layout_is_the_documented_abi() {
     let sizes = [
         ("LaunchCtx", size_of::<LaunchCtx>(), 128),
-        ("MemcpyCtx", size_of::<MemcpyCtx>(), 112),
+        ("MemcpyCtx", size_of::<MemcpyCtx>(), 120),
         ("AllocCtx", size_of::<AllocCtx>(), 96),
         ("SyncCtx", size_of::<SyncCtx>(), 48),
         ("ModuleLoadCtx", size_of::<ModuleLoadCtx>(), 56),
@@ -30,17 +30,21 @@ fn the_layout_is_the_documented_abi() {
         assert!(end <= 64, "{end}");
     }
     // Revision 4: the launch site and the tags, appended to the launch, copy and allocation
-    // contexts alike (issue 28).
-    for (ty, site) in [
-        (&LaunchCtx::TYPE, offset_of!(LaunchCtx, site_id)),
-        (&MemcpyCtx::TYPE, offset_of!(MemcpyCtx, site_id)),
-        (&AllocCtx::TYPE, offset_of!(AllocCtx, site_id)),
+    // contexts alike (issue 28); after them, what later revisions appended (`after` fields).
+    for (ty, site, after) in [
+        (&LaunchCtx::TYPE, offset_of!(LaunchCtx, site_id), 0),
+        (&MemcpyCtx::TYPE, offset_of!(MemcpyCtx, site_id), 2),
+        (&AllocCtx::TYPE, offset_of!(AllocCtx, site_id), 0),
     ] {
-        assert_eq!(site, ty.size - 40, "{}", ty.name);
-        let names: Vec<&str> = ty.fields.iter().rev().take(4).map(|f| f.name).collect();
+        let later: usize = ty.fields.iter().rev().take(after).map(|f| f.size).sum();
+        assert_eq!(site, ty.size - later - 40, "{}", ty.name);
+        let names: Vec<&str> = ty.fields.iter().rev().skip(after).take(4).map(|f| f.name).collect();
         assert_eq!(names, ["span_id", "trace_id", "tag_id", "site_id"], "{}", ty.name);
     }
     assert_eq!(offset_of!(LaunchCtx, duration_ns), 80);
+    // Revision 5: a peer copy's source and destination devices, after the tags (issue 29).
+    assert_eq!(offset_of!(MemcpyCtx, src_device), 112);
+    assert_eq!(offset_of!(MemcpyCtx, dst_device), 116);
     assert_eq!(offset_of!(KernelCtx, launch_id), 72);
     assert_eq!(offset_of!(MemAccessCtx, launch_id), 64);
     assert_eq!(offset_of!(MemAccessCtx, class), 76);

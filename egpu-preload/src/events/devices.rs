@@ -6,7 +6,10 @@
 //! ([`forget`]), since the driver may give its handle to a context on another device.
 
 use std::ffi::c_int;
+use std::mem::offset_of;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use egpu::ebpf::MemcpyCtx;
 
 use super::event::Event;
 use crate::Handle;
@@ -67,6 +70,40 @@ fn device_of(context: usize, ask: impl FnOnce() -> Option<u32>) -> u32 {
         }
     }
     device
+}
+
+/// A copy between devices, `ctx`, with its source's and destination's devices (`devices`:
+/// source, destination) when the probes read their word.
+pub(super) fn peer(
+    mut ctx: MemcpyCtx,
+    words: u16,
+    devices: impl FnOnce() -> (u32, u32),
+) -> MemcpyCtx {
+    if words & (1 << (offset_of!(MemcpyCtx, src_device) / 8)) != 0 {
+        (ctx.src_device, ctx.dst_device) = devices();
+    }
+    ctx
+}
+
+/// The device of `context`, a handle the program passed (current or not): from the table, else
+/// asked of the driver with `context` pushed for the question; 0 when the driver does not say.
+pub(super) fn of_context(context: Handle) -> u32 {
+    if context.is_null() {
+        return 0;
+    }
+    device_of(context as usize, || {
+        let push = crate::device::CTX_PUSH.get_or_ask()?;
+        let pop = crate::device::CTX_POP.get_or_ask()?;
+        // SAFETY: the driver's functions; the context pushed is popped again.
+        if unsafe { push(context) } != 0 {
+            return None;
+        }
+        let device = ask();
+        let mut popped: Handle = std::ptr::null_mut();
+        // SAFETY: as above; the driver writes one handle.
+        unsafe { pop(&mut popped) };
+        device
+    })
 }
 
 /// The current context's device, asked of the driver.

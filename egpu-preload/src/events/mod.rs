@@ -323,9 +323,11 @@ entry_points! {
     DTOD_ASYNC cuMemcpyDtoDAsync_v2 +ptsz (dst: DevicePtr, src: DevicePtr, bytes: usize, stream: Handle)
         => driver(|_, _| copy(dst, src, bytes as u64, stream, M::DEVICE_TO_DEVICE, ASYNC), copied);
     PEER cuMemcpyPeer +ptds (dst: DevicePtr, dst_ctx: Handle, src: DevicePtr, src_ctx: Handle, bytes: usize)
-        => driver(|_, _| copy(dst, src, bytes as u64, NULL, M::PEER, 0), copied);
+        => driver(|w, _| devices::peer(copy(dst, src, bytes as u64, NULL, M::PEER, 0), w,
+            || (devices::of_context(src_ctx), devices::of_context(dst_ctx))), copied);
     PEER_ASYNC cuMemcpyPeerAsync +ptsz (dst: DevicePtr, dst_ctx: Handle, src: DevicePtr, src_ctx: Handle, bytes: usize, stream: Handle)
-        => driver(|_, _| copy(dst, src, bytes as u64, stream, M::PEER, ASYNC), copied);
+        => driver(|w, _| devices::peer(copy(dst, src, bytes as u64, stream, M::PEER, ASYNC), w,
+            || (devices::of_context(src_ctx), devices::of_context(dst_ctx))), copied);
     SET8 cuMemsetD8_v2 +ptds (dst: DevicePtr, value: u8, n: usize)
         => driver(|_, _| set(dst, n as u64, NULL, 0), nothing);
     SET16 cuMemsetD16_v2 +ptds (dst: DevicePtr, value: u16, n: usize)
@@ -487,9 +489,11 @@ entry_points! {
     RT_MEMCPY_3D_ASYNC cudaMemcpy3DAsync +ptsz (p: *const Copy3d, stream: Handle)
         => runtime(|_, _| runtime_copy_3d(p, stream, ASYNC), copied);
     RT_MEMCPY_PEER cudaMemcpyPeer (dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, bytes: usize)
-        => runtime(|_, _| copy(dst as u64, src as u64, bytes as u64, NULL, M::PEER, 0), copied);
+        => runtime(|w, _| devices::peer(copy(dst as u64, src as u64, bytes as u64, NULL, M::PEER, 0), w,
+            || (src_device as u32, dst_device as u32)), copied);
     RT_MEMCPY_PEER_ASYNC cudaMemcpyPeerAsync (dst: *mut c_void, dst_device: c_int, src: *const c_void, src_device: c_int, bytes: usize, stream: Handle)
-        => runtime(|_, _| copy(dst as u64, src as u64, bytes as u64, stream, M::PEER, ASYNC), copied);
+        => runtime(|w, _| devices::peer(copy(dst as u64, src as u64, bytes as u64, stream, M::PEER, ASYNC), w,
+            || (src_device as u32, dst_device as u32)), copied);
     RT_TO_SYMBOL cudaMemcpyToSymbol +ptds (symbol: *const c_void, src: *const c_void, bytes: usize, offset: usize, kind: c_int)
         => runtime(|_, _| runtime_copy(symbol.cast_mut(), src, bytes, kind, NULL, 0), copied);
     RT_TO_SYMBOL_ASYNC cudaMemcpyToSymbolAsync +ptsz (symbol: *const c_void, src: *const c_void, bytes: usize, offset: usize, kind: c_int, stream: Handle)
