@@ -308,6 +308,7 @@ fn write_summary() {
         }
         text.push_str(&crate::attribution::sites::summary());
         text.push_str(&crate::attribution::spans::summary());
+        text.push_str(&crate::nccl::summary());
         let mut path = base;
         path.push(format!(".{}", d.pid));
         if let Ok(mut file) = std::fs::File::create(&path) {

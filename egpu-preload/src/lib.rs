@@ -32,6 +32,7 @@ mod defaults;
 mod device;
 mod events;
 mod kernel_times;
+mod nccl;
 mod real;
 
 use std::cell::{Cell, UnsafeCell};
