@@ -343,6 +343,10 @@ pub fn metrics(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
     for (otel, prometheus, help, value) in health {
         metrics.push(counter(otel, "1", prometheus, help, &value));
     }
+    let devices = device_labels(processes);
+    if !devices.points.is_empty() {
+        metrics.push(devices);
+    }
     let ages = device_part_ages(processes);
     if !ages.points.is_empty() {
         metrics.push(ages);
@@ -391,6 +395,30 @@ fn kernel_durations(processes: &[Builtin], options: MetricsOptions) -> Metric {
         help: "GPU time of a CUDA kernel launch, from CUDA events around it (opt-in: egpu run \
                --kernel-times).",
         kind: Kind::Histogram,
+        points,
+    }
+}
+
+/// `egpu.cuda.device.info`: a gauge of 1 per device each process used, labelled with the
+/// device's ordinal, UUID and name (`gpu_index`, `gpu_uuid`, `gpu_name`; OpenTelemetry
+/// `gpu.index`, `gpu.uuid`, `gpu.name`), to join the process's series with (on `pid`).
+fn device_labels(processes: &[Builtin]) -> Metric {
+    let mut points = Vec::new();
+    for b in processes {
+        for d in b.devices() {
+            let mut attributes = pid(b);
+            attributes.push(("gpu_index", d.index.to_string()));
+            attributes.push(("gpu_uuid", d.uuid));
+            attributes.push(("gpu_name", d.name));
+            points.push(Point { attributes, value: Value::Gauge(1.0) });
+        }
+    }
+    Metric {
+        otel: "egpu.cuda.device.info",
+        unit: "1",
+        prometheus: "egpu_cuda_device_info",
+        help: "A CUDA device the process used: its ordinal, UUID and name as labels (value 1).",
+        kind: Kind::Gauge,
         points,
     }
 }
