@@ -162,8 +162,8 @@ pub(crate) fn process_json(b: &Builtin, user: &[(String, RawMap)]) -> String {
                 };
                 tally(count, bytes).map(|t| group(field, format!("{}:{t}", string(kind)))).is_some()
             }
-            // The devices, from the map below.
-            ["device", index, ..] if index.parse::<u32>().is_ok() => true,
+            // The devices and their counts, from the maps below.
+            ["device" | "per_device", index, ..] if index.parse::<u32>().is_ok() => true,
             ["syncs", kind, n] if n.parse::<u64>().is_ok() => {
                 group("syncs", format!("{}:{n}", string(kind)));
                 true
@@ -176,15 +176,7 @@ pub(crate) fn process_json(b: &Builtin, user: &[(String, RawMap)]) -> String {
     }
     let mut json = format!("{{{}", fields.join(","));
     let _ = write!(json, ",\"kernels\":[{}]", kernels.join(","));
-    let devices: Vec<String> = b
-        .devices()
-        .iter()
-        .map(|d| {
-            let (uuid, name) = (string(&d.uuid), string(&d.name));
-            format!("{{\"index\":{},\"uuid\":{uuid},\"name\":{name}}}", d.index)
-        })
-        .collect();
-    let _ = write!(json, ",\"devices\":[{}]", devices.join(","));
+    let _ = write!(json, ",\"devices\":[{}]", devices_json(b).join(","));
     for (field, members) in groups {
         let _ = write!(json, ",\"{field}\":{{{}}}", members.join(","));
     }
@@ -195,6 +187,38 @@ pub(crate) fn process_json(b: &Builtin, user: &[(String, RawMap)]) -> String {
     }
     json.push('}');
     json
+}
+
+/// The devices a process used, each as a JSON object: its index, UUID and name (empty strings
+/// where the driver did not say), and what the built-in probes counted on it (`copies`, `sets`
+/// and `allocations` as counts and bytes), in index order.
+fn devices_json(b: &Builtin) -> Vec<String> {
+    let labels = b.devices();
+    let counts = b.device_counts();
+    let mut indices: Vec<u32> =
+        labels.iter().map(|d| d.index).chain(counts.iter().map(|c| c.index)).collect();
+    indices.sort_unstable();
+    indices.dedup();
+    indices
+        .into_iter()
+        .map(|index| {
+            let label = labels.iter().find(|d| d.index == index);
+            let (uuid, name) =
+                label.map_or((String::new(), String::new()), |d| (d.uuid.clone(), d.name.clone()));
+            let c = counts.iter().find(|c| c.index == index).copied().unwrap_or_default();
+            let pair =
+                |(count, bytes): (u64, u64)| format!("{{\"count\":{count},\"bytes\":{bytes}}}");
+            format!(
+                "{{\"index\":{index},\"uuid\":{},\"name\":{},\"copies\":{},\"sets\":{},\
+                 \"allocations\":{}}}",
+                string(&uuid),
+                string(&name),
+                pair(c.copies),
+                pair(c.sets),
+                pair(c.allocations)
+            )
+        })
+        .collect()
 }
 
 /// One user map as a JSON object, from `Builtin::render_maps`'s lines for it alone: each
@@ -277,9 +301,13 @@ mod tests {
         assert!(b.record_device(1, Some(uuid), "Stand-in GPU 1"));
         assert!(b.record_device(0, None, ""));
         let json = process_json(&b, &[]);
-        let devices = ",\"devices\":[{\"index\":0,\"uuid\":\"\",\"name\":\"\"},{\"index\":1,\
-                       \"uuid\":\"GPU-65677075-2d73-7461-6e64-2d696e2d0001\",\"name\":\"Stand-in GPU 1\"}]";
-        assert!(json.contains(devices), "{json}");
+        let none = "\"copies\":{\"count\":0,\"bytes\":0},\"sets\":{\"count\":0,\"bytes\":0},\
+                    \"allocations\":{\"count\":0,\"bytes\":0}";
+        let devices = format!(
+            ",\"devices\":[{{\"index\":0,\"uuid\":\"\",\"name\":\"\",{none}}},{{\"index\":1,\
+             \"uuid\":\"GPU-65677075-2d73-7461-6e64-2d696e2d0001\",\"name\":\"Stand-in GPU 1\",{none}}}]"
+        );
+        assert!(json.contains(&devices), "{json}");
         assert!(!json.contains("\"other\""), "{json}");
     }
 }

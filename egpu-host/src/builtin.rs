@@ -23,6 +23,7 @@
 //! | `kernel_times` | hash, kernel id → [`KernelTime`] | GPU time per launch from CUDA events (`EGPU_KERNEL_TIMES=1`), written by the library |
 //! | `kernel_timing` | array of `u64` | the event timing's counts ([`TimingCount`]) |
 //! | `sync_times` | array of `u64` | histograms of the time spent in synchronisations per `SyncCtx` kind (with the kernel times) |
+//! | `per_device` | array of `[count, bytes]` | per device ordinal `d` (up to 64): copies at `3d`, sets at `3d + 1`, allocations at `3d + 2` |
 //! | `devices` | hash, device ordinal → UUID (16 bytes) and name (80 bytes, NUL-padded) | the devices the process used ([`DeviceLabel`]), written by the library |
 //!
 //! The probes that fill them are Probe Rust (`builtin/probes.rs`), built and verified once per
@@ -43,7 +44,7 @@ mod probes;
 mod report;
 #[doc(hidden)]
 pub mod sample;
-pub use devices::{DEVICE_NAME_BYTES, DeviceLabel, uuid_text};
+pub use devices::{DEVICE_NAME_BYTES, DeviceCounts, DeviceLabel, uuid_text};
 pub use metrics::{
     Histogram, Kind, Metric, MetricsOptions, Point, Value, bucket_bound, metrics, otel_key,
     otlp_json,
@@ -60,7 +61,7 @@ pub const KERNELS: u32 = 4096;
 pub const NAME_BYTES: usize = 128;
 
 /// Every map's name, as [`shared_name`] places it.
-pub const MAPS: [&str; 15] = [
+pub const MAPS: [&str; 16] = [
     "launches",
     "copies",
     "allocations",
@@ -76,6 +77,7 @@ pub const MAPS: [&str; 15] = [
     "kernel_timing",
     "sync_times",
     "devices",
+    "per_device",
 ];
 
 /// Buckets of a histogram: bucket `b` counts the values with `b` significant bits (0 for 0, 1 for
@@ -90,6 +92,13 @@ const ALLOCATION_SLOTS: u32 = 8;
 
 /// `syncs`: synchronisations by `SyncCtx` kind (0–3).
 const SYNC_SLOTS: u32 = 4;
+
+/// `per_device`: per device ordinal `d` (below [`devices::DEVICES`]), copies at
+/// `DEVICE_SLOTS * d`, sets at `+ 1` and allocations at `+ 2` (count and bytes). Launches are
+/// not counted per device by the built-in probes: a launch context's `device` lies past its first
+/// 64 bytes, and reading it would take every launch off the one-line queue slot.
+const DEVICE_SLOTS: u32 = 3;
+const PER_DEVICE_SLOTS: u32 = DEVICE_SLOTS * devices::DEVICES;
 
 /// `modules`: module loads without PTX (0) and with (1).
 const MODULE_SLOTS: u32 = 2;
@@ -162,7 +171,7 @@ fn def(name: &str, kind: MapKind, key_size: u32, value_size: u32, capacity: u32)
 }
 
 /// The maps, in [`MAPS`] order.
-fn maps() -> [MapDef; 15] {
+fn maps() -> [MapDef; 16] {
     let tally = size_of::<Tally>() as u32;
     [
         def("launches", MapKind::Hash, 8, 8, KERNELS),
@@ -180,6 +189,7 @@ fn maps() -> [MapDef; 15] {
         def("kernel_timing", MapKind::Array, 4, 8, TIMING_SLOTS),
         def("sync_times", MapKind::Array, 4, 8, SYNC_TIME_SLOTS),
         def("devices", MapKind::Hash, 8, devices::DEVICE_BYTES as u32, devices::DEVICES),
+        def("per_device", MapKind::Array, 4, tally, PER_DEVICE_SLOTS),
     ]
 }
 
@@ -225,6 +235,7 @@ pub struct Builtin {
     kernel_timing: RawMap,
     sync_times: RawMap,
     devices: RawMap,
+    per_device: RawMap,
 }
 
 impl Builtin {
@@ -276,7 +287,8 @@ impl Builtin {
             kernel_timing,
             sync_times,
             devices,
-        ] = <[RawMap; 15]>::try_from(maps).expect("one map per entry of MAPS");
+            per_device,
+        ] = <[RawMap; 16]>::try_from(maps).expect("one map per entry of MAPS");
         Builtin {
             pid,
             launches,
@@ -294,6 +306,7 @@ impl Builtin {
             kernel_timing,
             sync_times,
             devices,
+            per_device,
         }
     }
 
@@ -315,6 +328,7 @@ impl Builtin {
             "kernel_timing" => &self.kernel_timing,
             "sync_times" => &self.sync_times,
             "devices" => &self.devices,
+            "per_device" => &self.per_device,
             _ => return None,
         })
     }

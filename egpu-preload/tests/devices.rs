@@ -137,6 +137,15 @@ fn every_event_carries_the_device_of_its_context() {
     }
     println!("device labels exact: {labelled}/{} devices", LABELS.len());
     assert_eq!(labelled, LABELS.len(), "{summary}");
+    // The built-in probes' counts per device (no user probe needed): copies (the peer copy made
+    // on device 0), sets, allocations, with their bytes.
+    let built_in = [
+        "per_device 0 copies 3 192 sets 0 0 allocations 2 128\n",
+        "per_device 1 copies 1 64 sets 0 0 allocations 2 128\n",
+    ];
+    let exact = built_in.iter().filter(|line| summary.contains(*line)).count();
+    println!("built-in per-device counts exact: {exact}/{} devices", built_in.len());
+    assert_eq!(exact, built_in.len(), "{summary}");
     let maps = maps(&dir, "summary");
     // What devices.c does on each device: launches, copies, allocations.
     let expected = [(0, [4, 3, 2]), (1, [7, 1, 2])];

@@ -59,7 +59,7 @@ fn summaries(dir: &Path) -> BTreeMap<u32, Summary> {
                 ["probes", runs, ..] => {
                     s.runs = runs.trim_start_matches("runs=").parse().expect("runs");
                 }
-                ["device", ..] => s.devices.push(line.to_string()),
+                ["device" | "per_device", ..] => s.devices.push(line.to_string()),
                 ["pid", _] | ["shapes", ..] => {}
                 _ => s.others.push(line.to_string()),
             }
@@ -126,8 +126,10 @@ fn every_launch_is_one_event_in_its_own_process() {
     ];
     assert_eq!(parent.others, others, "linked, by dlsym and by cuGetProcAddress (_ptsz too)");
     // The one device, labelled with the UUID the stand-in gives it (and no name: it gives none
-    // without FAKE_DEVICE_INFO).
-    assert_eq!(parent.devices, [STAND_IN_DEVICE]);
+    // without FAKE_DEVICE_INFO), and the built-in counts on it: all of them (copies, sets and
+    // allocations, each with its bytes, as above).
+    let on_device = "per_device 0 copies 8 13540 sets 2 5096 allocations 4 8192";
+    assert_eq!(parent.devices, [STAND_IN_DEVICE, on_device]);
     // Launches, copies and allocations have two built-in probes each (counts, and sizes); the
     // rest one.
     assert_eq!(parent.runs, 25 * 2 + 10 * 2 + 7 * 2 + 4 + 2, "one run per event and probe");

@@ -4,7 +4,7 @@
 
 use egpu_maps::HashMap;
 
-use super::Builtin;
+use super::{Builtin, DEVICE_SLOTS};
 
 /// Devices the map holds at most.
 pub(super) const DEVICES: u32 = 64;
@@ -31,7 +31,40 @@ pub fn uuid_text(bytes: &[u8; 16]) -> String {
     format!("GPU-{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
 }
 
+/// What the built-in probes counted on one device (`per_device`): copies and sets with their
+/// bytes, allocations that succeeded with their bytes. (Not launches: a launch context's
+/// `device` is past the 64 bytes the built-in launch probes read, which keep each launch to one
+/// queue line; a user probe counts them per device.)
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceCounts {
+    /// The device's ordinal.
+    pub index: u32,
+    /// Copies and their bytes.
+    pub copies: (u64, u64),
+    /// Memory sets and their bytes.
+    pub sets: (u64, u64),
+    /// Allocations and their bytes.
+    pub allocations: (u64, u64),
+}
+
 impl Builtin {
+    /// What the built-in probes counted per device, for the devices with any count, by ordinal.
+    pub fn device_counts(&self) -> Vec<DeviceCounts> {
+        let tally = |d: u32, slot: u32| {
+            let t = self.total(&self.per_device, d * DEVICE_SLOTS + slot);
+            (t.count, t.bytes)
+        };
+        (0..DEVICES)
+            .map(|index| DeviceCounts {
+                index,
+                copies: tally(index, 0),
+                sets: tally(index, 1),
+                allocations: tally(index, 2),
+            })
+            .filter(|c| DeviceCounts { index: c.index, ..DeviceCounts::default() } != *c)
+            .collect()
+    }
+
     /// Records device `index`'s UUID (`None`: the driver did not say) and name (cut to
     /// [`DEVICE_NAME_BYTES`] − 1 bytes); false when the map is full.
     pub fn record_device(&self, index: u32, uuid: Option<[u8; 16]>, name: &str) -> bool {

@@ -347,6 +347,7 @@ pub fn metrics(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
     if !devices.points.is_empty() {
         metrics.push(devices);
     }
+    metrics.extend(per_device(processes).into_iter().filter(|m| !m.points.is_empty()));
     let ages = device_part_ages(processes);
     if !ages.points.is_empty() {
         metrics.push(ages);
@@ -406,10 +407,7 @@ fn device_labels(processes: &[Builtin]) -> Metric {
     let mut points = Vec::new();
     for b in processes {
         for d in b.devices() {
-            let mut attributes = pid(b);
-            attributes.push(("gpu_index", d.index.to_string()));
-            attributes.push(("gpu_uuid", d.uuid));
-            attributes.push(("gpu_name", d.name));
+            let attributes = device_attributes(b, d.index);
             points.push(Point { attributes, value: Value::Gauge(1.0) });
         }
     }
@@ -421,6 +419,49 @@ fn device_labels(processes: &[Builtin]) -> Metric {
         kind: Kind::Gauge,
         points,
     }
+}
+
+/// A process's device `index` as labels: `pid`, then `gpu_index`, `gpu_uuid` and `gpu_name` (empty
+/// where the driver did not say).
+fn device_attributes(b: &Builtin, index: u32) -> Vec<(&'static str, String)> {
+    let label = b.devices().into_iter().find(|d| d.index == index).unwrap_or_default();
+    let mut attributes = pid(b);
+    attributes.push(("gpu_index", index.to_string()));
+    attributes.push(("gpu_uuid", label.uuid));
+    attributes.push(("gpu_name", label.name));
+    attributes
+}
+
+/// What the built-in probes counted per device, a series per process and device used, labelled
+/// as [`device_labels`]: bytes copied, bytes allocated.
+fn per_device(processes: &[Builtin]) -> [Metric; 2] {
+    type Count = fn(&super::DeviceCounts) -> u64;
+    let each: [(&str, &str, &str, &str, Count); 2] = [
+        (
+            "egpu.cuda.device.memory.copies",
+            "By",
+            "egpu_cuda_device_memory_copies_bytes_total",
+            "Bytes of CUDA memory copies made in a device's contexts.",
+            |c| c.copies.1,
+        ),
+        (
+            "egpu.cuda.device.memory.allocations",
+            "By",
+            "egpu_cuda_device_memory_allocations_bytes_total",
+            "Bytes of CUDA memory allocated in a device's contexts.",
+            |c| c.allocations.1,
+        ),
+    ];
+    each.map(|(otel, unit, prometheus, help, value)| {
+        let mut points = Vec::new();
+        for b in processes {
+            for c in b.device_counts() {
+                let attributes = device_attributes(b, c.index);
+                points.push(Point { attributes, value: Value::Counter(value(&c)) });
+            }
+        }
+        Metric { otel, unit, prometheus, help, kind: Kind::Counter, points }
+    })
 }
 
 /// How old the device part (in GPU memory) of each user map is: the time since it was last
