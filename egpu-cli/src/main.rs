@@ -28,6 +28,7 @@
 //! | `program.rs` | naming and reading a program, checking its maps against its use |
 //! | `ptx.rs` | `translate` and `inject` |
 //! | `run.rs` | `run`, the metrics server, the OTLP pusher |
+//! | `safety.rs` | what every command egpu starts runs with: NVLink multicast off |
 //! | `maps.rs` | `maps`, its JSON |
 //! | `mem.rs` | `mem run` (`run` with the sets' pack), `mem report` and `mem render` |
 //! | `render/` | `mem render`'s pictures and pages (plotters, an embedded font) |
@@ -44,6 +45,7 @@ mod program;
 mod ptx;
 mod render;
 mod run;
+mod safety;
 
 use std::process::ExitCode;
 

@@ -56,7 +56,8 @@ fn list(json: bool) {
         let opened = Builtin::open(pid);
         let launches = opened.as_ref().map(|b| {
             let report = b.report(None);
-            report.lines().nth(1).unwrap_or_default().to_owned()
+            // After the `pid` and `device` lines.
+            report.lines().find(|l| l.starts_with("launches ")).unwrap_or_default().to_owned()
         });
         if json {
             items.push(match &launches {
@@ -110,7 +111,9 @@ fn tally(count: &str, bytes: &str) -> Option<String> {
 }
 
 /// One process's counts and maps as a JSON object, from the lines of its report (see
-/// `Builtin::report`): `pid`, `launches`, `shapes`, `kernels` (id, launches, name), `copies`,
+/// `Builtin::report`): `pid`, `launches`, `shapes`, `kernels` (id, launches, name), `devices`
+/// (index, UUID and name, each device the process used; empty strings where the driver did not
+/// say), `copies`,
 /// `allocations` and `frees` by kind, `sets`, `freed`, `syncs` and `modules` by kind, `maps`
 /// (each with its kind, key and value sizes, and its entries, or `"shown":false`), and any line
 /// this egpu does not know under `other`, so that nothing is lost.
@@ -159,6 +162,8 @@ pub(crate) fn process_json(b: &Builtin, user: &[(String, RawMap)]) -> String {
                 };
                 tally(count, bytes).map(|t| group(field, format!("{}:{t}", string(kind)))).is_some()
             }
+            // The devices and their counts, from the maps below.
+            ["device" | "per_device", index, ..] if index.parse::<u32>().is_ok() => true,
             ["syncs", kind, n] if n.parse::<u64>().is_ok() => {
                 group("syncs", format!("{}:{n}", string(kind)));
                 true
@@ -171,6 +176,7 @@ pub(crate) fn process_json(b: &Builtin, user: &[(String, RawMap)]) -> String {
     }
     let mut json = format!("{{{}", fields.join(","));
     let _ = write!(json, ",\"kernels\":[{}]", kernels.join(","));
+    let _ = write!(json, ",\"devices\":[{}]", devices_json(b).join(","));
     for (field, members) in groups {
         let _ = write!(json, ",\"{field}\":{{{}}}", members.join(","));
     }
@@ -181,6 +187,38 @@ pub(crate) fn process_json(b: &Builtin, user: &[(String, RawMap)]) -> String {
     }
     json.push('}');
     json
+}
+
+/// The devices a process used, each as a JSON object: its index, UUID and name (empty strings
+/// where the driver did not say), and what the built-in probes counted on it (`copies`, `sets`
+/// and `allocations` as counts and bytes), in index order.
+fn devices_json(b: &Builtin) -> Vec<String> {
+    let labels = b.devices();
+    let counts = b.device_counts();
+    let mut indices: Vec<u32> =
+        labels.iter().map(|d| d.index).chain(counts.iter().map(|c| c.index)).collect();
+    indices.sort_unstable();
+    indices.dedup();
+    indices
+        .into_iter()
+        .map(|index| {
+            let label = labels.iter().find(|d| d.index == index);
+            let (uuid, name) =
+                label.map_or((String::new(), String::new()), |d| (d.uuid.clone(), d.name.clone()));
+            let c = counts.iter().find(|c| c.index == index).copied().unwrap_or_default();
+            let pair =
+                |(count, bytes): (u64, u64)| format!("{{\"count\":{count},\"bytes\":{bytes}}}");
+            format!(
+                "{{\"index\":{index},\"uuid\":{},\"name\":{},\"copies\":{},\"sets\":{},\
+                 \"allocations\":{}}}",
+                string(&uuid),
+                string(&name),
+                pair(c.copies),
+                pair(c.sets),
+                pair(c.allocations)
+            )
+        })
+        .collect()
 }
 
 /// One user map as a JSON object, from `Builtin::render_maps`'s lines for it alone: each
@@ -251,5 +289,25 @@ mod tests {
         assert_eq!(string("line\nnext\ttab\r"), "\"line\\nnext\\ttab\\r\"");
         assert_eq!(string("\u{0}\u{1f}\u{7f}"), "\"\\u0000\\u001f\\u007f\"");
         assert_eq!(string("\u{2028}é"), "\"\\u2028é\"");
+    }
+
+    /// Issue 29: the devices a process used, each with its UUID and name, as a list, and their
+    /// report lines known (no `other`).
+    #[test]
+    fn the_devices_used_are_listed_with_their_labels() {
+        let b = Builtin::create(std::process::id(), false).expect("the maps");
+        assert!(process_json(&b, &[]).contains(",\"devices\":[],"));
+        let uuid: [u8; 16] = *b"egpu-stand-in-\x00\x01";
+        assert!(b.record_device(1, Some(uuid), "Stand-in GPU 1"));
+        assert!(b.record_device(0, None, ""));
+        let json = process_json(&b, &[]);
+        let none = "\"copies\":{\"count\":0,\"bytes\":0},\"sets\":{\"count\":0,\"bytes\":0},\
+                    \"allocations\":{\"count\":0,\"bytes\":0}";
+        let devices = format!(
+            ",\"devices\":[{{\"index\":0,\"uuid\":\"\",\"name\":\"\",{none}}},{{\"index\":1,\
+             \"uuid\":\"GPU-65677075-2d73-7461-6e64-2d696e2d0001\",\"name\":\"Stand-in GPU 1\",{none}}}]"
+        );
+        assert!(json.contains(&devices), "{json}");
+        assert!(!json.contains("\"other\""), "{json}");
     }
 }

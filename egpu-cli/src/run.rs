@@ -38,6 +38,11 @@ pub(crate) fn run_cmd(a: RunArgs) -> Result<ExitCode, Error> {
     let command = &a.command;
     let mut child = std::process::Command::new(&command[0]);
     child.args(&command[1..]).env("LD_PRELOAD", preload).envs(a.env.iter().cloned());
+    // NVLink multicast off, whatever the environment says (`safety.rs`).
+    for note in crate::safety::multicast_off(&mut child, |name| crate::safety::given(&a.env, name))
+    {
+        eprintln!("{note}");
+    }
     // Read here first, so that a pack that cannot be read stops before the command starts.
     let mut one_probe = None;
     if let Some(probes) = &a.probes {

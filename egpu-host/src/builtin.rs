@@ -23,6 +23,8 @@
 //! | `kernel_times` | hash, kernel id → [`KernelTime`] | GPU time per launch from CUDA events (`EGPU_KERNEL_TIMES=1`), written by the library |
 //! | `kernel_timing` | array of `u64` | the event timing's counts ([`TimingCount`]) |
 //! | `sync_times` | array of `u64` | histograms of the time spent in synchronisations per `SyncCtx` kind (with the kernel times) |
+//! | `per_device` | array of `[count, bytes]` | per device ordinal `d` (up to 64): copies at `3d`, sets at `3d + 1`, allocations at `3d + 2` |
+//! | `devices` | hash, device ordinal → UUID (16 bytes) and name (80 bytes, NUL-padded) | the devices the process used ([`DeviceLabel`]), written by the library |
 //!
 //! The probes that fill them are Probe Rust (`builtin/probes.rs`), built and verified once per
 //! process; [`Builtin::programs`] binds each one's map table, by name, to these maps. The report
@@ -36,11 +38,13 @@ use egpu_probe::{BuildError, Probe};
 
 use super::Health;
 
+mod devices;
 mod metrics;
 mod probes;
 mod report;
 #[doc(hidden)]
 pub mod sample;
+pub use devices::{DEVICE_NAME_BYTES, DeviceCounts, DeviceLabel, uuid_text};
 pub use metrics::{
     Histogram, Kind, Metric, MetricsOptions, Point, Value, bucket_bound, metrics, otel_key,
     otlp_json,
@@ -57,7 +61,7 @@ pub const KERNELS: u32 = 4096;
 pub const NAME_BYTES: usize = 128;
 
 /// Every map's name, as [`shared_name`] places it.
-pub const MAPS: [&str; 14] = [
+pub const MAPS: [&str; 16] = [
     "launches",
     "copies",
     "allocations",
@@ -72,6 +76,8 @@ pub const MAPS: [&str; 14] = [
     "kernel_times",
     "kernel_timing",
     "sync_times",
+    "devices",
+    "per_device",
 ];
 
 /// Buckets of a histogram: bucket `b` counts the values with `b` significant bits (0 for 0, 1 for
@@ -86,6 +92,13 @@ const ALLOCATION_SLOTS: u32 = 8;
 
 /// `syncs`: synchronisations by `SyncCtx` kind (0–3).
 const SYNC_SLOTS: u32 = 4;
+
+/// `per_device`: per device ordinal `d` (below [`devices::DEVICES`]), copies at
+/// `DEVICE_SLOTS * d`, sets at `+ 1` and allocations at `+ 2` (count and bytes). Launches are
+/// not counted per device by the built-in probes: a launch context's `device` lies past its first
+/// 64 bytes, and reading it would take every launch off the one-line queue slot.
+const DEVICE_SLOTS: u32 = 3;
+const PER_DEVICE_SLOTS: u32 = DEVICE_SLOTS * devices::DEVICES;
 
 /// `modules`: module loads without PTX (0) and with (1).
 const MODULE_SLOTS: u32 = 2;
@@ -158,7 +171,7 @@ fn def(name: &str, kind: MapKind, key_size: u32, value_size: u32, capacity: u32)
 }
 
 /// The maps, in [`MAPS`] order.
-fn maps() -> [MapDef; 14] {
+fn maps() -> [MapDef; 16] {
     let tally = size_of::<Tally>() as u32;
     [
         def("launches", MapKind::Hash, 8, 8, KERNELS),
@@ -175,6 +188,8 @@ fn maps() -> [MapDef; 14] {
         def("kernel_times", MapKind::Hash, 8, size_of::<KernelTime>() as u32, KERNELS),
         def("kernel_timing", MapKind::Array, 4, 8, TIMING_SLOTS),
         def("sync_times", MapKind::Array, 4, 8, SYNC_TIME_SLOTS),
+        def("devices", MapKind::Hash, 8, devices::DEVICE_BYTES as u32, devices::DEVICES),
+        def("per_device", MapKind::Array, 4, tally, PER_DEVICE_SLOTS),
     ]
 }
 
@@ -219,6 +234,8 @@ pub struct Builtin {
     kernel_times: RawMap,
     kernel_timing: RawMap,
     sync_times: RawMap,
+    devices: RawMap,
+    per_device: RawMap,
 }
 
 impl Builtin {
@@ -269,7 +286,9 @@ impl Builtin {
             kernel_times,
             kernel_timing,
             sync_times,
-        ] = <[RawMap; 14]>::try_from(maps).expect("one map per entry of MAPS");
+            devices,
+            per_device,
+        ] = <[RawMap; 16]>::try_from(maps).expect("one map per entry of MAPS");
         Builtin {
             pid,
             launches,
@@ -286,6 +305,8 @@ impl Builtin {
             kernel_times,
             kernel_timing,
             sync_times,
+            devices,
+            per_device,
         }
     }
 
@@ -306,6 +327,8 @@ impl Builtin {
             "kernel_times" => &self.kernel_times,
             "kernel_timing" => &self.kernel_timing,
             "sync_times" => &self.sync_times,
+            "devices" => &self.devices,
+            "per_device" => &self.per_device,
             _ => return None,
         })
     }

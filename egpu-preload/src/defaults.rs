@@ -90,7 +90,8 @@ extern "C" fn before_fork() {
     let state: Box<dyn std::any::Any> = Box::new(STATE.lock().unwrap_or_else(|p| p.into_inner()));
     let names: Box<dyn std::any::Any> = Box::new(NAMES.write().unwrap_or_else(|p| p.into_inner()));
     let parts = crate::device::fork_guard();
-    let _ = FORK_GUARDS.try_with(|g| *g.borrow_mut() = vec![times, state, names, parts]);
+    let devices = crate::events::devices::fork_guard();
+    let _ = FORK_GUARDS.try_with(|g| *g.borrow_mut() = vec![times, state, names, parts, devices]);
 }
 
 fn release_fork_guards() {
@@ -184,6 +185,8 @@ fn set_up(probes: &HostProbes, pid: u32) -> Option<Defaults> {
     crate::attribution::configure();
     let shared = std::env::var_os("EGPU_SHARED").is_none_or(|v| v != "0");
     let builtin = Builtin::create(pid, shared).ok()?;
+    // The devices used before (or, in a fork's child, in the parent).
+    crate::events::devices::publish(&builtin);
     probes.mirror_health(builtin.health_map().clone());
     let programs = builtin.programs().ok()?;
     let mut attached = attach_all(probes, &programs)?;

@@ -306,16 +306,10 @@ fn take(context: Handle, f: Handle) -> Option<(Pair, bool)> {
     None
 }
 
-/// The current context's device, -1 when the driver does not say.
+/// The current context's device (from the cache of contexts' devices), -1 when the driver does
+/// not say.
 fn context_device() -> c_int {
-    let mut device: c_int = -1;
-    if let Some(get) = crate::device::CTX_GET_DEVICE.get_or_ask() {
-        // SAFETY: the driver writes one device.
-        if unsafe { get(&mut device) } != 0 {
-            device = -1;
-        }
-    }
-    device
+    crate::events::devices::current().map_or(-1, |d| d as c_int)
 }
 
 /// Two events in the current context (default flags: they time); `None`, counted, when the

@@ -23,6 +23,8 @@ struct Summary {
     runs: u64,
     /// The lines about copies, sets, allocations, frees, synchronisation and modules.
     others: Vec<String>,
+    /// The devices used, labelled (`device INDEX UUID NAME`).
+    devices: Vec<String>,
 }
 
 /// The texts of the summaries `<dir>/<prefix>.<pid>`, by pid.
@@ -40,6 +42,9 @@ fn summary_texts(dir: &Path, prefix: &str) -> BTreeMap<u32, String> {
     all
 }
 
+/// The stand-in driver's device 0 as the summary labels it, without `FAKE_DEVICE_INFO`.
+const STAND_IN_DEVICE: &str = "device 0 GPU-65677075-2d73-7461-6e64-2d696e2d0000";
+
 fn summaries(dir: &Path) -> BTreeMap<u32, Summary> {
     let mut all = BTreeMap::new();
     for (pid, text) in summary_texts(dir, "summary") {
@@ -54,6 +59,7 @@ fn summaries(dir: &Path) -> BTreeMap<u32, Summary> {
                 ["probes", runs, ..] => {
                     s.runs = runs.trim_start_matches("runs=").parse().expect("runs");
                 }
+                ["device" | "per_device", ..] => s.devices.push(line.to_string()),
                 ["pid", _] | ["shapes", ..] => {}
                 _ => s.others.push(line.to_string()),
             }
@@ -119,6 +125,11 @@ fn every_launch_is_one_event_in_its_own_process() {
         "modules ptx 1 44",
     ];
     assert_eq!(parent.others, others, "linked, by dlsym and by cuGetProcAddress (_ptsz too)");
+    // The one device, labelled with the UUID the stand-in gives it (and no name: it gives none
+    // without FAKE_DEVICE_INFO), and the built-in counts on it: all of them (copies, sets and
+    // allocations, each with its bytes, as above).
+    let on_device = "per_device 0 copies 8 13540 sets 2 5096 allocations 4 8192";
+    assert_eq!(parent.devices, [STAND_IN_DEVICE, on_device]);
     // Launches, copies and allocations have two built-in probes each (counts, and sizes); the
     // rest one.
     assert_eq!(parent.runs, 25 * 2 + 10 * 2 + 7 * 2 + 4 + 2, "one run per event and probe");
@@ -287,7 +298,8 @@ fn another_process_reads_the_counts_while_the_program_runs() {
         std::thread::sleep(std::time::Duration::from_millis(5));
         report = builtin.report(None);
     }
-    assert!(report.contains(&format!("pid {pid}\nlaunches 5\n")), "{report}");
+    let head = format!("pid {pid}\n{STAND_IN_DEVICE}\nlaunches 5\n");
+    assert!(report.contains(&head), "{report}");
     assert!(report.contains(" 5 _Z5kernAPf\n"), "kernel names are shared too: {report}");
     assert!(egpu::host::builtin::processes().contains(&pid));
     child.stdin.take().expect("its input").write_all(b"go\n").expect("a line");

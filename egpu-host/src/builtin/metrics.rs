@@ -343,6 +343,11 @@ pub fn metrics(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
     for (otel, prometheus, help, value) in health {
         metrics.push(counter(otel, "1", prometheus, help, &value));
     }
+    let devices = device_labels(processes);
+    if !devices.points.is_empty() {
+        metrics.push(devices);
+    }
+    metrics.extend(per_device(processes).into_iter().filter(|m| !m.points.is_empty()));
     let ages = device_part_ages(processes);
     if !ages.points.is_empty() {
         metrics.push(ages);
@@ -393,6 +398,70 @@ fn kernel_durations(processes: &[Builtin], options: MetricsOptions) -> Metric {
         kind: Kind::Histogram,
         points,
     }
+}
+
+/// `egpu.cuda.device.info`: a gauge of 1 per device each process used, labelled with the
+/// device's ordinal, UUID and name (`gpu_index`, `gpu_uuid`, `gpu_name`; OpenTelemetry
+/// `gpu.index`, `gpu.uuid`, `gpu.name`), to join the process's series with (on `pid`).
+fn device_labels(processes: &[Builtin]) -> Metric {
+    let mut points = Vec::new();
+    for b in processes {
+        for d in b.devices() {
+            let attributes = device_attributes(b, d.index);
+            points.push(Point { attributes, value: Value::Gauge(1.0) });
+        }
+    }
+    Metric {
+        otel: "egpu.cuda.device.info",
+        unit: "1",
+        prometheus: "egpu_cuda_device_info",
+        help: "A CUDA device the process used: its ordinal, UUID and name as labels (value 1).",
+        kind: Kind::Gauge,
+        points,
+    }
+}
+
+/// A process's device `index` as labels: `pid`, then `gpu_index`, `gpu_uuid` and `gpu_name` (empty
+/// where the driver did not say).
+fn device_attributes(b: &Builtin, index: u32) -> Vec<(&'static str, String)> {
+    let label = b.devices().into_iter().find(|d| d.index == index).unwrap_or_default();
+    let mut attributes = pid(b);
+    attributes.push(("gpu_index", index.to_string()));
+    attributes.push(("gpu_uuid", label.uuid));
+    attributes.push(("gpu_name", label.name));
+    attributes
+}
+
+/// What the built-in probes counted per device, a series per process and device used, labelled
+/// as [`device_labels`]: bytes copied, bytes allocated.
+fn per_device(processes: &[Builtin]) -> [Metric; 2] {
+    type Count = fn(&super::DeviceCounts) -> u64;
+    let each: [(&str, &str, &str, &str, Count); 2] = [
+        (
+            "egpu.cuda.device.memory.copies",
+            "By",
+            "egpu_cuda_device_memory_copies_bytes_total",
+            "Bytes of CUDA memory copies made in a device's contexts.",
+            |c| c.copies.1,
+        ),
+        (
+            "egpu.cuda.device.memory.allocations",
+            "By",
+            "egpu_cuda_device_memory_allocations_bytes_total",
+            "Bytes of CUDA memory allocated in a device's contexts.",
+            |c| c.allocations.1,
+        ),
+    ];
+    each.map(|(otel, unit, prometheus, help, value)| {
+        let mut points = Vec::new();
+        for b in processes {
+            for c in b.device_counts() {
+                let attributes = device_attributes(b, c.index);
+                points.push(Point { attributes, value: Value::Counter(value(&c)) });
+            }
+        }
+        Metric { otel, unit, prometheus, help, kind: Kind::Counter, points }
+    })
 }
 
 /// How old the device part (in GPU memory) of each user map is: the time since it was last

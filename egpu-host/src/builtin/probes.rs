@@ -11,9 +11,10 @@ use egpu_macros::{helper, probe};
 use egpu_maps::{Array, HashMap};
 use egpu_probe::Probe;
 
+use super::devices::DEVICES;
 use super::{
-    ALLOCATION_SLOTS, BUCKETS, CAPTURED, COPY_SIZE_SLOTS, COPY_SLOTS, KERNELS, LIVE_ALLOCATIONS,
-    MODULE_SLOTS, SHAPE_SLOTS, SYNC_SLOTS, SYNC_TIME_SLOTS,
+    ALLOCATION_SLOTS, BUCKETS, CAPTURED, COPY_SIZE_SLOTS, COPY_SLOTS, DEVICE_SLOTS, KERNELS,
+    LIVE_ALLOCATIONS, MODULE_SLOTS, PER_DEVICE_SLOTS, SHAPE_SLOTS, SYNC_SLOTS, SYNC_TIME_SLOTS,
 };
 
 /// An element of the `copies`, `allocations`, `syncs` and `modules` arrays: the calls counted
@@ -37,6 +38,7 @@ static COPY_SIZES: Array<u64> = Array::with_len(COPY_SIZE_SLOTS);
 static SIZES: HashMap<u64, u64> = HashMap::with_capacity(LIVE_ALLOCATIONS);
 static FREED: Array<u64> = Array::with_len(1);
 static SYNC_TIMES: Array<u64> = Array::with_len(SYNC_TIME_SLOTS);
+static PER_DEVICE: Array<Tally> = Array::with_len(PER_DEVICE_SLOTS);
 
 /// Launches per kernel, those captured into a graph (which run only when the graph is launched)
 /// under [`CAPTURED`], graph launches under their kernel id, `u64::MAX`.
@@ -46,23 +48,34 @@ fn count_launches(ctx: &LaunchCtx) {
     LAUNCHES.fetch_add(&kernel, 1);
 }
 
-/// Copies by kind (`MemcpyCtx::kind`, 0–5) and sets at 8 + kind, with their bytes.
+/// Copies by kind (`MemcpyCtx::kind`, 0–5) and sets at 8 + kind, with their bytes; per device
+/// too, copies and sets apart, in `per_device`.
 #[probe(host::memcpy, crate = crate::egpu_root)]
 fn count_copies(ctx: &MemcpyCtx) {
     let set = if ctx.flags & MemcpyCtx::MEMSET != 0 { 8 } else { 0 };
     let at = ctx.kind + set;
     COPIES.fetch_add_field(at, |t| &t.count, 1);
     COPIES.fetch_add_field(at, |t| &t.bytes, ctx.bytes);
+    if ctx.device < DEVICES {
+        let on = ctx.device * DEVICE_SLOTS + set / 8;
+        PER_DEVICE.fetch_add_field(on, |t| &t.count, 1);
+        PER_DEVICE.fetch_add_field(on, |t| &t.bytes, ctx.bytes);
+    }
 }
 
 /// Allocations (at `kind`) and frees (at 4 + `kind`) that succeeded, with their bytes (a free's
-/// are 0: [`track_frees`] finds them).
+/// are 0: [`track_frees`] finds them); allocations per device too, in `per_device`.
 #[probe(host::alloc::exit, crate = crate::egpu_root)]
 fn count_allocations(ctx: &AllocCtx) {
     if ctx.result == 0 {
         let at = ctx.op * 4 + ctx.kind;
         ALLOCATIONS.fetch_add_field(at, |t| &t.count, 1);
         ALLOCATIONS.fetch_add_field(at, |t| &t.bytes, ctx.bytes);
+        if ctx.op == AllocCtx::ALLOC && ctx.device < DEVICES {
+            let on = ctx.device * DEVICE_SLOTS + 2;
+            PER_DEVICE.fetch_add_field(on, |t| &t.count, 1);
+            PER_DEVICE.fetch_add_field(on, |t| &t.bytes, ctx.bytes);
+        }
     }
 }
 
@@ -252,8 +265,10 @@ mod tests {
             (5, u64::MAX, 0),
             (0, 100, MemcpyCtx::MEMSET),
         ];
-        for (kind, bytes, flags) in copies {
-            let mut ctx = MemcpyCtx { kind, bytes, flags, ..Default::default() };
+        for (i, (kind, bytes, flags)) in copies.into_iter().enumerate() {
+            // Devices 0 and 1, and one past the map's 64 (left out of `per_device`).
+            let device = if i == 2 { 64 } else { u32::from(i == 1 || i == 4) };
+            let mut ctx = MemcpyCtx { kind, bytes, flags, device, ..Default::default() };
             probes.fire(Phase::Enter, &mut ctx);
             count_copies(&ctx);
             copy_sizes(&ctx);
@@ -267,7 +282,8 @@ mod tests {
             (0xa000, 0, AllocCtx::FREE, AllocCtx::HOST_PINNED, 0),
         ];
         for (ptr, bytes, op, kind, result) in allocs {
-            let mut ctx = AllocCtx { ptr, bytes, op, kind, result, ..Default::default() };
+            let device = u32::from(kind == AllocCtx::MANAGED);
+            let mut ctx = AllocCtx { ptr, bytes, op, kind, result, device, ..Default::default() };
             probes.fire(Phase::Exit, &mut ctx);
             count_allocations(&ctx);
             track_frees(&ctx);
@@ -283,7 +299,7 @@ mod tests {
             count_modules(&ctx);
         }
         assert_eq!(probes.health().faults, 0);
-        let statics: [(&str, &RawMap); 9] = [
+        let statics: [(&str, &RawMap); 10] = [
             ("launches", LAUNCHES.raw()),
             ("copies", COPIES.raw()),
             ("allocations", ALLOCATIONS.raw()),
@@ -293,12 +309,51 @@ mod tests {
             ("copy_sizes", COPY_SIZES.raw()),
             ("sizes", SIZES.raw()),
             ("freed", FREED.raw()),
+            ("per_device", PER_DEVICE.raw()),
         ];
         for (name, twin) in statics {
             let map = b.map(name).expect("a built-in map");
             assert_eq!(contents(map), contents(twin), "{name}");
         }
         assert_eq!(contents(FREED.raw()), [(0, 1 << 20)], "one free of an allocation seen");
+        // Per device: copies and sets apart, allocations (not frees, not failed ones).
+        let device = |index, copies, sets, allocations| super::super::DeviceCounts {
+            index,
+            copies,
+            sets,
+            allocations,
+        };
+        let want = [
+            device(0, (2, 4096u64.wrapping_add(u64::MAX)), (0, 0), (1, 1 << 20)),
+            device(1, (1, 5000), (1, 100), (1, 64)),
+        ];
+        assert_eq!(b.device_counts(), want);
+        // As metrics, a series per device, labelled (the devices' labels: none recorded here).
+        b.record_device(1, None, "Stand-in GPU 1");
+        let metrics = super::super::metrics(std::slice::from_ref(&b), Default::default());
+        let series = |name: &str| -> Vec<(String, String, super::super::Value)> {
+            let m = metrics.iter().find(|m| m.prometheus == name).expect("the metric");
+            let label = |p: &super::super::Point, k: &str| {
+                p.attributes.iter().find(|(l, _)| *l == k).map(|(_, v)| v.clone())
+            };
+            m.points
+                .iter()
+                .map(|p| {
+                    let index = label(p, "gpu_index").expect("a device");
+                    (index, label(p, "gpu_name").expect("a name"), p.value.clone())
+                })
+                .collect()
+        };
+        let counter = super::super::Value::Counter;
+        let copied = series("egpu_cuda_device_memory_copies_bytes_total");
+        let want = [("0", "", counter(4095)), ("1", "Stand-in GPU 1", counter(5000))];
+        let want = want.map(|(i, n, v)| (i.to_string(), n.to_string(), v));
+        assert_eq!(copied, want);
+        let allocated = series("egpu_cuda_device_memory_allocations_bytes_total");
+        assert_eq!(
+            allocated.iter().map(|s| s.2.clone()).collect::<Vec<_>>(),
+            [counter(1 << 20), counter(64)]
+        );
     }
 
     /// The context bytes and words the probes read, as the verifier found them: what the
@@ -311,12 +366,12 @@ mod tests {
             probes.attach(&program, &maps).expect("attach");
         }
         for (event, phase, bytes, words) in [
-            // kernel_id, flags, grid, block
+            // kernel_id, flags, grid, block (not the device, past the first 64 bytes)
             (HostEvent::Launch, Phase::Enter, 64, 0b1111_0001),
             // bytes, kind, flags
             (HostEvent::Memcpy, Phase::Enter, 68, 0b1_0100_0100),
-            // ptr, bytes, kind and op, result
-            (HostEvent::Alloc, Phase::Exit, 52, 0b101_0011),
+            // ptr, bytes, kind and op, device, result
+            (HostEvent::Alloc, Phase::Exit, 52, 0b111_0011),
             // kind
             (HostEvent::Sync, Phase::Enter, 28, 0b1000),
             // image_bytes, has_ptx, result

@@ -18,6 +18,8 @@ impl Builtin {
     ///
     /// ```text
     /// pid 711
+    /// device 0 GPU-65677075-2d73-7461-6e64-2d696e2d0000 NVIDIA H200
+    /// per_device 0 copies 1 4 sets 1 4194304 allocations 1 4194304
     /// launches 17
     /// shapes blocks 17408 threads 4352
     /// kernel 0x84d0c88d2e5ac11e 3 _Z5shiftPffi
@@ -31,6 +33,27 @@ impl Builtin {
     /// ```
     pub fn report(&self, health: Option<Health>) -> String {
         let mut text = format!("pid {}\n", self.pid);
+        // The devices used: ordinal, UUID (`-`: the driver did not say) and name.
+        for d in self.devices() {
+            let uuid = if d.uuid.is_empty() { "-" } else { &d.uuid };
+            let line = format!("device {} {uuid} {}", d.index, d.name);
+            let _ = writeln!(text, "{}", line.trim_end());
+        }
+        // What the built-in probes counted on each device: count and bytes of copies, sets and
+        // allocations.
+        for c in self.device_counts() {
+            let _ = writeln!(
+                text,
+                "per_device {} copies {} {} sets {} {} allocations {} {}",
+                c.index,
+                c.copies.0,
+                c.copies.1,
+                c.sets.0,
+                c.sets.1,
+                c.allocations.0,
+                c.allocations.1
+            );
+        }
         let kernels = self.launches_by_kernel();
         let run: u64 = kernels.iter().filter(|(id, _)| *id < CAPTURED).map(|(_, n)| n).sum();
         let _ = writeln!(text, "launches {run}");

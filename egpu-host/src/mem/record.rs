@@ -39,6 +39,9 @@ pub struct Header {
     pub egpu: String,
     /// The device's name (`NVIDIA H200`); empty when no context was seen.
     pub device: String,
+    /// Every device the process used, with its UUID and name (issue 29); absent: none known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<crate::builtin::DeviceLabel>,
     /// The CUDA driver's version (`13.0`).
     pub driver: String,
     /// The device's streaming multiprocessors.

@@ -55,6 +55,17 @@ pub fn render(recording: &Recording) -> String {
         if peak > 0.0 { format!("{}/s", bytes(peak as u64)) } else { "unknown".into() },
         h.sets.join(",")
     );
+    if !h.devices.is_empty() {
+        let each: Vec<String> = h
+            .devices
+            .iter()
+            .map(|d| {
+                let uuid = if d.uuid.is_empty() { "-" } else { &d.uuid };
+                format!("{} {uuid} {}", d.index, d.name).trim_end().to_owned()
+            })
+            .collect();
+        let _ = writeln!(text, "devices: {}", each.join("; "));
+    }
     let _ = writeln!(
         text,
         "{:<40} {:>8} {:>11} {:>11} {:>11} {:>11} {:>12} {:>6} {:>8} {:>9} {:>8}",

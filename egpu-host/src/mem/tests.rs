@@ -518,3 +518,32 @@ fn allocation_lines_read_back_and_print() {
     assert!(rows[3].contains("4.10 kB freed") && rows[4].contains("(none)"), "{table}");
     assert_eq!(rows[5], "  never reached: 3 (512 B, 2.05 kB copied in)", "{table}");
 }
+
+#[test]
+fn the_devices_used_are_kept_read_back_and_shown() {
+    use crate::builtin::DeviceLabel;
+    let header = Header {
+        format: record::FORMAT.into(),
+        version: record::VERSION,
+        pid: 9,
+        ..Header::default()
+    };
+    let none = Recording { header: header.clone(), ..Recording::default() };
+    // None known: not written, no line.
+    assert!(!none.to_jsonl().contains("devices"));
+    assert!(!table::render(&none).contains("devices:"));
+    let devices = vec![
+        DeviceLabel {
+            index: 0,
+            uuid: "GPU-65677075-2d73-7461-6e64-2d696e2d0000".into(),
+            name: "Stand-in GPU".into(),
+        },
+        DeviceLabel { index: 1, uuid: String::new(), name: String::new() },
+    ];
+    let two = Recording { header: Header { devices, ..header }, ..Recording::default() };
+    let again = Recording::parse(&two.to_jsonl()).expect("parses");
+    assert_eq!(again, two);
+    let table = table::render(&again);
+    let line = "devices: 0 GPU-65677075-2d73-7461-6e64-2d696e2d0000 Stand-in GPU; 1 -\n";
+    assert!(table.contains(line), "{table}");
+}

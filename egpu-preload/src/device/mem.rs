@@ -5,7 +5,7 @@
 //! did).
 
 use std::collections::BTreeMap;
-use std::ffi::{c_char, c_int};
+use std::ffi::c_int;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -18,10 +18,8 @@ use crate::CuResult;
 use crate::real::Hook;
 
 type VersionFn = unsafe extern "C" fn(*mut c_int) -> CuResult;
-type NameFn = unsafe extern "C" fn(*mut c_char, c_int, c_int) -> CuResult;
 type AttributeFn = unsafe extern "C" fn(*mut c_int, c_int, c_int) -> CuResult;
 static DRIVER_VERSION: Hook<VersionFn> = Hook::new(c"cuDriverGetVersion", std::ptr::null_mut);
-static DEVICE_NAME: Hook<NameFn> = Hook::new(c"cuDeviceGetName", std::ptr::null_mut);
 static ATTRIBUTE: Hook<AttributeFn> = Hook::new(c"cuDeviceGetAttribute", std::ptr::null_mut);
 
 /// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`, `..._MEMORY_CLOCK_RATE` (kHz),
@@ -142,14 +140,11 @@ fn header() -> Header {
             h.driver = format!("{}.{}", v / 1000, v % 1000 / 10);
         }
     }
-    if let Some(name) = DEVICE_NAME.get_or_ask() {
-        let mut buf = [0 as c_char; 256];
-        // SAFETY: the driver writes at most `len` bytes, the buffer's all but its last.
-        if unsafe { name(buf.as_mut_ptr(), buf.len() as c_int - 1, device) } == 0 {
-            // SAFETY: NUL-terminated within the buffer: its last byte is never written.
-            let s = unsafe { std::ffi::CStr::from_ptr(buf.as_ptr()) };
-            h.device = s.to_string_lossy().into_owned();
-        }
+    // The device's name, as labelled when it was first used (asked of the driver then: the
+    // parts' context's device was, before its parts were made).
+    let labels = crate::events::devices::used_devices();
+    if let Some(label) = labels.iter().find(|l| u32::try_from(device).ok() == Some(l.index)) {
+        h.device = label.name.clone();
     }
     if let Some(attribute) = ATTRIBUTE.get_or_ask() {
         let get = |a: c_int| {
@@ -169,6 +164,15 @@ fn header() -> Header {
 pub(crate) fn write(user: &UserProbes, names: &Builtin) {
     let Some(folder) = std::env::var_os("EGPU_MEM_OUT").filter(|f| !f.is_empty()) else { return };
     let mut header = HEADER.get().cloned().unwrap_or_else(header);
+    // Every device the process used, labelled when first used (the driver may be gone now).
+    header.devices = crate::events::devices::used_devices()
+        .into_iter()
+        .map(|l| egpu::host::builtin::DeviceLabel {
+            index: l.index,
+            uuid: l.uuid.as_ref().map(egpu::host::builtin::uuid_text).unwrap_or_default(),
+            name: l.name,
+        })
+        .collect();
     // A child made by `fork` inherits its parent's header: this process's own.
     (header.pid, header.command) = (std::process::id(), command());
     let has = |name: &str| user.maps.iter().any(|(n, _)| n == name);

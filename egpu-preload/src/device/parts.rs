@@ -161,6 +161,8 @@ pub(crate) fn addresses(
     used: &[(usize, u32, bool)],
 ) -> Result<(Vec<u64>, u64), String> {
     let context = current_context().ok_or("no current context to put the maps in")?;
+    // Asked before the lock (the device is labelled the first time, under other locks).
+    let device = crate::events::devices::current().map_or(-1, |d| d as c_int);
     let pid = std::process::id();
     let mut contexts = lock();
     let index = match contexts.iter().position(|c| c.pid == pid && c.context == context as usize) {
@@ -172,7 +174,7 @@ pub(crate) fn addresses(
                 .into());
         }
         None => {
-            contexts.push(make(context, maps, used)?);
+            contexts.push(make(context, device, maps, used)?);
             ANY.store(true, Ordering::Release);
             start_merger();
             contexts.len() - 1
@@ -207,11 +209,12 @@ fn update_locked(contexts: &mut [Context], slot: Option<usize>) {
     boxes::update(tables, slot, capturing());
 }
 
-/// Makes the parts of `maps[used]` in `context` (the current one): device memory holding an
-/// empty map each (a copy of the host map for a mirrored one), a stream, pinned staging
-/// memory, and the table of tensor map boxes.
+/// Makes the parts of `maps[used]` in `context` (the current one, on `device`; -1: the driver
+/// did not say): device memory holding an empty map each (a copy of the host map for a mirrored
+/// one), a stream, pinned staging memory, and the table of tensor map boxes.
 fn make(
     context: Handle,
+    device: c_int,
     maps: &[(String, RawMap)],
     used: &[(usize, u32, bool)],
 ) -> Result<Context, String> {
@@ -248,13 +251,6 @@ fn make(
     let mut stream: Handle = std::ptr::null_mut();
     // SAFETY: the driver writes one handle.
     cu(unsafe { create(&mut stream, NON_BLOCKING) }, "cuStreamCreate")?;
-    let mut device: c_int = -1;
-    if let Some(get_device) = CTX_GET_DEVICE.get_or_ask() {
-        // SAFETY: the driver writes one device.
-        if unsafe { get_device(&mut device) } != 0 {
-            device = -1;
-        }
-    }
     super::mem::saw_device(device);
     let mut staging: *mut c_void = std::ptr::null_mut();
     // SAFETY: the driver writes one pointer to `staging_len` bytes (at least 8).
@@ -615,7 +611,23 @@ pub(crate) fn summary() -> String {
         REFUSED.load(Ordering::Relaxed),
         DRAINED.load(Ordering::Relaxed),
         REFRESHED.load(Ordering::Relaxed),
-    )
+    ) + &by_device(&ours)
+}
+
+/// The summary's line per device of the contexts with parts (each context's parts are that
+/// device's own copies of the maps, merged into the maps on the host): `device maps on device D
+/// contexts C parts P` (`D` -1: the driver did not say).
+fn by_device(ours: &[&Context]) -> String {
+    let mut devices: Vec<c_int> = ours.iter().map(|c| c.device).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    let mut text = String::new();
+    for d in devices {
+        let on: Vec<&&Context> = ours.iter().filter(|c| c.device == d).collect();
+        let parts = on.iter().map(|c| c.parts.len()).sum::<usize>();
+        text.push_str(&format!("device maps on device {d} contexts {} parts {parts}\n", on.len()));
+    }
+    text
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@
 //! which lists them for `dlsym` (exact names) and `cuGetProcAddress` (base names, the flavour
 //! chosen by its flags).
 
-mod devices;
+pub(crate) mod devices;
 mod event;
 mod launch;
 mod memory;
@@ -430,6 +430,12 @@ entry_points! {
         => tensor_map(encoded(map, im2col(data_type, rank, channels, pixels)));
     REPLACE_ADDRESS cuTensorMapReplaceAddress (map: *mut TensorMap, address: *mut c_void)
         => tensor_map(replaced(map));
+
+    // Contexts made: their device labelled (`devices::used`), once per device.
+    PRIMARY_RETAIN cuDevicePrimaryCtxRetain (out: *mut Handle, device: c_int)
+        => steer(devices::used(device));
+    CTX_CREATE cuCtxCreate_v2 (out: *mut Handle, flags: c_uint, device: c_int)
+        => steer(devices::used(device));
 
     // Teardowns: the maps' device parts merged before them. Module unloads and queries (which
     // may find the work done): the merger woken after them.

@@ -1,0 +1,151 @@
+//! The devices a process used, with the labels the driver gives them (issue 29): the `devices`
+//! map, written by the preloaded library once per device (its UUID and name, asked of the driver
+//! when the device is first used), read by the report, `egpu maps` and the metrics.
+
+use egpu_maps::HashMap;
+
+use super::{Builtin, DEVICE_SLOTS};
+
+/// Devices the map holds at most.
+pub(super) const DEVICES: u32 = 64;
+/// Bytes of a device's name in the map (longer names are cut).
+pub const DEVICE_NAME_BYTES: usize = 80;
+/// Bytes of a device's value: its UUID, then its name.
+pub(super) const DEVICE_BYTES: usize = 16 + DEVICE_NAME_BYTES;
+
+/// A device a process used: its ordinal, its UUID as `nvidia-smi` writes it (`GPU-…`; empty when
+/// the driver did not say) and its name (`NVIDIA H200`; empty when the driver did not say).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeviceLabel {
+    /// The device's ordinal (`CUdevice`) in the process.
+    pub index: u32,
+    /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, or empty.
+    pub uuid: String,
+    /// The device's name, or empty.
+    pub name: String,
+}
+
+/// A UUID's 16 bytes as `nvidia-smi` writes them: `GPU-` and five groups of hex digits (8-4-4-4-12).
+pub fn uuid_text(bytes: &[u8; 16]) -> String {
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("GPU-{}-{}-{}-{}-{}", &hex[..8], &hex[8..12], &hex[12..16], &hex[16..20], &hex[20..])
+}
+
+/// What the built-in probes counted on one device (`per_device`): copies and sets with their
+/// bytes, allocations that succeeded with their bytes. (Not launches: a launch context's
+/// `device` is past the 64 bytes the built-in launch probes read, which keep each launch to one
+/// queue line; a user probe counts them per device.)
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceCounts {
+    /// The device's ordinal.
+    pub index: u32,
+    /// Copies and their bytes.
+    pub copies: (u64, u64),
+    /// Memory sets and their bytes.
+    pub sets: (u64, u64),
+    /// Allocations and their bytes.
+    pub allocations: (u64, u64),
+}
+
+impl Builtin {
+    /// What the built-in probes counted per device, for the devices with any count, by ordinal.
+    pub fn device_counts(&self) -> Vec<DeviceCounts> {
+        let tally = |d: u32, slot: u32| {
+            let t = self.total(&self.per_device, d * DEVICE_SLOTS + slot);
+            (t.count, t.bytes)
+        };
+        (0..DEVICES)
+            .map(|index| DeviceCounts {
+                index,
+                copies: tally(index, 0),
+                sets: tally(index, 1),
+                allocations: tally(index, 2),
+            })
+            .filter(|c| DeviceCounts { index: c.index, ..DeviceCounts::default() } != *c)
+            .collect()
+    }
+
+    /// Records device `index`'s UUID (`None`: the driver did not say) and name (cut to
+    /// [`DEVICE_NAME_BYTES`] − 1 bytes); false when the map is full.
+    pub fn record_device(&self, index: u32, uuid: Option<[u8; 16]>, name: &str) -> bool {
+        let mut value = [0u8; DEVICE_BYTES];
+        if let Some(uuid) = uuid {
+            value[..16].copy_from_slice(&uuid);
+        }
+        let n = name.len().min(DEVICE_NAME_BYTES - 1);
+        value[16..16 + n].copy_from_slice(&name.as_bytes()[..n]);
+        HashMap::<u64, [u8; DEVICE_BYTES]>::from_raw(self.devices.clone())
+            .is_ok_and(|devices| devices.insert(&u64::from(index), &value).is_ok())
+    }
+
+    /// The devices recorded, by ordinal.
+    pub fn devices(&self) -> Vec<DeviceLabel> {
+        let Ok(map) = HashMap::<u64, [u8; DEVICE_BYTES]>::from_raw(self.devices.clone()) else {
+            return Vec::new();
+        };
+        let mut devices: Vec<DeviceLabel> = map
+            .iter()
+            .filter_map(|(index, value)| {
+                let index = u32::try_from(index).ok()?;
+                let uuid: [u8; 16] = value[..16].try_into().ok()?;
+                let uuid = if uuid == [0; 16] { String::new() } else { uuid_text(&uuid) };
+                let name = &value[16..];
+                let end = name.iter().position(|&c| c == 0).unwrap_or(name.len());
+                let name = String::from_utf8_lossy(&name[..end]).into_owned();
+                Some(DeviceLabel { index, uuid, name })
+            })
+            .collect();
+        devices.sort_by_key(|d| d.index);
+        devices
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_uuid_is_written_as_nvidia_smi_writes_it() {
+        let bytes: [u8; 16] = *b"egpu-stand-in-\x00\x01";
+        assert_eq!(uuid_text(&bytes), "GPU-65677075-2d73-7461-6e64-2d696e2d0001");
+    }
+
+    #[test]
+    fn devices_are_recorded_once_each_and_read_back_in_order() {
+        let b = Builtin::create(std::process::id(), false).expect("the maps");
+        assert!(b.devices().is_empty());
+        let long = "N".repeat(200);
+        assert!(b.record_device(1, Some([7; 16]), &long));
+        assert!(b.record_device(0, None, "Stand-in GPU"));
+        assert!(b.record_device(0, None, "Stand-in GPU"));
+        let devices = b.devices();
+        assert_eq!(devices.len(), 2, "{devices:?}");
+        assert_eq!(
+            devices[0],
+            DeviceLabel { index: 0, uuid: "".into(), name: "Stand-in GPU".into() }
+        );
+        assert_eq!(devices[1].uuid, "GPU-07070707-0707-0707-0707-070707070707");
+        assert_eq!(devices[1].name.len(), DEVICE_NAME_BYTES - 1);
+        // In the report, and as the labels of the info metric.
+        let report = b.report(None);
+        assert!(report.contains("\ndevice 0 - Stand-in GPU\n"), "{report}");
+        let line = format!("\ndevice 1 GPU-07070707-0707-0707-0707-070707070707 {long:.79}\n");
+        assert!(report.contains(&line), "{report}");
+        let metrics = super::super::metrics(std::slice::from_ref(&b), Default::default());
+        let info = metrics.iter().find(|m| m.prometheus == "egpu_cuda_device_info");
+        let info = info.expect("the devices' info metric");
+        let labels: Vec<Vec<(&str, String)>> =
+            info.points.iter().map(|p| p.attributes.clone()).collect();
+        let pid = std::process::id().to_string();
+        let first = vec![
+            ("pid", pid.clone()),
+            ("gpu_index", "0".to_string()),
+            ("gpu_uuid", String::new()),
+            ("gpu_name", "Stand-in GPU".to_string()),
+        ];
+        assert_eq!(labels.len(), 2, "{labels:?}");
+        assert_eq!(labels[0], first);
+        assert_eq!(labels[1][2].1, "GPU-07070707-0707-0707-0707-070707070707");
+        assert!(info.points.iter().all(|p| p.value == super::super::Value::Gauge(1.0)));
+    }
+}
