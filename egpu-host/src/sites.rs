@@ -2,7 +2,7 @@
 //!
 //! When the preloaded library captures launch sites (`EGPU_SITES`), each sampled launch or copy
 //! takes the launching thread's stack: its return addresses (by frame pointers, at most
-//! [`MAX_FRAMES`]) and, when the thread runs Python and holds the GIL, its innermost Python
+//! [`MAX_FRAMES`]) and, when the thread runs Python (the GIL held or not), its innermost Python
 //! frames (file, line, function). A stack is interned to a site id ([`site_id`], a 64-bit hash
 //! of its frames, never 0), which the context's `site_id` carries; the first time an id is seen
 //! its frames go into the process's [`SiteTable`], two hash maps in shared memory
