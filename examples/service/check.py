@@ -225,6 +225,14 @@ def main():
                         help="one more argument for server.py (e.g. --untagged)")
     parser.add_argument("--out", help="a folder for what the run received and printed")
     args = parser.parse_args()
+    if args.backend == "torch":
+        probe = subprocess.run(
+            [args.python, "-c", "import torch; print(torch.cuda.is_available())"],
+            capture_output=True, text=True, timeout=120)
+        if probe.stdout.strip() != "True":
+            print(f"skipped: no torch with CUDA for {args.python} "
+                  f"({(probe.stdout + probe.stderr).strip()[-200:]})")
+            return 1 if os.environ.get("EGPU_REQUIRE_GPU") == "1" else 0
     out = args.out or tempfile.mkdtemp(prefix="egpu-service-")
     os.makedirs(out, exist_ok=True)
     deadline = time.monotonic() + args.timeout
