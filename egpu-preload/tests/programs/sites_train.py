@@ -8,7 +8,8 @@ Everything this process does on the GPU happens inside the profiler, started bef
 CUDA call and stopped after a synchronisation, so the profiler's kernels are all the kernels the
 process launched. Writes OUT.json: `kernels_total` (the profiler's kernels: device events that
 are not copies or sets), `kernels` (one per kernel its op launched: the kernel, the op, its
-thread, the op's Python stack innermost first, and `frame`, the innermost frame outside torch/
+thread, the op's Python stack innermost first (kept by the profiler with `with_stack` and its
+experimental config's `verbose`), and `frame`, the innermost frame outside torch/
 as [file, function], or null when the op has no Python stack, as autograd's ops have none) and
 `unlinked` (kernels the profiler tied to no op).
 """
@@ -71,7 +72,8 @@ def innermost_outside_torch(stack):
     for entry in stack:
         m = FRAME.match(entry)
         if m and "/torch/" not in m.group(1):
-            return [m.group(1), m.group(3)]
+            # The function as its code names it (co_name), were the profiler to qualify it.
+            return [m.group(1), m.group(3).rsplit(".", 1)[-1]]
     return None
 
 
@@ -94,8 +96,10 @@ def main():
     if not torch.cuda.is_available():
         print("skipped: no CUDA device", flush=True)
         return 77
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-                 with_stack=True) as prof:
+    # The ops' Python stacks are kept only with `verbose` (KinetoEvent's python_stack_).
+    from torch._C._profiler import _ExperimentalConfig
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True,
+                 experimental_config=_ExperimentalConfig(verbose=True)) as prof:
         losses = train(steps)
     events = prof.events()
     total = [e.name for e in events
