@@ -25,11 +25,13 @@ With torch, what a request launched is the profiler's list of one inference's ke
 those are demangled here with `c++filt` before the names are compared (the counts are compared
 either way, and `request attribution by count` says how many requests match by count alone).
 `--out DIR` keeps the server's output, egpu's standard error, every `/v1/traces` body received
-(`traces-N.pb`) and `expected.json` (per request: trace id, span id, tag, kernels).
+(`traces-N.pb`), `expected.json` (per request: trace id, span id, tag, kernels) and `run.json`;
+`--from DIR` compares them again without running anything.
 """
 
 import argparse
 import collections
+import glob
 import json
 import os
 import shutil
@@ -213,8 +215,8 @@ def compare(expected, got, names_of):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--egpu", required=True, help="the egpu binary (built with otlp)")
-    parser.add_argument("--preload", required=True, help="libegpu_preload.so")
+    parser.add_argument("--egpu", help="the egpu binary (built with otlp)")
+    parser.add_argument("--preload", help="libegpu_preload.so")
     parser.add_argument("--backend", choices=["torch", "stand-in"], default="torch")
     parser.add_argument("--driver", help="the stand-in driver, for --backend stand-in")
     parser.add_argument("--requests", type=int, default=16)
@@ -224,7 +226,14 @@ def main():
     parser.add_argument("--server-arg", action="append", default=[],
                         help="one more argument for server.py (e.g. --untagged)")
     parser.add_argument("--out", help="a folder for what the run received and printed")
+    parser.add_argument("--from", dest="again", metavar="DIR",
+                        help="compare what an earlier run left in DIR (its --out) again, "
+                        "without running anything")
     args = parser.parse_args()
+    if args.again:
+        return report(args.again)
+    if not args.egpu or not args.preload:
+        parser.error("--egpu and --preload are needed to run")
     if args.backend == "torch":
         probe = subprocess.run(
             [args.python, "-c", "import torch; print(torch.cuda.is_available())"],
@@ -299,17 +308,35 @@ def main():
                 for r in results if "answer" in r]
     with open(os.path.join(out, "expected.json"), "w") as f:
         json.dump(expected, f, indent=1)
+    with open(os.path.join(out, "run.json"), "w") as f:
+        json.dump({"backend": args.backend, "requests": args.requests,
+                   "posts": dict(receiver.paths), "failures": failures}, f, indent=1)
+    return report(out)
 
-    got = receiver.spans()
-    names = demangle(s["name"] for s in got) if args.backend == "torch" else {}
+
+def report(out):
+    """Compares what a run left in `out` (its expected.json, traces-N.pb, run.json, server.out
+    and egpu-run.stderr) and prints the result: 0 when every request is exact."""
+    with open(os.path.join(out, "run.json")) as f:
+        run = json.load(f)
+    with open(os.path.join(out, "expected.json")) as f:
+        expected = json.load(f)
+    got = []
+    for path in sorted(glob.glob(os.path.join(out, "traces-*.pb"))):
+        with open(path, "rb") as f:
+            got += spans(f.read())
+    with open(os.path.join(out, "server.out")) as f:
+        lines = f.read().splitlines()
+    with open(os.path.join(out, "egpu-run.stderr")) as f:
+        err = f.read().strip()
+    requests, failures = run["requests"], list(run["failures"])
+    names = demangle(s["name"] for s in got) if run["backend"] == "torch" else {}
     compared, strays = compare(expected, got, lambda n: names.get(n, n))
     print(f"server output ({len(lines)} lines):")
     for line in lines[-20:]:
         print("  " + line)
-    print(f"OTLP posts: {dict(receiver.paths)}; spans received: {len(got)}; "
+    print(f"OTLP posts: {run['posts']}; spans received: {len(got)}; "
           f"kernels the requests launched: {sum(len(e['kernels']) for e in expected)}")
-    with open(os.path.join(out, "egpu-run.stderr")) as f:
-        err = f.read().strip()
     if err:
         print("egpu run's standard error (last lines):")
         for line in err.splitlines()[-15:]:
@@ -331,12 +358,12 @@ def main():
     for f in failures:
         print("failure:", f)
     threads = len({e["thread"] for e in expected})
-    print(f"requests: {args.requests} sent, {len(expected)} answered, on {threads} threads")
-    if args.backend == "torch":
-        print(f"request attribution by count: {by_count}/{args.requests} requests")
-    print(f"request attribution exact: {exact}/{args.requests} requests")
+    print(f"requests: {requests} sent, {len(expected)} answered, on {threads} threads")
+    if run["backend"] == "torch":
+        print(f"request attribution by count: {by_count}/{requests} requests")
+    print(f"request attribution exact: {exact}/{requests} requests")
     print(f"(files in {out})")
-    return 0 if exact == args.requests and not failures else 1
+    return 0 if exact == requests and not failures else 1
 
 
 if __name__ == "__main__":

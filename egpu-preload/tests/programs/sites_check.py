@@ -44,6 +44,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # `file:line:function`, as egpu names a Python frame.
 EGPU_FRAME = re.compile(r"^(.+):(\d+):([^:]+)$")
 NONE = "(no Python frame)"
+# `file(line): function`, as torch.profiler names a Python frame (C functions and modules are
+# named otherwise).
+PROFILER_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
 # A call-site row of `egpu run --gpu-time-report`'s report: launches and stack.
 REPORT_ROW = re.compile(r"^.*?\s+\d+\.\d{9}\s+(\d+)\s+\d+  (.*)$")
 
@@ -82,6 +85,20 @@ def egpu_frame(frames):
         if "/torch/" not in m.group(1):
             return f"{m.group(1)}:{m.group(3)}"
     return NONE if not python else "(only torch/ frames among the 8 kept)"
+
+
+def profiler_frame(kernel):
+    """The innermost frame outside torch/ of a kernel's op's stack (the profiler's entries,
+    innermost first, `file(line): function`): "file:function", or NONE. A profile written
+    without stacks (this repository's tests write them so) gives its `frame` as written."""
+    if not kernel.get("stack"):
+        frame = kernel.get("frame")
+        return f"{frame[0]}:{frame[1]}" if frame else NONE
+    for entry in kernel["stack"]:
+        m = PROFILER_FRAME.match(entry)
+        if m and "/torch/" not in m.group(1):
+            return f"{m.group(1)}:{m.group(3).rsplit('.', 1)[-1]}"
+    return NONE
 
 
 def main():
@@ -155,8 +172,7 @@ def compare(out):
         if line.startswith(("sites ", "spans ")):
             print("  " + line)
 
-    expected = collections.Counter(
-        f"{k['frame'][0]}:{k['frame'][1]}" if k["frame"] else NONE for k in prof["kernels"])
+    expected = collections.Counter(profiler_frame(k) for k in prof["kernels"])
     seen = collections.Counter()
     rows = egpu_rows(report_text)
     for launches, frames in rows:
@@ -178,8 +194,7 @@ def compare(out):
         print("\nthe profiler's stacks of kernels at frames that differ (first 8):")
         shown = 0
         for kern in prof["kernels"]:
-            frame = f"{kern['frame'][0]}:{kern['frame'][1]}" if kern["frame"] else NONE
-            if frame in differing and shown < 8:
+            if profiler_frame(kern) in differing and shown < 8:
                 shown += 1
                 print(f"  {kern['name'][:70]} (op {kern['op']}, thread {kern['thread']}): "
                       + " <- ".join(kern["stack"][:6]))

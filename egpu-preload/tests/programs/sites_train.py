@@ -97,9 +97,15 @@ def main():
         print("skipped: no CUDA device", flush=True)
         return 77
     # The ops' Python stacks are kept only with `verbose` (KinetoEvent's python_stack_).
-    from torch._C._profiler import _ExperimentalConfig
+    options = {}
+    try:
+        from torch._C._profiler import _ExperimentalConfig
+        options["experimental_config"] = _ExperimentalConfig(verbose=True)
+    except (ImportError, TypeError) as e:
+        print(f"warning: no verbose experimental config ({e!r}); stacks may be empty",
+              flush=True)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], with_stack=True,
-                 experimental_config=_ExperimentalConfig(verbose=True)) as prof:
+                 **options) as prof:
         losses = train(steps)
     events = prof.events()
     total = [e.name for e in events
@@ -113,7 +119,7 @@ def main():
                 continue
             stack = op_stack(e)
             kernels.append({"name": k.name, "op": e.name, "thread": e.thread,
-                            "frame": innermost_outside_torch(stack), "stack": stack[:12]})
+                            "frame": innermost_outside_torch(stack), "stack": stack[:40]})
     linked = {}
     for k in kernels:
         linked[k["name"]] = linked.get(k["name"], 0) + 1
