@@ -23,8 +23,10 @@
 //!   `process_vm_readv` before reading it, so that a layout that were wrong would show as no
 //!   frames, not a crash.
 //!
-//! On the hot path a frame is its code object's address and its line (`PyCode_Addr2Line`, which
-//! reads the code's line table only); the code's file and name are read only for a new site.
+//! On the hot path a frame is its code object's address and the offset of its instruction in
+//! the code (three loads a frame); its line (`PyCode_Addr2Line`, which decodes the code's line
+//! table), file and name are read only for a new site. Two calls from one line are two sites
+//! then, with the same text.
 
 use std::ffi::{CStr, c_char, c_int, c_void};
 use std::sync::OnceLock;
@@ -78,6 +80,8 @@ const LAYOUT_3_12: Layout = Layout {
     compact: 56,
 };
 
+/// A frame's instruction offset when it has not started (its line is its code's first).
+const BEFORE_START: u32 = u32::MAX;
 /// `FRAME_OWNED_BY_CSTACK` (3.12): an entry frame of the interpreter, not the program's.
 const OWNED_BY_CSTACK: u8 = 3;
 /// `PyTypeObject`'s `tp_basicsize` and `tp_members` (unchanged since Python 3.8).
@@ -274,7 +278,8 @@ unsafe fn word(base: usize, offset: usize, check: bool) -> Option<usize> {
     Some(unsafe { (at as *const usize).read() })
 }
 
-/// The innermost Python frames of the calling thread: their code objects and lines.
+/// The innermost Python frames of the calling thread: their code objects and the offsets of
+/// their instructions (`BEFORE_START` for a frame that has not started).
 pub(crate) struct Frames {
     api: Option<&'static Api>,
     pub(crate) keys: [(u64, u32); MAX_FRAMES],
@@ -291,12 +296,16 @@ impl Frames {
         let Some(api) = self.api else { return Vec::new() };
         (0..self.n)
             .map(|i| {
-                let code = self.keys[i].0 as usize;
+                let (code, at) = (self.keys[i].0 as usize, self.keys[i].1);
+                let offset = if at == BEFORE_START { -1 } else { at as c_int };
                 // SAFETY: a code object one of this thread's frames holds, checked to be one;
-                // its file and name are strings it holds.
-                let (file, function) =
-                    unsafe { (string(api, code, api.filename), string(api, code, api.name)) };
-                PythonFrame { file, line: self.keys[i].1, function }
+                // its file and name are strings it holds; its line table is read by CPython's
+                // function, which only reads it.
+                let (file, function, line) = unsafe {
+                    let line = (api.addr_to_line)(code as *mut c_void, offset);
+                    (string(api, code, api.filename), string(api, code, api.name), line)
+                };
+                PythonFrame { file, line: line.max(0) as u32, function }
             })
             .collect()
     }
@@ -344,8 +353,6 @@ unsafe fn string(api: &Api, object: usize, offset: usize) -> String {
 pub(crate) fn capture() -> Frames {
     let Found::Read(_, api) = found() else { return Frames::NONE };
     let layout = api.layout;
-    let check = CHECKED.load(Ordering::Relaxed) > 0
-        && CHECKED.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok();
     let mut frames = Frames { api: Some(api), ..Frames::NONE };
     // SAFETY: CPython's functions, then this thread's own state and frames, which only this
     // thread changes and which stay as they are during this call (see the module's
@@ -357,6 +364,14 @@ pub(crate) fn capture() -> Frames {
             return Frames::NONE;
         }
         let state = (api.this_thread_state)() as usize;
+        if state == 0 {
+            return Frames::NONE;
+        }
+        // The first captures of threads that run Python check every address first.
+        let check = CHECKED.load(Ordering::Relaxed) > 0
+            && CHECKED
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok();
         let Some(cframe) = word(state, layout.cframe, check) else { return Frames::NONE };
         let mut frame = word(cframe, layout.current_frame, check).unwrap_or(0);
         let mut steps = 0;
@@ -374,9 +389,8 @@ pub(crate) fn capture() -> Frames {
                 }
                 let at = word(frame, layout.prev_instr, check).unwrap_or(0);
                 let offset = (at as isize).wrapping_sub((code + api.code_start) as isize);
-                let offset = offset.clamp(-1, c_int::MAX as isize) as c_int;
-                let line = (api.addr_to_line)(code as *mut c_void, offset);
-                frames.keys[frames.n] = (code as u64, line.max(0) as u32);
+                let offset = u32::try_from(offset).ok().filter(|&o| o < BEFORE_START);
+                frames.keys[frames.n] = (code as u64, offset.unwrap_or(BEFORE_START));
                 frames.n += 1;
             }
             frame = previous;
