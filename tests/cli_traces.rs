@@ -1,15 +1,13 @@
 //! `egpu run --otlp` exports launch spans (issue 28, OpenTelemetry traces): a C program against
 //! the stand-in driver sets W3C trace contexts through the preloaded library and launches; a
-//! local collector here decodes every `POST /v1/traces` (protobuf, with messages derived here,
-//! apart from egpu's) and each span is checked: trace id, parent span id, name, tag, times.
+//! local collector here decodes every `POST /v1/traces` (protobuf, with the messages of
+//! `otlp_support.rs`, apart from egpu's) and each span is checked: trace id, parent span id, name, tag, times.
 #![cfg(feature = "otlp")]
 
 use std::io::{BufRead, Read, Write};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-use prost::Message as _;
 
 #[expect(dead_code, reason = "this file makes no temporary folders")]
 mod cli_support;
@@ -19,77 +17,9 @@ use cli_support::egpu;
 #[path = "../egpu-preload/tests/support/mod.rs"]
 mod support;
 
-#[derive(Clone, PartialEq, prost::Message)]
-struct Request {
-    #[prost(message, repeated, tag = "1")]
-    resource_spans: Vec<ResourceSpans>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct ResourceSpans {
-    #[prost(message, optional, tag = "1")]
-    resource: Option<Resource>,
-    #[prost(message, repeated, tag = "2")]
-    scope_spans: Vec<ScopeSpans>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct Resource {
-    #[prost(message, repeated, tag = "1")]
-    attributes: Vec<KeyValue>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct ScopeSpans {
-    #[prost(message, repeated, tag = "2")]
-    spans: Vec<Span>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct Span {
-    #[prost(bytes = "vec", tag = "1")]
-    trace_id: Vec<u8>,
-    #[prost(bytes = "vec", tag = "2")]
-    span_id: Vec<u8>,
-    #[prost(bytes = "vec", tag = "4")]
-    parent_span_id: Vec<u8>,
-    #[prost(string, tag = "5")]
-    name: String,
-    #[prost(int32, tag = "6")]
-    kind: i32,
-    #[prost(fixed64, tag = "7")]
-    start_time_unix_nano: u64,
-    #[prost(fixed64, tag = "8")]
-    end_time_unix_nano: u64,
-    #[prost(message, repeated, tag = "9")]
-    attributes: Vec<KeyValue>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct KeyValue {
-    #[prost(string, tag = "1")]
-    key: String,
-    #[prost(message, optional, tag = "2")]
-    value: Option<AnyValue>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct AnyValue {
-    #[prost(oneof = "Any", tags = "1, 3")]
-    value: Option<Any>,
-}
-
-#[derive(Clone, PartialEq, prost::Oneof)]
-enum Any {
-    #[prost(string, tag = "1")]
-    String(String),
-    #[prost(int64, tag = "3")]
-    Int(i64),
-}
-
-fn attribute(attributes: &[KeyValue], key: &str) -> Option<Any> {
-    attributes.iter().find(|a| a.key == key).and_then(|a| a.value.clone()?.value)
-}
+mod otlp_support;
+use otlp_support::{Any, Request, Span, attribute};
+use prost::Message as _;
 
 fn unix_ns() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_nanos() as u64

@@ -2,7 +2,7 @@
 //!
 //! When the preloaded library captures launch sites (`EGPU_SITES`), each sampled launch or copy
 //! takes the launching thread's stack: its return addresses (by frame pointers, at most
-//! [`MAX_FRAMES`]) and, when the thread runs Python and holds the GIL, its innermost Python
+//! [`MAX_FRAMES`]) and, when the thread runs Python (the GIL held or not), its innermost Python
 //! frames (file, line, function). A stack is interned to a site id ([`site_id`], a 64-bit hash
 //! of its frames, never 0), which the context's `site_id` carries; the first time an id is seen
 //! its frames go into the process's [`SiteTable`], two hash maps in shared memory
@@ -67,8 +67,9 @@ pub struct PythonFrame {
 }
 
 /// The id of a site whose native frames are `native` and whose Python frames are known by
-/// `python` (each frame's code object's address and line: what the hot path reads; the text is
-/// read once per new site): FNV-1a over the words, never 0.
+/// `python` (each frame's code object's address and where in its code it is, its line or its
+/// instruction: what the hot path reads; the text is read once per new site): FNV-1a over the
+/// words, never 0.
 pub fn site_id(native: &[u64], python: &[(u64, u32)]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut add = |w: u64| {
@@ -81,9 +82,9 @@ pub fn site_id(native: &[u64], python: &[(u64, u32)]) -> u64 {
         add(a);
     }
     add(u64::MAX);
-    for &(code, line) in python {
+    for &(code, at) in python {
         add(code);
-        add(u64::from(line));
+        add(u64::from(at));
     }
     h.max(1)
 }

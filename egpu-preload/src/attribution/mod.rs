@@ -8,7 +8,8 @@
 //! - **Sites** ([`sites`]): with `EGPU_SITES=N`, one call in `N` per thread takes its stack: the
 //!   caller's return addresses by frame pointers from the frame the trampoline hands over
 //!   ([`stack`]; where there is none, the system unwinder), and the innermost Python frames
-//!   while the thread holds the GIL ([`python`]), interned to a site id in the process's table
+//!   of a thread that runs Python, read from its own state, the GIL held or not ([`python`]),
+//!   interned to a site id in the process's table
 //!   (`egpu::host::sites::SiteTable`, in shared memory), symbolised only at exit.
 //!
 //! Nothing of this is on the way of a call while neither is on: one load of the flags in
