@@ -11,8 +11,11 @@ compares, kernel by kernel, where each came from:
   read from the launching thread's own state, whether the thread holds the GIL or not); "no
   Python frame" for a site without one (autograd's threads run no Python code).
 
-Frames are compared by file and function (the profiler names a frame by the line where its
-function starts, egpu by the line it is at). The launches egpu counted per frame are matched
+Frames are compared by file (its base name: the profiler names a file outside torch/ by it alone)
+and function (the profiler names a frame by the line where its function starts, egpu by the
+line it is at). The profiler's ops on threads that run no Python code (autograd's) count as "no
+Python frame" whatever it links them to, and the CUDA runtime's module-loading events, which
+list a kernel again beside its op, are left out. The launches egpu counted per frame are matched
 with the profiler's kernels per frame; a kernel matches when both put it at the same frame:
 
     python launch sites match torch.profiler: K/K kernels
@@ -44,6 +47,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # `file:line:function`, as egpu names a Python frame.
 EGPU_FRAME = re.compile(r"^(.+):(\d+):([^:]+)$")
 NONE = "(no Python frame)"
+# Events of the CUDA runtime, not ops, that the profiler lists a kernel under (again).
+RUNTIME_EVENTS = ("Lazy Function Loading", "Runtime Triggered Module Loading",
+                  "Activity Buffer Request")
 # `file(line): function`, as torch.profiler names a Python frame (C functions and modules are
 # named otherwise).
 PROFILER_FRAME = re.compile(r"^(.*)\((\d+)\): (.*)$")
@@ -82,8 +88,8 @@ def egpu_frame(frames):
     it has no Python frame, or a note when all its Python frames are torch's."""
     python = [m for m in (EGPU_FRAME.match(f) for f in frames) if m]
     for m in python:
-        if "/torch/" not in m.group(1):
-            return f"{m.group(1)}:{m.group(3)}"
+        if not in_torch(m.group(1)):
+            return f"{os.path.basename(m.group(1))}:{m.group(3)}"
     return NONE if not python else "(only torch/ frames among the 8 kept)"
 
 
@@ -93,12 +99,19 @@ def profiler_frame(kernel):
     without stacks (this repository's tests write them so) gives its `frame` as written."""
     if not kernel.get("stack"):
         frame = kernel.get("frame")
-        return f"{frame[0]}:{frame[1]}" if frame else NONE
+        return f"{os.path.basename(frame[0])}:{frame[1]}" if frame else NONE
     for entry in kernel["stack"]:
         m = PROFILER_FRAME.match(entry)
-        if m and "/torch/" not in m.group(1):
-            return f"{m.group(1)}:{m.group(3).rsplit('.', 1)[-1]}"
+        if m and not in_torch(m.group(1)):
+            return f"{os.path.basename(m.group(1))}:{m.group(3).rsplit('.', 1)[-1]}"
     return NONE
+
+
+def in_torch(path):
+    """Whether a frame's file is torch's: egpu names files by their full path, the profiler
+    torch's from the package (`torch/nn/modules/linear.py`) and others by their base name. So
+    frames are compared by base name and function."""
+    return path.startswith("torch/") or "/torch/" in path
 
 
 def main():
@@ -172,6 +185,13 @@ def compare(out):
         if line.startswith(("sites ", "spans ")):
             print("  " + line)
 
+    # The profiler's kernels on the thread that runs Python (sites_train.py says which; an older
+    # profile: the first kernel's), those of the runtime's own events left out.
+    main = prof.get("python_thread", prof["kernels"][0]["thread"] if prof["kernels"] else None)
+    prof["kernels"] = [k for k in prof["kernels"] if k["op"] not in RUNTIME_EVENTS]
+    for k in prof["kernels"]:
+        if k["thread"] != main:
+            k["stack"], k["frame"] = [], None
     expected = collections.Counter(profiler_frame(k) for k in prof["kernels"])
     seen = collections.Counter()
     rows = egpu_rows(report_text)

@@ -66,12 +66,18 @@ def train(steps):
     return losses
 
 
+def in_torch(path):
+    """Whether a frame's file is torch's: the profiler names torch's files from the package
+    (`torch/nn/modules/linear.py`), others by their base name."""
+    return path.startswith("torch/") or "/torch/" in path
+
+
 def innermost_outside_torch(stack):
     """The innermost Python frame of `stack` (the profiler's, innermost first) whose file is not
     in torch/: [file, function], or None."""
     for entry in stack:
         m = FRAME.match(entry)
-        if m and "/torch/" not in m.group(1):
+        if m and not in_torch(m.group(1)):
             # The function as its code names it (co_name), were the profiler to qualify it.
             return [m.group(1), m.group(3).rsplit(".", 1)[-1]]
     return None
@@ -84,6 +90,11 @@ def op_stack(event):
             return list(event.stack)
         event = event.cpu_parent
     return []
+
+
+# Events of the CUDA runtime, not ops, that the profiler lists a kernel under.
+RUNTIME_EVENTS = ("Lazy Function Loading", "Runtime Triggered Module Loading",
+                  "Activity Buffer Request")
 
 
 def is_kernel(name):
@@ -110,14 +121,22 @@ def main():
     events = prof.events()
     total = [e.name for e in events
              if e.device_type == torch.autograd.DeviceType.CUDA and is_kernel(e.name)]
+    # The thread that runs Python: the first op's (the profiler starts on it). Autograd's engine
+    # runs the backward ops on threads of its own, which run no Python code: their kernels have
+    # no Python frame, though the profiler gives their ops the stack of the forward op they
+    # differentiate.
+    cpu = [e for e in events if e.device_type == torch.autograd.DeviceType.CPU]
+    python_thread = min(cpu, key=lambda e: e.time_range.start).thread if cpu else None
     kernels = []
     for e in events:
-        if e.device_type != torch.autograd.DeviceType.CPU:
+        # The CUDA runtime's loading of a module around a kernel's first launch lists that
+        # kernel again, beside the op that launched it.
+        if e.device_type != torch.autograd.DeviceType.CPU or e.name in RUNTIME_EVENTS:
             continue
         for k in e.kernels:
             if not is_kernel(k.name):
                 continue
-            stack = op_stack(e)
+            stack = op_stack(e) if e.thread == python_thread else []
             kernels.append({"name": k.name, "op": e.name, "thread": e.thread,
                             "frame": innermost_outside_torch(stack), "stack": stack[:40]})
     linked = {}
@@ -131,6 +150,7 @@ def main():
             unlinked.append(name)
     with open(out, "w") as f:
         json.dump({"kernels_total": len(total), "kernels": kernels, "unlinked": unlinked,
+                   "python_thread": python_thread,
                    "losses": losses, "torch": torch.__version__,
                    "python": sys.version.split()[0]}, f, indent=1)
     print(f"profiler: {len(total)} kernels, {len(kernels)} tied to an op, losses {losses}",
