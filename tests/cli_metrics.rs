@@ -206,6 +206,22 @@ fn kernel_times_are_served_as_durations_in_seconds() {
     ] {
         assert!(response.lines().any(|l| l == line), "{line:?} in\n{response}");
     }
+    // The same launches' GPU time by tag and by call site (none set: `0`), the seconds the
+    // durations' sums add up to.
+    let tagged = format!("egpu_gpu_launches_tag_total{{pid=\"{pid}\",tag_id=\"0\"}} 6");
+    let response = scrape_until(&address, &tagged);
+    let value = |prefix: &str| -> f64 {
+        let sum = response.lines().filter(|l| l.starts_with(prefix));
+        sum.map(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).expect(l)).sum()
+    };
+    let durations = value("gpu_cuda_kernel_duration_seconds_sum{");
+    let by_tag = value("egpu_gpu_time_tag_seconds_total{");
+    let by_site = value("egpu_gpu_time_site_seconds_total{");
+    assert!(durations > 0.0 && (by_tag - durations).abs() < 1e-12, "{by_tag} {durations}");
+    assert!((by_site - durations).abs() < 1e-12, "{by_site} {durations}\n{response}");
+    let sites = format!("egpu_gpu_launches_site_total{{pid=\"{pid}\",site_id=\"0\"}} 6");
+    assert!(response.lines().any(|l| l == sites), "{sites} in\n{response}");
+    println!("gpu time by tag and site as metrics: {by_tag} s, 6 launches, as the durations");
     child.stdin.take().expect("its input").write_all(b"go\n").expect("a line");
     assert!(child.wait().expect("egpu run").success());
     let _ = std::fs::remove_dir_all(&dir);

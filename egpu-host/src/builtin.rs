@@ -30,6 +30,8 @@
 //! process; [`Builtin::programs`] binds each one's map table, by name, to these maps. The report
 //! is in `builtin/report.rs`, the metrics in `builtin/metrics.rs`.
 
+use std::sync::{Arc, OnceLock};
+
 use egpu_ebpf::verifier::Verified;
 use egpu_ebpf::{MapDef, MapKind};
 use egpu_maps::layout::Geometry;
@@ -37,6 +39,7 @@ use egpu_maps::{Array, HashMap, MapError, Placement, RawMap};
 use egpu_probe::{BuildError, Probe};
 
 use super::Health;
+use crate::gpu_time::GpuTimes;
 
 mod devices;
 mod metrics;
@@ -236,6 +239,9 @@ pub struct Builtin {
     sync_times: RawMap,
     devices: RawMap,
     per_device: RawMap,
+    /// Its GPU time per tag and per call site (`crate::gpu_time`), once the process has made
+    /// them (at its first timed launch's harvest).
+    gpu_times: Arc<OnceLock<GpuTimes>>,
 }
 
 impl Builtin {
@@ -307,7 +313,18 @@ impl Builtin {
             sync_times,
             devices,
             per_device,
+            gpu_times: Arc::default(),
         }
+    }
+
+    /// The process's GPU time per tag and per call site (`egpu run --kernel-times`), opened
+    /// here the first time they are there; `None` while they are not.
+    pub fn gpu_times(&self) -> Option<&GpuTimes> {
+        if let Some(times) = self.gpu_times.get() {
+            return Some(times);
+        }
+        let opened = GpuTimes::open(self.pid).ok()?;
+        Some(self.gpu_times.get_or_init(|| opened))
     }
 
     /// The map named `name` (one of [`MAPS`]).

@@ -7,9 +7,16 @@
 //! Bounded: each map holds [`CAPACITY`] keys; a launch whose key finds its map full is added to
 //! the one [`OTHER`] entry (kept free for it), so the totals stay whole and the overflow is
 //! counted (its `launches`).
+//!
+//! As metrics ([`metrics`], beside the built-in ones on `egpu run --metrics` and OTLP): GPU
+//! seconds and launches per tag and per call site, each process's [`METRIC_KEYS`] keys of most
+//! GPU time labelled by their id and the rest summed under `other`, so a series set stays small
+//! whatever a program tags.
 
 use bytemuck::{Pod, Zeroable};
 use egpu_maps::{HashMap, MapError, Placement};
+
+use crate::builtin::{Builtin, Kind, Metric, Point, Value};
 
 /// The shared objects' names (see [`crate::builtin::shared_name`]): by site, by tag.
 pub const MAPS: [&str; 2] = ["gpu_time_sites", "gpu_time_tags"];
@@ -95,9 +102,143 @@ impl GpuTimes {
     }
 }
 
+/// Keys per process labelled in the metrics (the rest are summed under `other`).
+pub const METRIC_KEYS: usize = 32;
+
+/// The metrics of `processes`' GPU time per tag and per call site, in seconds and launches
+/// (see the module documentation); a process without the maps has no series.
+pub fn metrics(processes: &[Builtin]) -> Vec<Metric> {
+    let metric = |otel, unit, prometheus, help| Metric {
+        otel,
+        unit,
+        prometheus,
+        help,
+        kind: Kind::Counter,
+        points: Vec::new(),
+    };
+    let mut out = [
+        metric(
+            "egpu.gpu.time.tag",
+            "s",
+            "egpu_gpu_time_tag_seconds_total",
+            "GPU seconds of the timed kernel launches, by the tag the program set (0: none).",
+        ),
+        metric(
+            "egpu.gpu.launches.tag",
+            "{launch}",
+            "egpu_gpu_launches_tag_total",
+            "Timed kernel launches, by the tag the program set (0: none).",
+        ),
+        metric(
+            "egpu.gpu.time.site",
+            "s",
+            "egpu_gpu_time_site_seconds_total",
+            "GPU seconds of the timed kernel launches, by call site (its id in the report; 0: \
+             none).",
+        ),
+        metric(
+            "egpu.gpu.launches.site",
+            "{launch}",
+            "egpu_gpu_launches_site_total",
+            "Timed kernel launches, by call site (its id in the report; 0: none).",
+        ),
+    ];
+    for b in processes {
+        let Some(times) = b.gpu_times() else { continue };
+        let (sites, tags) = times.entries();
+        for (entries, label, at) in [(tags, "tag_id", 0), (sites, "site_id", 2)] {
+            for (key, time) in bounded(entries) {
+                let attributes = vec![("pid", b.pid.to_string()), (label, key)];
+                let seconds = Value::Total(time.ns as f64 / 1e9);
+                out[at].points.push(Point { attributes: attributes.clone(), value: seconds });
+                let launches = Value::Counter(time.launches);
+                out[at + 1].points.push(Point { attributes, value: launches });
+            }
+        }
+    }
+    out.into()
+}
+
+/// The [`METRIC_KEYS`] entries of most GPU time, labelled by their key, then the rest
+/// ([`OTHER`] among them) summed as `other`, when there is any.
+fn bounded(mut entries: Entries) -> Vec<(String, GpuTime)> {
+    entries.sort_by_key(|&(key, t)| (key == OTHER, std::cmp::Reverse(t.ns), key));
+    let mut out: Vec<(String, GpuTime)> = Vec::new();
+    let mut other = GpuTime::default();
+    for (i, (key, time)) in entries.into_iter().enumerate() {
+        if key != OTHER && i < METRIC_KEYS {
+            out.push((key.to_string(), time));
+        } else {
+            other.ns += time.ns;
+            other.launches += time.launches;
+        }
+    }
+    if other.launches > 0 {
+        out.push(("other".into(), other));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The metrics keep each process's 32 keys of most GPU time and sum the rest, the map's
+    /// overflow included, as `other`: the totals stay whole.
+    #[test]
+    fn metrics_are_bounded_and_whole() {
+        let mut entries: Entries = (1..=40u64)
+            .map(|k| (k, GpuTime { ns: k * 1000, launches: 1 }))
+            .chain(std::iter::once((OTHER, GpuTime { ns: 5, launches: 2 })))
+            .collect();
+        entries.reverse();
+        let shown = bounded(entries);
+        assert_eq!(shown.len(), METRIC_KEYS + 1);
+        assert_eq!(shown[0], ("40".to_string(), GpuTime { ns: 40_000, launches: 1 }));
+        assert_eq!(shown[METRIC_KEYS - 1].0, "9");
+        let other = GpuTime { ns: (1..=8u64).map(|k| k * 1000).sum::<u64>() + 5, launches: 10 };
+        assert_eq!(shown[METRIC_KEYS], ("other".to_string(), other));
+        // Few keys: all shown, no `other`.
+        let few =
+            bounded(vec![(0, GpuTime { ns: 7, launches: 1 }), (3, GpuTime { ns: 9, launches: 2 })]);
+        assert_eq!(
+            few,
+            vec![
+                ("3".to_string(), GpuTime { ns: 9, launches: 2 }),
+                ("0".into(), GpuTime { ns: 7, launches: 1 })
+            ]
+        );
+    }
+
+    /// A process whose GPU-time maps exist has its series, found once they are made.
+    #[test]
+    fn metrics_show_a_process_gpu_time() {
+        let pid = std::process::id() ^ 0x4000_0000;
+        let b = Builtin::create(pid, false).expect("the built-in maps");
+        assert!(metrics(std::slice::from_ref(&b)).iter().all(|m| m.points.is_empty()));
+        let Ok(times) = GpuTimes::create(pid, true) else {
+            println!("skipped: no shared memory here");
+            return;
+        };
+        times.add(11, 7, 2_000_000_000);
+        times.add(0, 7, 500_000_000);
+        let all = metrics(std::slice::from_ref(&b));
+        let by = |name: &str| all.iter().find(|m| m.prometheus == name).expect(name).points.clone();
+        let tag = by("egpu_gpu_time_tag_seconds_total");
+        assert_eq!(tag.len(), 1);
+        assert_eq!(tag[0].attributes, vec![("pid", pid.to_string()), ("tag_id", "7".into())]);
+        assert_eq!(tag[0].value, Value::Total(2.5));
+        let sites = by("egpu_gpu_launches_site_total");
+        let values: Vec<_> =
+            sites.iter().map(|p| (p.attributes[1].1.clone(), p.value.clone())).collect();
+        assert_eq!(
+            values,
+            vec![("11".to_string(), Value::Counter(1)), ("0".into(), Value::Counter(1))]
+        );
+        for name in crate::gpu_time::MAPS {
+            let _ = egpu_maps::unlink_shared(&crate::builtin::shared_name(pid, name));
+        }
+    }
 
     #[test]
     fn a_full_map_sends_its_launches_to_other() {

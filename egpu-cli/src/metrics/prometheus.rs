@@ -147,6 +147,7 @@ fn encode_builtin(
             let mut series = family.encode_family(&labels)?;
             match &p.value {
                 Value::Counter(n) => ConstCounter::new(*n).encode(series)?,
+                Value::Total(x) => ConstCounter::new(*x).encode(series)?,
                 Value::Gauge(x) => ConstGauge::new(*x).encode(series)?,
                 Value::Histogram(h) => {
                     let mut buckets: Vec<(f64, u64)> =

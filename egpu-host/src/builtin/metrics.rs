@@ -69,6 +69,8 @@ impl Histogram {
 pub enum Value {
     /// A monotonic count since the process started.
     Counter(u64),
+    /// A monotonic total since the process started, not a whole number (GPU seconds).
+    Total(f64),
     /// A distribution since the process started.
     Histogram(Histogram),
     /// A value now.
@@ -78,7 +80,7 @@ pub enum Value {
 /// The instrument of a metric.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
-    /// Monotonic counts ([`Value::Counter`]).
+    /// Monotonic counts and totals ([`Value::Counter`], [`Value::Total`]).
     Counter,
     /// Distributions ([`Value::Histogram`]).
     Histogram,
@@ -353,6 +355,8 @@ pub fn metrics(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
         metrics.push(ages);
     }
     metrics
+        .extend(crate::gpu_time::metrics(processes).into_iter().filter(|m| !m.points.is_empty()));
+    metrics
 }
 
 /// The `cuda.synchronize.kind` values, by `SyncCtx` kind.
@@ -551,7 +555,7 @@ pub fn otlp_json(
                     Value::Counter(n) => {
                         format!("{{\"attributes\":[{attributes}],{times},\"asInt\":\"{n}\"}}")
                     }
-                    Value::Gauge(x) => {
+                    Value::Gauge(x) | Value::Total(x) => {
                         format!("{{\"attributes\":[{attributes}],{times},\"asDouble\":{x}}}")
                     }
                     Value::Histogram(h) => {

@@ -201,7 +201,7 @@ pub(crate) fn message(
                         time_unix_nano: now_ns,
                         value: Some(Number::AsInt(i64::try_from(*n).unwrap_or(i64::MAX))),
                     }),
-                    Value::Gauge(x) => numbers.push(NumberDataPoint {
+                    Value::Gauge(x) | Value::Total(x) => numbers.push(NumberDataPoint {
                         attributes,
                         start_time_unix_nano: start_ns,
                         time_unix_nano: now_ns,
