@@ -40,10 +40,11 @@
 
 use std::collections::BTreeMap;
 
-use egpu_ebpf::verifier::Verified;
 use egpu_ebpf::{AttachPoint, DeviceEvent, MemAccessCtx, kernel_id};
 
 mod access;
+mod api;
+mod helpers;
 mod injection;
 mod invariants;
 mod occupancy;
@@ -54,14 +55,14 @@ mod sums;
 pub mod tensor_maps;
 
 use access::{Observation, Observed, observe, wrap_access};
+pub use api::{DeviceProbe, InjectError, InjectOptions, Kernels};
+use helpers::{Names, access_context, ends_path, predicates, zeroed};
 pub use injection::{Coverage, Injection, Site, Unobserved};
 pub use occupancy::blocks_per_sm;
 pub use sampled::{Sample, WarpSampling, turn_sampled, warp_key, warp_sampled};
 
-use crate::ptx::{FunctionKind, PieceKind, PtxError, PtxInstruction, PtxModule};
-use crate::translate::{
-    CacheKey, Context, DeviceMap, LookupCache, Options, TranslateError, combines, translate,
-};
+use crate::ptx::{FunctionKind, PieceKind, PtxModule};
+use crate::translate::{CacheKey, Context, LookupCache, Options, combines, translate};
 use sums::{
     COUNT_REGISTERS, Cached, close_batches, converged, drained_rings, flush, lookup_caches,
     ring_registers, sum_register,
@@ -71,176 +72,6 @@ use sums::{
 /// ([`Options::outline`]): a few hundred instructions each, which inline would make a large
 /// kernel's code megabytes long, slow to compile and too big for the instruction cache.
 pub const OUTLINE_SITES: usize = 16;
-
-/// A probe to inject, and the kernels it attaches to.
-#[derive(Clone, Copy, Debug)]
-pub struct DeviceProbe<'a> {
-    /// The verified program; its attach point says where it runs.
-    pub program: &'a Verified,
-    /// Which kernels: all of them, or those named (by mangled name).
-    pub kernels: Kernels<'a>,
-    /// The device side of each map of the program's map table, in its order.
-    pub maps: &'a [DeviceMap],
-}
-
-/// The kernels a probe attaches to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kernels<'a> {
-    /// Every kernel of the module.
-    All,
-    /// The kernels with these (mangled) names.
-    Named(&'a [&'a str]),
-}
-
-impl Kernels<'_> {
-    fn selects(&self, name: &str) -> bool {
-        match self {
-            Kernels::All => true,
-            Kernels::Named(names) => names.contains(&name),
-        }
-    }
-}
-
-/// Why a module could not be instrumented.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum InjectError {
-    /// The PTX could not be read.
-    #[error("reading the PTX: {0}")]
-    Ptx(#[from] PtxError),
-    /// The module is not 64-bit.
-    #[error("the module's `.address_size` is {0}; egpu instruments 64-bit modules only")]
-    AddressSize(String),
-    /// A probe does not attach to a device event.
-    #[error("probe {probe} attaches to {attach}, not to a device event")]
-    NotDevice {
-        /// The probe's index.
-        probe: usize,
-        /// Its attach point.
-        attach: AttachPoint,
-    },
-    /// Probes sampled by warps differently ([`WarpSampling::of`]).
-    #[error("{0}")]
-    Sampling(String),
-    /// A probe could not be translated.
-    #[error("probe {probe}: {error}")]
-    Translate {
-        /// The probe's index.
-        probe: usize,
-        /// Why.
-        error: TranslateError,
-    },
-}
-
-/// The names the injector declares in a module: all start with a stem that appears nowhere in
-/// the module's text, so they cannot meet the module's own names (a module instrumented before
-/// included).
-struct Names {
-    stem: String,
-    /// The combining slots' registers: address and sum, newer slot first.
-    sums: [String; 4],
-    smid: String,
-}
-
-impl Names {
-    fn new(text: &str) -> Names {
-        let stem = (0..)
-            .map(|i| if i == 0 { "egpu".to_string() } else { format!("egpu{i}x") })
-            .find(|s| !text.contains(s.as_str()))
-            .unwrap_or_default();
-        Names {
-            sums: [
-                format!("%{stem}_sum_addr"),
-                format!("%{stem}_sum"),
-                format!("%{stem}_sum_addr1"),
-                format!("%{stem}_sum1"),
-            ],
-            smid: format!("%{stem}_smid"),
-            stem,
-        }
-    }
-}
-
-/// 64-bit registers of the kernel, declared and set to 0.
-fn zeroed(regs: &[String]) -> String {
-    let zeros: String = regs.iter().map(|r| format!("\tmov.b64 {r}, 0;\n")).collect();
-    format!("\t.reg .b64 {};\n{zeros}", regs.join(", "))
-}
-
-/// The context of a probe at observed access `o`, whose address (and size) the probe's block
-/// computes into `addr` (and `size`).
-fn access_context(o: &Observed, kernel_id: u64, addr: &str, size: &str, site: u32) -> Context {
-    Context::Access {
-        kernel_id,
-        addr: addr.to_owned(),
-        size: o.size,
-        size_reg: o.size_code.as_ref().map(|_| size.to_owned()),
-        site,
-        is_store: o.is_store,
-        class: o.class,
-        op: o.op,
-        fetch: o.fetch,
-    }
-}
-
-/// Whether an operand names a predicate register: the names `.reg .pred` declares in the module,
-/// one by one (`%p, %q`) or as a range (`%p<8>`).
-fn predicates(module: &PtxModule) -> impl Fn(&str) -> bool + use<> {
-    let mut names: Vec<(String, bool)> = Vec::new();
-    for (i, piece) in module.pieces().iter().enumerate() {
-        let text = module.piece_text(i).trim();
-        if piece.kind != PieceKind::Statement || !text.starts_with(".reg") {
-            continue;
-        }
-        let mut words = text.trim_end_matches(';').split([' ', '\t', '\n', ',']);
-        if !words.any(|w| w == ".pred") {
-            continue;
-        }
-        for w in words.filter(|w| !w.is_empty()) {
-            match w.split_once('<') {
-                Some((prefix, _)) => names.push((prefix.to_owned(), true)),
-                None => names.push((w.to_owned(), false)),
-            }
-        }
-    }
-    move |operand: &str| {
-        let operand = operand.trim_start_matches('!');
-        names.iter().any(|(name, range)| match operand.strip_prefix(name.as_str()) {
-            Some("") => !range,
-            Some(digits) => *range && digits.chars().all(|c| c.is_ascii_digit()),
-            None => false,
-        })
-    }
-}
-
-/// Whether an instruction ends a path for good: `ret`, `exit`, or a jump, unguarded.
-fn ends_path(insn: &PtxInstruction<'_>) -> bool {
-    insn.guard.is_none() && matches!(insn.base(), "ret" | "exit" | "bra" | "trap")
-}
-
-/// How to inject, beyond the probes.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct InjectOptions {
-    /// The device address of the table of tensor map boxes of the context the module is for
-    /// ([`tensor_maps`]): tensor copies then carry their box's bytes in their `size` (0 where
-    /// the table does not know their map, and without a table).
-    pub tensor_boxes: Option<u64>,
-    /// The registers per thread each kernel was compiled to, by name, when known (the cubin the
-    /// program loaded: [`crate::cubin::register_counts`]): the instrumented kernel then declares
-    /// `.maxnreg`, the most registers that keep its blocks per SM (`occupancy.rs`). Empty: no
-    /// limit.
-    pub registers: BTreeMap<String, u32>,
-    /// With [`registers`](Self::registers), declare `.maxnreg` only in the kernels that have a
-    /// copy for sampled warps (`sampled.rs`), where what does not fit stays in the sampled
-    /// copy; false: in every kernel whose registers are known.
-    pub bound_sampled_only: bool,
-    /// Probes that run in one warp in N only (`sampled.rs`).
-    pub sampled: Option<WarpSampling>,
-    /// The SM's rated clock in kHz, for waits counted in cycles
-    /// ([`Options::sm_clock_khz`](crate::translate::Options::sm_clock_khz)); `None`: on
-    /// `%globaltimer`.
-    pub sm_clock_khz: Option<u32>,
-}
 
 /// Instruments `ptx` with `probes`.
 pub fn inject(ptx: &str, probes: &[DeviceProbe<'_>]) -> Result<Injection, InjectError> {
