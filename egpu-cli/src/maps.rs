@@ -223,8 +223,9 @@ fn devices_json(b: &Builtin) -> Vec<String> {
 
 /// One user map as a JSON object, from `Builtin::render_maps`'s lines for it alone: each
 /// `map NAME KEY VALUE` an entry (the key a string: a number, or a kernel's name), a ring's
-/// records pending and dropped, a map of a shape not shown `"shown":false`, and how long ago its
-/// device part was merged.
+/// records pending and dropped, a map of a shape not shown `"shown":false`, how long ago its
+/// device part was merged, and, for a map on two devices or more, each device's own entries
+/// (`map NAME device D KEY VALUE` lines) as `"devices":[{"device":D,"entries":[…]}]`.
 fn map_json(b: &Builtin, name: &str, raw: &RawMap) -> String {
     let g = raw.geometry();
     let mut json = format!(
@@ -237,8 +238,26 @@ fn map_json(b: &Builtin, name: &str, raw: &RawMap) -> String {
     let text = b.render_maps(&[(name.to_owned(), raw.clone())]);
     let prefix = format!("map {name} ");
     let (mut entries, mut other) = (Vec::new(), Vec::new());
+    let mut devices: Vec<(u32, Vec<String>)> = Vec::new();
     let mut shown = true;
     for line in text.lines() {
+        // `map NAME device D KEY VALUE`: device D's own entry.
+        let on_device = line.strip_prefix(&prefix).and_then(|rest| {
+            match rest.split(' ').collect::<Vec<_>>().as_slice() {
+                ["device", d, key, value] if value.parse::<u64>().is_ok() => {
+                    Some((d.parse::<u32>().ok()?, key.to_string(), value.to_string()))
+                }
+                _ => None,
+            }
+        });
+        if let Some((device, key, value)) = on_device {
+            let entry = format!("{{\"key\":{},\"value\":{value}}}", string(&key));
+            match devices.iter_mut().find(|(d, _)| *d == device) {
+                Some((_, e)) => e.push(entry),
+                None => devices.push((device, vec![entry])),
+            }
+            continue;
+        }
         let merged = line
             .strip_prefix(&format!("device part of {name} merged "))
             .and_then(|rest| rest.strip_suffix(" ms ago"))
@@ -270,6 +289,13 @@ fn map_json(b: &Builtin, name: &str, raw: &RawMap) -> String {
     } else {
         json.push_str(",\"shown\":false");
     }
+    if !devices.is_empty() {
+        let each: Vec<String> = devices
+            .iter()
+            .map(|(d, e)| format!("{{\"device\":{d},\"entries\":[{}]}}", e.join(",")))
+            .collect();
+        let _ = write!(json, ",\"devices\":[{}]", each.join(","));
+    }
     if !other.is_empty() {
         let _ = write!(json, ",\"other\":[{}]", other.join(","));
     }
@@ -289,6 +315,40 @@ mod tests {
         assert_eq!(string("line\nnext\ttab\r"), "\"line\\nnext\\ttab\\r\"");
         assert_eq!(string("\u{0}\u{1f}\u{7f}"), "\"\\u0000\\u001f\\u007f\"");
         assert_eq!(string("\u{2028}é"), "\"\\u2028é\"");
+    }
+
+    /// Issue 29: a map whose device parts are on two devices has each device's own entries
+    /// after its own, in the text and under `devices` in the JSON; a map on one device does not.
+    #[test]
+    fn a_map_on_two_devices_shows_each_device_s_values() {
+        use egpu_maps::{Array, Placement};
+        let pid = std::process::id();
+        let b = Builtin::create(pid, false).expect("the maps");
+        let merged = Array::<u64>::create(4, Placement::Process).expect("a map");
+        merged.set(0, &40_000).expect("set");
+        let own = |device: u32, map: &str, value: u64| {
+            let name = builtin::device_map_name(pid, device, map);
+            let a = Array::<u64>::create(4, Placement::Shared(name.into())).expect("a map");
+            a.set(0, &value).expect("set");
+            a
+        };
+        let _kept = [own(0, "TWO_DEVICES", 20_000), own(1, "TWO_DEVICES", 20_000)];
+        let _one = own(0, "ONE_DEVICE", 5);
+        let user = [
+            ("TWO_DEVICES".to_string(), merged.raw().clone()),
+            ("ONE_DEVICE".to_string(), merged.raw().clone()),
+        ];
+        let text = b.render_maps(&user);
+        let two = "map TWO_DEVICES 0 40000\nmap TWO_DEVICES device 0 0 20000\n\
+                   map TWO_DEVICES device 1 0 20000\n";
+        assert!(text.contains(two), "{text}");
+        assert!(!text.contains("map ONE_DEVICE device"), "{text}");
+        let json = process_json(&b, &user);
+        let devices = "\"entries\":[{\"key\":\"0\",\"value\":40000}],\"devices\":[\
+                       {\"device\":0,\"entries\":[{\"key\":\"0\",\"value\":20000}]},\
+                       {\"device\":1,\"entries\":[{\"key\":\"0\",\"value\":20000}]}]}";
+        assert!(json.contains(devices), "{json}");
+        assert!(!json.contains("\"other\""), "{json}");
     }
 
     /// Issue 29: the devices a process used, each with its UUID and name, as a list, and their

@@ -485,6 +485,33 @@ pub fn unlink(pid: u32) {
     for name in user_objects(pid) {
         let _ = egpu_maps::unlink_shared(&name);
     }
+    for (_, _, name) in device_objects(pid) {
+        let _ = egpu_maps::unlink_shared(&name);
+    }
+}
+
+/// The shared-memory name of device `device`'s own copy of process `pid`'s user map `map`: what
+/// that device's probes did to the map, apart from the other devices' (issue 29; the map
+/// itself holds their sum).
+pub fn device_map_name(pid: u32, device: u32, map: &str) -> String {
+    format!("egpu-{pid}-ud{device}-{map}")
+}
+
+/// The shared objects of process `pid`'s per-device maps ([`device_map_name`]): each device,
+/// map name and object, by device then name.
+fn device_objects(pid: u32) -> Vec<(u32, String, String)> {
+    let prefix = format!("egpu-{pid}-ud");
+    let Ok(entries) = std::fs::read_dir("/dev/shm") else { return Vec::new() };
+    let mut found: Vec<(u32, String, String)> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|object| {
+            let (device, map) = object.strip_prefix(&prefix)?.split_once('-')?;
+            let device = device.parse().ok()?;
+            Some((device, map.to_owned(), object))
+        })
+        .collect();
+    found.sort();
+    found
 }
 
 /// The shared-memory name of process `pid`'s user map `map` (a map of the probes of a pack,

@@ -170,8 +170,10 @@ fn every_event_carries_the_device_of_its_context() {
 /// A module loaded in a context of each device is instrumented for each: each context gets the
 /// maps' device parts of its own, which the stand-in's device writers of that context alone
 /// write (as one GPU's atomics never reach another's memory), and the map in shared memory sums
-/// them exactly: two launches of `WRITERS` × `ADDS` adds. The summary says each device's parts
-/// and labels each device. Prints `device maps exact: 2/2 devices`.
+/// them exactly: three launches (one on device 0, two on device 1) of `WRITERS` × `ADDS` adds.
+/// The summary says each device's parts and labels each device (`device maps exact: 2/2
+/// devices`), and gives each device's own values after the map's, exactly what that device
+/// did (`map COUNTS device D 0 V` lines; `per-device map values exact: 2/2 devices`).
 #[test]
 fn a_module_loaded_on_two_devices_is_instrumented_for_each() {
     const WRITERS: u64 = 4;
@@ -211,8 +213,22 @@ fn a_module_loaded_on_two_devices_is_instrumented_for_each() {
     println!("device maps exact: {exact}/2 devices");
     assert_eq!(exact, 2, "{summary}");
     // Both devices' adds, each merged once from its own part.
-    let total = 2 * WRITERS * ADDS;
+    let total = 3 * WRITERS * ADDS;
     assert!(summary.contains(&format!("map COUNTS 0 {total}\n")), "{summary}");
+    // Each device's own: device D launched D + 1 times.
+    let per_device: Vec<String> = summary
+        .lines()
+        .filter(|l| l.starts_with("map COUNTS device "))
+        .map(str::to_owned)
+        .collect();
+    let expected =
+        [0u64, 1].map(|d| format!("map COUNTS device {d} 0 {}", (d + 1) * WRITERS * ADDS));
+    let exact = expected.iter().filter(|e| per_device.contains(e)).count();
+    println!("per-device map values exact: {exact}/{} devices", expected.len());
+    assert_eq!(per_device, expected, "{summary}");
+    // The merged line comes first, the devices' after it.
+    let merged_at = summary.find("map COUNTS 0 ").expect("the merged line");
+    assert!(summary.find("map COUNTS device 0 ").is_some_and(|at| at > merged_at), "{summary}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

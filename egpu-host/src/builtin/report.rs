@@ -7,7 +7,8 @@ use egpu_ebpf::MapKind;
 use egpu_maps::{Array, HashMap, RawMap};
 
 use super::{
-    BUCKETS, Builtin, CAPTURED, SYNC_SLOTS, Tally, TimingCount, user_map_name, user_objects,
+    BUCKETS, Builtin, CAPTURED, SYNC_SLOTS, Tally, TimingCount, device_objects, user_map_name,
+    user_objects,
 };
 use crate::Health;
 
@@ -181,13 +182,37 @@ impl Builtin {
             .collect()
     }
 
+    /// Process `pid`'s per-device maps in shared memory (each device's own copy of a user map,
+    /// [`super::device_map_name`]): device, map name and map, by device then name.
+    pub fn device_maps(&self) -> Vec<(u32, String, RawMap)> {
+        device_objects(self.pid)
+            .into_iter()
+            .filter_map(|(device, map, object)| {
+                Some((device, map, RawMap::open_shared(&object).ok()?))
+            })
+            .collect()
+    }
+
+    /// [`render_maps`](Self::render_maps) with the per-device maps in shared memory
+    /// ([`device_maps`](Self::device_maps)).
+    pub fn render_maps(&self, maps: &[(String, RawMap)]) -> String {
+        self.render_maps_on(maps, &self.device_maps())
+    }
+
     /// What `maps` hold, a line per entry: `map NAME KEY VALUE`, keys that are known kernel ids
     /// by the kernel's name and every other key as its number, per-CPU values summed (hash maps
     /// and arrays with 4- or 8-byte keys and values); a ring buffer by what it holds for its
     /// consumer and what it dropped (`ring NAME records of 32 B: pending 7168 dropped 0`); maps
-    /// of other shapes by their kind only; for a map with a part in GPU memory, how long ago that was merged into it
-    /// (`device part of NAME merged 12.5 ms ago`).
-    pub fn render_maps(&self, maps: &[(String, RawMap)]) -> String {
+    /// of other shapes by their kind only; for a map with a part in GPU memory, how long ago
+    /// that was merged into it (`device part of NAME merged 12.5 ms ago`). A map whose device
+    /// parts are on two devices or more (`per_device`: device, map name, that device's own map)
+    /// then has each device's entries after its own, `map NAME device D KEY VALUE`: what that
+    /// device's probes did, which sum to the map's values (with the host's writes).
+    pub fn render_maps_on(
+        &self,
+        maps: &[(String, RawMap)],
+        per_device: &[(u32, String, RawMap)],
+    ) -> String {
         let mut text = String::new();
         let key = |k: u64| -> String {
             let name = self.name(k);
@@ -204,13 +229,9 @@ impl Builtin {
                     g.value_size
                 );
             }
-            let shown = match (g.kind, g.key_size, g.value_size) {
-                (MapKind::RingBuf, ..) => Some(Vec::new()),
-                (_, 8, 8) => entries::<u64, u64>(raw, &key),
-                (_, 8, 4) => entries::<u64, u32>(raw, &key),
-                (_, 4, 8) => entries::<u32, u64>(raw, &key),
-                (_, 4, 4) => entries::<u32, u32>(raw, &key),
-                _ => None,
+            let shown = match g.kind {
+                MapKind::RingBuf => Some(Vec::new()),
+                _ => shown_entries(raw, &key),
             };
             let Some(mut lines) = shown else {
                 let _ = writeln!(
@@ -227,12 +248,40 @@ impl Builtin {
             for (k, v) in lines {
                 let _ = writeln!(text, "map {name} {k} {v}");
             }
+            let mut mine: Vec<&(u32, String, RawMap)> = per_device
+                .iter()
+                .filter(|(_, n, m)| n == name && m.geometry() == raw.geometry())
+                .collect();
+            mine.sort_by_key(|(d, _, _)| *d);
+            let mut devices: Vec<u32> = mine.iter().map(|(d, _, _)| *d).collect();
+            devices.dedup();
+            if g.kind != MapKind::RingBuf && devices.len() > 1 {
+                for (device, _, own) in mine {
+                    let mut lines = shown_entries(own, &key).unwrap_or_default();
+                    lines.sort_by_key(|(k, v)| (k.parse::<u64>().map_err(|_| k.clone()), *v));
+                    for (k, v) in lines {
+                        let _ = writeln!(text, "map {name} device {device} {k} {v}");
+                    }
+                }
+            }
             if let Some(merged) = raw.device_merged_ns() {
                 let ms = egpu_maps::merge::wall_clock_ns().saturating_sub(merged) as f64 / 1e6;
                 let _ = writeln!(text, "device part of {name} merged {ms:.1} ms ago");
             }
         }
         text
+    }
+}
+
+/// The entries of `raw` when its keys and values are of 4 or 8 bytes ([`entries`]).
+fn shown_entries(raw: &RawMap, key: &dyn Fn(u64) -> String) -> Option<Vec<(String, u64)>> {
+    let g = raw.geometry();
+    match (g.key_size, g.value_size) {
+        (8, 8) => entries::<u64, u64>(raw, key),
+        (8, 4) => entries::<u64, u32>(raw, key),
+        (4, 8) => entries::<u32, u64>(raw, key),
+        (4, 4) => entries::<u32, u32>(raw, key),
+        _ => None,
     }
 }
 

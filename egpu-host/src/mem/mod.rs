@@ -32,8 +32,8 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use record::{
-    Coalescing, Count, EventTiming, Header, Kernel, Launch, PageUse, Recording, RecordingError,
-    Seen, SiteRecord, Stride, Traffic,
+    Coalescing, Count, DeviceTraffic, EventTiming, Header, Kernel, Launch, PageUse, Recording,
+    RecordingError, Seen, SiteRecord, Stride, Traffic,
 };
 pub use session::{MemError, MemSession, site_lines};
 pub use timeline::{SampleBy, Sampling, UnknownSampling};

@@ -155,6 +155,10 @@ pub struct Kernel {
     pub unselected: bool,
     /// What it moved, with the `counts` set.
     pub traffic: Option<Traffic>,
+    /// What it moved on each device, with the `counts` set, where the probes ran on two devices
+    /// or more (issue 29): each device's own copies of the set's maps; absent: one device.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<DeviceTraffic>,
     /// Runs timed by the `timing` set (graph replays included).
     pub timed: u64,
     /// Their GPU time, in nanoseconds (a graph node's replays counted at its last one's time).
@@ -184,6 +188,15 @@ pub struct Kernel {
     /// probes; absent: unknown (a module of PTX only, JIT compiled).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub machine_registers: u32,
+}
+
+/// What a kernel moved on one device ([`Kernel::devices`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceTraffic {
+    /// The device's ordinal.
+    pub device: u32,
+    /// What the kernel moved there.
+    pub traffic: Traffic,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -471,6 +484,23 @@ pub fn kernel_hex(id: u64) -> String {
 }
 
 impl Recording {
+    /// Adds what each kernel moved on `device` ([`Kernel::devices`]) from `maps`, that device's
+    /// own copies of the `counts` set's maps (`READS`, `WRITES`, `ATOMICS`), by name.
+    pub fn add_device_traffic(&mut self, device: u32, maps: &[(String, RawMap)], seen: &Seen<'_>) {
+        let only = Seen { launched: &[], ..*seen };
+        let on = Recording::collect(Header::default(), maps, &only);
+        for k in on.kernels {
+            let Some(traffic) = k.traffic else { continue };
+            match self.kernels.iter_mut().find(|m| m.id == k.id) {
+                Some(m) => m.devices.push(DeviceTraffic { device, traffic }),
+                None => {
+                    let devices = vec![DeviceTraffic { device, traffic }];
+                    self.kernels.push(Kernel { devices, traffic: None, ..k });
+                }
+            }
+        }
+    }
+
     /// Reads what the sets' maps hold (`maps`, by the names the sets gave them), for the
     /// kernels the host saw launched ([`Seen`]); kernels the maps hold and the host did not
     /// launch (graph replays) are named by `seen.name`.

@@ -144,6 +144,20 @@ pub fn render(recording: &Recording) -> String {
                 );
             }
         }
+        // What it moved on each device, where the probes ran on two or more (issue 29).
+        for d in &k.devices {
+            let t = d.traffic;
+            let _ = writeln!(
+                text,
+                "{:<40} {:>8} {:>11} {:>11} {:>11} {:>11}",
+                format!("  on device {}", d.device),
+                "",
+                "",
+                bytes(t.read()),
+                bytes(t.written()),
+                bytes(t.atomic)
+            );
+        }
     }
     let timed = add(recording.kernels.iter().map(|k| k.timed));
     let launched = add(recording.kernels.iter().map(|k| k.launches));

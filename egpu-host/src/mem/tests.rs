@@ -547,3 +547,50 @@ fn the_devices_used_are_kept_read_back_and_shown() {
     let line = "devices: 0 GPU-65677075-2d73-7461-6e64-2d696e2d0000 Stand-in GPU; 1 -\n";
     assert!(table.contains(line), "{table}");
 }
+
+/// Issue 29: each device's own copies of the `counts` set's maps give each kernel what it moved
+/// there, kept under `devices` (absent with one device), read back and shown under the kernel.
+#[test]
+fn each_device_s_traffic_is_kept_read_back_and_shown() {
+    use egpu_maps::{HashMap, Placement};
+    let own = |loaded: u64, stored: u64, atomic: u64| -> Vec<(String, RawMap)> {
+        let reads = HashMap::<u64, Reads>::create(8, Placement::Process).expect("a map");
+        let writes = HashMap::<u64, Writes>::create(8, Placement::Process).expect("a map");
+        let atomics = HashMap::<u64, Atomics>::create(8, Placement::Process).expect("a map");
+        let r = Reads { loads: 1, loaded, ..Reads::default() };
+        reads.insert(&0x11, &r).expect("room");
+        writes.insert(&0x11, &Writes { stores: 1, stored, ..Writes::default() }).expect("room");
+        atomics.insert(&0x11, &Atomics { atomics: 1, atomic }).expect("room");
+        [("READS", reads.raw()), ("WRITES", writes.raw()), ("ATOMICS", atomics.raw())]
+            .into_iter()
+            .map(|(n, m)| (n.to_string(), m.clone()))
+            .collect()
+    };
+    let launched = [(0x11, 3, "k".to_string())];
+    let seen = Seen {
+        launched: &launched,
+        instrumented: &|_| true,
+        name: &|_| "k".into(),
+        site: &|_, _| None,
+    };
+    let header =
+        Header { format: record::FORMAT.into(), version: record::VERSION, ..Header::default() };
+    let mut recording = Recording::collect(header, &own(300, 30, 3), &seen);
+    assert!(recording.kernels[0].devices.is_empty());
+    assert!(!recording.to_jsonl().contains("\"devices\""));
+    recording.add_device_traffic(0, &own(100, 10, 1), &seen);
+    recording.add_device_traffic(1, &own(200, 20, 2), &seen);
+    let k = &recording.kernels[0];
+    assert_eq!(k.launches, 3);
+    let got: Vec<(u32, u64, u64, u64)> = k
+        .devices
+        .iter()
+        .map(|d| (d.device, d.traffic.loaded, d.traffic.stored, d.traffic.atomic))
+        .collect();
+    assert_eq!(got, [(0, 100, 10, 1), (1, 200, 20, 2)]);
+    let again = Recording::parse(&recording.to_jsonl()).expect("parses");
+    assert_eq!(again, recording);
+    let table = table::render(&again);
+    assert!(table.contains("  on device 1"), "{table}");
+    assert!(table.contains("200 B        20 B         2 B"), "{table}");
+}

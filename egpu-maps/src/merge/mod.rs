@@ -170,6 +170,21 @@ impl DevicePart {
         map: &RawMap,
         settled: bool,
     ) -> Result<Merged, MapError> {
+        self.merge_into(snapshot, map, None, settled)
+    }
+
+    /// [`merge`](Self::merge), and the same changes into `own` too, a map of the same geometry
+    /// that only this part (or the parts of one device) merges into: what the part's device
+    /// did to the map, apart from the other parts' and the host's writes (the growth of its
+    /// value words since the part was made, the entries it published, its refusals). Rings are
+    /// drained into `map` only (a record is taken once).
+    pub fn merge_into(
+        &mut self,
+        snapshot: &[u8],
+        map: &RawMap,
+        own: Option<&RawMap>,
+        settled: bool,
+    ) -> Result<Merged, MapError> {
         if snapshot.len() != self.range().len() {
             return Err(MapError::Geometry {
                 reason: format!(
@@ -186,7 +201,7 @@ impl DevicePart {
             folded = self.fold(snapshot);
             &folded[..]
         };
-        if map.geometry() != &self.geometry {
+        if map.geometry() != &self.geometry || own.is_some_and(|o| o.geometry() != &self.geometry) {
             return Err(MapError::Geometry {
                 reason: "the map's geometry is not the part's".into(),
             });
@@ -196,26 +211,24 @@ impl DevicePart {
         for s in self.shards() {
             match g.kind {
                 MapKind::Hash | MapKind::PerCpuHash => {
-                    self.merge_table(s, snapshot, map, settled, &mut merged);
+                    self.merge_table(s, snapshot, map, own, settled, &mut merged);
                 }
                 MapKind::RingBuf => self.drain(s, snapshot, map, settled, &mut merged),
                 _ => {
                     for i in 0..g.capacity {
                         let at = g.slot_offset(s, i);
-                        self.add_words(
-                            at,
-                            pad8(g.value_size) as usize,
-                            snapshot,
-                            map,
-                            at,
-                            &mut merged,
-                        );
+                        let to = [Some((map, at)), own.map(|o| (o, at))];
+                        let len = pad8(g.value_size) as usize;
+                        self.add_words(at, len, snapshot, &to, &mut merged);
                     }
                 }
             }
         }
         self.seen.copy_from_slice(snapshot);
-        map.region().word(header::DEVICE_MERGED_NS).store(wall_clock_ns(), Relaxed);
+        let now = wall_clock_ns();
+        for m in std::iter::once(map).chain(own) {
+            m.region().word(header::DEVICE_MERGED_NS).store(now, Relaxed);
+        }
         Ok(merged)
     }
 
@@ -253,15 +266,14 @@ impl DevicePart {
         first as u32..(first + self.range.len() / stride) as u32
     }
 
-    /// Adds the growth of the `len` bytes of words at `at` (in the part) to the words at `to` in
-    /// `map`, and records them as applied.
+    /// Adds the growth of the `len` bytes of words at `at` (in the part) to the words at each
+    /// offset of `to` in its map, and records them as applied.
     fn add_words(
         &mut self,
         at: usize,
         len: usize,
         snapshot: &[u8],
-        map: &RawMap,
-        to: usize,
+        to: &[Option<(&RawMap, usize)>],
         merged: &mut Merged,
     ) {
         let base = at - self.range.start;
@@ -269,7 +281,9 @@ impl DevicePart {
             let now = word(snapshot, base + w);
             let before = word(&self.applied, base + w);
             if now != before {
-                map.region().word(to + w).fetch_add(now.wrapping_sub(before), Relaxed);
+                for (map, to) in to.iter().flatten() {
+                    map.region().word(to + w).fetch_add(now.wrapping_sub(before), Relaxed);
+                }
                 self.applied[base + w..base + w + 8].copy_from_slice(&now.to_le_bytes());
                 merged.words += 1;
             }
@@ -283,13 +297,16 @@ impl DevicePart {
         s: u32,
         snapshot: &[u8],
         map: &RawMap,
+        own: Option<&RawMap>,
         settled: bool,
         merged: &mut Merged,
     ) {
         let g = self.geometry;
         let refused = g.shard_offset(s) + shard::REFUSED;
-        self.add_words(refused, 8, snapshot, map, refused, &mut Merged::default());
+        let to = [Some((map, refused)), own.map(|o| (o, refused))];
+        self.add_words(refused, 8, snapshot, &to, &mut Merged::default());
         let table = map.table(s);
+        let own_table = own.map(|o| o.table(s));
         let (key_len, value_len) = (g.key_size as usize, pad8(g.value_size) as usize);
         let slot_of = |i: u32| g.slot_offset(s, i);
         let same = |a: &[u8], b: &[u8], at: usize| {
@@ -302,8 +319,12 @@ impl DevicePart {
         for i in 0..g.slots {
             let at = slot_of(i) - self.range.start;
             if live(word(&self.applied, at)) && !same(snapshot, &self.applied, at) {
-                if table.remove(&self.applied[at + 8..][..key_len]) {
+                let key = &self.applied[at + 8..][..key_len];
+                if table.remove(key) {
                     merged.removed += 1;
+                }
+                if let Some(own) = &own_table {
+                    own.remove(key);
                 }
                 self.applied[at..at + g.slot_stride as usize].fill(0);
             }
@@ -323,16 +344,23 @@ impl DevicePart {
                 }
                 continue;
             }
-            let Ok((j, _)) = table.entry(&snapshot[at + 8..][..key_len]) else {
+            let key = &snapshot[at + 8..][..key_len];
+            let Ok((j, _)) = table.entry(key) else {
                 merged.refused += 1;
                 continue;
             };
+            // The device's own map: an entry it has no room for is left out of it alone.
+            let own_value = own.zip(own_table.as_ref()).and_then(|(o, t)| {
+                let (j, _) = t.entry(key).ok()?;
+                Some((o, t.value_offset(j)))
+            });
             if !known {
                 self.applied[at..at + 8 + key_len].copy_from_slice(&snapshot[at..at + 8 + key_len]);
                 merged.published += 1;
             }
             let value = slot + g.value_offset as usize;
-            self.add_words(value, value_len, snapshot, map, table.value_offset(j), merged);
+            let to = [Some((map, table.value_offset(j))), own_value];
+            self.add_words(value, value_len, snapshot, &to, merged);
         }
     }
 }
@@ -344,7 +372,7 @@ impl DevicePart {
         let g = self.geometry;
         let header = g.shard_offset(s);
         let refused = header + shard::REFUSED;
-        self.add_words(refused, 8, snapshot, map, refused, &mut Merged::default());
+        self.add_words(refused, 8, snapshot, &[Some((map, refused))], &mut Merged::default());
         let base = self.range.start;
         let tail_at = header + shard::TAIL - base;
         let (mut tail, head) = (word(&self.applied, tail_at), word(snapshot, header - base));

@@ -196,6 +196,62 @@ fn hash_entries_are_published_whole_and_removed_with_the_device() {
     assert_eq!(entries(&target, 0), BTreeMap::from([(1, 111), (3, 300), (4, 4)]));
 }
 
+/// Two devices' parts merged into the map and each into its own map too (`merge_into`): the map
+/// sums them (and the host's adds), each device's own map holds what that device's part did
+/// alone: value growth, entries published and removed, and the array's words grown from the
+/// map's first values.
+#[test]
+fn each_device_s_own_map_holds_its_part_alone() {
+    let target = map(MapKind::Hash, 8, 8, 16, 1, 0);
+    let own = [map(MapKind::Hash, 8, 8, 16, 1, 0), map(MapKind::Hash, 8, 8, 16, 1, 0)];
+    let gpus = [map(MapKind::Hash, 8, 8, 16, 1, 0), map(MapKind::Hash, 8, 8, 16, 1, 0)];
+    let mut parts = [0, 1].map(|_| DevicePart::new(target.geometry()).expect("a part"));
+    let add = |m: &RawMap, key: u64, n: u64| {
+        let table = m.table(0);
+        let (i, _) = table.entry(&key.to_le_bytes()).expect("room");
+        m.region().word(table.value_offset(i)).fetch_add(n, Relaxed);
+    };
+    add(&target, 1, 1000); // a host probe's
+    add(&gpus[0], 1, 10);
+    add(&gpus[0], 2, 20);
+    add(&gpus[1], 1, 100);
+    add(&gpus[1], 3, 300);
+    for d in 0..2 {
+        let snap = snapshot(&parts[d], &gpus[d]);
+        parts[d].merge_into(&snap, &target, Some(&own[d]), true).expect("merged");
+    }
+    assert_eq!(entries(&target, 0), BTreeMap::from([(1, 1110), (2, 20), (3, 300)]));
+    assert_eq!(entries(&own[0], 0), BTreeMap::from([(1, 10), (2, 20)]));
+    assert_eq!(entries(&own[1], 0), BTreeMap::from([(1, 100), (3, 300)]));
+    assert!(own[0].device_merged_ns().is_some());
+    // Device 0 removes key 2 and adds to key 1: its map follows, device 1's does not move.
+    assert!(gpus[0].table(0).remove(&2u64.to_le_bytes()));
+    add(&gpus[0], 1, 5);
+    let snap = snapshot(&parts[0], &gpus[0]);
+    parts[0].merge_into(&snap, &target, Some(&own[0]), true).expect("merged");
+    assert_eq!(entries(&target, 0), BTreeMap::from([(1, 1115), (3, 300)]));
+    assert_eq!(entries(&own[0], 0), BTreeMap::from([(1, 15)]));
+    assert_eq!(entries(&own[1], 0), BTreeMap::from([(1, 100), (3, 300)]));
+    // An own map of another geometry is refused.
+    let other = map(MapKind::Hash, 8, 8, 32, 1, 0);
+    assert!(
+        parts[1].merge_into(&snapshot(&parts[1], &gpus[1]), &target, Some(&other), true).is_err()
+    );
+
+    // An array whose part starts from the map's values: the own map gets the growth only.
+    let array = map(MapKind::Array, 4, 8, 4, 1, 0);
+    let ga = *array.geometry();
+    array.region().word(ga.slot_offset(0, 1)).store(7, Relaxed);
+    let mine = map(MapKind::Array, 4, 8, 4, 1, 0);
+    let mut part = DevicePart::new(&ga).expect("a part").from_values(&array).expect("values");
+    let mut snap = part.image()[part.range()].to_vec();
+    let at = ga.slot_offset(0, 1) - part.range().start;
+    snap[at..at + 8].copy_from_slice(&9u64.to_le_bytes());
+    part.merge_into(&snap, &array, Some(&mine), true).expect("merged");
+    assert_eq!(array.region().word(ga.slot_offset(0, 1)).load(Relaxed), 9);
+    assert_eq!(mine.region().word(ga.slot_offset(0, 1)).load(Relaxed), 2);
+}
+
 /// The yardstick: device threads insert keys and add to them while a merger merges snapshots on
 /// its own clock. Every state the map passes through holds only whole entries of keys the
 /// writers used, with values no larger than the device's; after the writers stop, one settled

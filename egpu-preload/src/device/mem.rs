@@ -192,6 +192,21 @@ pub(crate) fn write(user: &UserProbes, names: &Builtin) {
         site: &|kernel, site| lines.get(&(kernel, site)).copied(),
     };
     let mut recording = Recording::collect(header, &user.maps, &seen);
+    // What each kernel moved on each device, when the probes ran on two or more.
+    let own = super::parts::own_maps();
+    let mut devices: Vec<u32> = own.iter().map(|(d, _, _)| *d).collect();
+    devices.sort_unstable();
+    devices.dedup();
+    if devices.len() > 1 {
+        for device in devices {
+            let maps: Vec<(String, egpu::maps::RawMap)> = own
+                .iter()
+                .filter(|(d, _, _)| *d == device)
+                .map(|(_, name, map)| (name.clone(), map.clone()))
+                .collect();
+            recording.add_device_traffic(device, &maps, &seen);
+        }
+    }
     if has(Set::Allocs.map()) {
         super::allocs::reported(&super::cupti::finish());
         recording.header.um_reports = super::allocs::um_reports();

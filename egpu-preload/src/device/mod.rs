@@ -503,7 +503,8 @@ pub(crate) fn summary(user: &UserProbes, names: &builtin::Builtin) -> String {
     }
     text.push_str(&parts::summary());
     text.push_str(&boxes::summary());
-    text.push_str(&names.render_maps(&user.maps));
+    // Each device's own values after the map's, for a map on two devices or more.
+    text.push_str(&names.render_maps_on(&user.maps, &parts::own_maps()));
     text
 }
 

@@ -30,7 +30,7 @@ use std::thread::Thread;
 use std::time::Duration;
 
 use egpu::maps::merge::{DevicePart, Merged};
-use egpu::maps::{MapKind, RawMap};
+use egpu::maps::{MapKind, Placement, RawMap};
 
 use super::boxes::{self, DeviceTable, InContext};
 use crate::events::{ALLOC, CTX_SYNC, DTOH_ASYNC, HTOD, HTOD_ASYNC, STREAM_SYNC};
@@ -64,6 +64,9 @@ struct Part {
     /// Where its snapshot goes in the context's staging memory.
     staging: usize,
     merge: DevicePart,
+    /// The context's device's own copy of the map ([`own_map`]), which the merges also add to:
+    /// what that device did alone. `None` for a ring, a mirrored part, or an unknown device.
+    own: Option<RawMap>,
     /// For a map the device probes only read: the host map's bytes as last copied to the part,
     /// which is a copy of the host map, refreshed when the host map changes
     /// ([`refresh`]), never merged back (its staging memory is the copies' source).
@@ -90,6 +93,10 @@ struct Context {
 unsafe impl Send for Context {}
 
 static CONTEXTS: Mutex<Vec<Context>> = Mutex::new(Vec::new());
+/// Each device's own copies of the maps ([`own_map`]): process, device, map name, the map. Kept
+/// for the process's life (a map dropped would remove its shared object), a fork's parent's
+/// included.
+static OWN: Mutex<Vec<(u32, u32, String, RawMap)>> = Mutex::new(Vec::new());
 static MERGER: OnceLock<Thread> = OnceLock::new();
 /// Whether any part exists: what [`synced`] checks first.
 static ANY: AtomicBool = AtomicBool::new(false);
@@ -109,11 +116,12 @@ fn lock() -> MutexGuard<'static, Vec<Context>> {
     CONTEXTS.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The lock on the parts, then the one on the table of tensor map boxes, for `fork` (held
-/// across it, as the library's other locks).
+/// The lock on the parts, then the one on the table of tensor map boxes, then the devices' own
+/// maps', for `fork` (held across it, as the library's other locks).
 pub(crate) fn fork_guard() -> Box<dyn std::any::Any> {
     let parts = lock();
-    Box::new((parts, boxes::lock()))
+    let boxes = boxes::lock();
+    Box::new((parts, boxes, OWN.lock().unwrap_or_else(|p| p.into_inner())))
 }
 
 /// Whether there are parts: synchronisations then wake the merger ([`synced`]).
@@ -238,6 +246,12 @@ fn make(
         })
         .map_err(|e| format!("map {} on the GPU: {e}", maps[map].0))?;
         let mirror = mirrored.then(|| host_bytes(&raw));
+        let own = match (mirrored, raw.kind(), u32::try_from(device)) {
+            (false, kind, Ok(device)) if kind != MapKind::RingBuf => {
+                own_map(device, &maps[map].0, &raw)
+            }
+            _ => None,
+        };
         let image = mirror.clone().unwrap_or_else(|| merge.image());
         let mut device = 0u64;
         // SAFETY: the driver writes one address.
@@ -245,7 +259,8 @@ fn make(
         // SAFETY: `image.len()` bytes from `image` to the memory just allocated, of that size.
         cu(unsafe { upload(device, image.as_ptr().cast(), image.len()) }, "cuMemcpyHtoD")?;
         let staged = mirror.as_ref().map_or(merge.range().len(), Vec::len);
-        parts.push(Part { map, raw, device, staging: staging_len, merge: merge.clone(), mirror });
+        let merge = merge.clone();
+        parts.push(Part { map, raw, device, staging: staging_len, merge, own, mirror });
         staging_len += staged;
     }
     let mut stream: Handle = std::ptr::null_mut();
@@ -266,6 +281,40 @@ fn make(
         parts,
         table,
     })
+}
+
+/// Device `device`'s own copy of map `name` (`raw`, the map the parts merge into), made empty
+/// the first time a context of the device makes its parts, in shared memory as
+/// `egpu-PID-udD-NAME` (`builtin::device_map_name`; in this process's memory with
+/// `EGPU_SHARED=0`): every part of that device's contexts adds to it what it adds to the map, so
+/// that it holds what the device did and the devices' copies sum to the map (with the host's
+/// writes). `None` when it cannot be made (the map is merged all the same).
+fn own_map(device: u32, name: &str, raw: &RawMap) -> Option<RawMap> {
+    let pid = std::process::id();
+    let mut own = OWN.lock().unwrap_or_else(|p| p.into_inner());
+    let known = own.iter().find(|(p, d, n, _)| *p == pid && *d == device && n == name);
+    if let Some((_, _, _, map)) = known {
+        return Some(map.clone());
+    }
+    let shared = std::env::var_os("EGPU_SHARED").is_none_or(|v| v != "0");
+    let object = egpu::host::builtin::device_map_name(pid, device, name);
+    let made = match shared {
+        true => {
+            let _ = egpu::maps::unlink_shared(&object);
+            RawMap::create(*raw.geometry(), &Placement::Shared(object.into()))
+        }
+        false => RawMap::create(*raw.geometry(), &Placement::Process),
+    };
+    let map = made.ok()?;
+    own.push((pid, device, name.to_owned(), map.clone()));
+    Some(map)
+}
+
+/// This process's devices' own copies of the maps ([`own_map`]): device, map name, map.
+pub(crate) fn own_maps() -> Vec<(u32, String, RawMap)> {
+    let pid = std::process::id();
+    let own = OWN.lock().unwrap_or_else(|p| p.into_inner());
+    own.iter().filter(|o| o.0 == pid).map(|(_, d, n, m)| (*d, n.clone(), m.clone())).collect()
 }
 
 /// Starts the merger thread, once per process image.
@@ -429,7 +478,7 @@ fn merge_locked(contexts: &mut [Context], settled: bool, which: impl Fn(&Context
                 for part in c.parts.iter_mut().filter(|p| p.mirror.is_none()) {
                     let len = part.merge.range().len();
                     let bytes = &staging[part.staging..part.staging + len];
-                    match part.merge.merge(bytes, &part.raw, settled) {
+                    match part.merge.merge_into(bytes, &part.raw, part.own.as_ref(), settled) {
                         Ok(m) => {
                             count(&m);
                             if log {
