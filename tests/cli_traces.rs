@@ -87,17 +87,27 @@ fn spans(requests: &Mutex<Vec<(String, Vec<u8>)>>) -> Vec<(Option<Any>, Span)> {
 
 #[test]
 fn launch_spans_reach_a_collector_parented_by_the_threads_trace_context() {
-    check_spans(false);
+    check_spans(false, false);
 }
 
 /// With `--kernel-times`, the spans' times are the kernel's on the GPU from the CUDA events,
 /// mapped to wall time (the stand-in driver's kernels take 1000 ns of its clock per block).
 #[test]
 fn with_kernel_times_the_spans_have_the_gpus_times() {
-    check_spans(true);
+    check_spans(true, false);
 }
 
-fn check_spans(kernel_times: bool) {
+/// A process that ends before the first periodic push still has its spans pushed, by the last
+/// push (`egpu run` opens a process's span ring when it first sees the process, not at a push:
+/// the ring's name is gone once the process has exited).
+#[test]
+fn a_process_shorter_than_the_push_period_has_its_spans_pushed_at_the_end() {
+    check_spans(false, true);
+}
+
+/// `last_push_only`: periodic pushes an hour apart, so that only the last one, after the
+/// program has exited, can carry its spans.
+fn check_spans(kernel_times: bool, last_push_only: bool) {
     let dir = support::build(if kernel_times { "cli-traces-times" } else { "cli-traces" });
     let program = support::program(&dir, "traced");
     let library = support::preload_library();
@@ -105,7 +115,7 @@ fn check_spans(kernel_times: bool) {
     let before = unix_ns();
     let mut child = Command::new(egpu())
         .args(["run".as_ref(), "--library".as_ref(), library.as_os_str()])
-        .args(["--otlp", &url, "--otlp-every", "0.2"])
+        .args(["--otlp", &url, "--otlp-every", if last_push_only { "3600" } else { "0.2" }])
         .args(kernel_times.then_some("--kernel-times"))
         .arg("--")
         .arg(&program)
@@ -118,9 +128,14 @@ fn check_spans(kernel_times: bool) {
     let mut line = String::new();
     out.read_line(&mut line).expect("a line");
     assert_eq!(line, "launched\n");
-    // The first five spans, pushed while the program waits.
+    // The first five spans, pushed while the program waits; or, with the last push only, time
+    // for `egpu run` to see the process (it looks every 100 ms).
     let deadline = Instant::now() + Duration::from_secs(30);
-    while spans(&requests).len() < 5 {
+    if last_push_only {
+        std::thread::sleep(Duration::from_millis(400));
+        assert!(spans(&requests).is_empty(), "a push before the program ended");
+    }
+    while !last_push_only && spans(&requests).len() < 5 {
         assert!(Instant::now() < deadline, "no push with the first 5 spans");
         std::thread::sleep(Duration::from_millis(50));
     }

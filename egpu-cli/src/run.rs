@@ -66,7 +66,10 @@ pub(crate) fn run_cmd(a: RunArgs) -> Result<ExitCode, Error> {
         child.env("EGPU_TRACES", "1");
     }
     let options = egpu::host::builtin::MetricsOptions::default().with_kernel_names(a.kernel_names);
-    let descendants = Descendants::new();
+    let mut descendants = Descendants::new();
+    if otlp.is_some() {
+        descendants = descendants.with_spans();
+    }
     if a.metrics.is_some() || otlp.is_some() {
         descendants.watch();
     }

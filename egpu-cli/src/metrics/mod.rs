@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use egpu::host::builtin::{self, Builtin, MetricsOptions};
+use egpu::host::spans::{SpanRecord, SpanRing};
 
 #[cfg(test)]
 mod fixture;
@@ -22,19 +23,29 @@ pub(crate) use serve::serve;
 
 /// The built-in maps of this process's descendants, each opened when first seen and kept
 /// mapped, so that a process that exits keeps its final counts here (it removes its shared
-/// objects' names, not the memory mapped here) for the metrics served and pushed.
+/// objects' names, not the memory mapped here) for the metrics served and pushed; with
+/// [`Descendants::with_spans`], their span rings too, opened at the same time for the same
+/// reason (a process whose life is shorter than a push's period still has its spans pushed).
 #[derive(Clone)]
 pub(crate) struct Descendants {
     me: u32,
     seen: Arc<Mutex<BTreeMap<u32, Builtin>>>,
+    /// The span rings, when spans are wanted.
+    rings: Option<Arc<Mutex<BTreeMap<u32, SpanRing>>>>,
 }
 
 impl Descendants {
     pub(crate) fn new() -> Descendants {
-        Descendants { me: std::process::id(), seen: Default::default() }
+        Descendants { me: std::process::id(), seen: Default::default(), rings: None }
     }
 
-    /// Opens the maps of descendants not seen before.
+    /// The same, opening each descendant's span ring as well.
+    pub(crate) fn with_spans(self) -> Descendants {
+        Descendants { rings: Some(Default::default()), ..self }
+    }
+
+    /// Opens the maps of descendants not seen before, and the span rings not open yet (a
+    /// process makes its ring before its maps, a child of `fork` at its first span).
     fn refresh(&self) {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         for pid in builtin::processes() {
@@ -45,6 +56,28 @@ impl Descendants {
                 seen.insert(pid, maps);
             }
         }
+        if let Some(rings) = &self.rings {
+            let mut rings = rings.lock().unwrap_or_else(|p| p.into_inner());
+            for &pid in seen.keys() {
+                if !rings.contains_key(&pid)
+                    && let Ok(ring) = SpanRing::open(pid)
+                {
+                    rings.insert(pid, ring);
+                }
+            }
+        }
+    }
+
+    /// The spans each descendant wrote since the last call, after a refresh; none without
+    /// [`Descendants::with_spans`].
+    #[cfg_attr(not(feature = "otlp"), allow(dead_code))]
+    pub(crate) fn take_spans(&self) -> Vec<(Builtin, Vec<SpanRecord>)> {
+        self.refresh();
+        let Some(rings) = &self.rings else { return Vec::new() };
+        let rings = rings.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        let drained = rings.iter().filter_map(|(pid, ring)| Some((seen.get(pid)?, ring.drain())));
+        drained.filter(|(_, spans)| !spans.is_empty()).map(|(b, s)| (b.clone(), s)).collect()
     }
 
     /// Every descendant seen so far, after a refresh.

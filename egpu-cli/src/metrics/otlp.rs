@@ -20,7 +20,6 @@ pub(crate) struct OtlpPusher {
     endpoint: Endpoint,
     /// Where the spans go: the endpoint's `/v1/metrics` as `/v1/traces`.
     traces: Endpoint,
-    spans: Arc<traces::Spans>,
     protocol: Protocol,
     options: MetricsOptions,
     start_ns: u64,
@@ -46,7 +45,6 @@ impl OtlpPusher {
         let pusher = OtlpPusher {
             endpoint,
             traces,
-            spans: Default::default(),
             protocol,
             options,
             start_ns: unix_ns(),
@@ -85,7 +83,7 @@ impl OtlpPusher {
             egpu::host::otlp::post_as(&self.endpoint, &body, content_type, Duration::from_secs(5));
         report(&self.said, "metrics", result);
         // The spans written since the last push (a push that fails loses them).
-        if let Some(spans) = self.spans.take(&processes) {
+        if let Some(spans) = traces::take(descendants) {
             let body = traces::encode(&spans);
             let (protobuf, timeout) = (egpu::host::otlp::PROTOBUF, Duration::from_secs(5));
             let result = egpu::host::otlp::post_as(&self.traces, &body, protobuf, timeout);

@@ -1,15 +1,14 @@
 //! OTLP/HTTP protobuf traces: the launch spans the preloaded library writes to each process's
-//! span ring (`egpu::host::spans`), read by [`Spans`] and encoded as an
+//! span ring (`egpu::host::spans`), read by [`take`] through the rings [`Descendants`] holds, and encoded as an
 //! `ExportTraceServiceRequest` (`opentelemetry/proto/collector/trace/v1`; the messages derived
 //! with `prost` here, field numbers as in the `.proto` files, fields egpu never sets left out),
 //! posted to `/v1/traces`.
 
-use std::collections::BTreeMap;
-use std::sync::Mutex;
-
 use egpu::host::builtin::Builtin;
-use egpu::host::spans::{CLOCK_GPU_EVENTS, CLOCK_HOST_CALL, SpanRecord, SpanRing};
+use egpu::host::spans::{CLOCK_GPU_EVENTS, CLOCK_HOST_CALL, SpanRecord};
 use prost::Message as _;
+
+use crate::metrics::Descendants;
 
 use super::protobuf::{Any, AnyValue, InstrumentationScope, KeyValue, Resource};
 
@@ -75,34 +74,15 @@ pub(crate) const INTERNAL: i32 = 1;
 /// `Status.StatusCode.STATUS_CODE_ERROR`.
 pub(crate) const ERROR: i32 = 2;
 
-/// The span rings of the processes seen, each opened once (a process's ring appears with its
-/// other maps; a child of `fork` makes its own at its first span, so one not found is looked
-/// for again).
-#[derive(Default)]
-pub(crate) struct Spans {
-    rings: Mutex<BTreeMap<u32, SpanRing>>,
-}
-
-impl Spans {
-    /// The spans written since the last call, of each of `processes`, as an export request;
-    /// `None` when there are none.
-    pub(crate) fn take(&self, processes: &[Builtin]) -> Option<ExportTraceServiceRequest> {
-        let mut rings = self.rings.lock().unwrap_or_else(|p| p.into_inner());
-        let mut resource_spans = Vec::new();
-        for b in processes {
-            if !rings.contains_key(&b.pid)
-                && let Ok(ring) = SpanRing::open(b.pid)
-            {
-                rings.insert(b.pid, ring);
-            }
-            let Some(ring) = rings.get(&b.pid) else { continue };
-            let spans: Vec<Span> = ring.drain().iter().map(|r| span(b, r)).collect();
-            if !spans.is_empty() {
-                resource_spans.push(resource(b.pid, spans));
-            }
-        }
-        (!resource_spans.is_empty()).then_some(ExportTraceServiceRequest { resource_spans })
-    }
+/// The spans the descendants wrote since the last call, as an export request; `None` when
+/// there are none.
+pub(crate) fn take(descendants: &Descendants) -> Option<ExportTraceServiceRequest> {
+    let resource_spans: Vec<ResourceSpans> = descendants
+        .take_spans()
+        .iter()
+        .map(|(b, records)| resource(b.pid, records.iter().map(|r| span(b, r)).collect()))
+        .collect();
+    (!resource_spans.is_empty()).then_some(ExportTraceServiceRequest { resource_spans })
 }
 
 /// `processes`' resource (as the metrics': `service.name` egpu, `process.pid`) with `spans`.
