@@ -391,6 +391,7 @@ impl UserProbes {
             bound_sampled_only: !images::bounded(),
             sampled: self.sampled.clone(),
             sm_clock_khz: images::sm_clock_khz(),
+            defer_misses: images::defer_misses(),
         };
         let injected = inject_with(ptx, &probes, &options);
         if crate::log_enabled("modules") {

@@ -92,4 +92,8 @@ pub struct InjectOptions {
     /// ([`Options::sm_clock_khz`](crate::translate::Options::sm_clock_khz)); `None`: on
     /// `%globaltimer`.
     pub sm_clock_khz: Option<u32>,
+    /// In kernels that count by page in registers (the `pages` set's lookups), a thread whose
+    /// page is in neither cached entry runs the probe where its straight line of code ends,
+    /// not at the access (`deferred.rs`): the access's code has no branch.
+    pub defer_misses: bool,
 }

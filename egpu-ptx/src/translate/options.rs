@@ -130,6 +130,10 @@ pub struct Options {
     /// counts its wait in `%clock64` cycles (read in a cycle or two, and exact) at that rate.
     /// `None`: on `%globaltimer`, whose steps (32 ns on the H200) round each wait.
     pub sm_clock_khz: Option<u32>,
+    /// At an access ([`Context::Access`]) whose probe counts by a key its lookup cache
+    /// remembers ([`Counts`]): a key in neither cached entry is kept here, not searched for
+    /// (`defer.rs`), when the probe allows it; [`Translation::deferred`] says whether it did.
+    pub defer: Option<super::Defer>,
 }
 
 /// Where a thread remembers its last hit in a hash map ([`Options::lookup_cache`]).
@@ -246,6 +250,7 @@ impl Options {
             outline: None,
             invariants: Vec::new(),
             sm_clock_khz: None,
+            defer: None,
         }
     }
 }
@@ -263,4 +268,7 @@ pub struct Translation {
     /// every translation, so a module defines each name once, before any function that calls
     /// it. Empty without [`Options::outline`].
     pub shared: BTreeMap<String, String>,
+    /// Whether a miss was deferred ([`Options::defer`]): the caller runs the program again
+    /// where the thread's straight line of code ends, for the bit set.
+    pub deferred: bool,
 }
