@@ -25,6 +25,23 @@ fn entered(ctx: &KernelCtx) {
     BY_TAG.fetch_add((ctx.tag_id % 8) as u32, 1);
 }
 
+/// Threads started, counted in element 0: a probe that does not read the tag.
+static COUNTS: Array<u64> = Array::with_len(8);
+
+#[egpu::probe(device::kernel_entry)]
+fn counted(_ctx: &KernelCtx) {
+    COUNTS.fetch_add(0, 1);
+}
+
+/// A pack of `probe` in `dir`: its path.
+fn pack_of(dir: &std::path::Path, name: &str, probe: &egpu::probe::Probe) -> std::path::PathBuf {
+    let mut pack = egpu::pack::Pack::new();
+    pack.add(probe).expect("the probe packs");
+    let path = dir.join(format!("{name}.pack"));
+    std::fs::write(&path, pack.to_text()).expect("the pack file");
+    path
+}
+
 /// `saxpy` (parameters of 4, 4, 8 and 8 bytes) and `other`, the same kernel.
 fn module() -> String {
     let saxpy = include_str!("../../tests/ptx/saxpy.ptx");
@@ -40,10 +57,7 @@ fn device_probes_read_each_launch_s_tag() {
     let exe = program(&dir, "device_tags");
     let ptx = dir.join("tags.ptx");
     std::fs::write(&ptx, module()).expect("a module file");
-    let mut pack = egpu::pack::Pack::new();
-    pack.add(entered::probe()).expect("the probe packs");
-    let pack_path = dir.join("tags.pack");
-    std::fs::write(&pack_path, pack.to_text()).expect("the pack file");
+    let pack_path = pack_of(&dir, "tags", entered::probe());
     let out = Command::new(&exe)
         .arg(&ptx)
         .env("LD_PRELOAD", preload_library())
@@ -84,5 +98,42 @@ fn device_probes_read_each_launch_s_tag() {
     let exact = expected.iter().filter(|(k, v)| by_tag.get(k) == Some(v)).count();
     println!("device tag counts exact: {exact}/{} tags", expected.len());
     assert_eq!(exact, expected.len(), "{by_tag:?}\n{summary}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// What the tag parameter adds to a launch, against the stand-in driver: with a probe keyed on
+/// the tag (`saxpy` gets the parameter; every launch takes the whole way), launches of `saxpy`
+/// (the tag added) and of `other` (instrumented without it, the arguments untouched), in both
+/// forms; and, with a probe that reads no tag (no parameter: the trampolines' way), the same
+/// launches. Prints median nanoseconds per launch; run it by name (`--ignored`), on a quiet
+/// machine.
+#[test]
+#[ignore = "a measurement, not a check"]
+fn what_the_tag_parameter_costs_a_launch() {
+    let dir = build("device-tags-cost");
+    let exe = program(&dir, "device_tags");
+    let ptx = dir.join("tags.ptx");
+    std::fs::write(&ptx, module()).expect("a module file");
+    let tagged = pack_of(&dir, "tags", entered::probe());
+    let plain = pack_of(&dir, "plain", counted::probe());
+    let run = |pack: &std::path::Path| {
+        let out = Command::new(&exe)
+            .arg(&ptx)
+            .args(["bench", "20000"])
+            .env("LD_PRELOAD", preload_library())
+            .env("LD_LIBRARY_PATH", &dir)
+            .env("EGPU_PROBES", pack)
+            .env("EGPU_KERNELS", "^saxpy$")
+            .env("EGPU_SHARED", "0")
+            .env("FAKE_MODULES", "1")
+            .output()
+            .expect("running the program");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    for round in 0..3 {
+        println!("round {round}: probe keyed on the tag: {}", run(&tagged));
+        println!("round {round}: probe without the tag: {}", run(&plain));
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
