@@ -18,12 +18,10 @@
 //! as another function.
 //!
 //! Launches are `cuLaunchKernel`, `cuLaunchKernelEx`, `cuLaunchCooperativeKernel` (and their
-//! `_ptsz` forms); a kernel node captured from a stream gets the tag its launch had. A kernel
-//! node added or set by hand (`cuGraphAddKernelNode`, `cuGraphKernelNodeSetParams`,
-//! `cuGraphExecKernelNodeSetParams`, `_v2`) gets the tag of the thread that adds or sets it
-//! ([`Storage::node`]); `cuGraphAddNode` and `cuGraphNodeSetParams`, CUDA 12.2's generic forms,
-//! are not interposed: a kernel node made by them of an instrumented kernel reads past its
-//! arguments (see the book's "Tags in device probes").
+//! `_ptsz` forms); a kernel node captured from a stream gets the tag its launch had. Kernel
+//! nodes added or set by hand (`cuGraphAddKernelNode`, `cuGraphKernelNodeSetParams`,
+//! `cuGraphExecKernelNodeSetParams`, `cuGraphAddNode`) are not interposed yet: such a node of a
+//! kernel with the parameter passes one too few (the book's "Tags in device probes" says so).
 
 use std::cell::Cell;
 use std::collections::HashMap;
