@@ -208,7 +208,6 @@ impl Args for (List, List) {
 
 impl Storage {
     #[inline(always)]
-    #[expect(clippy::new_without_default, reason = "uninitialised storage, not a value")]
     pub(crate) fn new() -> Storage {
         Storage {
             tag: 0,
