@@ -282,3 +282,29 @@ fn the_parameter_space_limit() {
         ptxas.check(ptx, "sm_90").unwrap_or_else(|e| panic!("{e}"));
     }
 }
+
+/// Headers mutated a byte at a time (deleted, or made a `(`, `)`, `,`, `[` or `/`): the
+/// injector answers each with a module or an error, never a panic, and every module it gives
+/// with a launch parameter says where.
+#[test]
+fn mutated_headers_never_panic() {
+    let probes = Probes::new();
+    let options = InjectOptions { launch_tags: true, ..InjectOptions::default() };
+    let start = MODULE.find(".visible .entry saxpy").expect("saxpy");
+    let end = start + MODULE[start..].find('{').expect("its body");
+    let (mut modules, mut errors) = (0, 0);
+    for at in start..end {
+        for with in ["", "(", ")", ",", "[", "/"] {
+            let mutated = format!("{}{with}{}", &MODULE[..at], &MODULE[at + 1..]);
+            match inject_with(&mutated, &probes.list(), &options) {
+                Ok(injection) => {
+                    modules += 1;
+                    let appended = injection.ptx.matches(".param .u64 egpu_tag_param").count();
+                    assert_eq!(appended, injection.launch_params.len(), "{mutated}");
+                }
+                Err(_) => errors += 1,
+            }
+        }
+    }
+    assert!(modules > 0 && errors > 0, "{modules} modules, {errors} errors");
+}
