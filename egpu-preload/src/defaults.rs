@@ -283,7 +283,7 @@ pub(crate) fn record_kernel_name(name: &str) {
 
 /// The mangled name of `f`, from the driver's `cuFuncGetName`, or `cuKernelGetName` when `f` is
 /// a `CUkernel` (what the CUDA runtime launches), both CUDA 12.3.
-fn function_name(f: Handle) -> Option<String> {
+pub(crate) fn function_name(f: Handle) -> Option<String> {
     [&real::FUNC_GET_NAME, &real::KERNEL_GET_NAME].into_iter().find_map(|hook| {
         let get = hook.get_or_ask()?;
         let mut name: *const c_char = std::ptr::null();

@@ -48,6 +48,7 @@ mod deferred;
 mod helpers;
 mod injection;
 mod invariants;
+mod launch_tags;
 mod occupancy;
 mod runs;
 mod sampled;
@@ -59,6 +60,7 @@ use access::{Observation, Observed, observe, wrap_access};
 pub use api::{DeviceProbe, InjectError, InjectOptions, Kernels};
 use helpers::{Names, access_context, ends_path, predicates, zeroed};
 pub use injection::{Coverage, Injection, Site, Unobserved};
+pub use launch_tags::{LaunchParam, LaunchParamError};
 pub use occupancy::blocks_per_sm;
 pub use sampled::{Sample, WarpSampling, turn_sampled, warp_key, warp_sampled};
 
@@ -119,6 +121,10 @@ pub fn inject_with(
     let sample = options.sampled.as_ref().map_or(Sample::EVERY, |s| s.sample);
     let sm_clock_khz = options.sm_clock_khz;
     let mut deferrals = Deferrals::new(&names.stem);
+    // Kernels' headers given the launch's parameter (`launch_tags.rs`), and where it is.
+    let mut headers: BTreeMap<usize, String> = BTreeMap::new();
+    let mut launch_params = Vec::new();
+    let param_limit = launch_tags::param_limit(module.directive(".version"), sm);
     for f in module.functions() {
         let mut index = 0u32;
         let id = kernel_id(&f.name);
@@ -135,6 +141,22 @@ pub fn inject_with(
             continue;
         }
         let entry = f.kind == FunctionKind::Entry;
+        // The launch's tag, in a register loaded from the parameter appended to the kernel.
+        let tag = if entry
+            && options.launch_tags
+            && selected.iter().any(|(_, p, _)| launch_tags::reads_tag(p.program))
+        {
+            let (param, register) = (format!("{}_tag_param", names.stem), names.tag.clone());
+            let header = module.piece_text(f.header);
+            let (text, at) = launch_tags::append(header, &f.name, &param, param_limit)
+                .map_err(|why| InjectError::LaunchParam { kernel: f.name.clone(), why })?;
+            headers.insert(f.header, text);
+            launch_params.push(at);
+            after.entry(f.body.start).or_default().push_str(&launch_tags::load(&register, &param));
+            Some(register)
+        } else {
+            None
+        };
         // Probes sampled by warps, here: each marked where it runs (`sampled.rs`).
         let sampled_here: Vec<usize> = (selected.iter().map(|s| s.0))
             .filter(|i| options.sampled.as_ref().is_some_and(|s| s.probes.contains(i)))
@@ -278,6 +300,7 @@ pub fn inject_with(
             if entry {
                 options.smid = Some(names.smid.clone());
             }
+            options.tag = tag.clone();
             options.lookup_cache = p.maps.iter().map(|b| caches.get(&b.addr).map(cache)).collect();
             // Rings' tickets by the batch at accesses only: a probe at a kernel's entry or exit
             // runs once per thread, and a batch of 32 for one record would take 32 tickets.
@@ -601,7 +624,7 @@ pub fn inject_with(
                 out.push('\t');
             }
         }
-        out.push_str(module.piece_text(i));
+        out.push_str(headers.get(&i).map_or(module.piece_text(i), String::as_str));
         if let Some(code) = after.get(&i) {
             out.push_str(code);
         }
@@ -656,5 +679,6 @@ pub fn inject_with(
         in_runs,
         summarized,
         kernels: module.entries().map(|f| f.name.clone()).collect(),
+        launch_params,
     })
 }

@@ -90,6 +90,11 @@ pub struct Options {
     /// A 32-bit register of the kernel that holds `%smid`, read once when the kernel starts (a
     /// thread never moves to another SM); `None`: read `%smid` where needed.
     pub smid: Option<String>,
+    /// A 64-bit register of the kernel that holds the launch's tag id, loaded once when the
+    /// kernel starts from the parameter the injector appended to it
+    /// ([`InjectOptions::launch_tags`](crate::inject::InjectOptions::launch_tags)): what the
+    /// contexts' `tag_id` reads. `None` (a device function, or no such parameter): 0.
+    pub tag: Option<String>,
     /// Per map (in [`maps`](Options::maps) order): two 64-bit registers of the kernel, a key and
     /// a value address, through which a thread remembers its last hit in that hash map (keys of
     /// at most 8 bytes, or of two words whose first is the kernel's id): a lookup of the same
@@ -245,6 +250,7 @@ impl Options {
             combine: None,
             sm: 90,
             smid: None,
+            tag: None,
             lookup_cache: Vec::new(),
             ring_batches: Vec::new(),
             outline: None,
