@@ -97,9 +97,9 @@ fn with_kernel_times_the_spans_have_the_gpus_times() {
     check_spans(true, false);
 }
 
-/// A process that ends before the first periodic push still has its spans pushed, by the last
-/// push (`egpu run` opens a process's span ring when it first sees the process, not at a push:
-/// the ring's name is gone once the process has exited).
+/// A process that ends before the first periodic push, and before `egpu run`'s next look for
+/// processes, still has its spans pushed, by the last push: under `egpu run` a process leaves
+/// its objects at exit for it (`egpu::host::builtin::kept`), which removes them after.
 #[test]
 fn a_process_shorter_than_the_push_period_has_its_spans_pushed_at_the_end() {
     check_spans(false, true);
@@ -108,7 +108,11 @@ fn a_process_shorter_than_the_push_period_has_its_spans_pushed_at_the_end() {
 /// `last_push_only`: periodic pushes an hour apart, so that only the last one, after the
 /// program has exited, can carry its spans.
 fn check_spans(kernel_times: bool, last_push_only: bool) {
-    let dir = support::build(if kernel_times { "cli-traces-times" } else { "cli-traces" });
+    let dir = support::build(match (kernel_times, last_push_only) {
+        (true, _) => "cli-traces-times",
+        (false, true) => "cli-traces-last",
+        (false, false) => "cli-traces",
+    });
     let program = support::program(&dir, "traced");
     let library = support::preload_library();
     let (url, requests) = collector();
@@ -128,11 +132,10 @@ fn check_spans(kernel_times: bool, last_push_only: bool) {
     let mut line = String::new();
     out.read_line(&mut line).expect("a line");
     assert_eq!(line, "launched\n");
-    // The first five spans, pushed while the program waits; or, with the last push only, time
-    // for `egpu run` to see the process (it looks every 100 ms).
+    // The first five spans, pushed while the program waits; or, with the last push only, none
+    // (the program goes on at once).
     let deadline = Instant::now() + Duration::from_secs(30);
     if last_push_only {
-        std::thread::sleep(Duration::from_millis(400));
         assert!(spans(&requests).is_empty(), "a push before the program ended");
     }
     while !last_push_only && spans(&requests).len() < 5 {
@@ -183,5 +186,15 @@ fn check_spans(kernel_times: bool, last_push_only: bool) {
     }
     println!("spans exact ({clock} times): {exact}/{}", got.len());
     assert_eq!((exact, got.len()), (expected.len(), expected.len()), "{got:?}");
+    // Nothing kept once `egpu run` has ended.
+    let pid = match &got[0].0 {
+        Some(Any::Int(p)) => *p,
+        other => panic!("no pid: {other:?}"),
+    };
+    let kept = std::fs::read_dir("/dev/shm")
+        .expect("/dev/shm")
+        .filter_map(|e| e.ok())
+        .any(|e| e.file_name().to_string_lossy().starts_with(&format!("egpu-{pid}-")));
+    assert!(!kept, "process {pid}'s objects are still there");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -72,6 +72,8 @@ pub(crate) fn run_cmd(a: RunArgs) -> Result<ExitCode, Error> {
     }
     if a.metrics.is_some() || otlp.is_some() {
         descendants.watch();
+        let (name, value) = descendants.keep_env();
+        child.env(name, value);
     }
     // Listening before the command starts, so that its first scrape finds the server.
     let exporter = Exporter::new(descendants.clone(), options);
@@ -105,6 +107,9 @@ pub(crate) fn run_cmd(a: RunArgs) -> Result<ExitCode, Error> {
         _ => 1,
     };
     exporter.command_ended(code);
+    // Read (and mapped here, for `--linger`): their names can go.
+    descendants.snapshot();
+    descendants.remove_kept();
     if let (Some(base), Some(file)) = (&gpu_time_base, &a.gpu_time_report)
         && let Err(e) = crate::gpu_time::write(base, file)
     {

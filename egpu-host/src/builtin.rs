@@ -42,6 +42,7 @@ use super::Health;
 use crate::gpu_time::GpuTimes;
 
 mod devices;
+pub mod kept;
 mod metrics;
 mod probes;
 mod report;
@@ -488,6 +489,7 @@ pub fn unlink(pid: u32) {
     for (_, _, name) in device_objects(pid) {
         let _ = egpu_maps::unlink_shared(&name);
     }
+    kept::unmark(pid);
 }
 
 /// The shared-memory name of device `device`'s own copy of process `pid`'s user map `map`: what
@@ -556,7 +558,9 @@ pub fn alive(pid: u32) -> bool {
 
 /// Removes the shared objects of processes that no longer exist; how many processes' there were.
 pub fn clean_dead() -> usize {
-    let dead: Vec<u32> = processes().into_iter().filter(|&p| !alive(p)).collect();
+    // Not those kept for an `egpu run` that has not read them yet (`kept.rs`).
+    let dead: Vec<u32> =
+        processes().into_iter().filter(|&p| !alive(p) && !kept::is_kept(p)).collect();
     for &pid in &dead {
         unlink(pid);
     }

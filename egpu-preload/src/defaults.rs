@@ -298,7 +298,7 @@ pub(crate) fn function_name(f: Handle) -> Option<String> {
 }
 
 /// At exit: writes what this process counted to `<EGPU_SUMMARY>.<pid>` when `EGPU_SUMMARY` is
-/// set, then removes its shared objects.
+/// set, then removes its shared objects (or, under `egpu run`, leaves them for it).
 fn write_summary() {
     // The events still queued for the worker thread count too.
     egpu::host::global().flush();
@@ -322,7 +322,11 @@ fn write_summary() {
         crate::device::mem::write(user, &d.builtin);
     }
     crate::attribution::gpu_time::write();
-    builtin::unlink(d.pid);
+    // Under `egpu run`, left for it to read and remove (`egpu::host::builtin::kept`).
+    let kept = builtin::kept::keeper().is_some_and(|by| builtin::kept::keep(d.pid, by));
+    if !kept {
+        builtin::unlink(d.pid);
+    }
 }
 
 #[cfg(test)]

@@ -48,9 +48,11 @@ impl Descendants {
     /// process makes its ring before its maps, a child of `fork` at its first span).
     fn refresh(&self) {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        // A descendant, or one that has ended with its objects kept for this process.
+        let kept = builtin::kept::kept_for(self.me);
         for pid in builtin::processes() {
             if !seen.contains_key(&pid)
-                && descends_from(pid, self.me)
+                && (descends_from(pid, self.me) || kept.contains(&pid))
                 && let Ok(maps) = Builtin::open(pid)
             {
                 seen.insert(pid, maps);
@@ -84,6 +86,19 @@ impl Descendants {
     pub(crate) fn snapshot(&self) -> Vec<Builtin> {
         self.refresh();
         self.seen.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+    }
+
+    /// The environment that has this process's descendants leave their objects at exit for it
+    /// (`egpu::host::builtin::kept`), so that one shorter than its looks is seen too.
+    pub(crate) fn keep_env(&self) -> (&'static str, String) {
+        (builtin::kept::KEEP_FOR, self.me.to_string())
+    }
+
+    /// Removes the objects the descendants kept for this process, once it has read them.
+    pub(crate) fn remove_kept(&self) {
+        for pid in builtin::kept::kept_for(self.me) {
+            builtin::unlink(pid);
+        }
     }
 
     /// Looks for new descendants every 100 ms, from a thread of its own, so that short-lived
