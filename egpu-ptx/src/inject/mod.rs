@@ -460,7 +460,7 @@ pub fn inject_with(
             let ends = matches!(insn.base(), "bra" | "brx" | "call" | "ret" | "exit" | "trap");
             if let Some(at) = label.or(ends.then_some(piece)) {
                 let check = deferrals.end(|d, addr, size| again(&mut emit, d, addr, size))?;
-                before.entry(at).or_default().push_str(&check);
+                put(&mut before, at, &check);
             }
             let is_return = insn.is_return() && entry;
             let observed = match observation {
@@ -597,14 +597,14 @@ pub fn inject_with(
         }
         let close = f.body.end - 1;
         let check = deferrals.end(|d, addr, size| again(&mut emit, d, addr, size))?;
-        before.entry(close).or_default().push_str(&check);
+        put(&mut before, close, &check);
         if falls_off {
             let mut code = String::new();
             exit_code(&mut emit, &mut code, module.pieces()[close].line, close)?;
             before.entry(close).or_default().push_str(&code);
         }
-        before.entry(close).or_default().push_str(&deferrals.stubs());
-        after.entry(f.body.start).or_default().push_str(&deferrals.declarations());
+        put(&mut before, close, &deferrals.stubs());
+        put(&mut after, f.body.start, &deferrals.declarations());
         if let Some(hoisted) = copy {
             copied.insert(f.body.start, (f.body.end - 1, hoisted, sample));
         }
@@ -681,4 +681,12 @@ pub fn inject_with(
         kernels: module.entries().map(|f| f.name.clone()).collect(),
         launch_params,
     })
+}
+
+/// Adds `code` to what goes at piece `at`; nothing, not even an empty entry, when it is empty
+/// (an entry of its own puts a line break there).
+fn put(code_at: &mut BTreeMap<usize, String>, at: usize, code: &str) {
+    if !code.is_empty() {
+        code_at.entry(at).or_default().push_str(code);
+    }
 }
