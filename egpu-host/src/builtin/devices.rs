@@ -32,9 +32,9 @@ pub fn uuid_text(bytes: &[u8; 16]) -> String {
 }
 
 /// What the built-in probes counted on one device (`per_device`): copies and sets with their
-/// bytes, allocations that succeeded with their bytes. (Not launches: a launch context's
-/// `device` is past the 64 bytes the built-in launch probes read, which keep each launch to one
-/// queue line; a user probe counts them per device.)
+/// bytes, allocations that succeeded with their bytes, kernel launches (not those captured into
+/// graphs) with their blocks and the threads of their blocks summed (as the `shapes` line sums
+/// them), graph launches.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeviceCounts {
     /// The device's ordinal.
@@ -45,6 +45,10 @@ pub struct DeviceCounts {
     pub sets: (u64, u64),
     /// Allocations and their bytes.
     pub allocations: (u64, u64),
+    /// Kernel launches, the blocks of their grids and the threads of their blocks, summed.
+    pub launches: (u64, u64, u64),
+    /// Graph launches.
+    pub graph_launches: u64,
 }
 
 impl Builtin {
@@ -55,11 +59,17 @@ impl Builtin {
             (t.count, t.bytes)
         };
         (0..DEVICES)
-            .map(|index| DeviceCounts {
-                index,
-                copies: tally(index, 0),
-                sets: tally(index, 1),
-                allocations: tally(index, 2),
+            .map(|index| {
+                let ((launches, blocks), (graph_launches, threads)) =
+                    (tally(index, 3), tally(index, 4));
+                DeviceCounts {
+                    index,
+                    copies: tally(index, 0),
+                    sets: tally(index, 1),
+                    allocations: tally(index, 2),
+                    launches: (launches, blocks, threads),
+                    graph_launches,
+                }
             })
             .filter(|c| DeviceCounts { index: c.index, ..DeviceCounts::default() } != *c)
             .collect()
