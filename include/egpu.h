@@ -211,8 +211,9 @@ struct egpu_kernel_ctx {
     __u32 sm; /* Streaming multiprocessor (`%smid`). */
     __u32 device; /* The CUDA device ordinal (0 until launches fill it). */
     __u64 launch_id; /* Which launch this thread runs in: on the GPU, `%gridid`, the number the GPU gives each grid it starts in a context (the same for every thread of the launch, different for every launch of the context, whichever kernel, and growing with them; a CUDA graph's kernel node keeps one for all its replays). On the CPU VM, what the caller puts. */
+    __u64 tag_id; /* The request or job the launch belongs to: the launching thread's tag id (`egpu_tag_set`, as the launch context's `tag_id`), 0 for none. On the GPU, a hidden parameter the injector appends to the kernel and the preloaded library fills at each launch (a graph's kernel node: when it was captured or made); 0 in device functions and where nothing fills it. On the CPU VM, what the caller puts. */
 };
-_Static_assert(sizeof(struct egpu_kernel_ctx) == 80, "KernelCtx is 80 bytes");
+_Static_assert(sizeof(struct egpu_kernel_ctx) == 88, "KernelCtx is 88 bytes");
 _Static_assert(__builtin_offsetof(struct egpu_kernel_ctx, kernel_id) == 0, "KernelCtx.kernel_id");
 _Static_assert(__builtin_offsetof(struct egpu_kernel_ctx, thread) == 8, "KernelCtx.thread");
 _Static_assert(__builtin_offsetof(struct egpu_kernel_ctx, block) == 20, "KernelCtx.block");
@@ -223,6 +224,7 @@ _Static_assert(__builtin_offsetof(struct egpu_kernel_ctx, lane) == 60, "KernelCt
 _Static_assert(__builtin_offsetof(struct egpu_kernel_ctx, sm) == 64, "KernelCtx.sm");
 _Static_assert(__builtin_offsetof(struct egpu_kernel_ctx, device) == 68, "KernelCtx.device");
 _Static_assert(__builtin_offsetof(struct egpu_kernel_ctx, launch_id) == 72, "KernelCtx.launch_id");
+_Static_assert(__builtin_offsetof(struct egpu_kernel_ctx, tag_id) == 80, "KernelCtx.tag_id");
 
 /* MemAccessCtx: Context of an access to global memory, one per thread and access: a load, a store or an atomic, of a class (`MemAccessCtx::class`). */
 struct egpu_mem_access_ctx {
@@ -241,8 +243,9 @@ struct egpu_mem_access_ctx {
     __u32 class; /* The class of instruction that made the access: `MemAccessCtx::LOAD_STORE`, `MemAccessCtx::ATOMIC`, `MemAccessCtx::ASYNC_COPY`, `MemAccessCtx::BULK_COPY`, `MemAccessCtx::TENSOR_COPY` or `MemAccessCtx::TENSOR_MAP`. */
     __u32 op; /* For an atomic or a reduction (`atom`, `red`, `cp.reduce.async.bulk`), the operation: `MemAccessCtx::OP_ADD` and the next numbers; 0 otherwise. */
     __u32 fetch; /* 1 for an atomic that returns the old value (`atom`), 0 otherwise (`red`, and every access that is not an atomic). */
+    __u64 tag_id; /* The request or job the launch belongs to, 0 for none (see `KernelCtx::tag_id`). */
 };
-_Static_assert(sizeof(struct egpu_mem_access_ctx) == 88, "MemAccessCtx is 88 bytes");
+_Static_assert(sizeof(struct egpu_mem_access_ctx) == 96, "MemAccessCtx is 96 bytes");
 _Static_assert(__builtin_offsetof(struct egpu_mem_access_ctx, addr) == 0, "MemAccessCtx.addr");
 _Static_assert(__builtin_offsetof(struct egpu_mem_access_ctx, kernel_id) == 8, "MemAccessCtx.kernel_id");
 _Static_assert(__builtin_offsetof(struct egpu_mem_access_ctx, size) == 16, "MemAccessCtx.size");
@@ -258,6 +261,7 @@ _Static_assert(__builtin_offsetof(struct egpu_mem_access_ctx, device) == 72, "Me
 _Static_assert(__builtin_offsetof(struct egpu_mem_access_ctx, class) == 76, "MemAccessCtx.class");
 _Static_assert(__builtin_offsetof(struct egpu_mem_access_ctx, op) == 80, "MemAccessCtx.op");
 _Static_assert(__builtin_offsetof(struct egpu_mem_access_ctx, fetch) == 84, "MemAccessCtx.fetch");
+_Static_assert(__builtin_offsetof(struct egpu_mem_access_ctx, tag_id) == 88, "MemAccessCtx.tag_id");
 
 /* The helpers, by number, as libbpf declares Linux's. */
 static void *(*bpf_map_lookup_elem)(void *map, const void *key) = (void *)1;

@@ -131,6 +131,10 @@ pub(crate) struct InjectArgs {
     /// instrumenting costs each kernel: registers, local memory, blocks per SM
     #[arg(long = "registers")]
     pub(crate) registers: bool,
+    /// In kernels that count by page in registers, run a probe whose page is not cached where
+    /// the straight line of code ends, not at the access (the access's code has no branch)
+    #[arg(long = "defer-misses")]
+    pub(crate) defer_misses: bool,
 }
 
 /// An architecture, `sm_90` (or `90`): 90.

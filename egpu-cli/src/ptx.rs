@@ -175,8 +175,13 @@ pub(crate) fn inject_cmd(a: InjectArgs) -> Result<(), Error> {
         .collect();
     // A pack's probes sampled by warps or blocks run in a copy of each kernel for those warps.
     let sampled = WarpSampling::of(programs.iter().map(|p| p.sample)).map_err(Error::Failed)?;
-    let options =
-        InjectOptions { tensor_boxes: a.tensor_boxes, registers, sampled, ..Default::default() };
+    let options = InjectOptions {
+        tensor_boxes: a.tensor_boxes,
+        registers,
+        sampled,
+        defer_misses: a.defer_misses,
+        ..Default::default()
+    };
     let injected = inject_with(&ptx, &probes, &options)
         .map_err(|e| Error::Failed(format!("{module}: {e}")))?;
     // A kernel named that the module lacks is a mistake, not an empty selection.

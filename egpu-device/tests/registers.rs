@@ -209,3 +209,92 @@ fn turns_keep_wgmma_in_flight() {
         assert!(mma2 == 2 * mma && wait2 <= 2 * wait, "{name}: {mma2} wgmma, {wait2} waits");
     }
 }
+
+/// `PAGES.fetch_add(&(kernel id, addr >> 21), 1)` as Probe Rust makes it (the `pages` set's):
+/// look up; when missing, insert a zero and look up again; add.
+const PAGES: &str = "mov %r9, %r1\nldxdw %r0, [%r9+8]\nstxdw [%r10-16], %r0\n\
+    ldxdw %r0, [%r9+0]\nrsh %r0, 21\nstxdw [%r10-8], %r0\nlddw %r1, map[0]\nmov %r2, %r10\n\
+    add %r2, -16\ncall 1\njeq %r0, 0, missing\nmov %r1, 1\nlock add [%r0], %r1\nja out\n\
+    missing:\nstdw [%r10-24], 0\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -16\n\
+    mov %r3, %r10\nadd %r3, -24\nmov %r4, 1\ncall 2\nlddw %r1, map[0]\nmov %r2, %r10\n\
+    add %r2, -16\ncall 1\njeq %r0, 0, out\nmov %r1, 1\nlock add [%r0], %r1\n\
+    out:\nmov %r0, 0\nexit";
+
+/// Deferred misses (`InjectOptions::defer_misses`) in Triton's `cp.async` matmul: every access's
+/// count by page keeps its miss for the end of its straight line of code, so no access has a
+/// branch, vote or search of its own; each straight line ends with one test of the mask, the
+/// probes run again out of line; ptxas compiles it in no more registers than without.
+#[test]
+fn deferred_misses_leave_the_accesses_without_branches() {
+    let Some(ptxas) = egpu_device::testing::require_ptxas() else { return };
+    let ptx = std::fs::read_to_string(egpu_test_support::workspace_path(
+        "tests/ptx/triton/triton_matmul_cp_async.ptx",
+    ))
+    .expect("the matmul's PTX");
+    let (_, cubin) = ptxas.compile(&ptx, "sm_90a").expect("ptxas");
+    let counts: BTreeMap<String, u32> =
+        cubin::register_counts(&cubin).expect("read").into_iter().collect();
+    let def = MapDef {
+        name: "pages".into(),
+        kind: MapKind::Hash,
+        key_size: 16,
+        value_size: 8,
+        capacity: 64,
+    };
+    let geometry = Geometry::new(MapKind::Hash, 16, 8, 64, 1, 0).expect("a geometry");
+    let maps =
+        [DeviceMap { addr: 0x7f00_0000_0000, geometry, live: false, spread: 0, drained: false }];
+    let programs = at_loads_and_stores(PAGES, &def);
+    let probes: Vec<DeviceProbe<'_>> = programs
+        .iter()
+        .map(|p| DeviceProbe { program: p, kernels: Kernels::All, maps: &maps })
+        .collect();
+    let mut registers = Vec::new();
+    let mut texts = Vec::new();
+    for defer_misses in [false, true] {
+        let options =
+            InjectOptions { registers: counts.clone(), defer_misses, ..Default::default() };
+        let injected = inject_with(&ptx, &probes, &options).expect("instruments");
+        let report = ptxas.check(&injected.ptx, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
+        registers.push(report.function("matmul_kernel").and_then(|f| f.registers).expect("regs"));
+        texts.push((injected.ptx, injected.sites.len()));
+    }
+    let ((plain, sites), (deferred, _)) = (&texts[0], &texts[1]);
+    // The names egpu declares start with a stem the module does not use (`egpu1x` here: the
+    // matmul's PTX names egpu in a comment).
+    let stem = deferred
+        .split_once("st.local.u64 [%")
+        .and_then(|(_, rest)| rest.split_once("_ds+"))
+        .map(|(stem, _)| stem.to_owned())
+        .expect("a deferred access");
+    let kept = deferred.matches(&format!("st.local.u64 [%{stem}_ds+")).count();
+    assert_eq!(kept, *sites, "accesses that keep their misses");
+    // The kernel's own code, before the stubs: no vote of the lanes at the accesses (those
+    // left are the exit's flushes'), and the branches the kernel had plus one test per
+    // straight line with a deferred access.
+    let (body, stubs) = deferred.split_once(&format!("bra.uni ${stem}_dE")).expect("the stubs");
+    let votes = |text: &str| text.matches("vote.sync.all").count();
+    assert!(votes(plain) >= votes(body) + kept, "{} votes, {}", votes(plain), votes(body));
+    // Conditional branches: an access had two or more of its own (the shortcut, the search);
+    // deferred, none, and a straight line one test of the mask.
+    let branches =
+        |text: &str| text.lines().filter(|l| l.contains("@") && l.contains(" bra")).count();
+    let tests = body.matches(&format!("@%{stem}_dq bra ${stem}_dF")).count();
+    assert!(tests >= 1 && tests < kept, "{tests} tests for {kept} accesses");
+    assert!(
+        branches(body) + 2 * kept <= branches(plain),
+        "{} conditional branches deferred, {} not",
+        branches(body),
+        branches(plain)
+    );
+    assert_eq!(stubs.matches("ld.local.u64").count(), kept, "each access run again once");
+    println!(
+        "deferred misses: {kept}/{sites} accesses, {tests} tests of the mask; conditional \
+         branches outside the stubs {} -> {}; matmul_kernel registers {} -> {}",
+        branches(plain),
+        branches(body),
+        registers[0],
+        registers[1]
+    );
+    assert!(registers[1] <= registers[0], "{registers:?}");
+}

@@ -259,7 +259,7 @@ pub(crate) fn kernel_id(f: Handle) -> u64 {
     let key = f as usize;
     let known = NAMES.read().ok().and_then(|n| n.as_ref().and_then(|n| n.get(&key).map(|e| e.0)));
     known.unwrap_or_else(|| {
-        let (name, kernel) = function_name(f).unwrap_or_default();
+        let (name, kernel) = named(f).unwrap_or_default();
         // Its device, for its launches', when the program found it in a way not seen.
         crate::events::functions::first_launch(f, kernel);
         let id = if name.is_empty() { 0 } else { egpu::ebpf::kernel_id(&name) };
@@ -288,8 +288,13 @@ pub(crate) fn record_kernel_name(name: &str) {
 }
 
 /// The mangled name of `f`, from the driver's `cuFuncGetName`, or `cuKernelGetName` when `f` is
-/// a `CUkernel` (what the CUDA runtime launches), both CUDA 12.3; and whether it was the latter.
-fn function_name(f: Handle) -> Option<(String, bool)> {
+/// a `CUkernel` (what the CUDA runtime launches), both CUDA 12.3.
+pub(crate) fn function_name(f: Handle) -> Option<String> {
+    named(f).map(|(name, _)| name)
+}
+
+/// [`function_name`], and whether the driver named `f` as a `CUkernel`.
+fn named(f: Handle) -> Option<(String, bool)> {
     [&real::FUNC_GET_NAME, &real::KERNEL_GET_NAME].into_iter().zip([false, true]).find_map(
         |(hook, kernel)| {
             let get = hook.get_or_ask()?;

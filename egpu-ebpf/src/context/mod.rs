@@ -55,7 +55,7 @@ pub const fn kernel_id(name: &str) -> u64 {
 
 /// The revision of the contexts' layout: 1 for the first layout, one more with every change that
 /// adds fields (see the module documentation). It is part of every host context's [`tag`](context_tag).
-pub const CONTEXT_REVISION: u32 = 5;
+pub const CONTEXT_REVISION: u32 = 6;
 
 /// The tag word of `event`'s host context: `0xEC` in the top byte, then [`CONTEXT_REVISION`] (16
 /// bits), then the event (8 bits: launch 1, memcpy 2, alloc 3, sync 4, module load 5).
@@ -635,6 +635,12 @@ fields::contexts! {
         /// every launch of the context, whichever kernel, and growing with them; a CUDA graph's
         /// kernel node keeps one for all its replays). On the CPU VM, what the caller puts.
         pub launch_id: u64,
+        /// The request or job the launch belongs to: the launching thread's tag id
+        /// (`egpu_tag_set`, as the launch context's `tag_id`), 0 for none. On the GPU, a hidden
+        /// parameter the injector appends to the kernel and the preloaded library fills at each
+        /// launch (a graph's kernel node: when it was captured or made); 0 in device functions
+        /// and where nothing fills it. On the CPU VM, what the caller puts.
+        pub tag_id: u64,
     }
 }
 
@@ -677,6 +683,8 @@ fields::contexts! {
         /// 1 for an atomic that returns the old value (`atom`), 0 otherwise (`red`, and every
         /// access that is not an atomic).
         pub fetch: u32,
+        /// The request or job the launch belongs to, 0 for none (see [`KernelCtx::tag_id`]).
+        pub tag_id: u64,
     }
 }
 

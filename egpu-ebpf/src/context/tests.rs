@@ -13,8 +13,8 @@ fn the_layout_is_the_documented_abi() {
         ("AllocCtx", size_of::<AllocCtx>(), 96),
         ("SyncCtx", size_of::<SyncCtx>(), 48),
         ("ModuleLoadCtx", size_of::<ModuleLoadCtx>(), 56),
-        ("KernelCtx", size_of::<KernelCtx>(), 80),
-        ("MemAccessCtx", size_of::<MemAccessCtx>(), 88),
+        ("KernelCtx", size_of::<KernelCtx>(), 88),
+        ("MemAccessCtx", size_of::<MemAccessCtx>(), 96),
     ];
     for (name, size, want) in sizes {
         assert_eq!(size, want, "{name}");
@@ -50,6 +50,9 @@ fn the_layout_is_the_documented_abi() {
     assert_eq!(offset_of!(MemAccessCtx, class), 76);
     assert_eq!(offset_of!(MemAccessCtx, op), 80);
     assert_eq!(offset_of!(MemAccessCtx, fetch), 84);
+    // Revision 6: the launch's tag id in the device contexts, after everything (issue 28).
+    assert_eq!(offset_of!(KernelCtx, tag_id), 80);
+    assert_eq!(offset_of!(MemAccessCtx, tag_id), 88);
 }
 
 #[test]

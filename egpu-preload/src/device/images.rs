@@ -117,6 +117,13 @@ pub(crate) fn bounded() -> bool {
     std::env::var("EGPU_MAXNREG").is_ok_and(|v| v == "1")
 }
 
+/// `EGPU_DEFER_MISSES=1`: counts by page whose page is not cached run at the end of the
+/// access's straight line of code, not at the access
+/// ([`InjectOptions::defer_misses`](egpu::device::ptx::inject::InjectOptions::defer_misses)).
+pub(crate) fn defer_misses() -> bool {
+    std::env::var("EGPU_DEFER_MISSES").is_ok_and(|v| v == "1")
+}
+
 /// Remembers the registers the kernels of the image `bytes` take (a cubin's, or a fat binary's
 /// cubin for `arch`).
 fn remember_registers(bytes: &[u8], arch: Option<u32>) {

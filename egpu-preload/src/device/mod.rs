@@ -20,6 +20,7 @@ mod caches;
 pub(crate) mod cupti;
 mod images;
 mod kernels;
+pub(crate) mod launch_tags;
 pub(crate) mod libraries;
 pub(crate) mod mem;
 mod parts;
@@ -391,6 +392,9 @@ impl UserProbes {
             bound_sampled_only: !images::bounded(),
             sampled: self.sampled.clone(),
             sm_clock_khz: images::sm_clock_khz(),
+            defer_misses: images::defer_misses(),
+            // The launch's tag where probes read it: this library fills it (`launch_tags`).
+            launch_tags: true,
         };
         let injected = inject_with(ptx, &probes, &options);
         if crate::log_enabled("modules") {
@@ -403,7 +407,10 @@ impl UserProbes {
         }
         match injected {
             Ok(injection) => match CString::new(injection.ptx) {
-                Ok(text) => Some(text),
+                Ok(text) => {
+                    launch_tags::pending(&injection.launch_params);
+                    Some(text)
+                }
                 Err(_) => {
                     refused(Why::Instrumenting, "the instrumented PTX holds a NUL byte".into());
                     None
@@ -419,6 +426,7 @@ impl UserProbes {
     /// Counts the driver's answer to a load of instrumented PTX: loaded, or refused (the caller
     /// then loads the original image).
     pub(crate) fn loaded(&self, result: CuResult) {
+        launch_tags::loaded(result);
         if result == 0 {
             INSTRUMENTED.fetch_add(1, Ordering::Relaxed);
         } else {

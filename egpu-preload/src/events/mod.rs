@@ -143,10 +143,29 @@ macro_rules! runtime {
 
 /// Defines a kernel launch's entry point: as `driver!` makes it (nothing after the call), with
 /// the call of the function `$f` on the stream `$stream` timed by CUDA events when the kernel
-/// times are on ([`crate::kernel_times`]).
+/// times are on ([`crate::kernel_times`]), and the launch's tag added to its argument lists
+/// `$list` (`kernelParams`, and `extra` where it has one) when `$f` has the parameter
+/// ([`crate::device::launch_tags`]).
 macro_rules! launch {
-    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $build:expr, $f:expr, $stream:expr) => {
-        driver!($hook $name $symbol; ($($arg: $ty),*) $build, nothing; timed($f, $stream));
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $build:expr, $f:ident, $stream:expr; $($list:ident),+) => {
+        driver!($hook $name $symbol; ($($arg: $ty),*) $build, nothing; timed($f, $stream);
+            tagged($f; $($list),+));
+    };
+}
+
+/// Defines `cuModuleUnload`: no event, but the functions' launch parameters forgotten
+/// ([`crate::device::launch_tags::forget`]) and, after it, the merger woken.
+macro_rules! unload_module {
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*)) => {
+        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            crate::device::launch_tags::forget();
+            // SAFETY: the driver's function, with the caller's arguments unchanged.
+            let result = unsafe { real($($arg),*) };
+            if result == 0 {
+                crate::device::synced();
+            }
+            result
+        });
     };
 }
 
@@ -300,9 +319,11 @@ macro_rules! by_proc_address {
 entry_points! {
     // Launches: of kernels, and of graphs.
     LAUNCH cuLaunchKernel +ptsz (f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
-        => launch(|n, l| launch_ctx(n, l, f, [gx, gy, gz], [bx, by, bz], shared, stream), f, stream);
+        => launch(|n, l| launch_ctx(n, l, f, [gx, gy, gz], [bx, by, bz], shared, stream), f, stream; params, extra);
     LAUNCH_EX cuLaunchKernelEx +ptsz (config: *const LaunchConfig, f: Handle, params: *mut *mut c_void, extra: *mut *mut c_void)
-        => launch(|n, l| launch_ex(n, l, config, f), f, config_stream(config));
+        => launch(|n, l| launch_ex(n, l, config, f), f, config_stream(config); params, extra);
+    LAUNCH_COOPERATIVE cuLaunchCooperativeKernel +ptsz (f: Handle, gx: c_uint, gy: c_uint, gz: c_uint, bx: c_uint, by: c_uint, bz: c_uint, shared: c_uint, stream: Handle, params: *mut *mut c_void)
+        => launch(|n, l| launch_ctx(n, l, f, [gx, gy, gz], [bx, by, bz], shared, stream), f, stream; params);
     GRAPH_LAUNCH cuGraphLaunch +ptsz (exec: Handle, stream: Handle)
         => driver(|_, _| graph(stream), nothing);
 
@@ -446,7 +467,7 @@ entry_points! {
         => merge_point(Some(Teardown::Release(device)));
     PRIMARY_RESET cuDevicePrimaryCtxReset_v2 (device: c_int)
         => merge_point(Some(Teardown::Reset(device)));
-    MODULE_UNLOAD cuModuleUnload (module: Handle) => merge_point(None);
+    MODULE_UNLOAD cuModuleUnload (module: Handle) => unload_module();
     LIBRARY_UNLOAD cuLibraryUnload (library: Handle) => library(unload(library));
     // Lookups in libraries: kernels of libraries that wait for a context found instrumented.
     LIBRARY_GET_KERNEL cuLibraryGetKernel (out: *mut Handle, library: Handle, name: *const c_char)

@@ -199,6 +199,7 @@ macro_rules! library {
     ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) unload($library:ident)) => {
         interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
             crate::device::libraries::unloaded($library);
+            crate::device::launch_tags::forget();
             // SAFETY: the driver's function, with the caller's arguments unchanged.
             let result = unsafe { real($($arg),*) };
             if result == 0 {

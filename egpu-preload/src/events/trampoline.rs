@@ -19,19 +19,24 @@ use crate::defaults;
 /// launch's function (the argument named `f`) is swapped as [`swapped`] says.
 macro_rules! driver {
     ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $build:expr, $after:expr
-        $(; timed($f:expr, $stream:expr))?) => {
+        $(; timed($f:expr, $stream:expr))? $(; tagged($tf:ident; $($targ:ident),+))?) => {
         #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
         interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
             $(let $arg = swapped!($arg $arg);)*
+            $(
+                let mut tag_storage = crate::device::launch_tags::Storage::new();
+                // SAFETY: the caller's launch arguments.
+                let ($($targ,)+) = unsafe { tag_storage.args($tf, ($($targ,)+)) };
+            )?
             // SAFETY: the driver's function, with the caller's arguments (a launch's function
-            // swapped).
+            // swapped, its tag added: `launch_tags`).
             let call = move || unsafe { real($($arg),*) };
             $(let call = crate::kernel_times::around($f, $stream, PER_THREAD, call);)?
             observe($build, call, $after)
         });
         #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
         trampolined!($hook $name $symbol; ($($arg: $ty),*) $build, $after
-            $(; timed($f, $stream))?);
+            $(; timed($f, $stream))? $(; tagged($tf; $($targ),+))?);
     };
 }
 pub(super) use driver;
@@ -113,7 +118,7 @@ pub(super) fn enter_only<C: Event>(
 #[cfg(all(target_arch = "x86_64", target_os = "linux"))]
 macro_rules! trampolined {
     ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) $build:expr, $after:expr
-        $(; timed($f:expr, $stream:expr))?) => {
+        $(; timed($f:expr, $stream:expr))? $(; tagged($tf:ident; $($targ:ident),+))?) => {
         hook!($hook $name $symbol; ($($ty),*));
 
         /// The Rust half of the entry point's trampoline.
@@ -134,8 +139,13 @@ macro_rules! trampolined {
             pub(super) unsafe extern "C" fn full($($arg: $ty),*) -> CuResult {
                 let Some(real) = $hook.get() else { return NOT_FOUND };
                 $(let $arg = swapped!($arg $arg);)*
+                $(
+                    let mut tag_storage = crate::device::launch_tags::Storage::new();
+                    // SAFETY: the caller's launch arguments.
+                    let ($($targ,)+) = unsafe { tag_storage.args($tf, ($($targ,)+)) };
+                )?
                 // SAFETY: the driver's function, with the caller's arguments (a launch's
-                // function swapped, `swapped!`).
+                // function swapped, `swapped!`; its tag added, `launch_tags`).
                 let call = move || unsafe { real($($arg),*) };
                 $(let call = crate::kernel_times::around($f, $stream, PER_THREAD, call);)?
                 observe_apart($build, call, $after)

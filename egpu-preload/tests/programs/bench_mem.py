@@ -30,6 +30,9 @@ VARIANTS = (("counts", "counts", {None: 1.1}, {}),
             ("timing-events", "timing", {}, {"EGPU_KERNEL_TIMES": "1"}),
             ("counts,timing", "counts,timing", {}, {}),
             ("pages", "pages", {"model": 2.0, None: 3.0}, {}),
+            # Misses of the page cache run at the end of the access's straight line of code
+            # (`EGPU_DEFER_MISSES=1`, `InjectOptions::defer_misses`).
+            ("pages deferred", "pages", {"model": 2.0, None: 3.0}, {"EGPU_DEFER_MISSES": "1"}),
             # `egpu mem run`'s default sampling: one warp in 32, drawn again at each turn of
             # a loop (every warp records in about one turn in 32, no warp all along).
             ("timeline 1/32", "timeline", {None: 1.5}, {}),

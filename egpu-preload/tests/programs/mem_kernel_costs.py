@@ -6,6 +6,8 @@ there (EGPU_LOG=modules), so the costly kernels can be read.
 
     python3 mem_kernel_costs.py --egpu bin/egpu [--sets "counts;pages;timeline --sample 1024"]
         [--top 15] [--modules DIR]
+
+A run's KEY=VALUE words are its environment: --sets "pages;pages EGPU_DEFER_MISSES=1".
 """
 
 import argparse
@@ -53,11 +55,14 @@ def main():
         probed_env.update(EGPU_LOG="modules", TMPDIR=os.path.abspath(args.modules))
     total_bare = sum(bare.values())
     for run in args.sets.split(";"):
-        # A run's sets, then `egpu mem run` options: "timeline --sample 1024".
-        sets, *options = run.split()
+        # A run's sets, then `egpu mem run` options and KEY=VALUE environment:
+        # "timeline --sample 1024", "pages EGPU_DEFER_MISSES=1".
+        sets, *words = run.split()
+        options = [w for w in words if "=" not in w or w.startswith("-")]
+        extra = dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-"))
         probed = profile([os.path.abspath(args.egpu), "mem", "run", "--sets", sets, *options,
                           "--out", os.path.join(args.work, f"rec-{sets}"), "--", *model],
-                         probed_env)
+                         dict(probed_env, **extra))
         total = sum(probed.values())
         print(f"\nkernel_costs {run}: GPU time bare {total_bare:.0f} us, "
               f"under egpu {total:.0f} us ({total / total_bare:.2f}x)")

@@ -7,6 +7,7 @@ use egpu_ebpf::AttachPoint;
 use egpu_ebpf::verifier::Verified;
 
 use super::WarpSampling;
+use super::launch_tags::LaunchParamError;
 use crate::ptx::PtxError;
 use crate::translate::{DeviceMap, TranslateError};
 
@@ -60,6 +61,14 @@ pub enum InjectError {
     /// Probes sampled by warps differently ([`WarpSampling::of`]).
     #[error("{0}")]
     Sampling(String),
+    /// A kernel could not be given the launch's tag ([`InjectOptions::launch_tags`]).
+    #[error("kernel `{kernel}`: no room for the launch's tag: {why}")]
+    LaunchParam {
+        /// The kernel.
+        kernel: String,
+        /// Why.
+        why: LaunchParamError,
+    },
     /// A probe could not be translated.
     #[error("probe {probe}: {error}")]
     Translate {
@@ -92,4 +101,12 @@ pub struct InjectOptions {
     /// ([`Options::sm_clock_khz`](crate::translate::Options::sm_clock_khz)); `None`: on
     /// `%globaltimer`.
     pub sm_clock_khz: Option<u32>,
+    /// In kernels that count by page in registers (the `pages` set's lookups), a thread whose
+    /// page is in neither cached entry runs the probe where its straight line of code ends,
+    /// not at the access (`deferred.rs`): the access's code has no branch.
+    pub defer_misses: bool,
+    /// Give each kernel whose probes read the contexts' `tag_id` a parameter more, where its
+    /// launches pass the launch's tag id (`launch_tags.rs`; the preloaded library does);
+    /// false: `tag_id` reads 0 and every kernel keeps its parameters.
+    pub launch_tags: bool,
 }

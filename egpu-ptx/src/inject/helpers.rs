@@ -13,6 +13,8 @@ pub(super) struct Names {
     /// The combining slots' registers: address and sum, newer slot first.
     pub(super) sums: [String; 4],
     pub(super) smid: String,
+    /// The register of the launch's tag (`launch_tags.rs`).
+    pub(super) tag: String,
 }
 
 impl Names {
@@ -29,6 +31,7 @@ impl Names {
                 format!("%{stem}_sum1"),
             ],
             smid: format!("%{stem}_smid"),
+            tag: format!("%{stem}_tag"),
             stem,
         }
     }

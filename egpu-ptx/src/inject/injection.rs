@@ -53,6 +53,10 @@ pub struct Injection {
     pub summarized: usize,
     /// The module's kernels (`.entry` functions), by name, in order.
     pub kernels: Vec<String>,
+    /// The kernels given the launch's tag as a parameter more
+    /// ([`InjectOptions::launch_tags`](super::InjectOptions::launch_tags)), and where it is, in
+    /// order.
+    pub launch_params: Vec<super::LaunchParam>,
 }
 
 /// How much of a module's global memory instructions egpu observes: [`Injection`]'s counts

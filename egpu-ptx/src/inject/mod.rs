@@ -44,9 +44,11 @@ use egpu_ebpf::{AttachPoint, DeviceEvent, MemAccessCtx, kernel_id};
 
 mod access;
 mod api;
+mod deferred;
 mod helpers;
 mod injection;
 mod invariants;
+mod launch_tags;
 mod occupancy;
 mod runs;
 mod sampled;
@@ -58,11 +60,13 @@ use access::{Observation, Observed, observe, wrap_access};
 pub use api::{DeviceProbe, InjectError, InjectOptions, Kernels};
 use helpers::{Names, access_context, ends_path, predicates, zeroed};
 pub use injection::{Coverage, Injection, Site, Unobserved};
+pub use launch_tags::{LaunchParam, LaunchParamError};
 pub use occupancy::blocks_per_sm;
 pub use sampled::{Sample, WarpSampling, turn_sampled, warp_key, warp_sampled};
 
 use crate::ptx::{FunctionKind, PieceKind, PtxModule};
-use crate::translate::{CacheKey, Context, LookupCache, Options, combines, translate};
+use crate::translate::{CacheKey, Context, Defer, LookupCache, Options, combines, translate};
+use deferred::{Deferrals, Pending};
 use sums::{
     COUNT_REGISTERS, Cached, close_batches, converged, drained_rings, flush, lookup_caches,
     ring_registers, sum_register,
@@ -116,6 +120,11 @@ pub fn inject_with(
     let mut copied: BTreeMap<usize, (usize, Vec<usize>, Sample)> = BTreeMap::new();
     let sample = options.sampled.as_ref().map_or(Sample::EVERY, |s| s.sample);
     let sm_clock_khz = options.sm_clock_khz;
+    let mut deferrals = Deferrals::new(&names.stem);
+    // Kernels' headers given the launch's parameter (`launch_tags.rs`), and where it is.
+    let mut headers: BTreeMap<usize, String> = BTreeMap::new();
+    let mut launch_params = Vec::new();
+    let param_limit = launch_tags::param_limit(module.directive(".version"), sm);
     for f in module.functions() {
         let mut index = 0u32;
         let id = kernel_id(&f.name);
@@ -132,6 +141,22 @@ pub fn inject_with(
             continue;
         }
         let entry = f.kind == FunctionKind::Entry;
+        // The launch's tag, in a register loaded from the parameter appended to the kernel.
+        let tag = if entry
+            && options.launch_tags
+            && selected.iter().any(|(_, p, _)| launch_tags::reads_tag(p.program))
+        {
+            let (param, register) = (format!("{}_tag_param", names.stem), names.tag.clone());
+            let header = module.piece_text(f.header);
+            let (text, at) = launch_tags::append(header, &f.name, &param, param_limit)
+                .map_err(|why| InjectError::LaunchParam { kernel: f.name.clone(), why })?;
+            headers.insert(f.header, text);
+            launch_params.push(at);
+            after.entry(f.body.start).or_default().push_str(&launch_tags::load(&register, &param));
+            Some(register)
+        } else {
+            None
+        };
         // Probes sampled by warps, here: each marked where it runs (`sampled.rs`).
         let sampled_here: Vec<usize> = (selected.iter().map(|s| s.0))
             .filter(|i| options.sampled.as_ref().is_some_and(|s| s.probes.contains(i)))
@@ -158,6 +183,9 @@ pub fn inject_with(
             && occupancy::room_for(module.piece_text(f.header), registers, COUNT_REGISTERS, sm);
         // Per-thread combining of atomic adds needs kernel-wide registers: kernels only. Adds to
         // a hash map's values combine when its values stay put (the maps with a lookup cache).
+        // Misses kept for the straight line's end: kernels with counts, none copied for sampled
+        // warps (a copy's labels would meet the other's).
+        deferrals.begin(options.defer_misses && counted && sampled_here.is_empty());
         let combine = entry
             && selected.iter().any(|(_, p, _)| {
                 let stable =
@@ -249,11 +277,14 @@ pub fn inject_with(
             counts: sums::counts(&names, c, counted),
         };
         let first_site = sites.len();
+        // A probe's code at a site (registered, unless `None`: a deferred access's probe run
+        // again), and whether it deferred its miss to `defer`.
         let mut emit = |probe: usize,
                         p: &DeviceProbe<'_>,
                         context: Context,
-                        site: Site|
-         -> Result<String, InjectError> {
+                        site: Option<Site>,
+                        defer: Option<Defer>|
+         -> Result<(String, bool), InjectError> {
             let prefix = format!("{}{serial}", names.stem);
             serial += 1;
             let mut options = Options::new(prefix, context);
@@ -269,6 +300,7 @@ pub fn inject_with(
             if entry {
                 options.smid = Some(names.smid.clone());
             }
+            options.tag = tag.clone();
             options.lookup_cache = p.maps.iter().map(|b| caches.get(&b.addr).map(cache)).collect();
             // Rings' tickets by the batch at accesses only: a probe at a kernel's entry or exit
             // runs once per thread, and a batch of 32 for one record would take 32 tickets.
@@ -279,12 +311,17 @@ pub fn inject_with(
             }
             options.outline = outline.clone();
             options.invariants = invariants::of(p, &words);
+            options.defer = defer;
             let mut t = translate(p.program, &options)
                 .map_err(|error| InjectError::Translate { probe, error })?;
             shared.append(&mut t.shared);
             functions.push_str(&t.functions);
-            sites.push(site);
-            Ok(converged(&options.prefix, t.body, sm))
+            sites.extend(site);
+            // A deferred miss leaves no lanes apart at the access: nothing to converge.
+            match t.deferred {
+                true => Ok((t.body, true)),
+                false => Ok((converged(&options.prefix, t.body, sm), false)),
+            }
         };
         if entry {
             // The SM a thread runs on never changes: read it once.
@@ -328,7 +365,7 @@ pub fn inject_with(
                     class: 0,
                     index: 0,
                 };
-                let body = emit(i, p, Context::Kernel { kernel_id: id }, site)?;
+                let (body, _) = emit(i, p, Context::Kernel { kernel_id: id }, Some(site), None)?;
                 let body = mark(i, format!("${}_we{i}", names.stem), body);
                 after.entry(open).or_default().push_str(&format!("\n{body}"));
             }
@@ -340,8 +377,14 @@ pub fn inject_with(
             (last + 1..f.body.end).any(|k| module.pieces()[k].kind == PieceKind::Label);
         let falls_off =
             entry && (label_after || instructions.last().is_none_or(|(_, i)| !ends_path(i)));
-        type Emit<'e> =
-            dyn FnMut(usize, &DeviceProbe<'_>, Context, Site) -> Result<String, InjectError> + 'e;
+        type Emit<'e> = dyn FnMut(
+                usize,
+                &DeviceProbe<'_>,
+                Context,
+                Option<Site>,
+                Option<Defer>,
+            ) -> Result<(String, bool), InjectError>
+            + 'e;
         let exit_code = |emit: &mut Emit<'_>,
                          code: &mut String,
                          line: usize,
@@ -392,16 +435,33 @@ pub fn inject_with(
                         class: 0,
                         index: 0,
                     };
-                    let body = emit(i, p, Context::Kernel { kernel_id: id }, site)?;
+                    let (body, _) =
+                        emit(i, p, Context::Kernel { kernel_id: id }, Some(site), None)?;
                     code.push_str(&mark(i, format!("${}_wx{piece}_{i}", names.stem), body));
                 }
             }
             code.push_str(&close_batches(&names, &rings, &format!("${}_rb{piece}", names.stem)));
             Ok(())
         };
+        // A deferred access's probe, run again from its slot at its run's end.
+        let again = |emit: &mut Emit<'_>, d: &Pending, addr: &str, size: &str| {
+            let context = access_context(&d.observed, id, addr, size, d.index);
+            emit(d.probe, &probes[d.probe], context, None, None).map(|(body, _)| body)
+        };
+        let mut previous: Option<usize> = None;
         for ((piece, insn), observation) in instructions.iter().zip(observations) {
             let piece = *piece;
             let mut code = String::new();
+            // The straight line ends at a label, a branch, a call or a return.
+            let label = previous.and_then(|p| {
+                (p + 1..piece).find(|&k| module.pieces()[k].kind == PieceKind::Label)
+            });
+            previous = Some(piece);
+            let ends = matches!(insn.base(), "bra" | "brx" | "call" | "ret" | "exit" | "trap");
+            if let Some(at) = label.or(ends.then_some(piece)) {
+                let check = deferrals.end(|d, addr, size| again(&mut emit, d, addr, size))?;
+                before.entry(at).or_default().push_str(&check);
+            }
             let is_return = insn.is_return() && entry;
             let observed = match observation {
                 Observation::None => None,
@@ -493,7 +553,13 @@ pub fn inject_with(
                     }
                     let addr = format!("%{}_addr{piece}_{i}", names.stem);
                     let size = format!("%{}_size{piece}_{i}", names.stem);
-                    let body = emit(i, p, access_context(o, id, &addr, &size, this), site(e))?;
+                    let context = access_context(o, id, &addr, &size, this);
+                    let offer = deferrals.offer();
+                    let (body, deferred) = emit(i, p, context, Some(site(e)), offer)?;
+                    if deferred {
+                        let observed = o.clone();
+                        deferrals.taken(Pending { probe: i, observed, index: this });
+                    }
                     let label = format!("${}_skip{piece}_{i}", names.stem);
                     let body = wrap_access(o, &addr, &size, &body, &label);
                     code.push_str(&mark(i, format!("${}_ws{piece}_{i}", names.stem), body));
@@ -529,12 +595,16 @@ pub fn inject_with(
                 before.entry(piece).or_default().push_str(&block);
             }
         }
+        let close = f.body.end - 1;
+        let check = deferrals.end(|d, addr, size| again(&mut emit, d, addr, size))?;
+        before.entry(close).or_default().push_str(&check);
         if falls_off {
-            let close = f.body.end - 1;
             let mut code = String::new();
             exit_code(&mut emit, &mut code, module.pieces()[close].line, close)?;
             before.entry(close).or_default().push_str(&code);
         }
+        before.entry(close).or_default().push_str(&deferrals.stubs());
+        after.entry(f.body.start).or_default().push_str(&deferrals.declarations());
         if let Some(hoisted) = copy {
             copied.insert(f.body.start, (f.body.end - 1, hoisted, sample));
         }
@@ -554,7 +624,7 @@ pub fn inject_with(
                 out.push('\t');
             }
         }
-        out.push_str(module.piece_text(i));
+        out.push_str(headers.get(&i).map_or(module.piece_text(i), String::as_str));
         if let Some(code) = after.get(&i) {
             out.push_str(code);
         }
@@ -609,5 +679,6 @@ pub fn inject_with(
         in_runs,
         summarized,
         kernels: module.entries().map(|f| f.name.clone()).collect(),
+        launch_params,
     })
 }

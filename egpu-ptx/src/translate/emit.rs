@@ -39,6 +39,10 @@ pub(super) struct Emitter<'a> {
     /// Labels to place after the code of the instruction at a pc (where a lookup's cache hit,
     /// which cannot be null, goes on past the null check that follows the lookup).
     pub(super) after: BTreeMap<usize, String>,
+    /// Whether a miss was deferred ([`Options::defer`](super::Options::defer)).
+    pub(super) deferred: bool,
+    /// The instructions a deferred miss leaves no path to (`defer.rs`): not translated.
+    pub(super) away: BTreeSet<usize>,
 }
 
 impl<'a> Emitter<'a> {
@@ -59,6 +63,8 @@ impl<'a> Emitter<'a> {
             words: 0,
             shared: BTreeMap::new(),
             after: BTreeMap::new(),
+            deferred: false,
+            away: BTreeSet::new(),
         }
     }
 
@@ -133,7 +139,9 @@ impl<'a> Emitter<'a> {
                 let label = self.label(d.pc);
                 self.place(&label);
             }
-            if self.verified.reached(d.pc) {
+            if self.away.contains(&d.pc) {
+                // Left behind by a deferred miss.
+            } else if self.verified.reached(d.pc) {
                 unreached = false;
                 self.instruction(d.pc, d.insn)?;
             } else if !unreached {

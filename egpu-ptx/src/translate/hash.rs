@@ -98,7 +98,7 @@ impl Emitter<'_> {
         let counted = cache.as_ref().zip(previous.as_ref()).zip(remembered.as_ref());
         let counted = counted.and_then(|((c, p), ck)| Some((c.counts.as_ref()?, ck, p)));
         if let Some((k, ck, (pk, pv))) = counted
-            && let Some((dst, add, past)) = self.counted_add(pc, k.field)
+            && let Some((dst, add, past, add_pc)) = self.counted_add(pc, k.field)
         {
             // A count: either entry's key adds the number to its sum, and goes on past the add.
             let c = cache.as_ref().expect("a cache");
@@ -111,6 +111,20 @@ impl Emitter<'_> {
             self.line(format!("or.pred {q0}, {q0}, {q1};"));
             // What the add's `mov` would have left (unless no path reads it, ptxas drops it).
             self.line(format!("@{q0} mov.b64 {}, {add};", self.reg(dst)));
+            if let (Some(d), Context::Access { addr, .. }) =
+                (&self.options.defer, &self.options.context)
+                && self.deferrable(pc, add_pc)
+            {
+                // A miss is kept for later (`defer.rs`): no branch but the one past the add.
+                let (slot, mask, bit) = (&d.slot, &d.mask, 1u64 << d.bit);
+                self.line(format!("@!{q0} st.local.u64 [{slot}], {addr};"));
+                self.line(format!("@!{q0} or.b64 {mask}, {mask}, {bit};"));
+                self.line(format!("bra {past};"));
+                self.deferred = true;
+                self.away = self.deferred_away(pc, add_pc);
+                self.place(&done);
+                return Ok(());
+            }
             // The warp's lanes all found theirs (most accesses): a branch ptxas knows is uniform.
             self.line(format!("activemask.b32 {w0};"));
             self.line(format!("vote.sync.all.pred {q2}, {q0}, {w0};"));
@@ -182,8 +196,9 @@ impl Emitter<'_> {
 
     /// When the lookup at `pc` is followed by a null test of its result (`jeq r0, 0`), a `mov`
     /// of a number and a 64-bit add of it to field `field` of the value found (no jump landing
-    /// on either): the `mov`'s register and number, and the label after the add, placed here.
-    fn counted_add(&mut self, pc: usize, field: u32) -> Option<(Reg, i64, String)> {
+    /// on either): the `mov`'s register and number, the label after the add, placed here, and
+    /// the add's pc.
+    fn counted_add(&mut self, pc: usize, field: u32) -> Option<(Reg, i64, String, usize)> {
         let decoded = self.program.decoded();
         let i = decoded.iter().position(|d| d.pc == pc)?;
         let [test, mov, add] = [1, 2, 3].map(|k| decoded.get(i + k).map(|d| d.insn));
@@ -220,7 +235,7 @@ impl Emitter<'_> {
         }
         let label = self.local_label('C', pc);
         let past = self.after.entry(add_pc).or_insert(label).clone();
-        Some((dst, i64::from(n), past))
+        Some((dst, i64::from(n), past, add_pc))
     }
 
     /// On a search's hit that a cache with [`Counts`](super::Counts) remembers: `sum` (that of
@@ -571,7 +586,7 @@ impl Emitter<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use egpu_ebpf::verifier::verify;
     use egpu_ebpf::{AttachPoint, DeviceEvent, MapDef, MapKind, Program, assemble};
     use egpu_maps::layout::Geometry;
@@ -580,7 +595,7 @@ mod tests {
 
     /// `PAGES.fetch_add(&(kernel id, addr >> 21), N)` as Probe Rust makes it: look up; when
     /// missing, insert a zero and look up again; add.
-    const PAGES: &str = "mov %r9, %r1\nldxdw %r0, [%r9+8]\nstxdw [%r10-16], %r0\n\
+    pub(in crate::translate) const PAGES: &str = "mov %r9, %r1\nldxdw %r0, [%r9+8]\nstxdw [%r10-16], %r0\n\
         ldxdw %r0, [%r9+0]\nrsh %r0, 21\nstxdw [%r10-8], %r0\nlddw %r1, map[0]\nmov %r2, %r10\n\
         add %r2, -16\ncall 1\njeq %r0, 0, missing\nmov %r1, N\nlock add [%r0], %r1\nja out\n\
         missing:\nstdw [%r10-24], 0\nlddw %r1, map[0]\nmov %r2, %r10\nadd %r2, -16\n\
@@ -590,6 +605,15 @@ mod tests {
 
     /// The probe's body translated with a lookup cache that counts (`Counts`).
     fn translated(text: &str) -> String {
+        translated_with(text, None).body
+    }
+
+    /// The probe translated with a lookup cache that counts (`Counts`), its misses deferred to
+    /// `defer` where it allows.
+    pub(in crate::translate) fn translated_with(
+        text: &str,
+        defer: Option<super::super::Defer>,
+    ) -> super::super::Translation {
         let def = MapDef {
             name: "pages".into(),
             kind: MapKind::Hash,
@@ -616,7 +640,8 @@ mod tests {
             previous: Some(("%hq".into(), "%hv".into())),
             counts: Some(Counts { field: 0, last: "%hc".into(), previous: "%hd".into() }),
         })];
-        translate(&verified, &options).expect("translates").body
+        options.defer = defer;
+        translate(&verified, &options).expect("translates")
     }
 
     /// A count found in either entry is a register add and goes on past the add, the warp by a

@@ -34,6 +34,9 @@ enum Word {
     Warp,
     /// A half of `%gridid` (the launch's id): the high one when `true`.
     Grid(bool),
+    /// A half of the launch's tag id ([`Options::tag`](super::Options::tag)): the high one
+    /// when `true`.
+    Tag(bool),
 }
 
 /// The 4-byte words of a device context, by offset. The offsets come from the context structs
@@ -58,6 +61,8 @@ fn context_word(context: &Context, offset: usize) -> Word {
                 o if o == offset_of!(C, sm) => Word::Special("%smid"),
                 o if o == offset_of!(C, launch_id) => Word::Grid(false),
                 o if o == offset_of!(C, launch_id) + 4 => Word::Grid(true),
+                o if o == offset_of!(C, tag_id) => Word::Tag(false),
+                o if o == offset_of!(C, tag_id) + 4 => Word::Tag(true),
                 o => dims(o, offset_of!(C, thread), TID)
                     .or_else(|| dims(o, offset_of!(C, block), CTAID))
                     .or_else(|| dims(o, offset_of!(C, block_dim), NTID))
@@ -86,6 +91,8 @@ fn context_word(context: &Context, offset: usize) -> Word {
                 o if o == offset_of!(C, is_store) => Word::Const(u32::from(is_store)),
                 o if o == offset_of!(C, launch_id) => Word::Grid(false),
                 o if o == offset_of!(C, launch_id) + 4 => Word::Grid(true),
+                o if o == offset_of!(C, tag_id) => Word::Tag(false),
+                o if o == offset_of!(C, tag_id) + 4 => Word::Tag(true),
                 o => dims(o, offset_of!(C, thread), TID)
                     .or_else(|| dims(o, offset_of!(C, block), CTAID))
                     .unwrap_or(Word::Const(0)),
@@ -223,6 +230,11 @@ impl Emitter<'_> {
                 self.line(format!("mov.u64 {d}, %gridid;"));
                 return;
             }
+            if context_word(&context, offset) == Word::Tag(false) {
+                let tag = self.options.tag.clone().unwrap_or_else(|| "0".to_owned());
+                self.line(format!("mov.b64 {d}, {tag};"));
+                return;
+            }
             self.read_context_word(&context, offset, &w0);
             self.read_context_word(&context, offset + 4, &w1);
             self.line(format!("mov.b64 {d}, {{{w0}, {w1}}};"));
@@ -268,6 +280,14 @@ impl Emitter<'_> {
                 }
                 self.line(format!("cvt.u32.u64 {into}, {t0};"));
             }
+            Word::Tag(high) => match self.options.tag.clone() {
+                Some(tag) => {
+                    let t0 = self.tmp64(0);
+                    self.line(format!("shr.u64 {t0}, {tag}, {};", if high { 32 } else { 0 }));
+                    self.line(format!("cvt.u32.u64 {into}, {t0};"));
+                }
+                None => self.line(format!("mov.b32 {into}, 0;")),
+            },
             Word::Warp => {
                 // (tid.z * ntid.y + tid.y) * ntid.x + tid.x, over 32.
                 let [w2, w3] = [self.tmp32(2), self.tmp32(3)];
@@ -351,6 +371,35 @@ mod tests {
             assert!(body.contains("mov.u64 %"), "{body}");
             assert_eq!(body.matches("%gridid").count(), 2, "{body}");
             assert!(body.contains("shr.u64") && body.contains(", 32;"), "{body}");
+        }
+    }
+
+    /// The launch's tag id is the kernel's register that holds it, read whole or by halves,
+    /// in both device contexts; 0 without one (a device function).
+    #[test]
+    fn tag_id_reads_the_kernel_s_register() {
+        let at = [offset_of!(KernelCtx, tag_id), offset_of!(MemAccessCtx, tag_id)];
+        for (event, offset) in [(DeviceEvent::KernelEntry, at[0]), (DeviceEvent::GlobalLoad, at[1])]
+        {
+            let context = match event {
+                DeviceEvent::KernelEntry => Context::Kernel { kernel_id: 7 },
+                _ => Context::load_store(7, "%rd9".into(), 4, 0, false),
+            };
+            let text = format!(
+                "ldxdw %r6, [%r1+{offset}]\nldxw %r7, [%r1+{}]\nadd %r6, %r7\nmov %r0, %r6\nexit",
+                offset + 4
+            );
+            let slots = assemble(&text).expect("assembles");
+            let program = Program::new(slots, vec![], AttachPoint::Device(event)).expect("program");
+            let verified = verify(&program).expect("verified");
+            let mut options = Options::new("t", context);
+            let body = translate(&verified, &options).expect("translated").body;
+            assert!(body.contains("mov.b64 %") && body.contains(", 0;"), "{body}");
+            assert!(!body.contains("%egpu_tag"), "{body}");
+            options.tag = Some("%egpu_tag".into());
+            let body = translate(&verified, &options).expect("translated").body;
+            assert_eq!(body.matches("%egpu_tag").count(), 2, "{body}");
+            assert!(body.contains("shr.u64") && body.contains("%egpu_tag, 32;"), "{body}");
         }
     }
 }

@@ -80,6 +80,7 @@
 mod alu;
 mod atomic;
 mod batch;
+mod defer;
 mod emit;
 mod error;
 mod frame;
@@ -99,6 +100,7 @@ use egpu_ebpf::{AttachPoint, DeviceEvent, Imm64, Instruction, MapKind, MemAccess
 pub use atomic::combines;
 pub(crate) use atomic::warp_add;
 pub use batch::{Addend, SiteConstants, SummaryAdd, batchable, summary};
+pub use defer::Defer;
 pub use error::TranslateError;
 pub use keys::{kernel_first, kernel_keyed};
 pub use maps::{RING_BATCH, close_ring_batch, lookups_and_removals};
@@ -123,6 +125,7 @@ pub fn translate(verified: &Verified, options: &Options) -> Result<Translation, 
         out.shared.append(&mut e.shared);
         if f == 0 {
             out.body = e.out;
+            out.deferred = e.deferred;
         } else {
             out.functions.push_str(&e.out);
         }

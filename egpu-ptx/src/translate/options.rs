@@ -90,6 +90,11 @@ pub struct Options {
     /// A 32-bit register of the kernel that holds `%smid`, read once when the kernel starts (a
     /// thread never moves to another SM); `None`: read `%smid` where needed.
     pub smid: Option<String>,
+    /// A 64-bit register of the kernel that holds the launch's tag id, loaded once when the
+    /// kernel starts from the parameter the injector appended to it
+    /// ([`InjectOptions::launch_tags`](crate::inject::InjectOptions::launch_tags)): what the
+    /// contexts' `tag_id` reads. `None` (a device function, or no such parameter): 0.
+    pub tag: Option<String>,
     /// Per map (in [`maps`](Options::maps) order): two 64-bit registers of the kernel, a key and
     /// a value address, through which a thread remembers its last hit in that hash map (keys of
     /// at most 8 bytes, or of two words whose first is the kernel's id): a lookup of the same
@@ -130,6 +135,10 @@ pub struct Options {
     /// counts its wait in `%clock64` cycles (read in a cycle or two, and exact) at that rate.
     /// `None`: on `%globaltimer`, whose steps (32 ns on the H200) round each wait.
     pub sm_clock_khz: Option<u32>,
+    /// At an access ([`Context::Access`]) whose probe counts by a key its lookup cache
+    /// remembers ([`Counts`]): a key in neither cached entry is kept here, not searched for
+    /// (`defer.rs`), when the probe allows it; [`Translation::deferred`] says whether it did.
+    pub defer: Option<super::Defer>,
 }
 
 /// Where a thread remembers its last hit in a hash map ([`Options::lookup_cache`]).
@@ -241,11 +250,13 @@ impl Options {
             combine: None,
             sm: 90,
             smid: None,
+            tag: None,
             lookup_cache: Vec::new(),
             ring_batches: Vec::new(),
             outline: None,
             invariants: Vec::new(),
             sm_clock_khz: None,
+            defer: None,
         }
     }
 }
@@ -263,4 +274,7 @@ pub struct Translation {
     /// every translation, so a module defines each name once, before any function that calls
     /// it. Empty without [`Options::outline`].
     pub shared: BTreeMap<String, String>,
+    /// Whether a miss was deferred ([`Options::defer`]): the caller runs the program again
+    /// where the thread's straight line of code ends, for the bit set.
+    pub deferred: bool,
 }
