@@ -2,6 +2,9 @@
 //! first scrape, before any CUDA process appears, and with `--linger` the last values stay served
 //! for a while after the command ends, after which egpu exits with the command's status.
 //!
+//! The series the built-in probes count per device are one per device (issue 29), exact against
+//! the stand-in driver with two devices.
+//!
 //! Every wait here has a generous deadline (30 s): nothing depends on how fast the machine is.
 
 use std::io::{BufRead, Read, Write};
@@ -222,6 +225,69 @@ fn kernel_times_are_served_as_durations_in_seconds() {
     let sites = format!("egpu_gpu_launches_site_total{{pid=\"{pid}\",site_id=\"0\"}} 6");
     assert!(response.lines().any(|l| l == sites), "{sites} in\n{response}");
     println!("gpu time by tag and site as metrics: {by_tag} s, 6 launches, as the durations");
+    child.stdin.take().expect("its input").write_all(b"go\n").expect("a line");
+    assert!(child.wait().expect("egpu run").success());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 29: against the stand-in driver with two devices (`devices.c`: 4 launches and 2
+/// allocations of 64 bytes on device 0, 7 launches and 2 allocations on device 1), the
+/// `gpu_cuda_*` series counted per device have a series per device, labelled `gpu_index`, with
+/// exactly what each device did; the others stay one per process.
+#[test]
+fn gpu_cuda_series_are_per_device_on_two_devices() {
+    let dir = support::build("cli-devices");
+    let exe = support::program(&dir, "devices");
+    let library = support::preload_library();
+    let mut child = Command::new(egpu())
+        .args(["run".as_ref(), "--library".as_ref(), library.as_os_str()])
+        .args(["--metrics", "127.0.0.1:0", "--"])
+        .arg(&exe)
+        .arg("wait")
+        .env("FAKE_DEVICES", "2")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("egpu run");
+    let (_err, address) = cli_support::metrics_address(&mut child);
+    let mut out = std::io::BufReader::new(child.stdout.take().expect("its output"));
+    let mut line = String::new();
+    while !line.starts_with("ready ") {
+        line.clear();
+        assert_ne!(out.read_line(&mut line).expect("a line"), 0, "the program said no ready");
+    }
+    let pid = line.trim().strip_prefix("ready ").expect("ready <pid>").to_string();
+    let on = |name: &str, device: u32, n: u64| {
+        format!("{name}{{pid=\"{pid}\",gpu_index=\"{device}\"}} {n}")
+    };
+    let want = [
+        on("gpu_cuda_kernel_launch_calls_total", 0, 4),
+        on("gpu_cuda_kernel_launch_calls_total", 1, 7),
+        on("gpu_cuda_memory_allocations_bytes_total", 0, 128),
+        on("gpu_cuda_memory_allocations_bytes_total", 1, 128),
+        // Nothing per device, nothing anywhere: the process's series.
+        format!("gpu_cuda_graph_launch_calls_total{{pid=\"{pid}\"}} 0"),
+        format!("gpu_cuda_memset_bytes_total{{pid=\"{pid}\"}} 0"),
+        // Not counted per device: the process's series.
+        format!("gpu_cuda_kernel_grid_size_count{{pid=\"{pid}\"}} 11"),
+    ];
+    let response = scrape_until(&address, &want[1]);
+    let exact = (0..2)
+        .filter(|&d| {
+            want.iter()
+                .filter(|w| w.contains(&format!("gpu_index=\"{d}\"")))
+                .all(|w| response.lines().any(|l| l == w))
+        })
+        .count();
+    println!("gpu_cuda series per device exact: {exact}/2 devices");
+    for line in &want {
+        assert!(response.lines().any(|l| l == line), "{line:?} in\n{response}");
+    }
+    // Every launch on one of the two devices: no series of the process's alone for launches.
+    let alone = format!("gpu_cuda_kernel_launch_calls_total{{pid=\"{pid}\"}}");
+    assert!(!response.contains(&alone), "{response}");
+    assert_eq!(exact, 2);
     child.stdin.take().expect("its input").write_all(b"go\n").expect("a line");
     assert!(child.wait().expect("egpu run").success());
     let _ = std::fs::remove_dir_all(&dir);

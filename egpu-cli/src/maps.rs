@@ -191,7 +191,8 @@ pub(crate) fn process_json(b: &Builtin, user: &[(String, RawMap)]) -> String {
 
 /// The devices a process used, each as a JSON object: its index, UUID and name (empty strings
 /// where the driver did not say), and what the built-in probes counted on it (`copies`, `sets`
-/// and `allocations` as counts and bytes), in index order.
+/// and `allocations` as counts and bytes; `launches` as kernel launches, their blocks and
+/// their blocks' threads summed; `graph_launches`), in index order.
 fn devices_json(b: &Builtin) -> Vec<String> {
     let labels = b.devices();
     let counts = b.device_counts();
@@ -208,14 +209,17 @@ fn devices_json(b: &Builtin) -> Vec<String> {
             let c = counts.iter().find(|c| c.index == index).copied().unwrap_or_default();
             let pair =
                 |(count, bytes): (u64, u64)| format!("{{\"count\":{count},\"bytes\":{bytes}}}");
+            let (launches, blocks, threads) = c.launches;
             format!(
                 "{{\"index\":{index},\"uuid\":{},\"name\":{},\"copies\":{},\"sets\":{},\
-                 \"allocations\":{}}}",
+                 \"allocations\":{},\"launches\":{{\"count\":{launches},\"blocks\":{blocks},\
+                 \"threads\":{threads}}},\"graph_launches\":{}}}",
                 string(&uuid),
                 string(&name),
                 pair(c.copies),
                 pair(c.sets),
-                pair(c.allocations)
+                pair(c.allocations),
+                c.graph_launches
             )
         })
         .collect()
@@ -362,7 +366,8 @@ mod tests {
         assert!(b.record_device(0, None, ""));
         let json = process_json(&b, &[]);
         let none = "\"copies\":{\"count\":0,\"bytes\":0},\"sets\":{\"count\":0,\"bytes\":0},\
-                    \"allocations\":{\"count\":0,\"bytes\":0}";
+                    \"allocations\":{\"count\":0,\"bytes\":0},\
+                    \"launches\":{\"count\":0,\"blocks\":0,\"threads\":0},\"graph_launches\":0";
         let devices = format!(
             ",\"devices\":[{{\"index\":0,\"uuid\":\"\",\"name\":\"\",{none}}},{{\"index\":1,\
              \"uuid\":\"GPU-65677075-2d73-7461-6e64-2d696e2d0001\",\"name\":\"Stand-in GPU 1\",{none}}}]"

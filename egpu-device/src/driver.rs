@@ -54,6 +54,21 @@ pub enum DriverError {
         /// The panic message.
         message: String,
     },
+
+    /// A map's memory is mapped into another GPU already ([`crate::maps::HostMappedMap`]): two
+    /// GPUs' atomics on one word of mapped host memory are not atomic with each other, so a map
+    /// that kernels on several GPUs update needs a part per GPU
+    /// ([`crate::maps::MappedParts`]).
+    #[error(
+        "the map is mapped into GPU {other} already, and GPU {gpu}'s atomics on its words would \
+         not be atomic with GPU {other}'s: give each GPU a part of its own (`MappedParts`)"
+    )]
+    MappedIntoAnotherGpu {
+        /// The GPU (device ordinal) the map was to be mapped into.
+        gpu: i32,
+        /// The GPU it is mapped into.
+        other: i32,
+    },
 }
 
 impl DriverError {

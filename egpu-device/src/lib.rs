@@ -27,7 +27,8 @@
 //!   launches through cudarc's launch builder;
 //! - [`maps`] places maps where probes update them: a copy in GPU memory
 //!   ([`maps::DeviceMapBuffer`]), or the host map pinned and mapped into the GPU, read live
-//!   ([`maps::HostMappedMap`]), on the layout every side shares (`egpu_maps::layout`);
+//!   ([`maps::HostMappedMap`], one GPU at a time), or a part per GPU merged on the host
+//!   ([`maps::MappedParts`]), on the layout every side shares (`egpu_maps::layout`);
 //! - [`ptx`] reads PTX into pieces that cover its text exactly: functions, statements, and
 //!   instructions with their guards, opcodes and operands;
 //! - [`toolchain`] runs NVIDIA's `ptxas` (checks PTX, reports registers and spills) and `nvcc`

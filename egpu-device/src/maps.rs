@@ -14,6 +14,7 @@
 //! them.
 
 use egpu_maps::layout::Geometry;
+use egpu_maps::merge::{DevicePart, Merged};
 use egpu_maps::{MapKind, RawMap};
 
 use crate::cuda::{DeviceBuffer, Gpu, HostMapping};
@@ -161,7 +162,10 @@ impl<'g> DeviceMapBuffer<'g> {
 /// A host map whose memory is pinned and mapped into the GPU: device probes update it in place,
 /// live for the host and for other processes (a map in shared memory included), with every
 /// device write crossing the bus. One writing side per word: device probes write the map's SM
-/// shards (or a map host code does not write while kernels run).
+/// shards (or a map host code does not write while kernels run). One GPU: two GPUs' atomics on
+/// one word of mapped host memory are not atomic with each other, so a map mapped into one GPU
+/// is refused to another ([`DriverError::MappedIntoAnotherGpu`]) while this value lives; kernels
+/// on several GPUs update a map through a part per GPU ([`MappedParts`]).
 #[derive(Debug)]
 pub struct HostMappedMap<'g> {
     // Declared first, so dropped first: the memory is unmapped while `raw` still holds it.
@@ -169,11 +173,50 @@ pub struct HostMappedMap<'g> {
     raw: RawMap,
     /// Where the map starts in the mapped pages.
     offset: u64,
+    /// The GPU (device ordinal) it is mapped into.
+    gpu: i32,
+}
+
+/// The maps mapped into a GPU in this process ([`HostMappedMap`]): their memory's start and end,
+/// the GPU, and how many values map them there.
+static MAPPED: std::sync::Mutex<Vec<(usize, usize, i32, u32)>> = std::sync::Mutex::new(Vec::new());
+
+fn mapped() -> std::sync::MutexGuard<'static, Vec<(usize, usize, i32, u32)>> {
+    MAPPED.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl<'g> HostMappedMap<'g> {
     /// Maps `raw`'s memory into `gpu`.
+    ///
+    /// # Errors
+    ///
+    /// [`DriverError::MappedIntoAnotherGpu`] when (part of) the map's memory is mapped into
+    /// another GPU by a live `HostMappedMap`; the driver's errors.
     pub fn new(gpu: &'g Gpu, raw: &RawMap) -> Result<HostMappedMap<'g>, DriverError> {
+        let (ptr, len) = raw.memory();
+        let span = (ptr.as_ptr() as usize, ptr.as_ptr() as usize + len);
+        {
+            let mut all = mapped();
+            let elsewhere =
+                |e: &&(usize, usize, i32, u32)| e.0 < span.1 && span.0 < e.1 && e.2 != gpu.ordinal;
+            if let Some(other) = all.iter().find(elsewhere) {
+                return Err(DriverError::MappedIntoAnotherGpu { gpu: gpu.ordinal, other: other.2 });
+            }
+            match all.iter_mut().find(|e| (e.0, e.1, e.2) == (span.0, span.1, gpu.ordinal)) {
+                Some(e) => e.3 += 1,
+                None => all.push((span.0, span.1, gpu.ordinal, 1)),
+            }
+        }
+        match Self::map(gpu, raw) {
+            Ok(map) => Ok(map),
+            Err(e) => {
+                forget(span, gpu.ordinal);
+                Err(e)
+            }
+        }
+    }
+
+    fn map(gpu: &'g Gpu, raw: &RawMap) -> Result<HostMappedMap<'g>, DriverError> {
         let (ptr, len) = raw.memory();
         // The driver maps whole pages: register the pages that hold the map (they are mapped,
         // since the map is in them), and find the map inside them.
@@ -187,7 +230,8 @@ impl<'g> HostMappedMap<'g> {
         // drops its mapping before it.
         let mapping =
             unsafe { gpu.map_host(ptr.as_ptr().wrapping_sub(start - first), end - first)? };
-        Ok(HostMappedMap { offset: (start - first) as u64, mapping, raw: raw.clone() })
+        let offset = (start - first) as u64;
+        Ok(HostMappedMap { offset, mapping, raw: raw.clone(), gpu: gpu.ordinal })
     }
 
     /// What the translation needs: the device address and the geometry.
@@ -205,4 +249,130 @@ impl<'g> HostMappedMap<'g> {
     pub fn raw(&self) -> &RawMap {
         &self.raw
     }
+}
+
+impl Drop for HostMappedMap<'_> {
+    fn drop(&mut self) {
+        let (ptr, len) = self.raw.memory();
+        forget((ptr.as_ptr() as usize, ptr.as_ptr() as usize + len), self.gpu);
+    }
+}
+
+/// One mapping of `span` into `gpu` gone.
+fn forget(span: (usize, usize), gpu: i32) {
+    let mut all = mapped();
+    if let Some(at) = all.iter().position(|e| (e.0, e.1, e.2) == (span.0, span.1, gpu)) {
+        all[at].3 -= 1;
+        if all[at].3 == 0 {
+            all.remove(at);
+        }
+    }
+}
+
+/// A host map that kernels on several GPUs of one process update: each GPU gets a part of its
+/// own, a map of the same geometry in this process's memory pinned and mapped into that GPU
+/// alone ([`HostMappedMap`]), which its probes update ([`binding`](Self::binding));
+/// [`merge`](Self::merge) adds what each part changed since the last merge into the map, on the
+/// host, as the preloaded library merges its device parts (`egpu_maps::merge::DevicePart`:
+/// value words add their growth, hash entries are published once seen whole, rings are
+/// drained), so that the map holds the sum over the GPUs and each part what its GPU did. One
+/// GPU's atomics never touch another's words (issue 29). The map is up to date after a merge,
+/// not live; a merge after the kernels are done (`settled`) is exact.
+#[derive(Debug)]
+pub struct MappedParts<'g> {
+    raw: RawMap,
+    parts: Vec<MappedPart<'g>>,
+}
+
+/// A GPU's part of a [`MappedParts`].
+#[derive(Debug)]
+struct MappedPart<'g> {
+    gpu: i32,
+    mapped: HostMappedMap<'g>,
+    merger: DevicePart,
+}
+
+/// Why a [`MappedParts`] could not be made or merged.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MappedPartsError {
+    /// A part's memory could not be mapped into its GPU.
+    #[error(transparent)]
+    Driver(#[from] DriverError),
+    /// The map has no device part of its kind (see `egpu_maps::merge::DevicePart::new`), a
+    /// part's memory could not be made, or a merge failed.
+    #[error(transparent)]
+    Map(#[from] egpu_maps::MapError),
+    /// The same GPU was given twice.
+    #[error("GPU {gpu} was given twice: one part per GPU")]
+    SameGpuTwice {
+        /// Its device ordinal.
+        gpu: i32,
+    },
+}
+
+impl<'g> MappedParts<'g> {
+    /// A part of `raw` for each of `gpus`, each made empty and mapped into its GPU.
+    pub fn new(raw: &RawMap, gpus: &[&'g Gpu]) -> Result<MappedParts<'g>, MappedPartsError> {
+        let geometry = *raw.geometry();
+        let mut parts: Vec<MappedPart<'g>> = Vec::new();
+        for gpu in gpus {
+            if parts.iter().any(|p| p.gpu == gpu.ordinal) {
+                return Err(MappedPartsError::SameGpuTwice { gpu: gpu.ordinal });
+            }
+            let merger = DevicePart::new(&geometry)?;
+            let memory = RawMap::create(geometry, &egpu_maps::Placement::Process)?;
+            let mapped = HostMappedMap::new(gpu, &memory)?;
+            parts.push(MappedPart { gpu: gpu.ordinal, mapped, merger });
+        }
+        Ok(MappedParts { raw: raw.clone(), parts })
+    }
+
+    /// What `gpu`'s translation needs: its part's address there and the geometry; `None` for a
+    /// GPU that has no part.
+    pub fn binding(&self, gpu: &Gpu) -> Option<DeviceMap> {
+        self.parts.iter().find(|p| p.gpu == gpu.ordinal).map(|p| p.mapped.binding())
+    }
+
+    /// Adds what each part changed since the last merge into the map. `settled`: no kernel
+    /// updates a part now, so hash entries are published at once. The counts of what was
+    /// merged, summed over the parts.
+    pub fn merge(&mut self, settled: bool) -> Result<Merged, MappedPartsError> {
+        let mut all = Merged::default();
+        for part in &mut self.parts {
+            let snapshot = snapshot(part.mapped.raw(), part.merger.range());
+            let m = part.merger.merge(&snapshot, &self.raw, settled)?;
+            all.words += m.words;
+            all.published += m.published;
+            all.removed += m.removed;
+            all.deferred += m.deferred;
+            all.refused += m.refused;
+            all.records += m.records;
+        }
+        Ok(all)
+    }
+
+    /// `gpu`'s part: what its kernels did (rings aside, which a merge drains into the map).
+    pub fn part(&self, gpu: &Gpu) -> Option<&RawMap> {
+        self.parts.iter().find(|p| p.gpu == gpu.ordinal).map(|p| p.mapped.raw())
+    }
+
+    /// The map the parts merge into.
+    pub fn raw(&self) -> &RawMap {
+        &self.raw
+    }
+}
+
+/// The bytes of `map` in `range` (whole words), read word by word with atomic loads, as the GPU
+/// may write them meanwhile.
+fn snapshot(map: &RawMap, range: std::ops::Range<usize>) -> Vec<u8> {
+    let (ptr, len) = map.memory();
+    let mut bytes = Vec::with_capacity(range.len());
+    for at in range.step_by(8).filter(|at| at + 8 <= len) {
+        // SAFETY: the map's memory is `len` bytes, 8-aligned, live while `map` is; a word of it
+        // is only ever touched atomically (egpu_maps's rule), which this load is.
+        let word = unsafe { &*ptr.as_ptr().add(at).cast::<std::sync::atomic::AtomicU64>() };
+        bytes.extend_from_slice(&word.load(std::sync::atomic::Ordering::Acquire).to_le_bytes());
+    }
+    bytes
 }

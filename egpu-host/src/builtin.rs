@@ -23,7 +23,7 @@
 //! | `kernel_times` | hash, kernel id → [`KernelTime`] | GPU time per launch from CUDA events (`EGPU_KERNEL_TIMES=1`), written by the library |
 //! | `kernel_timing` | array of `u64` | the event timing's counts ([`TimingCount`]) |
 //! | `sync_times` | array of `u64` | histograms of the time spent in synchronisations per `SyncCtx` kind (with the kernel times) |
-//! | `per_device` | array of `[count, bytes]` | per device ordinal `d` (up to 64): copies at `3d`, sets at `3d + 1`, allocations at `3d + 2` |
+//! | `per_device` | array of `[count, bytes]` | per device ordinal `d` (up to 64): copies at `5d`, sets at `5d + 1`, allocations at `5d + 2`, kernel launches and their blocks at `5d + 3`, graph launches and the kernel launches' block threads at `5d + 4` |
 //! | `devices` | hash, device ordinal → UUID (16 bytes) and name (80 bytes, NUL-padded) | the devices the process used ([`DeviceLabel`]), written by the library |
 //!
 //! The probes that fill them are Probe Rust (`builtin/probes.rs`), built and verified once per
@@ -98,10 +98,12 @@ const ALLOCATION_SLOTS: u32 = 8;
 const SYNC_SLOTS: u32 = 4;
 
 /// `per_device`: per device ordinal `d` (below [`devices::DEVICES`]), copies at
-/// `DEVICE_SLOTS * d`, sets at `+ 1` and allocations at `+ 2` (count and bytes). Launches are
-/// not counted per device by the built-in probes: a launch context's `device` lies past its first
-/// 64 bytes, and reading it would take every launch off the one-line queue slot.
-const DEVICE_SLOTS: u32 = 3;
+/// `DEVICE_SLOTS * d`, sets at `+ 1` and allocations at `+ 2` (count and bytes), kernel launches
+/// at `+ 3` (count and blocks), then graph launches and the threads of the kernel launches'
+/// blocks at `+ 4` (count and threads). A launch's `device` lies past its context's first 64
+/// bytes: the preloaded library has it found where the probes run, from the launch's function
+/// (`HostProbes::resolve_launch_devices`), so that each launch still takes one queue line.
+const DEVICE_SLOTS: u32 = 5;
 const PER_DEVICE_SLOTS: u32 = DEVICE_SLOTS * devices::DEVICES;
 
 /// `modules`: module loads without PTX (0) and with (1).

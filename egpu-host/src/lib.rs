@@ -25,7 +25,7 @@
 #![deny(missing_docs)]
 
 use std::cell::RefCell;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use bytemuck::Pod;
@@ -126,7 +126,29 @@ pub struct HostProbes {
     /// An array of `u64` the worker thread copies [`Health`] into ([`HostProbes::mirror_health`]).
     /// (Every lock here is also taken across `fork` by `deferred::before_fork`.)
     health_mirror: Mutex<Option<RawMap>>,
+    /// Where the probes that run a launch's events find its device ([`LaunchDevices`]).
+    launch_devices: LaunchDevices,
 }
+
+/// A launch's `device` found where its probes run, from its function (see
+/// [`HostProbes::resolve_launch_devices`]): the resolver, whether the callers fill the device
+/// instead, and per phase whether the probes' runs fill it now (bit 0 enter, bit 1 exit).
+#[derive(Default)]
+struct LaunchDevices {
+    resolver: OnceLock<fn(u64) -> u32>,
+    by_callers: AtomicBool,
+    filled: AtomicU32,
+}
+
+/// Where `LaunchCtx::device` ends: a launch probe that reads no further, with the device filled
+/// where it runs, needs only the first line of the context from its caller.
+const LAUNCH_DEVICE_END: usize = std::mem::offset_of!(LaunchCtx, device) + 4;
+/// The context word that holds `LaunchCtx::device` (bit `i`: bytes `8i..8i + 8`).
+const LAUNCH_DEVICE_WORD: u16 = 1 << (std::mem::offset_of!(LaunchCtx, device) / 8);
+/// The context word that holds `LaunchCtx::function`, what the device is found from.
+const LAUNCH_FUNCTION_WORD: u16 = 1 << (std::mem::offset_of!(LaunchCtx, function) / 8);
+/// Where `LaunchCtx::function` ends.
+const LAUNCH_FUNCTION_END: usize = std::mem::offset_of!(LaunchCtx, function) + 8;
 
 impl std::fmt::Debug for HostProbes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -199,6 +221,7 @@ impl HostProbes {
             reentered: AtomicU64::new(0),
             registry: deferred::Registry::new(),
             health_mirror: Mutex::new(None),
+            launch_devices: LaunchDevices::default(),
         }
     }
 
@@ -241,13 +264,89 @@ impl HostProbes {
     /// Recounts what the probes of `event` and `phase` are and need.
     fn account(&self, attached: &[Attached], event: HostEvent, phase: Phase) {
         let mine = || attached.iter().filter(|a| a.event == event && a.phase == phase);
-        let needed = mine().map(|a| a.needed).max().unwrap_or(0);
-        let words = mine().fold(0, |w, a| w | a.words);
+        let mut needed = mine().map(|a| a.needed).max().unwrap_or(0);
+        let mut words = mine().fold(0, |w, a| w | a.words);
+        // A launch's device, found where the probes run: the callers fill the context's first
+        // line only (and its function), when no probe reads past the device.
+        if event == HostEvent::Launch {
+            let bit = 1 << u32::from(phase == Phase::Exit);
+            let d = &self.launch_devices;
+            let found_here = d.resolver.get().is_some()
+                && !d.by_callers.load(Ordering::Acquire)
+                && words & LAUNCH_DEVICE_WORD != 0
+                && needed <= LAUNCH_DEVICE_END;
+            if found_here {
+                needed = needed.min(LAUNCH_DEVICE_END - 4);
+                words = words & !LAUNCH_DEVICE_WORD | LAUNCH_FUNCTION_WORD;
+                d.filled.fetch_or(bit, Ordering::AcqRel);
+            } else {
+                d.filled.fetch_and(!bit, Ordering::AcqRel);
+            }
+        }
         let count = u64::try_from(mine().count()).unwrap_or(u64::MAX).min(0x7fff_ffff);
         let needed = u64::try_from(needed).unwrap_or(u64::MAX).min(0xffff);
         let waits = u64::from(mine().any(|a| a.waits));
         let state = waits << 63 | count << 32 | needed << 16 | u64::from(words);
         self.hot.state[slot(event, phase)].store(state, Ordering::Relaxed);
+    }
+
+    /// Has the probes find a launch's `device` where they run, from its function handle
+    /// (`LaunchCtx::function`), through `resolver`, rather than have the caller fill it: the
+    /// device lies past the context's first 64 bytes, which is all a launch probe that reads
+    /// nothing further needs the caller to queue ([`Poster::post_line`]). So the launch probes
+    /// that read at most up to the device cost the caller what they cost without it; their
+    /// runs ([`fire`](Self::fire), the worker's) write `resolver(function)` into the device,
+    /// whatever the caller gave. (The preloaded library's resolver: a table of the functions
+    /// the program found, each in one context, so on one device.) A set's first resolver stays.
+    pub fn resolve_launch_devices(&self, resolver: fn(u64) -> u32) {
+        let _ = self.launch_devices.resolver.set(resolver);
+        self.account_launches();
+    }
+
+    /// From now on the callers fill a launch's `device` as they fill other fields (the probes
+    /// that read it make the caller queue the context up to it): for a process where a
+    /// function's handle does not say its device (a `CUkernel` launched in contexts of
+    /// several devices). Launches queued before still get theirs from the resolver.
+    pub fn launch_devices_from_callers(&self) {
+        self.launch_devices.by_callers.store(true, Ordering::Release);
+        self.account_launches();
+    }
+
+    /// Whether the launch probes' runs at `phase` write the launch's device from its function
+    /// ([`resolve_launch_devices`](Self::resolve_launch_devices)), so that callers need not.
+    pub fn launch_device_found_by_probes(&self, phase: Phase) -> bool {
+        let bit = 1 << u32::from(phase == Phase::Exit);
+        self.launch_devices.filled.load(Ordering::Acquire) & bit != 0
+    }
+
+    fn account_launches(&self) {
+        let attached = self.attached.write().unwrap_or_else(|p| p.into_inner());
+        for phase in [Phase::Enter, Phase::Exit] {
+            self.account(&attached, HostEvent::Launch, phase);
+        }
+    }
+
+    /// The launch's device from its function, written into `ctx` (a launch's context, as much
+    /// of it as the caller gave) when the probes at `phase` find it here; a context shorter than
+    /// the device is copied into `buf` (as long as the context) and given the device there.
+    fn found_device<'c>(&self, phase: Phase, ctx: &'c mut [u8], buf: &'c mut [u8]) -> &'c mut [u8] {
+        let Some(resolver) = self.launch_devices.resolver.get() else { return ctx };
+        if !self.launch_device_found_by_probes(phase) || ctx.len() < LAUNCH_FUNCTION_END {
+            return ctx;
+        }
+        let at = std::mem::offset_of!(LaunchCtx, function);
+        let function =
+            u64::from_le_bytes(ctx[at..LAUNCH_FUNCTION_END].try_into().unwrap_or([0; 8]));
+        let device = resolver(function).to_le_bytes();
+        let ctx = if ctx.len() >= LAUNCH_DEVICE_END {
+            ctx
+        } else {
+            let len = ctx.len();
+            buf[..len].copy_from_slice(ctx);
+            &mut buf[..LAUNCH_DEVICE_END]
+        };
+        ctx[LAUNCH_DEVICE_END - 4..LAUNCH_DEVICE_END].copy_from_slice(&device);
+        ctx
     }
 
     /// Detaches a probe: calls that begin after this returns do not run it. False when it was not
@@ -310,6 +409,9 @@ impl HostProbes {
 
     #[inline(never)]
     fn fire_slow(&self, event: HostEvent, phase: Phase, ctx: &mut [u8]) {
+        let mut buf = [0u8; size_of::<LaunchCtx>()];
+        let ctx =
+            if event == HostEvent::Launch { self.found_device(phase, ctx, &mut buf) } else { ctx };
         // A thread that is exiting has no thread-locals left: its calls go unprobed.
         let _ = VMS.try_with(|cell| {
             let Ok(mut sets) = cell.try_borrow_mut() else {

@@ -370,11 +370,13 @@ fn the_built_in_probes_fill_the_report_and_the_prometheus_metrics() {
         p.unwrap_or_else(|| panic!("{name} {labels:?} in {m:?}")).value.clone()
     };
     let counter = |name, n| assert_eq!(value(name, &[]), Value::Counter(n), "{name}");
-    counter("gpu_cuda_kernel_launch_calls_total", 4);
-    counter("gpu_cuda_graph_launch_calls_total", 1);
+    // Counted per device too: a series per device (all on device 0 here).
+    let on_0 = |name, n| assert_eq!(value(name, &[("gpu_index", "0")]), Value::Counter(n));
+    on_0("gpu_cuda_kernel_launch_calls_total", 4);
+    on_0("gpu_cuda_graph_launch_calls_total", 1);
     counter("egpu_cuda_kernel_captured_calls_total", 1);
-    counter("gpu_cuda_memory_allocations_bytes_total", 1 << 20);
-    counter("gpu_cuda_memset_bytes_total", 100);
+    on_0("gpu_cuda_memory_allocations_bytes_total", 1 << 20);
+    on_0("gpu_cuda_memset_bytes_total", 100);
     counter("gpu_cuda_memory_free_bytes_total", 1 << 20);
     counter("gpu_cuda_stream_synchronize_calls_total", 1);
     counter("gpu_cuda_device_synchronize_calls_total", 1);

@@ -91,7 +91,9 @@ extern "C" fn before_fork() {
     let names: Box<dyn std::any::Any> = Box::new(NAMES.write().unwrap_or_else(|p| p.into_inner()));
     let parts = crate::device::fork_guard();
     let devices = crate::events::devices::fork_guard();
-    let _ = FORK_GUARDS.try_with(|g| *g.borrow_mut() = vec![times, state, names, parts, devices]);
+    let functions = crate::events::functions::fork_guard();
+    let guards = vec![times, state, names, parts, devices, functions];
+    let _ = FORK_GUARDS.try_with(|g| *g.borrow_mut() = guards);
 }
 
 fn release_fork_guards() {
@@ -187,6 +189,8 @@ fn set_up(probes: &HostProbes, pid: u32) -> Option<Defaults> {
     let builtin = Builtin::create(pid, shared).ok()?;
     // The devices used before (or, in a fork's child, in the parent).
     crate::events::devices::publish(&builtin);
+    // A launch's device found from its function where the probes run (`events::functions`).
+    probes.resolve_launch_devices(crate::events::functions::launch_device);
     probes.mirror_health(builtin.health_map().clone());
     let programs = builtin.programs().ok()?;
     let mut attached = attach_all(probes, &programs)?;
@@ -255,7 +259,9 @@ pub(crate) fn kernel_id(f: Handle) -> u64 {
     let key = f as usize;
     let known = NAMES.read().ok().and_then(|n| n.as_ref().and_then(|n| n.get(&key).map(|e| e.0)));
     known.unwrap_or_else(|| {
-        let name = function_name(f).unwrap_or_default();
+        let (name, kernel) = named(f).unwrap_or_default();
+        // Its device, for its launches', when the program found it in a way not seen.
+        crate::events::functions::first_launch(f, kernel);
         let id = if name.is_empty() { 0 } else { egpu::ebpf::kernel_id(&name) };
         if id != 0
             && let Ok(state) = STATE.lock()
@@ -284,17 +290,24 @@ pub(crate) fn record_kernel_name(name: &str) {
 /// The mangled name of `f`, from the driver's `cuFuncGetName`, or `cuKernelGetName` when `f` is
 /// a `CUkernel` (what the CUDA runtime launches), both CUDA 12.3.
 pub(crate) fn function_name(f: Handle) -> Option<String> {
-    [&real::FUNC_GET_NAME, &real::KERNEL_GET_NAME].into_iter().find_map(|hook| {
-        let get = hook.get_or_ask()?;
-        let mut name: *const c_char = std::ptr::null();
-        // SAFETY: the driver's function, with a pointer to write to and the caller's handle.
-        let result = unsafe { get(&mut name, f) };
-        if result != 0 || name.is_null() {
-            return None;
-        }
-        // SAFETY: the driver returns a C string that lives as long as the function.
-        Some(unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned())
-    })
+    named(f).map(|(name, _)| name)
+}
+
+/// [`function_name`], and whether the driver named `f` as a `CUkernel`.
+fn named(f: Handle) -> Option<(String, bool)> {
+    [&real::FUNC_GET_NAME, &real::KERNEL_GET_NAME].into_iter().zip([false, true]).find_map(
+        |(hook, kernel)| {
+            let get = hook.get_or_ask()?;
+            let mut name: *const c_char = std::ptr::null();
+            // SAFETY: the driver's function, with a pointer to write to and the caller's handle.
+            let result = unsafe { get(&mut name, f) };
+            if result != 0 || name.is_null() {
+                return None;
+            }
+            // SAFETY: the driver returns a C string that lives as long as the function.
+            Some((unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned(), kernel))
+        },
+    )
 }
 
 /// At exit: writes what this process counted to `<EGPU_SUMMARY>.<pid>` when `EGPU_SUMMARY` is
@@ -337,6 +350,8 @@ mod tests {
     #[test]
     fn every_built_in_probe_is_accepted() {
         let probes = HostProbes::new();
+        // As `set_up` has it: a launch's device found where the probes run.
+        probes.resolve_launch_devices(crate::events::functions::launch_device);
         let builtin = Builtin::create(std::process::id(), false).expect("the maps");
         let programs = builtin.programs().expect("the programs");
         let attached = attach_all(&probes, &programs).expect("every program attaches");
@@ -350,10 +365,13 @@ mod tests {
         ] {
             assert!(probes.armed(event, phase), "{event:?} {phase:?}");
         }
-        // The launch probes read the kernel id, the flags, the grid and the block: no clock
-        // (word 3), no thread id (word 8), and one queue slot (64 bytes).
+        // The launch probes read the kernel id, the flags, the grid, the block and the device,
+        // which the worker finds from the function: the caller fills the kernel id, the
+        // function, the flags, the grid and the block, no clock (word 3), no thread id or device
+        // (word 8), in one queue slot (64 bytes).
         let words = probes.context_words(HostEvent::Launch, Phase::Enter);
-        assert_eq!(words, 0b1111_0001, "{words:#b}");
+        assert_eq!(words, 0b1111_0011, "{words:#b}");
         assert_eq!(probes.context_needed(HostEvent::Launch, Phase::Enter), 64);
+        assert!(probes.launch_device_found_by_probes(Phase::Enter));
     }
 }

@@ -138,14 +138,21 @@ fn every_event_carries_the_device_of_its_context() {
     println!("device labels exact: {labelled}/{} devices", LABELS.len());
     assert_eq!(labelled, LABELS.len(), "{summary}");
     // The built-in probes' counts per device (no user probe needed): copies (the peer copy made
-    // on device 0), sets, allocations, with their bytes.
+    // on device 0), sets, allocations, with their bytes; launches, their blocks and their
+    // blocks' threads (device 0: 3 launches of 1 block and one of 2 x 3; device 1: 7 of 1),
+    // graph launches.
     let built_in = [
-        "per_device 0 copies 3 192 sets 0 0 allocations 2 128\n",
-        "per_device 1 copies 1 64 sets 0 0 allocations 2 128\n",
+        "per_device 0 copies 3 192 sets 0 0 allocations 2 128 launches 4 9 128 graphs 0\n",
+        "per_device 1 copies 1 64 sets 0 0 allocations 2 128 launches 7 7 224 graphs 0\n",
     ];
     let exact = built_in.iter().filter(|line| summary.contains(*line)).count();
     println!("built-in per-device counts exact: {exact}/{} devices", built_in.len());
     assert_eq!(exact, built_in.len(), "{summary}");
+    let launches = |d: usize| built_in[d].split(" launches ").nth(1).unwrap_or_default();
+    let exact = (0..2).filter(|&d| summary.contains(&format!(" launches {}", launches(d)))).count();
+    println!("built-in launches per device exact: {exact}/2 devices");
+    assert_eq!(exact, 2, "{summary}");
+    assert!(summary.contains("\nlaunches 11\n"), "{summary}");
     let maps = maps(&dir, "summary");
     // What devices.c does on each device: launches, copies, allocations.
     let expected = [(0, [4, 3, 2]), (1, [7, 1, 2])];
@@ -164,6 +171,40 @@ fn every_event_carries_the_device_of_its_context() {
     // The one copy between devices, from device 1 (a context made there) to device 0.
     let peers: Vec<_> = maps.iter().filter(|((m, _), _)| m == "PEER_COPIES").collect();
     assert_eq!(peers, [(&("PEER_COPIES".to_string(), 16), &1)], "{maps:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A library's kernel handle (`CUkernel`, which belongs to no context) launched on both devices:
+/// once the process has used two devices and found one, the callers fill each launch's device,
+/// so the built-in probes' launches per device stay exact (2 on device 0, 3 on device 1, and
+/// a function found on device 1 launched once there), and a user probe's too.
+#[test]
+fn kernel_handles_launched_on_two_devices_count_per_device() {
+    let dir = build("devices-kernels");
+    let exe = program(&dir, "devices");
+    let out = Command::new(&exe)
+        .arg("kernels")
+        .env("LD_PRELOAD", preload_library())
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("EGPU_PROBES", pack_of(&dir, "kernels", &[launched::probe()]))
+        .env("EGPU_SUMMARY", dir.join("summary"))
+        .env("FAKE_DEVICES", "2")
+        .output()
+        .expect("running the launcher");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stdout.contains("kernels done"), "{stdout}\n{stderr}");
+    let summary = summaries(&dir, "summary");
+    let want = [
+        "per_device 0 copies 0 0 sets 0 0 allocations 0 0 launches 2 2 64 graphs 0\n",
+        "per_device 1 copies 0 0 sets 0 0 allocations 0 0 launches 4 4 128 graphs 0\n",
+    ];
+    let exact = want.iter().filter(|line| summary.contains(*line)).count();
+    println!("built-in kernel-handle launches per device exact: {exact}/2 devices");
+    assert_eq!(exact, 2, "{summary}");
+    let maps = maps(&dir, "summary");
+    let on = |d: u32| maps.get(&("LAUNCHES_ON".to_string(), d)).copied().unwrap_or(0);
+    assert_eq!((on(0), on(1)), (2, 4), "{maps:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -269,11 +310,11 @@ fn egpu_names_no_multicast_function() {
     assert!(naming.is_empty(), "{naming:#?}");
 }
 
-/// What reading `ctx.device` adds to a launch (cuCtxGetCurrent and the cache's lookup), against
-/// the stand-in driver: a probe counting launches per device, against one counting them per
-/// thread id (the same context word, so the same path otherwise). Prints both, per launch; run
-/// it by name (`--ignored`), on a quiet machine. The stand-in's `cuCtxGetCurrent` is a
-/// thread-local read, as the driver's is.
+/// What reading `ctx.device` adds to a launch, against the stand-in driver: a probe counting
+/// launches per device (the device found from the launch's function where the probes run, so
+/// the launch queues one line), against one counting them per thread id (the next field, which
+/// the caller fills: two lines). Prints both, per launch; run it by name (`--ignored`), on a
+/// quiet machine.
 #[test]
 #[ignore = "a measurement, not a check"]
 fn what_the_device_costs_a_launch() {

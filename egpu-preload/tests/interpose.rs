@@ -127,8 +127,10 @@ fn every_launch_is_one_event_in_its_own_process() {
     assert_eq!(parent.others, others, "linked, by dlsym and by cuGetProcAddress (_ptsz too)");
     // The one device, labelled with the UUID the stand-in gives it (and no name: it gives none
     // without FAKE_DEVICE_INFO), and the built-in counts on it: all of them (copies, sets and
-    // allocations, each with its bytes, as above).
-    let on_device = "per_device 0 copies 8 13540 sets 2 5096 allocations 4 8192";
+    // allocations, each with its bytes, as above; the 20 kernel launches run with their 70
+    // blocks and 2209 block threads, as the `shapes` line sums them, and the 3 graph launches).
+    let on_device = "per_device 0 copies 8 13540 sets 2 5096 allocations 4 8192 \
+                     launches 20 70 2209 graphs 3";
     assert_eq!(parent.devices, [STAND_IN_DEVICE, on_device]);
     // Launches, copies and allocations have two built-in probes each (counts, and sizes); the
     // rest one.
@@ -293,12 +295,15 @@ fn another_process_reads_the_counts_while_the_program_runs() {
     let builtin = egpu::host::builtin::Builtin::open(pid).expect("its maps, by name");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     let mut report = builtin.report(None);
-    let done = |r: &str| r.contains("syncs context 1") && r.contains("launches 5\n");
+    let on_device = "per_device 0 copies 0 0 sets 0 0 allocations 0 0 launches 5 20 640 graphs 0";
+    let done = |r: &str| {
+        r.contains("syncs context 1") && r.contains("launches 5\n") && r.contains(on_device)
+    };
     while !done(&report) && std::time::Instant::now() < deadline {
         std::thread::sleep(std::time::Duration::from_millis(5));
         report = builtin.report(None);
     }
-    let head = format!("pid {pid}\n{STAND_IN_DEVICE}\nlaunches 5\n");
+    let head = format!("pid {pid}\n{STAND_IN_DEVICE}\n{on_device}\nlaunches 5\n");
     assert!(report.contains(&head), "{report}");
     assert!(report.contains(" 5 _Z5kernAPf\n"), "kernel names are shared too: {report}");
     assert!(egpu::host::builtin::processes().contains(&pid));

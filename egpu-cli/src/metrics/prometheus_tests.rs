@@ -36,14 +36,15 @@ const HEALTH: Health = Health {
 };
 
 /// The lines and formats of today's names (issue 18, item 9): the text format 0.0.4 as before
-/// (histogram sums are now written as floats, `1024.0`), OpenMetrics when asked for.
+/// (histogram sums are now written as floats, `1024.0`), OpenMetrics when asked for; the series
+/// counted per device labelled with the device (issue 29: the fixture's, device 0).
 #[test]
 fn item9_metrics_keep_their_names_in_both_formats() {
     let (text, open) = rendered(vec![filled()], HEALTH, MetricsOptions::default());
     for line in [
         "# TYPE gpu_cuda_kernel_launch_calls_total counter",
-        "gpu_cuda_kernel_launch_calls_total{pid=\"4242\"} 4",
-        "gpu_cuda_graph_launch_calls_total{pid=\"4242\"} 1",
+        "gpu_cuda_kernel_launch_calls_total{pid=\"4242\",gpu_index=\"0\"} 4",
+        "gpu_cuda_graph_launch_calls_total{pid=\"4242\",gpu_index=\"0\"} 1",
         "egpu_cuda_kernel_captured_calls_total{pid=\"4242\"} 1",
         "# TYPE gpu_cuda_kernel_grid_size histogram",
         // Grids of 8 blocks (4 bits) three times, of 1000 (10 bits) once; none for the graph.
@@ -55,12 +56,12 @@ fn item9_metrics_keep_their_names_in_both_formats() {
         "gpu_cuda_kernel_block_size_bucket{pid=\"4242\",le=\"2047\"} 4",
         "gpu_cuda_kernel_block_size_sum{pid=\"4242\"} 1120.0",
         "# TYPE gpu_cuda_memory_allocations_bytes_total counter",
-        "gpu_cuda_memory_allocations_bytes_total{pid=\"4242\"} 1048576",
+        "gpu_cuda_memory_allocations_bytes_total{pid=\"4242\",gpu_index=\"0\"} 1048576",
         "gpu_cuda_memory_copies_bytes_bucket{pid=\"4242\",cuda_memcpy_kind=\"HostToDevice\",le=\"4095\"} 0",
         "gpu_cuda_memory_copies_bytes_bucket{pid=\"4242\",cuda_memcpy_kind=\"HostToDevice\",le=\"8191\"} 2",
         "gpu_cuda_memory_copies_bytes_sum{pid=\"4242\",cuda_memcpy_kind=\"HostToDevice\"} 9096.0",
         "gpu_cuda_memory_copies_bytes_count{pid=\"4242\",cuda_memcpy_kind=\"DeviceToHost\"} 1",
-        "gpu_cuda_memset_bytes_total{pid=\"4242\"} 100",
+        "gpu_cuda_memset_bytes_total{pid=\"4242\",gpu_index=\"0\"} 100",
         "gpu_cuda_memory_free_bytes_total{pid=\"4242\"} 1048576",
         "gpu_cuda_stream_synchronize_calls_total{pid=\"4242\"} 1",
         "gpu_cuda_device_synchronize_calls_total{pid=\"4242\"} 1",

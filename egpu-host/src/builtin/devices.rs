@@ -32,9 +32,9 @@ pub fn uuid_text(bytes: &[u8; 16]) -> String {
 }
 
 /// What the built-in probes counted on one device (`per_device`): copies and sets with their
-/// bytes, allocations that succeeded with their bytes. (Not launches: a launch context's
-/// `device` is past the 64 bytes the built-in launch probes read, which keep each launch to one
-/// queue line; a user probe counts them per device.)
+/// bytes, allocations that succeeded with their bytes, kernel launches (not those captured into
+/// graphs) with their blocks and the threads of their blocks summed (as the `shapes` line sums
+/// them), graph launches.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeviceCounts {
     /// The device's ordinal.
@@ -45,6 +45,10 @@ pub struct DeviceCounts {
     pub sets: (u64, u64),
     /// Allocations and their bytes.
     pub allocations: (u64, u64),
+    /// Kernel launches, the blocks of their grids and the threads of their blocks, summed.
+    pub launches: (u64, u64, u64),
+    /// Graph launches.
+    pub graph_launches: u64,
 }
 
 impl Builtin {
@@ -55,11 +59,17 @@ impl Builtin {
             (t.count, t.bytes)
         };
         (0..DEVICES)
-            .map(|index| DeviceCounts {
-                index,
-                copies: tally(index, 0),
-                sets: tally(index, 1),
-                allocations: tally(index, 2),
+            .map(|index| {
+                let ((launches, blocks), (graph_launches, threads)) =
+                    (tally(index, 3), tally(index, 4));
+                DeviceCounts {
+                    index,
+                    copies: tally(index, 0),
+                    sets: tally(index, 1),
+                    allocations: tally(index, 2),
+                    launches: (launches, blocks, threads),
+                    graph_launches,
+                }
             })
             .filter(|c| DeviceCounts { index: c.index, ..DeviceCounts::default() } != *c)
             .collect()
@@ -108,6 +118,71 @@ mod tests {
     fn a_uuid_is_written_as_nvidia_smi_writes_it() {
         let bytes: [u8; 16] = *b"egpu-stand-in-\x00\x01";
         assert_eq!(uuid_text(&bytes), "GPU-65677075-2d73-7461-6e64-2d696e2d0001");
+    }
+
+    /// The `gpu_cuda_*` series counted per device: one per device with a count, labelled
+    /// `gpu_index`, exactly what each device did, and what no device holds under the process
+    /// alone (here: launches on a device past the map's 64), so that they sum to the totals.
+    #[test]
+    fn series_counted_per_device_are_one_per_device_and_sum_to_the_totals() {
+        use egpu_ebpf::{AllocCtx, LaunchCtx, MemcpyCtx, Phase};
+        let probes = crate::HostProbes::new();
+        let b = Builtin::create(4347, false).expect("maps in process memory");
+        for (program, maps) in b.programs().expect("the programs") {
+            probes.attach(&program, &maps).expect("attach");
+        }
+        let launch = |device, kernel_id| LaunchCtx {
+            kernel_id,
+            grid: [1, 1, 1],
+            device,
+            ..Default::default()
+        };
+        for (device, n) in [(0, 4), (1, 7), (70, 2)] {
+            for _ in 0..n {
+                probes.fire(Phase::Enter, &mut launch(device, 5));
+            }
+        }
+        probes.fire(Phase::Enter, &mut launch(1, u64::MAX));
+        for (device, bytes) in [(0, 64), (1, 128), (1, 256)] {
+            let mut alloc = AllocCtx { bytes, device, ..Default::default() };
+            probes.fire(Phase::Exit, &mut alloc);
+        }
+        let mut set =
+            MemcpyCtx { bytes: 10, flags: MemcpyCtx::MEMSET, device: 1, ..Default::default() };
+        probes.fire(Phase::Enter, &mut set);
+        let metrics = super::super::metrics(std::slice::from_ref(&b), Default::default());
+        let series = |name: &str| -> Vec<(Option<String>, u64)> {
+            let m = metrics.iter().find(|m| m.prometheus == name).expect("the metric");
+            m.points
+                .iter()
+                .map(|p| {
+                    let device = p.attributes.iter().find(|a| a.0 == "gpu_index");
+                    let super::super::Value::Counter(n) = p.value else { panic!("a counter") };
+                    (device.map(|a| a.1.clone()), n)
+                })
+                .collect()
+        };
+        let on = |d: &str, n| (Some(d.to_string()), n);
+        let want = [
+            ("gpu_cuda_kernel_launch_calls_total", vec![on("0", 4), on("1", 7), (None, 2)]),
+            ("gpu_cuda_graph_launch_calls_total", vec![on("1", 1)]),
+            ("gpu_cuda_memory_allocations_bytes_total", vec![on("0", 64), on("1", 384)]),
+            ("gpu_cuda_memset_bytes_total", vec![on("1", 10)]),
+            // Not counted per device: the process's one series.
+            ("gpu_cuda_memory_free_bytes_total", vec![(None, 0)]),
+        ];
+        let mut exact = 0;
+        for (name, want) in &want {
+            let got = series(name);
+            assert_eq!(&got, want, "{name}");
+            exact += usize::from(&got == want);
+        }
+        println!("gpu_cuda series per device exact: {exact}/{} metrics", want.len());
+        // Every point's labels: `pid`, then the device's ordinal.
+        let calls = metrics.iter().find(|m| m.prometheus == "gpu_cuda_kernel_launch_calls_total");
+        let labels: Vec<&str> =
+            calls.expect("calls").points[0].attributes.iter().map(|a| a.0).collect();
+        assert_eq!(labels, ["pid", "gpu_index"]);
     }
 
     #[test]

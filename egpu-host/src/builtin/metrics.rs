@@ -3,6 +3,15 @@
 //! serves in Prometheus's formats and pushes over OTLP (the exporters live in the `egpu`
 //! command, so that no exporter crate enters the preloaded library), and rendered here as an
 //! OTLP/HTTP JSON export request ([`otlp_json`]), which needs nothing beyond `std`.
+//!
+//! Names, units and instruments are OBI's; a series is a process's (`pid`), and, where the
+//! built-in probes count per device, a process's device's: kernel launches, graph launches,
+//! bytes allocated and bytes set have a series per device the process used, labelled
+//! `gpu_index` (OpenTelemetry `gpu.index`, the label `egpu_cuda_device_info` joins the device's
+//! UUID and name on), at most 64 per process, plus one with `pid` alone for what no device holds
+//! (a process's series sum to its total). The rest (copies by kind, grid and block sizes, frees,
+//! synchronisations, kernel durations, launches by kernel name) stay per process, as their maps
+//! are.
 
 use std::fmt::Write as _;
 
@@ -112,7 +121,7 @@ pub struct Metric {
     pub help: &'static str,
     /// Its instrument.
     pub kind: Kind,
-    /// Its series, one per process (and kernel, copy kind or map where labelled).
+    /// Its series, one per process (and kernel, copy kind, device or map where labelled).
     pub points: Vec<Point>,
 }
 
@@ -148,13 +157,20 @@ pub fn metrics(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
             .map(|b| Point { attributes: pid(b), value: Value::Counter(value(b)) })
             .collect(),
     };
+    // A series per process, or per process and device where the built-in probes counted it
+    // per device (`by_device`).
+    let split = |otel, unit, prometheus, help, total: &dyn Fn(&Builtin) -> u64, of: Count| {
+        let points = processes.iter().flat_map(|b| by_device(b, total(b), of)).collect();
+        Metric { otel, unit, prometheus, help, kind: Kind::Counter, points }
+    };
     let mut metrics = Vec::new();
-    let mut calls = counter(
+    let mut calls = split(
         "gpu.cuda.kernel.launch.calls",
         "{call}",
         "gpu_cuda_kernel_launch_calls_total",
         "CUDA kernel launches.",
         &|b| launches(b).iter().filter(|(id, _)| *id < CAPTURED).map(|(_, n)| n).sum(),
+        |c| c.launches.0,
     );
     if options.kernel_names {
         calls.points.clear();
@@ -173,12 +189,13 @@ pub fn metrics(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
         }
     }
     metrics.push(calls);
-    metrics.push(counter(
+    metrics.push(split(
         "gpu.cuda.graph.launch.calls",
         "{call}",
         "gpu_cuda_graph_launch_calls_total",
         "CUDA graph launches.",
         &|b| launches(b).iter().find(|(id, _)| *id == u64::MAX).map_or(0, |e| e.1),
+        |c| c.graph_launches,
     ));
     metrics.push(counter(
         "egpu.cuda.kernel.captured.calls",
@@ -217,12 +234,13 @@ pub fn metrics(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
             .collect();
         metrics.push(Metric { otel, unit, prometheus, help, kind: Kind::Histogram, points });
     }
-    metrics.push(counter(
+    metrics.push(split(
         "gpu.cuda.memory.allocations",
         "By",
         "gpu_cuda_memory_allocations_bytes_total",
         "Bytes of CUDA memory allocated.",
         &|b| (0..3).map(|k| b.total(&b.allocations, k).bytes).sum(),
+        |c| c.allocations.1,
     ));
     let mut copies = Vec::new();
     for b in processes {
@@ -253,12 +271,13 @@ pub fn metrics(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
         "Bytes of CUDA memory freed (of the allocations seen).",
         &|b| b.array(&b.freed, 0),
     ));
-    metrics.push(counter(
+    metrics.push(split(
         "gpu.cuda.memset.bytes",
         "By",
         "gpu_cuda_memset_bytes_total",
         "Bytes set by CUDA memory sets.",
         &|b| (8..16).map(|k| b.total(&b.copies, k).bytes).sum(),
+        |c| c.sets.1,
     ));
     let syncs: [(_, _, &[u32], _); 3] = [
         (
@@ -359,6 +378,35 @@ pub fn metrics(processes: &[Builtin], options: MetricsOptions) -> Vec<Metric> {
     metrics
 }
 
+/// What the built-in probes counted on one device, for one metric.
+type Count = fn(&super::DeviceCounts) -> u64;
+
+/// A process's series of a metric the built-in probes count per device too (`of`, from
+/// `per_device`), whose process total is `total`: one per device with a count, labelled
+/// `gpu_index` (OpenTelemetry `gpu.index`, the device's ordinal, as `egpu_cuda_device_info` has
+/// it, which names the device: at most 64 per process), and one labelled with the process alone
+/// for what no device holds (the whole total in a process that counted nothing per device, or
+/// one older than the per-device counts; what devices past the 64th did), so that the series
+/// still sum to the process's total.
+fn by_device(b: &Builtin, total: u64, of: Count) -> Vec<Point> {
+    let mut points = Vec::new();
+    let mut counted = 0u64;
+    for c in b.device_counts() {
+        let n = of(&c);
+        if n > 0 {
+            counted = counted.saturating_add(n);
+            let mut attributes = pid(b);
+            attributes.push(("gpu_index", c.index.to_string()));
+            points.push(Point { attributes, value: Value::Counter(n) });
+        }
+    }
+    let rest = total.saturating_sub(counted);
+    if rest > 0 || points.is_empty() {
+        points.push(Point { attributes: pid(b), value: Value::Counter(rest) });
+    }
+    points
+}
+
 /// The `cuda.synchronize.kind` values, by `SyncCtx` kind.
 const SYNC_KIND_NAMES: [&str; SYNC_SLOTS as usize] = ["Stream", "Event", "Context", "Device"];
 
@@ -439,7 +487,6 @@ fn device_attributes(b: &Builtin, index: u32) -> Vec<(&'static str, String)> {
 /// What the built-in probes counted per device, a series per process and device used, labelled
 /// as [`device_labels`]: bytes copied, bytes allocated.
 fn per_device(processes: &[Builtin]) -> [Metric; 2] {
-    type Count = fn(&super::DeviceCounts) -> u64;
     let each: [(&str, &str, &str, &str, Count); 2] = [
         (
             "egpu.cuda.device.memory.copies",

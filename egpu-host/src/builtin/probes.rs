@@ -128,16 +128,29 @@ fn bucket(mut value: u64) -> u32 {
 
 /// Launch shapes (not graph launches, nor launches captured into graphs): the blocks of the
 /// grid into the histogram at 0, their sum at [`BUCKETS`]; the threads of a block into the
-/// histogram at `BUCKETS + 1`, their sum at `2 * BUCKETS + 1`.
+/// histogram at `BUCKETS + 1`, their sum at `2 * BUCKETS + 1`. Per device too, in `per_device`:
+/// kernel launches and their blocks, the threads of their blocks, and graph launches (a
+/// launch's `device` lies past the context's first line: the preloaded library has it found
+/// from the launch's function where this probe runs, `HostProbes::resolve_launch_devices`).
 #[probe(host::launch, crate = crate::egpu_root)]
 fn launch_shapes(ctx: &LaunchCtx) {
-    if ctx.kernel_id != u64::MAX && ctx.flags & LaunchCtx::CAPTURED == 0 {
-        let blocks = ctx.grid[0] as u64 * ctx.grid[1] as u64 * ctx.grid[2] as u64;
-        let threads = ctx.block[0] as u64 * ctx.block[1] as u64 * ctx.block[2] as u64;
-        SHAPES.fetch_add(bucket(blocks), 1);
-        SHAPES.fetch_add(BUCKETS, blocks);
-        SHAPES.fetch_add(BUCKETS + 1 + bucket(threads), 1);
-        SHAPES.fetch_add(2 * BUCKETS + 1, threads);
+    if ctx.flags & LaunchCtx::CAPTURED == 0 {
+        if ctx.kernel_id != u64::MAX {
+            let blocks = ctx.grid[0] as u64 * ctx.grid[1] as u64 * ctx.grid[2] as u64;
+            let threads = ctx.block[0] as u64 * ctx.block[1] as u64 * ctx.block[2] as u64;
+            SHAPES.fetch_add(bucket(blocks), 1);
+            SHAPES.fetch_add(BUCKETS, blocks);
+            SHAPES.fetch_add(BUCKETS + 1 + bucket(threads), 1);
+            SHAPES.fetch_add(2 * BUCKETS + 1, threads);
+            if ctx.device < DEVICES {
+                let on = ctx.device * DEVICE_SLOTS;
+                PER_DEVICE.fetch_add_field(on + 3, |t| &t.count, 1);
+                PER_DEVICE.fetch_add_field(on + 3, |t| &t.bytes, blocks);
+                PER_DEVICE.fetch_add_field(on + 4, |t| &t.bytes, threads);
+            }
+        } else if ctx.device < DEVICES {
+            PER_DEVICE.fetch_add_field(ctx.device * DEVICE_SLOTS + 4, |t| &t.count, 1);
+        }
     }
 }
 
@@ -242,7 +255,13 @@ mod tests {
             probes.attach(&program, &maps).expect("attach");
         }
         let launches = [
-            LaunchCtx { kernel_id: 7, grid: [4, 2, 1], block: [32, 1, 1], ..Default::default() },
+            LaunchCtx {
+                kernel_id: 7,
+                grid: [4, 2, 1],
+                block: [32, 1, 1],
+                device: 1,
+                ..Default::default()
+            },
             LaunchCtx {
                 kernel_id: 7,
                 grid: [1 << 20, 1 << 12, 3],
@@ -250,8 +269,15 @@ mod tests {
                 ..Default::default()
             },
             LaunchCtx { kernel_id: 9, flags: LaunchCtx::CAPTURED, ..Default::default() },
-            LaunchCtx { kernel_id: u64::MAX, flags: LaunchCtx::GRAPH, ..Default::default() },
+            LaunchCtx {
+                kernel_id: u64::MAX,
+                flags: LaunchCtx::GRAPH,
+                device: 1,
+                ..Default::default()
+            },
             LaunchCtx::default(),
+            // On a device past the map's 64: in the totals, not per device.
+            LaunchCtx { kernel_id: 9, grid: [1, 1, 1], device: 64, ..Default::default() },
         ];
         for mut ctx in launches {
             probes.fire(Phase::Enter, &mut ctx);
@@ -317,15 +343,27 @@ mod tests {
         }
         assert_eq!(contents(FREED.raw()), [(0, 1 << 20)], "one free of an allocation seen");
         // Per device: copies and sets apart, allocations (not frees, not failed ones).
-        let device = |index, copies, sets, allocations| super::super::DeviceCounts {
-            index,
-            copies,
-            sets,
-            allocations,
+        let device = |index, copies, sets, allocations, launches, graph_launches| {
+            super::super::DeviceCounts {
+                index,
+                copies,
+                sets,
+                allocations,
+                launches,
+                graph_launches,
+            }
         };
+        // Launches per device: not captured ones, with their blocks and block threads summed.
         let want = [
-            device(0, (2, 4096u64.wrapping_add(u64::MAX)), (0, 0), (1, 1 << 20)),
-            device(1, (1, 5000), (1, 100), (1, 64)),
+            device(
+                0,
+                (2, 4096u64.wrapping_add(u64::MAX)),
+                (0, 0),
+                (1, 1 << 20),
+                (2, 3 << 32, 1024),
+                0,
+            ),
+            device(1, (1, 5000), (1, 100), (1, 64), (1, 8, 32), 1),
         ];
         assert_eq!(b.device_counts(), want);
         // As metrics, a series per device, labelled (the devices' labels: none recorded here).
@@ -366,8 +404,8 @@ mod tests {
             probes.attach(&program, &maps).expect("attach");
         }
         for (event, phase, bytes, words) in [
-            // kernel_id, flags, grid, block (not the device, past the first 64 bytes)
-            (HostEvent::Launch, Phase::Enter, 64, 0b1111_0001),
+            // kernel_id, flags, grid, block, device (past the first 64 bytes)
+            (HostEvent::Launch, Phase::Enter, 68, 0b1_1111_0001),
             // bytes, kind, flags
             (HostEvent::Memcpy, Phase::Enter, 68, 0b1_0100_0100),
             // ptr, bytes, kind and op, device, result
@@ -383,6 +421,53 @@ mod tests {
         }
         let other = [(HostEvent::Launch, Phase::Exit), (HostEvent::Memcpy, Phase::Exit)];
         assert!(other.iter().all(|&(e, p)| !probes.armed(e, p)));
+        // With the device found from the function where the probes run, the callers queue the
+        // first line only, with the function (word 1) instead of the device.
+        assert!(!probes.launch_device_found_by_probes(Phase::Enter));
+        probes.resolve_launch_devices(|function| function as u32 + 1);
+        assert!(probes.launch_device_found_by_probes(Phase::Enter));
+        assert_eq!(probes.context_needed(HostEvent::Launch, Phase::Enter), 64);
+        assert_eq!(probes.context_words(HostEvent::Launch, Phase::Enter), 0b1111_0011);
+        // Until the callers fill it again.
+        probes.launch_devices_from_callers();
+        assert!(!probes.launch_device_found_by_probes(Phase::Enter));
+        assert_eq!(probes.context_needed(HostEvent::Launch, Phase::Enter), 68);
+        assert_eq!(probes.context_words(HostEvent::Launch, Phase::Enter), 0b1_1111_0001);
+    }
+
+    /// A launch's device found from its function where the probes run: posted with its first
+    /// line only (as the preloaded library queues it), each launch counts on its function's
+    /// device, whatever the caller's context says past the line.
+    #[test]
+    fn launches_count_on_the_device_their_function_says() {
+        let probes: &'static HostProbes = Box::leak(Box::new(HostProbes::new()));
+        let b = Builtin::create(4346, false).expect("maps in process memory");
+        probes.resolve_launch_devices(|function| (function >> 8) as u32);
+        for (program, maps) in b.programs().expect("the programs") {
+            probes.attach(&program, &maps).expect("attach");
+        }
+        let poster = probes.poster();
+        for (function, n) in [(0x100, 3), (0x200, 5), (0x101, 2)] {
+            for _ in 0..n {
+                let made = || LaunchCtx {
+                    kernel_id: 7,
+                    function,
+                    grid: [2, 1, 1],
+                    block: [64, 1, 1],
+                    device: 9,
+                    ..Default::default()
+                };
+                assert!(poster.post_line(Phase::Enter, made), "one line");
+            }
+        }
+        // Fired now, with the whole context: the same.
+        let mut ctx =
+            LaunchCtx { kernel_id: 7, function: 0x201, grid: [1, 1, 1], ..Default::default() };
+        probes.fire(Phase::Enter, &mut ctx);
+        probes.flush();
+        let launches: Vec<_> = b.device_counts().iter().map(|c| (c.index, c.launches)).collect();
+        assert_eq!(launches, [(1, (5, 10, 320)), (2, (6, 11, 320))]);
+        assert_eq!(probes.health().faults, 0);
     }
 
     static NOWHERE: HashMap<u64, u64> = HashMap::with_capacity(8);

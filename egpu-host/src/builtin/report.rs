@@ -20,7 +20,7 @@ impl Builtin {
     /// ```text
     /// pid 711
     /// device 0 GPU-65677075-2d73-7461-6e64-2d696e2d0000 NVIDIA H200
-    /// per_device 0 copies 1 4 sets 1 4194304 allocations 1 4194304
+    /// per_device 0 copies 1 4 sets 1 4194304 allocations 1 4194304 launches 17 17408 4352 graphs 0
     /// launches 17
     /// shapes blocks 17408 threads 4352
     /// kernel 0x84d0c88d2e5ac11e 3 _Z5shiftPffi
@@ -41,18 +41,24 @@ impl Builtin {
             let _ = writeln!(text, "{}", line.trim_end());
         }
         // What the built-in probes counted on each device: count and bytes of copies, sets and
-        // allocations.
+        // allocations; kernel launches, their blocks and block threads (as `shapes` sums them),
+        // graph launches.
         for c in self.device_counts() {
             let _ = writeln!(
                 text,
-                "per_device {} copies {} {} sets {} {} allocations {} {}",
+                "per_device {} copies {} {} sets {} {} allocations {} {} launches {} {} {} \
+                 graphs {}",
                 c.index,
                 c.copies.0,
                 c.copies.1,
                 c.sets.0,
                 c.sets.1,
                 c.allocations.0,
-                c.allocations.1
+                c.allocations.1,
+                c.launches.0,
+                c.launches.1,
+                c.launches.2,
+                c.graph_launches
             );
         }
         let kernels = self.launches_by_kernel();

@@ -220,6 +220,8 @@ pub(crate) fn function(kernel: Handle) -> Option<Handle> {
         setting.apply(f);
     }
     state.functions.insert(key, f as usize);
+    // Its launches' device (`events::functions`): the current context's.
+    crate::events::functions::found(f);
     Some(f)
 }
 

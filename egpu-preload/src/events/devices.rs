@@ -168,6 +168,9 @@ pub(crate) struct Label {
 
 /// The devices used so far, each labelled once, in the order they were first used.
 static LABELS: Mutex<Vec<Label>> = Mutex::new(Vec::new());
+/// The first device used, + 1 (0: none yet); and how many have been.
+static FIRST: AtomicUsize = AtomicUsize::new(0);
+static USED: AtomicUsize = AtomicUsize::new(0);
 
 fn labels() -> MutexGuard<'static, Vec<Label>> {
     LABELS.lock().unwrap_or_else(|p| p.into_inner())
@@ -195,8 +198,27 @@ pub(crate) fn used(device: c_int) {
             return;
         }
         all.push(label.clone());
+        if FIRST
+            .compare_exchange(0, index as usize + 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            super::functions::changed();
+        }
+        USED.store(all.len(), Ordering::Release);
     }
     crate::defaults::with_builtin(|b| b.record_device(label.index, label.uuid, &label.name));
+    // A second device: the launches' device may need their callers (`functions`).
+    super::functions::check();
+}
+
+/// The first device the program used, if any.
+pub(crate) fn first_used() -> Option<u32> {
+    FIRST.load(Ordering::Acquire).checked_sub(1).map(|d| d as u32)
+}
+
+/// How many devices the program used.
+pub(crate) fn used_count() -> usize {
+    USED.load(Ordering::Acquire)
 }
 
 /// Writes every device labelled so far to `builtin` (made just now: at set-up, again in a

@@ -60,6 +60,10 @@ pub(super) use capture;
 pub(super) fn count_capture(result: CuResult, delta: i64) {
     // An end counts even when it fails (an invalidated capture ends too); the count is a hint,
     // the driver's answer in `captured` is what counts.
+    if delta > 0 && result == 0 {
+        // Graphs to be launched: launches that name no function (`functions`).
+        super::functions::graphs();
+    }
     if result == 0 || delta < 0 {
         let _ = defaults::HOT
             .captures
@@ -143,6 +147,7 @@ pub(super) fn config_stream(config: *const LaunchConfig) -> Handle {
 
 /// A graph launch: no one kernel, so the id is `u64::MAX`.
 pub(super) fn graph(stream: Handle) -> LaunchCtx {
+    super::functions::graphs();
     let (stream, flags) = (stream as u64, LaunchCtx::GRAPH);
     LaunchCtx { kernel_id: u64::MAX, stream, flags, ..LaunchCtx::default() }
 }

@@ -41,6 +41,7 @@
 
 pub(crate) mod devices;
 mod event;
+pub(crate) mod functions;
 mod launch;
 mod memory;
 mod modules;
@@ -473,6 +474,9 @@ entry_points! {
         => library(get_kernel(out, library, name));
     KERNEL_GET_FUNCTION cuKernelGetFunction (out: *mut Handle, kernel: Handle)
         => library(function(out, kernel));
+    // Functions found: each one's device kept, for its launches' (`functions`).
+    MODULE_GET_FUNCTION cuModuleGetFunction (out: *mut Handle, module: Handle, name: *const c_char)
+        => library(found(out));
     LIBRARY_GET_MODULE cuLibraryGetModule (out: *mut Handle, library: Handle)
         => library(module(out, library));
     LIBRARY_GET_GLOBAL cuLibraryGetGlobal (address: *mut DevicePtr, bytes: *mut usize, library: Handle, name: *const c_char)

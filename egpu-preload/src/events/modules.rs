@@ -125,6 +125,7 @@ pub(super) use load;
 
 /// Defines an interposed lookup in a library or of a kernel's function ([`libraries`]):
 /// `get_kernel(out, library, name)` (`cuLibraryGetKernel`: the kernel handle remembered),
+/// `found(out)` (`cuModuleGetFunction`: the function's device kept, [`super::functions`]),
 /// `function(out, kernel)` (`cuKernelGetFunction`) and `module(out, library)`
 /// (`cuLibraryGetModule`): the instrumented function or module in the current context, when the
 /// library waits ([`libraries::function`], [`libraries::module`]); `global(address, bytes,
@@ -139,7 +140,20 @@ macro_rules! library {
             let result = unsafe { real($($arg),*) };
             if result == 0 && !$out.is_null() {
                 // SAFETY: the driver wrote the handle to the caller's pointer.
-                crate::device::libraries::found(unsafe { $out.read() }, $library, $kname);
+                let kernel = unsafe { $out.read() };
+                crate::device::libraries::found(kernel, $library, $kname);
+                crate::events::functions::found_kernel(kernel);
+            }
+            result
+        });
+    };
+    ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) found($out:ident)) => {
+        interposed!($hook $name $symbol; ($($arg: $ty),*) |real| {
+            // SAFETY: the driver's function, with the caller's arguments unchanged.
+            let result = unsafe { real($($arg),*) };
+            if result == 0 && !$out.is_null() {
+                // SAFETY: the driver wrote the handle to the caller's pointer.
+                crate::events::functions::found(unsafe { $out.read() });
             }
             result
         });
@@ -152,7 +166,13 @@ macro_rules! library {
                 return 0;
             }
             // SAFETY: the driver's function, with the caller's arguments unchanged.
-            unsafe { real($($arg),*) }
+            let result = unsafe { real($($arg),*) };
+            if result == 0 && !$out.is_null() && stringify!($lookup) == "function" {
+                // A kernel's function in the current context.
+                // SAFETY: the driver wrote the handle to the caller's pointer.
+                crate::events::functions::found(unsafe { $out.read() });
+            }
+            result
         });
     };
     ($hook:ident $name:ident $symbol:expr; ($($arg:ident : $ty:ty),*) global($address:ident, $bytes:ident, $library:ident, $vname:ident)) => {

@@ -42,6 +42,12 @@ fn item9_otlp_protobuf_round_trip() {
         h.data_points.iter().any(|p| p.attributes == [string("cuda.memcpy.kind", "HostToDevice")]
             && p.sum == Some(9096.0))
     );
+    // Counted per device (issue 29): a point per device, `gpu.index` its ordinal.
+    let graphs = find("gpu.cuda.graph.launch.calls");
+    let Some(Data::Sum(sum)) = &graphs.data else { panic!("a sum: {graphs:?}") };
+    let points: Vec<_> =
+        sum.data_points.iter().map(|p| (p.attributes.clone(), p.value.clone())).collect();
+    assert_eq!(points, [(vec![string("gpu.index", "0")], Some(Number::AsInt(1)))]);
 }
 
 /// The bytes on the wire are those of OTLP's field numbers and types, checked by hand on small
