@@ -19,11 +19,12 @@
 //! the node"), so the copy and the lists live on the stack for the call. A node keeps the tag
 //! it was made or last set with, for every launch of its graph, as a node captured from a
 //! stream keeps its launch's; an executable graph's node set by
-//! `cuGraphExecKernelNodeSetParams` takes the setting thread's. Rewriting lists already
-//! rewritten gives the same lists (the tag goes at the parameter's index or offset whatever
-//! follows the caller's own), so a node's parameters read back (`cuGraphKernelNodeGetParams`)
-//! and set again are right too. Any other node, and a kernel node of a function without the
-//! parameter, goes to the driver as the caller made it.
+//! `cuGraphExecKernelNodeSetParams` takes the setting thread's. Lists that hold a tag already
+//! (a node's parameters read back with `cuGraphKernelNodeGetParams` and set again) are rewritten
+//! the same way: the caller's entries before the parameter's index or offset are kept, the
+//! setting thread's tag replaces the one after them. Any other node, a kernel node of a function
+//! without the parameter, and lists the driver would refuse (an `extra` of other keys) go to the
+//! driver as the caller made them.
 //!
 //! `cuGetProcAddress` hands these out by base name like every driver entry point; where the
 //! driver's answer is a function it exports under no name, [`form_at`] says which form the
