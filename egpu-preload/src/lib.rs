@@ -229,6 +229,7 @@ fn hand_out(symbol: &CStr, version: Option<c_int>, flags: u64, found: *mut c_voi
             Some(v) => events::by_base(name, v.max(4000), per_thread)
                 .find(|e| exported_as(found, e.exact))
                 .or_else(|| only_form(name, v, per_thread))
+                .or_else(|| graph_form(name, v))
                 .map_or(found, |e| e.hook.keep(found)),
         },
     };
@@ -257,6 +258,17 @@ fn only_form(name: &[u8], version: c_int, per_thread: bool) -> Option<&'static e
     let mut forms = events::by_base(name, version, per_thread);
     let first = forms.next()?;
     (forms.next().is_none() && first.exact.to_bytes() == name).then_some(first)
+}
+
+/// The graph entry point of several forms (a kernel node's, `events::graphs`) that
+/// `cuGetProcAddress` means by base name `name` at `version`, as the CUDA headers' versions
+/// say, for a version the table knows: a function the driver exports under no name handed out
+/// untouched would give an instrumented kernel's node one argument too few.
+fn graph_form(name: &[u8], version: c_int) -> Option<&'static events::Entry> {
+    if version > KNOWN_VERSION {
+        return None;
+    }
+    events::exact(events::form_at(name, version)?.to_bytes())
 }
 
 /// Whether `EGPU_LOG` (a comma-separated list) names `what`: `lookups` prints every lookup of a

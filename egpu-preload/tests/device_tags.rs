@@ -4,9 +4,15 @@
 //! tag. The C program `tests/fixture/device_tags.c` sets two tags (and none) around launches in
 //! every form, and checks the parameters each launch passed (`device tags exact: N/N
 //! launches`), and that launches of functions egpu did not instrument pass the caller's
-//! arguments untouched. The stand-in's device writers, emulating the probe
-//! (`FAKE_DEVICE_TAGGED=1`: each adds to the element of its launch's tag), then count each tag's
-//! own launches into the probe's map (`device tag counts exact: 3/3 tags`).
+//! arguments untouched. Then it builds a graph by hand (`tests/fixture/fake_graphs.h`): kernel
+//! nodes of the instrumented kernel added and set in every form (`cuGraphAddKernelNode` and
+//! `_v2`, `cuGraphAddNode` and `_v2`, the set calls, some found by `cuGetProcAddress`), each
+//! replayed at `cuGraphLaunch` with its own parameters and the tag of the thread that made or
+//! set it (`graph nodes with the launch parameter: N/N`), a node of a kernel without the
+//! parameter given the caller's lists (`graph nodes untouched: 4/4`). The stand-in's device
+//! writers, emulating the probe (`FAKE_DEVICE_TAGGED=1`: each adds to the element of its
+//! launch's tag), then count each tag's own launches and node replays into the probe's map
+//! (`device tag counts exact: 3/3 tags`).
 
 mod support;
 
@@ -77,6 +83,8 @@ fn device_probes_read_each_launch_s_tag() {
     assert!(out.status.success(), "{stdout}\n{stderr}");
     assert!(stdout.contains("device tags exact: 10/10 launches"), "{stdout}\n{stderr}");
     assert!(stdout.contains("untouched: 3/3 launches"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("graph nodes with the launch parameter: 15/15"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("graph nodes untouched: 4/4"), "{stdout}\n{stderr}");
     let mut summary = String::new();
     for entry in std::fs::read_dir(&dir).expect("the directory") {
         let path = entry.expect("an entry").path();
@@ -92,9 +100,11 @@ fn device_probes_read_each_launch_s_tag() {
                 .insert(key.parse::<u64>().expect("a key"), value.parse::<u64>().expect("a value"));
         }
     }
-    // Tag 0xa11ce (element 6): 5 launches; 0xb0b (3): 4; no tag (0): one of saxpy, and the
-    // three launches of functions without the parameter (which the writers count at 0).
-    let expected = [(0, 4), (3, 4), (6, 5)].map(|(k, launches)| (k, launches * WRITERS * ADDS));
+    // Tag 0xa11ce (element 6): 5 launches and 6 node replays; 0xb0b (3): 4 and 9; no tag (0):
+    // one launch of saxpy and 2 node replays, and the three launches and 3 node replays of
+    // functions without the parameter (which the writers count at 0).
+    let expected = [(0, 4 + 5), (3, 4 + 9), (6, 5 + 6)];
+    let expected = expected.map(|(k, launches)| (k, launches * WRITERS * ADDS));
     let exact = expected.iter().filter(|(k, v)| by_tag.get(k) == Some(v)).count();
     println!("device tag counts exact: {exact}/{} tags", expected.len());
     assert_eq!(exact, expected.len(), "{by_tag:?}\n{summary}");

@@ -19,9 +19,10 @@
 //!
 //! Launches are `cuLaunchKernel`, `cuLaunchKernelEx`, `cuLaunchCooperativeKernel` (and their
 //! `_ptsz` forms); a kernel node captured from a stream gets the tag its launch had. Kernel
-//! nodes added or set by hand (`cuGraphAddKernelNode`, `cuGraphKernelNodeSetParams`,
-//! `cuGraphExecKernelNodeSetParams`, `cuGraphAddNode`) are not interposed yet: such a node of a
-//! kernel with the parameter passes one too few (the book's "Tags in device probes" says so).
+//! nodes made or set by hand (`cuGraphAddKernelNode`, `cuGraphKernelNodeSetParams`,
+//! `cuGraphExecKernelNodeSetParams`, `cuGraphAddNode`, `cuGraphNodeSetParams`,
+//! `cuGraphExecNodeSetParams`, every version) take the same way with the node's lists: the
+//! tag of the thread that made or set the node (`events::graphs`).
 
 use std::cell::Cell;
 use std::collections::HashMap;
@@ -100,6 +101,12 @@ pub(crate) fn forget() {
     let mut by_function = BY_FUNCTION.write().unwrap_or_else(|p| p.into_inner());
     GENERATION.fetch_add(1, Ordering::AcqRel);
     *by_function = None;
+}
+
+/// Whether any kernel with the parameter was loaded (else no function has it).
+#[inline(always)]
+pub(crate) fn any() -> bool {
+    ANY.load(Ordering::Acquire)
 }
 
 /// Where `f`'s launch parameter is, if it has one.

@@ -15,6 +15,9 @@
 //!   the trampoline;
 //! - `capture(begin)`, `capture(end)`: a stream capture begun or ended, counted, no event
 //!   ([`launch`]);
+//! - `kernel_node(p)`: a graph node made or changed from the parameters at `p`, no event; a
+//!   kernel node whose function has egpu's launch parameter given the thread's tag
+//!   ([`graphs`]);
 //! - `load(out, image, library)`: a module (or, `true`, library) load, whose image the user's
 //!   device probes instrument ([`modules`]); `load_fatbinary(out, image)`, the same for
 //!   `cuModuleLoadFatBinary`, whose instrumented PTX goes to `cuModuleLoadData`;
@@ -42,6 +45,7 @@
 pub(crate) mod devices;
 mod event;
 pub(crate) mod functions;
+mod graphs;
 mod launch;
 mod memory;
 mod modules;
@@ -57,6 +61,8 @@ use crate::real::{Hook, Keep};
 use crate::{CuResult, Handle};
 pub(crate) use event::Attributed;
 use event::{nothing, observe};
+pub(crate) use graphs::form_at;
+use graphs::{KernelNodeV1, KernelNodeV2, NodeParams, kernel_node};
 pub(crate) use launch::captured;
 use launch::{LaunchConfig, capture, config_stream, count_capture, graph, launch_ctx, launch_ex};
 use memory::{Copy2dDriver, Copy3d, Copy3dDriver, Extent, HostPtr, PitchedPtr};
@@ -326,6 +332,25 @@ entry_points! {
         => launch(|n, l| launch_ctx(n, l, f, [gx, gy, gz], [bx, by, bz], shared, stream), f, stream; params);
     GRAPH_LAUNCH cuGraphLaunch +ptsz (exec: Handle, stream: Handle)
         => driver(|_, _| graph(stream), nothing);
+    // Graphs' kernel nodes made or set by hand: the launch's tag added as at a launch, for the
+    // functions with egpu's launch parameter (`graphs`), the parameters' struct as the version
+    // says (v1; `_v2`; `CUgraphNodeParams`, with v3 in it).
+    ADD_KERNEL_NODE cuGraphAddKernelNode (out: *mut Handle, graph: Handle, dependencies: *const Handle, n: usize, p: *const KernelNodeV1)
+        => kernel_node(p);
+    ADD_KERNEL_NODE_V2 cuGraphAddKernelNode_v2 (out: *mut Handle, graph: Handle, dependencies: *const Handle, n: usize, p: *const KernelNodeV2)
+        => kernel_node(p);
+    KERNEL_NODE_SET cuGraphKernelNodeSetParams (node: Handle, p: *const KernelNodeV1) => kernel_node(p);
+    KERNEL_NODE_SET_V2 cuGraphKernelNodeSetParams_v2 (node: Handle, p: *const KernelNodeV2) => kernel_node(p);
+    EXEC_KERNEL_NODE_SET cuGraphExecKernelNodeSetParams (exec: Handle, node: Handle, p: *const KernelNodeV1)
+        => kernel_node(p);
+    EXEC_KERNEL_NODE_SET_V2 cuGraphExecKernelNodeSetParams_v2 (exec: Handle, node: Handle, p: *const KernelNodeV2)
+        => kernel_node(p);
+    ADD_NODE cuGraphAddNode (out: *mut Handle, graph: Handle, dependencies: *const Handle, n: usize, p: *mut NodeParams)
+        => kernel_node(p);
+    ADD_NODE_V2 cuGraphAddNode_v2 (out: *mut Handle, graph: Handle, dependencies: *const Handle, edges: *const c_void, n: usize, p: *mut NodeParams)
+        => kernel_node(p);
+    NODE_SET cuGraphNodeSetParams (node: Handle, p: *mut NodeParams) => kernel_node(p);
+    EXEC_NODE_SET cuGraphExecNodeSetParams (exec: Handle, node: Handle, p: *mut NodeParams) => kernel_node(p);
 
     // Copies and sets.
     MEMCPY cuMemcpy +ptds (dst: DevicePtr, src: DevicePtr, bytes: usize)

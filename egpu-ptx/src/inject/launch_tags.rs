@@ -5,10 +5,11 @@
 //! own, which the kernel loads into a register when it starts
 //! ([`Options::tag`](crate::translate::Options::tag)): every probe of the kernel reads `tag_id`
 //! from that register, with no load at the access. Whoever launches the kernel passes the
-//! launch's tag id there: the preloaded library does at every launch of an instrumented kernel,
-//! from the launching thread's tag, in the `kernelParams` form (one pointer more) and the
-//! `extra` form (8 bytes more in the buffer, at [`LaunchParam::offset`]), which is why the
-//! injection says where it is ([`Injection::launch_params`](super::Injection::launch_params)).
+//! launch's tag id there: the preloaded library does at every launch of an instrumented kernel
+//! and in every graph kernel node of one made or set by hand, with the tag of the thread that
+//! launches it or makes the node, in the `kernelParams` form (one pointer more) and the `extra`
+//! form (8 bytes more in the buffer, at [`LaunchParam::offset`]), which is why the injection
+//! says where it is ([`Injection::launch_params`](super::Injection::launch_params)).
 //! Kernels whose probes never read `tag_id`, kernels no probe instruments and device functions
 //! keep their parameters as they were (in a device function `tag_id` reads 0).
 //!
