@@ -350,24 +350,32 @@ mod tests {
 
     use super::super::{Context, Options, translate};
 
+    /// A probe that reads the 8-byte field at `offset` of `event`'s context whole and its
+    /// upper half, translated with `tag` as the kernel's tag register.
+    fn reading(event: DeviceEvent, offset: usize, tag: Option<&str>) -> String {
+        let context = match event {
+            DeviceEvent::KernelEntry => Context::Kernel { kernel_id: 7 },
+            _ => Context::load_store(7, "%rd9".into(), 4, 0, false),
+        };
+        let text = format!(
+            "ldxdw %r6, [%r1+{offset}]\nldxw %r7, [%r1+{}]\nadd %r6, %r7\nmov %r0, %r6\nexit",
+            offset + 4
+        );
+        let slots = assemble(&text).expect("assembles");
+        let program = Program::new(slots, vec![], AttachPoint::Device(event)).expect("program");
+        let verified = verify(&program).expect("verified");
+        let mut options = Options::new("t", context);
+        options.tag = tag.map(str::to_owned);
+        translate(&verified, &options).expect("translated").body
+    }
+
     /// The launch's id is `%gridid`, read whole or by halves, in both device contexts.
     #[test]
     fn launch_id_reads_the_grid_id() {
         let at = [offset_of!(KernelCtx, launch_id), offset_of!(MemAccessCtx, launch_id)];
         for (event, offset) in [(DeviceEvent::KernelEntry, at[0]), (DeviceEvent::GlobalLoad, at[1])]
         {
-            let context = match event {
-                DeviceEvent::KernelEntry => Context::Kernel { kernel_id: 7 },
-                _ => Context::load_store(7, "%rd9".into(), 4, 0, false),
-            };
-            let text = format!(
-                "ldxdw %r6, [%r1+{offset}]\nldxw %r7, [%r1+{}]\nadd %r6, %r7\nmov %r0, %r6\nexit",
-                offset + 4
-            );
-            let slots = assemble(&text).expect("assembles");
-            let program = Program::new(slots, vec![], AttachPoint::Device(event)).expect("program");
-            let verified = verify(&program).expect("verified");
-            let body = translate(&verified, &Options::new("t", context)).expect("translated").body;
+            let body = reading(event, offset, None);
             assert!(body.contains("mov.u64 %"), "{body}");
             assert_eq!(body.matches("%gridid").count(), 2, "{body}");
             assert!(body.contains("shr.u64") && body.contains(", 32;"), "{body}");
@@ -381,23 +389,10 @@ mod tests {
         let at = [offset_of!(KernelCtx, tag_id), offset_of!(MemAccessCtx, tag_id)];
         for (event, offset) in [(DeviceEvent::KernelEntry, at[0]), (DeviceEvent::GlobalLoad, at[1])]
         {
-            let context = match event {
-                DeviceEvent::KernelEntry => Context::Kernel { kernel_id: 7 },
-                _ => Context::load_store(7, "%rd9".into(), 4, 0, false),
-            };
-            let text = format!(
-                "ldxdw %r6, [%r1+{offset}]\nldxw %r7, [%r1+{}]\nadd %r6, %r7\nmov %r0, %r6\nexit",
-                offset + 4
-            );
-            let slots = assemble(&text).expect("assembles");
-            let program = Program::new(slots, vec![], AttachPoint::Device(event)).expect("program");
-            let verified = verify(&program).expect("verified");
-            let mut options = Options::new("t", context);
-            let body = translate(&verified, &options).expect("translated").body;
+            let body = reading(event, offset, None);
             assert!(body.contains("mov.b64 %") && body.contains(", 0;"), "{body}");
             assert!(!body.contains("%egpu_tag"), "{body}");
-            options.tag = Some("%egpu_tag".into());
-            let body = translate(&verified, &options).expect("translated").body;
+            let body = reading(event, offset, Some("%egpu_tag"));
             assert_eq!(body.matches("%egpu_tag").count(), 2, "{body}");
             assert!(body.contains("shr.u64") && body.contains("%egpu_tag, 32;"), "{body}");
         }
