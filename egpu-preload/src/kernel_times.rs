@@ -172,8 +172,8 @@ thread_local! {
     /// Whether this thread is inside a launch being timed: a launch the driver makes inside it
     /// is timed by the outer one's events.
     static TIMING: Cell<bool> = const { Cell::new(false) };
-    /// The context and start event of this thread's last timed launch, for its span.
-    static LAST: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
+    /// The span offered for the launch under way ([`offer_span`]).
+    static SPAN: Cell<Option<SpanRecord>> = const { Cell::new(None) };
 }
 
 /// `call`, a launch of `f` on `stream` (the null stream meaning the thread's own when
@@ -251,8 +251,13 @@ fn time_launch(
     let launch = Launch { kernel: crate::defaults::kernel_id(f), site, tag };
     let mut pools = pools();
     if let Some(pool) = find(&mut pools, context as usize) {
-        pool.pending.push_back((pair, launch, None));
-        let _ = LAST.try_with(|l| l.set((context as usize, pair.start)));
+        // The host call's end, for a span whose events are lost.
+        let span = SPAN.try_with(Cell::take).ok().flatten().map(|mut r| {
+            r.result = result as u64;
+            r.end_ns = crate::attribution::spans::now_ns();
+            Box::new(r)
+        });
+        pool.pending.push_back((pair, launch, span));
     }
     drop(pools);
     start_harvester();
@@ -527,24 +532,16 @@ fn settle(
     (done, left, broken)
 }
 
-/// Attaches `record`, a launch's span, to the pair that timed the launch this thread just made,
-/// to be written at its harvest; gives it back when there is none.
-pub(crate) fn defer_span(record: SpanRecord) -> Result<(), SpanRecord> {
-    if !enabled() {
-        return Err(record);
-    }
-    let Ok((context, start)) = LAST.try_with(|l| l.replace((0, 0))) else { return Err(record) };
-    let mut all = pools();
-    let pending = find(&mut all, context).and_then(|p| {
-        p.pending.iter_mut().rev().find(|(pair, _, span)| pair.start == start && span.is_none())
-    });
-    match pending {
-        Some((_, _, span)) if start != 0 => {
-            *span = Some(Box::new(record));
-            Ok(())
-        }
-        _ => Err(record),
-    }
+/// Offers `record`, the span of the launch this thread is about to make, to the pair that times
+/// it (taken in [`time_launch`] as the pair is published); false when launches are not timed.
+pub(crate) fn offer_span(record: SpanRecord) -> bool {
+    enabled() && SPAN.try_with(|s| s.set(Some(record))).is_ok()
+}
+
+/// Whether the launch just made took the span [`offer_span`] offered (it is written at its
+/// pair's harvest); the offer is withdrawn either way.
+pub(crate) fn span_taken() -> bool {
+    SPAN.try_with(|s| s.take().is_none()).unwrap_or(false)
 }
 
 /// An event of the current context recorded on a stream of egpu's own, with nothing else on it,

@@ -66,25 +66,32 @@ fn traced(f: Handle, call: impl FnOnce() -> CuResult) -> CuResult {
         return call();
     }
     let start_ns = now_ns();
-    let result = call();
-    let end_ns = now_ns();
-    local.attr.in_span.set(false);
-    let record = SpanRecord {
+    let mut record = SpanRecord {
         trace_id: [high, low],
         parent_span_id: parent,
         span_id: span_id(),
         start_ns,
-        end_ns,
+        end_ns: start_ns,
         kernel: crate::defaults::kernel_id(f),
-        site_id: local.attr.call_site.replace(0),
+        site_id: local.attr.call_site.get(),
         tag_id,
         clock: CLOCK_HOST_CALL,
-        result: result as u64,
+        result: 0,
     };
-    // Timed by the kernel times' events: written when they are harvested, with the GPU's times.
-    if let Err(record) = crate::kernel_times::defer_span(record) {
-        write(&record);
+    // Timed by the kernel times' events: the launch takes the span with its pair, which is
+    // written at its harvest with the GPU's times (taken before the pair is published, so that
+    // a harvest right after the launch cannot miss it).
+    let offered = crate::kernel_times::offer_span(record);
+    let result = call();
+    let end_ns = now_ns();
+    local.attr.in_span.set(false);
+    local.attr.call_site.set(0);
+    if offered && crate::kernel_times::span_taken() {
+        return result;
     }
+    record.end_ns = end_ns;
+    record.result = result as u64;
+    write(&record);
     result
 }
 
