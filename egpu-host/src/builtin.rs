@@ -561,8 +561,9 @@ pub fn alive(pid: u32) -> bool {
 /// Removes the shared objects of processes that no longer exist; how many processes' there were.
 pub fn clean_dead() -> usize {
     // Not those kept for an `egpu run` that has not read them yet (`kept.rs`).
+    let kept = kept::kept();
     let dead: Vec<u32> =
-        processes().into_iter().filter(|&p| !alive(p) && !kept::is_kept(p)).collect();
+        processes().into_iter().filter(|&p| !alive(p) && !kept.contains(&p)).collect();
     for &pid in &dead {
         unlink(pid);
     }

@@ -46,9 +46,9 @@ pub fn kept_for(by: u32) -> Vec<u32> {
     markers().into_iter().filter(|&(_, b)| b == by).map(|(p, _)| p).collect()
 }
 
-/// Whether process `pid`'s objects are kept for an `egpu run` that is alive.
-pub fn is_kept(pid: u32) -> bool {
-    markers().into_iter().any(|(p, by)| p == pid && alive(by))
+/// The processes whose objects are kept for an `egpu run` that is alive.
+pub fn kept() -> std::collections::BTreeSet<u32> {
+    markers().into_iter().filter(|&(_, by)| alive(by)).map(|(p, _)| p).collect()
 }
 
 /// Removes process `pid`'s markers.
@@ -74,7 +74,7 @@ mod tests {
         let launches = format!("/dev/shm/{}", shared_name(dead, "launches"));
         std::fs::write(&launches, b"").expect("an object");
         assert!(keep(dead, me));
-        assert!(kept_for(me).contains(&dead) && is_kept(dead));
+        assert!(kept_for(me).contains(&dead) && kept().contains(&dead));
         super::super::clean_dead();
         assert!(std::path::Path::new(&launches).exists(), "removed while its keeper lives");
         super::super::unlink(dead);
@@ -82,7 +82,7 @@ mod tests {
         // Kept for a process that is gone: cleaned.
         std::fs::write(&launches, b"").expect("an object");
         assert!(keep(dead, dead + 1));
-        assert!(!is_kept(dead));
+        assert!(!kept().contains(&dead));
         super::super::clean_dead();
         assert!(!std::path::Path::new(&launches).exists() && markers().iter().all(|m| m.0 != dead));
     }
